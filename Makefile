@@ -1,0 +1,156 @@
+# Wick — plain make.
+#   make            libwick.so, libwick.a and ./run (CUDA backend when nvcc is found)
+#   make test       install missing Debian packages, build, run the whole test suite
+#   make demo       the main job on the embedded default data
+#   make bench      benchmarks, each printed next to a baseline measured in the same run
+#   make test-gpu   the CUDA tests (needs a GPU)
+#   make install PREFIX=/usr/local
+# Switches: CUDA=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+CUDA ?= auto
+SANITIZE ?= 0
+PREFIX ?= /usr/local
+CC ?= cc
+ifeq ($(origin CC),default)
+CC := cc
+endif
+
+ifeq ($(filter $(CUDA),auto 0 1),)
+$(error CUDA must be auto, 0 or 1, not '$(CUDA)')
+endif
+ifeq ($(filter $(SANITIZE),0 1),)
+$(error SANITIZE must be 0 or 1, not '$(SANITIZE)')
+endif
+
+# ---- optional pieces ------------------------------------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+ifeq ($(CUDA),0)
+WITH_CUDA := 0
+else ifneq ($(NVCC),)
+WITH_CUDA := 1
+else ifeq ($(CUDA),1)
+$(error CUDA=1 but nvcc was not found on PATH or in $(CUDA_HOME)/bin)
+else
+WITH_CUDA := 0
+endif
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUAJIT_LIBS := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+
+ifneq ($(filter all run lib test bench demo install,$(or $(MAKECMDGOALS),all)),)
+$(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
+endif
+
+# ---- flags ------------------------------------------------------------------------------------------
+MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA)),cuda,cpu)
+OBJ := build/obj/$(MODE)
+# Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
+WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(WARNINGS)
+NVCCFLAGS := -O2 -g -Xcompiler -fPIC,-fvisibility=hidden -std=c++17 --expt-relaxed-constexpr
+LDFLAGS_EXTRA :=
+ifeq ($(SANITIZE),1)
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+CFLAGS_BASE += $(SAN) -DWK_BUILD_FLAGS='"asan+ubsan"'
+LDFLAGS_EXTRA += $(SAN)
+NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
+endif
+CFLAGS_BASE += $(CFLAGS)
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lpthread -lm
+ifeq ($(WITH_CUDA),1)
+CFLAGS_BASE += -DWK_HAVE_CUDA
+NVCCFLAGS += -DWK_HAVE_CUDA
+CUDA_LIBDIR := $(CUDA_HOME)/lib64
+LIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lcublasLt -lnccl -lstdc++
+endif
+
+# ---- sources ------------------------------------------------------------------------------------
+# Every .c under runtime/<subsystem>/ belongs to libwick, except the host program's own folder.
+LIB_C := $(sort $(filter-out runtime/host/%,$(wildcard runtime/*/*.c runtime/*/*/*.c)))
+LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
+HOST_C := $(sort $(wildcard runtime/host/*.c))
+LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o) $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
+HOST_OBJ := $(HOST_C:%.c=$(OBJ)/%.o)
+CTEST_C := $(sort $(wildcard tests/c/test_*.c))
+CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
+
+# A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
+MODE_STAMP := build/mode-$(MODE)
+
+.PHONY: all lib deps deps-bench test test-c test-gpu bench demo install clean
+all: lib run
+lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua
+
+$(MODE_STAMP):
+	@mkdir -p build && rm -f build/mode-* && touch $@
+
+$(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
+
+$(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
+	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
+
+build/libwick.a: $(LIB_OBJ) $(MODE_STAMP)
+	@rm -f $@
+	ar rcs $@ $(LIB_OBJ)
+
+# The host links libwick.so, found next to it (checkout: build/) or in ../lib (installed).
+run: $(HOST_OBJ) build/libwick.so
+	$(CC) -o $@ $(HOST_OBJ) -Lbuild -lwick -Wl,-rpath,'$$ORIGIN/build:$$ORIGIN/../lib' \
+	  $(LDFLAGS_EXTRA) $(LUAJIT_LIBS) -ledit $(LIBS)
+
+# ffi.cdef text = the WK_CDEF region of wick.h after the preprocessor (no comments, no macros).
+build/lua/wick/cdef.lua: runtime/wick.h
+	@mkdir -p $(dir $@)
+	{ echo 'return [=['; \
+	  { echo '#define WK_API'; awk '$$0 == "/* WK_CDEF_BEGIN */" { on = 1 } on { print } $$0 == "/* WK_CDEF_END */" { on = 0 }' $<; } | $(CC) -E -P -x c - | grep -v '^\s*$$'; \
+	  echo ']=]'; } > $@.tmp && mv $@.tmp $@
+
+build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Iruntime -o $@ $< build/libwick.a $(LDFLAGS_EXTRA) $(LIBS)
+
+deps:
+	@third_party/deps.sh build test
+
+deps-bench:
+	@third_party/deps.sh bench
+
+# The busted suite runs inside ./run itself; tests/c_spec.lua runs the C tests.
+test: deps
+	@$(MAKE) --no-print-directory all $(CTEST_BIN)
+	./run tests/busted.lua
+
+test-gpu: deps
+	@$(MAKE) --no-print-directory all $(CTEST_BIN)
+	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@third_party/deps.sh bench || echo "bench: python3-torch unavailable; torch baselines will be skipped"
+	./run tests/bench/run.lua
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	./run --nproc-per-node 2 recipes/hello.lua
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/share/wick/lua/wick
+	install -m 755 run $(DESTDIR)$(PREFIX)/bin/run
+	install -m 644 build/libwick.so $(DESTDIR)$(PREFIX)/lib/libwick.so
+	install -m 644 runtime/wick.h $(DESTDIR)$(PREFIX)/include/wick.h
+	cp -R lua/. $(DESTDIR)$(PREFIX)/share/wick/lua/
+	install -m 644 build/lua/wick/cdef.lua $(DESTDIR)$(PREFIX)/share/wick/lua/wick/cdef.lua
+
+clean:
+	rm -rf build run

@@ -1,0 +1,92 @@
+-- wick.core: loads libwick through the FFI and turns its status codes into Lua errors.
+--
+-- The declarations come from runtime/wick.h through a build step (build/lua/wick/cdef.lua), never
+-- from a hand copy. Inside `run`, libwick is already linked and reachable as ffi.C; under a plain
+-- luajit it is loaded from WICK_LIB or the checkout's build/ folder.
+local ffi = require 'ffi'
+
+local EXPECTED_MAJOR = 0  -- must match WK_VERSION_MAJOR; a different major means a different ABI
+
+local function this_dir()
+  local source = debug.getinfo(1, 'S').source
+  return source:sub(1, 1) == '@' and source:match('^@(.*)/[^/]*$') or '.'
+end
+
+local function load_cdef()
+  local ok, cdef = pcall(require, 'wick.cdef')
+  if not ok then
+    -- Not on package.path (plain luajit): look in the checkout's build tree.
+    local path = this_dir() .. '/../../build/lua/wick/cdef.lua'
+    local chunk = loadfile(path)
+    if not chunk then
+      error('wick: build/lua/wick/cdef.lua not found; run `make` first (' .. tostring(cdef) .. ')', 0)
+    end
+    cdef = chunk()
+  end
+  ffi.cdef(cdef)
+end
+
+local function load_library()
+  if pcall(function() return ffi.C.wk_version end) then return ffi.C end
+  local path = os.getenv('WICK_LIB') or (this_dir() .. '/../../build/libwick.so')
+  local ok, lib = pcall(ffi.load, path)
+  if not ok then error('wick: cannot load libwick from ' .. path .. ': ' .. tostring(lib), 0) end
+  return lib
+end
+
+load_cdef()
+local C = load_library()
+
+local version_number = C.wk_version()
+local major, minor, patch = math.floor(version_number / 10000), math.floor(version_number / 100) % 100,
+    version_number % 100
+if major ~= EXPECTED_MAJOR then
+  error(string.format('wick: libwick %d.%d.%d does not match these Lua bindings (expect %d.x); rebuild with make',
+    major, minor, patch, EXPECTED_MAJOR), 0)
+end
+
+local core = {
+  C = C,
+  ffi = ffi,
+  version = string.format('%d.%d.%d', major, minor, patch),
+}
+
+-- The current failure of this thread as a string: "message" (+ " [site]" at debug log level).
+function core.last_error()
+  local message = ffi.string(C.wk_last_error())
+  if C.wk_log_level() >= C.WK_LOG_DEBUG then
+    message = message .. ' [' .. ffi.string(C.wk_last_error_site()) .. ']'
+  end
+  return message
+end
+
+-- Raises the library's message when status is not WK_OK, blaming the caller `level` frames up.
+function core.check(status, level)
+  if status ~= 0 then error(core.last_error(), (level or 1) + 1) end
+end
+
+-- For failures a caller may recover from: returns true, or nil plus the message and status name.
+function core.try(status)
+  if status == 0 then return true end
+  return nil, core.last_error(), ffi.string(C.wk_status_name(status))
+end
+
+-- A handle-returning call gave NULL: raise with the library's message.
+function core.check_handle(handle, level)
+  if handle == nil then error(core.last_error(), (level or 1) + 1) end
+  return handle
+end
+
+function core.build_info()
+  local info = ffi.new('WkBuildInfo')
+  C.wk_build_info(info)
+  return {
+    version = core.version,
+    has_cuda = info.has_cuda == 1,
+    compiler = ffi.string(info.compiler),
+    build_flags = ffi.string(info.build_flags),
+    cuda_devices = C.wk_cuda_device_count(),
+  }
+end
+
+return core

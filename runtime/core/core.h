@@ -1,0 +1,82 @@
+/*
+ * runtime/core — what every other subsystem stands on.
+ *
+ * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
+ * call site), logging (WICK_LOG), checked allocation, and the bounded blocking queue that connects
+ * pipeline stages running on C threads. It knows nothing about data, tensors or devices.
+ *
+ * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
+ */
+#ifndef WK_CORE_H
+#define WK_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../wick.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* Records status and a printf-style message for this thread; returns status so callers can write
+ * `return wk_fail(...)`. The message is data, never a format string of someone else's text. */
+WkStatus wk_fail_at(const char *file, int line, WkStatus status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Prefixes the current message with context ("shard 'x.wk': " + old message), keeping the status. */
+WkStatus wk_error_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define WK_FAIL(status, ...) wk_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
+
+/* Forwards a failure: evaluates expr once and returns its status if it is not WK_OK. */
+#define WK_TRY(expr)                            \
+  do {                                          \
+    WkStatus wk_try_status_ = (expr);           \
+    if (wk_try_status_ != WK_OK) return wk_try_status_; \
+  } while (0)
+
+/* Names errno for an I/O failure on path: "open 'x': No such file or directory". */
+WkStatus wk_fail_errno_at(const char *file, int line, const char *what, const char *path);
+#define WK_FAIL_ERRNO(what, path) wk_fail_errno_at(__FILE__, __LINE__, (what), (path))
+
+/* ---- logging --------------------------------------------------------------------------------- */
+
+void wk_logf(WkLogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define WK_LOG_ENABLED(level) ((level) <= wk_log_level())
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+/* malloc/calloc that record WK_ERR_NOMEM with what was being allocated; NULL on failure. */
+void *wk_malloc(size_t size, const char *what);
+void *wk_calloc(size_t count, size_t size, const char *what);
+/* Aligned allocation (alignment a power of two >= sizeof(void*)); free with free(). */
+void *wk_aligned_alloc(size_t alignment, size_t size, const char *what);
+
+/* ---- time -------------------------------------------------------------------------------------- */
+
+uint64_t wk_now_ns(void);  /* CLOCK_MONOTONIC in nanoseconds */
+
+/* ---- bounded blocking queue ------------------------------------------------------------------ */
+
+/* A fixed-capacity FIFO of pointers shared by producer and consumer threads. Capacity is the
+ * backpressure: a full queue blocks producers, so memory never grows with the input. Closing wakes
+ * every waiter; after close, pops drain what is left and then report WK_ERR_CLOSED. */
+typedef struct WkQueue WkQueue;
+
+WkQueue *wk_queue_new(size_t capacity);
+void wk_queue_free(WkQueue *q);
+void wk_queue_close(WkQueue *q);
+/* timeout_ms < 0 waits forever; returns WK_ERR_TIMEOUT or WK_ERR_CLOSED without blocking further. */
+WkStatus wk_queue_push(WkQueue *q, void *item, int64_t timeout_ms);
+WkStatus wk_queue_pop(WkQueue *q, void **item, int64_t timeout_ms);
+size_t wk_queue_length(WkQueue *q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WK_CORE_H */

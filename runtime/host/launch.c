@@ -1,0 +1,298 @@
+/*
+ * launch.c — `run --nproc-per-node N ...`: start and supervise the ranks of one node.
+ *
+ * Follows torchrun's conventions: each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * GROUP_RANK, MASTER_ADDR and MASTER_PORT. Each rank runs in its own process group so that a
+ * failure can stop the rank together with anything it spawned; PR_SET_PDEATHSIG ends a rank if
+ * the launcher itself is killed. Output is read through pipes and re-emitted line by line with a
+ * "[rankN] " prefix so lines of different ranks never interleave mid-line.
+ *
+ * Failure policy: the first rank to exit non-zero (or die from a signal) is named, the others get
+ * SIGTERM, and SIGKILL after STOP_GRACE_MS. Ctrl-C is forwarded to every rank as SIGINT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "host.h"
+
+enum {
+  STOP_GRACE_MS = 3000,       /* SIGTERM -> SIGKILL */
+  POLL_INTERVAL_MS = 100,     /* how often exits are reaped while output is quiet */
+  DRAIN_AFTER_EXIT_MS = 1000, /* how long to wait for pipes held open by a rank's leftovers */
+  LINE_CAPACITY = 65536,      /* longer lines are emitted in pieces */
+  STREAMS_PER_RANK = 2,       /* stdout, stderr */
+};
+
+typedef struct {
+  int fd;        /* read end of the pipe, -1 once closed */
+  FILE *sink;    /* where its lines go: our stdout or stderr */
+  size_t length; /* bytes pending in line */
+  char line[LINE_CAPACITY];
+} Stream;
+
+typedef struct {
+  pid_t pid;
+  int rank;
+  bool running;
+  int status; /* waitpid status once exited */
+  Stream streams[STREAMS_PER_RANK];
+} Rank;
+
+static volatile sig_atomic_t pending_signal;
+
+static void remember_signal(int sig) { pending_signal = sig; }
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Asks the kernel for a free TCP port for the rendezvous store of a single-node job. */
+static int pick_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t length = sizeof addr;
+  int port = 0;
+  if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+      getsockname(fd, (struct sockaddr *)&addr, &length) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+static void set_env_int(const char *name, int value) {
+  char text[32];
+  snprintf(text, sizeof text, "%d", value);
+  setenv(name, text, 1);
+}
+
+static void set_rank_environment(const LaunchConfig *config, int local_rank, int master_port) {
+  set_env_int("RANK", config->node_rank * config->nproc_per_node + local_rank);
+  set_env_int("WORLD_SIZE", config->nnodes * config->nproc_per_node);
+  set_env_int("LOCAL_RANK", local_rank);
+  set_env_int("LOCAL_WORLD_SIZE", config->nproc_per_node);
+  set_env_int("GROUP_RANK", config->node_rank);
+  set_env_int("MASTER_PORT", master_port);
+  setenv("MASTER_ADDR", config->master_addr, 1);
+}
+
+/* In the child: own process group, die with the launcher, output into the pipes, exec. */
+static void exec_rank(const LaunchConfig *config, int local_rank, int master_port, pid_t launcher,
+                      int out_fd, int err_fd, const char *exe, char **argv) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(EXIT_FAILURE); /* the launcher died before prctl took effect */
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  dup2(out_fd, STDOUT_FILENO);
+  dup2(err_fd, STDERR_FILENO);
+  set_rank_environment(config, local_rank, master_port);
+  execv(exe, argv);
+  fprintf(stderr, "run: cannot execute '%s': %s\n", exe, strerror(errno));
+  _exit(127);
+}
+
+static bool start_rank(Rank *rank, const LaunchConfig *config, int master_port, const char *exe,
+                       char **argv) {
+  int pipes[STREAMS_PER_RANK][2];
+  for (int s = 0; s < STREAMS_PER_RANK; s++) {
+    if (pipe2(pipes[s], O_CLOEXEC) != 0) {
+      fprintf(stderr, "run: pipe for rank %d: %s\n", rank->rank, strerror(errno));
+      return false;
+    }
+  }
+  fflush(NULL);
+  pid_t launcher = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "run: fork for rank %d: %s\n", rank->rank, strerror(errno));
+    return false;
+  }
+  if (pid == 0) exec_rank(config, rank->rank - config->node_rank * config->nproc_per_node,
+                          master_port, launcher, pipes[0][1], pipes[1][1], exe, argv);
+  setpgid(pid, pid); /* also here, so the group exists before we might signal it */
+  rank->pid = pid;
+  rank->running = true;
+  FILE *sinks[STREAMS_PER_RANK] = {stdout, stderr};
+  for (int s = 0; s < STREAMS_PER_RANK; s++) {
+    close(pipes[s][1]);
+    rank->streams[s].fd = pipes[s][0];
+    rank->streams[s].sink = sinks[s];
+    rank->streams[s].length = 0;
+  }
+  return true;
+}
+
+static void emit_line(const Rank *rank, Stream *stream) {
+  fprintf(stream->sink, "[rank%d] %.*s\n", rank->rank, (int)stream->length, stream->line);
+  fflush(stream->sink);
+  stream->length = 0;
+}
+
+/* Reads what is available; emits complete lines; returns false at end of stream. */
+static bool pump_stream(const Rank *rank, Stream *stream) {
+  char chunk[4096];
+  ssize_t n = read(stream->fd, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (stream->length > 0) emit_line(rank, stream);
+    close(stream->fd);
+    stream->fd = -1;
+    return false;
+  }
+  for (ssize_t i = 0; i < n; i++) {
+    if (chunk[i] == '\n') {
+      emit_line(rank, stream);
+    } else {
+      stream->line[stream->length++] = chunk[i];
+      if (stream->length == LINE_CAPACITY) emit_line(rank, stream);
+    }
+  }
+  return true;
+}
+
+/* Polls every open stream once; returns how many remain open. */
+static int pump_output(Rank *ranks, int count, int timeout_ms) {
+  struct pollfd fds[count * STREAMS_PER_RANK];
+  Stream *owners[count * STREAMS_PER_RANK];
+  const Rank *owner_ranks[count * STREAMS_PER_RANK];
+  int n = 0;
+  for (int r = 0; r < count; r++) {
+    for (int s = 0; s < STREAMS_PER_RANK; s++) {
+      if (ranks[r].streams[s].fd < 0) continue;
+      fds[n] = (struct pollfd){.fd = ranks[r].streams[s].fd, .events = POLLIN};
+      owners[n] = &ranks[r].streams[s];
+      owner_ranks[n] = &ranks[r];
+      n++;
+    }
+  }
+  if (n == 0) return 0;
+  if (poll(fds, (nfds_t)n, timeout_ms) <= 0) return n;
+  int open_streams = n;
+  for (int i = 0; i < n; i++) {
+    if (fds[i].revents && !pump_stream(owner_ranks[i], owners[i])) open_streams--;
+  }
+  return open_streams;
+}
+
+static void signal_ranks(Rank *ranks, int count, int sig) {
+  for (int r = 0; r < count; r++)
+    if (ranks[r].running) kill(-ranks[r].pid, sig);
+}
+
+static void describe_exit(const Rank *rank) {
+  if (WIFSIGNALED(rank->status))
+    fprintf(stderr, "run: rank %d (pid %d) was killed by signal %d (%s)\n", rank->rank, (int)rank->pid,
+            WTERMSIG(rank->status), strsignal(WTERMSIG(rank->status)));
+  else
+    fprintf(stderr, "run: rank %d (pid %d) exited with status %d\n", rank->rank, (int)rank->pid,
+            WEXITSTATUS(rank->status));
+}
+
+static int exit_code_of(int status) {
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+static bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+/* Reaps exited ranks; returns the number still running. Records the first failure. */
+static int reap_ranks(Rank *ranks, int count, Rank **first_failure) {
+  int running = 0;
+  for (int r = 0; r < count; r++) {
+    if (!ranks[r].running) continue;
+    int status;
+    if (waitpid(ranks[r].pid, &status, WNOHANG) == ranks[r].pid) {
+      ranks[r].running = false;
+      ranks[r].status = status;
+      kill(-ranks[r].pid, SIGKILL); /* whatever the rank left behind in its group */
+      if (failed(status) && !*first_failure) *first_failure = &ranks[r];
+    } else {
+      running++;
+    }
+  }
+  return running;
+}
+
+static void install_signal_handlers(void) {
+  struct sigaction action = {.sa_handler = remember_signal};
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, NULL);
+  sigaction(SIGTERM, &action, NULL);
+  sigaction(SIGHUP, &action, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv) {
+  int count = config->nproc_per_node;
+  int master_port = config->master_port;
+  if (master_port == 0) master_port = pick_free_port();
+  Rank *ranks = calloc((size_t)count, sizeof *ranks);
+  if (!ranks) {
+    fprintf(stderr, "run: out of memory for %d ranks\n", count);
+    return EXIT_FAILURE;
+  }
+  install_signal_handlers();
+  int started = 0;
+  for (; started < count; started++) {
+    ranks[started].rank = config->node_rank * count + started;
+    if (!start_rank(&ranks[started], config, master_port, exe, child_argv)) break;
+  }
+  Rank *first_failure = NULL;
+  bool stopping = started < count;
+  uint64_t kill_deadline = stopping ? now_ms() + STOP_GRACE_MS : 0;
+  if (stopping) signal_ranks(ranks, started, SIGTERM);
+  int interrupts = 0;
+  uint64_t all_exited_at = 0;
+
+  for (;;) {
+    int open_streams = pump_output(ranks, started, POLL_INTERVAL_MS);
+    int running = reap_ranks(ranks, started, &first_failure);
+    if (pending_signal) {
+      int sig = pending_signal;
+      pending_signal = 0;
+      interrupts++;
+      /* First Ctrl-C: pass it on and let ranks clean up; a second one forces the stop. */
+      signal_ranks(ranks, started, interrupts == 1 ? (sig == SIGINT ? SIGINT : SIGTERM) : SIGKILL);
+      if (!stopping) kill_deadline = now_ms() + STOP_GRACE_MS;
+      stopping = true;
+    }
+    if (first_failure && !stopping) {
+      describe_exit(first_failure);
+      fprintf(stderr, "run: stopping the other ranks\n");
+      signal_ranks(ranks, started, SIGTERM);
+      stopping = true;
+      kill_deadline = now_ms() + STOP_GRACE_MS;
+    }
+    if (stopping && running > 0 && now_ms() >= kill_deadline) signal_ranks(ranks, started, SIGKILL);
+    if (running == 0) {
+      if (!all_exited_at) all_exited_at = now_ms();
+      if (open_streams == 0 || now_ms() - all_exited_at > DRAIN_AFTER_EXIT_MS) break;
+    }
+  }
+
+  int code = 0;
+  if (first_failure) {
+    code = exit_code_of(first_failure->status);
+  } else if (interrupts > 0) {
+    code = 128 + SIGINT;
+  } else if (started < count) {
+    code = EXIT_FAILURE;
+  }
+  free(ranks);
+  return code;
+}

@@ -1,0 +1,395 @@
+/*
+ * run.c — main() of the `run` program.
+ *
+ *   run [options] script.lua [args...]    run a recipe or any Lua file, `arg` set as in lua(1)
+ *   run -e CODE [args...]                 run a chunk of code
+ *   run -m MODULE [args...]               run a Lua module as a program (like python -m)
+ *   run -i [script.lua [args...]]         REPL, after running the script if one is given
+ *   run --nproc-per-node N ...            launch N local ranks of the rest of the command
+ *
+ * The option table below is the single source of both the parser and the help text.
+ */
+#include <lauxlib.h>
+#include <libgen.h>
+#include <limits.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../wick.h"
+#include "host.h"
+
+enum { MAX_CHUNKS = 16, DEFAULT_MULTINODE_PORT = 29500, MAX_RANKS_PER_NODE = 1024 };
+
+typedef enum { OPT_EVAL, OPT_MODULE, OPT_INTERACTIVE, OPT_VERSION, OPT_HELP, OPT_NPROC, OPT_NNODES,
+               OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_END } OptionId;
+
+typedef struct {
+  OptionId id;
+  const char *short_name; /* "-e" or NULL */
+  const char *long_name;  /* "--nproc-per-node" or NULL */
+  const char *value_name; /* NULL when the option takes no value */
+  bool launcher;          /* consumed by the launcher, not passed to ranks */
+  const char *help;
+} Option;
+
+static const Option options[] = {
+    {OPT_EVAL, "-e", NULL, "CODE", false, "run CODE (remaining arguments become arg / ...)"},
+    {OPT_MODULE, "-m", NULL, "MODULE", false, "run a Lua module as a program, e.g. -m wick.shard"},
+    {OPT_INTERACTIVE, "-i", NULL, NULL, false, "interactive REPL (after running the script, if given)"},
+    {OPT_VERSION, "-v", "--version", NULL, false, "print the version and build, then exit"},
+    {OPT_HELP, "-h", "--help", NULL, false, "print this help, then exit"},
+    {OPT_NPROC, NULL, "--nproc-per-node", "N", true, "start N ranks on this node (torchrun-style env)"},
+    {OPT_NNODES, NULL, "--nnodes", "K", true, "number of nodes in the job (default 1)"},
+    {OPT_NODE_RANK, NULL, "--node-rank", "R", true, "index of this node (default 0)"},
+    {OPT_MASTER_ADDR, NULL, "--master-addr", "HOST", true, "rank 0's host (default 127.0.0.1)"},
+    {OPT_MASTER_PORT, NULL, "--master-port", "PORT", true, "rendezvous port (default: free port, 29500 multi-node)"},
+    {OPT_END, "--", NULL, NULL, false, "end of options: the next argument is the script"},
+};
+enum { OPTION_COUNT = sizeof options / sizeof options[0] };
+
+typedef struct {
+  const char *chunks[MAX_CHUNKS]; /* -e code, in order */
+  int chunk_count;
+  const char *module;
+  bool interactive;
+  const char *script;
+  char **args; /* arguments after the script / code / module */
+  int arg_count;
+  LaunchConfig launch;
+  bool launch_requested;
+} Command;
+
+static void print_usage(FILE *out) {
+  fprintf(out,
+          "usage: run [options] [script.lua [args...]]\n"
+          "Wick %u.%u.%u — a Lua-scriptable training runtime (see README.md)\n\n",
+          WK_VERSION_MAJOR, WK_VERSION_MINOR, WK_VERSION_PATCH);
+  for (int i = 0; i < OPTION_COUNT; i++) {
+    const Option *o = &options[i];
+    char names[64];
+    snprintf(names, sizeof names, "%s%s%s%s%s", o->short_name ? o->short_name : "",
+             o->short_name && o->long_name ? ", " : "", o->long_name ? o->long_name : "",
+             o->value_name ? " " : "", o->value_name ? o->value_name : "");
+    fprintf(out, "  %-24s %s\n", names, o->help);
+  }
+  fprintf(out, "\nWithout a script, -e or -m: the REPL on a terminal, else the program read from stdin.\n"
+               "Environment: WICK_LOG=error|warn|info|debug.\n");
+}
+
+static int usage_error(const char *fmt, const char *detail) {
+  fprintf(stderr, "run: ");
+  fprintf(stderr, fmt, detail);
+  fprintf(stderr, "\n");
+  print_usage(stderr);
+  return EXIT_USAGE;
+}
+
+static const Option *find_option(const char *word) {
+  for (int i = 0; i < OPTION_COUNT; i++) {
+    const Option *o = &options[i];
+    if ((o->short_name && strcmp(word, o->short_name) == 0) || (o->long_name && strcmp(word, o->long_name) == 0))
+      return o;
+  }
+  return NULL;
+}
+
+static bool parse_int(const char *text, int min, int max, int *out) {
+  char *end;
+  long value = strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || value < min || value > max) return false;
+  *out = (int)value;
+  return true;
+}
+
+/* Applies one option with its value; returns 0 or an exit code for a usage error. */
+static int apply_option(Command *cmd, const Option *o, const char *value) {
+  switch (o->id) {
+    case OPT_EVAL:
+      if (cmd->chunk_count == MAX_CHUNKS) return usage_error("too many -e options (at most %s)", "16");
+      cmd->chunks[cmd->chunk_count++] = value;
+      return 0;
+    case OPT_MODULE: cmd->module = value; return 0;
+    case OPT_INTERACTIVE: cmd->interactive = true; return 0;
+    case OPT_NPROC:
+      cmd->launch_requested = true;
+      return parse_int(value, 1, MAX_RANKS_PER_NODE, &cmd->launch.nproc_per_node)
+                 ? 0 : usage_error("--nproc-per-node needs a count from 1 to 1024, got '%s'", value);
+    case OPT_NNODES:
+      return parse_int(value, 1, INT_MAX / MAX_RANKS_PER_NODE, &cmd->launch.nnodes)
+                 ? 0 : usage_error("--nnodes needs a positive count, got '%s'", value);
+    case OPT_NODE_RANK:
+      return parse_int(value, 0, INT_MAX / MAX_RANKS_PER_NODE, &cmd->launch.node_rank)
+                 ? 0 : usage_error("--node-rank needs a non-negative index, got '%s'", value);
+    case OPT_MASTER_ADDR: cmd->launch.master_addr = value; return 0;
+    case OPT_MASTER_PORT:
+      return parse_int(value, 1, 65535, &cmd->launch.master_port)
+                 ? 0 : usage_error("--master-port needs a port from 1 to 65535, got '%s'", value);
+    case OPT_VERSION: case OPT_HELP: case OPT_END: return 0;
+  }
+  return 0;
+}
+
+/* Parses argv into cmd. Returns -1 to go on, or an exit code (0 for --help / --version). */
+static int parse_command(int argc, char **argv, Command *cmd) {
+  cmd->launch = (LaunchConfig){.nproc_per_node = 1, .nnodes = 1, .node_rank = 0, .master_addr = "127.0.0.1"};
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *word = argv[i];
+    if (word[0] != '-' || strcmp(word, "-") == 0) break;
+    const Option *o = find_option(word);
+    if (!o) return usage_error("unknown option '%s'", word);
+    if (o->id == OPT_END) { i++; break; }
+    if (o->id == OPT_HELP) { print_usage(stdout); return 0; }
+    if (o->id == OPT_VERSION) {
+      WkBuildInfo info;
+      wk_build_info(&info);
+      printf("Wick %u.%u.%u (%s, %s, CUDA %s)\n", info.major, info.minor, info.patch, info.build_flags,
+             info.compiler, info.has_cuda ? "compiled in" : "not compiled");
+      return 0;
+    }
+    const char *value = NULL;
+    if (o->value_name) {
+      if (i + 1 >= argc) return usage_error("option '%s' needs a value", word);
+      value = argv[++i];
+    }
+    int rc = apply_option(cmd, o, value);
+    if (rc) return rc;
+    if (o->id == OPT_MODULE) { i++; break; } /* the rest belongs to the module */
+  }
+  if (cmd->launch.node_rank >= cmd->launch.nnodes)
+    return usage_error("--node-rank must be smaller than --nnodes (%s)", "see --help");
+  if (cmd->launch.nnodes > 1 && cmd->launch.master_port == 0) cmd->launch.master_port = DEFAULT_MULTINODE_PORT;
+  if (!cmd->module && cmd->chunk_count == 0 && i < argc) cmd->script = argv[i++];
+  if (cmd->module && cmd->chunk_count > 0) return usage_error("%s", "-m and -e cannot be combined");
+  cmd->args = argv + i;
+  cmd->arg_count = argc - i;
+  return -1;
+}
+
+/* argv without the launcher's own options: what each rank runs. */
+static char **rank_argv(int argc, char **argv, const char *exe) {
+  char **out = calloc((size_t)argc + 1, sizeof *out);
+  if (!out) return NULL;
+  int n = 0;
+  out[n++] = (char *)exe;
+  int i = 1;
+  for (; i < argc; i++) {
+    const Option *o = argv[i][0] == '-' ? find_option(argv[i]) : NULL;
+    if (!o) break;
+    bool takes_value = o->value_name != NULL;
+    if (!o->launcher) out[n++] = argv[i];
+    if (takes_value && !o->launcher) out[n++] = argv[i + 1];
+    if (takes_value) i++;
+    if (o->id == OPT_END || o->id == OPT_MODULE) { i++; break; }
+  }
+  for (; i < argc; i++) out[n++] = argv[i];
+  out[n] = NULL;
+  return out;
+}
+
+/* ---- Lua state ---------------------------------------------------------------------------------- */
+
+static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
+
+/* Finds the tree holding lua/wick/init.lua: next to the executable (a checkout) or in
+ * ../share/wick (an installed prefix). WICK_HOME overrides both. */
+static bool find_home(const char *exe, char *home, size_t size) {
+  const char *env = getenv("WICK_HOME");
+  char probe[PATH_MAX + 64];
+  if (env && *env) {
+    snprintf(home, size, "%s", env);
+    return true;
+  }
+  char exe_copy[PATH_MAX];
+  snprintf(exe_copy, sizeof exe_copy, "%s", exe);
+  const char *dir = dirname(exe_copy);
+  const char *layouts[] = {"%s", "%s/../share/wick"};
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    snprintf(home, size, layouts[k], dir);
+    snprintf(probe, sizeof probe, "%s/lua/wick/init.lua", home);
+    if (file_exists(probe)) return true;
+  }
+  return false;
+}
+
+static void set_package_path(lua_State *L, const char *home) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  /* lua/ holds the sources; build/lua/ the generated ffi.cdef (an install merges both into lua/). */
+  lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;%s/build/lua/?.lua;%s", home, home, home,
+                  lua_tostring(L, -1));
+  lua_setfield(L, -3, "path");
+  lua_pop(L, 2);
+}
+
+static void register_host_module(lua_State *L, const char *exe, const char *home) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_wick_host);
+  lua_setfield(L, -2, "wick.host");
+  lua_pop(L, 2);
+  /* wick.host also tells Lua where it runs from, for tools that start more processes. */
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "wick.host");
+  lua_call(L, 1, 1);
+  lua_pushstring(L, exe);
+  lua_setfield(L, -2, "exe");
+  lua_pushstring(L, home);
+  lua_setfield(L, -2, "home");
+  lua_pop(L, 1);
+}
+
+static int traceback(lua_State *L) {
+  const char *message = lua_tostring(L, 1);
+  if (!message) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    message = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, message, 1);
+  return 1;
+}
+
+/* Calls the function sitting below its nargs arguments, with a traceback on error. */
+static int protected_call(lua_State *L, int nargs, int nresults) {
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  int rc = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  return rc;
+}
+
+static int report(lua_State *L, int rc) {
+  if (rc != 0) {
+    const char *message = lua_tostring(L, -1);
+    fprintf(stderr, "%s\n", message ? message : "(error without a message)");
+    lua_pop(L, 1);
+    return EXIT_LUA_ERROR;
+  }
+  return 0;
+}
+
+static void set_arg_table(lua_State *L, const char *exe, const char *name, char **args, int count) {
+  lua_createtable(L, count, 2);
+  lua_pushstring(L, exe);
+  lua_rawseti(L, -2, -1);
+  lua_pushstring(L, name);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < count; i++) {
+    lua_pushstring(L, args[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int push_args(lua_State *L, char **args, int count) {
+  luaL_checkstack(L, count, "too many arguments");
+  for (int i = 0; i < count; i++) lua_pushstring(L, args[i]);
+  return count;
+}
+
+/* Loads a script; a missing or unreadable file is reported with its path. */
+static int load_script(lua_State *L, const char *path) {
+  if (strcmp(path, "-") == 0) return luaL_loadfile(L, NULL);
+  if (!file_exists(path)) {
+    lua_pushfstring(L, "run: cannot open script '%s': no such file or not readable", path);
+    return LUA_ERRFILE;
+  }
+  return luaL_loadfile(L, path);
+}
+
+/* Runs wick.main.<entry>(...) from lua/wick/main.lua: module running and the REPL are Lua. */
+static int call_main_entry(lua_State *L, const char *entry, int nargs) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "wick.main");
+  int rc = protected_call(L, 1, 1);
+  if (rc != 0) {
+    lua_insert(L, -1 - nargs);
+    lua_pop(L, nargs);
+    return rc;
+  }
+  lua_getfield(L, -1, entry);
+  lua_remove(L, -2);
+  lua_insert(L, -1 - nargs);
+  return protected_call(L, nargs, 0);
+}
+
+static int run_command(lua_State *L, const Command *cmd, const char *exe) {
+  int rc = 0;
+  const char *name = cmd->script ? cmd->script : cmd->module ? cmd->module : "-e";
+  set_arg_table(L, exe, name, cmd->args, cmd->arg_count);
+  for (int c = 0; c < cmd->chunk_count && rc == 0; c++) {
+    rc = luaL_loadbuffer(L, cmd->chunks[c], strlen(cmd->chunks[c]), "=(command line)");
+    if (rc == 0) rc = protected_call(L, push_args(L, cmd->args, cmd->arg_count), 0);
+  }
+  if (rc == 0 && cmd->module) {
+    lua_pushstring(L, cmd->module);
+    rc = call_main_entry(L, "run_module", 1 + push_args(L, cmd->args, cmd->arg_count));
+  }
+  bool read_stdin = !cmd->script && !cmd->module && cmd->chunk_count == 0 && !cmd->interactive &&
+                    !isatty(STDIN_FILENO);
+  const char *script = read_stdin ? "-" : cmd->script;
+  int script_results = 0;
+  if (rc == 0 && script) {
+    rc = load_script(L, script);
+    if (rc == 0) {
+      int top = lua_gettop(L) - 1;
+      rc = protected_call(L, push_args(L, cmd->args, cmd->arg_count), LUA_MULTRET);
+      script_results = rc == 0 ? lua_gettop(L) - top : 0;
+    }
+  }
+  if (rc == 0 && (cmd->interactive || (!script && !cmd->module && cmd->chunk_count == 0))) {
+    lua_pushinteger(L, script_results); /* the REPL keeps a script's return value as `recipe` */
+    lua_insert(L, -1 - script_results);
+    rc = call_main_entry(L, "repl", 1 + script_results);
+  } else if (script_results > 0) {
+    lua_pop(L, script_results);
+  }
+  return report(L, rc);
+}
+
+int main(int argc, char **argv) {
+  /* Logs must reach a supervisor promptly, also when stdout is a pipe. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  Command cmd = {0};
+  int parsed = parse_command(argc, argv, &cmd);
+  if (parsed >= 0) return parsed;
+
+  char exe[PATH_MAX];
+  ssize_t length = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (length <= 0) {
+    fprintf(stderr, "run: cannot find my own executable through /proc/self/exe\n");
+    return EXIT_FAILURE;
+  }
+  exe[length] = '\0';
+
+  if (cmd.launch_requested) {
+    char **child_argv = rank_argv(argc, argv, exe);
+    if (!child_argv) return EXIT_FAILURE;
+    int code = launch_ranks(&cmd.launch, exe, child_argv);
+    free(child_argv);
+    return code;
+  }
+
+  char home[PATH_MAX];
+  if (!find_home(exe, home, sizeof home)) {
+    fprintf(stderr, "run: cannot find lua/wick/init.lua next to %s or in ../share/wick; set WICK_HOME\n", exe);
+    return EXIT_FAILURE;
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "run: cannot create a Lua state (out of memory)\n");
+    return EXIT_FAILURE;
+  }
+  luaL_openlibs(L);
+  set_package_path(L, home);
+  register_host_module(L, exe, home);
+  int code = run_command(L, &cmd, exe);
+  lua_close(L);
+  return code;
+}

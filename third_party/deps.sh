@@ -1,0 +1,31 @@
+#!/bin/sh
+# Installs the Debian packages of the given groups (build, test, bench) listed in
+# third_party/debian-packages.txt, but only those missing, so a second `make deps` is instant.
+set -eu
+manifest="$(dirname "$0")/debian-packages.txt"
+groups="${*:-build test}"
+
+missing=""
+for group in $groups; do
+  for package in $(awk -v g="$group" '$1 == g { print $2 }' "$manifest"); do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      missing="$missing $package"
+    fi
+  done
+done
+
+if [ -z "$missing" ]; then
+  echo "deps: all packages of [$groups] are installed"
+  exit 0
+fi
+
+echo "deps: installing$missing"
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "deps: need root or sudo to install:$missing" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing
