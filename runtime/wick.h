@@ -77,6 +77,10 @@ WK_API int wk_cuda_device_count(void);  /* 0 without the CUDA backend, a driver,
  * field == NULL asks for sizeof(struct); returns -1 for an unknown struct or field. */
 WK_API int64_t wk_abi_layout(const char *struct_name, const char *field);
 
+/* ---- data: datasets, converter, loader (runtime/data) ---------------------------------------- */
+
+/* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
+
 /* WK_CDEF_END */
 
 #ifdef __cplusplus

@@ -60,6 +60,10 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkBuildInfo, has_cuda),
     OFFSET_OF(WkBuildInfo, compiler),
     OFFSET_OF(WkBuildInfo, build_flags),
+    /* data (runtime/data) */
+
+    /* tensors and ops (runtime/tensor, runtime/ops) */
+
 };
 
 int64_t wk_abi_layout(const char *struct_name, const char *field) {
