@@ -8,7 +8,7 @@
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   source.c    WkByteSource: size + read_at(offset) + optional zero-copy map, named for errors
- *   format/*    shard + index reading/writing, block verification and decoding
+ *   format*.c   shard + index reading/writing, block verification and decoding
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch)
  *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids

@@ -1,0 +1,71 @@
+-- Test helpers: run real processes and capture what they print.
+local host = require 'wick.host'
+
+local helper = {}
+
+helper.RUN = host.exe   -- the `run` binary under test
+helper.ROOT = host.home -- the checkout
+
+function helper.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return '' end
+  local data = f:read('*a')
+  f:close()
+  return data
+end
+helper.read_file = read_file
+
+function helper.write_file(path, data)
+  local f = assert(io.open(path, 'wb'))
+  f:write(data)
+  f:close()
+  return path
+end
+
+-- Runs a shell command line; returns { out = stdout, err = stderr, rc = exit code }.
+-- opts.stdin: text fed to standard input.
+function helper.sh(command, opts)
+  opts = opts or {}
+  local out_path, err_path = os.tmpname(), os.tmpname()
+  local redirect = ''
+  if opts.stdin then
+    local in_path = helper.write_file(os.tmpname(), opts.stdin)
+    redirect = ' < ' .. in_path
+  end
+  local wrapped = string.format('( %s )%s > %s 2> %s; echo $?', command, redirect, out_path, err_path)
+  local pipe = io.popen(wrapped)
+  local rc = tonumber(pipe:read('*a'):match('(%d+)%s*$'))
+  pipe:close()
+  local result = { out = read_file(out_path), err = read_file(err_path), rc = rc }
+  os.remove(out_path)
+  os.remove(err_path)
+  return result
+end
+
+-- Runs the `run` program with a string of (already quoted) arguments.
+function helper.run(args, opts)
+  return helper.sh(helper.shell_quote(helper.RUN) .. ' ' .. args, opts)
+end
+
+function helper.tmpdir()
+  local path = os.tmpname()
+  os.remove(path)
+  assert(os.execute('mkdir -p ' .. helper.shell_quote(path)) == 0)
+  return path
+end
+
+function helper.rmtree(path)
+  os.execute('rm -rf ' .. helper.shell_quote(path))
+end
+
+function helper.lines(text)
+  local lines = {}
+  for line in text:gmatch('[^\n]+') do lines[#lines + 1] = line end
+  return lines
+end
+
+return helper
