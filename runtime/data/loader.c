@@ -353,11 +353,11 @@ WkStatus wk_loader_start(WkLoader *loader) {
 /* ---- planning (lock held) ------------------------------------------------------------------------ */
 
 static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
-  uint64_t h = wk_hash64(step, loader->mix.global_batch);
+  uint64_t h = wk_mix64(step, loader->mix.global_batch);
   for (uint32_t j = 0; j < loader->mix.global_batch; j++) {
     const WkSlot *slot = &loader->slots[j];
     uint64_t source = slot->source == WK_SLOT_PAD ? 0 : wk_order_fingerprint(loader->sources[slot->source].order);
-    h = wk_hash64(wk_hash64(h, source), slot->draw);
+    h = wk_mix64(wk_mix64(h, source), slot->draw);
   }
   return h;
 }

@@ -95,7 +95,7 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
   }
   /* Slot j takes the label at permuted position perm(j) of [source 0 x n_0, source 1 x n_1, ...,
    * pad x (G - filled)]; its draw is the next one of that source in slot order. */
-  uint64_t key = wk_hash64(wk_hash64(mix->seed, 0x6d6978 /* "mix" */), step);
+  uint64_t key = wk_mix64(wk_mix64(mix->seed, 0x6d6978 /* "mix" */), step);
   uint64_t next_draw[WK_MIX_MAX_SOURCES];
   for (uint32_t i = 0; i < mix->count; i++) next_draw[i] = before[i].draws;
   for (uint32_t j = 0; j < G; j++) {

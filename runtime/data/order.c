@@ -26,7 +26,7 @@ enum { FEISTEL_ROUNDS = 6, MIN_FEISTEL_BITS = 2 };
 static const uint64_t GOLDEN_GAMMA = 0x9E3779B97F4A7C15ull; /* splitmix64's increment */
 enum { KEY_SHARDS = 1, KEY_WINDOW = 2 };                    /* which permutation a key is for */
 
-uint64_t wk_hash64(uint64_t a, uint64_t b) {
+uint64_t wk_mix64(uint64_t a, uint64_t b) {
   uint64_t x = a ^ (b + GOLDEN_GAMMA + (a << 6) + (a >> 2));
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -40,7 +40,7 @@ static uint64_t feistel(uint64_t key, unsigned half_bits, uint64_t x) {
   uint64_t mask = (1ull << half_bits) - 1;
   uint64_t left = x >> half_bits, right = x & mask;
   for (uint64_t round = 0; round < FEISTEL_ROUNDS; round++) {
-    uint64_t next = left ^ (wk_hash64(key + round, right) & mask);
+    uint64_t next = left ^ (wk_mix64(key + round, right) & mask);
     left = right;
     right = next;
   }
@@ -122,9 +122,9 @@ static WkStatus read_shard_shapes(WkOrder *order) {
     WkShardInfo info;
     WK_TRY(wk_dataset_shard_info(order->ds, s, &info));
     order->samples[s] = shard_samples(&order->config, &info);
-    for (const char *p = info.name; *p; p++) fingerprint = wk_hash64(fingerprint, (uint8_t)*p);
-    fingerprint = wk_hash64(fingerprint, info.tokens);
-    fingerprint = wk_hash64(fingerprint, info.documents);
+    for (const char *p = info.name; *p; p++) fingerprint = wk_mix64(fingerprint, (uint8_t)*p);
+    fingerprint = wk_mix64(fingerprint, info.tokens);
+    fingerprint = wk_mix64(fingerprint, info.documents);
   }
   order->fingerprint = fingerprint;
   return WK_OK;
@@ -162,7 +162,7 @@ uint64_t wk_order_epoch_length(const WkOrder *order) { return order->epoch_lengt
 uint64_t wk_order_fingerprint(const WkOrder *order) { return order->fingerprint; }
 
 static uint64_t epoch_key(const WkOrder *order, uint64_t epoch, uint64_t purpose) {
-  return wk_hash64(wk_hash64(wk_hash64(order->config.seed, order->fingerprint), epoch), purpose);
+  return wk_mix64(wk_mix64(wk_mix64(order->config.seed, order->fingerprint), epoch), purpose);
 }
 
 /* The t-th shard of partition k in epoch e. */
@@ -232,7 +232,7 @@ WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc
   uint64_t window_size = order->prefix[k][u + 1] - window_start;
   uint64_t q = local - window_start;
   if (order->config.shuffle)
-    q = wk_permute(wk_hash64(epoch_key(order, epoch, KEY_WINDOW), ((uint64_t)k << 32) | u), window_size, q);
+    q = wk_permute(wk_mix64(epoch_key(order, epoch, KEY_WINDOW), ((uint64_t)k << 32) | u), window_size, q);
   /* Walk the window's shards (at most `window` of them) to the one holding sample q. */
   uint64_t shards = partition_shard_count(order, k);
   for (uint64_t t = (uint64_t)u * order->config.window; t < shards; t++) {

@@ -16,7 +16,7 @@
 /* A bijection of [0, n) keyed by key: a Feistel network with cycle walking. O(1) memory and time
  * per element, so an epoch's shuffle needs no index array. */
 uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
-uint64_t wk_hash64(uint64_t a, uint64_t b);  /* a well-mixed 64-bit combination */
+uint64_t wk_mix64(uint64_t a, uint64_t b);  /* a well-mixed 64-bit combination */
 
 typedef enum { WK_PACK_PACKED = 0, WK_PACK_PAD = 1 } WkPackMode;
 
