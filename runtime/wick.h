@@ -199,6 +199,7 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
+  WK_LOADER_CACHE_BYTES,       /* decoded-block cache of each source; -1: the dataset default */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 

@@ -49,6 +49,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
+    [WK_LOADER_CACHE_BYTES] = {-1, INT64_MAX, -1, "cache_bytes"},
 };
 
 typedef struct {
@@ -231,8 +232,10 @@ static WkStatus derive_batch_shape(WkLoader *loader) {
 
 static WkStatus open_orders(WkLoader *loader) {
   WkOrderConfig config = order_config(loader);
+  int64_t cache_bytes = param(loader, WK_LOADER_CACHE_BYTES);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     Source *source = &loader->sources[i];
+    if (cache_bytes >= 0) WK_TRY(wk_dataset_set(source->ds, WK_DATASET_CACHE_BYTES, cache_bytes));
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
