@@ -149,7 +149,7 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run --nproc-per-node 2 recipes/hello.lua
+	./run recipes/demo.lua
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
