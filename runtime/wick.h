@@ -223,7 +223,7 @@ typedef struct {
   uint64_t offset;       /* first token in the shard's stream */
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
-  uint64_t token_hash;   /* XXH64 of the row's int32 tokens */
+  uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
   uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
 } WkSampleInfo;
 

@@ -452,7 +452,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
         return;
       }
     }
-    info->token_hash = XXH64(b->rows.tokens + (size_t)r * (L + 1), row_bytes, 0);
+    info->token_hash = XXH3_64bits(b->rows.tokens + (size_t)r * (L + 1), row_bytes);
   }
 }
 
