@@ -22,7 +22,7 @@ enum {
   MAX_THREADS = 64,
   BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
   BUFFER_ERROR_CAPACITY = 1024,
-  SKIP_LOG_LIMIT = 20,    /* corrupt samples logged one by one before going quiet */
+  SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
 };
 
 typedef struct {
@@ -113,6 +113,8 @@ struct WkLoader {
   char failure_message[BUFFER_ERROR_CAPACITY];
   uint64_t skipped;
   WkLoaderStats stats;
+  uint32_t skip_logs;
+  char last_skip_reason[BUFFER_ERROR_CAPACITY];
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -427,6 +429,21 @@ static bool plan_next(WkLoader *loader, Buffer *b) {
 
 /* ---- reading (no lock) --------------------------------------------------------------------------- */
 
+/* Logs a skipped sample unless its reason (usually one bad block) was the last one logged, and
+ * goes quiet after SKIP_LOG_LIMIT distinct reasons. Rare path: takes the lock. */
+static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo *info) {
+  const char *reason = wk_last_error();
+  pthread_mutex_lock(&loader->lock);
+  if (loader->skip_logs < SKIP_LOG_LIMIT && strcmp(reason, loader->last_skip_reason) != 0) {
+    loader->skip_logs++;
+    snprintf(loader->last_skip_reason, sizeof loader->last_skip_reason, "%s", reason);
+    wk_logf(WK_LOG_WARN, "skipping corrupt samples of '%s' (first: shard %u, token %llu): %s%s", source->path,
+            info->shard, (unsigned long long)info->offset, reason,
+            loader->skip_logs == SKIP_LOG_LIMIT ? " (further skips are counted, not logged)" : "");
+  }
+  pthread_mutex_unlock(&loader->lock);
+}
+
 static void fill_rows(WkLoader *loader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
@@ -440,9 +457,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       Source *source = &loader->sources[info->source];
       WkStatus status = wk_pack_row(source->ds, mode, L, &b->locs[r], &b->rows, r);
       if (status == WK_ERR_FORMAT && skip_corrupt) {
-        if (b->skipped + loader->skipped < SKIP_LOG_LIMIT)
-          wk_logf(WK_LOG_WARN, "skipping a corrupt sample of '%s' (shard %u, token %llu): %s", source->path,
-                  info->shard, (unsigned long long)info->offset, wk_last_error());
+        log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
         info->status = 1;
         b->skipped++;
