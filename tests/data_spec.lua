@@ -498,6 +498,11 @@ end)
 
 describe('memory', function()
   it('stays within its budget on a dataset larger than the budget', function()
+    if require('wick').build_info().build_flags:find('asan') then
+      -- ASan's quarantine holds freed memory on purpose: resident size says nothing there.
+      pending('resident memory is not meaningful under AddressSanitizer')
+      return
+    end
     -- ~2.5 MB of text, zstd blocks of 4096 tokens; cache budget 64 KiB, ring budget 64 KiB.
     local dir = data_helper.make_dataset(root .. '/large', data_helper.documents(20000, 60, 5),
       { shard_size = 65536, block_size = 4096, compression = 'zstd' })
