@@ -141,7 +141,7 @@ test: deps
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
-	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu
+	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
 
 bench: deps
 	@$(MAKE) --no-print-directory all
