@@ -422,6 +422,26 @@ describe('packing', function()
 end)
 
 describe('the pipeline', function()
+  it('keeps the step loop JIT-compiled: next() causes no trace aborts', function()
+    local l = loader { global_batch = 8 }
+    local aborts, traces = {}, 0
+    local function on_trace(what, _, func, pc, reason)
+      if what == 'stop' then traces = traces + 1 end
+      if what == 'abort' then
+        local info = jit.util.funcinfo(func, pc)
+        aborts[#aborts + 1] = ('%s:%s %s'):format(info.source, tostring(info.currentline), tostring(reason))
+      end
+    end
+    jit.attach(on_trace, 'trace')
+    local rows = 0
+    for _ = 1, 500 do rows = rows + l:next().rows end
+    jit.attach(on_trace) -- detach
+    l:close()
+    assert.are.equal(4000, rows)
+    assert.is_true(traces > 0, 'no trace was compiled')
+    assert.are.same({}, aborts)
+  end)
+
   it('reports how long next() waited and keeps its ring within the memory budget', function()
     local l = loader { memory_budget = 4096, prefetch = 64, global_batch = 8 }
     l:next()
