@@ -359,6 +359,12 @@ describe('mixing', function()
     for _, id in ipairs(steps[#steps].ids) do assert.matches('^0:', id) end
   end)
 
+  it('refuses the same dataset twice in one mix', function()
+    local ok, err = pcall(function() loader({ data = data.mix { corpus, { corpus, weight = 2 } } }):next() end)
+    assert.is_false(ok)
+    assert.matches('hold the same data', err, 1, true)
+  end)
+
   it('ends finite sources by dropping or padding the last partial batch', function()
     local l = loader { data = data.mix { { small, epochs = 1 } } }
     local epoch = l:epoch_length()

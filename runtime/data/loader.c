@@ -237,6 +237,7 @@ static WkStatus open_orders(WkLoader *loader) {
   int64_t cache_bytes = param(loader, WK_LOADER_CACHE_BYTES);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     Source *source = &loader->sources[i];
+    if (source->order) continue; /* opened by an earlier start that failed later on */
     if (cache_bytes >= 0) WK_TRY(wk_dataset_set(source->ds, WK_DATASET_CACHE_BYTES, cache_bytes));
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
@@ -245,6 +246,13 @@ static WkStatus open_orders(WkLoader *loader) {
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' has no complete sample of %u tokens (seq_len + 1)",
                      source->path, config.seq_len + 1);
   }
+  /* A source is known by its content (cursor, shuffle keys): the same dataset twice would draw
+   * the same samples twice. */
+  for (uint32_t i = 0; i < loader->mix.count; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (wk_order_fingerprint(loader->sources[i].order) == wk_order_fingerprint(loader->sources[j].order))
+        return WK_FAIL(WK_ERR_INVALID_ARG, "sources '%s' and '%s' hold the same data; give it one entry in the mix "
+                       "with the summed weight", loader->sources[j].path, loader->sources[i].path);
   return WK_OK;
 }
 
@@ -316,6 +324,7 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
 }
 
 static WkStatus allocate_ring(WkLoader *loader) {
+  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
   uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
   loader->buffer_bytes = buffer_size(loader);
@@ -329,7 +338,14 @@ static WkStatus allocate_ring(WkLoader *loader) {
   loader->buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
   if (!loader->buffers) return wk_last_status();
   loader->buffer_count = count;
-  for (uint32_t i = 0; i < count; i++) WK_TRY(allocate_buffer(loader, &loader->buffers[i]));
+  for (uint32_t i = 0; i < count; i++) {
+    if (allocate_buffer(loader, &loader->buffers[i]) != WK_OK) {
+      for (uint32_t j = 0; j < i; j++) free(loader->buffers[j].memory);
+      free(loader->buffers);
+      loader->buffers = NULL;
+      return wk_last_status();
+    }
+  }
   loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
   return loader->slots ? WK_OK : wk_last_status();
 }
