@@ -85,6 +85,26 @@ WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stor
 WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const uint8_t *next_entry, uint64_t doc,
                            const char *name, uint64_t *start, uint64_t *length);
 
+/* A shard whose header, block table and document index have been read and verified (checksums,
+ * bounds, tiling) through a byte source. The dataset adds index agreement, caching and lifetime;
+ * the fuzz target drives it over memory. */
+typedef struct {
+  WkByteSource *src;          /* borrowed */
+  const char *name;           /* borrowed; used in messages */
+  WkShardHeader h;
+  const uint8_t *table;       /* the block table: in the mapping, or table_copy */
+  uint8_t *table_copy;
+  const uint8_t *doc_index;   /* in the mapping, or NULL (entries read on demand) */
+} WkShardView;
+
+WkStatus wk_shard_view_open(WkByteSource *src, const char *name, WkShardView *out);
+void wk_shard_view_release(WkShardView *v);
+/* Block b's entry and stored bytes: a pointer into the mapping, or read into *copy (malloc'd, the
+ * caller frees it). Not verified yet: see wk_block_verify / wk_block_decode. */
+WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
+                              uint8_t **copy);
+WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *start, uint64_t *length);
+
 /* u16/u32 stored tokens -> u32 tokens. */
 void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst);
 
