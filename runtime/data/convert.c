@@ -7,8 +7,9 @@
  *                     current shard, hands a shard to the workers once it reaches the shard size,
  *                     reports bad lines as file:line, draws the progress bar, writes the index last
  *
- * Backpressure: at most RING chunks and `threads` shards are in flight, so memory is bounded by
- * (chunk size x RING + shard size x threads), not by the input. Determinism: the document sequence is
+ * Backpressure: at most RING chunks and two finished shards are in flight (a shard is compressed by
+ * all workers at once, in pieces), so memory is bounded by about chunk size x RING + 3 x shard size,
+ * not by the input. Determinism: the document sequence is
  * fixed by the inputs alone and shard boundaries by the document sequence, so the thread count
  * changes nothing in the output bytes.
  *
@@ -33,6 +34,7 @@ enum {
   MAX_BAD_KEPT = 1000,
   DEFAULT_SHARD_TOKENS = 1 << 26,
   DEFAULT_LEVEL = 3,
+  MAX_SHARDS_IN_FLIGHT = 2,  /* one being compressed while the next is built */
 };
 
 struct WkConverter {
@@ -142,19 +144,34 @@ const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i) {
 
 /* ---- the run --------------------------------------------------------------------------------------- */
 
+typedef struct ShardJob ShardJob;
+
+/* A range of a shard's blocks, compressed by whichever worker takes it. */
 typedef struct {
   JobKind kind;
+  ShardJob *shard;
+  WkShardPiece piece;
+  uint32_t first_block, block_count;
+  WkStatus status;
+  char message[1024];
+} PieceJob;
+
+/* A finished shard: its pieces are compressed in parallel; the worker finishing the last one writes
+ * the file. */
+struct ShardJob {
   uint32_t index;
   char *path;
   uint8_t *tokens;  /* stored width */
   uint64_t token_count;
   uint64_t *doc_starts;
   uint64_t doc_count;
+  PieceJob *pieces;
+  uint32_t piece_count, pieces_left;
   bool done;
   WkStatus status;
   char message[1024];
   WkShardWritten written;
-} ShardJob;
+};
 
 typedef struct {
   WkConverter *cv;
@@ -173,7 +190,7 @@ typedef struct {
   WkStatus producer_status;
   char producer_message[1024];
   atomic_bool stop;
-  /* shards */
+  /* shards: at most MAX_SHARDS_IN_FLIGHT finished shards wait for or undergo compression */
   ShardJob **shards;
   uint32_t shard_count, shard_capacity, shards_in_flight;
   /* the shard being built */
@@ -219,28 +236,65 @@ static void *producer_main(void *arg) {
   return NULL;
 }
 
-static void write_shard_job(Run *r, ShardJob *job) {
-  job->status = wk_shard_write(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
-                               job->doc_count, &job->written);
-  if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
+static void free_shard_inputs(ShardJob *job) {
+  for (uint32_t p = 0; p < job->piece_count; p++) wk_shard_piece_free(&job->pieces[p].piece);
   free(job->tokens);
   free(job->doc_starts);
   job->tokens = NULL;
   job->doc_starts = NULL;
 }
 
+/* Compresses one piece; the last piece of a shard also writes the file. Called without the lock. */
+static void run_piece(Run *r, PieceJob *pj, bool skip) {
+  ShardJob *job = pj->shard;
+  if (!skip) {
+    pj->status = wk_shard_compress(&r->write_options, job->tokens, job->token_count, pj->first_block,
+                                   pj->block_count, &pj->piece);
+    if (pj->status != WK_OK) snprintf(pj->message, sizeof pj->message, "%s", wk_last_error());
+  }
+  pthread_mutex_lock(&r->lock);
+  bool last = --job->pieces_left == 0;
+  pthread_mutex_unlock(&r->lock);
+  if (!last) return;
+  job->status = WK_OK;
+  for (uint32_t p = 0; p < job->piece_count && job->status == WK_OK; p++) {
+    if (job->pieces[p].status != WK_OK) {
+      job->status = job->pieces[p].status;
+      snprintf(job->message, sizeof job->message, "%s", job->pieces[p].message);
+    }
+  }
+  if (job->status == WK_OK && !skip) {
+    WkShardPiece *pieces = malloc(job->piece_count * sizeof *pieces);
+    if (!pieces) {
+      job->status = WK_FAIL(WK_ERR_NOMEM, "out of memory assembling shard '%s'", job->path);
+    } else {
+      for (uint32_t p = 0; p < job->piece_count; p++) pieces[p] = job->pieces[p].piece;
+      job->status = wk_shard_assemble(job->path, &r->write_options, job->token_count, job->doc_starts,
+                                      job->doc_count, pieces, job->piece_count, &job->written);
+      free(pieces);
+    }
+    if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
+  }
+  free_shard_inputs(job);
+  pthread_mutex_lock(&r->lock);
+  job->done = true;
+  r->shards_in_flight--;
+  pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
+}
+
 static void *worker_main(void *arg) {
   Run *r = arg;
   void *item;
   while (wk_queue_pop(r->jobs, &item, -1) == WK_OK) {
-    JobKind kind = *(JobKind *)item;
-    if (!atomic_load(&r->stop)) {
-      if (kind == JOB_CHUNK) convert_process_chunk(&r->context, item);
-      else write_shard_job(r, item);
+    bool skip = atomic_load(&r->stop);
+    if (*(JobKind *)item == JOB_PIECE) {
+      run_piece(r, item, skip);
+      continue;
     }
+    if (!skip) convert_process_chunk(&r->context, item);
     pthread_mutex_lock(&r->lock);
-    if (kind == JOB_CHUNK) ((Chunk *)item)->done = true;
-    else ((ShardJob *)item)->done = true, r->shards_in_flight--;
+    ((Chunk *)item)->done = true;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
   }
@@ -290,13 +344,16 @@ static WkStatus flush_shard(Run *r) {
   if (r->start_count == 0) return WK_OK;
   ShardJob *job = calloc(1, sizeof *job);
   if (!job) return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
-  job->kind = JOB_SHARD;
   job->index = r->shard_count;
   size_t n = strlen(r->cv->out_dir) + 32;
   job->path = malloc(n);
-  if (!job->path) {
-    free(job);
-    return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard path");
+  uint32_t blocks = wk_shard_block_count(&r->write_options, r->buffer_tokens);
+  job->piece_count = blocks < r->threads ? blocks : r->threads;
+  if (job->piece_count == 0) job->piece_count = 1;
+  job->pieces = calloc(job->piece_count, sizeof *job->pieces);
+  if (!job->path || !job->pieces) {
+    free(job->path), free(job->pieces), free(job);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
   }
   snprintf(job->path, n, "%s/shard-%05u.wks", r->cv->out_dir, job->index);
   job->tokens = r->buffer;
@@ -307,22 +364,31 @@ static WkStatus flush_shard(Run *r) {
   r->buffer_tokens = r->buffer_capacity = 0;
   r->starts = NULL;
   r->start_count = r->start_capacity = 0;
+  /* Consecutive, nearly equal block ranges, one per thread. */
+  for (uint32_t p = 0, first = 0; p < job->piece_count; p++) {
+    uint32_t count = blocks / job->piece_count + (p < blocks % job->piece_count);
+    job->pieces[p] = (PieceJob){.kind = JOB_PIECE, .shard = job, .first_block = first, .block_count = count};
+    first += count;
+  }
+  job->pieces_left = job->piece_count;
   if (r->shard_count == r->shard_capacity) {
     uint32_t cap = r->shard_capacity ? r->shard_capacity * 2 : 16;
     ShardJob **grown = realloc(r->shards, cap * sizeof *grown);
     if (!grown) {
-      free(job->tokens), free(job->doc_starts), free(job->path), free(job);
+      free_shard_inputs(job);
+      free(job->pieces), free(job->path), free(job);
       return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard list");
     }
     r->shards = grown;
     r->shard_capacity = cap;
   }
   pthread_mutex_lock(&r->lock);
-  while (r->shards_in_flight >= r->threads) pthread_cond_wait(&r->changed, &r->lock);
+  while (r->shards_in_flight >= MAX_SHARDS_IN_FLIGHT) pthread_cond_wait(&r->changed, &r->lock);
   r->shards[r->shard_count++] = job;
   r->shards_in_flight++;
   pthread_mutex_unlock(&r->lock);
-  return wk_queue_push(r->jobs, job, -1);
+  for (uint32_t p = 0; p < job->piece_count; p++) WK_TRY(wk_queue_push(r->jobs, &job->pieces[p], -1));
+  return WK_OK;
 }
 
 static WkStatus end_document(Run *r) {
@@ -599,7 +665,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   r.ring_size = 2 * (uint64_t)r.threads + 2;
   r.ring = calloc(r.ring_size, sizeof *r.ring);
-  r.jobs = wk_queue_new(r.ring_size + r.threads + 1);
+  r.jobs = wk_queue_new(r.ring_size + (uint64_t)MAX_SHARDS_IN_FLIGHT * r.threads + 1);
   if (!r.ring || !r.jobs) {
     free(r.ring);
     wk_queue_free(r.jobs);
@@ -632,8 +698,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
     if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
   if (status == WK_OK) status = write_index(&r);
   for (uint32_t i = 0; i < r.shard_count; i++) {
-    free(r.shards[i]->tokens);
-    free(r.shards[i]->doc_starts);
+    free_shard_inputs(r.shards[i]);
+    free(r.shards[i]->pieces);
     free(r.shards[i]->path);
     free(r.shards[i]);
   }

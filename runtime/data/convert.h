@@ -26,7 +26,7 @@ typedef struct {
   char reason[128];
 } BadLine;
 
-typedef enum { JOB_CHUNK, JOB_SHARD } JobKind;
+typedef enum { JOB_CHUNK, JOB_PIECE } JobKind;
 
 /* One piece of one input, and what a worker made of it. */
 typedef struct {

@@ -131,6 +131,31 @@ typedef struct {
 WkStatus wk_shard_write(const char *path, const WkShardWriteOptions *opt, const void *tokens, uint64_t token_count,
                         const uint64_t *doc_starts, uint64_t doc_count, WkShardWritten *out);
 
+/* The same in two steps, so several threads can compress one shard: pieces cover consecutive block
+ * ranges; assembling them in order gives the same bytes as wk_shard_write. */
+typedef struct {
+  const uint8_t *raw;  /* stored raw: points into the caller's tokens; else NULL */
+  uint64_t at;         /* zstd: offset of the frame in the piece's buffer */
+  uint32_t bytes;      /* stored bytes */
+  uint32_t codec;
+  uint64_t hash;
+} WkPieceBlock;
+
+typedef struct {
+  uint32_t first_block, block_count;
+  uint8_t *buffer;     /* the zstd frames */
+  size_t buffer_bytes;
+  WkPieceBlock *blocks;
+} WkShardPiece;
+
+uint32_t wk_shard_block_count(const WkShardWriteOptions *opt, uint64_t token_count);
+WkStatus wk_shard_compress(const WkShardWriteOptions *opt, const void *tokens, uint64_t token_count,
+                           uint32_t first_block, uint32_t block_count, WkShardPiece *piece);
+void wk_shard_piece_free(WkShardPiece *piece);
+WkStatus wk_shard_assemble(const char *path, const WkShardWriteOptions *opt, uint64_t token_count,
+                           const uint64_t *doc_starts, uint64_t doc_count, const WkShardPiece *pieces,
+                           uint32_t piece_count, WkShardWritten *out);
+
 /* ---- dataset index (index.json) ------------------------------------------------------------------ */
 
 enum { WK_INDEX_VERSION = 1 };
