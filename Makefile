@@ -145,10 +145,11 @@ demo: deps
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library
-#                  sources they reach are compiled in, instrumented. tests/fuzz_spec.lua runs them briefly.
+#                  sources they reach (core + the format parsers) are compiled in, instrumented.
+#                  tests/fuzz_spec.lua runs them briefly.
 .PHONY: fuzz
 FUZZ_CC ?= clang
-FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c runtime/data/*.c))
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,json.c format_shard.c format_index.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
