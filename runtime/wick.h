@@ -169,6 +169,9 @@ WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer)
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
+/* Comma-separated fnmatch globs ("*.py,*.txt") a file found in a directory must match to be read
+ * (files named directly always are); NULL or "" for all. Applies to inputs added after it. */
+WK_API WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns);
 /* A file, or a directory walked recursively in byte-wise sorted order (hidden entries skipped). */
 WK_API WkStatus wk_converter_add_input(WkConverter *cv, const char *path);
 WK_API WkStatus wk_converter_run(WkConverter *cv);

@@ -40,6 +40,17 @@ describe('wick.shard converter', function()
     ds:close()
   end)
 
+  it('reads only files matching --include when walking directories', function()
+    corpus.tree(root, { ['src/a.py'] = 'a', ['src/b.pyc'] = '\0\255', ['src/sub/c.md'] = 'c', ['src/d.txt'] = 'd',
+                        ['x.pyc'] = 'x' })
+    local r = corpus.convert(q(root .. '/src') .. ' ' .. q(root .. '/x.pyc') .. ' -o ' .. q(root .. '/out') ..
+      " --include '*.py,*.md'")
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/out')
+    assert.are.same({ 'a', 'c', 'x' }, corpus.documents(ds)) -- x.pyc was named explicitly
+    ds:close()
+  end)
+
   it('writes byte-identical output for 1, 2 and 3 threads and for a second run', function()
     local files = {}
     for i = 1, 40 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 200 + i * 37) end

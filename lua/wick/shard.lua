@@ -11,6 +11,8 @@ local OPTIONS = {
   { long = 'tokenizer', value = 'NAME',
     help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
   { long = 'field', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+  { long = 'include', value = 'GLOBS',
+    help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
   { long = 'compression', value = 'zstd[:LEVEL]|none', default = 'zstd:3',
     help = "block compression; 'none' writes raw, mmap-able blocks" },
   { long = 'shard-size', value = 'TOKENS', default = '64M',
@@ -129,6 +131,7 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_STRICT, opts.strict and 1 or 0)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   core.check(C.wk_converter_set_field(cv, opts.field or 'text'), 0)
+  core.check(C.wk_converter_set_include(cv, opts.include), 0)
   for _, path in ipairs(inputs) do core.check(C.wk_converter_add_input(cv, path), 0) end
   local status = C.wk_converter_run(cv)
   local s = ffi.new('WkConvertStats')

@@ -42,6 +42,7 @@ struct WkConverter {
   char *tokenizer_name;  /* NULL: decided by the inputs */
   char *field;
   int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress;
+  char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
   uint64_t total_input_bytes;
@@ -80,8 +81,15 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
   return cv;
 }
 
+static void free_include(WkConverter *cv) {
+  for (size_t i = 0; cv->include && cv->include[i]; i++) free(cv->include[i]);
+  free(cv->include);
+  cv->include = NULL;
+}
+
 void wk_converter_free(WkConverter *cv) {
   if (!cv) return;
+  free_include(cv);
   for (size_t i = 0; i < cv->input_count; i++) free(cv->inputs[i].path);
   free(cv->inputs);
   for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
@@ -125,10 +133,36 @@ WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
   return WK_OK;
 }
 
+WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_include: converter is NULL");
+  free_include(cv);
+  if (!patterns || !patterns[0]) return WK_OK;
+  size_t n = 1;
+  for (const char *p = patterns; *p; p++) n += *p == ',';
+  cv->include = calloc(n + 1, sizeof *cv->include);
+  if (!cv->include) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  size_t k = 0;
+  for (const char *p = patterns;;) {
+    const char *comma = strchr(p, ',');
+    size_t length = comma ? (size_t)(comma - p) : strlen(p);
+    if (length > 0) {
+      cv->include[k] = strndup(p, length);
+      if (!cv->include[k++]) {
+        free_include(cv);
+        return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+      }
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return WK_OK;
+}
+
 WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
   if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
   size_t before = cv->input_count;
-  WK_TRY(convert_list_inputs(path, &cv->inputs, &cv->input_count, &cv->input_capacity));
+  WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, &cv->inputs, &cv->input_count,
+                             &cv->input_capacity));
   for (size_t i = before; i < cv->input_count; i++) cv->total_input_bytes += cv->inputs[i].size;
   return WK_OK;
 }
