@@ -131,6 +131,25 @@ describe('wick.shard converter', function()
     ds:close()
   end)
 
+  it('numbers lines across chunks, and takes CRLF, a last line without newline and a multi-MB line', function()
+    local lines = {}
+    for i = 1, 40000 do lines[i] = '{"text": "line ' .. i .. ' ' .. string.rep('x', i % 50) .. '"}' end
+    lines[31234] = '{"text": oops}'
+    lines[5] = '{"text": "' .. string.rep('long ', 700000) .. '"}' -- 3.5 MB, longer than a chunk
+    local path = root .. '/many.jsonl'
+    helper.write_file(path, table.concat(lines, '\r\n'))
+    local r = corpus.convert(q(path) .. ' -o ' .. q(root .. '/out') .. ' --threads 2')
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches(path .. ':31234: invalid JSON at column 10', r.err, 1, true)
+    assert.matches('39999 documents', r.out)
+    local ds = open(root .. '/out')
+    local docs = corpus.documents(ds)
+    assert.are.equal('line 1 x', docs[1])
+    assert.are.equal(3500000, #docs[5])
+    assert.are.equal('line 40000 ' .. string.rep('x', 0), docs[39999])
+    ds:close()
+  end)
+
   it('fails on the first bad line with --strict, naming file and line, and leaves no index', function()
     local path = root .. '/data.jsonl'
     helper.write_file(path, '{"text": "ok"}\n{"text": "ok"}\n{"txt": "oops"}\n')
