@@ -259,7 +259,6 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
                            uint32_t *out) {
   const WkShardHeader *h = &s->v.h;
   uint64_t key = (uint64_t)i << 32 | b;
-  WkCacheEntry *hit = NULL;
   WkBlockEntry e;
   const uint8_t *stored = NULL;
   uint8_t *copy = NULL;
@@ -275,28 +274,36 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
     wk_tokens_widen(mapped + (size_t)within * h->token_bytes, h->token_bytes, count, out);
     return WK_OK;
   }
-  hit = wk_cache_acquire(ds->cache, key);
-  if (hit) {
-    wk_tokens_widen((const uint8_t *)wk_cache_data(hit) + (size_t)within * h->token_bytes, h->token_bytes, count, out);
-    wk_cache_release(ds->cache, hit);
+  size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
+  bool fill = false;
+  WkCacheEntry *entry = wk_cache_get(ds->cache, key, decoded_bytes, &fill);
+  uint8_t *decoded = NULL;
+  if (entry && !fill) { /* a hit, possibly after waiting for another reader's decode */
+    wk_tokens_widen((const uint8_t *)wk_cache_data(entry) + (size_t)within * h->token_bytes, h->token_bytes, count,
+                    out);
+    wk_cache_release(ds->cache, entry);
     return WK_OK;
   }
-  WK_TRY(wk_shard_view_stored(&s->v, b, &e, &stored, &copy));
-  size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
-  uint8_t *decoded = wk_malloc(decoded_bytes, "decoded block");
-  WkStatus status = decoded ? wk_block_decode(h, &e, b, stored, decoded, s->path) : WK_ERR_NOMEM;
+  /* This reader decodes: into the reserved entry, or privately when the budget has no room. */
+  decoded = entry ? wk_cache_buffer(entry, "decoded block") : wk_malloc(decoded_bytes, "decoded block");
+  WkStatus status = decoded ? WK_OK : WK_ERR_NOMEM;
+  if (status == WK_OK) status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
+  if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, decoded, s->path);
   free(copy);
   if (status != WK_OK) {
-    free(decoded);
+    if (entry) wk_cache_abandon(ds->cache, entry);
+    else free(decoded);
     return status;
   }
   atomic_fetch_add(&ds->blocks_verified, 1);
   if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
-  WkCacheEntry *entry = wk_cache_insert(ds->cache, key, decoded, decoded_bytes);
-  const uint8_t *from = entry ? wk_cache_data(entry) : decoded;
-  wk_tokens_widen(from + (size_t)within * h->token_bytes, h->token_bytes, count, out);
-  if (entry) wk_cache_release(ds->cache, entry);
-  else free(decoded); /* did not fit the budget */
+  wk_tokens_widen(decoded + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+  if (entry) {
+    wk_cache_fill(ds->cache, entry);
+    wk_cache_release(ds->cache, entry);
+  } else {
+    free(decoded);
+  }
   return WK_OK;
 }
 

@@ -251,22 +251,24 @@ const WkTokenizer *wk_tokenizer_find(const char *name);
 /* ---- block cache ------------------------------------------------------------------------------------ */
 
 /* Decoded blocks keyed by (shard, block), least recently used evicted first, never holding more than
- * its budget. Entries are pinned while a reader copies from them. Thread-safe. */
+ * its budget. Entries are pinned while a reader copies from them. Thread-safe, single flight: one
+ * reader decodes a missing block while the others wanting it wait. */
 typedef struct WkBlockCache WkBlockCache;
 typedef struct WkCacheEntry WkCacheEntry;
 
 WkBlockCache *wk_cache_new(uint64_t budget_bytes);
 void wk_cache_free(WkBlockCache *cache);
 void wk_cache_set_budget(WkBlockCache *cache, uint64_t budget_bytes);
-/* A pinned entry, or NULL on a miss. */
-WkCacheEntry *wk_cache_acquire(WkBlockCache *cache, uint64_t key);
-/* Offers data (malloc'd, bytes long) for key. Returns a pinned entry that now owns data, or NULL
- * when it does not fit the budget even after evicting unpinned entries (data stays the caller's). */
-WkCacheEntry *wk_cache_insert(WkBlockCache *cache, uint64_t key, void *data, uint64_t bytes);
+/* A hit returns the pinned entry, after waiting while another reader decodes it. A miss reserves
+ * `bytes` of the budget and returns a pinned entry with *fill set: the caller decodes into
+ * wk_cache_buffer(entry) and then calls wk_cache_fill, or wk_cache_abandon on failure. NULL when the
+ * budget cannot hold the block even after evicting unpinned entries: decode privately. */
+WkCacheEntry *wk_cache_get(WkBlockCache *cache, uint64_t key, uint64_t bytes, bool *fill);
+void *wk_cache_buffer(WkCacheEntry *entry, const char *what); /* the entry's bytes (allocated once) */
+void wk_cache_fill(WkBlockCache *cache, WkCacheEntry *entry);     /* publishes; the entry stays pinned */
+void wk_cache_abandon(WkBlockCache *cache, WkCacheEntry *entry);  /* drops the reservation and the pin */
 const void *wk_cache_data(const WkCacheEntry *entry);
 void wk_cache_release(WkBlockCache *cache, WkCacheEntry *entry);
-/* Drops every unpinned entry whose key matches (key >> 32) == shard. */
-void wk_cache_drop_shard(WkBlockCache *cache, uint32_t shard);
 void wk_cache_stats(WkBlockCache *cache, WkDatasetStats *out);
 
 #ifdef __cplusplus

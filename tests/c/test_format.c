@@ -94,32 +94,91 @@ static void test_index_names(void) {
 
 /* ---- cache --------------------------------------------------------------------------------------- */
 
+static WkCacheEntry *put(WkBlockCache *c, uint64_t key, uint64_t bytes) {
+  bool fill = false;
+  WkCacheEntry *e = wk_cache_get(c, key, bytes, &fill);
+  if (e && fill) {
+    wk_cache_buffer(e, "test");
+    wk_cache_fill(c, e);
+  }
+  return e;
+}
+
 static void test_cache_budget_and_pins(void) {
   WkBlockCache *c = wk_cache_new(300);
-  WkCacheEntry *a = wk_cache_insert(c, 1, malloc(100), 100);
-  WkCacheEntry *b = wk_cache_insert(c, 2, malloc(100), 100);
+  WkCacheEntry *a = put(c, 1, 100);
+  WkCacheEntry *b = put(c, 2, 100);
   CHECK(a && b);
   wk_cache_release(c, b);
-  /* 150 more: b (unpinned, oldest unpinned) goes, a stays pinned. */
-  WkCacheEntry *d = wk_cache_insert(c, 3, malloc(150), 150);
+  /* 150 more: b (unpinned) goes, a stays pinned. */
+  WkCacheEntry *d = put(c, 3, 150);
   CHECK(d != NULL);
   WkDatasetStats s;
   wk_cache_stats(c, &s);
   CHECK(s.cache_bytes == 250 && s.cache_peak_bytes <= 300);
-  CHECK(wk_cache_acquire(c, 2) == NULL);
-  /* Everything pinned: an insert that does not fit is refused and the data stays the caller's. */
-  void *big = malloc(100);
-  CHECK(wk_cache_insert(c, 4, big, 100) == NULL);
-  free(big);
+  /* Everything pinned: a reservation that does not fit is refused. */
+  CHECK(put(c, 4, 100) == NULL);
+  bool fill = true;
+  WkCacheEntry *hit = wk_cache_get(c, 1, 100, &fill);
+  CHECK(hit == a && !fill);
+  wk_cache_release(c, hit);
   wk_cache_release(c, a);
   wk_cache_release(c, d);
   wk_cache_set_budget(c, 100);
   wk_cache_stats(c, &s);
   CHECK(s.cache_bytes <= 100);
-  WkCacheEntry *again = wk_cache_acquire(c, 1);
-  CHECK(again == NULL || again == a);
-  if (again) wk_cache_release(c, again);
+  /* An abandoned reservation leaves nothing behind: the next reader reserves afresh. */
+  WkCacheEntry *r = wk_cache_get(c, 9, 50, &fill);
+  CHECK(r && fill);
+  wk_cache_abandon(c, r);
+  r = wk_cache_get(c, 9, 50, &fill);
+  CHECK(r && fill);
+  wk_cache_buffer(r, "test");
+  wk_cache_fill(c, r);
+  wk_cache_release(c, r);
   wk_cache_free(c);
+}
+
+/* Many threads missing the same block: one decodes, the others wait and hit. */
+typedef struct {
+  WkBlockCache *cache;
+  int decodes;
+  pthread_mutex_t lock;
+} Flight;
+
+static void *want_block(void *arg) {
+  Flight *f = arg;
+  for (uint64_t key = 0; key < 200; key++) {
+    bool fill = false;
+    WkCacheEntry *e = wk_cache_get(f->cache, key, 64, &fill);
+    if (!e) continue;
+    if (fill) {
+      uint8_t *data = wk_cache_buffer(e, "test");
+      for (int k = 0; k < 64; k++) data[k] = (uint8_t)key;
+      pthread_mutex_lock(&f->lock);
+      f->decodes++;
+      pthread_mutex_unlock(&f->lock);
+      wk_cache_fill(f->cache, e);
+    }
+    const uint8_t *d = wk_cache_data(e);
+    if (d[0] != (uint8_t)key || d[63] != (uint8_t)key) abort();
+    wk_cache_release(f->cache, e);
+  }
+  return NULL;
+}
+
+static void test_cache_single_flight(void) {
+  Flight f = {.cache = wk_cache_new(1 << 20)};
+  pthread_mutex_init(&f.lock, NULL);
+  pthread_t threads[4];
+  for (int t = 0; t < 4; t++) pthread_create(&threads[t], NULL, want_block, &f);
+  for (int t = 0; t < 4; t++) pthread_join(threads[t], NULL);
+  CHECK(f.decodes == 200); /* each block decoded once, whoever asked first */
+  WkDatasetStats s;
+  wk_cache_stats(f.cache, &s);
+  CHECK(s.cache_hits == 600 && s.cache_misses == 200);
+  wk_cache_free(f.cache);
+  pthread_mutex_destroy(&f.lock);
 }
 
 /* ---- a u32 dataset read by several threads ---------------------------------------------------------- */
@@ -233,12 +292,94 @@ static void test_u32_dataset_concurrent_reads(void) {
   CHECK(system(command) == 0);
 }
 
+/* Threads asking for the same corrupted zstd block all get the error; none hangs or gets tokens. */
+typedef struct {
+  WkDataset *ds;
+  int errors;
+} Victim;
+
+static void *read_bad_block(void *arg) {
+  Victim *v = arg;
+  uint32_t out[16];
+  for (int i = 0; i < 50; i++)
+    if (wk_dataset_read(v->ds, 0, 1000 + (uint64_t)i, 16, out) == WK_ERR_FORMAT &&
+        strstr(wk_last_error(), "block 1: checksum") != NULL)
+      v->errors++;
+  return NULL;
+}
+
+static void test_corrupt_block_concurrent_readers(void) {
+  char dir[] = "/tmp/wick-test-corrupt-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  enum { N = 5000 };
+  uint16_t *tokens = malloc(N * sizeof *tokens);
+  for (int k = 0; k < N; k++) tokens[k] = (uint16_t)(k % 97);
+  tokens[N - 1] = 256;
+  uint64_t start = 0;
+  char path[300];
+  snprintf(path, sizeof path, "%s/s.wks", dir);
+  WkShardWriteOptions opt = {.token_bytes = 2, .vocab_size = 257, .eos = 256, .block_tokens = 1000,
+                             .codec = WK_CODEC_ZSTD, .level = 1};
+  WkShardWritten written;
+  CHECK(wk_shard_write(path, &opt, tokens, N, &start, 1, &written) == WK_OK);
+  /* Block 1 starts at the second table entry's offset; damage its middle. */
+  FILE *f = fopen(path, "r+b");
+  uint8_t header[128], entry[24];
+  CHECK(fread(header, 1, 128, f) == 128);
+  uint64_t table = 0, offset = 0;
+  for (int i = 7; i >= 0; i--) table = table << 8 | header[80 + i];
+  fseek(f, (long)(table + 24), SEEK_SET);
+  CHECK(fread(entry, 1, 24, f) == 24);
+  for (int i = 7; i >= 0; i--) offset = offset << 8 | entry[i];
+  fseek(f, (long)offset + 5, SEEK_SET);
+  fputc(0xAB, f);
+  fclose(f);
+  WkIndexShard shard = {.name = "s.wks", .tokens = N, .documents = 1, .bytes = written.bytes,
+                        .checksum = written.header_hash};
+  WkIndex index = {.version = 1, .tokenizer = "bytes", .vocab_size = 257, .eos = 256, .token_bytes = 2,
+                   .tokens = N, .documents = 1, .shard_count = 1, .shards = &shard};
+  char *text;
+  size_t length;
+  CHECK(wk_index_format(&index, NULL, &text, &length) == WK_OK);
+  snprintf(path, sizeof path, "%s/index.json", dir);
+  f = fopen(path, "wb");
+  fwrite(text, 1, length, f);
+  fclose(f);
+  free(text);
+  WkDataset *ds = wk_dataset_open(dir);
+  CHECK(ds != NULL);
+  if (ds) {
+    Victim victims[4];
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++) {
+      victims[t] = (Victim){.ds = ds};
+      pthread_create(&threads[t], NULL, read_bad_block, &victims[t]);
+    }
+    for (int t = 0; t < 4; t++) {
+      pthread_join(threads[t], NULL);
+      CHECK(victims[t].errors == 50);
+    }
+    uint32_t out[10];
+    CHECK(wk_dataset_read(ds, 0, 0, 10, out) == WK_OK && out[5] == 5); /* block 0 is fine */
+    WkDatasetStats s;
+    wk_dataset_stats(ds, &s);
+    CHECK(s.cache_bytes <= 2 * 1000 * 2); /* no reservation left behind for the bad block */
+    wk_dataset_close(ds);
+  }
+  free(tokens);
+  char command[300];
+  snprintf(command, sizeof command, "rm -rf '%s'", dir);
+  CHECK(system(command) == 0);
+}
+
 int main(void) {
   RUN_TEST(test_json_tree);
   RUN_TEST(test_json_line_field);
   RUN_TEST(test_utf8);
   RUN_TEST(test_index_names);
   RUN_TEST(test_cache_budget_and_pins);
+  RUN_TEST(test_cache_single_flight);
   RUN_TEST(test_u32_dataset_concurrent_reads);
+  RUN_TEST(test_corrupt_block_concurrent_readers);
   return check_failures ? 1 : 0;
 }
