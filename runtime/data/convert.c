@@ -196,9 +196,9 @@ struct ShardJob {
   uint32_t index;
   char *path;
   uint8_t *tokens;  /* stored width */
-  uint64_t token_count;
+  uint64_t token_count, token_capacity;
   uint64_t *doc_starts;
-  uint64_t doc_count;
+  uint64_t doc_count, doc_capacity;
   PieceJob *pieces;
   uint32_t piece_count, pieces_left;
   bool done;
@@ -206,6 +206,36 @@ struct ShardJob {
   char message[1024];
   WkShardWritten written;
 };
+
+/* Buffers handed back for reuse: fresh memory costs a page fault and a page clear per 4 KiB, which
+ * was the converter's largest cost. Lock held when used. */
+enum { POOL_SLOTS = 8 };
+typedef struct {
+  void *data[POOL_SLOTS];
+  uint64_t capacity[POOL_SLOTS];
+  uint32_t count;
+} Pool;
+
+static void pool_put(Pool *p, void *data, uint64_t capacity) {
+  if (!data) return;
+  if (p->count == POOL_SLOTS) {
+    free(data);
+    return;
+  }
+  p->data[p->count] = data;
+  p->capacity[p->count++] = capacity;
+}
+
+static void *pool_take(Pool *p, uint64_t *capacity) {
+  if (p->count == 0) return NULL;
+  p->count--;
+  *capacity = p->capacity[p->count];
+  return p->data[p->count];
+}
+
+static void pool_free(Pool *p) {
+  while (p->count) free(p->data[--p->count]);
+}
 
 typedef struct {
   WkConverter *cv;
@@ -227,6 +257,7 @@ typedef struct {
   /* shards: at most MAX_SHARDS_IN_FLIGHT finished shards wait for or undergo compression */
   ShardJob **shards;
   uint32_t shard_count, shard_capacity, shards_in_flight;
+  Pool shard_buffers, shard_starts, chunk_tokens;
   /* the shard being built */
   uint8_t *buffer;
   uint64_t buffer_tokens, buffer_capacity;
@@ -270,10 +301,18 @@ static void *producer_main(void *arg) {
   return NULL;
 }
 
-static void free_shard_inputs(ShardJob *job) {
+/* Returns a written shard's buffers to the pools (or frees them when r is NULL). Lock not held. */
+static void free_shard_inputs(Run *r, ShardJob *job) {
   for (uint32_t p = 0; p < job->piece_count; p++) wk_shard_piece_free(&job->pieces[p].piece);
-  free(job->tokens);
-  free(job->doc_starts);
+  if (r) {
+    pthread_mutex_lock(&r->lock);
+    pool_put(&r->shard_buffers, job->tokens, job->token_capacity);
+    pool_put(&r->shard_starts, job->doc_starts, job->doc_capacity);
+    pthread_mutex_unlock(&r->lock);
+  } else {
+    free(job->tokens);
+    free(job->doc_starts);
+  }
   job->tokens = NULL;
   job->doc_starts = NULL;
 }
@@ -309,7 +348,7 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
     }
     if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
   }
-  free_shard_inputs(job);
+  free_shard_inputs(r, job);
   pthread_mutex_lock(&r->lock);
   job->done = true;
   r->shards_in_flight--;
@@ -326,7 +365,15 @@ static void *worker_main(void *arg) {
       run_piece(r, item, skip);
       continue;
     }
-    if (!skip) convert_process_chunk(&r->context, item);
+    if (!skip) {
+      Chunk *c = item;
+      pthread_mutex_lock(&r->lock);
+      uint64_t capacity = 0;
+      c->tokens.data = pool_take(&r->chunk_tokens, &capacity);
+      c->tokens.capacity = (size_t)capacity;
+      pthread_mutex_unlock(&r->lock);
+      convert_process_chunk(&r->context, c);
+    }
     pthread_mutex_lock(&r->lock);
     ((Chunk *)item)->done = true;
     pthread_cond_broadcast(&r->changed);
@@ -338,6 +385,11 @@ static void *worker_main(void *arg) {
 /* ---- builder ------------------------------------------------------------------------------------ */
 
 static WkStatus buffer_reserve(Run *r, uint64_t extra) {
+  if (!r->buffer) {
+    pthread_mutex_lock(&r->lock);
+    r->buffer = pool_take(&r->shard_buffers, &r->buffer_capacity);
+    pthread_mutex_unlock(&r->lock);
+  }
   if (r->buffer_tokens + extra <= r->buffer_capacity) return WK_OK;
   uint64_t cap = r->buffer_capacity ? r->buffer_capacity : 1 << 16;
   while (cap < r->buffer_tokens + extra) cap *= 2;
@@ -352,6 +404,11 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
   if (n == 0) return WK_OK;
   WK_TRY(buffer_reserve(r, n + 1));
   if (!r->doc_open) {
+    if (!r->starts) {
+      pthread_mutex_lock(&r->lock);
+      r->starts = pool_take(&r->shard_starts, &r->start_capacity);
+      pthread_mutex_unlock(&r->lock);
+    }
     if (r->start_count == r->start_capacity) {
       uint64_t cap = r->start_capacity ? r->start_capacity * 2 : 1024;
       uint64_t *grown = realloc(r->starts, (size_t)cap * sizeof *grown);
@@ -392,8 +449,10 @@ static WkStatus flush_shard(Run *r) {
   snprintf(job->path, n, "%s/shard-%05u.wks", r->cv->out_dir, job->index);
   job->tokens = r->buffer;
   job->token_count = r->buffer_tokens;
+  job->token_capacity = r->buffer_capacity;
   job->doc_starts = r->starts;
   job->doc_count = r->start_count;
+  job->doc_capacity = r->start_capacity;
   r->buffer = NULL;
   r->buffer_tokens = r->buffer_capacity = 0;
   r->starts = NULL;
@@ -409,7 +468,7 @@ static WkStatus flush_shard(Run *r) {
     uint32_t cap = r->shard_capacity ? r->shard_capacity * 2 : 16;
     ShardJob **grown = realloc(r->shards, cap * sizeof *grown);
     if (!grown) {
-      free_shard_inputs(job);
+      free_shard_inputs(NULL, job);
       free(job->pieces), free(job->path), free(job);
       return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard list");
     }
@@ -534,6 +593,8 @@ static void chunk_consumed(Run *r) {
   Chunk *c = r->ring[r->consumed % r->ring_size];
   r->ring[r->consumed % r->ring_size] = NULL;
   r->consumed++;
+  pool_put(&r->chunk_tokens, c->tokens.data, c->tokens.capacity);
+  c->tokens.data = NULL;
   pthread_cond_broadcast(&r->changed);
   pthread_mutex_unlock(&r->lock);
   convert_chunk_free(c);
@@ -732,12 +793,15 @@ WkStatus wk_converter_run(WkConverter *cv) {
     if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
   if (status == WK_OK) status = write_index(&r);
   for (uint32_t i = 0; i < r.shard_count; i++) {
-    free_shard_inputs(r.shards[i]);
+    free_shard_inputs(NULL, r.shards[i]);
     free(r.shards[i]->pieces);
     free(r.shards[i]->path);
     free(r.shards[i]);
   }
   free(r.shards);
+  pool_free(&r.shard_buffers);
+  pool_free(&r.shard_starts);
+  pool_free(&r.chunk_tokens);
   free(r.buffer);
   free(r.starts);
   free(r.ring);

@@ -28,7 +28,8 @@ static void test_json_tree(void) {
   wk_json_free(root);
 
   const char *bad[] = {"", "{", "{\"a\" 1}", "[1,]", "{\"a\":1,}", "01", "\"\x01\"", "[1] x", "tru", "\"\\q\"",
-                       "\"\xff\"", "\"\\ud800\"", "-", "1.", "1e"};
+                       "\"\xff\"", "\"\\ud800\"", "-", "1.", "1e",
+                       "\"abcdefghijk\x01lmnopq\"", "\"abcdefghijklmnop\xc3\"", "\"abcdefgh"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     root = NULL;
     CHECK(wk_json_parse(bad[i], strlen(bad[i]), &root) == WK_ERR_FORMAT && root == NULL);
@@ -60,6 +61,10 @@ static void test_json_line_field(void) {
   const char *line = "{\"id\": {\"text\": 1}, \"text\": \"a\\tb\", \"text\": \"second\"}";
   CHECK(wk_json_line_field(line, strlen(line), "text", &scratch, &t, &n, reason));
   CHECK(n == 3 && memcmp(t, "a\tb", 3) == 0);
+  line = "{\"text\": \"0123456789abcdef\\\"quoted\\\" and \\\\ more than eight\"}";
+  CHECK(wk_json_line_field(line, strlen(line), "text", &scratch, &t, &n, reason));
+  CHECK(n == strlen("0123456789abcdef\"quoted\" and \\ more than eight"));
+  CHECK(memcmp(t, "0123456789abcdef\"quoted\" and \\ more than eight", n) == 0);
   line = "{\"text\": \"nul\\u0000inside\"}";
   CHECK(wk_json_line_field(line, strlen(line), "text", &scratch, &t, &n, reason) && n == 10 && t[3] == '\0');
   line = "{\"text\": \"x\"";
