@@ -149,7 +149,9 @@ typedef enum {
   WK_CONVERT_COMPRESSION = 3,   /* 0 none (raw, mmap-able), 1 zstd (default) */
   WK_CONVERT_LEVEL = 4,         /* zstd level (default 3) */
   WK_CONVERT_STRICT = 5,        /* 1: the first bad line or document fails the conversion */
-  WK_CONVERT_PROGRESS = 6       /* 1: draw a progress bar on stderr */
+  WK_CONVERT_PROGRESS = 6,      /* 1: draw a progress bar on stderr */
+  WK_CONVERT_RESUME = 7         /* 1: keep shards already in the output that hold exactly the tokens
+                                   this run would write there (an interrupted run resumes) */
 } WkConvertParam;
 
 typedef struct {
@@ -162,6 +164,7 @@ typedef struct {
   uint64_t bad;             /* bad lines/documents skipped */
   uint64_t empty;           /* empty documents skipped */
   double seconds;
+  uint64_t reused;          /* shards kept from an earlier run (WK_CONVERT_RESUME) */
 } WkConvertStats;
 
 /* tokenizer: "bytes" (default when NULL) or "gpt2" (pre-tokenized .bin inputs only). */

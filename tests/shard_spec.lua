@@ -238,6 +238,31 @@ describe('wick.shard converter', function()
     zstd:close()
   end)
 
+  it('resumes with --resume: keeps verified shards that match, rewrites missing or damaged ones', function()
+    local files = {}
+    for i = 1, 30 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 300) end
+    corpus.tree(root, files)
+    local args = q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 4K --block-size 512'
+    assert.are.equal(0, corpus.convert(args).rc)
+    local fresh = corpus.files(root .. '/out')
+    -- An interrupted run: no index yet, one shard missing, one damaged.
+    os.remove(root .. '/out/index.json')
+    os.remove(root .. '/out/shard-00002.wks')
+    local damaged = root .. '/out/shard-00004.wks'
+    local data = helper.read_file(damaged)
+    helper.write_file(damaged, data:sub(1, 300) .. string.char((data:byte(301) + 1) % 256) .. data:sub(302))
+    local r = corpus.convert(args .. ' --resume')
+    assert.are.equal(0, r.rc, r.err)
+    local shards = 0
+    for name in pairs(fresh) do shards = shards + (name:match('%.wks$') and 1 or 0) end
+    assert.matches(string.format('%d reused', shards - 2), r.out, 1, true)
+    assert.are.same(fresh, corpus.files(root .. '/out'))
+    -- Other options: nothing matches, everything is rewritten.
+    r = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 4K --block-size 256 --resume')
+    assert.are.equal(0, r.rc, r.err)
+    assert.is_nil(r.out:find('reused', 1, true))
+  end)
+
   it('removes shards of an earlier, larger conversion into the same directory', function()
     local files = {}
     for i = 1, 20 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 200) end

@@ -14,7 +14,9 @@
  * changes nothing in the output bytes.
  *
  * The output directory holds shard-NNNNN.wks and index.json. The old index is removed first and the
- * new one renamed into place last, so a crashed run never leaves an index that lies.
+ * new one renamed into place last, so a crashed run never leaves an index that lies. With
+ * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each existing shard whose
+ * verified contents equal what it would write (decoding is much cheaper than compressing).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,7 +43,7 @@ struct WkConverter {
   char *out_dir;
   char *tokenizer_name;  /* NULL: decided by the inputs */
   char *field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -115,6 +117,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_LEVEL: slot = &cv->level, lo = ZSTD_minCLevel(), hi = ZSTD_maxCLevel(), what = "zstd level"; break;
     case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
+    case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -431,6 +434,42 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
   return WK_OK;
 }
 
+/* Resuming: does the file at path already hold exactly these tokens and documents, verified? Any
+ * doubt (missing, corrupt, other options) answers no, and the shard is written afresh. */
+static bool shard_matches(const char *path, const WkShardWriteOptions *opt, const uint8_t *tokens,
+                          uint64_t token_count, const uint64_t *starts, uint64_t doc_count, WkShardWritten *out) {
+  WkByteSource *src = wk_source_open_file(path);
+  if (!src) return false;
+  WkShardView v;
+  bool same = wk_shard_view_open(src, path, &v) == WK_OK;
+  const WkShardHeader *h = &v.h;
+  same = same && h->token_bytes == opt->token_bytes && h->vocab_size == opt->vocab_size && h->eos == opt->eos &&
+         h->tokens == token_count && h->documents == doc_count && h->block_tokens == opt->block_tokens &&
+         h->codec == (uint32_t)opt->codec;
+  uint8_t *decoded = same ? malloc((size_t)h->block_tokens * h->token_bytes) : NULL;
+  same = same && decoded;
+  for (uint64_t d = 0; same && d < doc_count; d++) {
+    uint64_t start, length;
+    same = wk_shard_view_document(&v, d, &start, &length) == WK_OK && start == starts[d];
+  }
+  for (uint32_t b = 0; same && b < h->block_count; b++) {
+    WkBlockEntry e;
+    const uint8_t *stored;
+    uint8_t *copy;
+    size_t n = (size_t)wk_block_token_count(h, b) * h->token_bytes;
+    same = wk_shard_view_stored(&v, b, &e, &stored, &copy) == WK_OK &&
+           wk_block_decode(h, &e, b, stored, decoded, path) == WK_OK &&
+           memcmp(decoded, tokens + (size_t)b * h->block_tokens * h->token_bytes, n) == 0;
+    free(copy);
+  }
+  if (same) *out = (WkShardWritten){.bytes = src->size, .header_hash = h->header_hash};
+  free(decoded);
+  wk_shard_view_release(&v);
+  src->close(src);
+  wk_clear_error();
+  return same;
+}
+
 static WkStatus flush_shard(Run *r) {
   if (r->start_count == 0) return WK_OK;
   ShardJob *job = calloc(1, sizeof *job);
@@ -474,6 +513,17 @@ static WkStatus flush_shard(Run *r) {
     }
     r->shards = grown;
     r->shard_capacity = cap;
+  }
+  if (r->cv->resume && shard_matches(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
+                                     job->doc_count, &job->written)) {
+    r->cv->stats.reused++;
+    job->done = true;
+    job->pieces_left = 0;
+    free_shard_inputs(r, job);
+    pthread_mutex_lock(&r->lock);
+    r->shards[r->shard_count++] = job;
+    pthread_mutex_unlock(&r->lock);
+    return WK_OK;
   }
   pthread_mutex_lock(&r->lock);
   while (r->shards_in_flight >= MAX_SHARDS_IN_FLIGHT) pthread_cond_wait(&r->changed, &r->lock);
