@@ -3,7 +3,7 @@
 -- for what it touches.
 local core = require 'wick.core'
 
-local SUBMODULES = { log = true }
+local SUBMODULES = { log = true, data = true, schedule = true, cli = true, dataset = true }
 
 local wick = {
   version = core.version,
