@@ -86,6 +86,19 @@ describe('wick.dataset', function()
     assert.has_error(function() ds:read(0, 0, 1) end)
   end)
 
+  it('names what is missing, and says remote locations are not supported yet', function()
+    local ds, err = dataset.open(root .. '/nowhere')
+    assert.is_nil(ds)
+    assert.matches("nowhere': No such file or directory", err, 1, true)
+    assert.are.equal(C.WK_ERR_IO, C.wk_last_status())
+    for _, url in ipairs { 'https://data.example/fineweb/index.json', 's3://bucket/prefix' } do
+      ds, err = dataset.open(url)
+      assert.is_nil(ds)
+      assert.matches('not supported', err, 1, true)
+      assert.are.equal(C.WK_ERR_UNSUPPORTED, C.wk_last_status())
+    end
+  end)
+
   it('reads any range, across blocks, equal to the source text', function()
     for _, mode in ipairs { '--compression none', '--compression zstd' } do
       local dir = fresh('--block-size 1K ' .. mode)

@@ -49,6 +49,11 @@ struct WkByteSource {
 };
 
 WkByteSource *wk_source_open_file(const char *path);
+/* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
+ * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
+ * this, so remote datasets need no change above it. */
+WkByteSource *wk_source_open(const char *location);
+bool wk_source_is_remote(const char *location);
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 

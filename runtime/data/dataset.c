@@ -61,7 +61,7 @@ static char *join_path(const char *dir, const char *name) {
 }
 
 static WkStatus read_whole(const char *path, char **out, size_t *length) {
-  WkByteSource *src = wk_source_open_file(path);
+  WkByteSource *src = wk_source_open(path);
   if (!src) return wk_last_status();
   WkStatus status = WK_OK;
   if (src->size > MAX_INDEX_BYTES) {
@@ -96,7 +96,10 @@ WkDataset *wk_dataset_open(const char *path) {
   ds->path = strdup(path);
   struct stat st;
   char *index_path = NULL;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+  size_t length = strlen(path);
+  bool is_index = length >= 5 && strcmp(path + length - 5, ".json") == 0;
+  bool is_dir = wk_source_is_remote(path) ? !is_index : stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  if (is_dir) {
     ds->dir = strdup(path);
     index_path = join_path(path, "index.json");
   } else {
@@ -105,17 +108,17 @@ WkDataset *wk_dataset_open(const char *path) {
     index_path = strdup(path);
   }
   char *text = NULL;
-  size_t length = 0;
+  size_t text_length = 0;
   ds->cache = wk_cache_new((uint64_t)ds->cache_budget);
   if (!ds->path || !ds->dir || !index_path || !ds->cache) {
     if (wk_last_status() != WK_ERR_NOMEM) WK_FAIL(WK_ERR_NOMEM, "out of memory opening dataset '%s'", path);
     goto fail;
   }
-  if (read_whole(index_path, &text, &length) != WK_OK) {
+  if (read_whole(index_path, &text, &text_length) != WK_OK) {
     wk_error_context("dataset '%s'", path);
     goto fail;
   }
-  if (wk_index_parse(text, length, index_path, &ds->index) != WK_OK) goto fail;
+  if (wk_index_parse(text, text_length, index_path, &ds->index) != WK_OK) goto fail;
   ds->shards = wk_calloc(ds->index.shard_count, sizeof *ds->shards, "shard table");
   if (!ds->shards) goto fail;
   free(text);
@@ -146,7 +149,7 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   WkStatus status = WK_OK;
   s->path = join_path(ds->dir, ix->name);
   if (!s->path) { status = WK_ERR_NOMEM; goto fail; }
-  s->src = wk_source_open_file(s->path);
+  s->src = wk_source_open(s->path);
   if (!s->src) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
   if (s->src->size != ix->bytes) {
     status = WK_FAIL(WK_ERR_FORMAT,
