@@ -195,12 +195,13 @@ function M.main(args)
     end
   end
   if not opts.quiet then
-    local rate = stats.seconds > 0 and stats.input_bytes / stats.seconds or 0
+    local seconds = math.max(stats.seconds, 1e-9)
     io.stdout:write(string.format(
-      '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s%s) in %.2f s (%s/s); %d bad, %d empty skipped\n',
+      '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s%s) in %.2f s (%s/s in, %.1f M tokens/s); ' ..
+      '%d bad, %d empty skipped\n',
       opts.output, stats.inputs, human_bytes(stats.input_bytes), stats.documents, stats.tokens, stats.shards,
       human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
-      stats.seconds, human_bytes(rate), stats.bad, stats.empty))
+      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty))
   end
   return 0
 end

@@ -290,6 +290,7 @@ static WkStatus emit_chunk(void *arg, Chunk *c) {
 
 static void *producer_main(void *arg) {
   Run *r = arg;
+  pthread_setname_np(pthread_self(), "wick-cv-read");
   WkStatus status = WK_OK;
   for (uint32_t i = 0; i < r->cv->input_count && status == WK_OK && !atomic_load(&r->stop); i++)
     status = convert_cut_input(r->cv->inputs, i, emit_chunk, r, &r->stop);
@@ -361,6 +362,7 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
 
 static void *worker_main(void *arg) {
   Run *r = arg;
+  pthread_setname_np(pthread_self(), "wick-cv-work");
   void *item;
   while (wk_queue_pop(r->jobs, &item, -1) == WK_OK) {
     bool skip = atomic_load(&r->stop);
