@@ -263,6 +263,17 @@ describe('wick.shard converter', function()
     assert.is_nil(r.out:find('reused', 1, true))
   end)
 
+  it('does not read its own output when it lies inside an input directory', function()
+    corpus.tree(root, { ['data/a.txt'] = 'alpha', ['data/b.txt'] = 'beta' })
+    local args = q(root .. '/data') .. ' -o ' .. q(root .. '/data/out')
+    for _ = 1, 2 do
+      local r = corpus.convert(args)
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('2 inputs', r.out, 1, true)
+      assert.matches('0 bad', r.out, 1, true)
+    end
+  end)
+
   it('removes shards of an earlier, larger conversion into the same directory', function()
     local files = {}
     for i = 1, 20 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 200) end

@@ -164,7 +164,7 @@ WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
 WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
   if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
   size_t before = cv->input_count;
-  WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, &cv->inputs, &cv->input_count,
+  WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, cv->out_dir, &cv->inputs, &cv->input_count,
                              &cv->input_capacity));
   for (size_t i = before; i < cv->input_count; i++) cv->total_input_bytes += cv->inputs[i].size;
   return WK_OK;

@@ -66,8 +66,8 @@ typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
 /* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
- * walked file's name must match, NULL for all) to the list. */
-WkStatus convert_list_inputs(const char *path, const char *const *patterns, Input **inputs, size_t *count,
-                             size_t *capacity);
+ * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */
+WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
+                             size_t *count, size_t *capacity);
 
 #endif /* WK_DATA_CONVERT_H */

@@ -49,6 +49,11 @@ static int compare_strings(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+typedef struct {
+  const char *const *patterns;
+  const struct stat *skip_dir;  /* the output directory, when it exists */
+} ListOptions;
+
 /* Files met while walking a directory are kept when their name matches one of the patterns (all
  * are kept without patterns); files named on the command line always are. */
 static bool wanted(const char *path, const char *const *patterns) {
@@ -60,12 +65,17 @@ static bool wanted(const char *path, const char *const *patterns) {
   return false;
 }
 
-static WkStatus add_path(const char *path, int depth, const char *const *patterns, Input **inputs, size_t *count,
+static WkStatus add_path(const char *path, int depth, const ListOptions *opt, Input **inputs, size_t *count,
                          size_t *capacity) {
   struct stat st;
   if (stat(path, &st) != 0) return WK_FAIL_ERRNO("input", path);
+  /* Never read the converter's own output (a rerun into a folder under its input). */
+  if (opt->skip_dir && st.st_dev == opt->skip_dir->st_dev && st.st_ino == opt->skip_dir->st_ino) {
+    wk_logf(WK_LOG_INFO, "converter: not reading '%s': it is the output directory", path);
+    return WK_OK;
+  }
   if (S_ISREG(st.st_mode)) {
-    if (depth > 0 && !wanted(path, patterns)) return WK_OK;
+    if (depth > 0 && !wanted(path, opt->patterns)) return WK_OK;
     if (*count == *capacity) {
       size_t cap = *capacity ? *capacity * 2 : 64;
       Input *grown = realloc(*inputs, cap * sizeof *grown);
@@ -106,16 +116,18 @@ static WkStatus add_path(const char *path, int depth, const char *const *pattern
   closedir(dir);
   if (status == WK_OK) qsort(names, n, sizeof *names, compare_strings);
   for (size_t i = 0; i < n; i++) {
-    if (status == WK_OK) status = add_path(names[i], depth + 1, patterns, inputs, count, capacity);
+    if (status == WK_OK) status = add_path(names[i], depth + 1, opt, inputs, count, capacity);
     free(names[i]);
   }
   free(names);
   return status;
 }
 
-WkStatus convert_list_inputs(const char *path, const char *const *patterns, Input **inputs, size_t *count,
-                             size_t *capacity) {
-  return add_path(path, 0, patterns, inputs, count, capacity);
+WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
+                             size_t *count, size_t *capacity) {
+  struct stat out;
+  ListOptions opt = {.patterns = patterns, .skip_dir = stat(out_dir, &out) == 0 ? &out : NULL};
+  return add_path(path, 0, &opt, inputs, count, capacity);
 }
 
 /* ---- cutting: a byte stream, plain or zstd ---------------------------------------------------- */
