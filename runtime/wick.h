@@ -182,6 +182,7 @@ WK_API WkStatus wk_converter_run(WkConverter *cv);
 WK_API void wk_converter_stats(const WkConverter *cv, WkConvertStats *out);
 /* The i-th reported bad line as "file:line: reason" (the first 1000 are kept), NULL past the end. */
 WK_API const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i);
+
 /* The loader: sources -> order -> mix -> packed rows, on C threads, into a bounded ring of batches.
  * Configure with wk_loader_set and wk_loader_add_source, optionally wk_loader_restore a cursor,
  * then wk_loader_start and call wk_loader_next once per micro-batch. */
