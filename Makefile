@@ -152,6 +152,22 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	./run recipes/demo.lua
 
+# ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
+#   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library
+#                  sources they reach (core + the format parsers) are compiled in, instrumented.
+#                  tests/fuzz_spec.lua runs them briefly.
+.PHONY: fuzz
+FUZZ_CC ?= clang
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,json.c format_shard.c format_index.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: $(FUZZ_BIN)
+
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lxxhash -lcurl -lpthread -lm
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/share/wick/lua/wick
