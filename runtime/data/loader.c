@@ -469,7 +469,6 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
-  size_t row_bytes = ((size_t)L + 1) * sizeof(int32_t);
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
     if (info->status == 2) {
@@ -488,7 +487,6 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
         return;
       }
     }
-    info->token_hash = XXH3_64bits(b->rows.tokens + (size_t)r * (L + 1), row_bytes);
   }
 }
 
@@ -598,6 +596,9 @@ WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out
   if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
   if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
   *out = loader->held->info[row];
+  /* Hashed on request (audits, inspect), not for every row streamed. */
+  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
   return WK_OK;
 }
 
