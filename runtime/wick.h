@@ -260,6 +260,10 @@ WK_API WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity,
 WK_API WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out);
 WK_API WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out);
 WK_API void wk_loader_stats(WkLoader *loader, WkLoaderStats *out);
+/* Audit mode: from now on, appends one line per sample returned by wk_loader_next to path:
+ * "step=S micro=M rank=R row=I id=SOURCE:SHARD:OFFSET epoch=E hash=H status=ok|skipped|padding".
+ * Lines of several ranks can share one file (appends of whole lines). */
+WK_API WkStatus wk_loader_audit(WkLoader *loader, const char *path);
 
 /* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
 

@@ -10,10 +10,12 @@
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "stream.h"
@@ -118,6 +120,7 @@ struct WkLoader {
   WkLoaderStats stats;
   uint32_t skip_logs;
   char last_skip_reason[BUFFER_ERROR_CAPACITY];
+  int audit_fd;  /* -1 unless wk_loader_audit */
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -127,6 +130,7 @@ WkLoader *wk_loader_new(void) {
   if (!loader) return NULL;
   for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
   pthread_mutex_init(&loader->lock, NULL);
+  loader->audit_fd = -1;
   pthread_cond_init(&loader->ready, NULL);
   pthread_cond_init(&loader->free, NULL);
   loader->wake_consumer_at = UINT64_MAX;
@@ -523,6 +527,50 @@ static void *reader_thread(void *arg) {
   return NULL;
 }
 
+WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
+  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
+  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
+  *out = loader->held->info[row];
+  /* Hashed on request (audits, inspect), not for every row streamed. */
+  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  return WK_OK;
+}
+
+/* ---- audit ------------------------------------------------------------------------------------- */
+
+enum { AUDIT_LINE_CAPACITY = 256 };
+static const char *const SAMPLE_STATUS_NAMES[] = {"ok", "skipped", "padding"};
+
+WkStatus wk_loader_audit(WkLoader *loader, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return WK_FAIL_ERRNO("open audit file", path);
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
+  loader->audit_fd = fd;
+  return WK_OK;
+}
+
+/* One write per batch of whole lines, so ranks appending to one file never split a line. */
+static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
+  size_t capacity = (size_t)loader->rows * AUDIT_LINE_CAPACITY, used = 0;
+  char *text = wk_malloc(capacity, "audit lines");
+  if (!text) return wk_last_status();
+  for (uint32_t r = 0; r < loader->rows; r++) {
+    WkSampleInfo info;
+    wk_loader_sample_info(loader, r, &info);
+    int n = snprintf(text + used, capacity - used,
+                     "step=%llu micro=%u rank=%lld row=%u id=%u:%u:%llu epoch=%llu hash=%016llx status=%s\n",
+                     (unsigned long long)batch->step, batch->micro_step, (long long)param(loader, WK_LOADER_RANK), r,
+                     info.source, info.shard, (unsigned long long)info.offset, (unsigned long long)info.epoch,
+                     (unsigned long long)info.token_hash, SAMPLE_STATUS_NAMES[info.status]);
+    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
+  }
+  ssize_t written = write(loader->audit_fd, text, used);
+  free(text);
+  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", "(audit)");
+  return WK_OK;
+}
+
 /* ---- consuming ----------------------------------------------------------------------------------- */
 
 static void release_held(WkLoader *loader) {
@@ -589,16 +637,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
                    .positions = b->rows.positions, .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
-  return WK_OK;
-}
-
-WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
-  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
-  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
-  *out = loader->held->info[row];
-  /* Hashed on request (audits, inspect), not for every row streamed. */
-  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
-  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  if (loader->audit_fd >= 0) return audit_batch(loader, out);
   return WK_OK;
 }
 
@@ -661,6 +700,7 @@ void wk_loader_free(WkLoader *loader) {
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);
   }
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
   pthread_cond_destroy(&loader->ready);
   pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);

@@ -131,6 +131,7 @@ function data.loader(opts)
     error(err, 2)
   end
   if opts.cursor then self:restore(opts.cursor) end
+  if opts.audit then self:audit(opts.audit) end
   return self
 end
 
@@ -181,6 +182,11 @@ function Loader:sample(row)
     source = i.source, shard = i.shard, offset = tonumber(i.offset), length = tonumber(i.length),
     epoch = tonumber(i.epoch), hash = bit.tohex(i.token_hash, 16), status = SAMPLE_STATUS[i.status],
   }
+end
+
+-- Appends one line per delivered sample to `path` (see wk_loader_audit in wick.h).
+function Loader:audit(path)
+  core.check(C.wk_loader_audit(self.handle, path), 2)
 end
 
 function Loader:epoch_length(source)
