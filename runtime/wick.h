@@ -201,7 +201,7 @@ typedef enum {
   WK_LOADER_CHUNK,             /* draws per partition turn, e.g. global / partitions (default 1) */
   WK_LOADER_MODE,              /* 0 packed windows, 1 one padded document per row (default 0) */
   WK_LOADER_THREADS,           /* reader threads (default 2) */
-  WK_LOADER_PREFETCH,          /* micro-batches buffered ahead (default 2 x threads + 2) */
+  WK_LOADER_PREFETCH,          /* micro-batches buffered ahead (default 4 x (threads + 1)) */
   WK_LOADER_ON_CORRUPT,        /* 0 error, 1 skip: mask the sample, count and log it (default 0) */
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */

@@ -25,6 +25,7 @@ enum {
   BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
   BUFFER_ERROR_CAPACITY = 1024,
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
+  DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
 };
 
 typedef struct {
@@ -335,7 +336,8 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
 static WkStatus allocate_ring(WkLoader *loader) {
   if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
-  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
+  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
+                                                     : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
   loader->buffer_bytes = buffer_size(loader);
   int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
   if (budget > 0 && (uint64_t)count * loader->buffer_bytes > (uint64_t)budget) {
@@ -494,11 +496,21 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   }
 }
 
-/* Lock held. Wakes the consumer when a batch its wait depends on is ready (readers may finish
- * out of order), or on a failure. */
-static void announce_ready(WkLoader *loader, const Buffer *b) {
-  if (b->seq >= loader->wake_consumer_at || b->seq == loader->consumed || b->status != WK_OK)
-    pthread_cond_signal(&loader->ready);
+static bool is_ready(const WkLoader *loader, uint64_t seq) {
+  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+  return b->state == BUFFER_READY && b->seq == seq;
+}
+
+static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
+
+/* Lock held. What the waiting consumer needs before it runs again: its batch, and either the
+ * batch it chose to wait for (see wait_for), a failure, or the end of the stream. */
+static bool consumer_can_go(const WkLoader *loader) {
+  if (at_end(loader)) return true;
+  uint64_t seq = loader->consumed;
+  if (!is_ready(loader, seq)) return false;
+  return loader->wake_consumer_at == UINT64_MAX || is_ready(loader, loader->wake_consumer_at) || loader->ended ||
+         loader->buffers[seq % loader->buffer_count].status != WK_OK;
 }
 
 static void *reader_thread(void *arg) {
@@ -521,7 +533,7 @@ static void *reader_thread(void *arg) {
     if (b->status == WK_OK) fill_rows(loader, b);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
-    announce_ready(loader, b);
+    if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
@@ -573,17 +585,15 @@ static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
 
 /* ---- consuming ----------------------------------------------------------------------------------- */
 
-static void release_held(WkLoader *loader) {
-  if (!loader->held) return;
-  loader->held->state = BUFFER_FREE;
+/* Lock held. Returns a buffer to the readers; a reader only waits when the ring is full, so one
+ * free buffer is work for one of them. */
+static void release(WkLoader *loader, Buffer *b) {
+  b->state = BUFFER_FREE;
   if (loader->readers_waiting) pthread_cond_signal(&loader->free);
 }
 
-static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
-
-static bool is_ready(const WkLoader *loader, uint64_t seq) {
-  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
-  return b->state == BUFFER_READY && b->seq == seq;
+static void release_held(WkLoader *loader) {
+  if (loader->held) release(loader, loader->held);
 }
 
 /* Lock held. Waits for micro-batch `seq`. When it is not ready, the readers are behind: sleep until
@@ -591,14 +601,8 @@ static bool is_ready(const WkLoader *loader, uint64_t seq) {
  * costs a context switch per batch and slows the readers it waits for. */
 static void wait_for(WkLoader *loader, uint64_t seq) {
   if (is_ready(loader, seq)) return;
-  uint64_t batch_later = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
-  loader->wake_consumer_at = batch_later;
-  while (!at_end(loader)) {
-    const Buffer *b = &loader->buffers[seq % loader->buffer_count];
-    bool failed = is_ready(loader, seq) && b->status != WK_OK;
-    if (is_ready(loader, seq) && (is_ready(loader, batch_later) || failed || loader->ended)) break;
-    pthread_cond_wait(&loader->ready, &loader->lock);
-  }
+  loader->wake_consumer_at = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
+  while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
 }
 
@@ -622,7 +626,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
     loader->failure = b->status;
     snprintf(loader->failure_message, sizeof loader->failure_message, "step %llu: %s",
              (unsigned long long)b->step, b->error);
-    b->state = BUFFER_FREE;
+    release(loader, b);
     loader->held = NULL;
     pthread_mutex_unlock(&loader->lock);
     return WK_FAIL(loader->failure, "%s", loader->failure_message);
