@@ -224,6 +224,8 @@ typedef struct {
   uint64_t wait_ns;      /* how long this call waited for the batch (data stall) */
 } WkBatch;
 
+typedef enum { WK_SAMPLE_OK = 0, WK_SAMPLE_SKIPPED = 1, WK_SAMPLE_PADDING = 2 } WkSampleStatus;
+
 typedef struct {
   uint32_t source;       /* index of the source in the order added */
   uint32_t shard;
@@ -231,7 +233,7 @@ typedef struct {
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
   uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
-  uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
+  uint32_t status;       /* WkSampleStatus: skipped = corrupt data, masked; padding = end of stream */
 } WkSampleInfo;
 
 typedef struct {

@@ -122,6 +122,7 @@ struct WkLoader {
   uint32_t skip_logs;
   char last_skip_reason[BUFFER_ERROR_CAPACITY];
   int audit_fd;  /* -1 unless wk_loader_audit */
+  char *audit_path;
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -411,7 +412,7 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
     WkSampleInfo *info = &b->info[r];
     memset(info, 0, sizeof *info);
     if (slot->source == WK_SLOT_PAD) {
-      info->status = 2;
+      info->status = WK_SAMPLE_PADDING;
       continue;
     }
     uint64_t epoch_length = loader->mix.epoch_length[slot->source];
@@ -477,7 +478,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
-    if (info->status == 2) {
+    if (info->status == WK_SAMPLE_PADDING) {
       wk_pack_empty_row(L, wk_dataset_eos(loader->sources[0].ds), &b->rows, r);
     } else {
       Source *source = &loader->sources[info->source];
@@ -485,7 +486,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       if (status == WK_ERR_FORMAT && skip_corrupt) {
         log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
-        info->status = 1;
+        info->status = WK_SAMPLE_SKIPPED;
         b->skipped++;
       } else if (status != WK_OK) {
         b->status = status;
@@ -557,8 +558,15 @@ static const char *const SAMPLE_STATUS_NAMES[] = {"ok", "skipped", "padding"};
 WkStatus wk_loader_audit(WkLoader *loader, const char *path) {
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return WK_FAIL_ERRNO("open audit file", path);
+  char *copy = strdup(path);
+  if (!copy) {
+    close(fd);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory for the audit path");
+  }
   if (loader->audit_fd >= 0) close(loader->audit_fd);
+  free(loader->audit_path);
   loader->audit_fd = fd;
+  loader->audit_path = copy;
   return WK_OK;
 }
 
@@ -579,7 +587,7 @@ static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
   }
   ssize_t written = write(loader->audit_fd, text, used);
   free(text);
-  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", "(audit)");
+  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", loader->audit_path);
   return WK_OK;
 }
 
@@ -705,6 +713,7 @@ void wk_loader_free(WkLoader *loader) {
     free(loader->sources[i].path);
   }
   if (loader->audit_fd >= 0) close(loader->audit_fd);
+  free(loader->audit_path);
   pthread_cond_destroy(&loader->ready);
   pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);

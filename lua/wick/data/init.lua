@@ -172,7 +172,7 @@ function Loader:restore(cursor)
   core.check(C.wk_loader_restore(self.handle, cursor), 2)
 end
 
-local SAMPLE_STATUS = { [0] = 'ok', [1] = 'skipped', [2] = 'padding' }
+local SAMPLE_STATUS = { [C.WK_SAMPLE_OK] = 'ok', [C.WK_SAMPLE_SKIPPED] = 'skipped', [C.WK_SAMPLE_PADDING] = 'padding' }
 
 -- Identity of row `row` (0-based) of the last batch: source, shard, offset, length, epoch, hash.
 function Loader:sample(row)
