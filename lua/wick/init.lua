@@ -3,7 +3,7 @@
 -- for what it touches.
 local core = require 'wick.core'
 
-local SUBMODULES = { log = true }
+local SUBMODULES = { log = true, tensor = true, nn = true, optim = true, safetensors = true }
 
 local wick = {
   version = core.version,
