@@ -148,6 +148,7 @@ end
 function methods.dim(t) return C.wk_tensor_ndim(alive(t)) end
 function methods.numel(t) return tonumber(C.wk_tensor_numel(alive(t))) end
 function methods.data(t) return C.wk_tensor_data(alive(t)) end
+function methods.nbytes(t) return methods.numel(t) * tonumber(C.wk_dtype_size(C.wk_tensor_dtype(t))) end
 function methods.is_contiguous(t) return C.wk_tensor_is_contiguous(alive(t)) == 1 end
 
 -- Size of dim d (1-based, negative counts from the end).
