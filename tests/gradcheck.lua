@@ -46,12 +46,13 @@ function gradcheck.check(spec)
     local x, dx = floats(pair[1]), floats(pair[2])
     for _, i in ipairs(sample_indices(pair[1]:numel(), spec.samples or 12)) do
       local saved = x[i]
-      x[i] = saved + STEP
+      local step = spec.step or STEP
+      x[i] = saved + step
       local plus = spec.loss()
-      x[i] = saved - STEP
+      x[i] = saved - step
       local minus = spec.loss()
       x[i] = saved
-      local numeric, analytic = (plus - minus) / (2 * STEP), dx[i]
+      local numeric, analytic = (plus - minus) / (2 * step), dx[i]
       if math.abs(numeric - analytic) > ABS_TOL + REL_TOL * math.abs(numeric) then
         failures[#failures + 1] = string.format('input %d element %d: analytic %.6g numeric %.6g', k, i, analytic, numeric)
       end
