@@ -23,7 +23,17 @@ tensor.DTYPES = DTYPES
 
 local MAX_DIMS = C.WK_MAX_DIMS
 local PRINT_EDGE = 3  -- elements shown at each end of a long dim
-local live = setmetatable({}, { __mode = 'k' })  -- tensors not yet freed
+
+-- A metatype is bound to the ctype once per process, but this module may be loaded again (busted
+-- insulates spec files; a REPL may reload): the state the metatype sees lives in the registry.
+local REGISTRY_KEY = 'wick.tensor'
+local state = debug.getregistry()[REGISTRY_KEY]
+local first_load = state == nil
+if first_load then
+  state = { live = setmetatable({}, { __mode = 'k' }) }  -- live: tensors not yet freed
+  debug.getregistry()[REGISTRY_KEY] = state
+end
+local live = state.live
 
 local shape_buf = ffi.new('int64_t[?]', MAX_DIMS)
 local stride_buf = ffi.new('int64_t[?]', MAX_DIMS)
@@ -351,14 +361,17 @@ local function tostring_tensor(t)
   return text
 end
 
-ffi.metatype('struct WkTensor', {
-  __index = function(t, key)
-    local property = properties[key]
-    if property then return property(alive(t)) end
-    return methods[key]
-  end,
-  __tostring = tostring_tensor,
-})
+state.methods, state.properties, state.tostring = methods, properties, tostring_tensor
+if first_load then
+  ffi.metatype('struct WkTensor', {
+    __index = function(t, key)
+      local property = state.properties[key]
+      if property then return property(alive(t)) end
+      return state.methods[key]
+    end,
+    __tostring = function(t) return state.tostring(t) end,
+  })
+end
 
 tensor.methods = methods
 return tensor
