@@ -133,7 +133,8 @@ test: deps
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
-	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu
+	@# .busted excludes the gpu tag by default; busted refuses a tag both included and excluded.
+	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
 
 bench: deps
 	@$(MAKE) --no-print-directory all

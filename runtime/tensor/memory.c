@@ -37,11 +37,12 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
   s->bytes = bytes;
   s->kind = kind;
   s->device_index = kind == MEMORY_CUDA ? device_index : 0;
+  s->reserved = bytes;
   s->refcount = 1;
   WkStatus status;
   if (kind == MEMORY_CUDA) {
 #ifdef WK_HAVE_CUDA
-    status = wk_cuda_alloc(device_index, bytes, &s->data);
+    status = wk_cuda_alloc(device_index, bytes, &s->data, &s->reserved);
 #else
     status = WK_FAIL(WK_ERR_UNSUPPORTED, "cuda:%d tensor: this libwick was built without CUDA (rebuild with nvcc on PATH)", device_index);
 #endif
@@ -64,7 +65,7 @@ void wk_storage_release(WkStorage *s) {
   if (atomic_fetch_sub((_Atomic int *)&s->refcount, 1) != 1) return;
   if (s->kind == MEMORY_CUDA) {
 #ifdef WK_HAVE_CUDA
-    wk_cuda_release(s->device_index, s->data, s->bytes);
+    wk_cuda_release(s->device_index, s->data, s->reserved);
 #endif
   } else {
     host_free(s->kind, s->data);

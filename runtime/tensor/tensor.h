@@ -26,7 +26,8 @@ typedef enum { MEMORY_HOST = 0, MEMORY_PINNED = 1, MEMORY_CUDA = 2 } MemoryKind;
 
 typedef struct {
   void *data;
-  size_t bytes;
+  size_t bytes;     /* what the tensor asked for; views are checked against it */
+  size_t reserved;  /* what the allocator handed out (the CUDA cache may round up) */
   MemoryKind kind;
   int device_index;
   int refcount;  /* atomic: views may be freed from other threads */
@@ -91,8 +92,10 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
 void wk_storage_release(WkStorage *s);
 
 #ifdef WK_HAVE_CUDA
-WkStatus wk_cuda_alloc(int device_index, size_t bytes, void **out);
-void wk_cuda_release(int device_index, void *ptr, size_t bytes);
+/* Device memory from the caching allocator; *reserved receives the block's real size, which
+ * must be passed back to wk_cuda_release. */
+WkStatus wk_cuda_alloc(int device_index, size_t bytes, void **out, size_t *reserved);
+void wk_cuda_release(int device_index, void *ptr, size_t reserved);
 WkStatus wk_cuda_host_alloc(size_t bytes, void **out);
 void wk_cuda_host_free(void *ptr);
 void wk_cuda_allocator_stats(int device_index, WkAllocatorStats *out);
