@@ -1,0 +1,35 @@
+-- Shared by the bench files: timing and the one row format every bench prints.
+local ffi = require 'ffi'
+pcall(ffi.cdef, [[
+  typedef struct { long tv_sec; long tv_nsec; } wick_bench_timespec;
+  int clock_gettime(int clock_id, wick_bench_timespec *ts);
+]])
+local CLOCK_MONOTONIC = 1
+
+local report = {}
+local ts = ffi.new('wick_bench_timespec')
+
+function report.now()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+-- Best of `repeats` timings of fn() (seconds); the minimum is the least noisy estimate here.
+function report.best(repeats, fn)
+  local best = math.huge
+  for _ = 1, repeats do
+    local t0 = report.now()
+    fn()
+    best = math.min(best, report.now() - t0)
+  end
+  return best
+end
+
+-- One row: what, our value, the baseline's value, and ratio = ours / baseline in the unit's sense.
+function report.row(what, value, unit, baseline_name, baseline, higher_is_better)
+  local ratio = higher_is_better and value / baseline or baseline / value
+  print(('%-44s %12.3f %-8s | %-28s %12.3f | x%.2f %s'):format(what, value, unit, baseline_name, baseline,
+    ratio, higher_is_better and '(higher is better)' or '(faster is better)'))
+end
+
+return report
