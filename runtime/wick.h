@@ -197,7 +197,8 @@ WK_API WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qk
 WK_API WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv,
                                          const WkTensor *att, int heads);
 /* losses[N] = mask * -log softmax(logits)[target] / normalizer; *loss_sum = their sum (the mean
- * loss when normalizer is the count of masked-in targets). mask may be NULL (all counted). */
+ * loss when normalizer is the count of masked-in targets). mask may be NULL (all counted); targets
+ * under a 0 mask are ignored, so they may hold padding or -1. */
 WK_API WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets,
                                     const WkTensor *mask, float normalizer, double *loss_sum);
 /* dlogits += dloss * mask * (softmax(logits) - onehot(target)) / normalizer */

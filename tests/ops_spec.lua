@@ -171,8 +171,11 @@ describe('ops', function()
       backward = function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, count, 1)) end,
     }
     assert.are.equal(0, dlogits:get(3, 1))
+    targets:set(3, -1)  -- masked out: ignored
+    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
     targets:set(2, -1)
-    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, count, sum)) end)
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum)) end,
+      'cross_entropy: targets[1] = -1 is outside [0, 5) (tokenizer and model vocab disagree?)')
     assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, 0, sum)) end)
   end)
 

@@ -19,8 +19,8 @@ static float log_sum_exp(const float *row, size_t V) {
 int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
                                   const uint8_t *mask, size_t N, size_t V, float normalizer,
                                   double *loss_sum) {
-  for (size_t n = 0; n < N; n++)
-    if (targets[n] < 0 || (size_t)targets[n] >= V) return (int64_t)n;
+  for (size_t n = 0; n < N; n++)  /* masked-out targets may hold anything (padding, -1) */
+    if ((!mask || mask[n]) && (targets[n] < 0 || (size_t)targets[n] >= V)) return (int64_t)n;
   double sum = 0.0;
 #pragma omp parallel for reduction(+ : sum) if (N * V > 65536)
   for (size_t n = 0; n < N; n++) {

@@ -343,7 +343,7 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const float *
   if (n >= N) return;
   int32_t target = targets[n];
   bool counted = !mask || mask[n];
-  if (target < 0 || (size_t)target >= V) {
+  if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
     if (lane() == 0) {
       *bad = 1;
       losses[n] = 0.0f;
