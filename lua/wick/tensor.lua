@@ -2,6 +2,7 @@
 --   t.shape (table), t.dtype ('f32', ...), t.device ('cpu', 'cuda:0'), t:size(d), t:numel(),
 --   t:to(device_or_dtype), t:float(), t:view(shape), t:narrow(dim, first, length), t:copy(src),
 --   t:fill(v), t:get(i, j, ...), t:set(i, j, ..., value), t:totable(), t:free(); print(t) shows it.
+-- Constructors: empty, zeros, full, new (from tables), randn, pinned, borrow (foreign memory).
 -- Tensors own their memory: t:free() releases it now (idempotent); the GC is only a backstop, since
 -- it cannot see device memory. Element access is for debugging; math belongs in C ops.
 local ffi = require 'ffi'
@@ -101,6 +102,16 @@ function tensor.full(shape, value, dtype, device)
 end
 
 function tensor.zeros(shape, dtype, device) return tensor.full(shape, 0, dtype, device) end
+
+-- A tensor over memory owned by someone else (e.g. a loader batch's tokens pointer): no copy.
+-- `owner` (any Lua value) is kept reachable as long as the tensor, so the memory outlives it.
+local borrowed_owners = setmetatable({}, { __mode = 'k' })
+function tensor.borrow(pointer, shape, dtype, owner)
+  local ndim = fill_shape(shape, 2)
+  local t = own(C.wk_tensor_borrow(pointer, dtype_code(dtype, 2), ndim, shape_buf), 2)
+  borrowed_owners[t] = owner
+  return t
+end
 
 -- Normal(mean, std) from a counter-based generator: the same seed gives the same values anywhere.
 function tensor.randn(shape, opts)

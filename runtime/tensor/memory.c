@@ -46,6 +46,8 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
 #else
     status = WK_FAIL(WK_ERR_UNSUPPORTED, "cuda:%d tensor: this libwick was built without CUDA (rebuild with nvcc on PATH)", device_index);
 #endif
+  } else if (kind == MEMORY_BORROWED) {
+    status = WK_OK;  /* the caller sets data */
   } else {
     status = host_alloc(kind, bytes, &s->data);
     if (status == WK_OK) {
@@ -67,7 +69,7 @@ void wk_storage_release(WkStorage *s) {
 #ifdef WK_HAVE_CUDA
     wk_cuda_release(s->device_index, s->data, s->reserved);
 #endif
-  } else {
+  } else if (s->kind != MEMORY_BORROWED) {
     host_free(s->kind, s->data);
     atomic_fetch_sub(&host_bytes_in_use, s->bytes);
   }

@@ -118,6 +118,16 @@ WkTensor *wk_tensor_empty_pinned(WkDType dtype, int ndim, const int64_t *shape) 
   return tensor_new(dtype, ndim, shape, MEMORY_PINNED, 0);
 }
 
+WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *shape) {
+  if (!data) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "borrow: data is NULL");
+    return NULL;
+  }
+  WkTensor *t = tensor_new(dtype, ndim, shape, MEMORY_BORROWED, 0);
+  if (t) t->storage->data = data;
+  return t;
+}
+
 WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int64_t *shape, const int64_t *strides) {
   int64_t numel;
   if (check_shape(ndim, shape, &numel) != WK_OK) return NULL;

@@ -22,7 +22,7 @@ extern "C" {
 
 enum { WK_CPU_ALIGNMENT = 64 };  /* a cache line, and enough for any SIMD load */
 
-typedef enum { MEMORY_HOST = 0, MEMORY_PINNED = 1, MEMORY_CUDA = 2 } MemoryKind;
+typedef enum { MEMORY_HOST = 0, MEMORY_PINNED = 1, MEMORY_CUDA = 2, MEMORY_BORROWED = 3 } MemoryKind;
 
 typedef struct {
   void *data;
