@@ -50,8 +50,7 @@ MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA))
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
-# OpenMP spreads the CPU kernels of runtime/ops/cpu over the cores.
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden -fopenmp $(WARNINGS)
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(WARNINGS)
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC,-fvisibility=hidden -std=c++17 --expt-relaxed-constexpr
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
@@ -61,7 +60,7 @@ LDFLAGS_EXTRA += $(SAN)
 NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -fopenmp -lpthread -lm
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lpthread -lm
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA

@@ -3,7 +3,7 @@
  *
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
  * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
- * OpenMP over rows so both cores work); cuda/, the same kernels in CUDA (cuBLAS GEMM), compiled
+ * rows split over a small worker pool, cpu/parallel.h, so every core works); cuda/, the same kernels in CUDA (cuBLAS GEMM), compiled
  * only when nvcc exists. Kernels below take raw pointers and sizes and trust their arguments:
  * validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
  * Gradient outputs are accumulated (+=) by every backward kernel.
@@ -20,6 +20,8 @@ extern "C" {
 #endif
 
 #define GELU_SCALE 0.7978845608028654f  /* sqrt(2 / pi) */
+/* Work below about this many multiply-adds is not worth waking another thread for. */
+#define PARALLEL_GRAIN 16384
 #define GELU_CUBE 0.044715f
 
 /* ---- CPU kernels (runtime/ops/cpu) ------------------------------------------------------------ */

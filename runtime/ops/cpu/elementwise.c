@@ -1,10 +1,12 @@
 /*
  * elementwise.c — CPU kernels that touch each element once: fill, scale, add, axpy, rounding to
- * bf16/f16, sum of squares, normal init, GELU and the fused AdamW step.
+ * bf16/f16, sum of squares, normal init, GELU and the fused AdamW step. The ones that run every
+ * step on large tensors (GELU, AdamW, sum of squares) are split over the worker pool.
  */
 #include <math.h>
 
 #include "../ops.h"
+#include "parallel.h"
 
 void cpu_fill(void *data, size_t n, size_t elem_size, const void *pattern) {
   char *out = data;
@@ -31,10 +33,24 @@ void cpu_round(float *x, size_t n, WkDType dtype) {
   }
 }
 
-double cpu_sumsq(const float *x, size_t n) {
+typedef struct {
+  const float *x;
+  double partial[PARALLEL_MAX_CHUNKS];
+} SumsqJob;
+
+static void sumsq_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
+  SumsqJob *job = ctx;
   double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum) if (n > 65536)
-  for (size_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+  for (size_t i = begin; i < end; i++) sum += (double)job->x[i] * job->x[i];
+  job->partial[chunk] = sum;
+}
+
+double cpu_sumsq(const float *x, size_t n) {
+  SumsqJob job = {.x = x};
+  size_t chunks = parallel_chunks(n, PARALLEL_GRAIN);
+  parallel_for(n, PARALLEL_GRAIN, sumsq_chunk, &job);
+  double sum = 0.0;
+  for (size_t c = 0; c < chunks; c++) sum += job.partial[c];
   return sum;
 }
 
@@ -56,34 +72,57 @@ void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std) {
   }
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)));
+typedef struct {
+  float *out;
+  const float *inp, *dout;
+} GeluJob;
+
+static float gelu_tanh(float x) { return tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)); }
+
+static void gelu_forward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
+  GeluJob *job = ctx;
+  for (size_t i = begin; i < end; i++) job->out[i] = 0.5f * job->inp[i] * (1.0f + gelu_tanh(job->inp[i]));
+}
+
+static void gelu_backward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
+  GeluJob *job = ctx;
+  for (size_t i = begin; i < end; i++) {
+    float x = job->inp[i], th = gelu_tanh(x);
+    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    job->out[i] += local * job->dout[i];
   }
 }
 
+void cpu_gelu_forward(float *out, const float *inp, size_t n) {
+  GeluJob job = {.out = out, .inp = inp};
+  parallel_for(n, PARALLEL_GRAIN / 16, gelu_forward_chunk, &job);  /* a tanh costs ~16 multiply-adds */
+}
+
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float th = tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x));
-    float sech2 = 1.0f - th * th;
-    float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    dinp[i] += local * dout[i];
+  GeluJob job = {.out = dinp, .inp = inp, .dout = dout};
+  parallel_for(n, PARALLEL_GRAIN / 16, gelu_backward_chunk, &job);
+}
+
+typedef struct {
+  float *param, *m, *v;
+  const float *grad;
+  float lr, beta1, beta2, eps, weight_decay, m_correction, v_correction, grad_scale;
+} AdamJob;
+
+static void adamw_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
+  AdamJob *j = ctx;
+  for (size_t i = begin; i < end; i++) {
+    float g = j->grad[i] * j->grad_scale;
+    j->m[i] = j->beta1 * j->m[i] + (1.0f - j->beta1) * g;
+    j->v[i] = j->beta2 * j->v[i] + (1.0f - j->beta2) * g * g;
+    float update = (j->m[i] / j->m_correction) / (sqrtf(j->v[i] / j->v_correction) + j->eps);
+    j->param[i] -= j->lr * (update + j->weight_decay * j->param[i]);
   }
 }
 
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
-  float m_correction = 1.0f - powf(beta1, (float)step), v_correction = 1.0f - powf(beta2, (float)step);
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    float g = grad[i] * grad_scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float update = (m[i] / m_correction) / (sqrtf(v[i] / v_correction) + eps);
-    param[i] -= lr * (update + weight_decay * param[i]);
-  }
+  AdamJob job = {param, m, v, grad, lr, beta1, beta2, eps, weight_decay,
+                 1.0f - powf(beta1, (float)step), 1.0f - powf(beta2, (float)step), grad_scale};
+  parallel_for(n, PARALLEL_GRAIN, adamw_chunk, &job);
 }
