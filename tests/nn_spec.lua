@@ -188,6 +188,28 @@ describe('nn.gpt', function()
     assert.is_true(max_abs_diff(before, model:flat_parameters().params) > 0)
   end)
 
+  it('frees all of its memory at once with free()', function()
+    local ffi = require 'ffi'
+    local C = require('wick.core').C
+    local stats = ffi.new('WkAllocatorStats')
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    local before = stats.bytes_in_use
+    local model = wick.nn.gpt(config({ precision = 'bf16' }))
+    local opt = wick.optim.adamw {}
+    local idx, targets, mask = batch()
+    model:forward(idx, targets, mask)
+    model:backward()
+    opt:step(model)
+    idx:free(); targets:free(); mask:free()
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.is_true(stats.bytes_in_use > before)
+    opt:free()
+    model:free()
+    model:free()
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.are.equal(before, stats.bytes_in_use)
+  end)
+
   it('clips the global gradient norm and decays only matrices and embeddings', function()
     local model = wick.nn.gpt(config())
     local idx, targets = batch()

@@ -55,6 +55,18 @@ function AdamW:build(model)
   }
 end
 
+-- Releases the moment buffers now (they are as large as the model).
+function AdamW:free()
+  if self.m then self.m:free() end
+  if self.v then self.v:free() end
+  for _, g in pairs(self.groups or {}) do
+    for _, t in pairs(g) do
+      if type(t) ~= 'boolean' then t:free() end
+    end
+  end
+  self.groups, self.flat = nil, nil
+end
+
 -- The L2 norm of all gradients, unscaled.
 function AdamW:grad_norm(model, loss_scale)
   check(C.wk_op_sumsq(model:flat_parameters().grads, self.sumsq))

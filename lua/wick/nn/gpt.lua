@@ -28,6 +28,7 @@ gpt.GPT = GPT
 -- Tensors of HF checkpoints that are not parameters: causal-mask buffers and the tied lm_head.
 local IGNORED_CHECKPOINT_NAMES = { ['attn.bias'] = true, ['attn.masked_bias'] = true, ['lm_head.weight'] = true }
 local HF_PREFIX = 'transformer.'
+local scalar = core.ffi.new('double[1]')  -- reused out-parameter for C calls that return a sum
 
 local function embedding(rows, dim, device)
   local holder = nn.new(nn.Module, device)
@@ -113,6 +114,15 @@ function GPT:reset(seed)
   return self
 end
 
+function GPT:free()
+  nn.Module.free(self)
+  for _, group in ipairs({ self.flat, self.named, self.named_grads }) do
+    for _, t in pairs(group) do
+      if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
+    end
+  end
+end
+
 function GPT:flat_parameters() return self.flat end
 function GPT:named_parameters() return self.named end
 function GPT:grads() return self.named_grads end
@@ -134,9 +144,8 @@ local function count_selected(self, mask, B, TT)
   if not mask then return B * TT end
   local as_float = self:buffer('mask_f32', { B, TT })
   as_float:copy(mask)
-  local sum = core.ffi.new('double[1]')
-  check(C.wk_op_sumsq(as_float, sum))  -- the mask is 0/1, so its sum of squares is its count
-  return sum[0]
+  check(C.wk_op_sumsq(as_float, scalar))  -- the mask is 0/1, so its sum of squares is its count
+  return scalar[0]
 end
 
 local function refresh_compute_weights(self)
@@ -147,7 +156,9 @@ local function refresh_compute_weights(self)
 end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
--- [B, T, V] when no targets are given.
+-- [B, T, V] (a buffer the next forward overwrites) when no targets are given. idx, targets and mask
+-- must stay alive until backward() when they are already contiguous on the model's device, since
+-- the model then uses them in place instead of copying.
 function GPT:forward(idx, targets, mask, count)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
@@ -178,9 +189,8 @@ function GPT:forward(idx, targets, mask, count)
   self.mask = staged(self, 'mask', mask, 'u8')
   self.count = count or count_selected(self, self.mask, B, TT)
   if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
-  local loss_sum = core.ffi.new('double[1]')
-  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.targets, self.mask, self.count, loss_sum), 2)
-  self.loss = loss_sum[0]
+  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.targets, self.mask, self.count, scalar), 2)
+  self.loss = scalar[0]
   return self.loss
 end
 

@@ -70,6 +70,18 @@ function Module:parameters(prefix, out)
   return out
 end
 
+-- Releases now every tensor this module and the modules below it hold (parameters, gradients,
+-- buffers), rather than whenever the GC runs: device memory is invisible to the GC. Idempotent.
+function Module:free()
+  for _, value in pairs(self) do
+    if T.is_tensor(value) then
+      value:free()
+    elseif type(value) == 'table' and getmetatable(value) and value.children and value ~= self then
+      value:free()
+    end
+  end
+end
+
 -- A reusable buffer self[key] of the given shape and dtype (default f32), reallocated only when
 -- those change.
 function Module:buffer(key, shape, dtype)
