@@ -5,12 +5,14 @@
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make install PREFIX=/usr/local
-# Switches: CUDA=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang
+# Switches: CUDA=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
 CUDA ?= auto
 SANITIZE ?= 0
+V ?= 0
+Q := $(if $(filter 1,$(V)),,@)
 PREFIX ?= /usr/local
 CC ?= cc
 ifeq ($(origin CC),default)
@@ -90,34 +92,40 @@ $(MODE_STAMP):
 
 $(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
 
 $(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  NVCC  $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
-	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
 
 build/libwick.a: $(LIB_OBJ) $(MODE_STAMP)
 	@rm -f $@
-	ar rcs $@ $(LIB_OBJ)
+	$(Q)ar rcs $@ $(LIB_OBJ)
 
 # The host links libwick.so, found next to it (checkout: build/) or in ../lib (installed).
 run: $(HOST_OBJ) build/libwick.so
-	$(CC) -o $@ $(HOST_OBJ) -Lbuild -lwick -Wl,-rpath,'$$ORIGIN/build:$$ORIGIN/../lib' \
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) -o $@ $(HOST_OBJ) -Lbuild -lwick -Wl,-rpath,'$$ORIGIN/build:$$ORIGIN/../lib' \
 	  $(LDFLAGS_EXTRA) $(LUAJIT_LIBS) -ledit $(LIBS)
 
 # ffi.cdef text = the WK_CDEF region of wick.h after the preprocessor (no comments, no macros).
 build/lua/wick/cdef.lua: runtime/wick.h
 	@mkdir -p $(dir $@)
-	{ echo 'return [=['; \
+	@$(if $(Q),echo "  CDEF  $@")
+	$(Q){ echo 'return [=['; \
 	  { echo '#define WK_API'; awk '$$0 == "/* WK_CDEF_BEGIN */" { on = 1 } on { print } $$0 == "/* WK_CDEF_END */" { on = 0 }' $<; } | $(CC) -E -P -x c - | grep -v '^\s*$$'; \
 	  echo ']=]'; } > $@.tmp && mv $@.tmp $@
 
 build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Iruntime -o $@ $< build/libwick.a $(LDFLAGS_EXTRA) $(LIBS)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS_BASE) -Iruntime -o $@ $< build/libwick.a $(LDFLAGS_EXTRA) $(LIBS)
 
 deps:
 	@third_party/deps.sh build test

@@ -72,12 +72,186 @@ typedef struct {
 WK_API uint32_t wk_version(void);  /* major * 10000 + minor * 100 + patch */
 WK_API void wk_build_info(WkBuildInfo *out);
 WK_API int wk_cuda_device_count(void);  /* 0 without the CUDA backend, a driver, or a GPU */
+WK_API uint64_t wk_now_ns(void);         /* CLOCK_MONOTONIC in nanoseconds */
 
 /* Layout of every struct declared here, as C sees it, so Lua can prove its ffi.cdef agrees.
  * field == NULL asks for sizeof(struct); returns -1 for an unknown struct or field. */
 WK_API int64_t wk_abi_layout(const char *struct_name, const char *field);
 
 /* ---- data: datasets, converter, loader (runtime/data) ---------------------------------------- */
+
+/* Datasets: an index (index.json, read at open) plus shards read lazily; format in
+ * runtime/data/FORMAT.md. Tokens come out as uint32 whatever the stored width. */
+typedef struct WkDataset WkDataset;
+
+typedef struct {
+  const char *name;     /* shard file name relative to the dataset directory */
+  uint64_t tokens;      /* tokens in the shard's stream, EOS separators included */
+  uint64_t documents;   /* documents in the shard */
+  uint64_t bytes;       /* shard file size */
+} WkShardInfo;
+
+/* path is a dataset directory (holding index.json) or the index file itself. NULL on failure. */
+WK_API WkDataset *wk_dataset_open(const char *path);
+WK_API void wk_dataset_close(WkDataset *ds);
+
+WK_API const char *wk_dataset_name(const WkDataset *ds);         /* the path it was opened from */
+WK_API uint32_t wk_dataset_shard_count(const WkDataset *ds);
+WK_API uint64_t wk_dataset_token_count(const WkDataset *ds);     /* all shards */
+WK_API uint64_t wk_dataset_document_count(const WkDataset *ds);  /* all shards */
+WK_API uint32_t wk_dataset_vocab_size(const WkDataset *ds);
+WK_API uint32_t wk_dataset_eos(const WkDataset *ds);             /* the EOS token id separating documents */
+WK_API uint32_t wk_dataset_token_bytes(const WkDataset *ds);     /* stored width: 2 or 4 */
+WK_API const char *wk_dataset_tokenizer(const WkDataset *ds);    /* "bytes", "gpt2", ... */
+WK_API WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
+
+/* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
+ * [offset, offset+count) of that stream, verifying and decoding every block it touches.
+ * Thread-safe. Bad data -> WK_ERR_FORMAT with a message naming the file, the block and the reason. */
+WK_API WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, uint32_t *out);
+
+/* Document doc of a shard spans tokens [*start, *start + *length) of its stream, EOS excluded. */
+WK_API WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64_t *start,
+                                    uint64_t *length);
+
+/* Opens the shard now (header, block table and document index verified against the index)
+ * instead of at its first read; a cheap way to check a dataset or warm it up. */
+WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
+
+/* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
+typedef enum {
+  WK_DATASET_CACHE_BYTES = 0,       /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
+  WK_DATASET_MAX_OPEN_SHARDS = 1    /* shards kept open (mapped) at once (default 64, min 1) */
+} WkDatasetParam;
+WK_API WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value);
+WK_API int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param);
+
+typedef struct {
+  uint64_t cache_bytes;        /* decoded bytes held by the block cache now */
+  uint64_t cache_peak_bytes;   /* the most it ever held */
+  uint64_t cache_budget;       /* its budget */
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  uint64_t blocks_decoded;     /* zstd blocks decompressed (cached or not) */
+  uint64_t blocks_verified;    /* block checksums computed */
+  uint64_t open_shards;        /* shards open now */
+} WkDatasetStats;
+WK_API void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out);
+
+/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
+ * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give
+ * byte-identical shards and index whatever the thread count. */
+typedef struct WkConverter WkConverter;
+
+typedef enum {
+  WK_CONVERT_THREADS = 0,       /* worker threads (default: online CPUs, at most 64) */
+  WK_CONVERT_SHARD_TOKENS = 1,  /* a shard is closed after the document that reaches this (default 2^26) */
+  WK_CONVERT_BLOCK_TOKENS = 2,  /* tokens per block (default 65536) */
+  WK_CONVERT_COMPRESSION = 3,   /* 0 none (raw, mmap-able), 1 zstd (default) */
+  WK_CONVERT_LEVEL = 4,         /* zstd level (default 3) */
+  WK_CONVERT_STRICT = 5,        /* 1: the first bad line or document fails the conversion */
+  WK_CONVERT_PROGRESS = 6       /* 1: draw a progress bar on stderr */
+} WkConvertParam;
+
+typedef struct {
+  uint64_t inputs;          /* input files */
+  uint64_t input_bytes;     /* bytes read from them (compressed size for .zst) */
+  uint64_t documents;       /* documents written */
+  uint64_t tokens;          /* tokens written, EOS included */
+  uint64_t shards;
+  uint64_t output_bytes;
+  uint64_t bad;             /* bad lines/documents skipped */
+  uint64_t empty;           /* empty documents skipped */
+  double seconds;
+} WkConvertStats;
+
+/* tokenizer: "bytes" (default when NULL) or "gpt2" (pre-tokenized .bin inputs only). */
+WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer);
+WK_API void wk_converter_free(WkConverter *cv);
+WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
+WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
+/* A file, or a directory walked recursively in byte-wise sorted order (hidden entries skipped). */
+WK_API WkStatus wk_converter_add_input(WkConverter *cv, const char *path);
+WK_API WkStatus wk_converter_run(WkConverter *cv);
+WK_API void wk_converter_stats(const WkConverter *cv, WkConvertStats *out);
+/* The i-th reported bad line as "file:line: reason" (the first 1000 are kept), NULL past the end. */
+WK_API const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i);
+/* The loader: sources -> order -> mix -> packed rows, on C threads, into a bounded ring of batches.
+ * Configure with wk_loader_set and wk_loader_add_source, optionally wk_loader_restore a cursor,
+ * then wk_loader_start and call wk_loader_next once per micro-batch. */
+typedef struct WkLoader WkLoader;
+
+typedef enum {
+  WK_LOADER_SEQ_LEN = 0,       /* tokens per sample minus one (default 1024) */
+  WK_LOADER_GLOBAL_BATCH,      /* samples per optimizer step over all ranks (default 8) */
+  WK_LOADER_MICRO_BATCH,       /* rows per wk_loader_next on this rank (default: global / world) */
+  WK_LOADER_WORLD_SIZE,        /* ranks sharing the stream (default 1) */
+  WK_LOADER_RANK,              /* this rank (default 0) */
+  WK_LOADER_SEED,              /* shuffle seed (default 0) */
+  WK_LOADER_SHUFFLE,           /* 1: hierarchical shuffle, 0: stored order (default 1) */
+  WK_LOADER_SHUFFLE_WINDOW,    /* shards shuffled together (default 8) */
+  WK_LOADER_PARTITIONS,        /* canonical partitions, e.g. the number of nodes (default 1) */
+  WK_LOADER_CHUNK,             /* draws per partition turn, e.g. global / partitions (default 1) */
+  WK_LOADER_MODE,              /* 0 packed windows, 1 one padded document per row (default 0) */
+  WK_LOADER_THREADS,           /* reader threads (default 2) */
+  WK_LOADER_PREFETCH,          /* micro-batches buffered ahead (default 2 x threads + 2) */
+  WK_LOADER_ON_CORRUPT,        /* 0 error, 1 skip: mask the sample, count and log it (default 0) */
+  WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
+  WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
+  WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
+  WK_LOADER_PARAM_COUNT
+} WkLoaderParam;
+
+typedef struct {
+  int32_t *tokens;       /* [rows, seq_len + 1] */
+  uint8_t *loss_mask;    /* [rows, seq_len]: 1 where target tokens[:, t + 1] counts */
+  int32_t *doc_ids;      /* [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
+  int32_t *positions;    /* [rows, seq_len + 1] or NULL */
+  uint32_t rows;
+  uint32_t seq_len;
+  uint64_t step;         /* global step this micro-batch belongs to */
+  uint32_t micro_step;   /* 0 .. micro_steps - 1 */
+  uint32_t micro_steps;  /* accumulation steps per global step on this world size */
+  uint64_t fingerprint;  /* hash of the sample identities of the whole global batch of `step` */
+  uint64_t wait_ns;      /* how long this call waited for the batch (data stall) */
+} WkBatch;
+
+typedef struct {
+  uint32_t source;       /* index of the source in the order added */
+  uint32_t shard;
+  uint64_t offset;       /* first token in the shard's stream */
+  uint64_t length;       /* tokens taken */
+  uint64_t epoch;        /* of the source */
+  uint64_t token_hash;   /* XXH64 of the row's int32 tokens */
+  uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
+} WkSampleInfo;
+
+typedef struct {
+  uint64_t batches;        /* micro-batches returned */
+  uint64_t wait_ns;        /* total time next() waited */
+  uint64_t skipped;        /* corrupt samples masked */
+  uint64_t buffers;        /* micro-batches in the ring */
+  uint64_t buffer_bytes;   /* bytes of one micro-batch buffer */
+} WkLoaderStats;
+
+WK_API WkLoader *wk_loader_new(void);
+WK_API void wk_loader_free(WkLoader *loader);
+WK_API WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value);
+WK_API WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max);
+/* max_epochs 0: the source starts a new epoch (new shuffle) whenever it runs out. */
+WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index);
+/* Piecewise-linear weight over steps (points sorted by step); one point = a constant. */
+WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const double *steps,
+                                     const double *weights, uint32_t points);
+WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
+WK_API WkStatus wk_loader_start(WkLoader *loader);
+/* The next micro-batch of this rank; valid until the next call. WK_ERR_CLOSED at the end. */
+WK_API WkStatus wk_loader_next(WkLoader *loader, WkBatch *out);
+/* Cursor after the last batch returned by wk_loader_next (text, a few hundred bytes). */
+WK_API WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t *length);
+WK_API WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out);
+WK_API WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out);
+WK_API void wk_loader_stats(WkLoader *loader, WkLoaderStats *out);
 
 /* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
 

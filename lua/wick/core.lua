@@ -77,6 +77,11 @@ function core.check_handle(handle, level)
   return handle
 end
 
+-- Monotonic time in seconds (for timing steps and throughput).
+function core.now()
+  return tonumber(C.wk_now_ns()) * 1e-9
+end
+
 function core.build_info()
   local info = ffi.new('WkBuildInfo')
   C.wk_build_info(info)

@@ -57,10 +57,6 @@ void *wk_calloc(size_t count, size_t size, const char *what);
 /* Aligned allocation (alignment a power of two >= sizeof(void*)); free with free(). */
 void *wk_aligned_alloc(size_t alignment, size_t size, const char *what);
 
-/* ---- time -------------------------------------------------------------------------------------- */
-
-uint64_t wk_now_ns(void);  /* CLOCK_MONOTONIC in nanoseconds */
-
 /* ---- bounded blocking queue ------------------------------------------------------------------ */
 
 /* A fixed-capacity FIFO of pointers shared by producer and consumer threads. Capacity is the

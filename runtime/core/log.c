@@ -18,28 +18,34 @@ static atomic_int current_level = LOG_LEVEL_UNSET;
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 enum { LEVEL_COUNT = sizeof level_names / sizeof level_names[0] };
 
+/* Returns the level named, or LOG_LEVEL_UNSET. Raises nothing: wk_log_level() uses it before any
+ * level exists, and recording an error would ask for the level again. */
+static int level_from_name(const char *name) {
+  for (int level = 0; level < LEVEL_COUNT; level++)
+    if (name && strcmp(name, level_names[level]) == 0) return level;
+  return LOG_LEVEL_UNSET;
+}
+
 WkStatus wk_parse_log_level(const char *name, WkLogLevel *out) {
-  for (int level = 0; level < LEVEL_COUNT; level++) {
-    if (name && strcmp(name, level_names[level]) == 0) {
-      *out = (WkLogLevel)level;
-      return WK_OK;
-    }
-  }
-  return WK_FAIL(WK_ERR_INVALID_ARG, "unknown log level '%s' (expected error, warn, info or debug)",
-                 name ? name : "(null)");
+  int level = level_from_name(name);
+  if (level == LOG_LEVEL_UNSET)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "unknown log level '%s' (expected error, warn, info or debug)",
+                   name ? name : "(null)");
+  *out = (WkLogLevel)level;
+  return WK_OK;
 }
 
 WkLogLevel wk_log_level(void) {
   int level = atomic_load(&current_level);
   if (level != LOG_LEVEL_UNSET) return (WkLogLevel)level;
-  WkLogLevel parsed = WK_LOG_WARN;
   const char *env = getenv("WICK_LOG");
-  if (env && *env && wk_parse_log_level(env, &parsed) != WK_OK) {
+  level = env && *env ? level_from_name(env) : WK_LOG_WARN;
+  if (level == LOG_LEVEL_UNSET) {
     fprintf(stderr, "wick warn: WICK_LOG='%s' is not one of error, warn, info, debug; using warn\n", env);
-    parsed = WK_LOG_WARN;
+    level = WK_LOG_WARN;
   }
-  atomic_store(&current_level, (int)parsed);
-  return parsed;
+  atomic_store(&current_level, level);
+  return (WkLogLevel)level;
 }
 
 WkStatus wk_set_log_level(WkLogLevel level) {

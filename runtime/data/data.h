@@ -8,8 +8,15 @@
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   source.c    WkByteSource: size + read_at(offset) + optional zero-copy map, named for errors
- *   format*.c   shard + index reading/writing, block verification and decoding
+ *   json.c      the small JSON parser (index.json) and the .jsonl line scanner (+ UTF-8 check)
+ *   format_shard.c  shard header, block table, document index: validation, block verify + decode
+ *   format_index.c  index.json: parse + validate (safe names), deterministic serialization
+ *   shard_writer.c  one shard file from a token stream (blocks compressed, checksummed)
+ *   cache.c     the decoded-block cache: LRU, pinned entries, a byte budget
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
+ *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
+ *   convert.c   the converter pipeline (threads, ordering, shards, progress); convert_input.c cuts
+ *               inputs (.txt, .jsonl, .jsonl.zst, .bin) into chunks and chunks into documents
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch)
  *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids
  *   mix.c       several sources -> one deterministic stream with per-source cursors
@@ -45,36 +52,10 @@ WkByteSource *wk_source_open_file(const char *path);
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 
-/* An opened dataset: the index is parsed at open (O(1) in shard data: no shard is touched);
- * shards are opened on first read. Reads are thread-safe. */
-typedef struct WkDataset WkDataset;
-
-typedef struct {
-  const char *name;     /* shard file name relative to the dataset directory */
-  uint64_t tokens;      /* tokens in the shard's stream, EOS separators included */
-  uint64_t documents;   /* documents in the shard */
-  uint64_t bytes;       /* shard file size */
-} WkShardInfo;
-
-/* path is a dataset directory (holding index.json) or the index file itself. */
-WkDataset *wk_dataset_open(const char *path);
-void wk_dataset_close(WkDataset *ds);
-
-const char *wk_dataset_name(const WkDataset *ds);         /* the path it was opened from */
-uint32_t wk_dataset_shard_count(const WkDataset *ds);
-uint64_t wk_dataset_token_count(const WkDataset *ds);     /* all shards */
-uint32_t wk_dataset_vocab_size(const WkDataset *ds);
-uint32_t wk_dataset_eos(const WkDataset *ds);             /* the EOS token id separating documents */
-WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
-
-/* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
- * [offset, offset+count) of that stream, verifying and decoding every block it touches.
- * Bad data -> WK_ERR_FORMAT with a message naming the file, the block and the reason. */
-WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, uint32_t *out);
-
-/* Document doc of a shard spans tokens [*start, *start + *length) of its stream, EOS excluded. */
-WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64_t *start,
-                             uint64_t *length);
+/* WkDataset, WkShardInfo and wk_dataset_* are public (Lua reads datasets through the FFI), so they
+ * are declared in ../wick.h, data section, with the signatures this contract always had. Reads are
+ * thread-safe; shards open on first use; memory is bounded by WK_DATASET_CACHE_BYTES and
+ * WK_DATASET_MAX_OPEN_SHARDS, never by the dataset's size. */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,231 @@
+-- wick.data: streaming datasets for training.
+--
+--   local data = require 'wick.data'
+--   local loader = data.loader {
+--     data = data.mix { { 'data/web', weight = 0.8 }, { 'data/code', weight = wick.schedule.linear(0.1, 0.3, 1e4) } },
+--     seq_len = 1024, global_batch = 512, micro_batch = 16,   -- world size and rank come from the env
+--   }
+--   local batch = loader:next()      -- batch.tokens: int32 [rows, seq_len + 1] (cdata), nil at the end
+--   local cursor = loader:state()    -- a short string; data.loader{ ..., cursor = cursor } resumes exactly
+--
+-- All per-token work happens in C threads (runtime/data); this module only configures them.
+local core = require 'wick.core'
+local schedule = require 'wick.schedule'
+local ffi, C = core.ffi, core.C
+
+local data = {}
+
+local CURSOR_CAPACITY = 8192
+local MODES = { packed = 0, pad = 1 }
+local ON_CORRUPT = { error = 0, skip = 1 }
+local AT_END = { drop = 0, pad = 1 }
+
+-- ---- sources and mixes -----------------------------------------------------------------------------
+
+local mix_mt = { __index = {} }
+
+-- data.mix { {path, weight = w, epochs = n}, ..., steps = horizon for function weights }
+function data.mix(spec)
+  if type(spec) ~= 'table' or #spec == 0 then error('data.mix expects a list of sources', 2) end
+  local sources = {}
+  for i, entry in ipairs(spec) do
+    if type(entry) == 'string' then entry = { entry } end
+    if type(entry[1]) ~= 'string' then error(('data.mix: source %d needs a path as its first item'):format(i), 2) end
+    sources[i] = {
+      path = entry[1],
+      weight = schedule.of(entry.weight or 1, spec.steps),
+      epochs = entry.epochs or 0,
+    }
+  end
+  local options = {}
+  for k, v in pairs(spec) do
+    if type(k) ~= 'number' and k ~= 'steps' then options[k] = v end
+  end
+  return setmetatable({ sources = sources, options = options }, mix_mt)
+end
+
+function data.is_mix(value) return getmetatable(value) == mix_mt end
+
+-- ---- the loader ------------------------------------------------------------------------------------
+
+local Loader = {}
+Loader.__index = Loader
+
+local PARAMS = {
+  seq_len = C.WK_LOADER_SEQ_LEN, global_batch = C.WK_LOADER_GLOBAL_BATCH, micro_batch = C.WK_LOADER_MICRO_BATCH,
+  world_size = C.WK_LOADER_WORLD_SIZE, rank = C.WK_LOADER_RANK, seed = C.WK_LOADER_SEED,
+  partitions = C.WK_LOADER_PARTITIONS, chunk = C.WK_LOADER_CHUNK, threads = C.WK_LOADER_THREADS,
+  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET,
+}
+
+local function env_number(name, default)
+  local value = os.getenv(name)
+  return value and tonumber(value) or default
+end
+
+local function choice(map, value, what)
+  local n = map[value]
+  if n == nil then
+    local names = {}
+    for k in pairs(map) do names[#names + 1] = k end
+    table.sort(names)
+    error(('%s must be one of %s, got %s'):format(what, table.concat(names, ', '), tostring(value)), 4)
+  end
+  return n
+end
+
+local function set(handle, param, value)
+  core.check(C.wk_loader_set(handle, param, value), 3)
+end
+
+local function configure(handle, opts)
+  local mix = opts.data
+  if type(mix) == 'string' then mix = data.mix { mix } end
+  if not data.is_mix(mix) then error('data.loader: `data` must be a dataset path or a data.mix{}', 3) end
+  -- Options may sit on the mix (shared recipes) or on the loader call; the call wins.
+  local o = setmetatable({}, { __index = function(_, k)
+    if opts[k] ~= nil then return opts[k] end
+    return mix.options[k]
+  end })
+  for name, param in pairs(PARAMS) do
+    if o[name] ~= nil then set(handle, param, o[name]) end
+  end
+  if o.world_size == nil then set(handle, C.WK_LOADER_WORLD_SIZE, env_number('WORLD_SIZE', 1)) end
+  if o.rank == nil then set(handle, C.WK_LOADER_RANK, env_number('RANK', 0)) end
+  local shuffle = o.shuffle
+  if shuffle == nil then shuffle = true end
+  set(handle, C.WK_LOADER_SHUFFLE, shuffle and 1 or 0)
+  if type(shuffle) == 'table' and shuffle.window then set(handle, C.WK_LOADER_SHUFFLE_WINDOW, shuffle.window) end
+  set(handle, C.WK_LOADER_MODE, choice(MODES, o.mode or 'packed', 'mode'))
+  set(handle, C.WK_LOADER_ON_CORRUPT, choice(ON_CORRUPT, o.on_corrupt or 'error', 'on_corrupt'))
+  set(handle, C.WK_LOADER_PAD_LAST, choice(AT_END, o.at_end or 'drop', 'at_end'))
+  set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
+  local index = ffi.new('uint32_t[1]')
+  for i, source in ipairs(mix.sources) do
+    core.check(C.wk_loader_add_source(handle, source.path, source.epochs, index), 3)
+    local w = source.weight
+    local n = #w.steps
+    core.check(C.wk_loader_set_weight(handle, index[0], ffi.new('double[?]', n, w.steps),
+      ffi.new('double[?]', n, w.values), n), 3)
+  end
+  return mix
+end
+
+function data.loader(opts)
+  if type(opts) ~= 'table' then error('data.loader expects a table of options', 2) end
+  local handle = core.check_handle(C.wk_loader_new(), 2)
+  handle = ffi.gc(handle, C.wk_loader_free)
+  local self = setmetatable({
+    handle = handle,
+    started = false,
+    -- cdata reused by every call: no garbage per batch.
+    c_batch = ffi.new('WkBatch'),
+    c_info = ffi.new('WkSampleInfo'),
+    c_cursor = ffi.new('char[?]', CURSOR_CAPACITY),
+    c_length = ffi.new('size_t[1]'),
+    batch = {},
+  }, Loader)
+  local ok, err = pcall(function() self.mix = configure(handle, opts) end)
+  if not ok then
+    self:close()
+    error(err, 2)
+  end
+  if opts.cursor then self:restore(opts.cursor) end
+  return self
+end
+
+function Loader:start()
+  if not self.started then
+    core.check(C.wk_loader_start(self.handle), 2)
+    self.started = true
+  end
+  return self
+end
+
+-- The next micro-batch of this rank, or nil at the end of a finite stream. The returned table
+-- and its buffers are reused: they are valid until the next call.
+function Loader:next()
+  if not self.started then self:start() end
+  local status = C.wk_loader_next(self.handle, self.c_batch)
+  if status == C.WK_ERR_CLOSED then return nil end
+  core.check(status, 2)
+  local b, out = self.c_batch, self.batch
+  out.tokens, out.loss_mask, out.doc_ids, out.positions = b.tokens, b.loss_mask, b.doc_ids, b.positions
+  if out.doc_ids == nil then out.doc_ids, out.positions = nil, nil end
+  out.rows, out.seq_len = b.rows, b.seq_len
+  out.step, out.micro_step, out.micro_steps = tonumber(b.step), b.micro_step, b.micro_steps
+  out.fingerprint = bit.tohex(b.fingerprint, 16)
+  out.wait_ns = tonumber(b.wait_ns)
+  return out
+end
+
+function Loader:state()
+  if not self.started then self:start() end
+  core.check(C.wk_loader_state(self.handle, self.c_cursor, CURSOR_CAPACITY, self.c_length), 2)
+  return ffi.string(self.c_cursor, self.c_length[0])
+end
+
+function Loader:restore(cursor)
+  if self.started then error('loader:restore must come before the first next() (or pass cursor = ... to data.loader)', 2) end
+  if type(cursor) ~= 'string' then error('loader:restore expects the string from loader:state()', 2) end
+  core.check(C.wk_loader_restore(self.handle, cursor), 2)
+end
+
+local SAMPLE_STATUS = { [0] = 'ok', [1] = 'skipped', [2] = 'padding' }
+
+-- Identity of row `row` (0-based) of the last batch: source, shard, offset, length, epoch, hash.
+function Loader:sample(row)
+  core.check(C.wk_loader_sample_info(self.handle, row, self.c_info), 2)
+  local i = self.c_info
+  return {
+    source = i.source, shard = i.shard, offset = tonumber(i.offset), length = tonumber(i.length),
+    epoch = tonumber(i.epoch), hash = bit.tohex(i.token_hash, 16), status = SAMPLE_STATUS[i.status],
+  }
+end
+
+function Loader:epoch_length(source)
+  if not self.started then self:start() end
+  local out = ffi.new('uint64_t[1]')
+  core.check(C.wk_loader_source_epoch_length(self.handle, (source or 1) - 1, out), 2)
+  return tonumber(out[0])
+end
+
+function Loader:stats()
+  local s = ffi.new('WkLoaderStats')
+  C.wk_loader_stats(self.handle, s)
+  return {
+    batches = tonumber(s.batches), wait_ns = tonumber(s.wait_ns), skipped = tonumber(s.skipped),
+    buffers = tonumber(s.buffers), buffer_bytes = tonumber(s.buffer_bytes),
+  }
+end
+
+-- Draws per source so far, from the cursor, and each source's share of them.
+function Loader:proportions()
+  local draws, total = {}, 0
+  for n in self:state():gmatch(' src=%x+:(%d+):') do
+    draws[#draws + 1] = tonumber(n)
+    total = total + tonumber(n)
+  end
+  local shares = {}
+  for i, n in ipairs(draws) do shares[i] = total > 0 and n / total or 0 end
+  return shares, draws
+end
+
+-- Tokens of row `row` (0-based) of the last batch as a Lua table: for debugging only.
+function Loader:row_tokens(row)
+  local b = self.c_batch
+  local width = b.seq_len + 1
+  local out = {}
+  for t = 0, width - 1 do out[t + 1] = b.tokens[row * width + t] end
+  return out
+end
+
+function Loader:close()
+  if self.handle then
+    C.wk_loader_free(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+data.Loader = Loader
+return data

@@ -1,0 +1,126 @@
+-- wick.dataset: a thin handle over a converted dataset (runtime/data, format in runtime/data/FORMAT.md).
+--   local ds = require('wick.dataset').open('data/shakespeare')
+--   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer
+--   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
+--   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
+--   ds:document(shard, doc) -> start, length  (EOS excluded)
+--   ds:text(tokens, count) -> string (the 'bytes' tokenizer only)
+--   ds:set('cache_bytes', n) / ds:set('max_open_shards', n); ds:stats(); ds:close()
+-- Sampling, packing and loading live above this, in wick.data.
+local core = require 'wick.core'
+local ffi, C = core.ffi, core.C
+
+local Dataset = {}
+Dataset.__index = Dataset
+
+local PARAMS = { cache_bytes = C.WK_DATASET_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
+
+local M = {}
+
+-- Opens a dataset directory (or its index.json). Returns the handle, or nil, message on failure.
+function M.open(path)
+  if type(path) ~= 'string' then error('wick.dataset.open: path must be a string', 2) end
+  local handle = C.wk_dataset_open(path)
+  if handle == nil then return nil, core.last_error() end
+  handle = ffi.gc(handle, C.wk_dataset_close)
+  return setmetatable({
+    handle = handle,
+    path = path,
+    shards = C.wk_dataset_shard_count(handle),
+    tokens = tonumber(C.wk_dataset_token_count(handle)),
+    documents = tonumber(C.wk_dataset_document_count(handle)),
+    vocab_size = C.wk_dataset_vocab_size(handle),
+    eos = C.wk_dataset_eos(handle),
+    token_bytes = C.wk_dataset_token_bytes(handle),
+    tokenizer = ffi.string(C.wk_dataset_tokenizer(handle)),
+  }, Dataset)
+end
+
+local function live(self)
+  if not self.handle then error('wick.dataset: the dataset is closed', 3) end
+  return self.handle
+end
+
+function Dataset:close()
+  if self.handle then
+    C.wk_dataset_close(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+function Dataset:shard(index)
+  local info = ffi.new('WkShardInfo')
+  core.check(C.wk_dataset_shard_info(live(self), index, info), 2)
+  return { name = ffi.string(info.name), tokens = tonumber(info.tokens), documents = tonumber(info.documents),
+           bytes = tonumber(info.bytes) }
+end
+
+-- Returns the tokens as uint32_t[count]; on bad data raises the reader's message.
+function Dataset:read(shard, offset, count, out)
+  out = out or ffi.new('uint32_t[?]', math.max(count, 1))
+  core.check(C.wk_dataset_read(live(self), shard, offset, count, out), 2)
+  return out
+end
+
+-- Like read, but returns nil, message, status name instead of raising (corruption tests, tools).
+function Dataset:try_read(shard, offset, count)
+  local out = ffi.new('uint32_t[?]', math.max(count, 1))
+  local ok, message, status = core.try(C.wk_dataset_read(live(self), shard, offset, count, out))
+  if not ok then return nil, message, status end
+  return out
+end
+
+function Dataset:document(shard, doc)
+  local start, length = ffi.new('uint64_t[1]'), ffi.new('uint64_t[1]')
+  core.check(C.wk_dataset_document(live(self), shard, doc, start, length), 2)
+  return tonumber(start[0]), tonumber(length[0])
+end
+
+function Dataset:check(shard)
+  return core.try(C.wk_dataset_check_shard(live(self), shard))
+end
+
+-- Text of tokens[0..count) for the 'bytes' tokenizer (EOS shown as '\n<|eos|>\n' unless eos_text given).
+function Dataset:text(tokens, count, eos_text)
+  if self.tokenizer ~= 'bytes' then error("wick.dataset: text() needs the 'bytes' tokenizer", 2) end
+  local parts, run = {}, ffi.new('uint8_t[?]', math.max(count, 1))
+  local n = 0
+  for i = 0, count - 1 do
+    local t = tokens[i]
+    if t < 256 then
+      run[n] = t
+      n = n + 1
+    else
+      parts[#parts + 1] = ffi.string(run, n)
+      parts[#parts + 1] = eos_text or '\n<|eos|>\n'
+      n = 0
+    end
+  end
+  parts[#parts + 1] = ffi.string(run, n)
+  return table.concat(parts)
+end
+
+function Dataset:set(name, value)
+  local param = PARAMS[name]
+  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
+  core.check(C.wk_dataset_set(live(self), param, value), 2)
+end
+
+function Dataset:get(name)
+  local param = PARAMS[name]
+  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
+  return tonumber(C.wk_dataset_get(live(self), param))
+end
+
+function Dataset:stats()
+  local s = ffi.new('WkDatasetStats')
+  C.wk_dataset_stats(live(self), s)
+  local out = {}
+  for _, field in ipairs { 'cache_bytes', 'cache_peak_bytes', 'cache_budget', 'cache_hits', 'cache_misses',
+                            'blocks_decoded', 'blocks_verified', 'open_shards' } do
+    out[field] = tonumber(s[field])
+  end
+  return out
+end
+
+return M

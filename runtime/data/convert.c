@@ -1,0 +1,650 @@
+/*
+ * convert.c — the converter pipeline: inputs -> chunks -> documents -> shards -> index.json.
+ *
+ *   producer thread   cuts the inputs, in order, into numbered chunks (convert_input.c)
+ *   worker threads    tokenize chunks; compress and write finished shards (shard_writer.c)
+ *   calling thread    the builder: takes chunk results in number order, appends documents to the
+ *                     current shard, hands a shard to the workers once it reaches the shard size,
+ *                     reports bad lines as file:line, draws the progress bar, writes the index last
+ *
+ * Backpressure: at most RING chunks and `threads` shards are in flight, so memory is bounded by
+ * (chunk size x RING + shard size x threads), not by the input. Determinism: the document sequence is
+ * fixed by the inputs alone and shard boundaries by the document sequence, so the thread count
+ * changes nothing in the output bytes.
+ *
+ * The output directory holds shard-NNNNN.wks and index.json. The old index is removed first and the
+ * new one renamed into place last, so a crashed run never leaves an index that lies.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>    /* clock_gettime for the progress bar's timed waits */
+#include <unistd.h>  /* sysconf, isatty, unlink */
+
+#include <zstd.h>    /* ZSTD_minCLevel, ZSTD_maxCLevel */
+
+#include "convert.h"
+
+enum {
+  MAX_THREADS = 64,
+  MAX_BAD_KEPT = 1000,
+  DEFAULT_SHARD_TOKENS = 1 << 26,
+  DEFAULT_LEVEL = 3,
+};
+
+struct WkConverter {
+  char *out_dir;
+  char *tokenizer_name;  /* NULL: decided by the inputs */
+  char *field;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress;
+  Input *inputs;
+  size_t input_count, input_capacity;
+  uint64_t total_input_bytes;
+  WkConvertStats stats;
+  char **bad_lines;
+  size_t bad_kept;
+};
+
+/* ---- settings ------------------------------------------------------------------------------------ */
+
+WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
+  if (!out_dir || !out_dir[0]) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "converter: an output directory is required");
+    return NULL;
+  }
+  if (tokenizer && !wk_tokenizer_find(tokenizer)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s' (known: bytes, gpt2)", tokenizer);
+    return NULL;
+  }
+  WkConverter *cv = wk_calloc(1, sizeof *cv, "converter");
+  if (!cv) return NULL;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cv->threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : cpus;
+  cv->shard_tokens = DEFAULT_SHARD_TOKENS;
+  cv->block_tokens = WK_SHARD_DEFAULT_BLOCK_TOKENS;
+  cv->compression = WK_CODEC_ZSTD;
+  cv->level = DEFAULT_LEVEL;
+  cv->out_dir = strdup(out_dir);
+  cv->field = strdup("text");
+  cv->tokenizer_name = tokenizer ? strdup(tokenizer) : NULL;
+  if (!cv->out_dir || !cv->field || (tokenizer && !cv->tokenizer_name)) {
+    wk_converter_free(cv);
+    WK_FAIL(WK_ERR_NOMEM, "out of memory creating the converter");
+    return NULL;
+  }
+  return cv;
+}
+
+void wk_converter_free(WkConverter *cv) {
+  if (!cv) return;
+  for (size_t i = 0; i < cv->input_count; i++) free(cv->inputs[i].path);
+  free(cv->inputs);
+  for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
+  free(cv->bad_lines);
+  free(cv->out_dir);
+  free(cv->tokenizer_name);
+  free(cv->field);
+  free(cv);
+}
+
+WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set: converter is NULL");
+  int64_t lo, hi;
+  int64_t *slot;
+  const char *what;
+  switch (param) {
+    case WK_CONVERT_THREADS: slot = &cv->threads, lo = 1, hi = MAX_THREADS, what = "threads"; break;
+    case WK_CONVERT_SHARD_TOKENS: slot = &cv->shard_tokens, lo = 1, hi = INT64_C(1) << 40, what = "shard size"; break;
+    case WK_CONVERT_BLOCK_TOKENS:
+      slot = &cv->block_tokens, lo = 1, hi = WK_SHARD_MAX_BLOCK_TOKENS, what = "block size";
+      break;
+    case WK_CONVERT_COMPRESSION: slot = &cv->compression, lo = 0, hi = 1, what = "compression"; break;
+    case WK_CONVERT_LEVEL: slot = &cv->level, lo = ZSTD_minCLevel(), hi = ZSTD_maxCLevel(), what = "zstd level"; break;
+    case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
+    case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
+    default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
+  }
+  if (value < lo || value > hi)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter %s %lld is out of range %lld..%lld", what, (long long)value,
+                   (long long)lo, (long long)hi);
+  *slot = value;
+  return WK_OK;
+}
+
+WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
+  if (!cv || !field || !field[0]) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the JSON field name is empty");
+  char *copy = strdup(field);
+  if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  free(cv->field);
+  cv->field = copy;
+  return WK_OK;
+}
+
+WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
+  if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
+  size_t before = cv->input_count;
+  WK_TRY(convert_list_inputs(path, &cv->inputs, &cv->input_count, &cv->input_capacity));
+  for (size_t i = before; i < cv->input_count; i++) cv->total_input_bytes += cv->inputs[i].size;
+  return WK_OK;
+}
+
+void wk_converter_stats(const WkConverter *cv, WkConvertStats *out) {
+  memset(out, 0, sizeof *out);
+  if (cv) *out = cv->stats;
+}
+
+const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i) {
+  return cv && i < cv->bad_kept ? cv->bad_lines[i] : NULL;
+}
+
+/* ---- the run --------------------------------------------------------------------------------------- */
+
+typedef struct {
+  JobKind kind;
+  uint32_t index;
+  char *path;
+  uint8_t *tokens;  /* stored width */
+  uint64_t token_count;
+  uint64_t *doc_starts;
+  uint64_t doc_count;
+  bool done;
+  WkStatus status;
+  char message[1024];
+  WkShardWritten written;
+} ShardJob;
+
+typedef struct {
+  WkConverter *cv;
+  const WkTokenizer *tokenizer;
+  ChunkContext context;
+  WkShardWriteOptions write_options;
+  uint32_t threads;
+  WkQueue *jobs;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  /* chunks: produced with consecutive numbers, consumed in order */
+  Chunk **ring;
+  uint64_t ring_size;
+  uint64_t produced, consumed;
+  bool producer_done;
+  WkStatus producer_status;
+  char producer_message[1024];
+  atomic_bool stop;
+  /* shards */
+  ShardJob **shards;
+  uint32_t shard_count, shard_capacity, shards_in_flight;
+  /* the shard being built */
+  uint8_t *buffer;
+  uint64_t buffer_tokens, buffer_capacity;
+  uint64_t *starts;
+  uint64_t start_count, start_capacity;
+  bool doc_open;        /* a document (of a .bin input) continues into the next chunk */
+  uint64_t line_base;   /* lines of the current input before the chunk being consumed */
+  uint64_t last_draw_ns, start_ns;
+} Run;
+
+static WkStatus emit_chunk(void *arg, Chunk *c) {
+  Run *r = arg;
+  pthread_mutex_lock(&r->lock);
+  while (r->produced - r->consumed >= r->ring_size && !atomic_load(&r->stop))
+    pthread_cond_wait(&r->changed, &r->lock);
+  if (atomic_load(&r->stop)) {
+    pthread_mutex_unlock(&r->lock);
+    convert_chunk_free(c);
+    return WK_ERR_CLOSED;
+  }
+  c->seq = r->produced++;
+  r->ring[c->seq % r->ring_size] = c;
+  pthread_mutex_unlock(&r->lock);
+  /* The queue holds every chunk and shard that can be in flight, so this push never waits. */
+  return wk_queue_push(r->jobs, c, -1);
+}
+
+static void *producer_main(void *arg) {
+  Run *r = arg;
+  WkStatus status = WK_OK;
+  for (uint32_t i = 0; i < r->cv->input_count && status == WK_OK && !atomic_load(&r->stop); i++)
+    status = convert_cut_input(r->cv->inputs, i, emit_chunk, r, &r->stop);
+  pthread_mutex_lock(&r->lock);
+  r->producer_done = true;
+  if (status != WK_OK && status != WK_ERR_CLOSED) {
+    r->producer_status = status;
+    snprintf(r->producer_message, sizeof r->producer_message, "%s", wk_last_error());
+  }
+  pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
+  return NULL;
+}
+
+static void write_shard_job(Run *r, ShardJob *job) {
+  job->status = wk_shard_write(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
+                               job->doc_count, &job->written);
+  if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
+  free(job->tokens);
+  free(job->doc_starts);
+  job->tokens = NULL;
+  job->doc_starts = NULL;
+}
+
+static void *worker_main(void *arg) {
+  Run *r = arg;
+  void *item;
+  while (wk_queue_pop(r->jobs, &item, -1) == WK_OK) {
+    JobKind kind = *(JobKind *)item;
+    if (!atomic_load(&r->stop)) {
+      if (kind == JOB_CHUNK) convert_process_chunk(&r->context, item);
+      else write_shard_job(r, item);
+    }
+    pthread_mutex_lock(&r->lock);
+    if (kind == JOB_CHUNK) ((Chunk *)item)->done = true;
+    else ((ShardJob *)item)->done = true, r->shards_in_flight--;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+  }
+  return NULL;
+}
+
+/* ---- builder ------------------------------------------------------------------------------------ */
+
+static WkStatus buffer_reserve(Run *r, uint64_t extra) {
+  if (r->buffer_tokens + extra <= r->buffer_capacity) return WK_OK;
+  uint64_t cap = r->buffer_capacity ? r->buffer_capacity : 1 << 16;
+  while (cap < r->buffer_tokens + extra) cap *= 2;
+  uint8_t *grown = realloc(r->buffer, (size_t)(cap * r->write_options.token_bytes));
+  if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard buffer of %llu tokens", (unsigned long long)cap);
+  r->buffer = grown;
+  r->buffer_capacity = cap;
+  return WK_OK;
+}
+
+static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
+  if (n == 0) return WK_OK;
+  WK_TRY(buffer_reserve(r, n + 1));
+  if (!r->doc_open) {
+    if (r->start_count == r->start_capacity) {
+      uint64_t cap = r->start_capacity ? r->start_capacity * 2 : 1024;
+      uint64_t *grown = realloc(r->starts, (size_t)cap * sizeof *grown);
+      if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory: document index");
+      r->starts = grown;
+      r->start_capacity = cap;
+    }
+    r->starts[r->start_count++] = r->buffer_tokens;
+    r->doc_open = true;
+  }
+  if (r->write_options.token_bytes == 2) {
+    uint8_t *dst = r->buffer + r->buffer_tokens * 2;
+    for (uint64_t k = 0; k < n; k++) dst[2 * k] = (uint8_t)tokens[k], dst[2 * k + 1] = (uint8_t)(tokens[k] >> 8);
+  } else {
+    uint8_t *dst = r->buffer + r->buffer_tokens * 4;
+    for (uint64_t k = 0; k < n; k++)
+      for (int byte = 0; byte < 4; byte++) dst[4 * k + byte] = (uint8_t)(tokens[k] >> (8 * byte));
+  }
+  r->buffer_tokens += n;
+  return WK_OK;
+}
+
+static WkStatus flush_shard(Run *r) {
+  if (r->start_count == 0) return WK_OK;
+  ShardJob *job = calloc(1, sizeof *job);
+  if (!job) return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
+  job->kind = JOB_SHARD;
+  job->index = r->shard_count;
+  size_t n = strlen(r->cv->out_dir) + 32;
+  job->path = malloc(n);
+  if (!job->path) {
+    free(job);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard path");
+  }
+  snprintf(job->path, n, "%s/shard-%05u.wks", r->cv->out_dir, job->index);
+  job->tokens = r->buffer;
+  job->token_count = r->buffer_tokens;
+  job->doc_starts = r->starts;
+  job->doc_count = r->start_count;
+  r->buffer = NULL;
+  r->buffer_tokens = r->buffer_capacity = 0;
+  r->starts = NULL;
+  r->start_count = r->start_capacity = 0;
+  if (r->shard_count == r->shard_capacity) {
+    uint32_t cap = r->shard_capacity ? r->shard_capacity * 2 : 16;
+    ShardJob **grown = realloc(r->shards, cap * sizeof *grown);
+    if (!grown) {
+      free(job->tokens), free(job->doc_starts), free(job->path), free(job);
+      return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard list");
+    }
+    r->shards = grown;
+    r->shard_capacity = cap;
+  }
+  pthread_mutex_lock(&r->lock);
+  while (r->shards_in_flight >= r->threads) pthread_cond_wait(&r->changed, &r->lock);
+  r->shards[r->shard_count++] = job;
+  r->shards_in_flight++;
+  pthread_mutex_unlock(&r->lock);
+  return wk_queue_push(r->jobs, job, -1);
+}
+
+static WkStatus end_document(Run *r) {
+  if (!r->doc_open) {
+    r->cv->stats.empty++;
+    return WK_OK;
+  }
+  uint32_t eos = r->tokenizer->eos;
+  WK_TRY(append_tokens(r, &eos, 1));
+  r->doc_open = false;
+  r->cv->stats.documents++;
+  if (r->buffer_tokens >= (uint64_t)r->cv->shard_tokens) WK_TRY(flush_shard(r));
+  return WK_OK;
+}
+
+static WkStatus keep_bad_line(WkConverter *cv, const char *path, uint64_t line, const char *reason) {
+  cv->stats.bad++;
+  if (cv->bad_kept >= MAX_BAD_KEPT) return WK_OK;
+  if (cv->bad_kept == 0) {
+    cv->bad_lines = calloc(MAX_BAD_KEPT, sizeof *cv->bad_lines);
+    if (!cv->bad_lines) return WK_FAIL(WK_ERR_NOMEM, "out of memory: bad line list");
+  }
+  size_t n = strlen(path) + strlen(reason) + 32;
+  char *text = malloc(n);
+  if (!text) return WK_FAIL(WK_ERR_NOMEM, "out of memory: bad line list");
+  snprintf(text, n, "%s:%" PRIu64 ": %s", path, line, reason);
+  cv->bad_lines[cv->bad_kept++] = text;
+  return WK_OK;
+}
+
+static WkStatus consume_chunk(Run *r, Chunk *c) {
+  WkConverter *cv = r->cv;
+  const Input *in = &cv->inputs[c->input];
+  if (c->status != WK_OK) return WK_FAIL(c->status, "%s", c->message);
+  if (c->first) r->line_base = 0;
+  for (size_t k = 0; k < c->bad_count; k++) {
+    uint64_t line = r->line_base + c->bad[k].line;
+    if (cv->strict)
+      return WK_FAIL(WK_ERR_FORMAT, "%s:%" PRIu64 ": %s (--strict: bad lines are fatal)", in->path, line,
+                     c->bad[k].reason);
+    WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
+  }
+  r->line_base += c->lines;
+  uint64_t position = 0;
+  for (size_t d = 0; d < c->doc_count; d++) {
+    WK_TRY(append_tokens(r, c->tokens.data + position, c->doc_ends[d] - position));
+    WK_TRY(end_document(r));
+    position = c->doc_ends[d];
+  }
+  WK_TRY(append_tokens(r, c->tokens.data + position, c->tokens.length - position));
+  if (c->last && r->doc_open) WK_TRY(end_document(r)); /* a .bin file ends its last document */
+  cv->stats.input_bytes += c->input_bytes;
+  return WK_OK;
+}
+
+static void draw_progress(Run *r, bool final) {
+  uint64_t now = wk_now_ns();
+  if (!final && now - r->last_draw_ns < 100 * 1000000ull) return;
+  r->last_draw_ns = now;
+  const WkConverter *cv = r->cv;
+  double fraction = cv->total_input_bytes ? (double)cv->stats.input_bytes / (double)cv->total_input_bytes : 1.0;
+  if (fraction > 1) fraction = 1;
+  double seconds = (double)(now - r->start_ns) / 1e9;
+  double mbps = seconds > 0 ? (double)cv->stats.input_bytes / seconds / 1e6 : 0;
+  enum { WIDTH = 30 };
+  char bar[WIDTH + 1];
+  int filled = (int)(fraction * WIDTH);
+  for (int k = 0; k < WIDTH; k++) bar[k] = k < filled ? '=' : k == filled ? '>' : ' ';
+  bar[WIDTH] = '\0';
+  fprintf(stderr, "\r[%s] %5.1f%%  %7.1f MB/s  %" PRIu64 " docs  %u shards  %" PRIu64 " bad%s", bar,
+          fraction * 100, mbps, cv->stats.documents, r->shard_count, cv->stats.bad, final ? "\n" : "");
+  fflush(stderr);
+}
+
+/* Waits for the next chunk in order; NULL at the end of the input or on a producer failure. */
+static Chunk *next_chunk(Run *r, WkStatus *status) {
+  pthread_mutex_lock(&r->lock);
+  for (;;) {
+    if (r->consumed < r->produced) {
+      Chunk *c = r->ring[r->consumed % r->ring_size];
+      if (c->done) {
+        pthread_mutex_unlock(&r->lock);
+        return c;
+      }
+    } else if (r->producer_done) {
+      *status = r->producer_status;
+      if (*status != WK_OK) WK_FAIL(*status, "%s", r->producer_message);
+      pthread_mutex_unlock(&r->lock);
+      return NULL;
+    }
+    if (r->cv->progress) {
+      /* Wake up now and then to keep the bar moving during long chunks. */
+      struct timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_nsec += 100 * 1000000;
+      if (deadline.tv_nsec >= 1000000000) deadline.tv_sec++, deadline.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&r->changed, &r->lock, &deadline);
+      pthread_mutex_unlock(&r->lock);
+      draw_progress(r, false);
+      pthread_mutex_lock(&r->lock);
+    } else {
+      pthread_cond_wait(&r->changed, &r->lock);
+    }
+  }
+}
+
+static void chunk_consumed(Run *r) {
+  pthread_mutex_lock(&r->lock);
+  Chunk *c = r->ring[r->consumed % r->ring_size];
+  r->ring[r->consumed % r->ring_size] = NULL;
+  r->consumed++;
+  pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
+  convert_chunk_free(c);
+}
+
+static WkStatus build(Run *r) {
+  WkStatus status = WK_OK;
+  Chunk *c;
+  while ((c = next_chunk(r, &status)) != NULL) {
+    status = consume_chunk(r, c);
+    chunk_consumed(r);
+    if (status != WK_OK) return status;
+    if (r->cv->progress) draw_progress(r, false);
+  }
+  if (status != WK_OK) return status;
+  if (r->doc_open) WK_TRY(end_document(r));
+  return flush_shard(r);
+}
+
+/* ---- output directory and index ----------------------------------------------------------------- */
+
+static WkStatus make_dirs(const char *path) {
+  char *copy = strdup(path);
+  if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  WkStatus status = WK_OK;
+  for (char *p = copy + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char saved = *p;
+      *p = '\0';
+      if (mkdir(copy, 0777) != 0 && errno != EEXIST) {
+        status = WK_FAIL_ERRNO("create directory", copy);
+        break;
+      }
+      *p = saved;
+      if (saved == '\0') break;
+    }
+  }
+  free(copy);
+  if (status == WK_OK) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+      status = WK_FAIL(WK_ERR_IO, "output '%s' exists and is not a directory", path);
+  }
+  return status;
+}
+
+static WkStatus write_index(Run *r) {
+  WkConverter *cv = r->cv;
+  WkIndex index = {
+      .version = WK_INDEX_VERSION,
+      .tokenizer = (char *)r->tokenizer->name,
+      .vocab_size = r->tokenizer->vocab_size,
+      .eos = r->tokenizer->eos,
+      .token_bytes = r->write_options.token_bytes,
+      .shard_count = r->shard_count,
+  };
+  WkIndexShard *shards = wk_calloc(r->shard_count, sizeof *shards, "index shards");
+  if (!shards) return WK_ERR_NOMEM;
+  for (uint32_t i = 0; i < r->shard_count; i++) {
+    const ShardJob *job = r->shards[i];
+    const char *slash = strrchr(job->path, '/');
+    shards[i] = (WkIndexShard){.name = (char *)(slash ? slash + 1 : job->path), .tokens = job->token_count,
+                               .documents = job->doc_count, .bytes = job->written.bytes,
+                               .checksum = job->written.header_hash};
+    index.tokens += job->token_count;
+    index.documents += job->doc_count;
+    cv->stats.output_bytes += job->written.bytes;
+  }
+  index.shards = shards;
+  cv->stats.tokens = index.tokens;
+  cv->stats.shards = r->shard_count;
+  char extra[512];
+  char compression[32];
+  if (cv->compression) snprintf(compression, sizeof compression, "zstd:%d", (int)cv->level);
+  else snprintf(compression, sizeof compression, "none");
+  snprintf(extra, sizeof extra,
+           "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"inputs\": %zu, "
+           "\"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
+           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens, cv->input_count, cv->stats.bad,
+           cv->stats.empty);
+  char *text = NULL;
+  size_t length = 0;
+  WkStatus status = wk_index_format(&index, extra, &text, &length);
+  free(shards);
+  if (status != WK_OK) return status;
+  size_t n = strlen(cv->out_dir) + 32;
+  char *path = malloc(n), *tmp = malloc(n);
+  if (!path || !tmp) {
+    free(text), free(path), free(tmp);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  }
+  snprintf(path, n, "%s/index.json", cv->out_dir);
+  snprintf(tmp, n, "%s/index.json.tmp", cv->out_dir);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) status = WK_FAIL_ERRNO("create", tmp);
+  if (status == WK_OK && fwrite(text, 1, length, f) != length) status = WK_FAIL_ERRNO("write", tmp);
+  if (f && fclose(f) != 0 && status == WK_OK) status = WK_FAIL_ERRNO("close", tmp);
+  if (status == WK_OK && rename(tmp, path) != 0) status = WK_FAIL_ERRNO("rename into place", path);
+  if (status != WK_OK) unlink(tmp);
+  /* Shards of an earlier, larger conversion into this directory are no longer part of it. */
+  for (uint32_t i = r->shard_count; status == WK_OK; i++) {
+    snprintf(path, n, "%s/shard-%05u.wks", cv->out_dir, i);
+    if (unlink(path) != 0) break;
+  }
+  free(text), free(path), free(tmp);
+  return status;
+}
+
+static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
+  size_t bins = 0;
+  const char *bin_example = NULL, *text_example = NULL;
+  for (size_t i = 0; i < cv->input_count; i++) {
+    if (cv->inputs[i].kind == INPUT_TOKENS_BIN) bins++, bin_example = cv->inputs[i].path;
+    else text_example = cv->inputs[i].path;
+  }
+  if (bins && text_example)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: token files ('%s') and text ('%s') cannot share a dataset; "
+                   "convert them separately", bin_example, text_example);
+  const char *name = cv->tokenizer_name ? cv->tokenizer_name : bins ? "gpt2" : "bytes";
+  const WkTokenizer *t = wk_tokenizer_find(name);
+  if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s'", name);
+  if (bins && strcmp(t->name, "gpt2") != 0)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds GPT-2 tokens; use --tokenizer gpt2 (not %s)",
+                   bin_example, t->name);
+  if (!bins && !t->encode)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "converter: tokenizer '%s' cannot encode text yet (only pre-tokenized .bin "
+                   "inputs); use --tokenizer bytes", t->name);
+  *out = t;
+  return WK_OK;
+}
+
+WkStatus wk_converter_run(WkConverter *cv) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_run: converter is NULL");
+  if (cv->input_count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: no input files");
+  uint64_t start_ns = wk_now_ns();
+  for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
+  cv->bad_kept = 0;
+  memset(&cv->stats, 0, sizeof cv->stats);
+  cv->stats.inputs = cv->input_count;
+
+  Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
+  WK_TRY(choose_tokenizer(cv, &r.tokenizer));
+  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .inputs = cv->inputs};
+  r.write_options = (WkShardWriteOptions){
+      .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
+      .vocab_size = r.tokenizer->vocab_size,
+      .eos = r.tokenizer->eos,
+      .block_tokens = (uint32_t)cv->block_tokens,
+      .codec = cv->compression ? WK_CODEC_ZSTD : WK_CODEC_RAW,
+      .level = (int)cv->level,
+  };
+  WK_TRY(make_dirs(cv->out_dir));
+  {
+    size_t n = strlen(cv->out_dir) + 16;
+    char *index_path = malloc(n);
+    if (!index_path) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+    snprintf(index_path, n, "%s/index.json", cv->out_dir);
+    int rc = unlink(index_path);
+    WkStatus status = rc != 0 && errno != ENOENT ? WK_FAIL_ERRNO("remove old index", index_path) : WK_OK;
+    free(index_path);
+    WK_TRY(status);
+  }
+
+  r.ring_size = 2 * (uint64_t)r.threads + 2;
+  r.ring = calloc(r.ring_size, sizeof *r.ring);
+  r.jobs = wk_queue_new(r.ring_size + r.threads + 1);
+  if (!r.ring || !r.jobs) {
+    free(r.ring);
+    wk_queue_free(r.jobs);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory starting the converter");
+  }
+  pthread_mutex_init(&r.lock, NULL);
+  pthread_cond_init(&r.changed, NULL);
+  atomic_init(&r.stop, false);
+
+  pthread_t producer, workers[MAX_THREADS];
+  uint32_t started = 0;
+  bool producer_started = pthread_create(&producer, NULL, producer_main, &r) == 0;
+  for (; producer_started && started < r.threads; started++)
+    if (pthread_create(&workers[started], NULL, worker_main, &r) != 0) break;
+  WkStatus status = WK_OK;
+  if (!producer_started || started == 0) status = WK_FAIL(WK_ERR_NOMEM, "converter: cannot start threads");
+  if (status == WK_OK) status = build(&r);
+
+  /* Stop: wake the producer, let the workers finish what they hold (they skip work once stop is set
+   * on failure), then collect shard results. */
+  if (status != WK_OK) atomic_store(&r.stop, true);
+  pthread_mutex_lock(&r.lock);
+  pthread_cond_broadcast(&r.changed);
+  pthread_mutex_unlock(&r.lock);
+  if (producer_started) pthread_join(producer, NULL);
+  wk_queue_close(r.jobs);
+  for (uint32_t k = 0; k < started; k++) pthread_join(workers[k], NULL);
+  for (uint64_t s = r.consumed; s < r.produced; s++) convert_chunk_free(r.ring[s % r.ring_size]);
+  for (uint32_t i = 0; i < r.shard_count && status == WK_OK; i++)
+    if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
+  if (status == WK_OK) status = write_index(&r);
+  for (uint32_t i = 0; i < r.shard_count; i++) {
+    free(r.shards[i]->tokens);
+    free(r.shards[i]->doc_starts);
+    free(r.shards[i]->path);
+    free(r.shards[i]);
+  }
+  free(r.shards);
+  free(r.buffer);
+  free(r.starts);
+  free(r.ring);
+  wk_queue_free(r.jobs);
+  pthread_cond_destroy(&r.changed);
+  pthread_mutex_destroy(&r.lock);
+  cv->stats.seconds = (double)(wk_now_ns() - start_ns) / 1e9;
+  if (cv->progress) draw_progress(&r, true);
+  return status;
+}

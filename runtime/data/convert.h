@@ -1,0 +1,71 @@
+/*
+ * convert.h — what convert.c (the pipeline) and convert_input.c (reading inputs) share.
+ *
+ * The converter turns inputs into a sequence of chunks with consecutive numbers. Worker threads turn
+ * each chunk into tokens and document ends independently; the builder consumes chunk results in
+ * number order, so the document sequence, and with it every shard, depends only on the inputs.
+ */
+#ifndef WK_DATA_CONVERT_H
+#define WK_DATA_CONVERT_H
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "format.h"
+
+typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN } InputKind;
+
+typedef struct {
+  char *path;
+  InputKind kind;
+  uint64_t size;
+} Input;
+
+typedef struct {
+  uint64_t line;   /* 1-based, relative to the chunk's first line */
+  char reason[128];
+} BadLine;
+
+typedef enum { JOB_CHUNK, JOB_SHARD } JobKind;
+
+/* One piece of one input, and what a worker made of it. */
+typedef struct {
+  JobKind kind;
+  uint64_t seq;
+  uint32_t input;
+  bool first, last;      /* first/last chunk of its input */
+  uint8_t *data;         /* owned bytes (lines, or .bin tokens); NULL for a text file (read by the worker) */
+  size_t length;
+  uint64_t input_bytes;  /* progress made when this chunk is consumed */
+  /* results */
+  bool done;
+  WkStatus status;
+  char message[1024];
+  WkTokenVec tokens;
+  uint64_t *doc_ends;    /* exclusive ends in tokens; the part after the last end continues (.bin) */
+  size_t doc_count, doc_capacity;
+  uint64_t lines;        /* lines in the chunk, for numbering the next one */
+  BadLine *bad;
+  size_t bad_count, bad_capacity;
+} Chunk;
+
+/* Settings a worker needs. */
+typedef struct {
+  const WkTokenizer *tokenizer;
+  const char *field;
+  const Input *inputs;
+} ChunkContext;
+
+/* Worker side: fills the chunk's results (never fails the thread: errors go into status/message). */
+void convert_process_chunk(const ChunkContext *ctx, Chunk *chunk);
+void convert_chunk_free(Chunk *chunk);
+
+/* Producer side: cuts input i into chunks, handing each to emit (which may block for backpressure
+ * and returns non-OK to stop). */
+typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
+WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
+
+/* Adds path (file or directory, walked in sorted order) to the list. */
+WkStatus convert_list_inputs(const char *path, Input **inputs, size_t *count, size_t *capacity);
+
+#endif /* WK_DATA_CONVERT_H */

@@ -1,0 +1,426 @@
+/*
+ * convert_input.c — the converter's inputs: listing them, cutting them into chunks (producer
+ * thread), and turning a chunk into tokens and document ends (worker threads).
+ *
+ * Input kinds, by name:
+ *   *.jsonl, *.ndjson           one JSON object per line; the document is its string field (--field)
+ *   *.jsonl.zst, *.ndjson.zst   the same, zstd-compressed (any number of frames)
+ *   *.bin                       GPT-2 tokens: llm.c files (256 x int32 header, magic 20240520, version
+ *                               1, token count; then uint16 tokens) or headerless nanoGPT uint16
+ *                               files; documents are separated by <|endoftext|> (50256)
+ *   anything else               text: the whole file is one document (source trees, books)
+ * Directories are walked recursively in byte-wise sorted order, skipping hidden entries.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zstd.h>  /* ZSTD_decompressStream for .jsonl.zst */
+
+#include "convert.h"
+
+enum {
+  CHUNK_BYTES = 1 << 20,        /* lines are cut into ~1 MiB chunks */
+  BIN_CHUNK_TOKENS = 1 << 20,   /* .bin files into 1 Mi-token chunks */
+  LLMC_HEADER_INTS = 256,
+  LLMC_MAGIC_GPT2 = 20240520,
+  LLMC_MAGIC_LLAMA3 = 20240801,
+  MAX_WALK_DEPTH = 64,
+};
+
+/* ---- listing -------------------------------------------------------------------------------- */
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static InputKind kind_of(const char *path) {
+  if (ends_with(path, ".jsonl.zst") || ends_with(path, ".ndjson.zst")) return INPUT_JSONL_ZST;
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return INPUT_JSONL;
+  if (ends_with(path, ".bin")) return INPUT_TOKENS_BIN;
+  return INPUT_TEXT;
+}
+
+static int compare_strings(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static WkStatus add_path(const char *path, int depth, Input **inputs, size_t *count, size_t *capacity) {
+  struct stat st;
+  if (stat(path, &st) != 0) return WK_FAIL_ERRNO("input", path);
+  if (S_ISREG(st.st_mode)) {
+    if (*count == *capacity) {
+      size_t cap = *capacity ? *capacity * 2 : 64;
+      Input *grown = realloc(*inputs, cap * sizeof *grown);
+      if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory listing inputs");
+      *inputs = grown;
+      *capacity = cap;
+    }
+    char *copy = strdup(path);
+    if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory listing inputs");
+    (*inputs)[(*count)++] = (Input){.path = copy, .kind = kind_of(path), .size = (uint64_t)st.st_size};
+    return WK_OK;
+  }
+  if (!S_ISDIR(st.st_mode)) return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is neither a file nor a directory", path);
+  if (depth > MAX_WALK_DEPTH)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s': directories nested deeper than %d (a symlink loop?)", path,
+                   MAX_WALK_DEPTH);
+  DIR *dir = opendir(path);
+  if (!dir) return WK_FAIL_ERRNO("open directory", path);
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  WkStatus status = WK_OK;
+  struct dirent *entry;
+  while (status == WK_OK && (errno = 0, entry = readdir(dir)) != NULL) {
+    if (entry->d_name[0] == '.') continue; /* hidden files, '.', '..' */
+    if (n == cap) {
+      cap = cap ? cap * 2 : 64;
+      char **grown = realloc(names, cap * sizeof *grown);
+      if (!grown) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory listing '%s'", path); break; }
+      names = grown;
+    }
+    size_t length = strlen(path) + strlen(entry->d_name) + 2;
+    names[n] = malloc(length);
+    if (!names[n]) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory listing '%s'", path); break; }
+    snprintf(names[n], length, "%s%s%s", path, ends_with(path, "/") ? "" : "/", entry->d_name);
+    n++;
+  }
+  if (status == WK_OK && errno != 0) status = WK_FAIL_ERRNO("read directory", path);
+  closedir(dir);
+  if (status == WK_OK) qsort(names, n, sizeof *names, compare_strings);
+  for (size_t i = 0; i < n; i++) {
+    if (status == WK_OK) status = add_path(names[i], depth + 1, inputs, count, capacity);
+    free(names[i]);
+  }
+  free(names);
+  return status;
+}
+
+WkStatus convert_list_inputs(const char *path, Input **inputs, size_t *count, size_t *capacity) {
+  return add_path(path, 0, inputs, count, capacity);
+}
+
+/* ---- cutting: a byte stream, plain or zstd ---------------------------------------------------- */
+
+typedef struct {
+  FILE *f;
+  const char *path;
+  ZSTD_DStream *zstd;   /* NULL for plain files */
+  uint8_t *in;
+  ZSTD_inBuffer input;
+  size_t in_capacity;
+  size_t frame_left;    /* last ZSTD_decompressStream hint: 0 at a frame boundary */
+  uint64_t consumed;    /* bytes read from the file */
+  bool eof;
+} Stream;
+
+static WkStatus stream_read(Stream *s, uint8_t *dst, size_t capacity, size_t *got) {
+  *got = 0;
+  if (!s->zstd) {
+    size_t n = fread(dst, 1, capacity, s->f);
+    if (n < capacity && ferror(s->f)) return WK_FAIL_ERRNO("read", s->path);
+    s->consumed += n;
+    *got = n;
+    return WK_OK;
+  }
+  ZSTD_outBuffer output = {dst, capacity, 0};
+  while (output.pos == 0) {
+    if (s->input.pos == s->input.size) {
+      if (s->eof) {
+        if (s->frame_left != 0)
+          return WK_FAIL(WK_ERR_FORMAT, "'%s': zstd stream ends inside a frame (file truncated?)", s->path);
+        break;
+      }
+      size_t n = fread(s->in, 1, s->in_capacity, s->f);
+      if (n < s->in_capacity && ferror(s->f)) return WK_FAIL_ERRNO("read", s->path);
+      if (n == 0) { s->eof = true; continue; }
+      s->consumed += n;
+      s->input = (ZSTD_inBuffer){s->in, n, 0};
+    }
+    size_t r = ZSTD_decompressStream(s->zstd, &output, &s->input);
+    if (ZSTD_isError(r))
+      return WK_FAIL(WK_ERR_FORMAT, "'%s': zstd: %s (file corrupted or not zstd)", s->path, ZSTD_getErrorName(r));
+    s->frame_left = r;
+  }
+  *got = output.pos;
+  return WK_OK;
+}
+
+static WkStatus new_chunk(uint32_t input, uint8_t *data, size_t length, Chunk **out) {
+  Chunk *c = calloc(1, sizeof *c);
+  if (!c) return WK_FAIL(WK_ERR_NOMEM, "out of memory allocating a chunk");
+  c->kind = JOB_CHUNK;
+  c->input = input;
+  c->data = data;
+  c->length = length;
+  *out = c;
+  return WK_OK;
+}
+
+/* Emits newline-terminated pieces of about CHUNK_BYTES (a longer line makes a longer chunk). */
+static WkStatus cut_lines(const Input *in, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
+  Stream s = {.path = in->path};
+  s.f = fopen(in->path, "rb");
+  if (!s.f) return WK_FAIL_ERRNO("open", in->path);
+  WkStatus status = WK_OK;
+  if (in->kind == INPUT_JSONL_ZST) {
+    s.zstd = ZSTD_createDStream();
+    s.in_capacity = ZSTD_DStreamInSize();
+    s.in = malloc(s.in_capacity);
+    if (!s.zstd || !s.in) status = WK_FAIL(WK_ERR_NOMEM, "out of memory opening '%s'", in->path);
+  }
+  size_t capacity = 2 * CHUNK_BYTES, have = 0;
+  uint8_t *buffer = malloc(capacity);
+  if (!buffer && status == WK_OK) status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path);
+  uint64_t reported = 0;
+  bool first = true, eof = false;
+  while (status == WK_OK && !atomic_load(stop)) {
+    while (!eof && have < CHUNK_BYTES) {
+      size_t got = 0;
+      if ((status = stream_read(&s, buffer + have, capacity - have, &got)) != WK_OK) break;
+      if (got == 0) eof = true;
+      have += got;
+    }
+    if (status != WK_OK) break;
+    if (have == 0) break;
+    size_t cut = have;
+    if (!eof) {
+      while (cut > 0 && buffer[cut - 1] != '\n') cut--;
+      if (cut == 0) { /* one line longer than the buffer: grow and read on */
+        capacity *= 2;
+        uint8_t *grown = realloc(buffer, capacity);
+        if (!grown) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory: a line of '%s' is over %zu bytes", in->path, have); break; }
+        buffer = grown;
+        size_t got = 0;
+        if ((status = stream_read(&s, buffer + have, capacity - have, &got)) != WK_OK) break;
+        if (got == 0) eof = true;
+        have += got;
+        continue;
+      }
+    }
+    uint8_t *rest = malloc(capacity);
+    if (!rest) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path); break; }
+    memcpy(rest, buffer + cut, have - cut);
+    Chunk *c = NULL;
+    if ((status = new_chunk(i, buffer, cut, &c)) != WK_OK) { free(rest); break; }
+    c->first = first;
+    c->last = eof && cut == have;
+    c->input_bytes = s.consumed - reported;
+    reported = s.consumed;
+    first = false;
+    buffer = rest;
+    have -= cut;
+    if ((status = emit(arg, c)) != WK_OK) break;
+    if (eof && have == 0) break;
+  }
+  free(buffer);
+  free(s.in);
+  ZSTD_freeDStream(s.zstd);
+  fclose(s.f);
+  return status;
+}
+
+/* llm.c (header) or nanoGPT (headerless) uint16 GPT-2 tokens. */
+static WkStatus cut_tokens(const Input *in, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
+  FILE *f = fopen(in->path, "rb");
+  if (!f) return WK_FAIL_ERRNO("open", in->path);
+  WkStatus status = WK_OK;
+  uint64_t offset = 0, tokens = 0;
+  int32_t header[LLMC_HEADER_INTS];
+  size_t got = fread(header, 1, sizeof header, f);
+  if (got == sizeof header && header[0] == LLMC_MAGIC_GPT2) {
+    if (header[1] != 1)
+      status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c token file version %d; only version 1 (GPT-2, uint16) is "
+                       "supported", in->path, header[1]);
+    else if (header[2] < 0 || (uint64_t)header[2] * 2 + sizeof header != in->size)
+      status = WK_FAIL(WK_ERR_FORMAT, "'%s': llm.c header says %d tokens (%llu bytes) but the file has %llu bytes "
+                       "(truncated?)", in->path, header[2], (unsigned long long)header[2] * 2 + sizeof header,
+                       (unsigned long long)in->size);
+    offset = sizeof header;
+    tokens = (uint64_t)(header[2] < 0 ? 0 : header[2]);
+  } else if (got == sizeof header && header[0] == LLMC_MAGIC_LLAMA3) {
+    status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c Llama-3 token file (uint32 tokens); only GPT-2 files are "
+                     "supported so far", in->path);
+  } else {
+    if (in->size % 2 != 0)
+      status = WK_FAIL(WK_ERR_FORMAT, "'%s': %llu bytes is not a whole number of uint16 tokens (a nanoGPT .bin "
+                       "file is uint16 tokens without header)", in->path, (unsigned long long)in->size);
+    tokens = in->size / 2;
+  }
+  if (status == WK_OK && fseeko(f, (off_t)offset, SEEK_SET) != 0) status = WK_FAIL_ERRNO("seek", in->path);
+  bool first = true;
+  for (uint64_t done = 0; status == WK_OK && !atomic_load(stop) && (done < tokens || first);) {
+    size_t n = tokens - done < BIN_CHUNK_TOKENS ? (size_t)(tokens - done) : BIN_CHUNK_TOKENS;
+    uint8_t *data = malloc(n * 2 + 1);
+    if (!data) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path); break; }
+    if (fread(data, 2, n, f) != n) {
+      free(data);
+      status = ferror(f) ? WK_FAIL_ERRNO("read", in->path)
+                         : WK_FAIL(WK_ERR_FORMAT, "'%s': ends before its %llu tokens (truncated?)", in->path,
+                                   (unsigned long long)tokens);
+      break;
+    }
+    Chunk *c = NULL;
+    if ((status = new_chunk(i, data, n * 2, &c)) != WK_OK) { free(data); break; }
+    c->first = first;
+    c->last = done + n == tokens;
+    c->input_bytes = n * 2 + (first ? offset : 0);
+    first = false;
+    done += n;
+    status = emit(arg, c);
+  }
+  fclose(f);
+  return status;
+}
+
+WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
+  const Input *in = &inputs[i];
+  switch (in->kind) {
+    case INPUT_TEXT: {
+      Chunk *c = NULL;
+      WK_TRY(new_chunk(i, NULL, 0, &c));
+      c->first = c->last = true;
+      c->input_bytes = in->size;
+      return emit(arg, c);
+    }
+    case INPUT_JSONL:
+    case INPUT_JSONL_ZST: return cut_lines(in, i, emit, arg, stop);
+    case INPUT_TOKENS_BIN: return cut_tokens(in, i, emit, arg, stop);
+  }
+  return WK_FAIL(WK_ERR_INTERNAL, "unknown input kind %d", (int)in->kind);
+}
+
+/* ---- processing (worker threads) ------------------------------------------------------------- */
+
+static WkStatus end_document(Chunk *c) {
+  if (c->doc_count == c->doc_capacity) {
+    size_t cap = c->doc_capacity ? c->doc_capacity * 2 : 256;
+    uint64_t *grown = realloc(c->doc_ends, cap * sizeof *grown);
+    if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory collecting documents");
+    c->doc_ends = grown;
+    c->doc_capacity = cap;
+  }
+  c->doc_ends[c->doc_count++] = c->tokens.length;
+  return WK_OK;
+}
+
+static WkStatus bad_line(Chunk *c, uint64_t line, const char *reason) {
+  if (c->bad_count == c->bad_capacity) {
+    size_t cap = c->bad_capacity ? c->bad_capacity * 2 : 16;
+    BadLine *grown = realloc(c->bad, cap * sizeof *grown);
+    if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory collecting bad lines");
+    c->bad = grown;
+    c->bad_capacity = cap;
+  }
+  BadLine *b = &c->bad[c->bad_count++];
+  b->line = line;
+  snprintf(b->reason, sizeof b->reason, "%s", reason);
+  return WK_OK;
+}
+
+static WkStatus process_text(const ChunkContext *ctx, const Input *in, Chunk *c) {
+  WkByteSource *src = wk_source_open_file(in->path);
+  if (!src) return wk_last_status();
+  WkStatus status = WK_OK;
+  uint8_t *copy = NULL;
+  const uint8_t *text = src->size ? src->map(src, 0, (size_t)src->size) : (const uint8_t *)"";
+  if (!text) {
+    copy = malloc((size_t)src->size);
+    if (!copy) status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path);
+    else status = src->read_at(src, 0, (size_t)src->size, copy);
+    text = copy;
+  }
+  size_t length = (size_t)src->size;
+  if (status == WK_OK) {
+    size_t valid = wk_utf8_valid_prefix(text, length);
+    if (valid < length) {
+      uint64_t line = 1;
+      for (size_t k = 0; k < valid; k++) line += text[k] == '\n';
+      char reason[128];
+      snprintf(reason, sizeof reason, "invalid UTF-8 at byte %zu (document skipped)", valid);
+      status = bad_line(c, line, reason);
+    } else {
+      status = ctx->tokenizer->encode(ctx->tokenizer, text, length, &c->tokens);
+      if (status == WK_OK) status = end_document(c);
+    }
+  }
+  free(copy);
+  src->close(src);
+  return status;
+}
+
+static WkStatus process_lines(const ChunkContext *ctx, Chunk *c) {
+  WkScratch scratch = {0};
+  WkStatus status = WK_OK;
+  const uint8_t *p = c->data, *end = c->data + c->length;
+  uint64_t line = 0;
+  while (p < end && status == WK_OK) {
+    const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+    const uint8_t *line_end = nl ? nl : end;
+    line++;
+    size_t n = (size_t)(line_end - p);
+    if (n > 0 && p[n - 1] == '\r') n--;
+    bool blank = true;
+    for (size_t k = 0; k < n && blank; k++) blank = p[k] == ' ' || p[k] == '\t';
+    if (!blank) {
+      const char *text;
+      size_t text_length;
+      char reason[128];
+      if (wk_json_line_field((const char *)p, n, ctx->field, &scratch, &text, &text_length, reason)) {
+        status = ctx->tokenizer->encode(ctx->tokenizer, (const uint8_t *)text, text_length, &c->tokens);
+        if (status == WK_OK) status = end_document(c);
+      } else {
+        status = bad_line(c, line, reason);
+      }
+    }
+    p = nl ? nl + 1 : end;
+  }
+  c->lines = line;
+  free(scratch.data);
+  return status;
+}
+
+static WkStatus process_tokens(const ChunkContext *ctx, const Input *in, Chunk *c) {
+  size_t n = c->length / 2;
+  WK_TRY(wk_token_vec_reserve(&c->tokens, n));
+  uint32_t eos = ctx->tokenizer->eos, vocab = ctx->tokenizer->vocab_size;
+  for (size_t k = 0; k < n; k++) {
+    uint32_t t = (uint32_t)c->data[2 * k] | (uint32_t)c->data[2 * k + 1] << 8;
+    if (t == eos) {
+      WK_TRY(end_document(c));
+    } else if (t >= vocab) {
+      return WK_FAIL(WK_ERR_FORMAT, "'%s': token %u in a chunk at byte %llu is outside the %s vocabulary (%u); not "
+                     "GPT-2 tokens?", in->path, t, (unsigned long long)k * 2, ctx->tokenizer->name, vocab);
+    } else {
+      c->tokens.data[c->tokens.length++] = t;
+    }
+  }
+  return WK_OK;
+}
+
+void convert_process_chunk(const ChunkContext *ctx, Chunk *c) {
+  const Input *in = &ctx->inputs[c->input];
+  WkStatus status;
+  switch (in->kind) {
+    case INPUT_TEXT: status = process_text(ctx, in, c); break;
+    case INPUT_JSONL:
+    case INPUT_JSONL_ZST: status = process_lines(ctx, c); break;
+    case INPUT_TOKENS_BIN: status = process_tokens(ctx, in, c); break;
+    default: status = WK_FAIL(WK_ERR_INTERNAL, "unknown input kind %d", (int)in->kind);
+  }
+  c->status = status;
+  if (status != WK_OK) snprintf(c->message, sizeof c->message, "%s", wk_last_error());
+  free(c->data); /* the input bytes are no longer needed */
+  c->data = NULL;
+}
+
+void convert_chunk_free(Chunk *c) {
+  if (!c) return;
+  free(c->data);
+  free(c->tokens.data);
+  free(c->doc_ends);
+  free(c->bad);
+  free(c);
+}

@@ -1,0 +1,516 @@
+/*
+ * dataset.c — WkDataset: an opened index.json with lazily opened shards, and token reads by
+ * (shard, offset) that verify and decode every block they touch.
+ *
+ * Opening parses the index only. A shard is opened at its first use: header, block table and
+ * document index are read, checked against the index and against their checksums; then its raw
+ * blocks are read straight from the file mapping (each block's checksum verified once), zstd blocks
+ * are decoded into the bounded block cache (cache.c). At most WK_DATASET_MAX_OPEN_SHARDS shards stay
+ * open; the least recently used unpinned one is closed when another opens. So memory is bounded by
+ * configuration (open shards' block tables + the cache budget), never by the dataset's size.
+ *
+ * Thread safety: one mutex guards the table of open shards (held only for pointer updates); shard
+ * state is immutable once open, pinned by readers while they use it; the cache has its own lock.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>  /* XXH3 streaming state for documents indexes read in pieces */
+
+#include "format.h"
+
+enum {
+  DEFAULT_CACHE_BYTES = 64 << 20,
+  DEFAULT_MAX_OPEN_SHARDS = 64,
+  MAX_INDEX_BYTES = 1 << 30,
+};
+
+typedef struct {
+  WkByteSource *src;
+  char *path;
+  WkShardHeader h;
+  const uint8_t *table;     /* block table: in the mapping, or table_copy */
+  uint8_t *table_copy;
+  const uint8_t *doc_index; /* in the mapping, or NULL (then read on demand) */
+  atomic_uchar *verified;   /* per block: raw block checksum already verified */
+  uint32_t pins;
+  uint64_t last_use;
+} Shard;
+
+struct WkDataset {
+  char *path;  /* as given */
+  char *dir;   /* the directory shard names are relative to */
+  WkIndex index;
+  pthread_mutex_t lock;
+  Shard **shards;      /* index.shard_count slots, NULL when closed */
+  uint32_t *open;      /* indices of open shards */
+  uint32_t open_count, open_capacity;
+  int64_t max_open;
+  uint64_t tick;
+  WkBlockCache *cache;
+  int64_t cache_budget;
+  atomic_uint_fast64_t blocks_decoded, blocks_verified;
+};
+
+/* ---- opening the index ------------------------------------------------------------------------ */
+
+static char *join_path(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = wk_malloc(n, "path");
+  if (p) snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+static WkStatus read_whole(const char *path, char **out, size_t *length) {
+  WkByteSource *src = wk_source_open_file(path);
+  if (!src) return wk_last_status();
+  WkStatus status = WK_OK;
+  if (src->size > MAX_INDEX_BYTES) {
+    status = WK_FAIL(WK_ERR_FORMAT, "index '%s' is %llu bytes, more than the %d an index may have", path,
+                     (unsigned long long)src->size, MAX_INDEX_BYTES);
+  } else {
+    *out = wk_malloc((size_t)src->size + 1, "index text");
+    if (!*out) status = WK_ERR_NOMEM;
+    else status = src->read_at(src, 0, (size_t)src->size, *out);
+    if (status == WK_OK) {
+      (*out)[src->size] = '\0';
+      *length = (size_t)src->size;
+    } else {
+      free(*out);
+      *out = NULL;
+    }
+  }
+  src->close(src);
+  return status;
+}
+
+WkDataset *wk_dataset_open(const char *path) {
+  if (!path) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_open: path is NULL");
+    return NULL;
+  }
+  WkDataset *ds = wk_calloc(1, sizeof *ds, "dataset");
+  if (!ds) return NULL;
+  pthread_mutex_init(&ds->lock, NULL);
+  ds->max_open = DEFAULT_MAX_OPEN_SHARDS;
+  ds->cache_budget = DEFAULT_CACHE_BYTES;
+  ds->path = strdup(path);
+  struct stat st;
+  char *index_path = NULL;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ds->dir = strdup(path);
+    index_path = join_path(path, "index.json");
+  } else {
+    const char *slash = strrchr(path, '/');
+    ds->dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
+    index_path = strdup(path);
+  }
+  char *text = NULL;
+  size_t length = 0;
+  ds->cache = wk_cache_new((uint64_t)ds->cache_budget);
+  if (!ds->path || !ds->dir || !index_path || !ds->cache) {
+    if (wk_last_status() != WK_ERR_NOMEM) WK_FAIL(WK_ERR_NOMEM, "out of memory opening dataset '%s'", path);
+    goto fail;
+  }
+  if (read_whole(index_path, &text, &length) != WK_OK) {
+    wk_error_context("dataset '%s'", path);
+    goto fail;
+  }
+  if (wk_index_parse(text, length, index_path, &ds->index) != WK_OK) goto fail;
+  ds->shards = wk_calloc(ds->index.shard_count, sizeof *ds->shards, "shard table");
+  if (!ds->shards) goto fail;
+  free(text);
+  free(index_path);
+  return ds;
+fail:
+  free(text);
+  free(index_path);
+  wk_dataset_close(ds);
+  return NULL;
+}
+
+/* ---- shards ------------------------------------------------------------------------------------- */
+
+static void shard_close(Shard *s) {
+  if (!s) return;
+  if (s->src) s->src->close(s->src);
+  free(s->table_copy);
+  free(s->verified);
+  free(s->path);
+  free(s);
+}
+
+/* Hashes [offset, offset+length) of src (mapped or read in pieces) and checks document starts. */
+static WkStatus check_doc_index(Shard *s) {
+  const WkShardHeader *h = &s->h;
+  uint64_t length = h->documents * WK_SHARD_DOC_ENTRY_BYTES;
+  const uint8_t *mapped = s->src->map(s->src, h->doc_index_offset, (size_t)length);
+  XXH3_state_t *state = NULL;
+  uint64_t hash;
+  enum { PIECE = 1 << 16 };
+  uint8_t *piece = NULL;
+  if (mapped) {
+    hash = wk_hash64(mapped, (size_t)length);
+    s->doc_index = mapped;
+  } else {
+    state = XXH3_createState();
+    piece = malloc(PIECE);
+    if (!state || !piece) {
+      XXH3_freeState(state);
+      free(piece);
+      return WK_FAIL(WK_ERR_NOMEM, "out of memory checking shard '%s'", s->path);
+    }
+    XXH3_64bits_reset(state);
+    for (uint64_t done = 0; done < length;) {
+      size_t n = length - done < PIECE ? (size_t)(length - done) : PIECE;
+      WkStatus status = s->src->read_at(s->src, h->doc_index_offset + done, n, piece);
+      if (status != WK_OK) {
+        XXH3_freeState(state);
+        free(piece);
+        return status;
+      }
+      XXH3_64bits_update(state, piece, n);
+      done += n;
+    }
+    hash = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    free(piece);
+  }
+  if (hash != h->doc_index_hash)
+    return WK_FAIL(WK_ERR_FORMAT,
+                   "shard '%s' document index: checksum 0x%016llx != 0x%016llx (file truncated or corrupted; "
+                   "re-run the converter or delete it from the cache)",
+                   s->path, (unsigned long long)hash, (unsigned long long)h->doc_index_hash);
+  return WK_OK;
+}
+
+static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
+  const WkIndexShard *ix = &ds->index.shards[i];
+  Shard *s = wk_calloc(1, sizeof *s, "shard");
+  if (!s) return WK_ERR_NOMEM;
+  WkStatus status = WK_OK;
+  s->path = join_path(ds->dir, ix->name);
+  if (!s->path) { status = WK_ERR_NOMEM; goto fail; }
+  s->src = wk_source_open_file(s->path);
+  if (!s->src) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
+  if (s->src->size != ix->bytes) {
+    status = WK_FAIL(WK_ERR_FORMAT,
+                     "shard '%s': the index says %llu bytes but the file has %llu (truncated, replaced, or a stale "
+                     "index; re-run the converter or delete it from the cache)",
+                     s->path, (unsigned long long)ix->bytes, (unsigned long long)s->src->size);
+    goto fail;
+  }
+  uint8_t header[WK_SHARD_HEADER_BYTES];
+  if ((status = s->src->read_at(s->src, 0, sizeof header, header)) != WK_OK) goto fail;
+  if ((status = wk_shard_header_parse(header, sizeof header, s->src->size, s->path, &s->h)) != WK_OK) goto fail;
+  const WkShardHeader *h = &s->h;
+  if (h->header_hash != ix->checksum || h->tokens != ix->tokens || h->documents != ix->documents) {
+    status = WK_FAIL(WK_ERR_FORMAT,
+                     "shard '%s' disagrees with the index: header checksum 0x%016llx, %llu tokens, %llu documents; "
+                     "index: 0x%016llx, %llu tokens, %llu documents (shard replaced or index stale; re-run the "
+                     "converter)",
+                     s->path, (unsigned long long)h->header_hash, (unsigned long long)h->tokens,
+                     (unsigned long long)h->documents, (unsigned long long)ix->checksum,
+                     (unsigned long long)ix->tokens, (unsigned long long)ix->documents);
+    goto fail;
+  }
+  if (h->token_bytes != ds->index.token_bytes || h->vocab_size != ds->index.vocab_size || h->eos != ds->index.eos) {
+    status = WK_FAIL(WK_ERR_FORMAT,
+                     "shard '%s': %u-byte tokens, vocabulary %u, EOS %u, but the index says %u, %u, %u (shards of "
+                     "different datasets mixed?)",
+                     s->path, h->token_bytes, h->vocab_size, h->eos, ds->index.token_bytes, ds->index.vocab_size,
+                     ds->index.eos);
+    goto fail;
+  }
+  size_t table_bytes = (size_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
+  s->table = s->src->map(s->src, h->block_table_offset, table_bytes);
+  if (!s->table) {
+    s->table_copy = wk_malloc(table_bytes, "block table");
+    if (!s->table_copy) { status = WK_ERR_NOMEM; goto fail; }
+    if ((status = s->src->read_at(s->src, h->block_table_offset, table_bytes, s->table_copy)) != WK_OK) goto fail;
+    s->table = s->table_copy;
+  }
+  uint64_t table_hash = wk_hash64(s->table, table_bytes);
+  if (table_hash != h->block_table_hash) {
+    status = WK_FAIL(WK_ERR_FORMAT,
+                     "shard '%s' block table: checksum 0x%016llx != 0x%016llx (file truncated or corrupted; re-run "
+                     "the converter or delete it from the cache)",
+                     s->path, (unsigned long long)table_hash, (unsigned long long)h->block_table_hash);
+    goto fail;
+  }
+  for (uint32_t b = 0; b < h->block_count; b++) {
+    WkBlockEntry e;
+    if ((status = wk_block_entry_parse(s->table, h, b, s->path, &e)) != WK_OK) goto fail;
+  }
+  if ((status = check_doc_index(s)) != WK_OK) goto fail;
+  s->verified = wk_calloc(h->block_count, sizeof *s->verified, "verified-block flags");
+  if (!s->verified) { status = WK_ERR_NOMEM; goto fail; }
+  *out = s;
+  return WK_OK;
+fail:
+  shard_close(s);
+  return status;
+}
+
+/* Closes least recently used unpinned shards until the limit holds. Lock held. */
+static void evict_shards(WkDataset *ds) {
+  while (ds->open_count > (uint32_t)ds->max_open) {
+    uint32_t victim = UINT32_MAX;
+    for (uint32_t k = 0; k < ds->open_count; k++) {
+      Shard *s = ds->shards[ds->open[k]];
+      if (s->pins == 0 && (victim == UINT32_MAX || s->last_use < ds->shards[ds->open[victim]]->last_use)) victim = k;
+    }
+    if (victim == UINT32_MAX) return; /* all pinned: readers hold them; retried at the next release */
+    uint32_t index = ds->open[victim];
+    shard_close(ds->shards[index]);
+    ds->shards[index] = NULL;
+    ds->open[victim] = ds->open[--ds->open_count];
+  }
+}
+
+static WkStatus shard_acquire(WkDataset *ds, uint32_t i, Shard **out) {
+  if (i >= ds->index.shard_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': shard %u out of range (it has %u)", ds->path, i,
+                   ds->index.shard_count);
+  pthread_mutex_lock(&ds->lock);
+  Shard *s = ds->shards[i];
+  if (s) {
+    s->pins++;
+    s->last_use = ++ds->tick;
+    pthread_mutex_unlock(&ds->lock);
+    *out = s;
+    return WK_OK;
+  }
+  pthread_mutex_unlock(&ds->lock);
+
+  Shard *fresh = NULL;
+  WK_TRY(shard_open(ds, i, &fresh)); /* I/O outside the lock */
+
+  pthread_mutex_lock(&ds->lock);
+  s = ds->shards[i];
+  if (s) { /* another thread opened it meanwhile */
+    shard_close(fresh);
+  } else {
+    if (ds->open_count == ds->open_capacity) {
+      uint32_t cap = ds->open_capacity ? ds->open_capacity * 2 : 16;
+      uint32_t *grown = realloc(ds->open, cap * sizeof *grown);
+      if (!grown) {
+        pthread_mutex_unlock(&ds->lock);
+        shard_close(fresh);
+        return WK_FAIL(WK_ERR_NOMEM, "out of memory tracking open shards");
+      }
+      ds->open = grown;
+      ds->open_capacity = cap;
+    }
+    s = ds->shards[i] = fresh;
+    ds->open[ds->open_count++] = i;
+  }
+  s->pins++;
+  s->last_use = ++ds->tick;
+  evict_shards(ds);
+  pthread_mutex_unlock(&ds->lock);
+  *out = s;
+  return WK_OK;
+}
+
+static void shard_release(WkDataset *ds, Shard *s) {
+  pthread_mutex_lock(&ds->lock);
+  s->pins--;
+  if (ds->open_count > (uint32_t)ds->max_open) evict_shards(ds);
+  pthread_mutex_unlock(&ds->lock);
+}
+
+/* ---- reads -------------------------------------------------------------------------------------- */
+
+/* Copies tokens [within, within+count) of block b of shard i into out as u32. */
+static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
+                           uint32_t *out) {
+  const WkShardHeader *h = &s->h;
+  WkBlockEntry e;
+  WK_TRY(wk_block_entry_parse(s->table, h, b, s->path, &e));
+  const uint8_t *stored = s->src->map(s->src, e.offset, e.stored_bytes);
+  if (e.codec == WK_CODEC_RAW && stored) { /* zero copy: widen straight from the mapping */
+    if (!atomic_load_explicit(&s->verified[b], memory_order_acquire)) {
+      WK_TRY(wk_block_verify(&e, b, stored, s->path));
+      atomic_fetch_add(&ds->blocks_verified, 1);
+      atomic_store_explicit(&s->verified[b], 1, memory_order_release);
+    }
+    wk_tokens_widen(stored + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+    return WK_OK;
+  }
+  uint64_t key = (uint64_t)i << 32 | b;
+  WkCacheEntry *hit = wk_cache_acquire(ds->cache, key);
+  if (hit) {
+    wk_tokens_widen((const uint8_t *)wk_cache_data(hit) + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+    wk_cache_release(ds->cache, hit);
+    return WK_OK;
+  }
+  size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
+  uint8_t *decoded = wk_malloc(decoded_bytes, "decoded block");
+  uint8_t *copy = NULL;
+  if (!decoded) return WK_ERR_NOMEM;
+  WkStatus status = WK_OK;
+  if (!stored) { /* not mappable (remote): fetch the stored bytes */
+    copy = wk_malloc(e.stored_bytes, "stored block");
+    if (!copy) status = WK_ERR_NOMEM;
+    else status = s->src->read_at(s->src, e.offset, e.stored_bytes, copy);
+    stored = copy;
+  }
+  if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, decoded, s->path);
+  free(copy);
+  if (status != WK_OK) {
+    free(decoded);
+    return status;
+  }
+  atomic_fetch_add(&ds->blocks_verified, 1);
+  atomic_fetch_add(&ds->blocks_decoded, 1);
+  WkCacheEntry *entry = wk_cache_insert(ds->cache, key, decoded, decoded_bytes);
+  const uint8_t *from = entry ? wk_cache_data(entry) : decoded;
+  wk_tokens_widen(from + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+  if (entry) wk_cache_release(ds->cache, entry);
+  else free(decoded); /* did not fit the budget */
+  return WK_OK;
+}
+
+WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, uint32_t *out) {
+  if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_read: dataset is NULL");
+  if (shard >= ds->index.shard_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': shard %u out of range (it has %u)", ds->path, shard,
+                   ds->index.shard_count);
+  uint64_t tokens = ds->index.shards[shard].tokens;
+  if (offset > tokens || count > tokens - offset)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' shard %u: tokens [%llu, +%llu) past its end (%llu tokens)",
+                   ds->path, shard, (unsigned long long)offset, (unsigned long long)count,
+                   (unsigned long long)tokens);
+  if (count == 0) return WK_OK;
+  if (!out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_read: out is NULL");
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  WkStatus status = WK_OK;
+  uint64_t bt = s->h.block_tokens;
+  while (count > 0 && status == WK_OK) {
+    uint32_t b = (uint32_t)(offset / bt);
+    uint32_t within = (uint32_t)(offset % bt);
+    uint32_t n = wk_block_token_count(&s->h, b) - within;
+    if (n > count) n = (uint32_t)count;
+    status = read_block(ds, shard, s, b, within, n, out);
+    offset += n;
+    count -= n;
+    out += n;
+  }
+  shard_release(ds, s);
+  return status;
+}
+
+WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64_t *start, uint64_t *length) {
+  if (!ds || !start || !length) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_document: NULL argument");
+  if (shard < ds->index.shard_count && doc >= ds->index.shards[shard].documents)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' shard %u: document %llu out of range (it has %llu)", ds->path,
+                   shard, (unsigned long long)doc, (unsigned long long)ds->index.shards[shard].documents);
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  uint8_t entries[2 * WK_SHARD_DOC_ENTRY_BYTES];
+  bool last = doc + 1 == s->h.documents;
+  size_t n = last ? WK_SHARD_DOC_ENTRY_BYTES : 2 * WK_SHARD_DOC_ENTRY_BYTES;
+  const uint8_t *p = s->doc_index ? s->doc_index + doc * WK_SHARD_DOC_ENTRY_BYTES : NULL;
+  WkStatus status = WK_OK;
+  if (!p) {
+    status = s->src->read_at(s->src, s->h.doc_index_offset + doc * WK_SHARD_DOC_ENTRY_BYTES, n, entries);
+    p = entries;
+  }
+  if (status == WK_OK)
+    status = wk_doc_index_span(&s->h, p, last ? NULL : p + WK_SHARD_DOC_ENTRY_BYTES, doc, s->path, start, length);
+  shard_release(ds, s);
+  return status;
+}
+
+WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard) {
+  if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_check_shard: dataset is NULL");
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  shard_release(ds, s);
+  return WK_OK;
+}
+
+/* ---- the rest of the API ------------------------------------------------------------------------ */
+
+void wk_dataset_close(WkDataset *ds) {
+  if (!ds) return;
+  if (ds->shards)
+    for (uint32_t i = 0; i < ds->index.shard_count; i++) shard_close(ds->shards[i]);
+  free(ds->shards);
+  free(ds->open);
+  wk_cache_free(ds->cache);
+  wk_index_free(&ds->index);
+  pthread_mutex_destroy(&ds->lock);
+  free(ds->path);
+  free(ds->dir);
+  free(ds);
+}
+
+const char *wk_dataset_name(const WkDataset *ds) { return ds->path; }
+uint32_t wk_dataset_shard_count(const WkDataset *ds) { return ds->index.shard_count; }
+uint64_t wk_dataset_token_count(const WkDataset *ds) { return ds->index.tokens; }
+uint64_t wk_dataset_document_count(const WkDataset *ds) { return ds->index.documents; }
+uint32_t wk_dataset_vocab_size(const WkDataset *ds) { return ds->index.vocab_size; }
+uint32_t wk_dataset_eos(const WkDataset *ds) { return ds->index.eos; }
+uint32_t wk_dataset_token_bytes(const WkDataset *ds) { return ds->index.token_bytes; }
+const char *wk_dataset_tokenizer(const WkDataset *ds) { return ds->index.tokenizer; }
+
+WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out) {
+  if (!ds || !out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_shard_info: NULL argument");
+  if (shard >= ds->index.shard_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': shard %u out of range (it has %u)", ds->path, shard,
+                   ds->index.shard_count);
+  const WkIndexShard *s = &ds->index.shards[shard];
+  out->name = s->name;
+  out->tokens = s->tokens;
+  out->documents = s->documents;
+  out->bytes = s->bytes;
+  return WK_OK;
+}
+
+WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value) {
+  if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_set: dataset is NULL");
+  switch (param) {
+    case WK_DATASET_CACHE_BYTES:
+      if (value < 0) return WK_FAIL(WK_ERR_INVALID_ARG, "dataset cache budget %lld must be >= 0", (long long)value);
+      pthread_mutex_lock(&ds->lock);
+      ds->cache_budget = value;
+      pthread_mutex_unlock(&ds->lock);
+      wk_cache_set_budget(ds->cache, (uint64_t)value);
+      return WK_OK;
+    case WK_DATASET_MAX_OPEN_SHARDS:
+      if (value < 1 || value > 1 << 20)
+        return WK_FAIL(WK_ERR_INVALID_ARG, "max open shards %lld must be in 1..%d", (long long)value, 1 << 20);
+      pthread_mutex_lock(&ds->lock);
+      ds->max_open = value;
+      evict_shards(ds);
+      pthread_mutex_unlock(&ds->lock);
+      return WK_OK;
+  }
+  return WK_FAIL(WK_ERR_INVALID_ARG, "unknown dataset parameter %d", (int)param);
+}
+
+int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param) {
+  if (!ds) return -1;
+  switch (param) {
+    case WK_DATASET_CACHE_BYTES: return ds->cache_budget;
+    case WK_DATASET_MAX_OPEN_SHARDS: return ds->max_open;
+  }
+  return -1;
+}
+
+void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out) {
+  memset(out, 0, sizeof *out);
+  if (!ds) return;
+  wk_cache_stats(ds->cache, out);
+  out->blocks_decoded = atomic_load(&ds->blocks_decoded);
+  out->blocks_verified = atomic_load(&ds->blocks_verified);
+  pthread_mutex_lock(&ds->lock);
+  out->open_shards = ds->open_count;
+  pthread_mutex_unlock(&ds->lock);
+}

@@ -1,0 +1,274 @@
+/*
+ * format_shard.c — reading the shard format: header, block table and document index validation,
+ * block checksums and decoding. Pure functions of bytes: no files, no threads (except the
+ * per-thread zstd context), so the fuzz target drives exactly what the reader runs.
+ *
+ * Every check that can fail names the shard, the block or document, and the reason, with a hint
+ * (the format is in FORMAT.md).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>  /* XXH3_64bits */
+#include <zstd.h>    /* ZSTD_decompressDCtx, ZSTD_getFrameContentSize */
+
+#include "format.h"
+
+#define CORRUPT_HINT "file truncated or corrupted; re-run the converter or delete it from the cache"
+
+uint64_t wk_hash64(const void *data, size_t length) { return XXH3_64bits(data, length); }
+
+/* ---- little-endian fields ----------------------------------------------------------------- */
+
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ---- header ------------------------------------------------------------------------------------- */
+
+/* Field offsets inside the 128-byte header (FORMAT.md has the table). */
+enum {
+  H_MAGIC = 0, H_VERSION = 8, H_HEADER_BYTES = 12, H_FLAGS = 16, H_TOKEN_BYTES = 20, H_CODEC = 24,
+  H_BLOCK_TOKENS = 28, H_TOKENS = 32, H_DOCUMENTS = 40, H_FILE_BYTES = 48, H_BLOCK_COUNT = 56, H_VOCAB = 60,
+  H_EOS = 64, H_RESERVED0 = 68, H_PAYLOAD = 72, H_BLOCK_TABLE = 80, H_DOC_INDEX = 88, H_BLOCK_TABLE_HASH = 96,
+  H_DOC_INDEX_HASH = 104, H_RESERVED1 = 112, H_HEADER_HASH = 120
+};
+
+void wk_shard_header_encode(const WkShardHeader *h, uint8_t out[WK_SHARD_HEADER_BYTES]) {
+  memset(out, 0, WK_SHARD_HEADER_BYTES);
+  memcpy(out + H_MAGIC, WK_SHARD_MAGIC, 8);
+  put32(out + H_VERSION, h->version);
+  put32(out + H_HEADER_BYTES, WK_SHARD_HEADER_BYTES);
+  put32(out + H_FLAGS, h->flags);
+  put32(out + H_TOKEN_BYTES, h->token_bytes);
+  put32(out + H_CODEC, h->codec);
+  put32(out + H_BLOCK_TOKENS, h->block_tokens);
+  put64(out + H_TOKENS, h->tokens);
+  put64(out + H_DOCUMENTS, h->documents);
+  put64(out + H_FILE_BYTES, h->file_bytes);
+  put32(out + H_BLOCK_COUNT, h->block_count);
+  put32(out + H_VOCAB, h->vocab_size);
+  put32(out + H_EOS, h->eos);
+  put64(out + H_PAYLOAD, h->payload_offset);
+  put64(out + H_BLOCK_TABLE, h->block_table_offset);
+  put64(out + H_DOC_INDEX, h->doc_index_offset);
+  put64(out + H_BLOCK_TABLE_HASH, h->block_table_hash);
+  put64(out + H_DOC_INDEX_HASH, h->doc_index_hash);
+  put64(out + H_HEADER_HASH, wk_hash64(out, H_HEADER_HASH));
+}
+
+#define BAD(...) (wk_fail_at(__FILE__, __LINE__, WK_ERR_FORMAT, __VA_ARGS__))
+
+WkStatus wk_shard_header_parse(const uint8_t *b, size_t length, uint64_t file_size, const char *name,
+                               WkShardHeader *h) {
+  memset(h, 0, sizeof *h);
+  if (length < WK_SHARD_HEADER_BYTES || file_size < WK_SHARD_HEADER_BYTES)
+    return BAD("shard '%s': %llu bytes, shorter than the %d-byte header (" CORRUPT_HINT ")", name,
+               (unsigned long long)(file_size < length ? file_size : length), WK_SHARD_HEADER_BYTES);
+  if (memcmp(b + H_MAGIC, WK_SHARD_MAGIC, 8) != 0) {
+    char shown[9];
+    for (int i = 0; i < 8; i++) shown[i] = b[i] >= 0x20 && b[i] < 0x7f ? (char)b[i] : '?';
+    shown[8] = '\0';
+    return BAD("shard '%s': bad magic '%s', expected '" WK_SHARD_MAGIC "' (not a Wick shard, or its start is corrupted)",
+               name, shown);
+  }
+  h->version = get32(b + H_VERSION);
+  if (h->version > WK_SHARD_VERSION)
+    return BAD("shard '%s': format version %u is newer than this reader's %d (upgrade Wick to read it)", name,
+               h->version, WK_SHARD_VERSION);
+  if (h->version == 0) return BAD("shard '%s': format version 0 is not valid (" CORRUPT_HINT ")", name);
+  uint64_t stored_hash = get64(b + H_HEADER_HASH), actual_hash = wk_hash64(b, H_HEADER_HASH);
+  if (stored_hash != actual_hash)
+    return BAD("shard '%s' header: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", name,
+               (unsigned long long)actual_hash, (unsigned long long)stored_hash);
+  h->header_hash = stored_hash;
+  h->flags = get32(b + H_FLAGS);
+  h->token_bytes = get32(b + H_TOKEN_BYTES);
+  h->codec = get32(b + H_CODEC);
+  h->block_tokens = get32(b + H_BLOCK_TOKENS);
+  h->tokens = get64(b + H_TOKENS);
+  h->documents = get64(b + H_DOCUMENTS);
+  h->file_bytes = get64(b + H_FILE_BYTES);
+  h->block_count = get32(b + H_BLOCK_COUNT);
+  h->vocab_size = get32(b + H_VOCAB);
+  h->eos = get32(b + H_EOS);
+  h->payload_offset = get64(b + H_PAYLOAD);
+  h->block_table_offset = get64(b + H_BLOCK_TABLE);
+  h->doc_index_offset = get64(b + H_DOC_INDEX);
+  h->block_table_hash = get64(b + H_BLOCK_TABLE_HASH);
+  h->doc_index_hash = get64(b + H_DOC_INDEX_HASH);
+
+  if (get32(b + H_HEADER_BYTES) != WK_SHARD_HEADER_BYTES)
+    return BAD("shard '%s': header size %u, expected %d for version %u", name, get32(b + H_HEADER_BYTES),
+               WK_SHARD_HEADER_BYTES, h->version);
+  if (h->flags != 0)
+    return BAD("shard '%s': unknown flags 0x%x (written by a newer Wick; upgrade to read it)", name, h->flags);
+  if (h->token_bytes != 2 && h->token_bytes != 4)
+    return BAD("shard '%s': token width %u bytes, expected 2 or 4", name, h->token_bytes);
+  if (h->codec != WK_CODEC_RAW && h->codec != WK_CODEC_ZSTD)
+    return BAD("shard '%s': unknown codec %u (written by a newer Wick?)", name, h->codec);
+  if (h->block_tokens == 0 || h->block_tokens > WK_SHARD_MAX_BLOCK_TOKENS)
+    return BAD("shard '%s': %u tokens per block, expected 1..%d", name, h->block_tokens,
+               WK_SHARD_MAX_BLOCK_TOKENS);
+  if (h->vocab_size == 0 || (h->token_bytes == 2 && h->vocab_size > 65536) || h->eos >= h->vocab_size)
+    return BAD("shard '%s': vocabulary %u with EOS %u does not fit %u-byte tokens", name, h->vocab_size, h->eos,
+               h->token_bytes);
+  if (h->file_bytes != file_size)
+    return BAD("shard '%s': header says %llu bytes but the file has %llu (" CORRUPT_HINT ")", name,
+               (unsigned long long)h->file_bytes, (unsigned long long)file_size);
+  uint64_t blocks = h->tokens / h->block_tokens + (h->tokens % h->block_tokens != 0);
+  if (blocks != h->block_count)
+    return BAD("shard '%s': %u blocks for %llu tokens of %u per block, expected %llu (" CORRUPT_HINT ")", name,
+               h->block_count, (unsigned long long)h->tokens, h->block_tokens, (unsigned long long)blocks);
+  if (h->documents > h->tokens || (h->tokens > 0 && h->documents == 0))
+    return BAD("shard '%s': %llu documents cannot end %llu tokens with one EOS each (" CORRUPT_HINT ")", name,
+               (unsigned long long)h->documents, (unsigned long long)h->tokens);
+  if (h->payload_offset != WK_SHARD_HEADER_BYTES || h->block_table_offset < h->payload_offset ||
+      h->block_table_offset > file_size ||
+      (uint64_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES != h->doc_index_offset - h->block_table_offset ||
+      h->doc_index_offset < h->block_table_offset || h->doc_index_offset > file_size ||
+      h->documents > (file_size - h->doc_index_offset) / WK_SHARD_DOC_ENTRY_BYTES ||
+      h->doc_index_offset + h->documents * WK_SHARD_DOC_ENTRY_BYTES != file_size)
+    return BAD("shard '%s': sections (payload %llu, block table %llu, document index %llu, end %llu) do not tile "
+               "the file (" CORRUPT_HINT ")",
+               name, (unsigned long long)h->payload_offset, (unsigned long long)h->block_table_offset,
+               (unsigned long long)h->doc_index_offset, (unsigned long long)file_size);
+  return WK_OK;
+}
+
+/* ---- block table ---------------------------------------------------------------------------- */
+
+void wk_block_entry_encode(const WkBlockEntry *e, uint8_t out[WK_SHARD_BLOCK_ENTRY_BYTES]) {
+  put64(out, e->offset);
+  put32(out + 8, e->stored_bytes);
+  put32(out + 12, e->codec);
+  put64(out + 16, e->hash);
+}
+
+uint32_t wk_block_token_count(const WkShardHeader *h, uint32_t block) {
+  uint64_t first = (uint64_t)block * h->block_tokens;
+  uint64_t left = h->tokens > first ? h->tokens - first : 0;
+  return left < h->block_tokens ? (uint32_t)left : h->block_tokens;
+}
+
+WkStatus wk_block_entry_parse(const uint8_t *table, const WkShardHeader *h, uint32_t block, const char *name,
+                              WkBlockEntry *e) {
+  const uint8_t *p = table + (size_t)block * WK_SHARD_BLOCK_ENTRY_BYTES;
+  e->offset = get64(p);
+  e->stored_bytes = get32(p + 8);
+  e->codec = get32(p + 12);
+  e->hash = get64(p + 16);
+  uint64_t decoded = (uint64_t)wk_block_token_count(h, block) * h->token_bytes;
+  if (e->offset < h->payload_offset || e->offset > h->block_table_offset ||
+      e->stored_bytes > h->block_table_offset - e->offset)
+    return BAD("shard '%s' block %u: stored at [%llu, +%u) outside the payload [%llu, %llu) (" CORRUPT_HINT ")", name,
+               block, (unsigned long long)e->offset, e->stored_bytes, (unsigned long long)h->payload_offset,
+               (unsigned long long)h->block_table_offset);
+  if (e->codec == WK_CODEC_RAW) {
+    if (e->stored_bytes != decoded)
+      return BAD("shard '%s' block %u: raw block of %u bytes, expected %llu (" CORRUPT_HINT ")", name, block,
+                 e->stored_bytes, (unsigned long long)decoded);
+    if (e->offset % h->token_bytes != 0)
+      return BAD("shard '%s' block %u: raw block at unaligned offset %llu (" CORRUPT_HINT ")", name, block,
+                 (unsigned long long)e->offset);
+  } else if (e->codec == WK_CODEC_ZSTD) {
+    if (e->stored_bytes == 0 || e->stored_bytes > ZSTD_compressBound((size_t)decoded))
+      return BAD("shard '%s' block %u: zstd block of %u bytes for %llu decoded bytes (" CORRUPT_HINT ")", name,
+                 block, e->stored_bytes, (unsigned long long)decoded);
+  } else {
+    return BAD("shard '%s' block %u: unknown codec %u (" CORRUPT_HINT ")", name, block, e->codec);
+  }
+  return WK_OK;
+}
+
+/* ---- blocks --------------------------------------------------------------------------------- */
+
+WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stored, const char *name) {
+  uint64_t actual = wk_hash64(stored, e->stored_bytes);
+  if (actual != e->hash)
+    return BAD("shard '%s' block %u: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", name, block,
+               (unsigned long long)actual, (unsigned long long)e->hash);
+  return WK_OK;
+}
+
+/* One decompression context per thread, freed when the thread exits. */
+static pthread_key_t dctx_key;
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+static void free_dctx(void *dctx) { ZSTD_freeDCtx(dctx); }
+static void make_dctx_key(void) { pthread_key_create(&dctx_key, free_dctx); }
+
+static ZSTD_DCtx *thread_dctx(void) {
+  pthread_once(&dctx_once, make_dctx_key);
+  ZSTD_DCtx *dctx = pthread_getspecific(dctx_key);
+  if (!dctx) {
+    dctx = ZSTD_createDCtx();
+    if (!dctx) {
+      WK_FAIL(WK_ERR_NOMEM, "out of memory creating a zstd decompression context");
+      return NULL;
+    }
+    if (pthread_setspecific(dctx_key, dctx) != 0) {
+      ZSTD_freeDCtx(dctx);
+      WK_FAIL(WK_ERR_NOMEM, "cannot store the thread's zstd context");
+      return NULL;
+    }
+  }
+  return dctx;
+}
+
+WkStatus wk_block_decode(const WkShardHeader *h, const WkBlockEntry *e, uint32_t block, const void *stored,
+                         void *dst, const char *name) {
+  WK_TRY(wk_block_verify(e, block, stored, name));
+  size_t decoded = (size_t)wk_block_token_count(h, block) * h->token_bytes;
+  if (e->codec == WK_CODEC_RAW) {
+    memcpy(dst, stored, decoded);
+    return WK_OK;
+  }
+  unsigned long long content = ZSTD_getFrameContentSize(stored, e->stored_bytes);
+  if (content != decoded)
+    return BAD("shard '%s' block %u: zstd frame holds %lld bytes, expected %zu (" CORRUPT_HINT ")", name, block,
+               content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR ? -1LL : (long long)content,
+               decoded);
+  ZSTD_DCtx *dctx = thread_dctx();
+  if (!dctx) return wk_last_status();
+  size_t n = ZSTD_decompressDCtx(dctx, dst, decoded, stored, e->stored_bytes);
+  if (ZSTD_isError(n))
+    return BAD("shard '%s' block %u: zstd: %s (" CORRUPT_HINT ")", name, block, ZSTD_getErrorName(n));
+  if (n != decoded)
+    return BAD("shard '%s' block %u: decoded %zu bytes, expected %zu (" CORRUPT_HINT ")", name, block, n, decoded);
+  return WK_OK;
+}
+
+/* ---- document index ------------------------------------------------------------------------- */
+
+WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const uint8_t *next_entry, uint64_t doc,
+                           const char *name, uint64_t *start, uint64_t *length) {
+  uint64_t s = get64(entry);
+  uint64_t end = next_entry ? get64(next_entry) : h->tokens; /* exclusive, the EOS included */
+  if ((doc == 0 && s != 0) || s >= end || end > h->tokens)
+    return BAD("shard '%s' document %llu: span [%llu, %llu) is not inside the %llu-token stream in order "
+               "(" CORRUPT_HINT ")",
+               name, (unsigned long long)doc, (unsigned long long)s, (unsigned long long)end,
+               (unsigned long long)h->tokens);
+  *start = s;
+  *length = end - s - 1;
+  return WK_OK;
+}
+
+/* ---- tokens ------------------------------------------------------------------------------------ */
+
+void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst) {
+  if (token_bytes == 4) {
+    memcpy(dst, src, count * 4);
+    return;
+  }
+  /* Byte loads keep this alignment-free; the compiler turns the loop into vector shuffles. */
+  const uint8_t *s = src;
+  for (size_t i = 0; i < count; i++) dst[i] = (uint32_t)s[2 * i] | (uint32_t)s[2 * i + 1] << 8;
+}

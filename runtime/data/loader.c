@@ -1,0 +1,601 @@
+/*
+ * loader.c — the pipeline: reader threads fill a bounded ring of micro-batches ahead of the
+ * consumer (DESIGN §5).
+ *
+ * One lock guards the planner and the ring. A reader thread takes the next micro-batch number,
+ * plans it under the lock (mix allocation once per step, then locating its rows: cheap, pure
+ * arithmetic), and reads, decodes and packs its rows without the lock. The consumer takes
+ * micro-batches strictly in order, so the stream is the same for any number of threads. The ring
+ * has `prefetch` buffers: a full ring stops the readers (backpressure, bounded memory).
+ *
+ * The cursor reflects what the consumer has received, never what was prefetched.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "stream.h"
+
+enum {
+  MAX_THREADS = 64,
+  BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
+  BUFFER_ERROR_CAPACITY = 1024,
+  SKIP_LOG_LIMIT = 20,    /* corrupt samples logged one by one before going quiet */
+};
+
+typedef struct {
+  int64_t min, max, fallback;
+  const char *name;
+} ParamSpec;
+
+/* fallback 0 for MICRO_BATCH and PREFETCH means "derived at start". */
+static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
+    [WK_LOADER_SEQ_LEN] = {1, 1 << 24, 1024, "seq_len"},
+    [WK_LOADER_GLOBAL_BATCH] = {1, 1 << 24, 8, "global_batch"},
+    [WK_LOADER_MICRO_BATCH] = {0, 1 << 24, 0, "micro_batch"},
+    [WK_LOADER_WORLD_SIZE] = {1, 1 << 20, 1, "world_size"},
+    [WK_LOADER_RANK] = {0, (1 << 20) - 1, 0, "rank"},
+    [WK_LOADER_SEED] = {INT64_MIN, INT64_MAX, 0, "seed"},
+    [WK_LOADER_SHUFFLE] = {0, 1, 1, "shuffle"},
+    [WK_LOADER_SHUFFLE_WINDOW] = {1, 1 << 20, 8, "shuffle_window"},
+    [WK_LOADER_PARTITIONS] = {1, 1 << 20, 1, "partitions"},
+    [WK_LOADER_CHUNK] = {1, 1 << 24, 1, "chunk"},
+    [WK_LOADER_MODE] = {0, 1, 0, "mode"},
+    [WK_LOADER_THREADS] = {1, MAX_THREADS, 2, "threads"},
+    [WK_LOADER_PREFETCH] = {0, 4096, 0, "prefetch"},
+    [WK_LOADER_ON_CORRUPT] = {0, 1, 0, "on_corrupt"},
+    [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
+    [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
+    [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
+};
+
+typedef struct {
+  char *path;
+  WkDataset *ds;
+  WkOrder *order;
+} Source;
+
+typedef enum { BUFFER_FREE, BUFFER_FILLING, BUFFER_READY } BufferState;
+
+typedef struct {
+  BufferState state;
+  uint64_t seq;          /* micro-batch number since start */
+  uint64_t step;
+  uint32_t micro;
+  uint64_t fingerprint;
+  uint64_t skipped;
+  WkStatus status;
+  char error[BUFFER_ERROR_CAPACITY];
+  WkRows rows;
+  WkSampleInfo *info;
+  WkSampleLoc *locs;
+  WkSourcePosition before[WK_MIX_MAX_SOURCES]; /* at the start of `step` */
+  WkSourcePosition after[WK_MIX_MAX_SOURCES];  /* after `step` */
+  void *memory;
+} Buffer;
+
+struct WkLoader {
+  int64_t params[WK_LOADER_PARAM_COUNT];
+  Source sources[WK_MIX_MAX_SOURCES];
+  WkMixConfig mix;
+  WkCursor start;       /* where the stream starts: zero or a restored cursor */
+  bool restored;
+  /* derived at start */
+  uint32_t rows, per_rank, micro_steps;
+  size_t buffer_bytes;
+  /* planner, under lock */
+  uint64_t next_seq;
+  bool have_step;
+  uint64_t planned_step;
+  WkSlot *slots;        /* the planned step's global batch */
+  uint64_t step_fingerprint;
+  WkSourcePosition positions[WK_MIX_MAX_SOURCES];
+  WkSourcePosition step_before[WK_MIX_MAX_SOURCES];
+  WkSourcePosition start_positions[WK_MIX_MAX_SOURCES]; /* at the start step (restored or zero) */
+  bool ended;
+  uint64_t end_seq;
+  /* ring */
+  Buffer *buffers;
+  uint32_t buffer_count;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  pthread_t threads[MAX_THREADS];
+  uint32_t thread_count;
+  bool started, stopping;
+  /* consumer */
+  uint64_t consumed;
+  Buffer *held;
+  bool failed;
+  WkStatus failure;
+  char failure_message[BUFFER_ERROR_CAPACITY];
+  uint64_t skipped;
+  WkLoaderStats stats;
+};
+
+/* ---- configuration ----------------------------------------------------------------------------- */
+
+WkLoader *wk_loader_new(void) {
+  WkLoader *loader = wk_calloc(1, sizeof *loader, "loader");
+  if (!loader) return NULL;
+  for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
+  pthread_mutex_init(&loader->lock, NULL);
+  pthread_cond_init(&loader->changed, NULL);
+  return loader;
+}
+
+WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max) {
+  if ((int)param < 0 || param >= WK_LOADER_PARAM_COUNT)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "unknown loader parameter %d", (int)param);
+  *min = PARAMS[param].min;
+  *max = PARAMS[param].max;
+  return WK_OK;
+}
+
+static WkStatus require_not_started(const WkLoader *loader, const char *what) {
+  if (loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: the loader has already started", what);
+  return WK_OK;
+}
+
+WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
+  int64_t min, max;
+  WK_TRY(wk_loader_param_bounds(param, &min, &max));
+  WK_TRY(require_not_started(loader, PARAMS[param].name));
+  if (value < min || value > max)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "loader %s=%lld is outside [%lld, %lld]", PARAMS[param].name,
+                   (long long)value, (long long)min, (long long)max);
+  loader->params[param] = value;
+  return WK_OK;
+}
+
+WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index) {
+  WK_TRY(require_not_started(loader, "add_source"));
+  uint32_t i = loader->mix.count;
+  if (i == WK_MIX_MAX_SOURCES) return WK_FAIL(WK_ERR_INVALID_ARG, "a mix holds at most %d sources", WK_MIX_MAX_SOURCES);
+  WkDataset *ds = wk_dataset_open(path);
+  if (!ds) return wk_last_status();
+  char *copy = strdup(path);
+  if (!copy) {
+    wk_dataset_close(ds);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory for a source path");
+  }
+  loader->sources[i] = (Source){.path = copy, .ds = ds};
+  loader->mix.max_epochs[i] = max_epochs;
+  loader->mix.weight[i] = (WkSchedule){.points = 1, .steps = {0}, .weights = {1.0}};
+  loader->mix.count++;
+  *index = i;
+  return WK_OK;
+}
+
+WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const double *steps, const double *weights,
+                              uint32_t points) {
+  WK_TRY(require_not_started(loader, "set_weight"));
+  if (source >= loader->mix.count) return WK_FAIL(WK_ERR_INVALID_ARG, "no source %u", source);
+  if (points == 0 || points > WK_SCHEDULE_MAX_POINTS)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "a weight schedule has 1 to %d points, got %u", WK_SCHEDULE_MAX_POINTS, points);
+  WkSchedule *schedule = &loader->mix.weight[source];
+  for (uint32_t p = 0; p < points; p++) {
+    if (!(weights[p] >= 0)) return WK_FAIL(WK_ERR_INVALID_ARG, "weight %g of source %u is negative or NaN", weights[p], source);
+    if (p > 0 && !(steps[p] >= steps[p - 1]))
+      return WK_FAIL(WK_ERR_INVALID_ARG, "weight schedule steps must be increasing (source %u)", source);
+    schedule->steps[p] = steps[p];
+    schedule->weights[p] = weights[p];
+  }
+  schedule->points = points;
+  return WK_OK;
+}
+
+WkStatus wk_loader_restore(WkLoader *loader, const char *cursor) {
+  WK_TRY(require_not_started(loader, "restore"));
+  WK_TRY(wk_cursor_parse(cursor, &loader->start));
+  loader->restored = true;
+  return WK_OK;
+}
+
+/* ---- start -------------------------------------------------------------------------------------- */
+
+static int64_t param(const WkLoader *loader, WkLoaderParam p) { return loader->params[p]; }
+
+static WkOrderConfig order_config(const WkLoader *loader) {
+  return (WkOrderConfig){
+      .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN),
+      .mode = (WkPackMode)param(loader, WK_LOADER_MODE),
+      .seed = (uint64_t)param(loader, WK_LOADER_SEED),
+      .shuffle = param(loader, WK_LOADER_SHUFFLE) != 0,
+      .window = (uint32_t)param(loader, WK_LOADER_SHUFFLE_WINDOW),
+      .partitions = (uint32_t)param(loader, WK_LOADER_PARTITIONS),
+      .chunk = (uint32_t)param(loader, WK_LOADER_CHUNK),
+  };
+}
+
+static WkStatus derive_batch_shape(WkLoader *loader) {
+  uint32_t G = (uint32_t)param(loader, WK_LOADER_GLOBAL_BATCH);
+  uint32_t W = (uint32_t)param(loader, WK_LOADER_WORLD_SIZE);
+  if (param(loader, WK_LOADER_RANK) >= W)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "rank %lld is not below world size %u", (long long)param(loader, WK_LOADER_RANK), W);
+  if (G % W != 0)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "global batch %u is not divisible by world size %u", G, W);
+  loader->per_rank = G / W;
+  uint32_t m = param(loader, WK_LOADER_MICRO_BATCH) ? (uint32_t)param(loader, WK_LOADER_MICRO_BATCH) : loader->per_rank;
+  if (loader->per_rank % m != 0)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "micro batch %u does not divide the %u samples per rank (global batch %u / world %u)",
+                   m, loader->per_rank, G, W);
+  loader->rows = m;
+  loader->micro_steps = loader->per_rank / m;
+  loader->mix.global_batch = G;
+  loader->mix.seed = (uint64_t)param(loader, WK_LOADER_SEED);
+  loader->mix.pad_last = param(loader, WK_LOADER_PAD_LAST) != 0;
+  return WK_OK;
+}
+
+static WkStatus open_orders(WkLoader *loader) {
+  WkOrderConfig config = order_config(loader);
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    Source *source = &loader->sources[i];
+    source->order = wk_order_new(source->ds, &config);
+    if (!source->order) return wk_error_context("source '%s'", source->path);
+    loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
+    if (loader->mix.epoch_length[i] == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' has no complete sample of %u tokens (seq_len + 1)",
+                     source->path, config.seq_len + 1);
+  }
+  return WK_OK;
+}
+
+/* The cursor must describe the same stream: anything that changes the order is refused. */
+static WkStatus check_cursor(WkLoader *loader) {
+  const WkCursor *c = &loader->start;
+  WkOrderConfig o = order_config(loader);
+  struct { const char *name; uint64_t cursor, loader; } same[] = {
+      {"global batch", c->global_batch, loader->mix.global_batch}, {"seq_len", c->seq_len, o.seq_len},
+      {"seed", c->seed, o.seed}, {"mode", c->mode, o.mode}, {"shuffle", c->shuffle, o.shuffle},
+      {"shuffle window", c->window, o.window}, {"partitions", c->partitions, o.partitions},
+      {"chunk", c->chunk, o.chunk}};
+  for (size_t f = 0; f < sizeof same / sizeof same[0]; f++)
+    if (same[f].cursor != same[f].loader)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "the cursor was saved with %s %llu but this loader has %llu; they must match to resume",
+                     same[f].name, (unsigned long long)same[f].cursor, (unsigned long long)same[f].loader);
+  uint32_t W = (uint32_t)param(loader, WK_LOADER_WORLD_SIZE);
+  if (c->micro != 0 && c->world != W)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "the cursor stops inside step %llu (micro-step %u) on world size %u: "
+                   "resume on world size %u needs a cursor saved at a step boundary",
+                   (unsigned long long)c->step, c->micro, c->world, W);
+  if (c->micro >= loader->micro_steps)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "the cursor's micro-step %u is not below %u", c->micro, loader->micro_steps);
+  /* Sources are matched by content; a source new to the cursor starts from its beginning. */
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    uint64_t fingerprint = wk_order_fingerprint(loader->sources[i].order);
+    for (uint32_t j = 0; j < c->sources; j++)
+      if (c->fingerprint[j] == fingerprint) loader->positions[i] = c->position[j];
+  }
+  for (uint32_t j = 0; j < c->sources; j++) {
+    bool present = false;
+    for (uint32_t i = 0; i < loader->mix.count; i++)
+      present = present || c->fingerprint[j] == wk_order_fingerprint(loader->sources[i].order);
+    if (!present) wk_logf(WK_LOG_WARN, "cursor source %016llx is not in this mix any more; its position is dropped",
+                          (unsigned long long)c->fingerprint[j]);
+  }
+  loader->skipped = c->skipped;
+  return WK_OK;
+}
+
+static size_t align_up(size_t n) { return (n + BUFFER_ALIGNMENT - 1) / BUFFER_ALIGNMENT * BUFFER_ALIGNMENT; }
+
+static size_t buffer_size(const WkLoader *loader) {
+  size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
+  size_t bytes = align_up(m * (L + 1) * sizeof(int32_t)) + align_up(m * L) + align_up(m * sizeof(WkSampleInfo)) +
+                 align_up(m * sizeof(WkSampleLoc));
+  if (param(loader, WK_LOADER_DOCUMENT_IDS)) bytes += 2 * align_up(m * (L + 1) * sizeof(int32_t));
+  return bytes;
+}
+
+static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
+  size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
+  char *p = wk_aligned_alloc(BUFFER_ALIGNMENT, loader->buffer_bytes, "loader batch buffer");
+  if (!p) return wk_last_status();
+  b->memory = p;
+  b->rows.tokens = (int32_t *)p;
+  p += align_up(m * (L + 1) * sizeof(int32_t));
+  b->rows.loss_mask = (uint8_t *)p;
+  p += align_up(m * L);
+  b->info = (WkSampleInfo *)p;
+  p += align_up(m * sizeof(WkSampleInfo));
+  b->locs = (WkSampleLoc *)p;
+  p += align_up(m * sizeof(WkSampleLoc));
+  if (param(loader, WK_LOADER_DOCUMENT_IDS)) {
+    b->rows.doc_ids = (int32_t *)p;
+    b->rows.positions = (int32_t *)(p + align_up(m * (L + 1) * sizeof(int32_t)));
+  }
+  return WK_OK;
+}
+
+static WkStatus allocate_ring(WkLoader *loader) {
+  uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
+  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
+  loader->buffer_bytes = buffer_size(loader);
+  int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
+  if (budget > 0 && (uint64_t)count * loader->buffer_bytes > (uint64_t)budget) {
+    count = (uint32_t)((uint64_t)budget / loader->buffer_bytes);
+    if (count < 2)
+      return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than 2 micro-batches of %zu bytes",
+                     (long long)budget, loader->buffer_bytes);
+  }
+  loader->buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
+  if (!loader->buffers) return wk_last_status();
+  loader->buffer_count = count;
+  for (uint32_t i = 0; i < count; i++) WK_TRY(allocate_buffer(loader, &loader->buffers[i]));
+  loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
+  return loader->slots ? WK_OK : wk_last_status();
+}
+
+static void *reader_thread(void *arg);
+
+WkStatus wk_loader_start(WkLoader *loader) {
+  WK_TRY(require_not_started(loader, "start"));
+  if (loader->mix.count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "the loader has no source");
+  WK_TRY(derive_batch_shape(loader));
+  WK_TRY(open_orders(loader));
+  if (loader->restored) WK_TRY(check_cursor(loader));
+  WK_TRY(allocate_ring(loader));
+  memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
+  loader->started = true;
+  uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
+  for (uint32_t t = 0; t < threads; t++) {
+    /* Threads already running are stopped and joined by wk_loader_free. */
+    if (pthread_create(&loader->threads[t], NULL, reader_thread, loader) != 0)
+      return WK_FAIL(WK_ERR_INTERNAL, "cannot start loader thread %u", t);
+    loader->thread_count++;
+  }
+  return WK_OK;
+}
+
+/* ---- planning (lock held) ------------------------------------------------------------------------ */
+
+static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
+  uint64_t h = wk_mix64(step, loader->mix.global_batch);
+  for (uint32_t j = 0; j < loader->mix.global_batch; j++) {
+    const WkSlot *slot = &loader->slots[j];
+    uint64_t source = slot->source == WK_SLOT_PAD ? 0 : wk_order_fingerprint(loader->sources[slot->source].order);
+    h = wk_mix64(wk_mix64(h, source), slot->draw);
+  }
+  return h;
+}
+
+static WkStatus plan_step(WkLoader *loader, uint64_t step) {
+  memcpy(loader->step_before, loader->positions, sizeof loader->positions);
+  WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->slots));
+  loader->have_step = true;
+  loader->planned_step = step;
+  loader->step_fingerprint = hash_slots(loader, step);
+  return WK_OK;
+}
+
+/* Locates the rows of micro-batch b: this rank's slice of the step's global batch. */
+static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
+  uint32_t first = (uint32_t)param(loader, WK_LOADER_RANK) * loader->per_rank + b->micro * loader->rows;
+  for (uint32_t r = 0; r < loader->rows; r++) {
+    const WkSlot *slot = &loader->slots[first + r];
+    WkSampleInfo *info = &b->info[r];
+    memset(info, 0, sizeof *info);
+    if (slot->source == WK_SLOT_PAD) {
+      info->status = 2;
+      continue;
+    }
+    uint64_t epoch_length = loader->mix.epoch_length[slot->source];
+    uint64_t epoch = slot->draw / epoch_length;
+    WK_TRY(wk_order_locate(loader->sources[slot->source].order, epoch, slot->draw % epoch_length, &b->locs[r]));
+    info->source = slot->source;
+    info->shard = b->locs[r].shard;
+    info->offset = b->locs[r].offset;
+    info->length = b->locs[r].length;
+    info->epoch = epoch;
+  }
+  return WK_OK;
+}
+
+/* Assigns the next micro-batch to buffer b. Returns false at the end of the stream. */
+static bool plan_next(WkLoader *loader, Buffer *b) {
+  uint64_t seq = loader->next_seq;
+  uint64_t absolute = loader->start.step * loader->micro_steps + loader->start.micro + seq;
+  b->seq = seq;
+  b->step = absolute / loader->micro_steps;
+  b->micro = (uint32_t)(absolute % loader->micro_steps);
+  b->status = WK_OK;
+  b->skipped = 0;
+  WkStatus status = WK_OK;
+  if (!loader->have_step || loader->planned_step != b->step) status = plan_step(loader, b->step);
+  if (status == WK_ERR_CLOSED) {
+    loader->ended = true;
+    loader->end_seq = seq;
+    return false;
+  }
+  if (status == WK_OK) status = plan_rows(loader, b);
+  if (status != WK_OK) {
+    b->status = status;
+    snprintf(b->error, sizeof b->error, "%s", wk_last_error());
+  }
+  b->fingerprint = loader->step_fingerprint;
+  memcpy(b->before, loader->step_before, sizeof b->before);
+  memcpy(b->after, loader->positions, sizeof b->after);
+  loader->next_seq++;
+  return true;
+}
+
+/* ---- reading (no lock) --------------------------------------------------------------------------- */
+
+static void fill_rows(WkLoader *loader, Buffer *b) {
+  uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
+  WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
+  bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
+  size_t row_bytes = ((size_t)L + 1) * sizeof(int32_t);
+  for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
+    WkSampleInfo *info = &b->info[r];
+    if (info->status == 2) {
+      wk_pack_empty_row(L, wk_dataset_eos(loader->sources[0].ds), &b->rows, r);
+    } else {
+      Source *source = &loader->sources[info->source];
+      WkStatus status = wk_pack_row(source->ds, mode, L, &b->locs[r], &b->rows, r);
+      if (status == WK_ERR_FORMAT && skip_corrupt) {
+        if (b->skipped + loader->skipped < SKIP_LOG_LIMIT)
+          wk_logf(WK_LOG_WARN, "skipping a corrupt sample of '%s' (shard %u, token %llu): %s", source->path,
+                  info->shard, (unsigned long long)info->offset, wk_last_error());
+        wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
+        info->status = 1;
+        b->skipped++;
+      } else if (status != WK_OK) {
+        b->status = status;
+        snprintf(b->error, sizeof b->error, "source '%s': %s", source->path, wk_last_error());
+        return;
+      }
+    }
+    info->token_hash = XXH64(b->rows.tokens + (size_t)r * (L + 1), row_bytes, 0);
+  }
+}
+
+static void *reader_thread(void *arg) {
+  WkLoader *loader = arg;
+  pthread_mutex_lock(&loader->lock);
+  while (!loader->stopping) {
+    if (loader->ended) {
+      pthread_cond_wait(&loader->changed, &loader->lock);
+      continue;
+    }
+    Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
+    if (b->state != BUFFER_FREE) {
+      pthread_cond_wait(&loader->changed, &loader->lock);
+      continue;
+    }
+    if (!plan_next(loader, b)) {
+      pthread_cond_broadcast(&loader->changed);
+      continue;
+    }
+    b->state = BUFFER_FILLING;
+    pthread_mutex_unlock(&loader->lock);
+    if (b->status == WK_OK) fill_rows(loader, b);
+    pthread_mutex_lock(&loader->lock);
+    b->state = BUFFER_READY;
+    pthread_cond_broadcast(&loader->changed);
+  }
+  pthread_mutex_unlock(&loader->lock);
+  return NULL;
+}
+
+/* ---- consuming ----------------------------------------------------------------------------------- */
+
+static void release_held(WkLoader *loader) {
+  if (!loader->held) return;
+  loader->held->state = BUFFER_FREE;
+  pthread_cond_broadcast(&loader->changed);
+}
+
+static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
+
+WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
+  if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_loader_next before wk_loader_start");
+  if (loader->failed) return WK_FAIL(loader->failure, "%s", loader->failure_message);
+  pthread_mutex_lock(&loader->lock);
+  release_held(loader);
+  Buffer *b = &loader->buffers[loader->consumed % loader->buffer_count];
+  uint64_t t0 = wk_now_ns();
+  while (!(b->state == BUFFER_READY && b->seq == loader->consumed) && !at_end(loader))
+    pthread_cond_wait(&loader->changed, &loader->lock);
+  uint64_t waited = wk_now_ns() - t0;
+  loader->stats.wait_ns += waited;
+  if (at_end(loader)) {
+    loader->held = NULL;
+    pthread_mutex_unlock(&loader->lock);
+    return WK_FAIL(WK_ERR_CLOSED, "the data stream has ended (all sources used their epochs)");
+  }
+  if (b->status != WK_OK) {
+    loader->failed = true;
+    loader->failure = b->status;
+    snprintf(loader->failure_message, sizeof loader->failure_message, "step %llu: %s",
+             (unsigned long long)b->step, b->error);
+    b->state = BUFFER_FREE;
+    loader->held = NULL;
+    pthread_mutex_unlock(&loader->lock);
+    return WK_FAIL(loader->failure, "%s", loader->failure_message);
+  }
+  loader->held = b;
+  loader->consumed++;
+  loader->skipped += b->skipped;
+  loader->stats.batches++;
+  loader->stats.skipped = loader->skipped;
+  pthread_mutex_unlock(&loader->lock);
+  *out = (WkBatch){.tokens = b->rows.tokens, .loss_mask = b->rows.loss_mask, .doc_ids = b->rows.doc_ids,
+                   .positions = b->rows.positions, .rows = loader->rows,
+                   .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
+                   .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
+  return WK_OK;
+}
+
+WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
+  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
+  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
+  *out = loader->held->info[row];
+  return WK_OK;
+}
+
+WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out) {
+  if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "epoch lengths are known once the loader has started");
+  if (source >= loader->mix.count) return WK_FAIL(WK_ERR_INVALID_ARG, "no source %u", source);
+  *out = loader->mix.epoch_length[source];
+  return WK_OK;
+}
+
+/* ---- cursor -------------------------------------------------------------------------------------- */
+
+WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t *length) {
+  if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "the cursor is defined once the loader has started");
+  WkOrderConfig o = order_config(loader);
+  WkCursor c = {.step = loader->start.step, .micro = loader->start.micro,
+                .world = (uint32_t)param(loader, WK_LOADER_WORLD_SIZE), .global_batch = loader->mix.global_batch,
+                .seq_len = o.seq_len, .seed = o.seed, .mode = o.mode, .shuffle = o.shuffle, .window = o.window,
+                .partitions = o.partitions, .chunk = o.chunk, .skipped = loader->skipped,
+                .sources = loader->mix.count};
+  pthread_mutex_lock(&loader->lock);
+  const Buffer *b = loader->held;
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    c.fingerprint[i] = wk_order_fingerprint(loader->sources[i].order);
+    if (!b) c.position[i] = loader->start_positions[i]; /* nothing consumed yet */
+    else c.position[i] = b->micro + 1 < loader->micro_steps ? b->before[i] : b->after[i];
+  }
+  if (b) {
+    bool step_done = b->micro + 1 == loader->micro_steps;
+    c.step = step_done ? b->step + 1 : b->step;
+    c.micro = step_done ? 0 : b->micro + 1;
+  }
+  pthread_mutex_unlock(&loader->lock);
+  return wk_cursor_format(&c, buffer, capacity, length);
+}
+
+void wk_loader_stats(WkLoader *loader, WkLoaderStats *out) {
+  pthread_mutex_lock(&loader->lock);
+  *out = loader->stats;
+  out->buffers = loader->buffer_count;
+  out->buffer_bytes = loader->buffer_bytes;
+  pthread_mutex_unlock(&loader->lock);
+}
+
+/* ---- teardown ------------------------------------------------------------------------------------ */
+
+void wk_loader_free(WkLoader *loader) {
+  if (!loader) return;
+  pthread_mutex_lock(&loader->lock);
+  loader->stopping = true;
+  pthread_cond_broadcast(&loader->changed);
+  pthread_mutex_unlock(&loader->lock);
+  for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
+  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free(loader->buffers[i].memory);
+  free(loader->buffers);
+  free(loader->slots);
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    wk_order_free(loader->sources[i].order);
+    wk_dataset_close(loader->sources[i].ds);
+    free(loader->sources[i].path);
+  }
+  pthread_cond_destroy(&loader->changed);
+  pthread_mutex_destroy(&loader->lock);
+  free(loader);
+}

@@ -1,0 +1,100 @@
+/*
+ * source.c — WkByteSource over a local file: pread for copies, one read-only mmap for zero-copy views.
+ *
+ * The mapping covers the whole file and lives as long as the source; the kernel pages it in on
+ * demand, so resident memory is page cache the kernel may drop, not heap. Remote sources (HTTP, S3)
+ * implement the same struct elsewhere and return NULL from map.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>  /* mmap, munmap */
+#include <sys/stat.h>
+#include <unistd.h>    /* pread, close */
+
+#include "data.h"
+
+typedef struct {
+  WkByteSource base;
+  int fd;
+  void *mapping;  /* NULL for an empty file or when mmap failed (reads then use pread) */
+  char *path;
+} FileSource;
+
+static WkStatus file_read_at(WkByteSource *self, uint64_t offset, size_t length, void *dst) {
+  FileSource *fs = (FileSource *)self;
+  if (offset > self->size || length > self->size - offset)
+    return WK_FAIL(WK_ERR_FORMAT, "'%s': read of %zu bytes at offset %llu runs past the end (%llu bytes; file truncated?)",
+                   self->name, length, (unsigned long long)offset, (unsigned long long)self->size);
+  if (fs->mapping) {
+    memcpy(dst, (const char *)fs->mapping + offset, length);
+    return WK_OK;
+  }
+  size_t done = 0;
+  while (done < length) {
+    ssize_t n = pread(fs->fd, (char *)dst + done, length - done, (off_t)(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return WK_FAIL_ERRNO("read", self->name);
+    if (n == 0)
+      return WK_FAIL(WK_ERR_FORMAT, "'%s': file ends at %llu, expected %llu bytes (file truncated?)", self->name,
+                     (unsigned long long)(offset + done), (unsigned long long)self->size);
+    done += (size_t)n;
+  }
+  return WK_OK;
+}
+
+static const void *file_map(WkByteSource *self, uint64_t offset, size_t length) {
+  FileSource *fs = (FileSource *)self;
+  if (!fs->mapping || offset > self->size || length > self->size - offset) return NULL;
+  return (const char *)fs->mapping + offset;
+}
+
+static void file_close(WkByteSource *self) {
+  FileSource *fs = (FileSource *)self;
+  if (!fs) return;
+  if (fs->mapping) munmap(fs->mapping, (size_t)self->size);
+  if (fs->fd >= 0) close(fs->fd);
+  free(fs->path);
+  free(fs);
+}
+
+WkByteSource *wk_source_open_file(const char *path) {
+  FileSource *fs = wk_calloc(1, sizeof *fs, "file source");
+  if (!fs) return NULL;
+  fs->fd = -1;
+  fs->path = strdup(path);
+  if (!fs->path) {
+    WK_FAIL(WK_ERR_NOMEM, "out of memory copying path '%s'", path);
+    free(fs);
+    return NULL;
+  }
+  fs->base.name = fs->path;
+  fs->base.read_at = file_read_at;
+  fs->base.map = file_map;
+  fs->base.close = file_close;
+  fs->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fs->fd < 0) {
+    WK_FAIL_ERRNO("open", path);
+    file_close(&fs->base);
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fs->fd, &st) != 0) {
+    WK_FAIL_ERRNO("stat", path);
+    file_close(&fs->base);
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    WK_FAIL(WK_ERR_IO, "'%s' is not a regular file", path);
+    file_close(&fs->base);
+    return NULL;
+  }
+  fs->base.size = (uint64_t)st.st_size;
+  if (fs->base.size > 0) {
+    void *m = mmap(NULL, (size_t)fs->base.size, PROT_READ, MAP_SHARED, fs->fd, 0);
+    /* No mapping is not an error: reads fall back to pread, zero-copy callers to copies. */
+    fs->mapping = m == MAP_FAILED ? NULL : m;
+  }
+  return &fs->base;
+}

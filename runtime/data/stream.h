@@ -1,0 +1,142 @@
+/*
+ * stream.h — the layers above WkDataset: order (which sample comes at each position of a source's
+ * stream), mix (which source fills each slot of a global batch), pack (a sample -> one row of
+ * tokens, mask, doc ids, positions) and the cursor that captures all of it in a few hundred bytes.
+ *
+ * Everything here is a pure function of its inputs and the cursor: no threads, no I/O except the
+ * token reads of pack.c. The loader (loader.c) runs these on C threads.
+ */
+#ifndef WK_DATA_STREAM_H
+#define WK_DATA_STREAM_H
+
+#include "data.h"
+
+/* ---- order.c: a source's sample sequence --------------------------------------------------------- */
+
+/* A bijection of [0, n) keyed by key: a Feistel network with cycle walking. O(1) memory and time
+ * per element, so an epoch's shuffle needs no index array. */
+uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
+uint64_t wk_mix64(uint64_t a, uint64_t b);  /* a well-mixed 64-bit combination */
+
+typedef enum { WK_PACK_PACKED = 0, WK_PACK_PAD = 1 } WkPackMode;
+
+typedef struct {
+  uint32_t seq_len;        /* tokens per sample = seq_len + 1 (inputs and shifted targets) */
+  WkPackMode mode;
+  uint64_t seed;
+  bool shuffle;            /* false: shards and samples in stored order (debugging) */
+  uint32_t window;         /* shards whose samples are shuffled together (the working set) */
+  uint32_t partitions;     /* canonical partitions: disjoint shard sets, interleaved by chunk */
+  uint32_t chunk;          /* consecutive draws taken from one partition before the next */
+} WkOrderConfig;
+
+/* Where a sample lives: shard + first token + token count (packed: seq_len+1 tokens of the
+ * stream; pad: one document without its EOS). */
+typedef struct {
+  uint32_t shard;
+  uint64_t offset;
+  uint64_t length;
+  uint64_t item;  /* packed: window index in the shard; pad: document index */
+} WkSampleLoc;
+
+/* The order of one source: knows its dataset's shape, caches one epoch's window table. */
+typedef struct WkOrder WkOrder;
+
+WkOrder *wk_order_new(WkDataset *ds, const WkOrderConfig *config);
+void wk_order_free(WkOrder *order);
+/* Samples per epoch (same for every epoch). 0 means the dataset is too small for one sample. */
+uint64_t wk_order_epoch_length(const WkOrder *order);
+/* The c-th sample (0 <= c < epoch length) of epoch `epoch`. Not thread-safe (caches the epoch). */
+WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out);
+/* Identifies the dataset's content (shard names and sizes): part of every shuffle key. */
+uint64_t wk_order_fingerprint(const WkOrder *order);
+
+#endif /* WK_DATA_STREAM_H */
+
+/* ---- mix.c: which source fills each slot of a global batch --------------------------------------- */
+
+/* Piecewise-linear weight over steps: weight(step) interpolates between points, constant outside. */
+enum { WK_SCHEDULE_MAX_POINTS = 64 };
+typedef struct {
+  uint32_t points;
+  double steps[WK_SCHEDULE_MAX_POINTS];
+  double weights[WK_SCHEDULE_MAX_POINTS];
+} WkSchedule;
+
+double wk_schedule_at(const WkSchedule *schedule, uint64_t step);
+
+/* Per-source position of the stream: all a cursor needs besides the step. */
+typedef struct {
+  uint64_t draws;  /* samples drawn so far over all epochs: epoch = draws / epoch_length */
+  double credit;   /* fractional share owed (or overdrawn) so proportions stay exact */
+} WkSourcePosition;
+
+enum { WK_MIX_MAX_SOURCES = 32 };
+enum { WK_SLOT_PAD = 0xFFFFFFFFu };  /* a slot left empty at the end of the stream (masked) */
+
+typedef struct {
+  uint32_t source;  /* index into the mix, or WK_SLOT_PAD */
+  uint64_t draw;    /* the source's draw index for this slot */
+} WkSlot;
+
+typedef struct {
+  uint32_t count;
+  WkSchedule weight[WK_MIX_MAX_SOURCES];
+  uint64_t epoch_length[WK_MIX_MAX_SOURCES];
+  uint64_t max_epochs[WK_MIX_MAX_SOURCES];  /* 0: unlimited (a source that runs out starts over) */
+  uint64_t seed;
+  uint32_t global_batch;
+  bool pad_last;  /* at the end: pad the final partial batch with masked slots (else drop it) */
+} WkMixConfig;
+
+/* Plans global batch `step`: fills slots[global_batch] and advances positions. Returns
+ * WK_ERR_CLOSED when every source is exhausted (nothing of this step is left to draw). */
+WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePosition *positions, WkSlot *slots);
+
+/* ---- pack.c: one sample -> one row ----------------------------------------------------------------- */
+
+/* The rows of a micro-batch, all row-major with `rows` rows:
+ *   tokens     int32 [rows, seq_len+1]   inputs are tokens[:, :-1], targets tokens[:, 1:]
+ *   loss_mask  uint8 [rows, seq_len]     1 where target tokens[:, t+1] counts in the loss
+ *   doc_ids    int32 [rows, seq_len+1]   document index within the row (for attention masks)
+ *   positions  int32 [rows, seq_len+1]   position within its document
+ * doc_ids and positions are NULL unless asked for: most recipes never read them. */
+typedef struct {
+  int32_t *tokens;
+  uint8_t *loss_mask;
+  int32_t *doc_ids;
+  int32_t *positions;
+} WkRows;
+
+/* Writes row `row` from the sample at loc. A sample whose tokens cannot be read returns the read's
+ * status; the caller decides (error, or a masked empty row). */
+WkStatus wk_pack_row(WkDataset *ds, WkPackMode mode, uint32_t seq_len, const WkSampleLoc *loc, WkRows *rows,
+                     uint32_t row);
+/* An empty row: pad tokens, zero mask (a skipped corrupt sample or end-of-stream padding). */
+void wk_pack_empty_row(uint32_t seq_len, uint32_t pad_token, WkRows *rows, uint32_t row);
+
+/* ---- cursor.c: the stream's whole state as a short line of text ------------------------------------ */
+
+/* Never a list of consumed samples and never what was prefetched: just where the next batch
+ * starts. The order settings are recorded so a resume with a different order is refused rather
+ * than silently repeating or skipping samples. */
+typedef struct {
+  uint64_t step;          /* global step of the next micro-batch */
+  uint32_t micro;         /* its micro-step within the step (resume onto another world: 0 only) */
+  uint32_t world;
+  uint32_t global_batch;
+  uint32_t seq_len;
+  uint64_t seed;
+  WkPackMode mode;
+  uint32_t shuffle;       /* 0 or 1 */
+  uint32_t window, partitions, chunk;
+  uint64_t skipped;       /* corrupt samples masked so far on this rank (information) */
+  uint32_t sources;
+  uint64_t fingerprint[WK_MIX_MAX_SOURCES];
+  WkSourcePosition position[WK_MIX_MAX_SOURCES];
+} WkCursor;
+
+enum { WK_CURSOR_VERSION = 1 };
+
+WkStatus wk_cursor_format(const WkCursor *cursor, char *buffer, size_t capacity, size_t *length);
+WkStatus wk_cursor_parse(const char *text, WkCursor *out);

@@ -1,0 +1,121 @@
+-- The FFI boundary: declarations from wick.h, the error model, logging, the version check.
+local helper = require 'helper'
+local q = helper.shell_quote
+local core = require 'wick.core'
+local ffi, C = core.ffi, core.C
+
+-- Every `typedef struct { ... } Name;` of the generated cdef, with its field names.
+local function cdef_structs()
+  local structs = {}
+  for body, name in require('wick.cdef'):gmatch('typedef struct%s*(%b{})%s*([%w_]+)%s*;') do
+    local fields = {}
+    for declaration in body:sub(2, -2):gmatch('[^;]+') do
+      -- "uint32_t major, minor" / "const char *name" / "float v[4]": the last word of each
+      -- comma-separated declarator is a field name.
+      for declarator in declaration:gsub('%b[]', ''):gmatch('[^,]+') do
+        local field = declarator:match('([%w_]+)%s*$')
+        if field then fields[#fields + 1] = field end
+      end
+    end
+    structs[name] = fields
+  end
+  return structs
+end
+
+describe('the FFI declarations', function()
+  it('come from wick.h and agree with C on the size and offsets of every struct', function()
+    local structs = cdef_structs()
+    assert.is_not_nil(structs.WkBuildInfo, 'the cdef parser found no WkBuildInfo')
+    for name, fields in pairs(structs) do
+      assert.are.equal(tonumber(C.wk_abi_layout(name, nil)), ffi.sizeof(name), 'sizeof ' .. name)
+      for _, field in ipairs(fields) do
+        assert.are.equal(tonumber(C.wk_abi_layout(name, field)), ffi.offsetof(name, field),
+          'offsetof ' .. name .. '.' .. field)
+      end
+    end
+    assert.are.equal(-1, tonumber(C.wk_abi_layout('NoSuchStruct', nil)))
+  end)
+
+  it('describe the build', function()
+    local info = require('wick').build_info()
+    assert.are.equal(core.version, info.version)
+    assert.is_boolean(info.has_cuda)
+    assert.is_true(info.cuda_devices >= 0)
+    assert.is_string(info.compiler)
+  end)
+end)
+
+describe('the error model', function()
+  it('turns a failing status into a Lua error carrying the library message, blaming the caller', function()
+    local log = require 'wick.log'
+    local ok, err = pcall(function() log.set('loud') end)
+    assert.is_false(ok)
+    assert.matches("unknown log level 'loud'", err, 1, true)
+    assert.matches('core_spec.lua:%d+:', err)
+  end)
+
+  it('offers nil, message, status name for recoverable failures', function()
+    local level = ffi.new('WkLogLevel[1]')
+    local ok, message, status = core.try(C.wk_parse_log_level('nope', level))
+    assert.is_nil(ok)
+    assert.matches("unknown log level 'nope'", message, 1, true)
+    assert.are.equal('WK_ERR_INVALID_ARG', status)
+    assert.is_true(core.try(C.wk_parse_log_level('info', level)))
+    assert.are.equal(C.WK_LOG_INFO, level[0])
+  end)
+
+  it('names every status', function()
+    for status = 0, 10 do
+      assert.matches('^WK_', ffi.string(C.wk_status_name(status)))
+    end
+    assert.are.equal('WK_ERR_UNKNOWN', ffi.string(C.wk_status_name(99)))
+  end)
+end)
+
+describe('logging', function()
+  local function log_all(env)
+    return helper.sh(env .. ' ' .. q(helper.RUN) .. [[ -e 'local log = require("wick.log")
+      log.error("e%d", 1) log.warn("w") log.info("i") log.debug("d")']])
+  end
+
+  it('defaults to warn and follows WICK_LOG', function()
+    assert.are.equal('wick error: e1\nwick warn: w\n', log_all('env -u WICK_LOG -u RANK').err)
+    assert.are.equal('wick error: e1\nwick warn: w\nwick info: i\nwick debug: d\n',
+      log_all('env -u RANK WICK_LOG=debug').err)
+    assert.are.equal('wick error: e1\n', log_all('env -u RANK WICK_LOG=error').err)
+  end)
+
+  it('warns about an unknown WICK_LOG and keeps warn', function()
+    local r = log_all('env -u RANK WICK_LOG=chatty')
+    assert.matches("WICK_LOG='chatty' is not one of", r.err, 1, true)
+    assert.matches('wick warn: w\n$', r.err)
+  end)
+
+  it('prefixes lines with the rank in a multi-process job', function()
+    assert.are.equal('wick[3] error: e1\nwick[3] warn: w\n', log_all('env -u WICK_LOG RANK=3').err)
+  end)
+
+  it('can be changed from Lua', function()
+    local log = require 'wick.log'
+    local before = log.level()
+    log.set('debug')
+    assert.are.equal('debug', log.level())
+    log.set(before)
+  end)
+end)
+
+describe('loading', function()
+  it('works under a plain luajit through WICK_LIB', function()
+    local code = [[package.path = ']] .. helper.ROOT .. [[/lua/?.lua;' .. package.path
+      print(require('wick.core').version)]]
+    local env = 'WICK_LIB=' .. q(helper.ROOT .. '/build/libwick.so')
+    if require('wick').build_info().build_flags:find('asan') then
+      -- A sanitized libwick needs the ASan runtime loaded first; luajit itself is not instrumented.
+      local libasan = helper.sh('cc -print-file-name=libasan.so').out:gsub('%s+$', '')
+      env = env .. ' LD_PRELOAD=' .. q(libasan) .. ' ASAN_OPTIONS=detect_leaks=0'
+    end
+    local r = helper.sh(env .. ' luajit -e ' .. q(code))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('^%d+%.%d+%.%d+\n$', r.out)
+  end)
+end)

@@ -1,0 +1,446 @@
+-- The stream's invariants on real datasets made by the real converter: coverage, determinism,
+-- world-size independence, exact resume (also across epochs, world sizes and mix changes), mix
+-- proportions, shuffle quality, packing, corruption skipping and bounded memory.
+local helper = require 'helper'
+local data_helper = require 'data_helper'
+local data = require 'wick.data'
+local q = helper.shell_quote
+
+local SEQ = 16
+
+local root, corpus, small, other
+setup(function()
+  root = helper.tmpdir()
+  corpus = data_helper.make_dataset(root .. '/corpus', data_helper.documents(600, 40, 1), { shard_size = 1024 })
+  small = data_helper.make_dataset(root .. '/small', data_helper.documents(40, 20, 2), { shard_size = 256 })
+  other = data_helper.make_dataset(root .. '/other', data_helper.documents(300, 30, 3), { shard_size = 512 })
+end)
+teardown(function() helper.rmtree(root) end)
+
+-- Options for a loader over `source`, overridable.
+local function loader(opts)
+  local o = { data = corpus, seq_len = SEQ, global_batch = 8, world_size = 1, rank = 0, seed = 7 }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return data.loader(o)
+end
+
+-- Reads `steps` global steps from a loader; returns one table per step: list of sample ids in
+-- rank slice order (source:shard:offset:epoch) and the step's fingerprint.
+local function read_steps(l, steps)
+  local out = {}
+  while steps > 0 do
+    local batch = l:next()
+    if not batch then break end
+    local ids = out[#out] and out[#out].step == batch.step and out[#out].ids or nil
+    if not ids then
+      ids = {}
+      out[#out + 1] = { step = batch.step, ids = ids, fingerprint = batch.fingerprint, hashes = {} }
+    end
+    for row = 0, batch.rows - 1 do
+      local s = l:sample(row)
+      ids[#ids + 1] = ('%d:%d:%d:%d'):format(s.source, s.shard, s.offset, s.epoch)
+      out[#out].hashes[#ids] = s.hash
+    end
+    if batch.micro_step == batch.micro_steps - 1 and #out == steps then break end
+  end
+  return out
+end
+
+-- The global batches of `steps` steps assembled from every rank of world size W.
+local function global_steps(W, steps, opts)
+  local per_rank = {}
+  for r = 0, W - 1 do
+    local o = { world_size = W, rank = r }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    local l = loader(o)
+    per_rank[r] = read_steps(l, steps)
+    l:close()
+  end
+  local merged = {}
+  for s = 1, steps do
+    local ids = {}
+    for r = 0, W - 1 do
+      for _, id in ipairs(per_rank[r][s].ids) do ids[#ids + 1] = id end
+      assert.are.equal(per_rank[0][s].fingerprint, per_rank[r][s].fingerprint)
+    end
+    merged[s] = { ids = ids, fingerprint = per_rank[0][s].fingerprint }
+  end
+  return merged
+end
+
+describe('the sample order', function()
+  it('covers every sample of an epoch exactly once over all ranks', function()
+    local l = loader()
+    local epoch = l:epoch_length()
+    l:close()
+    local G, W = 8, 4
+    local steps = math.floor(epoch / G)
+    local seen, count = {}, 0
+    for _, step in ipairs(global_steps(W, steps, { global_batch = G })) do
+      for _, id in ipairs(step.ids) do
+        assert.is_nil(seen[id], 'sample ' .. id .. ' delivered twice')
+        assert.matches(':0$', id) -- all from epoch 0
+        seen[id] = true
+        count = count + 1
+      end
+    end
+    assert.are.equal(steps * G, count)
+    -- Every packed window of every shard is in the epoch (steps * G covers all but < G of them).
+    assert.is_true(epoch - count < G)
+  end)
+
+  it('is the same for the same seed and different for another seed', function()
+    local a = global_steps(1, 5)
+    local b = global_steps(1, 5)
+    local c = global_steps(1, 5, { seed = 8 })
+    assert.are.same(a, b)
+    assert.are_not.same(a[1].ids, c[1].ids)
+  end)
+
+  it('gives the same global batches on 1, 2, 4 and 8 ranks, with any micro batch and thread count', function()
+    local reference = global_steps(1, 6, { global_batch = 16 })
+    for _, W in ipairs { 2, 4, 8 } do
+      assert.are.same(reference, global_steps(W, 6, { global_batch = 16 }), 'world size ' .. W)
+    end
+    assert.are.same(reference, global_steps(2, 6, { global_batch = 16, micro_batch = 2, threads = 3 }))
+    assert.are.same(reference, global_steps(1, 6, { global_batch = 16, micro_batch = 4, threads = 1 }))
+  end)
+
+  it('starts a new, differently shuffled epoch when the source runs out', function()
+    local l = loader({ data = small })
+    local epoch = l:epoch_length()
+    local steps = read_steps(l, math.floor(2 * epoch / 8) + 1)
+    l:close()
+    local first, second = {}, {}
+    for _, step in ipairs(steps) do
+      for _, id in ipairs(step.ids) do
+        local key, e = id:match('^(.*):(%d+)$')
+        if e == '0' then first[#first + 1] = key elseif e == '1' then second[#second + 1] = key end
+      end
+    end
+    assert.are.equal(epoch, #first)
+    assert.is_true(#second >= epoch - 8)
+    assert.are_not.same(first, { unpack(second, 1, #first) })
+  end)
+
+  it('shuffles well: sample positions are uncorrelated with the stored order', function()
+    local l = loader({ global_batch = 8, shuffle = { window = 4 } })
+    local steps = math.floor(l:epoch_length() / 8)
+    local canonical, shuffled = {}, {}
+    -- stored order index of a sample: (shard, offset) sorted
+    for _, step in ipairs(read_steps(l, steps)) do
+      for _, id in ipairs(step.ids) do
+        local shard, offset = id:match('^%d+:(%d+):(%d+)')
+        shuffled[#shuffled + 1] = tonumber(shard) * 1e6 + tonumber(offset)
+      end
+    end
+    l:close()
+    for i, v in ipairs(shuffled) do canonical[i] = v end
+    table.sort(canonical)
+    local rank_of = {}
+    for i, v in ipairs(canonical) do rank_of[v] = i end
+    local n, sx, sy, sxx, syy, sxy = #shuffled, 0, 0, 0, 0, 0
+    for position, v in ipairs(shuffled) do
+      local x, y = position, rank_of[v]
+      sx, sy, sxx, syy, sxy = sx + x, sy + y, sxx + x * x, syy + y * y, sxy + x * y
+    end
+    local r = (n * sxy - sx * sy) / math.sqrt((n * sxx - sx * sx) * (n * syy - sy * sy))
+    assert.is_true(math.abs(r) < 0.2, ('position correlation %.3f over %d samples'):format(r, n))
+    -- Neighbours rarely come from the same shard (a window of 4 shards is mixed).
+    local same = 0
+    for i = 2, n do
+      if math.floor(shuffled[i] / 1e6) == math.floor(shuffled[i - 1] / 1e6) then same = same + 1 end
+    end
+    assert.is_true(same / n < 0.4, ('%.2f of neighbours share a shard'):format(same / n))
+  end)
+
+  it('keeps each node on its own shards with canonical partitions', function()
+    -- 2 partitions x chunk 4 = 2 nodes of 2 ranks each, global batch 8: ranks 0-1 read partition 0.
+    local opts = { global_batch = 8, partitions = 2, chunk = 4 }
+    local shards_of_node = { {}, {} }
+    for r = 0, 3 do
+      local o = { world_size = 4, rank = r }
+      for k, v in pairs(opts) do o[k] = v end
+      local l = loader(o)
+      for _, step in ipairs(read_steps(l, 20)) do
+        for _, id in ipairs(step.ids) do shards_of_node[math.floor(r / 2) + 1][id:match('^%d+:(%d+)')] = true end
+      end
+      l:close()
+    end
+    for shard in pairs(shards_of_node[1]) do assert.is_nil(shards_of_node[2][shard], 'shard ' .. shard .. ' on both nodes') end
+  end)
+end)
+
+describe('the cursor', function()
+  local function resume_equals_uninterrupted(opts_before, opts_after, k, n)
+    local uninterrupted = global_steps(1, k + n)
+    local cursors = {}
+    for r = 0, opts_before.world_size - 1 do
+      local l = loader { world_size = opts_before.world_size, rank = r }
+      read_steps(l, k)
+      cursors[r] = l:state()
+      l:close()
+    end
+    -- every rank holds the same cursor, apart from its local skip count
+    for r = 1, opts_before.world_size - 1 do assert.are.equal(cursors[0], cursors[r]) end
+    assert.is_true(#cursors[0] < 400, 'cursor is ' .. #cursors[0] .. ' bytes')
+    local resumed = global_steps(opts_after.world_size, n, { cursor = cursors[0] })
+    for i = 1, n do assert.are.same(uninterrupted[k + i], resumed[i], 'step ' .. (k + i)) end
+    return cursors[0]
+  end
+
+  it('resumes exactly on another world size with the same global batch', function()
+    resume_equals_uninterrupted({ world_size = 2 }, { world_size = 4 }, 5, 5)
+  end)
+
+  it('resumes a resumed run exactly', function()
+    local uninterrupted = global_steps(1, 12)
+    local l = loader()
+    read_steps(l, 4)
+    local c1 = l:state()
+    l:close()
+    l = loader { cursor = c1, world_size = 2 }
+    read_steps(l, 4)
+    local c2 = l:state()
+    l:close()
+    local resumed = global_steps(1, 4, { cursor = c2 })
+    for i = 1, 4 do assert.are.same(uninterrupted[8 + i], resumed[i]) end
+  end)
+
+  it('resumes exactly across an epoch boundary', function()
+    local l = loader { data = small }
+    local steps_per_epoch = l:epoch_length() / 8
+    l:close()
+    local k = math.floor(steps_per_epoch) - 1
+    local uninterrupted = global_steps(1, k + 4, { data = small })
+    l = loader { data = small }
+    read_steps(l, k)
+    local cursor = l:state()
+    l:close()
+    local resumed = global_steps(2, 4, { data = small, cursor = cursor })
+    for i = 1, 4 do assert.are.same(uninterrupted[k + i], resumed[i]) end
+  end)
+
+  it('resumes mid-step on the same world size', function()
+    local uninterrupted = global_steps(1, 3, { micro_batch = 2 })
+    local l = loader { micro_batch = 2 }
+    l:next()
+    l:next() -- two of the four micro-batches of step 0
+    local cursor = l:state()
+    assert.matches('micro=2', cursor, 1, true)
+    l:close()
+    l = loader { micro_batch = 2, cursor = cursor }
+    local ids = {}
+    for _ = 1, 2 do
+      l:next()
+      for row = 0, 1 do
+        local s = l:sample(row)
+        ids[#ids + 1] = ('%d:%d:%d:%d'):format(s.source, s.shard, s.offset, s.epoch)
+      end
+    end
+    l:close()
+    assert.are.same({ unpack(uninterrupted[1].ids, 5, 8) }, ids)
+  end)
+
+  it('refuses a cursor of another order, and a mid-step cursor on another world size', function()
+    local l = loader { micro_batch = 4 }
+    l:next()
+    local cursor = l:state()
+    l:close()
+    local ok, err = pcall(function() loader({ seed = 8, cursor = cursor }):next() end)
+    assert.is_false(ok)
+    assert.matches('seed 7 but this loader has 8', err, 1, true)
+    ok, err = pcall(function() loader({ world_size = 2, cursor = cursor }):next() end)
+    assert.is_false(ok)
+    assert.matches('needs a cursor saved at a step boundary', err, 1, true)
+    ok, err = pcall(function() loader({ cursor = 'hello' }) end)
+    assert.is_false(ok)
+    assert.matches('not a Wick cursor', err, 1, true)
+  end)
+
+  it('saves and restores through the inspect tool', function()
+    local args = ('--data %s --seq-len %d --global-batch 8 --world 2 --rank 1 --seed 7 '):format(q(corpus), SEQ)
+    local full = helper.run('-m wick.data.inspect ' .. args .. '--steps 6')
+    assert.are.equal(0, full.rc, full.err)
+    local cursor = root .. '/cursor.txt'
+    local first = helper.run('-m wick.data.inspect ' .. args .. '--steps 3 --save-cursor ' .. q(cursor))
+    local rest = helper.run('-m wick.data.inspect ' .. args .. '--steps 3 --from ' .. q(cursor))
+    assert.are.equal(0, rest.rc, rest.err)
+    assert.are.equal(full.out, first.out .. rest.out)
+    assert.matches('^step=0 rank=1 id=0:%d+:%d+ hash=%x+ ', full.out)
+    assert.are.equal(4 * 6, #helper.lines(full.out))
+  end)
+end)
+
+describe('mixing', function()
+  local function source_counts(step)
+    local counts = {}
+    for _, id in ipairs(step.ids) do
+      local source = tonumber(id:match('^(%d+):'))
+      counts[source] = (counts[source] or 0) + 1
+    end
+    return counts
+  end
+
+  it('gives each source its exact share in every global batch', function()
+    local mix = data.mix { { corpus, weight = 3 }, { other, weight = 1 } }
+    for _, step in ipairs(global_steps(2, 10, { data = mix })) do
+      assert.are.same({ [0] = 6, [1] = 2 }, source_counts(step))
+    end
+  end)
+
+  it('keeps proportions within one sample when shares are fractional or scheduled', function()
+    local mix = data.mix { { corpus, weight = 1 }, { other, weight = 2 } }
+    local total = { [0] = 0, [1] = 0 }
+    for s, step in ipairs(global_steps(1, 30, { data = mix })) do
+      local counts = source_counts(step)
+      total[0], total[1] = total[0] + (counts[0] or 0), total[1] + (counts[1] or 0)
+      assert.is_true(math.abs(total[0] - s * 8 / 3) < 1, 'step ' .. s .. ': ' .. total[0])
+    end
+    local scheduled = data.mix { { corpus, weight = require('wick.schedule').linear(1, 0, 10) }, { other, weight = 0.5 } }
+    local steps = global_steps(1, 12, { data = scheduled })
+    assert.are.same({ [0] = 5, [1] = 3 }, source_counts(steps[1]))  -- 1 : 0.5 of 8, rounded with credit
+    assert.are.same({ [1] = 8 }, source_counts(steps[12]))          -- weight 0 after step 10
+  end)
+
+  it('resumes with changed weights without repeating or skipping a sample of any source', function()
+    local before = data.mix { { corpus, weight = 1 }, { other, weight = 1 } }
+    local after = data.mix { { corpus, weight = 3 }, { other, weight = 1 } }
+    local l = loader { data = before }
+    local seen = read_steps(l, 6)
+    local cursor = l:state()
+    l:close()
+    for _, step in ipairs(global_steps(1, 6, { data = after, cursor = cursor })) do seen[#seen + 1] = step end
+    -- Per source, the samples drawn are exactly the first ones of that source's own sequence.
+    for source, path in pairs { [0] = corpus, [1] = other } do
+      local drawn = {}
+      for _, step in ipairs(seen) do
+        for _, id in ipairs(step.ids) do
+          if id:match('^' .. source .. ':') then drawn[#drawn + 1] = id:match('^%d+:(.*)$') end
+        end
+      end
+      local alone = loader { data = path, global_batch = 1 }
+      for i = 1, #drawn do
+        alone:next()
+        local s = alone:sample(0)
+        assert.are.equal(('%d:%d:%d'):format(s.shard, s.offset, s.epoch), drawn[i], 'source ' .. source .. ' draw ' .. i)
+      end
+      alone:close()
+    end
+  end)
+
+  it('adds a source at resume time: only future draws change', function()
+    local l = loader { data = corpus }
+    local seen = read_steps(l, 3)
+    local cursor = l:state()
+    l:close()
+    local mix = data.mix { { corpus, weight = 1 }, { other, weight = 1 } }
+    local resumed = global_steps(1, 3, { data = mix, cursor = cursor })
+    local drawn = {}
+    for _, step in ipairs(seen) do for _, id in ipairs(step.ids) do drawn[#drawn + 1] = id end end
+    for _, step in ipairs(resumed) do
+      for _, id in ipairs(step.ids) do if id:match('^0:') then drawn[#drawn + 1] = id end end
+    end
+    local alone = global_steps(1, 5, { data = corpus })
+    local expected = {}
+    for _, step in ipairs(alone) do for _, id in ipairs(step.ids) do expected[#expected + 1] = id end end
+    assert.are.same({ unpack(expected, 1, #drawn) }, drawn)
+  end)
+
+  it('reports realized proportions and stops a source after its epochs', function()
+    local mix = data.mix { { corpus, weight = 1 }, { small, weight = 1, epochs = 1 } }
+    local l = loader { data = mix }
+    local small_epoch = l:epoch_length(2)
+    local steps = read_steps(l, math.floor(3 * small_epoch / 4))
+    local shares, draws = l:proportions()
+    l:close()
+    assert.are.equal(small_epoch, draws[2])
+    assert.is_true(shares[1] > 0.5)
+    for _, id in ipairs(steps[#steps].ids) do assert.matches('^0:', id) end
+  end)
+
+  it('ends finite sources by dropping or padding the last partial batch', function()
+    local l = loader { data = data.mix { { small, epochs = 1 } } }
+    local epoch = l:epoch_length()
+    local steps = read_steps(l, 1000)
+    l:close()
+    assert.are.equal(math.floor(epoch / 8), #steps)
+    l = loader { data = data.mix { { small, epochs = 1 } }, at_end = 'pad' }
+    steps = read_steps(l, 1000)
+    l:close()
+    assert.are.equal(math.ceil(epoch / 8), #steps)
+  end)
+end)
+
+describe('packing', function()
+  it('cuts packed windows of seq_len + 1 tokens from documents joined by EOS', function()
+    local l = loader { document_ids = true, shuffle = false, global_batch = 2 }
+    local batch = l:next()
+    local width = SEQ + 1
+    local tokens = l:row_tokens(0)
+    assert.are.equal(width, #tokens)
+    -- stored order: the first window starts with document 1 ("doc1 ...")
+    local text = {}
+    for i = 1, 4 do text[i] = string.char(tokens[i]) end
+    assert.are.equal('doc1', table.concat(text))
+    -- the second row continues where the first one ended (overlap of one token)
+    assert.are.equal(tokens[width], l:row_tokens(1)[1])
+    for t = 0, SEQ - 1 do assert.are.equal(1, batch.loss_mask[t]) end
+    -- doc ids count EOS tokens; positions restart after each
+    local row = l:row_tokens(1)
+    local doc, position = 0, 0
+    for t = 0, width - 1 do
+      assert.are.equal(doc, batch.doc_ids[width + t])
+      assert.are.equal(position, batch.positions[width + t])
+      position = position + 1
+      if row[t + 1] == 256 then doc, position = doc + 1, 0 end
+    end
+    l:close()
+  end)
+
+  it('puts one document per row in pad mode, masking targets after its EOS', function()
+    local L = 512
+    local l = loader { mode = 'pad', seq_len = L, shuffle = false, global_batch = 2 }
+    local batch = l:next()
+    local s = l:sample(0)
+    local tokens = l:row_tokens(0)
+    local doc = data_helper.documents(600, 40, 1)[1]
+    assert.are.equal(#doc, s.length)
+    for i = 1, #doc do assert.are.equal(doc:byte(i), tokens[i]) end
+    for t = #doc + 1, L + 1 do assert.are.equal(256, tokens[t]) end -- EOS, then EOS padding
+    for t = 0, L - 1 do
+      assert.are.equal(t + 1 <= #doc and 1 or 0, batch.loss_mask[t], 'mask at ' .. t)
+    end
+    l:close()
+    -- A document longer than the row is truncated: every target counts.
+    l = loader { mode = 'pad', seq_len = 32, shuffle = false, global_batch = 2 }
+    batch = l:next()
+    for t = 0, 31 do assert.are.equal(1, batch.loss_mask[t]) end
+    assert.are.equal(doc:byte(33), l:row_tokens(0)[33])
+    l:close()
+  end)
+end)
+
+describe('the pipeline', function()
+  it('reports how long next() waited and keeps its ring within the memory budget', function()
+    local l = loader { memory_budget = 4096, prefetch = 64, global_batch = 8 }
+    l:next()
+    local stats = l:stats()
+    assert.is_true(stats.buffers >= 2)
+    assert.is_true(stats.buffers * stats.buffer_bytes <= 4096)
+    assert.is_true(l.batch.wait_ns >= 0)
+    l:close()
+    local ok, err = pcall(function() loader({ memory_budget = 100 }):next() end)
+    assert.is_false(ok)
+    assert.matches('memory budget 100 bytes', err, 1, true)
+  end)
+
+  it('rejects shapes that do not divide, naming the numbers', function()
+    local ok, err = pcall(function() loader({ global_batch = 10, world_size = 4 }):next() end)
+    assert.is_false(ok)
+    assert.matches('global batch 10 is not divisible by world size 4', err, 1, true)
+    ok, err = pcall(function() loader({ global_batch = 8, micro_batch = 3 }):next() end)
+    assert.is_false(ok)
+    assert.matches('micro batch 3 does not divide', err, 1, true)
+  end)
+end)
