@@ -174,6 +174,8 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
   if (on_cuda(out)) {
 #ifdef WK_HAVE_CUDA
     return cuda_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
+#else
+    return no_cuda();
 #endif
   }
   int64_t bad = cpu_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
@@ -293,8 +295,14 @@ WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const Wk
   ARG("attention_backward", dqkv, WK_F32, qkv, B, T, 3 * C);
   ARG("attention_backward", dout, WK_F32, qkv, B, T, C);
   ARG("attention_backward", att, WK_F32, qkv, B, heads, T, T);
-  return DISPATCH(qkv, cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads),
-                  cuda_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
+  if (on_cuda(qkv)) {
+#ifdef WK_HAVE_CUDA
+    return cuda_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
+#else
+    return no_cuda();
+#endif
+  }
+  return cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
 static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
@@ -321,6 +329,8 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
   if (on_cuda(logits)) {
 #ifdef WK_HAVE_CUDA
     return cuda_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
+#else
+    return no_cuda();
 #endif
   }
   int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);

@@ -51,8 +51,8 @@ void cpu_gelu_forward(float *out, const float *inp, size_t n);
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
 void cpu_attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
                            size_t NH);
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            size_t B, size_t T, size_t C, size_t NH);
+WkStatus cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                size_t B, size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch */
 int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
                                   const uint8_t *mask, size_t N, size_t V, float normalizer,
                                   double *loss_sum);

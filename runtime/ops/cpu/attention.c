@@ -1,99 +1,83 @@
 /*
  * attention.c — causal multi-head self-attention on the CPU, materialising the [B,NH,T,T]
  * probabilities (fine for the small T of CPU training; the CUDA backend does the same).
- * The forward is split over queries (b, h, t); the backward over (b, h) pairs, because every
- * query t writes the key and value gradients of all earlier positions.
+ *
+ * Each (batch, head) pair is a handful of GEMMs on strided views of qkv (row stride 3C), run by
+ * OpenBLAS on its own threads: S = Q K^T, softmax, O = P V; and backward dP = dO V^T,
+ * dV += P^T dO, dS = P * (dP - rowsum(P * dP)), dQ += dS K, dK += dS^T Q. The GEMMs also compute
+ * the masked upper triangle (wasted, but far cheaper than scalar loops); the softmax zeroes it.
  */
+#include <cblas.h>  /* OpenBLAS */
 #include <math.h>
+#include <stdlib.h>
 
 #include "../ops.h"
-#include "parallel.h"
 
-typedef struct {
-  float *out, *dqkv;
-  const float *qkv, *att, *dout;
-  float *att_out;
-  size_t T, C, NH, hs;
-  float scale;
-} AttentionJob;
-
-static float dot(const float *a, const float *b, size_t n) {
-  float sum = 0.0f;
-  for (size_t i = 0; i < n; i++) sum += a[i] * b[i];
-  return sum;
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C, with explicit leading dimensions. */
+static void gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, const float *A, size_t lda,
+                 const float *B, size_t ldb, float beta, float *Cm, size_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
+              (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, Cm, (int)ldc);
 }
 
-/* Query item i = (b * NH + h) * T + t: its softmax row of att and its head slice of out. */
-static void attention_queries(void *ctx, size_t begin, size_t end, size_t chunk) {
-  AttentionJob *j = ctx;
-  size_t T = j->T, C = j->C, NH = j->NH, hs = j->hs;
-  for (size_t i = begin; i < end; i++) {
-    size_t t = i % T, h = (i / T) % NH, b = i / (T * NH);
-    const float *q = j->qkv + (b * T + t) * 3 * C + h * hs;
-    float *row = j->att_out + i * T;
-    float maxval = -INFINITY;
-    for (size_t t2 = 0; t2 <= t; t2++) {
-      row[t2] = dot(q, j->qkv + (b * T + t2) * 3 * C + C + h * hs, hs) * j->scale;
-      if (row[t2] > maxval) maxval = row[t2];
-    }
-    float sum = 0.0f;
+/* Causal softmax of each row t of S[T,T] over columns 0..t, in place; later columns become 0. */
+static void causal_softmax(float *S, size_t T) {
+  for (size_t t = 0; t < T; t++) {
+    float *row = S + t * T, maxval = -INFINITY, sum = 0.0f;
+    for (size_t t2 = 0; t2 <= t; t2++) maxval = row[t2] > maxval ? row[t2] : maxval;
     for (size_t t2 = 0; t2 <= t; t2++) {
       row[t2] = expf(row[t2] - maxval);
       sum += row[t2];
     }
     for (size_t t2 = 0; t2 < T; t2++) row[t2] = t2 <= t ? row[t2] / sum : 0.0f;
-    float *o = j->out + (b * T + t) * C + h * hs;
-    for (size_t k = 0; k < hs; k++) o[k] = 0.0f;
-    for (size_t t2 = 0; t2 <= t; t2++) {
-      const float *v = j->qkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
-      for (size_t k = 0; k < hs; k++) o[k] += row[t2] * v[k];
-    }
   }
 }
 
 void cpu_attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
                            size_t NH) {
   size_t hs = C / NH;
-  AttentionJob job = {.out = out, .att_out = att, .qkv = qkv, .T = T, .C = C, .NH = NH, .hs = hs,
-                      .scale = 1.0f / sqrtf((float)hs)};
-  size_t work = T * hs;  /* per query: about T/2 keys and T/2 values of hs each */
-  parallel_for(B * NH * T, work >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / work, attention_queries, &job);
-}
-
-/* Pair item i = b * NH + h: all of its queries, newest first or not, touch only its own slices. */
-static void attention_backward_pairs(void *ctx, size_t begin, size_t end, size_t chunk) {
-  AttentionJob *j = ctx;
-  size_t T = j->T, C = j->C, NH = j->NH, hs = j->hs;
-  for (size_t i = begin; i < end; i++) {
-    size_t b = i / NH, h = i % NH;
-    for (size_t t = 0; t < T; t++) {
-      const float *row = j->att + (i * T + t) * T;
-      const float *dy = j->dout + (b * T + t) * C + h * hs;
-      const float *q = j->qkv + (b * T + t) * 3 * C + h * hs;
-      float *dq = j->dqkv + (b * T + t) * 3 * C + h * hs;
-      /* softmax backward needs sum_t2 att * datt first; datt[t2] = dy . v[t2] is recomputed
-       * in the second pass rather than stored */
-      float weighted = 0.0f;
-      for (size_t t2 = 0; t2 <= t; t2++) weighted += row[t2] * dot(dy, j->qkv + (b * T + t2) * 3 * C + 2 * C + h * hs, hs);
-      for (size_t t2 = 0; t2 <= t; t2++) {
-        size_t base = (b * T + t2) * 3 * C + h * hs;
-        const float *k = j->qkv + base + C, *v = j->qkv + base + 2 * C;
-        float *dk = j->dqkv + base + C, *dv = j->dqkv + base + 2 * C;
-        float dpre = row[t2] * (dot(dy, v, hs) - weighted) * j->scale;
-        for (size_t k2 = 0; k2 < hs; k2++) {
-          dv[k2] += row[t2] * dy[k2];
-          dq[k2] += dpre * k[k2];
-          dk[k2] += dpre * q[k2];
-        }
-      }
+  float scale = 1.0f / sqrtf((float)hs);
+  for (size_t b = 0; b < B; b++) {
+    for (size_t h = 0; h < NH; h++) {
+      const float *q = qkv + b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+      float *P = att + (b * NH + h) * T * T;
+      gemm(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, P, T);
+      causal_softmax(P, T);
+      gemm(false, false, T, hs, T, 1.0f, P, T, v, 3 * C, 0.0f, out + b * T * C + h * hs, C);
     }
   }
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            size_t B, size_t T, size_t C, size_t NH) {
+/* dP becomes dS = P * (dP - rowsum(P * dP)) * scale: the softmax backward, scaled for Q K^T. */
+static void softmax_backward(float *dP, const float *P, size_t T, float scale) {
+  for (size_t t = 0; t < T; t++) {
+    float *drow = dP + t * T;
+    const float *row = P + t * T;
+    float weighted = 0.0f;
+    for (size_t t2 = 0; t2 <= t; t2++) weighted += row[t2] * drow[t2];
+    for (size_t t2 = 0; t2 < T; t2++) drow[t2] = row[t2] * (drow[t2] - weighted) * scale;
+  }
+}
+
+WkStatus cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                size_t B, size_t T, size_t C, size_t NH) {
   size_t hs = C / NH;
-  AttentionJob job = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .att = att, .T = T, .C = C, .NH = NH,
-                      .hs = hs, .scale = 1.0f / sqrtf((float)hs)};
-  parallel_for(B * NH, 1, attention_backward_pairs, &job);
+  float scale = 1.0f / sqrtf((float)hs);
+  float *dP = wk_malloc(T * T * sizeof *dP, "attention backward scratch");
+  if (!dP) return wk_last_status();
+  for (size_t b = 0; b < B; b++) {
+    for (size_t h = 0; h < NH; h++) {
+      size_t offset = b * T * 3 * C + h * hs;
+      const float *q = qkv + offset, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
+      const float *P = att + (b * NH + h) * T * T, *dO = dout + b * T * C + h * hs;
+      gemm(false, true, T, T, hs, 1.0f, dO, C, v, 3 * C, 0.0f, dP, T);   /* dP = dO V^T */
+      gemm(true, false, T, hs, T, 1.0f, P, T, dO, C, 1.0f, dv, 3 * C);   /* dV += P^T dO */
+      softmax_backward(dP, P, T, scale);
+      gemm(false, false, T, hs, T, 1.0f, dP, T, k, 3 * C, 1.0f, dq, 3 * C);  /* dQ += dS K */
+      gemm(true, false, T, hs, T, 1.0f, dP, T, q, 3 * C, 1.0f, dk, 3 * C);   /* dK += dS^T Q */
+    }
+  }
+  free(dP);
+  return WK_OK;
 }
