@@ -188,6 +188,27 @@ describe('nn.gpt', function()
     assert.is_true(max_abs_diff(before, model:flat_parameters().params) > 0)
   end)
 
+  it('runs its training step in compiled traces, with no NYI aborts once warm', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets = batch()
+    local opt = wick.optim.adamw {}
+    local function step()
+      model:zero_grad()
+      model:forward(idx, targets)
+      model:backward()
+      opt:step(model)
+    end
+    for _ = 1, 50 do step() end  -- buffers allocated, traces recorded
+    local log = os.tmpname()
+    local jit_v = require 'jit.v'
+    jit_v.on(log)
+    for _ = 1, 200 do step() end
+    jit_v.off()
+    local text = helper.read_file(log)
+    os.remove(log)
+    assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
+  end)
+
   it('frees all of its memory at once with free()', function()
     local ffi = require 'ffi'
     local C = require('wick.core').C
