@@ -274,9 +274,7 @@ end
 
 function Block:backward(input, grad_output, grad_input)
   local shape = input.shape
-  local dx1 = self:buffer('grad_x1', shape)
-  check(C.wk_op_fill(dx1, 0))
-  check(C.wk_op_axpy(dx1, 1, grad_output))  -- the residual path
+  local dx1 = self:buffer('grad_x1', shape):copy(grad_output)  -- the residual path
   local dln = self:zeroed('grad_ln', shape)
   self.mlp:backward(self.ln_2.output, grad_output, dln)
   self.ln_2:backward(self.x1, dln, dx1)
