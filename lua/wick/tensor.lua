@@ -3,6 +3,7 @@
 --   t:to(device_or_dtype), t:float(), t:view(shape), t:narrow(dim, first, length), t:copy(src),
 --   t:fill(v), t:get(i, j, ...), t:set(i, j, ..., value), t:totable(), t:free(); print(t) shows it.
 -- Constructors: empty, zeros, full, new (from tables), randn, pinned, borrow (foreign memory).
+-- Streams and events: tensor.stream(device), tensor.event(device), t:copy_async(src, stream).
 -- Tensors own their memory: t:free() releases it now (idempotent); the GC is only a backstop, since
 -- it cannot see device memory. Element access is for debugging; math belongs in C ops.
 local ffi = require 'ffi'
@@ -223,6 +224,13 @@ function methods.copy(t, src)
   return t
 end
 
+-- Queues the copy on stream and returns at once when one side is pinned host memory and the other
+-- a CUDA tensor; both must stay alive until the stream (or an event recorded after) is waited on.
+function methods.copy_async(t, src, stream)
+  check(C.wk_tensor_copy_async(alive(t), alive(src), stream and stream.handle), 2)
+  return t
+end
+
 function methods.fill(t, value)
   check(C.wk_op_fill(alive(t), value), 2)
   return t
@@ -383,6 +391,52 @@ if first_load then
     __tostring = function(t) return state.tostring(t) end,
   })
 end
+
+-- ---- streams and events ---------------------------------------------------------------------------
+-- tensor.stream(device) and tensor.event(device) order work on a CUDA device (on the CPU they are
+-- no-ops, so the same code runs there). stream:use() makes ops of this thread run on it.
+
+local Stream, Event = {}, {}
+Stream.__index, Event.__index = Stream, Event
+
+local function handle_of(object, what)
+  if not object.handle then error(what .. ' used after free()', 3) end
+  return object.handle
+end
+
+function tensor.stream(device)
+  local device_type, index = parse_device(device, 2)
+  local handle = core.check_handle(C.wk_stream_new(device_type, index), 2)
+  return setmetatable({ handle = ffi.gc(handle, C.wk_stream_free) }, Stream)
+end
+
+function Stream:synchronize() check(C.wk_stream_synchronize(handle_of(self, 'stream')), 2) end
+function Stream:wait(event) check(C.wk_stream_wait_event(handle_of(self, 'stream'), handle_of(event, 'event')), 2) end
+function Stream:use() C.wk_stream_set_current(handle_of(self, 'stream')) end
+function Stream:free()
+  if self.handle then
+    C.wk_stream_free(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+function tensor.event(device)
+  local device_type, index = parse_device(device, 2)
+  local handle = core.check_handle(C.wk_event_new(device_type, index), 2)
+  return setmetatable({ handle = ffi.gc(handle, C.wk_event_free) }, Event)
+end
+
+function Event:record(stream) check(C.wk_event_record(handle_of(self, 'event'), stream and handle_of(stream, 'stream')), 2) end
+function Event:synchronize() check(C.wk_event_synchronize(handle_of(self, 'event')), 2) end
+function Event:free()
+  if self.handle then
+    C.wk_event_free(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+-- Back to the thread's default stream for ops.
+function tensor.default_stream() C.wk_stream_set_current(nil) end
 
 tensor.methods = methods
 return tensor
