@@ -13,7 +13,7 @@ local check = core.check
 
 local CONFIG = { vocab = 4096, seq_len = 128, layers = 4, heads = 4, dim = 256 }
 local BATCH = 8
-local STEPS = tonumber(os.getenv('WICK_BENCH_STEPS')) or 4
+local STEPS = tonumber(os.getenv('WICK_BENCH_STEPS')) or 6
 local THREADS = tonumber(io.popen('nproc'):read('*l')) or 1
 local OP_REPEATS = 5
 -- Dense fp32 peak of the GPU, for MFU (H100/H200 SXM: ~67 TFLOPS without tensor cores).
