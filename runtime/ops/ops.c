@@ -1,7 +1,7 @@
 /*
  * ops.c — the public wk_op_* entry points: argument checks, then dispatch to runtime/ops/cpu or
  * runtime/ops/cuda on the device of the tensors. Messages name the op, the argument, what was
- * expected and what came ("layernorm: weight is [8] f32 cpu, expected [16] f32 on cpu").
+ * expected and what came ("layernorm: weight is [8] f32 cpu, expected [16] f32, contiguous").
  */
 #include <math.h>
 #include <stdio.h>
