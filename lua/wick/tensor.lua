@@ -318,7 +318,7 @@ function methods.totable(t)
   local shape, index = shape_of(host), 0
   local function build(depth)
     local out = {}
-    for i = 1, shape[depth] or 1 do
+    for i = 1, shape[depth] do
       if depth < #shape then out[i] = build(depth + 1) else
         check(C.wk_tensor_get(host, index, get_buf), 4)
         out[i] = get_buf[0]
@@ -327,7 +327,13 @@ function methods.totable(t)
     end
     return out
   end
-  local result = #shape == 0 and (C.wk_tensor_get(host, 0, get_buf) == 0 and get_buf[0]) or build(1)
+  local result
+  if #shape == 0 then  -- a scalar tensor is a plain number
+    check(C.wk_tensor_get(host, 0, get_buf), 2)
+    result = get_buf[0]
+  else
+    result = build(1)
+  end
   if temporary then host:free() end
   return result
 end
