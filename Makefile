@@ -43,7 +43,8 @@ HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 
-ifneq ($(filter all run lib test bench demo install,$(or $(MAKECMDGOALS),all)),)
+# Printed by the make that builds (test, bench and demo build through a sub-make).
+ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)
 $(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
 endif
 
@@ -52,7 +53,7 @@ MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA))
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(WARNINGS)
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC,-fvisibility=hidden -std=c++17 --expt-relaxed-constexpr
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
@@ -140,7 +141,6 @@ test: deps
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
-	@# .busted excludes the gpu tag by default; busted refuses a tag both included and excluded.
 	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
 
 bench: deps
@@ -150,7 +150,23 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run --nproc-per-node 2 recipes/hello.lua
+	./run recipes/demo.lua
+
+# ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
+#   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library
+#                  sources they reach (core + the format parsers) are compiled in, instrumented.
+#                  tests/fuzz_spec.lua runs them briefly.
+.PHONY: fuzz
+FUZZ_CC ?= clang
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,json.c format_shard.c format_index.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: $(FUZZ_BIN)
+
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lxxhash -lcurl -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

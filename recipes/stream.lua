@@ -17,16 +17,29 @@ local spec = {
     { 'threads', 'number', default = 2, help = 'reader threads per rank' },
     { 'seed', 'number', default = 0, help = 'shuffle seed' },
     { 'samples', 'number', default = 2, help = 'decoded samples to print at the end' },
+    { 'compute_ms', 'number', default = 2, help = 'simulated compute per micro-step (stands in for the GPU)' },
+    { 'resume', 'file', help = 'start from the cursor saved in this file' },
+    { 'save_cursor', 'file', help = 'rank 0 writes the cursor to this file at the end' },
+    { 'audit', 'file', help = 'append one line per sample to this file (all ranks)' },
   },
 }
 local opts = cli.parse(spec, { ... })
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int usleep(unsigned int usec);')
 local rank = tonumber(os.getenv('RANK') or 0)
 local REPORTS = 10        -- progress lines over the run
 local SHOWN_CHARS = 160   -- of each decoded sample
 
+local function read_cursor(path)
+  local f = assert(io.open(path, 'rb'))
+  local cursor = f:read('*a'):gsub('%s+$', '')
+  f:close()
+  return cursor
+end
+
 local loader = data.loader {
   data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
-  threads = opts.threads, seed = opts.seed,
+  threads = opts.threads, seed = opts.seed, audit = opts.audit, cursor = opts.resume and read_cursor(opts.resume),
 }
 
 local function decode(batch, row)
@@ -36,7 +49,8 @@ local function decode(batch, row)
     local token = batch.tokens[row * width + t]
     chars[#chars + 1] = token < 256 and string.char(token) or '<eos>'
   end
-  return table.concat(chars)
+  -- one line per sample: newlines and tabs shown as escapes
+  return (table.concat(chars):gsub('\n', '\\n'):gsub('\t', '\\t'))
 end
 
 local start = core.now()
@@ -47,6 +61,7 @@ for step = 1, opts.steps do
     batch = assert(loader:next(), 'the stream ended early')
     tokens = tokens + batch.rows * (batch.seq_len + 1)
     waited_ns = waited_ns + batch.wait_ns
+    ffi.C.usleep(opts.compute_ms * 1000) -- the model's step: the loader works ahead meanwhile
   until batch.micro_step == batch.micro_steps - 1
   if rank == 0 and (step % report_every == 0 or step == opts.steps) then
     local elapsed = core.now() - start
@@ -58,8 +73,13 @@ end
 if rank == 0 then
   for row = 0, math.min(opts.samples, batch.rows) - 1 do
     local s = loader:sample(row)
-    print(('sample shard=%d offset=%d epoch=%d: %q'):format(s.shard, s.offset, s.epoch, decode(batch, row)))
+    print(('sample shard=%d offset=%d epoch=%d: "%s"'):format(s.shard, s.offset, s.epoch, decode(batch, row)))
   end
   print('cursor: ' .. loader:state())
+  if opts.save_cursor then
+    local f = assert(io.open(opts.save_cursor, 'wb'))
+    f:write(loader:state(), '\n')
+    f:close()
+  end
 end
 loader:close()

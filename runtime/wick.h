@@ -150,7 +150,9 @@ typedef enum {
   WK_CONVERT_COMPRESSION = 3,   /* 0 none (raw, mmap-able), 1 zstd (default) */
   WK_CONVERT_LEVEL = 4,         /* zstd level (default 3) */
   WK_CONVERT_STRICT = 5,        /* 1: the first bad line or document fails the conversion */
-  WK_CONVERT_PROGRESS = 6       /* 1: draw a progress bar on stderr */
+  WK_CONVERT_PROGRESS = 6,      /* 1: draw a progress bar on stderr */
+  WK_CONVERT_RESUME = 7         /* 1: keep shards already in the output that hold exactly the tokens
+                                   this run would write there (an interrupted run resumes) */
 } WkConvertParam;
 
 typedef struct {
@@ -163,6 +165,7 @@ typedef struct {
   uint64_t bad;             /* bad lines/documents skipped */
   uint64_t empty;           /* empty documents skipped */
   double seconds;
+  uint64_t reused;          /* shards kept from an earlier run (WK_CONVERT_RESUME) */
 } WkConvertStats;
 
 /* tokenizer: "bytes" (default when NULL) or "gpt2" (pre-tokenized .bin inputs only). */
@@ -170,12 +173,16 @@ WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer)
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
+/* Comma-separated fnmatch globs ("*.py,*.txt") a file found in a directory must match to be read
+ * (files named directly always are); NULL or "" for all. Applies to inputs added after it. */
+WK_API WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns);
 /* A file, or a directory walked recursively in byte-wise sorted order (hidden entries skipped). */
 WK_API WkStatus wk_converter_add_input(WkConverter *cv, const char *path);
 WK_API WkStatus wk_converter_run(WkConverter *cv);
 WK_API void wk_converter_stats(const WkConverter *cv, WkConvertStats *out);
 /* The i-th reported bad line as "file:line: reason" (the first 1000 are kept), NULL past the end. */
 WK_API const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i);
+
 /* The loader: sources -> order -> mix -> packed rows, on C threads, into a bounded ring of batches.
  * Configure with wk_loader_set and wk_loader_add_source, optionally wk_loader_restore a cursor,
  * then wk_loader_start and call wk_loader_next once per micro-batch. */
@@ -199,6 +206,7 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
+  WK_LOADER_CACHE_BYTES,       /* decoded-block cache of each source; -1: the dataset default */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 
@@ -222,7 +230,7 @@ typedef struct {
   uint64_t offset;       /* first token in the shard's stream */
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
-  uint64_t token_hash;   /* XXH64 of the row's int32 tokens */
+  uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
   uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
 } WkSampleInfo;
 
@@ -252,6 +260,10 @@ WK_API WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity,
 WK_API WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out);
 WK_API WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out);
 WK_API void wk_loader_stats(WkLoader *loader, WkLoaderStats *out);
+/* Audit mode: from now on, appends one line per sample returned by wk_loader_next to path:
+ * "step=S micro=M rank=R row=I id=SOURCE:SHARD:OFFSET epoch=E hash=H status=ok|skipped|padding".
+ * Lines of several ranks can share one file (appends of whole lines). */
+WK_API WkStatus wk_loader_audit(WkLoader *loader, const char *path);
 
 /* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
 

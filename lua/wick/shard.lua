@@ -11,6 +11,8 @@ local OPTIONS = {
   { long = 'tokenizer', value = 'NAME',
     help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
   { long = 'field', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+  { long = 'include', value = 'GLOBS',
+    help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
   { long = 'compression', value = 'zstd[:LEVEL]|none', default = 'zstd:3',
     help = "block compression; 'none' writes raw, mmap-able blocks" },
   { long = 'shard-size', value = 'TOKENS', default = '64M',
@@ -18,6 +20,7 @@ local OPTIONS = {
   { long = 'block-size', value = 'TOKENS', default = '64K', help = 'tokens per block: the unit of fetch and decode' },
   { long = 'threads', value = 'N', help = 'worker threads (default: all CPUs)' },
   { long = 'strict', help = 'fail on the first bad line or document instead of skipping it' },
+  { long = 'resume', help = 'keep shards of an interrupted run that hold exactly what this run would write' },
   { long = 'progress', help = 'draw a progress bar on stderr (default: when stderr is a terminal)' },
   { long = 'no-progress', help = 'never draw the progress bar' },
   { long = 'quiet', short = 'q', help = 'print nothing on success' },
@@ -128,13 +131,16 @@ function M.convert(inputs, opts)
   if opts.threads then set(C.WK_CONVERT_THREADS, parse_size(opts.threads, '--threads')) end
   set(C.WK_CONVERT_STRICT, opts.strict and 1 or 0)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
+  set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
   core.check(C.wk_converter_set_field(cv, opts.field or 'text'), 0)
+  core.check(C.wk_converter_set_include(cv, opts.include), 0)
   for _, path in ipairs(inputs) do core.check(C.wk_converter_add_input(cv, path), 0) end
   local status = C.wk_converter_run(cv)
   local s = ffi.new('WkConvertStats')
   C.wk_converter_stats(cv, s)
   local stats = {}
-  for _, f in ipairs { 'inputs', 'input_bytes', 'documents', 'tokens', 'shards', 'output_bytes', 'bad', 'empty' } do
+  for _, f in ipairs { 'inputs', 'input_bytes', 'documents', 'tokens', 'shards', 'output_bytes', 'bad', 'empty',
+                       'reused' } do
     stats[f] = tonumber(s[f])
   end
   stats.seconds = tonumber(s.seconds)
@@ -189,11 +195,13 @@ function M.main(args)
     end
   end
   if not opts.quiet then
-    local rate = stats.seconds > 0 and stats.input_bytes / stats.seconds or 0
+    local seconds = math.max(stats.seconds, 1e-9)
     io.stdout:write(string.format(
-      '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s) in %.2f s (%s/s); %d bad, %d empty skipped\n',
+      '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s%s) in %.2f s (%s/s in, %.1f M tokens/s); ' ..
+      '%d bad, %d empty skipped\n',
       opts.output, stats.inputs, human_bytes(stats.input_bytes), stats.documents, stats.tokens, stats.shards,
-      human_bytes(stats.output_bytes), stats.seconds, human_bytes(rate), stats.bad, stats.empty))
+      human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
+      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty))
   end
   return 0
 end

@@ -85,6 +85,7 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkConvertStats, bad),
     OFFSET_OF(WkConvertStats, empty),
     OFFSET_OF(WkConvertStats, seconds),
+    OFFSET_OF(WkConvertStats, reused),
     SIZE_OF(WkBatch),
     OFFSET_OF(WkBatch, tokens),
     OFFSET_OF(WkBatch, loss_mask),

@@ -7,13 +7,16 @@
  *                     current shard, hands a shard to the workers once it reaches the shard size,
  *                     reports bad lines as file:line, draws the progress bar, writes the index last
  *
- * Backpressure: at most RING chunks and `threads` shards are in flight, so memory is bounded by
- * (chunk size x RING + shard size x threads), not by the input. Determinism: the document sequence is
+ * Backpressure: at most RING chunks and two finished shards are in flight (a shard is compressed by
+ * all workers at once, in pieces), so memory is bounded by about chunk size x RING + 3 x shard size,
+ * not by the input. Determinism: the document sequence is
  * fixed by the inputs alone and shard boundaries by the document sequence, so the thread count
  * changes nothing in the output bytes.
  *
  * The output directory holds shard-NNNNN.wks and index.json. The old index is removed first and the
- * new one renamed into place last, so a crashed run never leaves an index that lies.
+ * new one renamed into place last, so a crashed run never leaves an index that lies. With
+ * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each existing shard whose
+ * verified contents equal what it would write (decoding is much cheaper than compressing).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,13 +36,15 @@ enum {
   MAX_BAD_KEPT = 1000,
   DEFAULT_SHARD_TOKENS = 1 << 26,
   DEFAULT_LEVEL = 3,
+  MAX_SHARDS_IN_FLIGHT = 2,  /* one being compressed while the next is built */
 };
 
 struct WkConverter {
   char *out_dir;
   char *tokenizer_name;  /* NULL: decided by the inputs */
   char *field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume;
+  char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
   uint64_t total_input_bytes;
@@ -78,8 +83,15 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
   return cv;
 }
 
+static void free_include(WkConverter *cv) {
+  for (size_t i = 0; cv->include && cv->include[i]; i++) free(cv->include[i]);
+  free(cv->include);
+  cv->include = NULL;
+}
+
 void wk_converter_free(WkConverter *cv) {
   if (!cv) return;
+  free_include(cv);
   for (size_t i = 0; i < cv->input_count; i++) free(cv->inputs[i].path);
   free(cv->inputs);
   for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
@@ -105,6 +117,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_LEVEL: slot = &cv->level, lo = ZSTD_minCLevel(), hi = ZSTD_maxCLevel(), what = "zstd level"; break;
     case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
+    case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -123,10 +136,36 @@ WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
   return WK_OK;
 }
 
+WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_include: converter is NULL");
+  free_include(cv);
+  if (!patterns || !patterns[0]) return WK_OK;
+  size_t n = 1;
+  for (const char *p = patterns; *p; p++) n += *p == ',';
+  cv->include = calloc(n + 1, sizeof *cv->include);
+  if (!cv->include) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  size_t k = 0;
+  for (const char *p = patterns;;) {
+    const char *comma = strchr(p, ',');
+    size_t length = comma ? (size_t)(comma - p) : strlen(p);
+    if (length > 0) {
+      cv->include[k] = strndup(p, length);
+      if (!cv->include[k++]) {
+        free_include(cv);
+        return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+      }
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return WK_OK;
+}
+
 WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
   if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
   size_t before = cv->input_count;
-  WK_TRY(convert_list_inputs(path, &cv->inputs, &cv->input_count, &cv->input_capacity));
+  WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, cv->out_dir, &cv->inputs, &cv->input_count,
+                             &cv->input_capacity));
   for (size_t i = before; i < cv->input_count; i++) cv->total_input_bytes += cv->inputs[i].size;
   return WK_OK;
 }
@@ -142,19 +181,64 @@ const char *wk_converter_bad_line(const WkConverter *cv, uint64_t i) {
 
 /* ---- the run --------------------------------------------------------------------------------------- */
 
+typedef struct ShardJob ShardJob;
+
+/* A range of a shard's blocks, compressed by whichever worker takes it. */
 typedef struct {
   JobKind kind;
+  ShardJob *shard;
+  WkShardPiece piece;
+  uint32_t first_block, block_count;
+  WkStatus status;
+  char message[1024];
+} PieceJob;
+
+/* A finished shard: its pieces are compressed in parallel; the worker finishing the last one writes
+ * the file. */
+struct ShardJob {
   uint32_t index;
   char *path;
   uint8_t *tokens;  /* stored width */
-  uint64_t token_count;
+  uint64_t token_count, token_capacity;
   uint64_t *doc_starts;
-  uint64_t doc_count;
+  uint64_t doc_count, doc_capacity;
+  PieceJob *pieces;
+  uint32_t piece_count, pieces_left;
   bool done;
   WkStatus status;
   char message[1024];
   WkShardWritten written;
-} ShardJob;
+};
+
+/* Buffers handed back for reuse: fresh memory costs a page fault and a page clear per 4 KiB, which
+ * was the converter's largest cost. Lock held when used. */
+enum { POOL_SLOTS = 8 };
+typedef struct {
+  void *data[POOL_SLOTS];
+  uint64_t capacity[POOL_SLOTS];
+  uint32_t count;
+} Pool;
+
+static void pool_put(Pool *p, void *data, uint64_t capacity) {
+  if (!data) return;
+  if (p->count == POOL_SLOTS) {
+    free(data);
+    return;
+  }
+  p->data[p->count] = data;
+  p->capacity[p->count++] = capacity;
+}
+
+static void *pool_take(Pool *p, uint64_t *capacity) {
+  if (p->count == 0) return NULL;
+  p->count--;
+  *capacity = p->capacity[p->count];
+  return p->data[p->count];
+}
+
+static void pool_free(Pool *p) {
+  while (p->count) free(p->data[--p->count]);
+}
 
 typedef struct {
   WkConverter *cv;
@@ -173,9 +257,10 @@ typedef struct {
   WkStatus producer_status;
   char producer_message[1024];
   atomic_bool stop;
-  /* shards */
+  /* shards: at most MAX_SHARDS_IN_FLIGHT finished shards wait for or undergo compression */
   ShardJob **shards;
   uint32_t shard_count, shard_capacity, shards_in_flight;
+  Pool shard_buffers, shard_starts, chunk_tokens;
   /* the shard being built */
   uint8_t *buffer;
   uint64_t buffer_tokens, buffer_capacity;
@@ -205,6 +290,7 @@ static WkStatus emit_chunk(void *arg, Chunk *c) {
 
 static void *producer_main(void *arg) {
   Run *r = arg;
+  pthread_setname_np(pthread_self(), "wick-cv-read");
   WkStatus status = WK_OK;
   for (uint32_t i = 0; i < r->cv->input_count && status == WK_OK && !atomic_load(&r->stop); i++)
     status = convert_cut_input(r->cv->inputs, i, emit_chunk, r, &r->stop);
@@ -219,28 +305,82 @@ static void *producer_main(void *arg) {
   return NULL;
 }
 
-static void write_shard_job(Run *r, ShardJob *job) {
-  job->status = wk_shard_write(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
-                               job->doc_count, &job->written);
-  if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
-  free(job->tokens);
-  free(job->doc_starts);
+/* Returns a written shard's buffers to the pools (or frees them when r is NULL). Lock not held. */
+static void free_shard_inputs(Run *r, ShardJob *job) {
+  for (uint32_t p = 0; p < job->piece_count; p++) wk_shard_piece_free(&job->pieces[p].piece);
+  if (r) {
+    pthread_mutex_lock(&r->lock);
+    pool_put(&r->shard_buffers, job->tokens, job->token_capacity);
+    pool_put(&r->shard_starts, job->doc_starts, job->doc_capacity);
+    pthread_mutex_unlock(&r->lock);
+  } else {
+    free(job->tokens);
+    free(job->doc_starts);
+  }
   job->tokens = NULL;
   job->doc_starts = NULL;
 }
 
+/* Compresses one piece; the last piece of a shard also writes the file. Called without the lock. */
+static void run_piece(Run *r, PieceJob *pj, bool skip) {
+  ShardJob *job = pj->shard;
+  if (!skip) {
+    pj->status = wk_shard_compress(&r->write_options, job->tokens, job->token_count, pj->first_block,
+                                   pj->block_count, &pj->piece);
+    if (pj->status != WK_OK) snprintf(pj->message, sizeof pj->message, "%s", wk_last_error());
+  }
+  pthread_mutex_lock(&r->lock);
+  bool last = --job->pieces_left == 0;
+  pthread_mutex_unlock(&r->lock);
+  if (!last) return;
+  job->status = WK_OK;
+  for (uint32_t p = 0; p < job->piece_count && job->status == WK_OK; p++) {
+    if (job->pieces[p].status != WK_OK) {
+      job->status = job->pieces[p].status;
+      snprintf(job->message, sizeof job->message, "%s", job->pieces[p].message);
+    }
+  }
+  if (job->status == WK_OK && !skip) {
+    WkShardPiece *pieces = malloc(job->piece_count * sizeof *pieces);
+    if (!pieces) {
+      job->status = WK_FAIL(WK_ERR_NOMEM, "out of memory assembling shard '%s'", job->path);
+    } else {
+      for (uint32_t p = 0; p < job->piece_count; p++) pieces[p] = job->pieces[p].piece;
+      job->status = wk_shard_assemble(job->path, &r->write_options, job->token_count, job->doc_starts,
+                                      job->doc_count, pieces, job->piece_count, &job->written);
+      free(pieces);
+    }
+    if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
+  }
+  free_shard_inputs(r, job);
+  pthread_mutex_lock(&r->lock);
+  job->done = true;
+  r->shards_in_flight--;
+  pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
+}
+
 static void *worker_main(void *arg) {
   Run *r = arg;
+  pthread_setname_np(pthread_self(), "wick-cv-work");
   void *item;
   while (wk_queue_pop(r->jobs, &item, -1) == WK_OK) {
-    JobKind kind = *(JobKind *)item;
-    if (!atomic_load(&r->stop)) {
-      if (kind == JOB_CHUNK) convert_process_chunk(&r->context, item);
-      else write_shard_job(r, item);
+    bool skip = atomic_load(&r->stop);
+    if (*(JobKind *)item == JOB_PIECE) {
+      run_piece(r, item, skip);
+      continue;
+    }
+    if (!skip) {
+      Chunk *c = item;
+      pthread_mutex_lock(&r->lock);
+      uint64_t capacity = 0;
+      c->tokens.data = pool_take(&r->chunk_tokens, &capacity);
+      c->tokens.capacity = (size_t)capacity;
+      pthread_mutex_unlock(&r->lock);
+      convert_process_chunk(&r->context, c);
     }
     pthread_mutex_lock(&r->lock);
-    if (kind == JOB_CHUNK) ((Chunk *)item)->done = true;
-    else ((ShardJob *)item)->done = true, r->shards_in_flight--;
+    ((Chunk *)item)->done = true;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
   }
@@ -250,6 +390,11 @@ static void *worker_main(void *arg) {
 /* ---- builder ------------------------------------------------------------------------------------ */
 
 static WkStatus buffer_reserve(Run *r, uint64_t extra) {
+  if (!r->buffer) {
+    pthread_mutex_lock(&r->lock);
+    r->buffer = pool_take(&r->shard_buffers, &r->buffer_capacity);
+    pthread_mutex_unlock(&r->lock);
+  }
   if (r->buffer_tokens + extra <= r->buffer_capacity) return WK_OK;
   uint64_t cap = r->buffer_capacity ? r->buffer_capacity : 1 << 16;
   while (cap < r->buffer_tokens + extra) cap *= 2;
@@ -264,6 +409,11 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
   if (n == 0) return WK_OK;
   WK_TRY(buffer_reserve(r, n + 1));
   if (!r->doc_open) {
+    if (!r->starts) {
+      pthread_mutex_lock(&r->lock);
+      r->starts = pool_take(&r->shard_starts, &r->start_capacity);
+      pthread_mutex_unlock(&r->lock);
+    }
     if (r->start_count == r->start_capacity) {
       uint64_t cap = r->start_capacity ? r->start_capacity * 2 : 1024;
       uint64_t *grown = realloc(r->starts, (size_t)cap * sizeof *grown);
@@ -286,43 +436,104 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
   return WK_OK;
 }
 
+/* Resuming: does the file at path already hold exactly these tokens and documents, verified? Any
+ * doubt (missing, corrupt, other options) answers no, and the shard is written afresh. */
+static bool shard_matches(const char *path, const WkShardWriteOptions *opt, const uint8_t *tokens,
+                          uint64_t token_count, const uint64_t *starts, uint64_t doc_count, WkShardWritten *out) {
+  WkByteSource *src = wk_source_open_file(path);
+  if (!src) return false;
+  WkShardView v;
+  bool same = wk_shard_view_open(src, path, &v) == WK_OK;
+  const WkShardHeader *h = &v.h;
+  same = same && h->token_bytes == opt->token_bytes && h->vocab_size == opt->vocab_size && h->eos == opt->eos &&
+         h->tokens == token_count && h->documents == doc_count && h->block_tokens == opt->block_tokens &&
+         h->codec == (uint32_t)opt->codec;
+  uint8_t *decoded = same ? malloc((size_t)h->block_tokens * h->token_bytes) : NULL;
+  same = same && decoded;
+  for (uint64_t d = 0; same && d < doc_count; d++) {
+    uint64_t start, length;
+    same = wk_shard_view_document(&v, d, &start, &length) == WK_OK && start == starts[d];
+  }
+  for (uint32_t b = 0; same && b < h->block_count; b++) {
+    WkBlockEntry e;
+    const uint8_t *stored;
+    uint8_t *copy;
+    size_t n = (size_t)wk_block_token_count(h, b) * h->token_bytes;
+    same = wk_shard_view_stored(&v, b, &e, &stored, &copy) == WK_OK &&
+           wk_block_decode(h, &e, b, stored, decoded, path) == WK_OK &&
+           memcmp(decoded, tokens + (size_t)b * h->block_tokens * h->token_bytes, n) == 0;
+    free(copy);
+  }
+  if (same) *out = (WkShardWritten){.bytes = src->size, .header_hash = h->header_hash};
+  free(decoded);
+  wk_shard_view_release(&v);
+  src->close(src);
+  wk_clear_error();
+  return same;
+}
+
 static WkStatus flush_shard(Run *r) {
   if (r->start_count == 0) return WK_OK;
   ShardJob *job = calloc(1, sizeof *job);
   if (!job) return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
-  job->kind = JOB_SHARD;
   job->index = r->shard_count;
   size_t n = strlen(r->cv->out_dir) + 32;
   job->path = malloc(n);
-  if (!job->path) {
-    free(job);
-    return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard path");
+  uint32_t blocks = wk_shard_block_count(&r->write_options, r->buffer_tokens);
+  job->piece_count = blocks < r->threads ? blocks : r->threads;
+  if (job->piece_count == 0) job->piece_count = 1;
+  job->pieces = calloc(job->piece_count, sizeof *job->pieces);
+  if (!job->path || !job->pieces) {
+    free(job->path), free(job->pieces), free(job);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
   }
   snprintf(job->path, n, "%s/shard-%05u.wks", r->cv->out_dir, job->index);
   job->tokens = r->buffer;
   job->token_count = r->buffer_tokens;
+  job->token_capacity = r->buffer_capacity;
   job->doc_starts = r->starts;
   job->doc_count = r->start_count;
+  job->doc_capacity = r->start_capacity;
   r->buffer = NULL;
   r->buffer_tokens = r->buffer_capacity = 0;
   r->starts = NULL;
   r->start_count = r->start_capacity = 0;
+  /* Consecutive, nearly equal block ranges, one per thread. */
+  for (uint32_t p = 0, first = 0; p < job->piece_count; p++) {
+    uint32_t count = blocks / job->piece_count + (p < blocks % job->piece_count);
+    job->pieces[p] = (PieceJob){.kind = JOB_PIECE, .shard = job, .first_block = first, .block_count = count};
+    first += count;
+  }
+  job->pieces_left = job->piece_count;
   if (r->shard_count == r->shard_capacity) {
     uint32_t cap = r->shard_capacity ? r->shard_capacity * 2 : 16;
     ShardJob **grown = realloc(r->shards, cap * sizeof *grown);
     if (!grown) {
-      free(job->tokens), free(job->doc_starts), free(job->path), free(job);
+      free_shard_inputs(NULL, job);
+      free(job->pieces), free(job->path), free(job);
       return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard list");
     }
     r->shards = grown;
     r->shard_capacity = cap;
   }
+  if (r->cv->resume && shard_matches(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
+                                     job->doc_count, &job->written)) {
+    r->cv->stats.reused++;
+    job->done = true;
+    job->pieces_left = 0;
+    free_shard_inputs(r, job);
+    pthread_mutex_lock(&r->lock);
+    r->shards[r->shard_count++] = job;
+    pthread_mutex_unlock(&r->lock);
+    return WK_OK;
+  }
   pthread_mutex_lock(&r->lock);
-  while (r->shards_in_flight >= r->threads) pthread_cond_wait(&r->changed, &r->lock);
+  while (r->shards_in_flight >= MAX_SHARDS_IN_FLIGHT) pthread_cond_wait(&r->changed, &r->lock);
   r->shards[r->shard_count++] = job;
   r->shards_in_flight++;
   pthread_mutex_unlock(&r->lock);
-  return wk_queue_push(r->jobs, job, -1);
+  for (uint32_t p = 0; p < job->piece_count; p++) WK_TRY(wk_queue_push(r->jobs, &job->pieces[p], -1));
+  return WK_OK;
 }
 
 static WkStatus end_document(Run *r) {
@@ -434,6 +645,8 @@ static void chunk_consumed(Run *r) {
   Chunk *c = r->ring[r->consumed % r->ring_size];
   r->ring[r->consumed % r->ring_size] = NULL;
   r->consumed++;
+  pool_put(&r->chunk_tokens, c->tokens.data, c->tokens.capacity);
+  c->tokens.data = NULL;
   pthread_cond_broadcast(&r->changed);
   pthread_mutex_unlock(&r->lock);
   convert_chunk_free(c);
@@ -599,7 +812,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   r.ring_size = 2 * (uint64_t)r.threads + 2;
   r.ring = calloc(r.ring_size, sizeof *r.ring);
-  r.jobs = wk_queue_new(r.ring_size + r.threads + 1);
+  r.jobs = wk_queue_new(r.ring_size + (uint64_t)MAX_SHARDS_IN_FLIGHT * r.threads + 1);
   if (!r.ring || !r.jobs) {
     free(r.ring);
     wk_queue_free(r.jobs);
@@ -632,12 +845,15 @@ WkStatus wk_converter_run(WkConverter *cv) {
     if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
   if (status == WK_OK) status = write_index(&r);
   for (uint32_t i = 0; i < r.shard_count; i++) {
-    free(r.shards[i]->tokens);
-    free(r.shards[i]->doc_starts);
+    free_shard_inputs(NULL, r.shards[i]);
+    free(r.shards[i]->pieces);
     free(r.shards[i]->path);
     free(r.shards[i]);
   }
   free(r.shards);
+  pool_free(&r.shard_buffers);
+  pool_free(&r.shard_starts);
+  pool_free(&r.chunk_tokens);
   free(r.buffer);
   free(r.starts);
   free(r.ring);

@@ -26,7 +26,7 @@ typedef struct {
   char reason[128];
 } BadLine;
 
-typedef enum { JOB_CHUNK, JOB_SHARD } JobKind;
+typedef enum { JOB_CHUNK, JOB_PIECE } JobKind;
 
 /* One piece of one input, and what a worker made of it. */
 typedef struct {
@@ -65,7 +65,9 @@ void convert_chunk_free(Chunk *chunk);
 typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
-/* Adds path (file or directory, walked in sorted order) to the list. */
-WkStatus convert_list_inputs(const char *path, Input **inputs, size_t *count, size_t *capacity);
+/* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
+ * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */
+WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
+                             size_t *count, size_t *capacity);
 
 #endif /* WK_DATA_CONVERT_H */

@@ -9,10 +9,12 @@
  *                               1, token count; then uint16 tokens) or headerless nanoGPT uint16
  *                               files; documents are separated by <|endoftext|> (50256)
  *   anything else               text: the whole file is one document (source trees, books)
- * Directories are walked recursively in byte-wise sorted order, skipping hidden entries.
+ * Directories are walked recursively in byte-wise sorted order, skipping hidden entries and, when
+ * include patterns are set, files whose name matches none of them.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,10 +49,33 @@ static int compare_strings(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static WkStatus add_path(const char *path, int depth, Input **inputs, size_t *count, size_t *capacity) {
+typedef struct {
+  const char *const *patterns;
+  const struct stat *skip_dir;  /* the output directory, when it exists */
+} ListOptions;
+
+/* Files met while walking a directory are kept when their name matches one of the patterns (all
+ * are kept without patterns); files named on the command line always are. */
+static bool wanted(const char *path, const char *const *patterns) {
+  if (!patterns || !patterns[0]) return true;
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  for (size_t i = 0; patterns[i]; i++)
+    if (fnmatch(patterns[i], base, 0) == 0) return true;
+  return false;
+}
+
+static WkStatus add_path(const char *path, int depth, const ListOptions *opt, Input **inputs, size_t *count,
+                         size_t *capacity) {
   struct stat st;
   if (stat(path, &st) != 0) return WK_FAIL_ERRNO("input", path);
+  /* Never read the converter's own output (a rerun into a folder under its input). */
+  if (opt->skip_dir && st.st_dev == opt->skip_dir->st_dev && st.st_ino == opt->skip_dir->st_ino) {
+    wk_logf(WK_LOG_INFO, "converter: not reading '%s': it is the output directory", path);
+    return WK_OK;
+  }
   if (S_ISREG(st.st_mode)) {
+    if (depth > 0 && !wanted(path, opt->patterns)) return WK_OK;
     if (*count == *capacity) {
       size_t cap = *capacity ? *capacity * 2 : 64;
       Input *grown = realloc(*inputs, cap * sizeof *grown);
@@ -91,15 +116,18 @@ static WkStatus add_path(const char *path, int depth, Input **inputs, size_t *co
   closedir(dir);
   if (status == WK_OK) qsort(names, n, sizeof *names, compare_strings);
   for (size_t i = 0; i < n; i++) {
-    if (status == WK_OK) status = add_path(names[i], depth + 1, inputs, count, capacity);
+    if (status == WK_OK) status = add_path(names[i], depth + 1, opt, inputs, count, capacity);
     free(names[i]);
   }
   free(names);
   return status;
 }
 
-WkStatus convert_list_inputs(const char *path, Input **inputs, size_t *count, size_t *capacity) {
-  return add_path(path, 0, inputs, count, capacity);
+WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
+                             size_t *count, size_t *capacity) {
+  struct stat out;
+  ListOptions opt = {.patterns = patterns, .skip_dir = stat(out_dir, &out) == 0 ? &out : NULL};
+  return add_path(path, 0, &opt, inputs, count, capacity);
 }
 
 /* ---- cutting: a byte stream, plain or zstd ---------------------------------------------------- */

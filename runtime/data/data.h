@@ -12,7 +12,7 @@
  *   format_shard.c  shard header, block table, document index: validation, block verify + decode
  *   format_index.c  index.json: parse + validate (safe names), deterministic serialization
  *   shard_writer.c  one shard file from a token stream (blocks compressed, checksummed)
- *   cache.c     the decoded-block cache: LRU, pinned entries, a byte budget
+ *   cache.c     the decoded-block cache: LRU, pinned entries, a byte budget, single-flight decodes
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
  *   convert.c   the converter pipeline (threads, ordering, shards, progress); convert_input.c cuts
@@ -49,6 +49,11 @@ struct WkByteSource {
 };
 
 WkByteSource *wk_source_open_file(const char *path);
+/* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
+ * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
+ * this, so remote datasets need no change above it. */
+WkByteSource *wk_source_open(const char *location);
+bool wk_source_is_remote(const char *location);
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 

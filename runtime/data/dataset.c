@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>  /* XXH3 streaming state for documents indexes read in pieces */
 
 #include "format.h"
 
@@ -31,10 +30,7 @@ enum {
 typedef struct {
   WkByteSource *src;
   char *path;
-  WkShardHeader h;
-  const uint8_t *table;     /* block table: in the mapping, or table_copy */
-  uint8_t *table_copy;
-  const uint8_t *doc_index; /* in the mapping, or NULL (then read on demand) */
+  WkShardView v;            /* header, block table, document index: verified at open */
   atomic_uchar *verified;   /* per block: raw block checksum already verified */
   uint32_t pins;
   uint64_t last_use;
@@ -65,7 +61,7 @@ static char *join_path(const char *dir, const char *name) {
 }
 
 static WkStatus read_whole(const char *path, char **out, size_t *length) {
-  WkByteSource *src = wk_source_open_file(path);
+  WkByteSource *src = wk_source_open(path);
   if (!src) return wk_last_status();
   WkStatus status = WK_OK;
   if (src->size > MAX_INDEX_BYTES) {
@@ -100,7 +96,10 @@ WkDataset *wk_dataset_open(const char *path) {
   ds->path = strdup(path);
   struct stat st;
   char *index_path = NULL;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+  size_t length = strlen(path);
+  bool is_index = length >= 5 && strcmp(path + length - 5, ".json") == 0;
+  bool is_dir = wk_source_is_remote(path) ? !is_index : stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  if (is_dir) {
     ds->dir = strdup(path);
     index_path = join_path(path, "index.json");
   } else {
@@ -109,17 +108,17 @@ WkDataset *wk_dataset_open(const char *path) {
     index_path = strdup(path);
   }
   char *text = NULL;
-  size_t length = 0;
+  size_t text_length = 0;
   ds->cache = wk_cache_new((uint64_t)ds->cache_budget);
   if (!ds->path || !ds->dir || !index_path || !ds->cache) {
     if (wk_last_status() != WK_ERR_NOMEM) WK_FAIL(WK_ERR_NOMEM, "out of memory opening dataset '%s'", path);
     goto fail;
   }
-  if (read_whole(index_path, &text, &length) != WK_OK) {
+  if (read_whole(index_path, &text, &text_length) != WK_OK) {
     wk_error_context("dataset '%s'", path);
     goto fail;
   }
-  if (wk_index_parse(text, length, index_path, &ds->index) != WK_OK) goto fail;
+  if (wk_index_parse(text, text_length, index_path, &ds->index) != WK_OK) goto fail;
   ds->shards = wk_calloc(ds->index.shard_count, sizeof *ds->shards, "shard table");
   if (!ds->shards) goto fail;
   free(text);
@@ -136,55 +135,11 @@ fail:
 
 static void shard_close(Shard *s) {
   if (!s) return;
+  wk_shard_view_release(&s->v);
   if (s->src) s->src->close(s->src);
-  free(s->table_copy);
   free(s->verified);
   free(s->path);
   free(s);
-}
-
-/* Hashes [offset, offset+length) of src (mapped or read in pieces) and checks document starts. */
-static WkStatus check_doc_index(Shard *s) {
-  const WkShardHeader *h = &s->h;
-  uint64_t length = h->documents * WK_SHARD_DOC_ENTRY_BYTES;
-  const uint8_t *mapped = s->src->map(s->src, h->doc_index_offset, (size_t)length);
-  XXH3_state_t *state = NULL;
-  uint64_t hash;
-  enum { PIECE = 1 << 16 };
-  uint8_t *piece = NULL;
-  if (mapped) {
-    hash = wk_hash64(mapped, (size_t)length);
-    s->doc_index = mapped;
-  } else {
-    state = XXH3_createState();
-    piece = malloc(PIECE);
-    if (!state || !piece) {
-      XXH3_freeState(state);
-      free(piece);
-      return WK_FAIL(WK_ERR_NOMEM, "out of memory checking shard '%s'", s->path);
-    }
-    XXH3_64bits_reset(state);
-    for (uint64_t done = 0; done < length;) {
-      size_t n = length - done < PIECE ? (size_t)(length - done) : PIECE;
-      WkStatus status = s->src->read_at(s->src, h->doc_index_offset + done, n, piece);
-      if (status != WK_OK) {
-        XXH3_freeState(state);
-        free(piece);
-        return status;
-      }
-      XXH3_64bits_update(state, piece, n);
-      done += n;
-    }
-    hash = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
-    free(piece);
-  }
-  if (hash != h->doc_index_hash)
-    return WK_FAIL(WK_ERR_FORMAT,
-                   "shard '%s' document index: checksum 0x%016llx != 0x%016llx (file truncated or corrupted; "
-                   "re-run the converter or delete it from the cache)",
-                   s->path, (unsigned long long)hash, (unsigned long long)h->doc_index_hash);
-  return WK_OK;
 }
 
 static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
@@ -194,7 +149,7 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   WkStatus status = WK_OK;
   s->path = join_path(ds->dir, ix->name);
   if (!s->path) { status = WK_ERR_NOMEM; goto fail; }
-  s->src = wk_source_open_file(s->path);
+  s->src = wk_source_open(s->path);
   if (!s->src) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
   if (s->src->size != ix->bytes) {
     status = WK_FAIL(WK_ERR_FORMAT,
@@ -203,10 +158,8 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
                      s->path, (unsigned long long)ix->bytes, (unsigned long long)s->src->size);
     goto fail;
   }
-  uint8_t header[WK_SHARD_HEADER_BYTES];
-  if ((status = s->src->read_at(s->src, 0, sizeof header, header)) != WK_OK) goto fail;
-  if ((status = wk_shard_header_parse(header, sizeof header, s->src->size, s->path, &s->h)) != WK_OK) goto fail;
-  const WkShardHeader *h = &s->h;
+  if ((status = wk_shard_view_open(s->src, s->path, &s->v)) != WK_OK) goto fail;
+  const WkShardHeader *h = &s->v.h;
   if (h->header_hash != ix->checksum || h->tokens != ix->tokens || h->documents != ix->documents) {
     status = WK_FAIL(WK_ERR_FORMAT,
                      "shard '%s' disagrees with the index: header checksum 0x%016llx, %llu tokens, %llu documents; "
@@ -225,27 +178,6 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
                      ds->index.eos);
     goto fail;
   }
-  size_t table_bytes = (size_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
-  s->table = s->src->map(s->src, h->block_table_offset, table_bytes);
-  if (!s->table) {
-    s->table_copy = wk_malloc(table_bytes, "block table");
-    if (!s->table_copy) { status = WK_ERR_NOMEM; goto fail; }
-    if ((status = s->src->read_at(s->src, h->block_table_offset, table_bytes, s->table_copy)) != WK_OK) goto fail;
-    s->table = s->table_copy;
-  }
-  uint64_t table_hash = wk_hash64(s->table, table_bytes);
-  if (table_hash != h->block_table_hash) {
-    status = WK_FAIL(WK_ERR_FORMAT,
-                     "shard '%s' block table: checksum 0x%016llx != 0x%016llx (file truncated or corrupted; re-run "
-                     "the converter or delete it from the cache)",
-                     s->path, (unsigned long long)table_hash, (unsigned long long)h->block_table_hash);
-    goto fail;
-  }
-  for (uint32_t b = 0; b < h->block_count; b++) {
-    WkBlockEntry e;
-    if ((status = wk_block_entry_parse(s->table, h, b, s->path, &e)) != WK_OK) goto fail;
-  }
-  if ((status = check_doc_index(s)) != WK_OK) goto fail;
   s->verified = wk_calloc(h->block_count, sizeof *s->verified, "verified-block flags");
   if (!s->verified) { status = WK_ERR_NOMEM; goto fail; }
   *out = s;
@@ -328,50 +260,53 @@ static void shard_release(WkDataset *ds, Shard *s) {
 /* Copies tokens [within, within+count) of block b of shard i into out as u32. */
 static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
                            uint32_t *out) {
-  const WkShardHeader *h = &s->h;
+  const WkShardHeader *h = &s->v.h;
+  uint64_t key = (uint64_t)i << 32 | b;
   WkBlockEntry e;
-  WK_TRY(wk_block_entry_parse(s->table, h, b, s->path, &e));
-  const uint8_t *stored = s->src->map(s->src, e.offset, e.stored_bytes);
-  if (e.codec == WK_CODEC_RAW && stored) { /* zero copy: widen straight from the mapping */
+  const uint8_t *stored = NULL;
+  uint8_t *copy = NULL;
+  WK_TRY(wk_block_entry_parse(s->v.table, h, b, s->path, &e));
+  /* Raw blocks of a mapped file skip the cache: widened straight from the mapping. */
+  const uint8_t *mapped = e.codec == WK_CODEC_RAW ? s->src->map(s->src, e.offset, e.stored_bytes) : NULL;
+  if (mapped) {
     if (!atomic_load_explicit(&s->verified[b], memory_order_acquire)) {
-      WK_TRY(wk_block_verify(&e, b, stored, s->path));
+      WK_TRY(wk_block_verify(&e, b, mapped, s->path));
       atomic_fetch_add(&ds->blocks_verified, 1);
       atomic_store_explicit(&s->verified[b], 1, memory_order_release);
     }
-    wk_tokens_widen(stored + (size_t)within * h->token_bytes, h->token_bytes, count, out);
-    return WK_OK;
-  }
-  uint64_t key = (uint64_t)i << 32 | b;
-  WkCacheEntry *hit = wk_cache_acquire(ds->cache, key);
-  if (hit) {
-    wk_tokens_widen((const uint8_t *)wk_cache_data(hit) + (size_t)within * h->token_bytes, h->token_bytes, count, out);
-    wk_cache_release(ds->cache, hit);
+    wk_tokens_widen(mapped + (size_t)within * h->token_bytes, h->token_bytes, count, out);
     return WK_OK;
   }
   size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
-  uint8_t *decoded = wk_malloc(decoded_bytes, "decoded block");
-  uint8_t *copy = NULL;
-  if (!decoded) return WK_ERR_NOMEM;
-  WkStatus status = WK_OK;
-  if (!stored) { /* not mappable (remote): fetch the stored bytes */
-    copy = wk_malloc(e.stored_bytes, "stored block");
-    if (!copy) status = WK_ERR_NOMEM;
-    else status = s->src->read_at(s->src, e.offset, e.stored_bytes, copy);
-    stored = copy;
+  bool fill = false;
+  WkCacheEntry *entry = wk_cache_get(ds->cache, key, decoded_bytes, &fill);
+  uint8_t *decoded = NULL;
+  if (entry && !fill) { /* a hit, possibly after waiting for another reader's decode */
+    wk_tokens_widen((const uint8_t *)wk_cache_data(entry) + (size_t)within * h->token_bytes, h->token_bytes, count,
+                    out);
+    wk_cache_release(ds->cache, entry);
+    return WK_OK;
   }
+  /* This reader decodes: into the reserved entry, or privately when the budget has no room. */
+  decoded = entry ? wk_cache_buffer(entry, "decoded block") : wk_malloc(decoded_bytes, "decoded block");
+  WkStatus status = decoded ? WK_OK : WK_ERR_NOMEM;
+  if (status == WK_OK) status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
   if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, decoded, s->path);
   free(copy);
   if (status != WK_OK) {
-    free(decoded);
+    if (entry) wk_cache_abandon(ds->cache, entry);
+    else free(decoded);
     return status;
   }
   atomic_fetch_add(&ds->blocks_verified, 1);
-  atomic_fetch_add(&ds->blocks_decoded, 1);
-  WkCacheEntry *entry = wk_cache_insert(ds->cache, key, decoded, decoded_bytes);
-  const uint8_t *from = entry ? wk_cache_data(entry) : decoded;
-  wk_tokens_widen(from + (size_t)within * h->token_bytes, h->token_bytes, count, out);
-  if (entry) wk_cache_release(ds->cache, entry);
-  else free(decoded); /* did not fit the budget */
+  if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
+  wk_tokens_widen(decoded + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+  if (entry) {
+    wk_cache_fill(ds->cache, entry);
+    wk_cache_release(ds->cache, entry);
+  } else {
+    free(decoded);
+  }
   return WK_OK;
 }
 
@@ -390,11 +325,11 @@ WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
   WkStatus status = WK_OK;
-  uint64_t bt = s->h.block_tokens;
+  uint64_t bt = s->v.h.block_tokens;
   while (count > 0 && status == WK_OK) {
     uint32_t b = (uint32_t)(offset / bt);
     uint32_t within = (uint32_t)(offset % bt);
-    uint32_t n = wk_block_token_count(&s->h, b) - within;
+    uint32_t n = wk_block_token_count(&s->v.h, b) - within;
     if (n > count) n = (uint32_t)count;
     status = read_block(ds, shard, s, b, within, n, out);
     offset += n;
@@ -412,17 +347,7 @@ WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64
                    shard, (unsigned long long)doc, (unsigned long long)ds->index.shards[shard].documents);
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
-  uint8_t entries[2 * WK_SHARD_DOC_ENTRY_BYTES];
-  bool last = doc + 1 == s->h.documents;
-  size_t n = last ? WK_SHARD_DOC_ENTRY_BYTES : 2 * WK_SHARD_DOC_ENTRY_BYTES;
-  const uint8_t *p = s->doc_index ? s->doc_index + doc * WK_SHARD_DOC_ENTRY_BYTES : NULL;
-  WkStatus status = WK_OK;
-  if (!p) {
-    status = s->src->read_at(s->src, s->h.doc_index_offset + doc * WK_SHARD_DOC_ENTRY_BYTES, n, entries);
-    p = entries;
-  }
-  if (status == WK_OK)
-    status = wk_doc_index_span(&s->h, p, last ? NULL : p + WK_SHARD_DOC_ENTRY_BYTES, doc, s->path, start, length);
+  WkStatus status = wk_shard_view_document(&s->v, doc, start, length);
   shard_release(ds, s);
   return status;
 }

@@ -85,6 +85,26 @@ WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stor
 WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const uint8_t *next_entry, uint64_t doc,
                            const char *name, uint64_t *start, uint64_t *length);
 
+/* A shard whose header, block table and document index have been read and verified (checksums,
+ * bounds, tiling) through a byte source. The dataset adds index agreement, caching and lifetime;
+ * the fuzz target drives it over memory. */
+typedef struct {
+  WkByteSource *src;          /* borrowed */
+  const char *name;           /* borrowed; used in messages */
+  WkShardHeader h;
+  const uint8_t *table;       /* the block table: in the mapping, or table_copy */
+  uint8_t *table_copy;
+  const uint8_t *doc_index;   /* in the mapping, or NULL (entries read on demand) */
+} WkShardView;
+
+WkStatus wk_shard_view_open(WkByteSource *src, const char *name, WkShardView *out);
+void wk_shard_view_release(WkShardView *v);
+/* Block b's entry and stored bytes: a pointer into the mapping, or read into *copy (malloc'd, the
+ * caller frees it). Not verified yet: see wk_block_verify / wk_block_decode. */
+WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
+                              uint8_t **copy);
+WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *start, uint64_t *length);
+
 /* u16/u32 stored tokens -> u32 tokens. */
 void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst);
 
@@ -110,6 +130,31 @@ typedef struct {
 
 WkStatus wk_shard_write(const char *path, const WkShardWriteOptions *opt, const void *tokens, uint64_t token_count,
                         const uint64_t *doc_starts, uint64_t doc_count, WkShardWritten *out);
+
+/* The same in two steps, so several threads can compress one shard: pieces cover consecutive block
+ * ranges; assembling them in order gives the same bytes as wk_shard_write. */
+typedef struct {
+  const uint8_t *raw;  /* stored raw: points into the caller's tokens; else NULL */
+  uint64_t at;         /* zstd: offset of the frame in the piece's buffer */
+  uint32_t bytes;      /* stored bytes */
+  uint32_t codec;
+  uint64_t hash;
+} WkPieceBlock;
+
+typedef struct {
+  uint32_t first_block, block_count;
+  uint8_t *buffer;     /* the zstd frames */
+  size_t buffer_bytes;
+  WkPieceBlock *blocks;
+} WkShardPiece;
+
+uint32_t wk_shard_block_count(const WkShardWriteOptions *opt, uint64_t token_count);
+WkStatus wk_shard_compress(const WkShardWriteOptions *opt, const void *tokens, uint64_t token_count,
+                           uint32_t first_block, uint32_t block_count, WkShardPiece *piece);
+void wk_shard_piece_free(WkShardPiece *piece);
+WkStatus wk_shard_assemble(const char *path, const WkShardWriteOptions *opt, uint64_t token_count,
+                           const uint64_t *doc_starts, uint64_t doc_count, const WkShardPiece *pieces,
+                           uint32_t piece_count, WkShardWritten *out);
 
 /* ---- dataset index (index.json) ------------------------------------------------------------------ */
 
@@ -206,22 +251,24 @@ const WkTokenizer *wk_tokenizer_find(const char *name);
 /* ---- block cache ------------------------------------------------------------------------------------ */
 
 /* Decoded blocks keyed by (shard, block), least recently used evicted first, never holding more than
- * its budget. Entries are pinned while a reader copies from them. Thread-safe. */
+ * its budget. Entries are pinned while a reader copies from them. Thread-safe, single flight: one
+ * reader decodes a missing block while the others wanting it wait. */
 typedef struct WkBlockCache WkBlockCache;
 typedef struct WkCacheEntry WkCacheEntry;
 
 WkBlockCache *wk_cache_new(uint64_t budget_bytes);
 void wk_cache_free(WkBlockCache *cache);
 void wk_cache_set_budget(WkBlockCache *cache, uint64_t budget_bytes);
-/* A pinned entry, or NULL on a miss. */
-WkCacheEntry *wk_cache_acquire(WkBlockCache *cache, uint64_t key);
-/* Offers data (malloc'd, bytes long) for key. Returns a pinned entry that now owns data, or NULL
- * when it does not fit the budget even after evicting unpinned entries (data stays the caller's). */
-WkCacheEntry *wk_cache_insert(WkBlockCache *cache, uint64_t key, void *data, uint64_t bytes);
+/* A hit returns the pinned entry, after waiting while another reader decodes it. A miss reserves
+ * `bytes` of the budget and returns a pinned entry with *fill set: the caller decodes into
+ * wk_cache_buffer(entry) and then calls wk_cache_fill, or wk_cache_abandon on failure. NULL when the
+ * budget cannot hold the block even after evicting unpinned entries: decode privately. */
+WkCacheEntry *wk_cache_get(WkBlockCache *cache, uint64_t key, uint64_t bytes, bool *fill);
+void *wk_cache_buffer(WkCacheEntry *entry, const char *what); /* the entry's bytes (allocated once) */
+void wk_cache_fill(WkBlockCache *cache, WkCacheEntry *entry);     /* publishes; the entry stays pinned */
+void wk_cache_abandon(WkBlockCache *cache, WkCacheEntry *entry);  /* drops the reservation and the pin */
 const void *wk_cache_data(const WkCacheEntry *entry);
 void wk_cache_release(WkBlockCache *cache, WkCacheEntry *entry);
-/* Drops every unpinned entry whose key matches (key >> 32) == shard. */
-void wk_cache_drop_shard(WkBlockCache *cache, uint32_t shard);
 void wk_cache_stats(WkBlockCache *cache, WkDatasetStats *out);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /*
  * format_shard.c — reading the shard format: header, block table and document index validation,
- * block checksums and decoding. Pure functions of bytes: no files, no threads (except the
- * per-thread zstd context), so the fuzz target drives exactly what the reader runs.
+ * block checksums and decoding, and the "view" that does all of it through a WkByteSource. No
+ * files, locks or caches here (only a per-thread zstd context), so the fuzz target drives exactly
+ * the code the dataset reader runs.
  *
  * Every check that can fail names the shard, the block or document, and the reason, with a hint
  * (the format is in FORMAT.md).
@@ -9,12 +10,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>  /* XXH3_64bits */
+#include <xxhash.h>  /* XXH3_64bits, XXH3 streaming state */
 #include <zstd.h>    /* ZSTD_decompressDCtx, ZSTD_getFrameContentSize */
 
 #include "format.h"
 
 #define CORRUPT_HINT "file truncated or corrupted; re-run the converter or delete it from the cache"
+
+/* Stored tokens are little-endian and copied as such (u32 blocks by memcpy, u16 by SSE2 lanes). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Wick's shard reader assumes a little-endian host");
 
 uint64_t wk_hash64(const void *data, size_t length) { return XXH3_64bits(data, length); }
 
@@ -261,6 +265,119 @@ WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const u
   return WK_OK;
 }
 
+/* ---- a verified shard through a byte source ------------------------------------------------- */
+
+static WkStatus check_doc_index(WkShardView *v) {
+  const WkShardHeader *h = &v->h;
+  uint64_t length = h->documents * WK_SHARD_DOC_ENTRY_BYTES;
+  const uint8_t *mapped = length ? v->src->map(v->src, h->doc_index_offset, (size_t)length) : NULL;
+  uint64_t hash;
+  if (mapped || length == 0) {
+    hash = wk_hash64(mapped, (size_t)length);
+    v->doc_index = mapped;
+  } else { /* remote: hash it in pieces, keep none of it */
+    enum { PIECE = 1 << 16 };
+    XXH3_state_t *state = XXH3_createState();
+    uint8_t *piece = malloc(PIECE);
+    WkStatus status = WK_OK;
+    if (!state || !piece) status = WK_FAIL(WK_ERR_NOMEM, "out of memory checking shard '%s'", v->name);
+    if (status == WK_OK) XXH3_64bits_reset(state);
+    for (uint64_t done = 0; status == WK_OK && done < length;) {
+      size_t n = length - done < PIECE ? (size_t)(length - done) : PIECE;
+      status = v->src->read_at(v->src, h->doc_index_offset + done, n, piece);
+      if (status == WK_OK) XXH3_64bits_update(state, piece, n);
+      done += n;
+    }
+    hash = status == WK_OK ? XXH3_64bits_digest(state) : 0;
+    XXH3_freeState(state);
+    free(piece);
+    WK_TRY(status);
+  }
+  if (hash != h->doc_index_hash)
+    return BAD("shard '%s' document index: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", v->name,
+               (unsigned long long)hash, (unsigned long long)h->doc_index_hash);
+  return WK_OK;
+}
+
+WkStatus wk_shard_view_open(WkByteSource *src, const char *name, WkShardView *v) {
+  memset(v, 0, sizeof *v);
+  v->src = src;
+  v->name = name;
+  uint8_t header[WK_SHARD_HEADER_BYTES];
+  if (src->size < WK_SHARD_HEADER_BYTES)
+    return BAD("shard '%s': %llu bytes, shorter than the %d-byte header (" CORRUPT_HINT ")", name,
+               (unsigned long long)src->size, WK_SHARD_HEADER_BYTES);
+  WK_TRY(src->read_at(src, 0, sizeof header, header));
+  WK_TRY(wk_shard_header_parse(header, sizeof header, src->size, name, &v->h));
+  const WkShardHeader *h = &v->h;
+  size_t table_bytes = (size_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
+  v->table = table_bytes ? src->map(src, h->block_table_offset, table_bytes) : NULL;
+  if (!v->table) {
+    v->table_copy = wk_malloc(table_bytes, "block table");
+    if (!v->table_copy) return WK_ERR_NOMEM;
+    WkStatus status = src->read_at(src, h->block_table_offset, table_bytes, v->table_copy);
+    if (status != WK_OK) {
+      wk_shard_view_release(v);
+      return status;
+    }
+    v->table = v->table_copy;
+  }
+  WkStatus status = WK_OK;
+  uint64_t table_hash = wk_hash64(v->table, table_bytes);
+  if (table_hash != h->block_table_hash)
+    status = BAD("shard '%s' block table: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", name,
+                 (unsigned long long)table_hash, (unsigned long long)h->block_table_hash);
+  for (uint32_t b = 0; status == WK_OK && b < h->block_count; b++) {
+    WkBlockEntry e;
+    status = wk_block_entry_parse(v->table, h, b, name, &e);
+  }
+  if (status == WK_OK) status = check_doc_index(v);
+  if (status != WK_OK) wk_shard_view_release(v);
+  return status;
+}
+
+void wk_shard_view_release(WkShardView *v) {
+  free(v->table_copy);
+  v->table_copy = NULL;
+  v->table = NULL;
+  v->doc_index = NULL;
+}
+
+WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
+                              uint8_t **copy) {
+  *copy = NULL;
+  if (b >= v->h.block_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': block %u out of range (it has %u)", v->name, b, v->h.block_count);
+  WK_TRY(wk_block_entry_parse(v->table, &v->h, b, v->name, e));
+  *stored = v->src->map(v->src, e->offset, e->stored_bytes);
+  if (*stored) return WK_OK;
+  *copy = wk_malloc(e->stored_bytes, "stored block");
+  if (!*copy) return WK_ERR_NOMEM;
+  WkStatus status = v->src->read_at(v->src, e->offset, e->stored_bytes, *copy);
+  if (status != WK_OK) {
+    free(*copy);
+    *copy = NULL;
+    return status;
+  }
+  *stored = *copy;
+  return WK_OK;
+}
+
+WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *start, uint64_t *length) {
+  if (doc >= v->h.documents)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': document %llu out of range (it has %llu)", v->name,
+                   (unsigned long long)doc, (unsigned long long)v->h.documents);
+  uint8_t entries[2 * WK_SHARD_DOC_ENTRY_BYTES];
+  bool last = doc + 1 == v->h.documents;
+  const uint8_t *p = v->doc_index ? v->doc_index + doc * WK_SHARD_DOC_ENTRY_BYTES : NULL;
+  if (!p) {
+    size_t n = last ? WK_SHARD_DOC_ENTRY_BYTES : 2 * WK_SHARD_DOC_ENTRY_BYTES;
+    WK_TRY(v->src->read_at(v->src, v->h.doc_index_offset + doc * WK_SHARD_DOC_ENTRY_BYTES, n, entries));
+    p = entries;
+  }
+  return wk_doc_index_span(&v->h, p, last ? NULL : p + WK_SHARD_DOC_ENTRY_BYTES, doc, v->name, start, length);
+}
+
 /* ---- tokens ------------------------------------------------------------------------------------ */
 
 void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst) {
@@ -268,7 +385,16 @@ void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32
     memcpy(dst, src, count * 4);
     return;
   }
-  /* Byte loads keep this alignment-free; the compiler turns the loop into vector shuffles. */
   const uint8_t *s = src;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* The hot path of raw shards: the stored order is the host's, so this is a plain u16 -> u32
+   * widening that the compiler vectorizes (memcpy keeps it alignment-free). */
+  for (size_t i = 0; i < count; i++) {
+    uint16_t v;
+    memcpy(&v, s + 2 * i, sizeof v);
+    dst[i] = v;
+  }
+#else
   for (size_t i = 0; i < count; i++) dst[i] = (uint32_t)s[2 * i] | (uint32_t)s[2 * i + 1] << 8;
+#endif
 }

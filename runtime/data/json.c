@@ -109,6 +109,16 @@ static size_t put_utf8(char *out, uint32_t cp) {
   return 4;
 }
 
+/* True when none of the 8 bytes is a quote, a backslash, a control character or non-ASCII (the
+ * classic "has byte less than / equal to" bit tricks: no false "true"). */
+static inline bool plain8(uint64_t w) {
+  const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  uint64_t control = (w - ones * 0x20) & ~w & highs;
+  uint64_t q = w ^ (ones * '"'), quote = (q - ones) & ~q & highs;
+  uint64_t b = w ^ (ones * '\\'), backslash = (b - ones) & ~b & highs;
+  return ((w & highs) | control | quote | backslash) == 0;
+}
+
 /* At an opening quote. Validates the string; when out is given, decodes it there (NUL-terminated,
  * *length set). A decoded string is never longer than its source text. */
 static bool lex_string(Lexer *lx, WkScratch *out, size_t *length) {
@@ -121,6 +131,16 @@ static bool lex_string(Lexer *lx, WkScratch *out, size_t *length) {
   }
   size_t n = 0;
   while (lx->p < lx->end) {
+    /* Fast path: 8 bytes at a time while they are plain ASCII (no quote, backslash or control). */
+    while (lx->end - lx->p >= 8) {
+      uint64_t w;
+      memcpy(&w, lx->p, 8);
+      if (!plain8(w)) break;
+      if (out) memcpy(dst + n, lx->p, 8);
+      n += 8;
+      lx->p += 8;
+    }
+    if (lx->p >= lx->end) break;
     uint8_t c = (uint8_t)*lx->p;
     if (c == '"') {
       lx->p++;

@@ -10,10 +10,12 @@
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "stream.h"
@@ -22,7 +24,7 @@ enum {
   MAX_THREADS = 64,
   BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
   BUFFER_ERROR_CAPACITY = 1024,
-  SKIP_LOG_LIMIT = 20,    /* corrupt samples logged one by one before going quiet */
+  SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
 };
 
 typedef struct {
@@ -49,6 +51,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
+    [WK_LOADER_CACHE_BYTES] = {-1, INT64_MAX, -1, "cache_bytes"},
 };
 
 typedef struct {
@@ -100,7 +103,10 @@ struct WkLoader {
   Buffer *buffers;
   uint32_t buffer_count;
   pthread_mutex_t lock;
-  pthread_cond_t changed;
+  pthread_cond_t ready;      /* the consumer waits here for filled buffers */
+  pthread_cond_t free;       /* readers wait here for empty buffers (or for the end) */
+  uint32_t readers_waiting;
+  uint64_t wake_consumer_at; /* the consumer sleeps until this micro-batch is ready */
   pthread_t threads[MAX_THREADS];
   uint32_t thread_count;
   bool started, stopping;
@@ -112,6 +118,9 @@ struct WkLoader {
   char failure_message[BUFFER_ERROR_CAPACITY];
   uint64_t skipped;
   WkLoaderStats stats;
+  uint32_t skip_logs;
+  char last_skip_reason[BUFFER_ERROR_CAPACITY];
+  int audit_fd;  /* -1 unless wk_loader_audit */
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -121,7 +130,10 @@ WkLoader *wk_loader_new(void) {
   if (!loader) return NULL;
   for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
   pthread_mutex_init(&loader->lock, NULL);
-  pthread_cond_init(&loader->changed, NULL);
+  loader->audit_fd = -1;
+  pthread_cond_init(&loader->ready, NULL);
+  pthread_cond_init(&loader->free, NULL);
+  loader->wake_consumer_at = UINT64_MAX;
   return loader;
 }
 
@@ -231,8 +243,11 @@ static WkStatus derive_batch_shape(WkLoader *loader) {
 
 static WkStatus open_orders(WkLoader *loader) {
   WkOrderConfig config = order_config(loader);
+  int64_t cache_bytes = param(loader, WK_LOADER_CACHE_BYTES);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     Source *source = &loader->sources[i];
+    if (source->order) continue; /* opened by an earlier start that failed later on */
+    if (cache_bytes >= 0) WK_TRY(wk_dataset_set(source->ds, WK_DATASET_CACHE_BYTES, cache_bytes));
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
@@ -240,6 +255,13 @@ static WkStatus open_orders(WkLoader *loader) {
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' has no complete sample of %u tokens (seq_len + 1)",
                      source->path, config.seq_len + 1);
   }
+  /* A source is known by its content (cursor, shuffle keys): the same dataset twice would draw
+   * the same samples twice. */
+  for (uint32_t i = 0; i < loader->mix.count; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (wk_order_fingerprint(loader->sources[i].order) == wk_order_fingerprint(loader->sources[j].order))
+        return WK_FAIL(WK_ERR_INVALID_ARG, "sources '%s' and '%s' hold the same data; give it one entry in the mix "
+                       "with the summed weight", loader->sources[j].path, loader->sources[i].path);
   return WK_OK;
 }
 
@@ -311,6 +333,7 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
 }
 
 static WkStatus allocate_ring(WkLoader *loader) {
+  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
   uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
   loader->buffer_bytes = buffer_size(loader);
@@ -324,7 +347,14 @@ static WkStatus allocate_ring(WkLoader *loader) {
   loader->buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
   if (!loader->buffers) return wk_last_status();
   loader->buffer_count = count;
-  for (uint32_t i = 0; i < count; i++) WK_TRY(allocate_buffer(loader, &loader->buffers[i]));
+  for (uint32_t i = 0; i < count; i++) {
+    if (allocate_buffer(loader, &loader->buffers[i]) != WK_OK) {
+      for (uint32_t j = 0; j < i; j++) free(loader->buffers[j].memory);
+      free(loader->buffers);
+      loader->buffers = NULL;
+      return wk_last_status();
+    }
+  }
   loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
   return loader->slots ? WK_OK : wk_last_status();
 }
@@ -424,11 +454,25 @@ static bool plan_next(WkLoader *loader, Buffer *b) {
 
 /* ---- reading (no lock) --------------------------------------------------------------------------- */
 
+/* Logs a skipped sample unless its reason (usually one bad block) was the last one logged, and
+ * goes quiet after SKIP_LOG_LIMIT distinct reasons. Rare path: takes the lock. */
+static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo *info) {
+  const char *reason = wk_last_error();
+  pthread_mutex_lock(&loader->lock);
+  if (loader->skip_logs < SKIP_LOG_LIMIT && strcmp(reason, loader->last_skip_reason) != 0) {
+    loader->skip_logs++;
+    snprintf(loader->last_skip_reason, sizeof loader->last_skip_reason, "%s", reason);
+    wk_logf(WK_LOG_WARN, "skipping corrupt samples of '%s' (first: shard %u, token %llu): %s%s", source->path,
+            info->shard, (unsigned long long)info->offset, reason,
+            loader->skip_logs == SKIP_LOG_LIMIT ? " (further skips are counted, not logged)" : "");
+  }
+  pthread_mutex_unlock(&loader->lock);
+}
+
 static void fill_rows(WkLoader *loader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
-  size_t row_bytes = ((size_t)L + 1) * sizeof(int32_t);
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
     if (info->status == 2) {
@@ -437,9 +481,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       Source *source = &loader->sources[info->source];
       WkStatus status = wk_pack_row(source->ds, mode, L, &b->locs[r], &b->rows, r);
       if (status == WK_ERR_FORMAT && skip_corrupt) {
-        if (b->skipped + loader->skipped < SKIP_LOG_LIMIT)
-          wk_logf(WK_LOG_WARN, "skipping a corrupt sample of '%s' (shard %u, token %llu): %s", source->path,
-                  info->shard, (unsigned long long)info->offset, wk_last_error());
+        log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
         info->status = 1;
         b->skipped++;
@@ -449,25 +491,29 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
         return;
       }
     }
-    info->token_hash = XXH64(b->rows.tokens + (size_t)r * (L + 1), row_bytes, 0);
   }
+}
+
+/* Lock held. Wakes the consumer when a batch its wait depends on is ready (readers may finish
+ * out of order), or on a failure. */
+static void announce_ready(WkLoader *loader, const Buffer *b) {
+  if (b->seq >= loader->wake_consumer_at || b->seq == loader->consumed || b->status != WK_OK)
+    pthread_cond_signal(&loader->ready);
 }
 
 static void *reader_thread(void *arg) {
   WkLoader *loader = arg;
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
-    if (loader->ended) {
-      pthread_cond_wait(&loader->changed, &loader->lock);
-      continue;
-    }
     Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (b->state != BUFFER_FREE) {
-      pthread_cond_wait(&loader->changed, &loader->lock);
+    if (loader->ended || b->state != BUFFER_FREE) {
+      loader->readers_waiting++;
+      pthread_cond_wait(&loader->free, &loader->lock);
+      loader->readers_waiting--;
       continue;
     }
     if (!plan_next(loader, b)) {
-      pthread_cond_broadcast(&loader->changed);
+      pthread_cond_signal(&loader->ready); /* the end of the stream */
       continue;
     }
     b->state = BUFFER_FILLING;
@@ -475,10 +521,54 @@ static void *reader_thread(void *arg) {
     if (b->status == WK_OK) fill_rows(loader, b);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
-    pthread_cond_broadcast(&loader->changed);
+    announce_ready(loader, b);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
+}
+
+WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
+  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
+  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
+  *out = loader->held->info[row];
+  /* Hashed on request (audits, inspect), not for every row streamed. */
+  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  return WK_OK;
+}
+
+/* ---- audit ------------------------------------------------------------------------------------- */
+
+enum { AUDIT_LINE_CAPACITY = 256 };
+static const char *const SAMPLE_STATUS_NAMES[] = {"ok", "skipped", "padding"};
+
+WkStatus wk_loader_audit(WkLoader *loader, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return WK_FAIL_ERRNO("open audit file", path);
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
+  loader->audit_fd = fd;
+  return WK_OK;
+}
+
+/* One write per batch of whole lines, so ranks appending to one file never split a line. */
+static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
+  size_t capacity = (size_t)loader->rows * AUDIT_LINE_CAPACITY, used = 0;
+  char *text = wk_malloc(capacity, "audit lines");
+  if (!text) return wk_last_status();
+  for (uint32_t r = 0; r < loader->rows; r++) {
+    WkSampleInfo info;
+    wk_loader_sample_info(loader, r, &info);
+    int n = snprintf(text + used, capacity - used,
+                     "step=%llu micro=%u rank=%lld row=%u id=%u:%u:%llu epoch=%llu hash=%016llx status=%s\n",
+                     (unsigned long long)batch->step, batch->micro_step, (long long)param(loader, WK_LOADER_RANK), r,
+                     info.source, info.shard, (unsigned long long)info.offset, (unsigned long long)info.epoch,
+                     (unsigned long long)info.token_hash, SAMPLE_STATUS_NAMES[info.status]);
+    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
+  }
+  ssize_t written = write(loader->audit_fd, text, used);
+  free(text);
+  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", "(audit)");
+  return WK_OK;
 }
 
 /* ---- consuming ----------------------------------------------------------------------------------- */
@@ -486,10 +576,31 @@ static void *reader_thread(void *arg) {
 static void release_held(WkLoader *loader) {
   if (!loader->held) return;
   loader->held->state = BUFFER_FREE;
-  pthread_cond_broadcast(&loader->changed);
+  if (loader->readers_waiting) pthread_cond_signal(&loader->free);
 }
 
 static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
+
+static bool is_ready(const WkLoader *loader, uint64_t seq) {
+  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+  return b->state == BUFFER_READY && b->seq == seq;
+}
+
+/* Lock held. Waits for micro-batch `seq`. When it is not ready, the readers are behind: sleep until
+ * half the ring is ready (or the end, or a failure) rather than waking for every batch, which
+ * costs a context switch per batch and slows the readers it waits for. */
+static void wait_for(WkLoader *loader, uint64_t seq) {
+  if (is_ready(loader, seq)) return;
+  uint64_t batch_later = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
+  loader->wake_consumer_at = batch_later;
+  while (!at_end(loader)) {
+    const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+    bool failed = is_ready(loader, seq) && b->status != WK_OK;
+    if (is_ready(loader, seq) && (is_ready(loader, batch_later) || failed || loader->ended)) break;
+    pthread_cond_wait(&loader->ready, &loader->lock);
+  }
+  loader->wake_consumer_at = UINT64_MAX;
+}
 
 WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_loader_next before wk_loader_start");
@@ -498,8 +609,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   release_held(loader);
   Buffer *b = &loader->buffers[loader->consumed % loader->buffer_count];
   uint64_t t0 = wk_now_ns();
-  while (!(b->state == BUFFER_READY && b->seq == loader->consumed) && !at_end(loader))
-    pthread_cond_wait(&loader->changed, &loader->lock);
+  wait_for(loader, loader->consumed);
   uint64_t waited = wk_now_ns() - t0;
   loader->stats.wait_ns += waited;
   if (at_end(loader)) {
@@ -527,13 +637,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
                    .positions = b->rows.positions, .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
-  return WK_OK;
-}
-
-WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
-  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
-  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
-  *out = loader->held->info[row];
+  if (loader->audit_fd >= 0) return audit_batch(loader, out);
   return WK_OK;
 }
 
@@ -584,7 +688,8 @@ void wk_loader_free(WkLoader *loader) {
   if (!loader) return;
   pthread_mutex_lock(&loader->lock);
   loader->stopping = true;
-  pthread_cond_broadcast(&loader->changed);
+  pthread_cond_broadcast(&loader->free);
+  pthread_cond_broadcast(&loader->ready);
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
   for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free(loader->buffers[i].memory);
@@ -595,7 +700,9 @@ void wk_loader_free(WkLoader *loader) {
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);
   }
-  pthread_cond_destroy(&loader->changed);
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
+  pthread_cond_destroy(&loader->ready);
+  pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);
   free(loader);
 }

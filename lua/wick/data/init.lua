@@ -55,7 +55,7 @@ local PARAMS = {
   seq_len = C.WK_LOADER_SEQ_LEN, global_batch = C.WK_LOADER_GLOBAL_BATCH, micro_batch = C.WK_LOADER_MICRO_BATCH,
   world_size = C.WK_LOADER_WORLD_SIZE, rank = C.WK_LOADER_RANK, seed = C.WK_LOADER_SEED,
   partitions = C.WK_LOADER_PARTITIONS, chunk = C.WK_LOADER_CHUNK, threads = C.WK_LOADER_THREADS,
-  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET,
+  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET, cache_bytes = C.WK_LOADER_CACHE_BYTES,
 }
 
 local function env_number(name, default)
@@ -131,6 +131,7 @@ function data.loader(opts)
     error(err, 2)
   end
   if opts.cursor then self:restore(opts.cursor) end
+  if opts.audit then self:audit(opts.audit) end
   return self
 end
 
@@ -181,6 +182,11 @@ function Loader:sample(row)
     source = i.source, shard = i.shard, offset = tonumber(i.offset), length = tonumber(i.length),
     epoch = tonumber(i.epoch), hash = bit.tohex(i.token_hash, 16), status = SAMPLE_STATUS[i.status],
   }
+end
+
+-- Appends one line per delivered sample to `path` (see wk_loader_audit in wick.h).
+function Loader:audit(path)
+  core.check(C.wk_loader_audit(self.handle, path), 2)
 end
 
 function Loader:epoch_length(source)

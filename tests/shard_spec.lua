@@ -1,0 +1,338 @@
+-- The converter (`run -m wick.shard`): round trips for every input kind, determinism across thread
+-- counts, bad-line reporting, shard sizing, and its command line.
+local helper = require 'helper'
+local corpus = require 'helpers.corpus'
+local dataset = require 'wick.dataset'
+local q = helper.shell_quote
+
+local function open(dir)
+  local ds = assert(dataset.open(dir))
+  return ds
+end
+
+describe('wick.shard converter', function()
+  local root
+  before_each(function() root = helper.tmpdir() end)
+  after_each(function() helper.rmtree(root) end)
+
+  it('turns a directory of text files into one document per file, in sorted order, losslessly', function()
+    local files = {
+      ['src/b.txt'] = corpus.text(1, 3000),
+      ['src/a.py'] = 'print("hi")\n',
+      ['src/sub/c.md'] = corpus.text(2, 50),
+      ['src/sub/empty.txt'] = '',
+      ['src/.hidden'] = 'never read',
+    }
+    corpus.tree(root, files)
+    local r = corpus.convert(q(root .. '/src') .. ' -o ' .. q(root .. '/out'))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('3 documents', r.out)
+    assert.matches('1 empty', r.out)
+    local ds = open(root .. '/out')
+    assert.are.equal('bytes', ds.tokenizer)
+    assert.are.equal(257, ds.vocab_size)
+    assert.are.equal(256, ds.eos)
+    assert.are.equal(2, ds.token_bytes)
+    assert.are.same({ files['src/a.py'], files['src/b.txt'], files['src/sub/c.md'] }, corpus.documents(ds))
+    -- The stream is the documents, each followed by one EOS.
+    local expected = #files['src/a.py'] + #files['src/b.txt'] + #files['src/sub/c.md'] + 3
+    assert.are.equal(expected, ds.tokens)
+    ds:close()
+  end)
+
+  it('reads only files matching --include when walking directories', function()
+    corpus.tree(root, { ['src/a.py'] = 'a', ['src/b.pyc'] = '\0\255', ['src/sub/c.md'] = 'c', ['src/d.txt'] = 'd',
+                        ['x.pyc'] = 'x' })
+    local r = corpus.convert(q(root .. '/src') .. ' ' .. q(root .. '/x.pyc') .. ' -o ' .. q(root .. '/out') ..
+      " --include '*.py,*.md'")
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/out')
+    assert.are.same({ 'a', 'c', 'x' }, corpus.documents(ds)) -- x.pyc was named explicitly
+    ds:close()
+  end)
+
+  it('writes byte-identical output for 1, 2 and 3 threads and for a second run', function()
+    local files = {}
+    for i = 1, 40 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 200 + i * 37) end
+    local lines = {}
+    for i = 1, 500 do lines[i] = '{"text": ' .. corpus.json_string(corpus.text(1000 + i, i % 60 + 1)) .. '}' end
+    files['in/z.jsonl'] = table.concat(lines, '\n') .. '\n'
+    corpus.tree(root, files)
+    local outputs = {}
+    for _, run in ipairs { { 't1', 1 }, { 't2', 2 }, { 't3', 3 }, { 't2again', 2 } } do
+      local out = root .. '/' .. run[1]
+      local r = corpus.convert(q(root .. '/in') .. ' -o ' .. q(out) ..
+        ' --shard-size 8K --block-size 1K --threads ' .. run[2])
+      assert.are.equal(0, r.rc, r.err)
+      outputs[#outputs + 1] = corpus.files(out)
+    end
+    local names = {}
+    for name in pairs(outputs[1]) do names[#names + 1] = name end
+    assert.is_true(#names > 4, 'expected several shards, got ' .. #names - 1)
+    for k = 2, #outputs do assert.are.same(outputs[1], outputs[k]) end
+  end)
+
+  it('cuts shards at document boundaries once they reach --shard-size', function()
+    local files = {}
+    for i = 1, 30 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 100) end
+    corpus.tree(root, files)
+    local r = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 2K --block-size 256')
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/out')
+    assert.is_true(ds.shards > 3)
+    local total, docs = 0, 0
+    for s = 0, ds.shards - 1 do
+      local info = ds:shard(s)
+      assert.are.equal(string.format('shard-%05d.wks', s), info.name)
+      if s < ds.shards - 1 then assert.is_true(info.tokens >= 2048) end
+      -- Each shard ends with the EOS of a whole document.
+      local last = ds:read(s, info.tokens - 1, 1)
+      assert.are.equal(ds.eos, last[0])
+      total, docs = total + info.tokens, docs + info.documents
+    end
+    assert.are.equal(ds.tokens, total)
+    assert.are.equal(30, docs)
+    ds:close()
+  end)
+
+  it('reads .jsonl, skips and reports bad lines as file:line, and honours --field', function()
+    local path = root .. '/data.jsonl'
+    helper.write_file(path, table.concat({
+      '{"text": "first doc", "id": 1}',
+      '{"text": "second\\ndoc \\u00e9\\ud83d\\ude00"}',
+      'not json at all',
+      '{"id": 3}',
+      '',
+      '{"text": "bad \255 byte"}',
+      '{"text": 42}',
+      '   ',
+      '{"meta": {"nested": [1, 2, {"text": "no"}]}, "text": "third"}',
+      '{"text": "unpaired \\ud800 surrogate"}',
+      '{"text": "fourth"}  ',
+    }, '\n') .. '\n')
+    local r = corpus.convert(q(path) .. ' -o ' .. q(root .. '/out'))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('4 documents', r.out)
+    assert.matches('5 bad', r.out)
+    assert.matches(path .. ':3: invalid JSON', r.err, 1, true)
+    assert.matches(path .. ":4: missing field 'text'", r.err, 1, true)
+    assert.matches(path .. ':6: invalid UTF-8', r.err, 1, true)
+    assert.matches(path .. ":7: field 'text' is not a string", r.err, 1, true)
+    assert.matches(path .. ':10: invalid UTF-8', r.err, 1, true)
+    local ds = open(root .. '/out')
+    assert.are.same({ 'first doc', 'second\ndoc é😀', 'third', 'fourth' }, corpus.documents(ds))
+    ds:close()
+
+    helper.write_file(root .. '/other.jsonl', '{"body": "x", "text": "y"}\n')
+    r = corpus.convert(q(root .. '/other.jsonl') .. ' -o ' .. q(root .. '/out2') .. ' --field body')
+    assert.are.equal(0, r.rc, r.err)
+    ds = open(root .. '/out2')
+    assert.are.same({ 'x' }, corpus.documents(ds))
+    ds:close()
+  end)
+
+  it('numbers lines across chunks, and takes CRLF, a last line without newline and a multi-MB line', function()
+    local lines = {}
+    for i = 1, 40000 do lines[i] = '{"text": "line ' .. i .. ' ' .. string.rep('x', i % 50) .. '"}' end
+    lines[31234] = '{"text": oops}'
+    lines[5] = '{"text": "' .. string.rep('long ', 700000) .. '"}' -- 3.5 MB, longer than a chunk
+    local path = root .. '/many.jsonl'
+    helper.write_file(path, table.concat(lines, '\r\n'))
+    local r = corpus.convert(q(path) .. ' -o ' .. q(root .. '/out') .. ' --threads 2')
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches(path .. ':31234: invalid JSON at column 10', r.err, 1, true)
+    assert.matches('39999 documents', r.out)
+    local ds = open(root .. '/out')
+    local docs = corpus.documents(ds)
+    assert.are.equal('line 1 x', docs[1])
+    assert.are.equal(3500000, #docs[5])
+    assert.are.equal('line 40000 ' .. string.rep('x', 0), docs[39999])
+    ds:close()
+  end)
+
+  it('fails on the first bad line with --strict, naming file and line, and leaves no index', function()
+    local path = root .. '/data.jsonl'
+    helper.write_file(path, '{"text": "ok"}\n{"text": "ok"}\n{"txt": "oops"}\n')
+    local r = corpus.convert(q(path) .. ' -o ' .. q(root .. '/out') .. ' --strict')
+    assert.are.equal(1, r.rc)
+    assert.matches(path .. ":3: missing field 'text'", r.err, 1, true)
+    assert.are.equal('', helper.read_file(root .. '/out/index.json'))
+  end)
+
+  it('reads .jsonl.zst into exactly the shards the plain .jsonl gives', function()
+    local lines = {}
+    for i = 1, 3000 do lines[i] = '{"text": ' .. corpus.json_string(corpus.text(i, i % 40 + 1)) .. '}' end
+    local plain = root .. '/plain/data.jsonl'
+    corpus.tree(root, { ['plain/data.jsonl'] = table.concat(lines, '\n') .. '\n' })
+    os.execute('mkdir -p ' .. q(root .. '/zst'))
+    assert.are.equal(0, helper.sh('zstd -q -19 ' .. q(plain) .. ' -o ' .. q(root .. '/zst/data.jsonl.zst')).rc)
+    local a = corpus.convert(q(plain) .. ' -o ' .. q(root .. '/a') .. ' --shard-size 16K')
+    local b = corpus.convert(q(root .. '/zst/data.jsonl.zst') .. ' -o ' .. q(root .. '/b') .. ' --shard-size 16K')
+    assert.are.equal(0, a.rc, a.err)
+    assert.are.equal(0, b.rc, b.err)
+    local fa, fb = corpus.files(root .. '/a'), corpus.files(root .. '/b')
+    fa['index.json'], fb['index.json'] = nil, nil -- converter notes differ only in input naming
+    assert.are.same(fa, fb)
+    local ds = open(root .. '/b')
+    assert.are.equal(3000, ds.documents)
+    ds:close()
+  end)
+
+  it('reports a truncated .jsonl.zst instead of converting part of it', function()
+    local lines = {}
+    for i = 1, 2000 do lines[i] = '{"text": ' .. corpus.json_string(corpus.text(i, 30)) .. '}' end
+    helper.write_file(root .. '/d.jsonl', table.concat(lines, '\n'))
+    helper.sh('zstd -q ' .. q(root .. '/d.jsonl') .. ' -o ' .. q(root .. '/d.jsonl.zst'))
+    local data = helper.read_file(root .. '/d.jsonl.zst')
+    helper.write_file(root .. '/cut.jsonl.zst', data:sub(1, #data - 100))
+    local r = corpus.convert(q(root .. '/cut.jsonl.zst') .. ' -o ' .. q(root .. '/out'))
+    assert.are.equal(1, r.rc)
+    assert.matches('cut.jsonl.zst', r.err, 1, true)
+    assert.matches('truncated', r.err, 1, true)
+  end)
+
+  it('reads llm.c and nanoGPT token .bin files, splitting documents at <|endoftext|>', function()
+    local EOT = 50256
+    local tokens = { EOT, 15496, 995, 13, EOT, 40, 1101, 50255, 0, EOT, 7, 8, 9 }
+    helper.write_file(root .. '/train_000001.bin', corpus.llmc_bin(tokens))
+    helper.write_file(root .. '/nano.bin', corpus.nanogpt_bin(tokens))
+    for _, name in ipairs { 'train_000001.bin', 'nano.bin' } do
+      local out = root .. '/out-' .. name
+      local r = corpus.convert(q(root .. '/' .. name) .. ' -o ' .. q(out))
+      assert.are.equal(0, r.rc, r.err)
+      local ds = open(out)
+      assert.are.equal('gpt2', ds.tokenizer)
+      assert.are.equal(50257, ds.vocab_size)
+      assert.are.equal(EOT, ds.eos)
+      assert.are.same({ { 15496, 995, 13 }, { 40, 1101, 50255, 0 }, { 7, 8, 9 } }, corpus.documents(ds))
+      ds:close()
+    end
+    -- A token beyond GPT-2's vocabulary, and a header that lies about the size, are errors.
+    helper.write_file(root .. '/bad.bin', corpus.nanogpt_bin { 1, 2, 60000 })
+    local r = corpus.convert(q(root .. '/bad.bin') .. ' -o ' .. q(root .. '/x'))
+    assert.are.equal(1, r.rc)
+    assert.matches('60000', r.err, 1, true)
+    local data = corpus.llmc_bin { 1, 2, 3, 4 }
+    helper.write_file(root .. '/short.bin', data:sub(1, #data - 2))
+    r = corpus.convert(q(root .. '/short.bin') .. ' -o ' .. q(root .. '/y'))
+    assert.are.equal(1, r.rc)
+    assert.matches('truncated', r.err, 1, true)
+    -- Token files and text do not mix.
+    helper.write_file(root .. '/t.txt', 'text')
+    r = corpus.convert(q(root .. '/nano.bin') .. ' ' .. q(root .. '/t.txt') .. ' -o ' .. q(root .. '/z'))
+    assert.are.equal(1, r.rc)
+    assert.matches('separately', r.err, 1, true)
+  end)
+
+  it('writes raw blocks with --compression none and zstd blocks by default, same tokens', function()
+    corpus.tree(root, { ['in/a.txt'] = corpus.text(5, 20000) })
+    local a = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/raw') .. ' --compression none')
+    local b = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/zstd') .. ' --compression zstd:19')
+    assert.are.equal(0, a.rc, a.err)
+    assert.are.equal(0, b.rc, b.err)
+    local raw, zstd = open(root .. '/raw'), open(root .. '/zstd')
+    assert.is_true(raw:shard(0).bytes > 2 * raw.tokens)
+    assert.is_true(zstd:shard(0).bytes < raw:shard(0).bytes / 2)
+    assert.are.same(corpus.documents(raw), corpus.documents(zstd))
+    raw:close()
+    zstd:close()
+  end)
+
+  it('resumes with --resume: keeps verified shards that match, rewrites missing or damaged ones', function()
+    local files = {}
+    for i = 1, 30 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 300) end
+    corpus.tree(root, files)
+    local args = q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 4K --block-size 512'
+    assert.are.equal(0, corpus.convert(args).rc)
+    local fresh = corpus.files(root .. '/out')
+    -- An interrupted run: no index yet, one shard missing, one damaged.
+    os.remove(root .. '/out/index.json')
+    os.remove(root .. '/out/shard-00002.wks')
+    local damaged = root .. '/out/shard-00004.wks'
+    local data = helper.read_file(damaged)
+    helper.write_file(damaged, data:sub(1, 300) .. string.char((data:byte(301) + 1) % 256) .. data:sub(302))
+    local r = corpus.convert(args .. ' --resume')
+    assert.are.equal(0, r.rc, r.err)
+    local shards = 0
+    for name in pairs(fresh) do shards = shards + (name:match('%.wks$') and 1 or 0) end
+    assert.matches(string.format('%d reused', shards - 2), r.out, 1, true)
+    assert.are.same(fresh, corpus.files(root .. '/out'))
+    -- Other options: nothing matches, everything is rewritten.
+    r = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 4K --block-size 256 --resume')
+    assert.are.equal(0, r.rc, r.err)
+    assert.is_nil(r.out:find('reused', 1, true))
+  end)
+
+  it('does not read its own output when it lies inside an input directory', function()
+    corpus.tree(root, { ['data/a.txt'] = 'alpha', ['data/b.txt'] = 'beta' })
+    local args = q(root .. '/data') .. ' -o ' .. q(root .. '/data/out')
+    for _ = 1, 2 do
+      local r = corpus.convert(args)
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('2 inputs', r.out, 1, true)
+      assert.matches('0 bad', r.out, 1, true)
+    end
+  end)
+
+  it('removes shards of an earlier, larger conversion into the same directory', function()
+    local files = {}
+    for i = 1, 20 do files[string.format('in/%02d.txt', i)] = corpus.text(i, 200) end
+    corpus.tree(root, files)
+    assert.are.equal(0, corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out') .. ' --shard-size 1K').rc)
+    local before = 0
+    for _ in pairs(corpus.files(root .. '/out')) do before = before + 1 end
+    assert.are.equal(0, corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out')).rc)
+    assert.are.same({ 'index.json', 'shard-00000.wks' }, (function()
+      local names = {}
+      for name in pairs(corpus.files(root .. '/out')) do names[#names + 1] = name end
+      table.sort(names)
+      return names
+    end)())
+    assert.is_true(before > 3)
+  end)
+
+  describe('command line', function()
+    it('prints help generated from its option table', function()
+      local r = corpus.convert('--help')
+      assert.are.equal(0, r.rc)
+      for _, o in ipairs(require('wick.shard').OPTIONS) do assert.matches('--' .. o.long, r.out, 1, true) end
+    end)
+
+    it('rejects bad usage with exit code 2 and a hint', function()
+      local cases = { '', q(root) , '-o ' .. q(root .. '/o'), q(root) .. ' -o ' .. q(root .. '/o') .. ' --bogus',
+                      q(root) .. ' -o' }
+      for _, args in ipairs(cases) do
+        local r = corpus.convert(args)
+        assert.are.equal(2, r.rc, args)
+        assert.matches('--help', r.err, 1, true)
+      end
+    end)
+
+    it('reports bad option values and missing inputs as errors (exit code 1)', function()
+      helper.write_file(root .. '/a.txt', 'x')
+      for _, extra in ipairs { '--compression lz4', '--shard-size 12Q', '--tokenizer nope', '--threads 0' } do
+        local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' ' .. extra)
+        assert.are.equal(1, r.rc, extra)
+      end
+      local r = corpus.convert(q(root .. '/missing.txt') .. ' -o ' .. q(root .. '/o'))
+      assert.are.equal(1, r.rc)
+      assert.matches("missing.txt': No such file", r.err, 1, true)
+    end)
+
+    it('draws a progress bar on stderr when asked, ending at 100%', function()
+      helper.write_file(root .. '/a.txt', corpus.text(1, 1000))
+      local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' --progress')
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('\r[', r.err, 1, true)
+      assert.matches('100.0%', r.err, 1, true)
+      assert.matches('1 shards', r.err, 1, true)
+    end)
+
+    it('draws no progress bar when stderr is not a terminal', function()
+      helper.write_file(root .. '/a.txt', 'x')
+      local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o'))
+      assert.are.equal(0, r.rc)
+      assert.is_nil(r.err:find('\r', 1, true))
+    end)
+  end)
+end)
