@@ -194,7 +194,8 @@ WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor
                   cuda_embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), (size_t)B, (size_t)T, (size_t)C));
 }
 
-/* Rows N = product of all but the last dim of inp, C = the last. */
+/* Rows N = product of all but the last dim of inp, C = the last. Callers zero-initialise the
+ * outputs: -O3 flow analysis cannot see that WK_TRY returns before they would be read. */
 static WkStatus rows_and_channels(const char *op, const WkTensor *inp, int64_t *N, int64_t *C) {
   WK_TRY(check_contiguous(op, inp));
   if (inp->ndim < 1) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: input must have at least one dim", op);
@@ -205,7 +206,7 @@ static WkStatus rows_and_channels(const char *op, const WkTensor *inp, int64_t *
 
 WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
                          const WkTensor *bias, float eps) {
-  int64_t N, C;
+  int64_t N = 0, C = 0;
   WK_TRY(rows_and_channels("layernorm", inp, &N, &C));
   ARG_FLAT("layernorm", inp, WK_F32, NULL, numel(inp));
   ARG_FLAT("layernorm", out, WK_F32, inp, numel(inp));
@@ -219,7 +220,7 @@ WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const Wk
 
 WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias, const WkTensor *dout,
                                   const WkTensor *inp, const WkTensor *weight, const WkTensor *mean, const WkTensor *rstd) {
-  int64_t N, C;
+  int64_t N = 0, C = 0;
   WK_TRY(rows_and_channels("layernorm_backward", inp, &N, &C));
   ARG_FLAT("layernorm_backward", inp, WK_F32, NULL, numel(inp));
   ARG_FLAT("layernorm_backward", dinp, WK_F32, inp, numel(inp));
@@ -245,7 +246,7 @@ static WkStatus matmul_dims(const char *op, const WkTensor *inp, const WkTensor 
 }
 
 WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, const WkTensor *bias, int transpose_w) {
-  int64_t N, C, OC;
+  int64_t N = 0, C = 0, OC = 0;
   WK_TRY(matmul_dims("matmul", inp, w, transpose_w, &N, &C, &OC));
   ARG_FLAT("matmul", out, WK_F32, inp, N * OC);
   if (bias) ARG("matmul", bias, WK_F32, inp, OC);
@@ -256,7 +257,7 @@ WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, con
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
                                const WkTensor *w, int transpose_w) {
-  int64_t N, C, OC;
+  int64_t N = 0, C = 0, OC = 0;
   WK_TRY(matmul_dims("matmul_backward", inp, w, transpose_w, &N, &C, &OC));
   ARG_FLAT("matmul_backward", dinp, WK_F32, inp, numel(inp));
   ARG("matmul_backward", dw, WK_F32, inp, w->shape[0], w->shape[1]);
@@ -280,7 +281,7 @@ static WkStatus attention_dims(const char *op, const WkTensor *qkv, int heads, i
 }
 
 WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int heads) {
-  int64_t B, T, C;
+  int64_t B = 0, T = 0, C = 0;
   WK_TRY(attention_dims("attention", qkv, heads, &B, &T, &C));
   ARG("attention", out, WK_F32, qkv, B, T, C);
   ARG("attention", att, WK_F32, qkv, B, heads, T, T);
@@ -290,7 +291,7 @@ WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int 
 
 WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv, const WkTensor *att,
                                   int heads) {
-  int64_t B, T, C;
+  int64_t B = 0, T = 0, C = 0;
   WK_TRY(attention_dims("attention_backward", qkv, heads, &B, &T, &C));
   ARG("attention_backward", dqkv, WK_F32, qkv, B, T, 3 * C);
   ARG("attention_backward", dout, WK_F32, qkv, B, T, C);
@@ -323,7 +324,7 @@ static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor
 
 WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
                              float normalizer, double *loss_sum) {
-  int64_t N, V;
+  int64_t N = 0, V = 0;
   WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));
   if (on_cuda(logits)) {
@@ -339,7 +340,7 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
 
 WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits, const WkTensor *targets,
                                       const WkTensor *mask, float normalizer, float dloss) {
-  int64_t N, V;
+  int64_t N = 0, V = 0;
   WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V));
   ARG_FLAT("cross_entropy_backward", dlogits, WK_F32, logits, numel(logits));
   return DISPATCH(logits, cpu_cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
