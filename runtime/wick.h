@@ -269,6 +269,140 @@ WK_API WkStatus wk_loader_audit(WkLoader *loader, const char *path);
 
 /* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
 
+/* A tensor is (storage, dtype, shape, strides, offset, device). Storage is reference-counted: views
+ * share it, and it is freed with the last tensor that uses it. Shapes and strides are in elements.
+ * Ops take contiguous tensors unless said otherwise; wk_tensor_copy makes a strided view contiguous. */
+typedef enum {
+  WK_F32 = 0, WK_BF16 = 1, WK_F16 = 2, WK_I32 = 3, WK_I64 = 4, WK_U16 = 5, WK_U8 = 6,
+  WK_DTYPE_COUNT = 7
+} WkDType;
+
+typedef enum { WK_DEVICE_CPU = 0, WK_DEVICE_CUDA = 1 } WkDeviceType;
+
+enum { WK_MAX_DIMS = 8 };
+
+typedef struct WkTensor WkTensor;
+typedef struct WkStream WkStream;
+typedef struct WkEvent WkEvent;
+
+/* Counters of one device's allocator; the CUDA caching allocator proves steady-state training never
+ * calls cudaMalloc by a device_allocs count that stops growing. */
+typedef struct {
+  uint64_t bytes_in_use;   /* held by live storages */
+  uint64_t bytes_cached;   /* freed by tensors, kept for reuse (CUDA only) */
+  uint64_t device_allocs;  /* calls to the underlying allocator (posix_memalign or cudaMalloc) */
+  uint64_t cache_hits;     /* allocations served from the cache */
+} WkAllocatorStats;
+
+WK_API const char *wk_dtype_name(WkDType dtype);  /* "f32", "bf16", ...; "?" when out of range */
+WK_API size_t wk_dtype_size(WkDType dtype);       /* bytes per element, 0 when out of range */
+
+/* New contiguous tensor, uninitialised. device_index is ignored for the CPU. NULL on failure. */
+WK_API WkTensor *wk_tensor_empty(WkDType dtype, int ndim, const int64_t *shape, WkDeviceType device,
+                                 int device_index);
+/* Same, in page-locked host memory (fast async copies) when CUDA is usable, else ordinary memory. */
+WK_API WkTensor *wk_tensor_empty_pinned(WkDType dtype, int ndim, const int64_t *shape);
+/* A contiguous CPU tensor over memory Wick does not own (a loader's batch buffer): no copy, and
+ * freeing the tensor leaves the memory alone, so the caller keeps it alive while the tensor is used. */
+WK_API WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *shape);
+/* A view of t's storage: offset and strides in elements, checked against the storage's extent. */
+WK_API WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int64_t *shape,
+                                const int64_t *strides);
+WK_API void wk_tensor_free(WkTensor *t);  /* NULL is fine */
+
+WK_API WkDType wk_tensor_dtype(const WkTensor *t);
+WK_API WkDeviceType wk_tensor_device(const WkTensor *t);
+WK_API int wk_tensor_device_index(const WkTensor *t);
+WK_API int wk_tensor_ndim(const WkTensor *t);
+WK_API int64_t wk_tensor_size(const WkTensor *t, int dim);
+WK_API int64_t wk_tensor_stride(const WkTensor *t, int dim);
+WK_API int64_t wk_tensor_offset(const WkTensor *t);
+WK_API int64_t wk_tensor_numel(const WkTensor *t);
+WK_API int wk_tensor_is_contiguous(const WkTensor *t);
+WK_API void *wk_tensor_data(const WkTensor *t);  /* address of element 0 (device address on CUDA) */
+WK_API int wk_tensor_same_storage(const WkTensor *a, const WkTensor *b);
+
+/* dst = src converted to dst's dtype, across devices; src may be strided, dst must be contiguous.
+ * With a stream, device copies are queued on it (asynchronous for pinned host memory). */
+WK_API WkStatus wk_tensor_copy(WkTensor *dst, const WkTensor *src);
+WK_API WkStatus wk_tensor_copy_async(WkTensor *dst, const WkTensor *src, WkStream *stream);
+/* Debug element access by flat index into a CPU tensor's logical (row-major) order, as a double. */
+WK_API WkStatus wk_tensor_get(const WkTensor *t, int64_t index, double *out);
+WK_API WkStatus wk_tensor_set(WkTensor *t, int64_t index, double value);
+
+WK_API void wk_allocator_stats(WkDeviceType device, int device_index, WkAllocatorStats *out);
+WK_API WkStatus wk_cuda_empty_cache(int device_index);  /* returns cached blocks to the driver */
+
+/* Streams and events order work on a CUDA device; on the CPU they are synchronous no-ops. Ops run
+ * on the calling thread's current stream (NULL: the device's default stream). */
+WK_API WkStream *wk_stream_new(WkDeviceType device, int device_index);
+WK_API void wk_stream_free(WkStream *stream);
+WK_API WkStatus wk_stream_synchronize(WkStream *stream);
+WK_API void wk_stream_set_current(WkStream *stream);
+WK_API WkEvent *wk_event_new(WkDeviceType device, int device_index);
+WK_API void wk_event_free(WkEvent *event);
+WK_API WkStatus wk_event_record(WkEvent *event, WkStream *stream);
+WK_API WkStatus wk_event_synchronize(WkEvent *event);
+WK_API WkStatus wk_stream_wait_event(WkStream *stream, WkEvent *event);
+WK_API WkStatus wk_device_synchronize(WkDeviceType device, int device_index);
+
+/* Ops. Float tensors are f32 unless noted; index tensors i32; a loss mask is u8 (1 = counted).
+ * Gradient outputs of *_backward are ACCUMULATED (+=), so residual branches and gradient
+ * accumulation need no extra adds; zero them with wk_op_fill first. Letters: B batch, T time,
+ * C channels, V vocabulary, NH heads, N = B*T rows. */
+WK_API WkStatus wk_op_fill(WkTensor *t, double value);               /* any dtype, contiguous */
+WK_API WkStatus wk_op_scale(WkTensor *t, float alpha);               /* t *= alpha */
+WK_API WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b);  /* out = a + b */
+WK_API WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x);         /* y += alpha x */
+/* Rounds f32 values in place to the nearest dtype value (bf16 or f16), as a store and load would. */
+WK_API WkStatus wk_op_round(WkTensor *t, WkDType dtype);
+/* *out = sum of squares in double; +inf or nan when t holds an inf or nan (overflow detection). */
+WK_API WkStatus wk_op_sumsq(const WkTensor *t, double *out);
+/* Normal(mean, std) values from a counter-based generator: same seed, same values on any device. */
+WK_API WkStatus wk_op_normal(WkTensor *t, uint64_t seed, float mean, float std);
+
+/* out[B,T,C] = wte[idx[b,t]] + wpe[t] */
+WK_API WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte,
+                                const WkTensor *wpe);
+WK_API WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor *dout,
+                                         const WkTensor *idx);
+/* Over the last dim C; mean and rstd [N] are saved for the backward. */
+WK_API WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *inp,
+                                const WkTensor *weight, const WkTensor *bias, float eps);
+WK_API WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias,
+                                         const WkTensor *dout, const WkTensor *inp,
+                                         const WkTensor *weight, const WkTensor *mean,
+                                         const WkTensor *rstd);
+/* out[N,OC] = inp[N,C] @ w + bias; w is [C,OC] (Hugging Face Conv1D layout) or, with
+ * transpose_w, [OC,C] (a tied embedding). bias may be NULL. */
+WK_API WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w,
+                             const WkTensor *bias, int transpose_w);
+WK_API WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias,
+                                      const WkTensor *dout, const WkTensor *inp, const WkTensor *w,
+                                      int transpose_w);
+WK_API WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp);  /* tanh approximation */
+WK_API WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp);
+/* Causal self-attention: qkv [B,T,3C] (q, k, v blocks of C, NH heads each) -> out [B,T,C];
+ * att [B,NH,T,T] keeps the softmax probabilities for the backward. */
+WK_API WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int heads);
+WK_API WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv,
+                                         const WkTensor *att, int heads);
+/* losses[N] = mask * -log softmax(logits)[target] / normalizer; *loss_sum = their sum (the mean
+ * loss when normalizer is the count of masked-in targets). mask may be NULL (all counted); targets
+ * under a 0 mask are ignored, so they may hold padding or -1. */
+WK_API WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets,
+                                    const WkTensor *mask, float normalizer, double *loss_sum);
+/* dlogits += dloss * mask * (softmax(logits) - onehot(target)) / normalizer */
+WK_API WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
+                                             const WkTensor *targets, const WkTensor *mask,
+                                             float normalizer, float dloss);
+/* One fused AdamW step (decoupled weight decay) over f32 param/grad/m/v of the same shape; the
+ * gradient is multiplied by grad_scale first (loss-scale undo and norm clipping in one pass). */
+WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                            float grad_scale);
+
+
 /* WK_CDEF_END */
 
 #ifdef __cplusplus

@@ -3,7 +3,10 @@
 -- for what it touches.
 local core = require 'wick.core'
 
-local SUBMODULES = { log = true, data = true, schedule = true, cli = true, dataset = true }
+local SUBMODULES = {
+  log = true, data = true, schedule = true, cli = true, dataset = true,
+  tensor = true, nn = true, optim = true, safetensors = true, precision = true,
+}
 
 local wick = {
   version = core.version,

@@ -114,6 +114,11 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkLoaderStats, buffer_bytes),
 
     /* tensors and ops (runtime/tensor, runtime/ops) */
+    SIZE_OF(WkAllocatorStats),
+    OFFSET_OF(WkAllocatorStats, bytes_in_use),
+    OFFSET_OF(WkAllocatorStats, bytes_cached),
+    OFFSET_OF(WkAllocatorStats, device_allocs),
+    OFFSET_OF(WkAllocatorStats, cache_hits),
 
 };
 

@@ -1,0 +1,271 @@
+-- wick.nn.gpt: the GPT-2 architecture (learned positions, pre-LayerNorm with eps 1e-5, tanh GELU,
+-- output projection tied to the token embedding) as a wick.nn module tree named like Hugging Face's
+-- GPT2LMHeadModel, so checkpoints load and save by name in HF's layouts.
+--
+--   local model = wick.nn.gpt { vocab = 50257, seq_len = 1024, layers = 12, heads = 12, dim = 768,
+--                               precision = 'bf16', device = 'cpu', seed = 0 }
+--   local loss = model:forward(idx, targets, mask, count)   -- idx/targets int32 [B, T]
+--   model:backward(); model:grads()                         -- gradients by HF name
+--   model:forward_tokens(tokens, mask, count)                 -- tokens int32 [B, T+1] from a loader
+-- mask (optional, u8 [B, T]) selects the targets that count; count (default: the number selected
+-- here) is the normaliser, so passing the global token count keeps gradients independent of
+-- accumulation and world size (DESIGN §7).
+local core = require 'wick.core'
+local T = require 'wick.tensor'
+local nn = require 'wick.nn.modules'
+local precision = require 'wick.precision'
+local safetensors = require 'wick.safetensors'
+
+local C = core.C
+local check = core.check
+local DTYPES = T.DTYPES
+
+local gpt = {}
+
+local GPT = nn.class(nn.Module)
+gpt.GPT = GPT
+
+-- Tensors of HF checkpoints that are not parameters: causal-mask buffers and the tied lm_head.
+local IGNORED_CHECKPOINT_NAMES = { ['attn.bias'] = true, ['attn.masked_bias'] = true, ['lm_head.weight'] = true }
+local HF_PREFIX = 'transformer.'
+local scalar = core.ffi.new('double[1]')  -- reused out-parameter for C calls that return a sum
+
+local function embedding(rows, dim, device)
+  local holder = nn.new(nn.Module, device)
+  holder:param('weight', { rows, dim }, true, nn.init.normal(nn.init.STD))
+  return holder
+end
+
+local function check_config(cfg)
+  for _, key in ipairs({ 'vocab', 'seq_len', 'layers', 'heads', 'dim' }) do
+    local v = cfg[key]
+    if type(v) ~= 'number' or v < 1 or v % 1 ~= 0 then
+      error('nn.gpt: ' .. key .. ' must be a positive integer, got ' .. tostring(v), 3)
+    end
+  end
+  if cfg.dim % cfg.heads ~= 0 then error(string.format('nn.gpt: dim %d is not divisible by heads %d', cfg.dim, cfg.heads), 3) end
+end
+
+function gpt.new(cfg)
+  check_config(cfg)
+  local policy = precision.policy(cfg.precision or 'fp32')
+  local self = nn.new(GPT, cfg.device, policy)
+  self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
+  local opts = { dim = cfg.dim, heads = cfg.heads, layers = cfg.layers, device = self.device, policy = policy }
+  local body = self:add('transformer', nn.new(nn.Module, self.device, policy))
+  body:add('wte', embedding(cfg.vocab, cfg.dim, self.device))
+  body:add('wpe', embedding(cfg.seq_len, cfg.dim, self.device))
+  self.blocks = {}
+  for l = 1, cfg.layers do self.blocks[l] = body:add('h.' .. (l - 1), nn.block(opts)) end
+  body:add('ln_f', nn.layernorm(cfg.dim, { device = self.device, policy = policy }))
+  self:flatten()
+  self:reset(cfg.seed)
+  return self
+end
+
+-- ---- flat parameter storage ------------------------------------------------------------------------
+
+local function view_into(flat, offset, shape, numel)
+  local slice = flat:narrow(1, offset + 1, numel)
+  local view = slice:view(shape)
+  slice:free()
+  return view
+end
+
+-- Moves every parameter and gradient into views of flat buffers: decayed tensors first, so an
+-- optimizer covers each group with one view. Under bf16/fp16 the modules compute with a rounded
+-- copy of the master weights (self.flat.compute), refreshed before each forward.
+function GPT:flatten()
+  local entries, total, decay_total = {}, 0, 0
+  for _, p in ipairs(self:parameters()) do if p.decay then entries[#entries + 1] = p end end
+  for _, p in ipairs(self:parameters()) do if not p.decay then entries[#entries + 1] = p end end
+  for _, p in ipairs(entries) do
+    total = total + p.module[p.key]:numel()
+    if p.decay then decay_total = total end
+  end
+  local flat = {
+    params = T.empty({ total }, 'f32', self.device),
+    grads = T.zeros({ total }, 'f32', self.device),
+    decay_numel = decay_total,
+  }
+  flat.compute = self.policy.lowp and T.empty({ total }, 'f32', self.device) or flat.params
+  self.named, self.named_grads, self.order = {}, {}, {}
+  local offset = 0
+  for _, p in ipairs(entries) do
+    local old, old_grad = p.module[p.key], p.module['grad_' .. p.key]
+    local shape, numel = old.shape, old:numel()
+    local master = view_into(flat.params, offset, shape, numel)
+    master:copy(old)
+    p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, offset, shape, numel)
+    p.module['grad_' .. p.key] = view_into(flat.grads, offset, shape, numel)
+    self.named[p.name], self.named_grads[p.name] = master, p.module['grad_' .. p.key]
+    self.order[#self.order + 1] = p.name
+    old:free()
+    old_grad:free()
+    offset = offset + numel
+  end
+  self.flat = flat
+end
+
+-- Initialises the master weights (compute copies follow at the next forward).
+function GPT:reset(seed)
+  nn.Module.reset(self, seed)
+  if self.flat and self.flat.compute ~= self.flat.params then self.flat.params:copy(self.flat.compute) end
+  return self
+end
+
+function GPT:free()
+  nn.Module.free(self)
+  for _, group in ipairs({ self.flat, self.named, self.named_grads }) do
+    for _, t in pairs(group) do
+      if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
+    end
+  end
+end
+
+function GPT:flat_parameters() return self.flat end
+function GPT:named_parameters() return self.named end
+function GPT:grads() return self.named_grads end
+function GPT:zero_grad() check(C.wk_op_fill(self.flat.grads, 0)) end
+
+function GPT:parameter_count() return self.flat.params:numel() end
+
+-- ---- forward and backward ------------------------------------------------------------------------
+
+-- t itself when it is already contiguous, of dtype and on the model's device; else a copy kept in
+-- a reused buffer.
+local function staged(self, key, t, dtype)
+  if t == nil then return nil end
+  if t.device == self.device and t.dtype == dtype and t:is_contiguous() then return t end
+  return self:buffer(key, t.shape, dtype):copy(t)
+end
+
+local function count_selected(self, mask, B, TT)
+  if not mask then return B * TT end
+  local as_float = self:buffer('mask_f32', { B, TT })
+  as_float:copy(mask)
+  check(C.wk_op_sumsq(as_float, scalar))  -- the mask is 0/1, so its sum of squares is its count
+  return scalar[0]
+end
+
+local function refresh_compute_weights(self)
+  local flat = self.flat
+  if flat.compute == flat.params then return end
+  flat.compute:copy(flat.params)
+  check(C.wk_op_round(flat.compute, DTYPES[self.policy.dtype]))
+end
+
+-- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
+-- [B, T, V] (a buffer the next forward overwrites) when no targets are given. idx, targets and mask
+-- must stay alive until backward() when they are already contiguous on the model's device, since
+-- the model then uses them in place instead of copying.
+function GPT:forward(idx, targets, mask, count)
+  local cfg = self.config
+  if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
+  local B, TT = idx:size(1), idx:size(2)
+  if TT > cfg.seq_len then error(string.format('gpt:forward: T = %d exceeds seq_len %d', TT, cfg.seq_len), 2) end
+  refresh_compute_weights(self)
+  idx = staged(self, 'idx', idx, 'i32')
+  self.idx = idx
+  local body = self.transformer
+  local x = self:buffer('embedded', { B, TT, cfg.dim })
+  check(C.wk_op_embedding(x, idx, body.wte.weight, body.wpe.weight))
+  self:store(x)
+  self.block_inputs = self.block_inputs or {}
+  for l, block in ipairs(self.blocks) do
+    self.block_inputs[l] = x
+    x = block:forward(x)
+  end
+  self.final = x
+  local normed = body.ln_f:forward(x)
+  local logits = self:buffer('logits', { B, TT, cfg.vocab })
+  check(C.wk_op_matmul(logits, normed, body.wte.weight, nil, 1))
+  self:store(logits)
+  if targets == nil then
+    self.targets = nil
+    return logits
+  end
+  self.targets = staged(self, 'targets', targets, 'i32')
+  self.mask = staged(self, 'mask', mask, 'u8')
+  self.count = count or count_selected(self, self.mask, B, TT)
+  if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
+  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.targets, self.mask, self.count, scalar), 2)
+  self.loss = scalar[0]
+  return self.loss
+end
+
+-- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:].
+function GPT:forward_tokens(tokens, mask, count)
+  local width = tokens:size(2) - 1
+  local inputs, shifted = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
+  local idx = staged(self, 'tokens_idx', inputs, 'i32')
+  local targets = staged(self, 'tokens_targets', shifted, 'i32')
+  inputs:free()
+  shifted:free()
+  return self:forward(idx, targets, mask, count)
+end
+
+-- Accumulates d(loss * scale)/d(parameter) into the gradients (scale = the fp16 loss scale, else 1).
+function GPT:backward()
+  if not self.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
+  local body, cfg = self.transformer, self.config
+  local B, TT = self.idx:size(1), self.idx:size(2)
+  local scale = self.policy.scaler and self.policy.scaler.scale or 1
+  local dlogits = self:zeroed('grad_logits', self.logits.shape)
+  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.targets, self.mask, self.count, scale))
+  self:store(dlogits)
+  local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
+  check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
+  self:store(dnormed)
+  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:buffer('grad_b', { B, TT, cfg.dim })
+  body.ln_f:backward(self.final, dnormed, dx)
+  for l = #self.blocks, 1, -1 do
+    check(C.wk_op_fill(dprev, 0))
+    self.blocks[l]:backward(self.block_inputs[l], dx, dprev)
+    dx, dprev = dprev, dx
+  end
+  check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.idx))
+end
+
+-- ---- checkpoints ------------------------------------------------------------------------------------
+
+-- Loads HF GPT-2 weights by name ("transformer." prefix optional, as in HF's own files); any dtype
+-- is converted to f32. Every parameter must be present with its exact shape.
+function GPT:load(path)
+  local tensors, err = safetensors.load(path)
+  if not tensors then error('gpt:load: ' .. err, 2) end
+  local used, problems = {}, {}
+  for _, name in ipairs(self.order) do
+    local short = name:sub(#HF_PREFIX + 1)
+    local source_name = tensors[name] and name or (tensors[short] and short)
+    local source, target = tensors[source_name], self.named[name]
+    if not source then
+      problems[#problems + 1] = 'missing ' .. name
+    elseif table.concat(source.shape, ',') ~= table.concat(target.shape, ',') then
+      problems[#problems + 1] = string.format('%s is [%s], the model needs [%s]', name,
+        table.concat(source.shape, ', '), table.concat(target.shape, ', '))
+    else
+      target:copy(source)
+      used[source_name] = true
+    end
+  end
+  for name, t in pairs(tensors) do
+    if not used[name] and not IGNORED_CHECKPOINT_NAMES[name:match('attn%.[%w_]+$') or name] then
+      problems[#problems + 1] = 'unexpected ' .. name
+    end
+    t:free()
+  end
+  if #problems > 0 then
+    table.sort(problems)
+    error(string.format("gpt:load: '%s' does not fit this model (%s)", path, table.concat(problems, '; ')), 2)
+  end
+  return self
+end
+
+function GPT:save(path)
+  local cfg = self.config
+  safetensors.save(path, self.named, { format = 'pt', vocab = cfg.vocab, seq_len = cfg.seq_len,
+    layers = cfg.layers, heads = cfg.heads, dim = cfg.dim })
+end
+
+return gpt

@@ -1,0 +1,287 @@
+-- wick.nn.modules: Torch7-style modules composed of C ops, with explicit forward and backward.
+--
+-- A module holds parameters (self.weight ...) and their gradients (self.grad_weight ...), and
+-- reuses its activation buffers from step to step (reallocated only when the batch shape
+-- changes). Conventions:
+--   module:forward(input) -> output
+--   module:backward(input, grad_output, grad_input)  ACCUMULATES into grad_input (the caller zeroes
+--     it), and into the parameter gradients; residual branches therefore need no extra adds.
+--   module:parameters() -> list of { module, key, name, decay } in a fixed order; names follow
+--     Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight), layouts too (Conv1D: [in, out]).
+-- nn.gpt{} (wick.nn.gpt) keeps all parameters and gradients as views into two flat buffers (decayed tensors
+-- first), so optimizers and gradient all-reduce see one contiguous range.
+local core = require 'wick.core'
+local T = require 'wick.tensor'
+local precision = require 'wick.precision'
+
+local C = core.C
+local check = core.check
+local DTYPES = T.DTYPES
+local LAYERNORM_EPS = 1e-5
+local INIT_STD = 0.02
+
+local nn = {}
+
+-- ---- module base ---------------------------------------------------------------------------------
+
+local Module = {}
+Module.__index = Module
+nn.Module = Module
+
+local function class(parent)
+  local cls = setmetatable({}, { __index = parent })
+  cls.__index = cls
+  return cls
+end
+
+local function new(cls, device, policy)
+  return setmetatable({ device = device or 'cpu', policy = policy or precision.policy('fp32'), children = {} }, cls)
+end
+
+-- (Re)initialises every parameter; parameter k of the tree draws from stream (seed, k), so the
+-- same seed gives the same model on any device.
+function Module:reset(seed)
+  for k, p in ipairs(self:parameters()) do p.init(p.module[p.key], (seed or 0) * 1000003 + k) end
+  return self
+end
+
+function Module:add(name, child)
+  self.children[#self.children + 1] = name
+  self[name] = child
+  return child
+end
+
+-- Declares parameter self[key] (and its gradient self['grad_' .. key]); init(tensor, seed) fills
+-- it on reset(). decay: whether weight decay applies (matrices and embeddings, not biases/norms).
+function Module:param(key, shape, decay, init)
+  self.params = self.params or {}
+  self.params[#self.params + 1] = { key = key, decay = decay, init = init }
+  self[key] = T.empty(shape, 'f32', self.device)
+  self['grad_' .. key] = T.zeros(shape, 'f32', self.device)
+end
+
+function Module:parameters(prefix, out)
+  out = out or {}
+  prefix = prefix and prefix ~= '' and prefix .. '.' or (prefix or '')
+  for _, p in ipairs(self.params or {}) do
+    out[#out + 1] = { module = self, key = p.key, name = prefix .. p.key, decay = p.decay, init = p.init }
+  end
+  for _, name in ipairs(self.children) do self[name]:parameters(prefix .. name, out) end
+  return out
+end
+
+-- Releases now every tensor this module and the modules below it hold (parameters, gradients,
+-- buffers), rather than whenever the GC runs: device memory is invisible to the GC. Idempotent.
+function Module:free()
+  for _, value in pairs(self) do
+    if T.is_tensor(value) then
+      value:free()
+    elseif type(value) == 'table' and getmetatable(value) and value.children and value ~= self then
+      value:free()
+    end
+  end
+end
+
+-- A reusable buffer self[key] of the given shape and dtype (default f32), reallocated only when
+-- those change.
+function Module:buffer(key, shape, dtype)
+  dtype = dtype or 'f32'
+  local signature = dtype .. ':' .. table.concat(shape, 'x')
+  local t = self[key]
+  if t and self[key .. '_shape'] == signature then return t end
+  if t then t:free() end
+  t = T.empty(shape, dtype, self.device)
+  self[key], self[key .. '_shape'] = t, signature
+  return t
+end
+
+function Module:zeroed(key, shape)
+  local t = self:buffer(key, shape)
+  check(C.wk_op_fill(t, 0), 2)
+  return t
+end
+
+-- Under a bf16/fp16 policy, activations and their gradients are stored in that precision.
+function Module:store(t)
+  if self.policy.lowp then check(C.wk_op_round(t, DTYPES[self.policy.dtype]), 2) end
+  return t
+end
+
+local function with_last(shape, n)
+  local out = { unpack(shape) }
+  out[#out] = n
+  return out
+end
+
+nn.new = new
+nn.class = class
+
+local function constant(value) return function(t) check(C.wk_op_fill(t, value)) end end
+local function normal(std) return function(t, seed) check(C.wk_op_normal(t, seed, 0, std)) end end
+nn.init = { constant = constant, normal = normal, STD = INIT_STD }
+
+-- ---- layers --------------------------------------------------------------------------------------
+
+local Linear = class(Module)
+nn.Linear = Linear
+
+-- Linear(in, out, opts): weight [in, out] (HF Conv1D layout), bias [out].
+function nn.linear(n_in, n_out, opts)
+  opts = opts or {}
+  local self = new(Linear, opts.device, opts.policy)
+  self:param('weight', { n_in, n_out }, true, normal(opts.std or INIT_STD))
+  self:param('bias', { n_out }, false, constant(0))
+  return self:reset(opts.seed)
+end
+
+function Linear:forward(input)
+  local out = self:buffer('output', with_last(input.shape, self.weight:size(2)))
+  check(C.wk_op_matmul(out, input, self.weight, self.bias, 0))
+  return self:store(out)
+end
+
+function Linear:backward(input, grad_output, grad_input)
+  check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, 0))
+  self:store(grad_input)
+end
+
+local LayerNorm = class(Module)
+nn.LayerNorm = LayerNorm
+
+function nn.layernorm(n, opts)
+  opts = opts or {}
+  local self = new(LayerNorm, opts.device, opts.policy)
+  self.eps = opts.eps or LAYERNORM_EPS
+  self:param('weight', { n }, false, constant(1))
+  self:param('bias', { n }, false, constant(0))
+  return self:reset()
+end
+
+function LayerNorm:forward(input)
+  local shape = input.shape
+  local rows = input:numel() / shape[#shape]
+  local out = self:buffer('output', shape)
+  check(C.wk_op_layernorm(out, self:buffer('mean', { rows }), self:buffer('rstd', { rows }), input, self.weight, self.bias, self.eps))
+  return self:store(out)
+end
+
+function LayerNorm:backward(input, grad_output, grad_input)
+  check(C.wk_op_layernorm_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, self.mean, self.rstd))
+  self:store(grad_input)
+end
+
+local GELU = class(Module)
+nn.GELU = GELU
+
+function nn.gelu(opts)
+  opts = opts or {}
+  return new(GELU, opts.device, opts.policy)
+end
+
+function GELU:forward(input)
+  local out = self:buffer('output', input.shape)
+  check(C.wk_op_gelu(out, input))
+  return self:store(out)
+end
+
+function GELU:backward(input, grad_output, grad_input)
+  check(C.wk_op_gelu_backward(grad_input, grad_output, input))
+  self:store(grad_input)
+end
+
+-- ---- GPT-2 blocks --------------------------------------------------------------------------------
+
+local Attention = class(Module)
+nn.CausalSelfAttention = Attention
+
+-- opts: dim, heads, layers (scales the residual projection's init), device, policy
+function nn.attention(opts)
+  local self = new(Attention, opts.device, opts.policy)
+  self.heads = opts.heads
+  local sub = { device = opts.device, policy = opts.policy }
+  self:add('c_attn', nn.linear(opts.dim, 3 * opts.dim, sub))
+  sub.std = INIT_STD / math.sqrt(2 * (opts.layers or 1))
+  self:add('c_proj', nn.linear(opts.dim, opts.dim, sub))
+  return self
+end
+
+function Attention:forward(input)
+  local B, TT, dim = input:size(1), input:size(2), input:size(3)
+  local qkv = self.c_attn:forward(input)
+  local y = self:buffer('y', { B, TT, dim })
+  check(C.wk_op_attention(y, self:buffer('att', { B, self.heads, TT, TT }), qkv, self.heads))
+  self:store(y)
+  return self.c_proj:forward(y)
+end
+
+function Attention:backward(input, grad_output, grad_input)
+  local dy = self:zeroed('grad_y', self.y.shape)
+  self.c_proj:backward(self.y, grad_output, dy)
+  local qkv = self.c_attn.output
+  local dqkv = self:zeroed('grad_qkv', qkv.shape)
+  check(C.wk_op_attention_backward(dqkv, dy, qkv, self.att, self.heads))
+  self:store(dqkv)
+  self.c_attn:backward(input, dqkv, grad_input)
+end
+
+local MLP = class(Module)
+nn.MLP = MLP
+
+function nn.mlp(opts)
+  local self = new(MLP, opts.device, opts.policy)
+  local sub = { device = opts.device, policy = opts.policy }
+  self:add('c_fc', nn.linear(opts.dim, 4 * opts.dim, sub))
+  self.act = nn.gelu(sub)
+  sub.std = INIT_STD / math.sqrt(2 * (opts.layers or 1))
+  self:add('c_proj', nn.linear(4 * opts.dim, opts.dim, sub))
+  return self
+end
+
+function MLP:forward(input)
+  return self.c_proj:forward(self.act:forward(self.c_fc:forward(input)))
+end
+
+function MLP:backward(input, grad_output, grad_input)
+  local hidden, fc = self.act.output, self.c_fc.output
+  local dhidden = self:zeroed('grad_hidden', hidden.shape)
+  self.c_proj:backward(hidden, grad_output, dhidden)
+  local dfc = self:zeroed('grad_fc', fc.shape)
+  self.act:backward(fc, dhidden, dfc)
+  self.c_fc:backward(input, dfc, grad_input)
+end
+
+local Block = class(Module)
+nn.Block = Block
+
+-- Pre-LayerNorm transformer block: x1 = x + attn(ln_1(x)); out = x1 + mlp(ln_2(x1)).
+function nn.block(opts)
+  local self = new(Block, opts.device, opts.policy)
+  local sub = { device = opts.device, policy = opts.policy }
+  self:add('ln_1', nn.layernorm(opts.dim, sub))
+  self:add('attn', nn.attention(opts))
+  self:add('ln_2', nn.layernorm(opts.dim, sub))
+  self:add('mlp', nn.mlp(opts))
+  return self
+end
+
+function Block:forward(input)
+  local x1 = self:buffer('x1', input.shape)
+  check(C.wk_op_add(x1, input, self.attn:forward(self.ln_1:forward(input))))
+  local out = self:buffer('output', input.shape)
+  check(C.wk_op_add(out, x1, self.mlp:forward(self.ln_2:forward(x1))))
+  return self:store(out)
+end
+
+function Block:backward(input, grad_output, grad_input)
+  local shape = input.shape
+  local dx1 = self:buffer('grad_x1', shape):copy(grad_output)  -- the residual path
+  local dln = self:zeroed('grad_ln', shape)
+  self.mlp:backward(self.ln_2.output, grad_output, dln)
+  self.ln_2:backward(self.x1, dln, dx1)
+  check(C.wk_op_axpy(grad_input, 1, dx1))  -- the residual path
+  check(C.wk_op_fill(dln, 0))
+  self.attn:backward(self.ln_1.output, dx1, dln)
+  self.ln_1:backward(input, dln, grad_input)
+end
+
+return nn

@@ -1,0 +1,62 @@
+-- wick.precision: precision policies and dynamic loss scaling.
+--   fp32  everything in f32.
+--   bf16  f32 master weights; each step computes with weights and activations rounded to bf16.
+--   fp16  the same in f16, plus dynamic loss scaling: the loss is multiplied by `scale` before
+--         backward; a step whose gradients overflowed (inf/nan) is skipped and the scale halved;
+--         after `growth_interval` good steps in a row the scale doubles.
+-- On the CPU backend the low-precision values are stored back into f32 buffers after rounding
+-- (wk_op_round), which reproduces the values and the overflow behaviour of bf16/f16 storage while
+-- the arithmetic of each op stays f32, as the tensor cores' f32 accumulation does.
+local precision = {}
+
+local POLICIES = { fp32 = 'f32', bf16 = 'bf16', fp16 = 'f16' }
+local DEFAULT_SCALE = 2 ^ 16
+local DEFAULT_GROWTH_INTERVAL = 2000
+local BACKOFF, GROWTH = 0.5, 2
+local MIN_SCALE = 1
+
+local Scaler = {}
+Scaler.__index = Scaler
+
+-- Records the outcome of a step: finite = whether the gradients were all finite.
+-- Returns true when the optimizer should apply the step.
+function Scaler:update(finite)
+  if not finite then
+    self.scale = math.max(self.scale * BACKOFF, MIN_SCALE)
+    self.good_steps = 0
+    self.skipped = self.skipped + 1
+    return false
+  end
+  self.good_steps = self.good_steps + 1
+  if self.good_steps >= self.growth_interval then
+    self.scale = self.scale * GROWTH
+    self.good_steps = 0
+  end
+  return true
+end
+
+function precision.scaler(opts)
+  opts = opts or {}
+  return setmetatable({
+    scale = opts.scale or DEFAULT_SCALE,
+    growth_interval = opts.growth_interval or DEFAULT_GROWTH_INTERVAL,
+    good_steps = 0,
+    skipped = 0,
+  }, Scaler)
+end
+
+-- policy('bf16') or policy{ 'fp16', scale = 1024, growth_interval = 100 }
+function precision.policy(spec)
+  local opts = type(spec) == 'table' and spec or { spec }
+  local name = opts[1] or 'fp32'
+  local dtype = POLICIES[name]
+  if not dtype then error("unknown precision '" .. tostring(name) .. "' (fp32, bf16 or fp16)", 2) end
+  return {
+    name = name,
+    dtype = dtype,          -- what weights and activations are rounded to
+    lowp = dtype ~= 'f32',  -- whether a compute copy of the weights is needed
+    scaler = name == 'fp16' and precision.scaler(opts) or nil,
+  }
+end
+
+return precision

@@ -1,0 +1,77 @@
+/*
+ * loss.c — softmax cross-entropy over a loss mask, normalised by a caller-given token count
+ * (DESIGN §7: the global count of target tokens, so accumulation and world size never change the
+ * gradient). The backward recomputes the softmax from the logits instead of keeping [N,V] probs.
+ */
+#include <math.h>
+
+#include "../ops.h"
+#include "parallel.h"
+
+typedef struct {
+  float *losses, *dlogits;
+  const float *logits;
+  const int32_t *targets;
+  const uint8_t *mask;
+  size_t V;
+  float normalizer, dloss;
+  double partial[PARALLEL_MAX_CHUNKS];
+} LossJob;
+
+/* log(sum(exp(row))) computed stably around the row maximum. */
+static float log_sum_exp(const float *row, size_t V) {
+  float maxval = -INFINITY;
+  for (size_t v = 0; v < V; v++) maxval = row[v] > maxval ? row[v] : maxval;
+  float sum = 0.0f;
+  for (size_t v = 0; v < V; v++) sum += expf(row[v] - maxval);
+  return maxval + logf(sum);
+}
+
+static bool counted(const LossJob *j, size_t n) { return !j->mask || j->mask[n]; }
+
+static void loss_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
+  LossJob *j = ctx;
+  double sum = 0.0;
+  for (size_t n = begin; n < end; n++) {
+    const float *row = j->logits + n * j->V;
+    j->losses[n] = counted(j, n) ? (log_sum_exp(row, j->V) - row[j->targets[n]]) / j->normalizer : 0.0f;
+    sum += j->losses[n];
+  }
+  j->partial[chunk] = sum;
+}
+
+int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
+                                  const uint8_t *mask, size_t N, size_t V, float normalizer,
+                                  double *loss_sum) {
+  for (size_t n = 0; n < N; n++)  /* masked-out targets may hold anything (padding, -1) */
+    if ((!mask || mask[n]) && (targets[n] < 0 || (size_t)targets[n] >= V)) return (int64_t)n;
+  LossJob job = {.losses = losses, .logits = logits, .targets = targets, .mask = mask, .V = V, .normalizer = normalizer};
+  size_t grain = V >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / V, chunks = parallel_chunks(N, grain);
+  parallel_for(N, grain, loss_rows, &job);
+  double sum = 0.0;
+  for (size_t c = 0; c < chunks; c++) sum += job.partial[c];
+  *loss_sum = sum;
+  return -1;
+}
+
+static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
+  LossJob *j = ctx;
+  float weight = j->dloss / j->normalizer;
+  for (size_t n = begin; n < end; n++) {
+    if (!counted(j, n)) continue;
+    const float *row = j->logits + n * j->V;
+    float lse = log_sum_exp(row, j->V);
+    for (size_t v = 0; v < j->V; v++) {
+      float p = expf(row[v] - lse);
+      j->dlogits[n * j->V + v] += weight * (p - ((size_t)j->targets[n] == v ? 1.0f : 0.0f));
+    }
+  }
+}
+
+void cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+                                const uint8_t *mask, size_t N, size_t V, float normalizer,
+                                float dloss) {
+  LossJob job = {.dlogits = dlogits, .logits = logits, .targets = targets, .mask = mask, .V = V,
+                 .normalizer = normalizer, .dloss = dloss};
+  parallel_for(N, V >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / V, loss_backward_rows, &job);
+}

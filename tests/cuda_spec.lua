@@ -1,0 +1,208 @@
+-- CUDA against the CPU reference, op by op and for a whole GPT step (tag: gpu). Runs with
+-- `make test-gpu`; on a machine without a GPU each test is skipped with the reason, unless
+-- WICK_REQUIRE_GPU=1 demands one. Inputs come from the counter-based generator, which gives the
+-- same values on both devices; outputs must agree within 1e-4 relative (atomics and cuBLAS sum in
+-- another order than the CPU).
+local ffi = require 'ffi'
+local wick = require 'wick'
+local core = require 'wick.core'
+local T = wick.tensor
+local C = core.C
+local check = core.check
+
+local REL_TOL = 1e-4
+local DEVICE = 'cuda:0'
+
+local function gpu_or_skip()
+  if C.wk_cuda_device_count() > 0 then return true end
+  local reason = wick.build_info().has_cuda and 'no CUDA device on this machine'
+      or 'libwick was built without CUDA (nvcc not found)'
+  if os.getenv('WICK_REQUIRE_GPU') == '1' then error('WICK_REQUIRE_GPU=1 but ' .. reason) end
+  pending('skipped: ' .. reason)
+  return false
+end
+
+local function relative_error(a, b)
+  local ha, hb = a:to('cpu', 'f32'), b:to('cpu', 'f32')
+  local pa, pb = ffi.cast('float *', ha:data()), ffi.cast('float *', hb:data())
+  local diff, scale = 0, 0
+  for i = 0, ha:numel() - 1 do
+    diff = math.max(diff, math.abs(pa[i] - pb[i]))
+    scale = math.max(scale, math.abs(pb[i]))
+  end
+  return scale == 0 and diff or diff / scale
+end
+
+-- run(device) builds inputs on device, runs the op(s) and returns the tensors to compare.
+local function agree(name, run)
+  local cpu, gpu = run('cpu'), run(DEVICE)
+  for k = 1, #cpu do
+    local err = relative_error(gpu[k], cpu[k])
+    assert.is_true(err < REL_TOL, ('%s output %d: relative error %.3g'):format(name, k, err))
+  end
+end
+
+local function randn(shape, seed, device) return T.randn(shape, { seed = seed, device = device }) end
+
+local B, TT, CH, V, NH = 2, 5, 8, 11, 2
+local N = B * TT
+
+describe('CUDA agrees with the CPU #gpu', function()
+  it('fill, scale, add, axpy, round, sumsq', function()
+    if not gpu_or_skip() then return end
+    agree('elementwise', function(device)
+      local a, b, out = randn({ 50 }, 1, device), randn({ 50 }, 2, device), T.empty({ 50 }, 'f32', device)
+      check(C.wk_op_add(out, a, b))
+      check(C.wk_op_axpy(out, 0.5, a))
+      check(C.wk_op_scale(out, 3))
+      local bf, hf = out:clone(), out:clone()
+      check(C.wk_op_round(bf, T.DTYPES.bf16))
+      check(C.wk_op_round(hf, T.DTYPES.f16))
+      local sum = ffi.new('double[1]')
+      check(C.wk_op_sumsq(out, sum))
+      return { out, bf, hf, T.new({ sum[0] }), T.full({ 3 }, 7, 'i64', device), T.full({ 3 }, 2.5, 'bf16', device) }
+    end)
+  end)
+
+  it('copies and casts between devices, strided and pinned', function()
+    if not gpu_or_skip() then return end
+    local host = T.new({ { 1, 2, 3 }, { 4, 5, 6 } })
+    local gpu = host:to(DEVICE)
+    assert.are.same(host:totable(), gpu:to('cpu'):totable())
+    assert.are.same({ { 2, 3 }, { 5, 6 } }, gpu:narrow(2, 2, 2):contiguous():to('cpu'):totable())
+    assert.are.same({ 1, 2, 3, 4, 5, 6 }, gpu:to('bf16'):to('cpu', 'f32'):view({ 6 }):totable())
+    local pinned, stream, event = T.pinned({ 2, 3 }), T.stream(DEVICE), T.event(DEVICE)
+    pinned:copy_async(gpu, stream)
+    event:record(stream)
+    event:synchronize()
+    assert.are.same(host:totable(), pinned:totable())
+    local back = T.empty({ 2, 3 }, 'f32', DEVICE)
+    stream:use()  -- ops and copies of this thread now queue on the stream
+    back:copy_async(pinned, stream)
+    stream:synchronize()
+    T.default_stream()
+    assert.are.same(host:totable(), back:to('cpu'):totable())
+    stream:free()
+    event:free()
+  end)
+
+  it('embedding forward and backward', function()
+    if not gpu_or_skip() then return end
+    agree('embedding', function(device)
+      local idx = T.new({ { 0, 4, 10, 2, 2 }, { 1, 1, 3, 9, 7 } }, 'i32', device)
+      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
+      check(C.wk_op_embedding(out, idx, wte, wpe))
+      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
+      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), idx))
+      return { out, dwte, dwpe }
+    end)
+    local bad = T.new({ { 0, 11, 0, 0, 0 }, { 0, 0, 0, 0, 0 } }, 'i32', DEVICE)
+    assert.has_error(function()
+      check(C.wk_op_embedding(T.empty({ B, TT, CH }, 'f32', DEVICE), bad, randn({ V, CH }, 3, DEVICE), randn({ TT, CH }, 4, DEVICE)))
+    end)
+  end)
+
+  it('layernorm forward and backward', function()
+    if not gpu_or_skip() then return end
+    agree('layernorm', function(device)
+      local inp, w, b = randn({ N, CH }, 6, device), randn({ CH }, 7, device), randn({ CH }, 8, device)
+      local out, mean, rstd = T.empty({ N, CH }, 'f32', device), T.empty({ N }, 'f32', device), T.empty({ N }, 'f32', device)
+      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+      local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros({ CH }, 'f32', device), T.zeros({ CH }, 'f32', device)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ N, CH }, 9, device), inp, w, mean, rstd))
+      return { out, mean, rstd, dinp, dw, db }
+    end)
+  end)
+
+  for _, transpose in ipairs({ 0, 1 }) do
+    it('matmul forward and backward, transpose_w = ' .. transpose, function()
+      if not gpu_or_skip() then return end
+      agree('matmul', function(device)
+        local OC = 7
+        local inp, bias = randn({ N, CH }, 10, device), randn({ OC }, 11, device)
+        local w = randn(transpose == 1 and { OC, CH } or { CH, OC }, 12, device)
+        local out = T.empty({ N, OC }, 'f32', device)
+        check(C.wk_op_matmul(out, inp, w, bias, transpose))
+        local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros(w.shape, 'f32', device), T.zeros({ OC }, 'f32', device)
+        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ N, OC }, 13, device), inp, w, transpose))
+        return { out, dinp, dw, db }
+      end)
+    end)
+  end
+
+  it('gelu forward and backward', function()
+    if not gpu_or_skip() then return end
+    agree('gelu', function(device)
+      local inp, out, dinp = randn({ 64 }, 14, device), T.empty({ 64 }, 'f32', device), T.zeros({ 64 }, 'f32', device)
+      check(C.wk_op_gelu(out, inp))
+      check(C.wk_op_gelu_backward(dinp, randn({ 64 }, 15, device), inp))
+      return { out, dinp }
+    end)
+  end)
+
+  it('attention forward and backward', function()
+    if not gpu_or_skip() then return end
+    agree('attention', function(device)
+      local qkv = randn({ B, TT, 3 * CH }, 16, device)
+      local out, att = T.empty({ B, TT, CH }, 'f32', device), T.empty({ B, NH, TT, TT }, 'f32', device)
+      check(C.wk_op_attention(out, att, qkv, NH))
+      local dqkv = T.zeros(qkv.shape, 'f32', device)
+      check(C.wk_op_attention_backward(dqkv, randn({ B, TT, CH }, 17, device), qkv, att, NH))
+      return { out, att, dqkv }
+    end)
+  end)
+
+  it('cross-entropy forward and backward with a mask', function()
+    if not gpu_or_skip() then return end
+    agree('cross_entropy', function(device)
+      local logits = randn({ N, V }, 18, device)
+      local targets = T.new({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 10 }, 'i32', device)
+      local mask = T.new({ 1, 1, 0, 1, 1, 1, 1, 0, 1, 1 }, 'u8', device)
+      local losses, sum = T.empty({ N }, 'f32', device), ffi.new('double[1]')
+      check(C.wk_op_cross_entropy(losses, logits, targets, mask, 8, sum))
+      local dlogits = T.zeros({ N, V }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, 8, 1))
+      return { losses, dlogits, T.new({ sum[0] }) }
+    end)
+  end)
+
+  it('adamw', function()
+    if not gpu_or_skip() then return end
+    agree('adamw', function(device)
+      local p, g = randn({ 40 }, 19, device), randn({ 40 }, 20, device)
+      local m, v = T.zeros({ 40 }, 'f32', device), T.zeros({ 40 }, 'f32', device)
+      for step = 1, 3 do check(C.wk_op_adamw(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, 0.1, step, 0.5)) end
+      return { p, m, v }
+    end)
+  end)
+
+  it('a whole GPT step, with a caching allocator that stops calling cudaMalloc', function()
+    if not gpu_or_skip() then return end
+    local cfg = { vocab = 13, seq_len = 6, layers = 2, heads = 2, dim = 8, seed = 2 }
+    local idx = T.new({ { 1, 5, 9, 2, 0, 12 }, { 3, 3, 8, 11, 4, 7 } }, 'i32')
+    local targets = T.new({ { 5, 9, 2, 0, 12, 1 }, { 3, 8, 11, 4, 7, 12 } }, 'i32')
+    local results = {}
+    for _, device in ipairs({ 'cpu', DEVICE }) do
+      cfg.device = device
+      local model = wick.nn.gpt(cfg)
+      local opt = wick.optim.adamw { lr = 1e-2 }
+      local stats = ffi.new('WkAllocatorStats')
+      local losses, allocs = {}, {}
+      for step = 1, 3 do
+        model:zero_grad()
+        losses[step] = model:forward(idx, targets)
+        model:backward()
+        opt:step(model)
+        C.wk_allocator_stats(device == 'cpu' and C.WK_DEVICE_CPU or C.WK_DEVICE_CUDA, 0, stats)
+        allocs[step] = tonumber(stats.device_allocs)
+      end
+      results[device] = { losses = losses, allocs = allocs, params = model:flat_parameters().params }
+    end
+    for step = 1, 3 do
+      local a, b = results[DEVICE].losses[step], results.cpu.losses[step]
+      assert.is_true(math.abs(a - b) / b < REL_TOL, ('step %d loss %g vs %g'):format(step, a, b))
+    end
+    assert.is_true(relative_error(results[DEVICE].params, results.cpu.params) < 1e-3)
+    assert.are.equal(results[DEVICE].allocs[2], results[DEVICE].allocs[3])
+  end)
+end)

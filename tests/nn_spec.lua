@@ -1,0 +1,256 @@
+-- wick.nn: the GPT-2 model end to end on the CPU: gradients against finite differences, overfitting
+-- a fixed batch, loss normalisation and accumulation, checkpoints by HF names, precision policies.
+local helper = require 'helper'
+local gradcheck = require 'gradcheck'
+local wick = require 'wick'
+local T = wick.tensor
+
+local CONFIG = { vocab = 17, seq_len = 6, layers = 2, heads = 2, dim = 8, seed = 3 }
+
+local function config(extra)
+  local out = {}
+  for k, v in pairs(CONFIG) do out[k] = v end
+  for k, v in pairs(extra or {}) do out[k] = v end
+  return out
+end
+
+local function batch()
+  local idx = T.new({ { 1, 5, 9, 2, 0, 16 }, { 3, 3, 8, 11, 4, 7 } }, 'i32')
+  local targets = T.new({ { 5, 9, 2, 0, 16, 1 }, { 3, 8, 11, 4, 7, 12 } }, 'i32')
+  local mask = T.new({ { 1, 1, 0, 1, 1, 1 }, { 0, 1, 1, 1, 1, 1 } }, 'u8')
+  return idx, targets, mask
+end
+
+local function max_abs_diff(a, b)
+  local pa, pb, worst = gradcheck.floats(a), gradcheck.floats(b), 0
+  for i = 0, a:numel() - 1 do worst = math.max(worst, math.abs(pa[i] - pb[i])) end
+  return worst
+end
+
+describe('nn.gpt', function()
+  it('names parameters like Hugging Face GPT-2, with Conv1D [in, out] layouts', function()
+    local model = wick.nn.gpt(config())
+    local named = model:named_parameters()
+    assert.are.same({ 8, 24 }, named['transformer.h.0.attn.c_attn.weight'].shape)
+    assert.are.same({ 32, 8 }, named['transformer.h.1.mlp.c_proj.weight'].shape)
+    assert.are.same({ 17, 8 }, named['transformer.wte.weight'].shape)
+    assert.are.same({ 6, 8 }, named['transformer.wpe.weight'].shape)
+    assert.are.same({ 8 }, named['transformer.ln_f.bias'].shape)
+    local count = 0
+    for name in pairs(named) do count = count + 1 end
+    assert.are.equal(2 + 2 + 12 * 2, count)
+    assert.are.equal(17 * 8 + 6 * 8 + 2 * (12 * 8 * 8 + 13 * 8) + 2 * 8, model:parameter_count())
+    assert.has_error(function() wick.nn.gpt(config({ heads = 3 })) end, 'nn.gpt: dim 8 is not divisible by heads 3')
+  end)
+
+  it('keeps parameters and gradients as views of two flat buffers, decayed tensors first', function()
+    local model = wick.nn.gpt(config())
+    local flat = model:flat_parameters()
+    local core = require 'wick.core'
+    for name, p in pairs(model:named_parameters()) do
+      assert.are.equal(1, core.C.wk_tensor_same_storage(p, flat.params), name)
+      assert.are.equal(1, core.C.wk_tensor_same_storage(model:grads()[name], flat.grads), name)
+    end
+    local wte = model:named_parameters()['transformer.wte.weight']
+    assert.is_true(tonumber(core.C.wk_tensor_offset(wte)) < flat.decay_numel)
+    local bias = model:named_parameters()['transformer.ln_f.bias']
+    assert.is_true(tonumber(core.C.wk_tensor_offset(bias)) >= flat.decay_numel)
+  end)
+
+  it('has gradients that match finite differences for every parameter tensor', function()
+    local model = wick.nn.gpt(config({ seed = 5 }))
+    local idx, targets, mask = batch()
+    local inputs = {}
+    for _, name in ipairs(model.order) do
+      local p = model:named_parameters()[name]
+      -- larger weights than the 0.02 init, so every path carries a measurable gradient
+      T.randn(p.shape, { seed = #inputs + 1, std = 0.3 }):copy(p)
+      inputs[#inputs + 1] = { p, model:grads()[name] }
+    end
+    local failure = gradcheck.check {
+      inputs = inputs,
+      samples = 4,
+      step = 1e-3,  -- the loss curves sharply at these weights; f32 noise stays far below tolerance
+      loss = function() return model:forward(idx, targets, mask) end,
+      backward = function() model:backward() end,
+    }
+    assert(failure == nil, failure)
+  end)
+
+  it('overfits a fixed batch to a loss near zero', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets = batch()
+    local opt = wick.optim.adamw { lr = 1e-2, weight_decay = 0 }
+    local first, loss
+    for step = 1, 250 do
+      model:zero_grad()
+      loss = model:forward(idx, targets)
+      first = first or loss
+      model:backward()
+      opt:step(model)
+    end
+    assert.is_true(first > 2.5, 'starts near log(vocab): ' .. first)
+    assert.is_true(loss < 0.02, 'final loss ' .. loss)
+  end)
+
+  it('averages over masked-in targets, or over a given global count', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets, mask = batch()
+    local masked = model:forward(idx, targets, mask)
+    local per_token = model.losses:totable()
+    local sum = 0
+    for b = 1, 2 do for t = 1, 6 do sum = sum + per_token[b][t] end end
+    assert.is_true(math.abs(sum - masked) < 1e-6)
+    assert.are.equal(0, per_token[1][3])
+    local global = model:forward(idx, targets, mask, 20)
+    assert.is_true(math.abs(global - masked * 10 / 20) < 1e-6)
+    local none = T.zeros({ 2, 6 }, 'u8')
+    assert.has_error(function() model:forward(idx, targets, none) end)
+  end)
+
+  it('accumulates micro-batch gradients into exactly the full-batch gradient', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets, mask = batch()
+    model:zero_grad()
+    model:forward(idx, targets, mask)
+    model:backward()
+    local full = model:flat_parameters().grads:clone()
+    model:zero_grad()
+    for row = 1, 2 do
+      local i, t, m = idx:narrow(1, row, 1), targets:narrow(1, row, 1), mask:narrow(1, row, 1)
+      model:forward(i, t, m, 10)  -- 10 targets are selected in the whole batch
+      model:backward()
+    end
+    assert.is_true(max_abs_diff(full, model:flat_parameters().grads) < 1e-6)
+  end)
+
+  it('takes a loader batch of tokens [B, T+1] like idx and targets', function()
+    local model = wick.nn.gpt(config())
+    local tokens = T.new({ { 1, 5, 9, 2, 0, 16, 1 }, { 3, 3, 8, 11, 4, 7, 12 } }, 'i32')
+    local idx, targets = batch()
+    assert.are.equal(model:forward(idx, targets), model:forward_tokens(tokens))
+  end)
+
+  it('saves and loads checkpoints by HF names; refuses ones that do not fit', function()
+    local dir = helper.tmpdir()
+    local model = wick.nn.gpt(config({ seed = 7 }))
+    local idx, targets = batch()
+    local loss = model:forward(idx, targets)
+    model:save(dir .. '/m.safetensors')
+    local other = wick.nn.gpt(config({ seed = 8 }))
+    assert.are_not.equal(loss, other:forward(idx, targets))
+    other:load(dir .. '/m.safetensors')
+    assert.are.equal(loss, other:forward(idx, targets))
+    -- HF's own files omit the "transformer." prefix and carry attention-mask buffers
+    local stripped = {}
+    for name, p in pairs(model:named_parameters()) do stripped[name:sub(13)] = p end
+    stripped['h.0.attn.bias'] = T.zeros({ 1, 1, 6, 6 })
+    wick.safetensors.save(dir .. '/hf.safetensors', stripped)
+    assert.are.equal(loss, wick.nn.gpt(config()):load(dir .. '/hf.safetensors'):forward(idx, targets))
+    local small = wick.nn.gpt(config({ dim = 4 }))
+    assert.has_error(function() small:load(dir .. '/m.safetensors') end)
+    helper.rmtree(dir)
+  end)
+
+  it('computes with bf16-rounded weights under the bf16 policy, keeping f32 masters', function()
+    local idx, targets = batch()
+    local fp32 = wick.nn.gpt(config())
+    local bf16 = wick.nn.gpt(config({ precision = 'bf16' }))
+    local l32, l16 = fp32:forward(idx, targets), bf16:forward(idx, targets)
+    assert.are_not.equal(l32, l16)
+    assert.is_true(math.abs(l32 - l16) / l32 < 2e-2)
+    local w = bf16.transformer.wte.weight:get(3, 4)
+    assert.are.equal(T.new({ w }):to('bf16'):float():get(1), w)
+    local master = bf16:named_parameters()['transformer.wte.weight']:get(3, 4)
+    assert.are.equal(fp32:named_parameters()['transformer.wte.weight']:get(3, 4), master)
+  end)
+
+  it('fp16 loss scaling skips an overflowing step, lowers the scale, and raises it after good steps', function()
+    local model = wick.nn.gpt(config({ precision = { 'fp16', scale = 2 ^ 40, growth_interval = 2 } }))
+    local idx, targets = batch()
+    local opt = wick.optim.adamw { lr = 1e-2 }
+    local before = model:flat_parameters().params:clone()
+    model:zero_grad()
+    model:forward(idx, targets)
+    model:backward()
+    local applied = opt:step(model)
+    assert.is_false(applied)
+    assert.are.equal(2 ^ 39, model.policy.scaler.scale)
+    assert.are.equal(0, max_abs_diff(before, model:flat_parameters().params))
+    model.policy.scaler.scale = 1024
+    for _ = 1, 2 do
+      model:zero_grad()
+      model:forward(idx, targets)
+      model:backward()
+      assert.is_true(opt:step(model))
+    end
+    assert.are.equal(2048, model.policy.scaler.scale)
+    assert.is_true(max_abs_diff(before, model:flat_parameters().params) > 0)
+  end)
+
+  it('runs its training step in compiled traces, with no NYI aborts once warm', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets = batch()
+    local opt = wick.optim.adamw {}
+    local function step()
+      model:zero_grad()
+      model:forward(idx, targets)
+      model:backward()
+      opt:step(model)
+    end
+    for _ = 1, 50 do step() end  -- buffers allocated, traces recorded
+    local log = os.tmpname()
+    local jit_v = require 'jit.v'
+    jit_v.on(log)
+    for _ = 1, 200 do step() end
+    jit_v.off()
+    local text = helper.read_file(log)
+    os.remove(log)
+    assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
+  end)
+
+  it('frees all of its memory at once with free()', function()
+    local ffi = require 'ffi'
+    local C = require('wick.core').C
+    collectgarbage()  -- earlier tests' garbage must not be finalised in the middle of the count
+    collectgarbage('stop')
+    finally(function() collectgarbage('restart') end)
+    local stats = ffi.new('WkAllocatorStats')
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    local before = stats.bytes_in_use
+    local model = wick.nn.gpt(config({ precision = 'bf16' }))
+    local opt = wick.optim.adamw {}
+    local idx, targets, mask = batch()
+    model:forward(idx, targets, mask)
+    model:backward()
+    opt:step(model)
+    idx:free(); targets:free(); mask:free()
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.is_true(stats.bytes_in_use > before)
+    opt:free()
+    model:free()
+    model:free()
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.are.equal(before, stats.bytes_in_use)
+  end)
+
+  it('clips the global gradient norm and decays only matrices and embeddings', function()
+    local model = wick.nn.gpt(config())
+    local idx, targets = batch()
+    local opt = wick.optim.adamw { lr = 0.1, weight_decay = 0.5, clip = 1e-3 }
+    model:zero_grad()
+    model:forward(idx, targets)
+    model:backward()
+    local flat = model:flat_parameters()
+    local bias_before = model:named_parameters()['transformer.ln_f.bias']:get(1)
+    local check_grads = flat.grads:clone()
+    local applied, norm = opt:step(model)
+    assert.is_true(applied and norm > 1e-3)
+    -- the clipped gradient is what Adam saw: m = (1 - beta1) * g * clip / norm
+    local m1, g1 = opt.m:get(1), check_grads:get(1)
+    assert.is_true(math.abs(m1 - 0.1 * g1 * 1e-3 / norm) < 1e-9 + 1e-4 * math.abs(m1))
+    model:zero_grad()
+    opt:step(model)  -- zero gradients: only weight decay and momentum move parameters
+    assert.are_not.equal(bias_before, model:named_parameters()['transformer.ln_f.bias']:get(1))
+  end)
+end)

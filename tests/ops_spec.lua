@@ -1,0 +1,198 @@
+-- CPU ops: forward values against direct definitions, backward against finite differences.
+local ffi = require 'ffi'
+local wick = require 'wick'
+local core = require 'wick.core'
+local gradcheck = require 'gradcheck'
+local T = wick.tensor
+local C = core.C
+local check = core.check
+local weighted_sum = gradcheck.weighted_sum
+
+local seed = 0
+local function randn(shape, std)
+  seed = seed + 1
+  return T.randn(shape, { seed = seed, std = std or 1 })
+end
+
+local function assert_gradients(spec)
+  local failure = gradcheck.check(spec)
+  assert(failure == nil, failure)
+end
+
+describe('ops', function()
+  it('fill, scale, add, axpy and sumsq', function()
+    local a, b, out = T.new({ 1, 2, 3 }), T.new({ 10, 20, 30 }), T.empty({ 3 })
+    check(C.wk_op_add(out, a, b))
+    assert.are.same({ 11, 22, 33 }, out:totable())
+    check(C.wk_op_axpy(out, -2, a))
+    check(C.wk_op_scale(out, 0.5))
+    assert.are.same({ 4.5, 9, 13.5 }, out:totable())
+    local sum = ffi.new('double[1]')
+    check(C.wk_op_sumsq(a, sum))
+    assert.are.equal(14, sum[0])
+    a:set(2, math.huge)
+    check(C.wk_op_sumsq(a, sum))
+    assert.are.equal(math.huge, sum[0])
+    assert.has_error(function() check(C.wk_op_add(out, a, T.empty({ 4 }))) end,
+      'add: b is [4] f32 cpu, expected [3 elements of any shape] f32, contiguous')
+  end)
+
+  it('normal init is deterministic per seed with the requested moments', function()
+    local a, b = T.randn({ 4096 }, { seed = 7, std = 2 }), T.randn({ 4096 }, { seed = 7, std = 2 })
+    local pa, pb, sum, sumsq, same = gradcheck.floats(a), gradcheck.floats(b), 0, 0, true
+    for i = 0, 4095 do
+      sum, sumsq, same = sum + pa[i], sumsq + pa[i] ^ 2, same and pa[i] == pb[i]
+    end
+    assert.is_true(same)
+    assert.is_true(math.abs(sum / 4096) < 0.1)
+    assert.is_true(math.abs(math.sqrt(sumsq / 4096) - 2) < 0.1)
+  end)
+
+  it('embedding adds token and position rows, and checks indices', function()
+    local B, TT, C_, V = 2, 3, 4, 5
+    local idx = T.new({ { 0, 4, 2 }, { 1, 1, 3 } }, 'i32')
+    local wte, wpe, out = randn({ V, C_ }), randn({ TT + 1, C_ }), T.empty({ B, TT, C_ })
+    check(C.wk_op_embedding(out, idx, wte, wpe))
+    assert.is_true(math.abs(wte:get(5, 2) + wpe:get(2, 2) - out:get(1, 2, 2)) < 1e-6)
+    local dwte, dwpe, weights = T.empty({ V, C_ }), T.empty({ TT + 1, C_ }), randn({ B, TT, C_ })
+    assert_gradients {
+      inputs = { { wte, dwte }, { wpe, dwpe } },
+      loss = function()
+        check(C.wk_op_embedding(out, idx, wte, wpe))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_embedding_backward(dwte, dwpe, weights, idx)) end,
+    }
+    idx:set(2, 1, V)
+    assert.has_error(function() check(C.wk_op_embedding(out, idx, wte, wpe)) end,
+      'embedding: idx[3] = 5 is outside [0, 5) (tokenizer and model vocab disagree?)')
+  end)
+
+  it('layernorm normalises rows and has matching gradients', function()
+    local N, C_ = 6, 8
+    local inp, w, b = randn({ N, C_ }), randn({ C_ }), randn({ C_ })
+    local out, mean, rstd = T.empty({ N, C_ }), T.empty({ N }), T.empty({ N })
+    local ones, zeros = T.full({ C_ }, 1), T.zeros({ C_ })
+    check(C.wk_op_layernorm(out, mean, rstd, inp, ones, zeros, 1e-5))
+    local row_sum, row_sq = 0, 0
+    for c = 1, C_ do row_sum, row_sq = row_sum + out:get(1, c), row_sq + out:get(1, c) ^ 2 end
+    assert.is_true(math.abs(row_sum) < 1e-5 and math.abs(row_sq / C_ - 1) < 1e-3)
+    local dinp, dw, db, weights = T.empty({ N, C_ }), T.empty({ C_ }), T.empty({ C_ }), randn({ N, C_ })
+    assert_gradients {
+      inputs = { { inp, dinp }, { w, dw }, { b, db } },
+      loss = function()
+        check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_layernorm_backward(dinp, dw, db, weights, inp, w, mean, rstd)) end,
+    }
+  end)
+
+  for _, transpose in ipairs({ 0, 1 }) do
+    it('matmul with bias (transpose_w = ' .. transpose .. ') matches a direct product and its gradients', function()
+      local N, C_, OC = 5, 4, 3
+      local inp, bias = randn({ N, C_ }), randn({ OC })
+      local w = transpose == 1 and randn({ OC, C_ }) or randn({ C_, OC })
+      local out = T.empty({ N, OC })
+      check(C.wk_op_matmul(out, inp, w, bias, transpose))
+      local expected = bias:get(2)
+      for c = 1, C_ do expected = expected + inp:get(3, c) * (transpose == 1 and w:get(2, c) or w:get(c, 2)) end
+      assert.is_true(math.abs(out:get(3, 2) - expected) < 1e-5)
+      local dinp, dw, dbias, weights = T.empty(inp.shape), T.empty(w.shape), T.empty({ OC }), randn({ N, OC })
+      assert_gradients {
+        inputs = { { inp, dinp }, { w, dw }, { bias, dbias } },
+        loss = function()
+          check(C.wk_op_matmul(out, inp, w, bias, transpose))
+          return weighted_sum(out, weights)
+        end,
+        backward = function() check(C.wk_op_matmul_backward(dinp, dw, dbias, weights, inp, w, transpose)) end,
+      }
+    end)
+  end
+
+  it('gelu is the tanh approximation with matching gradients', function()
+    local inp, out = randn({ 40 }, 2), T.empty({ 40 })
+    check(C.wk_op_gelu(out, inp))
+    local x = inp:get(3)
+    local expected = 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3)))
+    assert.is_true(math.abs(out:get(3) - expected) < 1e-6)
+    local dinp, weights = T.empty({ 40 }), randn({ 40 })
+    assert_gradients {
+      inputs = { { inp, dinp } },
+      samples = 40,
+      loss = function()
+        check(C.wk_op_gelu(out, inp))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_gelu_backward(dinp, weights, inp)) end,
+    }
+  end)
+
+  it('causal attention: rows of probabilities sum to one, the future is masked, gradients match', function()
+    local B, TT, C_, NH = 2, 4, 6, 2
+    local qkv, out, att = randn({ B, TT, 3 * C_ }), T.empty({ B, TT, C_ }), T.empty({ B, NH, TT, TT })
+    check(C.wk_op_attention(out, att, qkv, NH))
+    local row = 0
+    for t2 = 1, TT do row = row + att:get(2, 2, 3, t2) end
+    assert.is_true(math.abs(row - 1) < 1e-6)
+    assert.are.equal(0, att:get(1, 1, 2, 3))
+    assert.are.equal(1, att:get(1, 2, 1, 1))
+    local dqkv, weights = T.empty(qkv.shape), randn({ B, TT, C_ })
+    assert_gradients {
+      inputs = { { qkv, dqkv } },
+      samples = 40,
+      loss = function()
+        check(C.wk_op_attention(out, att, qkv, NH))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_attention_backward(dqkv, weights, qkv, att, NH)) end,
+    }
+    assert.has_error(function() check(C.wk_op_attention(out, att, qkv, 4)) end)
+  end)
+
+  it('cross-entropy over a mask, normalised by a given count, with matching gradients', function()
+    local N, V = 6, 5
+    local logits, targets = randn({ N, V }), T.new({ 0, 4, 2, 1, 3, 3 }, 'i32')
+    local mask, losses, sum = T.new({ 1, 1, 0, 1, 0, 1 }, 'u8'), T.empty({ N }), ffi.new('double[1]')
+    local count = 8  -- e.g. the global number of targets across ranks
+    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+    local lse = 0
+    for v = 1, V do lse = lse + math.exp(logits:get(2, v)) end
+    assert.is_true(math.abs(losses:get(2) - (math.log(lse) - logits:get(2, 5)) / count) < 1e-6)
+    assert.are.equal(0, losses:get(3))
+    local dlogits = T.empty({ N, V })
+    assert_gradients {
+      inputs = { { logits, dlogits } },
+      samples = 30,
+      loss = function()
+        check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+        return sum[0]
+      end,
+      backward = function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, count, 1)) end,
+    }
+    assert.are.equal(0, dlogits:get(3, 1))
+    targets:set(3, -1)  -- masked out: ignored
+    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+    targets:set(2, -1)
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum)) end,
+      'cross_entropy: targets[1] = -1 is outside [0, 5) (tokenizer and model vocab disagree?)')
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, 0, sum)) end)
+  end)
+
+  it('adamw follows the decoupled-weight-decay update', function()
+    local p, g = T.new({ 1, -2 }), T.new({ 0.5, 4 })
+    local m, v = T.zeros({ 2 }), T.zeros({ 2 })
+    local lr, b1, b2, eps, wd = 0.1, 0.9, 0.99, 1e-8, 0.01
+    for step = 1, 2 do check(C.wk_op_adamw(p, g, m, v, lr, b1, b2, eps, wd, step, 0.5)) end
+    -- reference in double: the gradient is scaled by 0.5 first
+    local x, mm, vv = 1, 0, 0
+    for step = 1, 2 do
+      local gg = 0.25
+      mm, vv = b1 * mm + (1 - b1) * gg, b2 * vv + (1 - b2) * gg * gg
+      local update = (mm / (1 - b1 ^ step)) / (math.sqrt(vv / (1 - b2 ^ step)) + eps)
+      x = x - lr * (update + wd * x)
+    end
+    assert.is_true(math.abs(p:get(1) - x) < 1e-6)
+    assert.has_error(function() check(C.wk_op_adamw(p, g, m, v, lr, b1, b2, eps, wd, 0, 1)) end)
+  end)
+end)

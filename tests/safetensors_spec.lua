@@ -1,0 +1,72 @@
+-- wick.safetensors: round trips of every supported dtype, header checks, and a file written by hand
+-- to the format's specification (so the reader is not only tested against its own writer).
+local helper = require 'helper'
+local wick = require 'wick'
+local T = wick.tensor
+local st = wick.safetensors
+
+describe('safetensors', function()
+  local dir
+  before_each(function() dir = helper.tmpdir() end)
+  after_each(function() helper.rmtree(dir) end)
+
+  it('round-trips every dtype, shape and metadata', function()
+    local tensors = {}
+    for _, dtype in ipairs({ 'f32', 'bf16', 'f16', 'i32', 'i64', 'u16', 'u8' }) do
+      tensors['t.' .. dtype] = T.new({ { 1, 2, 3 }, { 4, 5, 6 } }, dtype)
+    end
+    tensors.scalar_like = T.new({ 7.5 })
+    tensors.strided = T.new({ { 1, 2 }, { 3, 4 } }):narrow(2, 2, 1)
+    st.save(dir .. '/a.safetensors', tensors, { format = 'pt', note = 'quote " and \\ ok' })
+    local loaded, metadata = st.load(dir .. '/a.safetensors')
+    assert.are.same({ format = 'pt', note = 'quote " and \\ ok' }, metadata)
+    for name, t in pairs(tensors) do
+      assert.are.equal(t.dtype, loaded[name].dtype)
+      assert.are.same(t.shape, loaded[name].shape)
+      assert.are.same(t:totable(), loaded[name]:totable())
+    end
+  end)
+
+  it('reads a file laid out by the specification', function()
+    local header = '{"b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]},"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}'
+    local bytes = string.char(#header, 0, 0, 0, 0, 0, 0, 0) .. header
+        .. string.char(0, 0, 0x80, 0x3f) .. string.char(5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff)
+    helper.write_file(dir .. '/spec.safetensors', bytes)
+    local loaded = assert(st.load(dir .. '/spec.safetensors'))
+    assert.are.same({}, loaded.a.shape)
+    assert.are.equal(1, loaded.a:totable())
+    assert.are.same({ 5, -1 }, loaded.b:totable())
+  end)
+
+  it('pads the header to 8 bytes as the format requires', function()
+    st.save(dir .. '/p.safetensors', { x = T.new({ 1 }) })
+    local data = helper.read_file(dir .. '/p.safetensors')
+    local size = data:byte(1) + 256 * data:byte(2)
+    assert.are.equal(0, size % 8)
+    assert.are.equal(8 + size + 4, #data)
+  end)
+
+  it('reports truncated, foreign and missing files by name', function()
+    st.save(dir .. '/t.safetensors', { x = T.zeros({ 100 }) })
+    local data = helper.read_file(dir .. '/t.safetensors')
+    helper.write_file(dir .. '/cut.safetensors', data:sub(1, #data - 10))
+    local ok, err = st.load(dir .. '/cut.safetensors')
+    assert.is_nil(ok)
+    assert.matches("cut.safetensors: tensor 'x' %[100%] F32 needs 400 bytes", err)
+    helper.write_file(dir .. '/junk.safetensors', 'hello world, not a tensor file')
+    ok, err = st.load(dir .. '/junk.safetensors')
+    assert.matches('not a safetensors file', err)
+    ok, err = st.load(dir .. '/nope.safetensors')
+    assert.matches('No such file', err)
+    local f64 = '{"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}'
+    helper.write_file(dir .. '/f64.safetensors', string.char(#f64, 0, 0, 0, 0, 0, 0, 0) .. f64 .. ('\0'):rep(8))
+    ok, err = st.load(dir .. '/f64.safetensors')
+    assert.matches("tensor 'x' has dtype F64", err)
+  end)
+
+  it('decodes JSON escapes and rejects malformed headers', function()
+    assert.are.same({ a = { 1, -2.5e3 }, ['b\n'] = 'é' }, st.json_decode('{"a": [1, -2.5e3], "b\\n": "\\u00e9"}'))
+    assert.has_error(function() st.json_decode('{"a": 1,}') end)
+    assert.has_error(function() st.json_decode('{"a": 1, "a": 2}') end)
+  end)
+end)
