@@ -43,7 +43,8 @@ HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 
-ifneq ($(filter all run lib test bench demo install,$(or $(MAKECMDGOALS),all)),)
+# Printed by the make that builds (test, bench and demo build through a sub-make).
+ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)
 $(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
 endif
 
@@ -52,7 +53,7 @@ MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA))
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(WARNINGS)
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC,-fvisibility=hidden -std=c++17 --expt-relaxed-constexpr
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
@@ -140,7 +141,7 @@ test: deps
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
-	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu
+	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
 
 bench: deps
 	@$(MAKE) --no-print-directory all
@@ -149,7 +150,7 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run --nproc-per-node 2 recipes/hello.lua
+	./run recipes/demo.lua
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library

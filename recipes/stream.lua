@@ -17,9 +17,12 @@ local spec = {
     { 'threads', 'number', default = 2, help = 'reader threads per rank' },
     { 'seed', 'number', default = 0, help = 'shuffle seed' },
     { 'samples', 'number', default = 2, help = 'decoded samples to print at the end' },
+    { 'compute_ms', 'number', default = 2, help = 'simulated compute per micro-step (stands in for the GPU)' },
   },
 }
 local opts = cli.parse(spec, { ... })
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int usleep(unsigned int usec);')
 local rank = tonumber(os.getenv('RANK') or 0)
 local REPORTS = 10        -- progress lines over the run
 local SHOWN_CHARS = 160   -- of each decoded sample
@@ -36,7 +39,8 @@ local function decode(batch, row)
     local token = batch.tokens[row * width + t]
     chars[#chars + 1] = token < 256 and string.char(token) or '<eos>'
   end
-  return table.concat(chars)
+  -- one line per sample: newlines and tabs shown as escapes
+  return (table.concat(chars):gsub('\n', '\\n'):gsub('\t', '\\t'))
 end
 
 local start = core.now()
@@ -47,6 +51,7 @@ for step = 1, opts.steps do
     batch = assert(loader:next(), 'the stream ended early')
     tokens = tokens + batch.rows * (batch.seq_len + 1)
     waited_ns = waited_ns + batch.wait_ns
+    ffi.C.usleep(opts.compute_ms * 1000) -- the model's step: the loader works ahead meanwhile
   until batch.micro_step == batch.micro_steps - 1
   if rank == 0 and (step % report_every == 0 or step == opts.steps) then
     local elapsed = core.now() - start
@@ -58,7 +63,7 @@ end
 if rank == 0 then
   for row = 0, math.min(opts.samples, batch.rows) - 1 do
     local s = loader:sample(row)
-    print(('sample shard=%d offset=%d epoch=%d: %q'):format(s.shard, s.offset, s.epoch, decode(batch, row)))
+    print(('sample shard=%d offset=%d epoch=%d: "%s"'):format(s.shard, s.offset, s.epoch, decode(batch, row)))
   end
   print('cursor: ' .. loader:state())
 end

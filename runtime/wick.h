@@ -206,6 +206,7 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
+  WK_LOADER_CACHE_BYTES,       /* decoded-block cache of each source; -1: the dataset default */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 
@@ -229,7 +230,7 @@ typedef struct {
   uint64_t offset;       /* first token in the shard's stream */
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
-  uint64_t token_hash;   /* XXH64 of the row's int32 tokens */
+  uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
   uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
 } WkSampleInfo;
 

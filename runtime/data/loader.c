@@ -22,7 +22,7 @@ enum {
   MAX_THREADS = 64,
   BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
   BUFFER_ERROR_CAPACITY = 1024,
-  SKIP_LOG_LIMIT = 20,    /* corrupt samples logged one by one before going quiet */
+  SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
 };
 
 typedef struct {
@@ -49,6 +49,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
+    [WK_LOADER_CACHE_BYTES] = {-1, INT64_MAX, -1, "cache_bytes"},
 };
 
 typedef struct {
@@ -112,6 +113,8 @@ struct WkLoader {
   char failure_message[BUFFER_ERROR_CAPACITY];
   uint64_t skipped;
   WkLoaderStats stats;
+  uint32_t skip_logs;
+  char last_skip_reason[BUFFER_ERROR_CAPACITY];
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -231,8 +234,11 @@ static WkStatus derive_batch_shape(WkLoader *loader) {
 
 static WkStatus open_orders(WkLoader *loader) {
   WkOrderConfig config = order_config(loader);
+  int64_t cache_bytes = param(loader, WK_LOADER_CACHE_BYTES);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     Source *source = &loader->sources[i];
+    if (source->order) continue; /* opened by an earlier start that failed later on */
+    if (cache_bytes >= 0) WK_TRY(wk_dataset_set(source->ds, WK_DATASET_CACHE_BYTES, cache_bytes));
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
@@ -240,6 +246,13 @@ static WkStatus open_orders(WkLoader *loader) {
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' has no complete sample of %u tokens (seq_len + 1)",
                      source->path, config.seq_len + 1);
   }
+  /* A source is known by its content (cursor, shuffle keys): the same dataset twice would draw
+   * the same samples twice. */
+  for (uint32_t i = 0; i < loader->mix.count; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (wk_order_fingerprint(loader->sources[i].order) == wk_order_fingerprint(loader->sources[j].order))
+        return WK_FAIL(WK_ERR_INVALID_ARG, "sources '%s' and '%s' hold the same data; give it one entry in the mix "
+                       "with the summed weight", loader->sources[j].path, loader->sources[i].path);
   return WK_OK;
 }
 
@@ -311,6 +324,7 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
 }
 
 static WkStatus allocate_ring(WkLoader *loader) {
+  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
   uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
   loader->buffer_bytes = buffer_size(loader);
@@ -324,7 +338,14 @@ static WkStatus allocate_ring(WkLoader *loader) {
   loader->buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
   if (!loader->buffers) return wk_last_status();
   loader->buffer_count = count;
-  for (uint32_t i = 0; i < count; i++) WK_TRY(allocate_buffer(loader, &loader->buffers[i]));
+  for (uint32_t i = 0; i < count; i++) {
+    if (allocate_buffer(loader, &loader->buffers[i]) != WK_OK) {
+      for (uint32_t j = 0; j < i; j++) free(loader->buffers[j].memory);
+      free(loader->buffers);
+      loader->buffers = NULL;
+      return wk_last_status();
+    }
+  }
   loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
   return loader->slots ? WK_OK : wk_last_status();
 }
@@ -424,6 +445,21 @@ static bool plan_next(WkLoader *loader, Buffer *b) {
 
 /* ---- reading (no lock) --------------------------------------------------------------------------- */
 
+/* Logs a skipped sample unless its reason (usually one bad block) was the last one logged, and
+ * goes quiet after SKIP_LOG_LIMIT distinct reasons. Rare path: takes the lock. */
+static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo *info) {
+  const char *reason = wk_last_error();
+  pthread_mutex_lock(&loader->lock);
+  if (loader->skip_logs < SKIP_LOG_LIMIT && strcmp(reason, loader->last_skip_reason) != 0) {
+    loader->skip_logs++;
+    snprintf(loader->last_skip_reason, sizeof loader->last_skip_reason, "%s", reason);
+    wk_logf(WK_LOG_WARN, "skipping corrupt samples of '%s' (first: shard %u, token %llu): %s%s", source->path,
+            info->shard, (unsigned long long)info->offset, reason,
+            loader->skip_logs == SKIP_LOG_LIMIT ? " (further skips are counted, not logged)" : "");
+  }
+  pthread_mutex_unlock(&loader->lock);
+}
+
 static void fill_rows(WkLoader *loader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
@@ -437,9 +473,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       Source *source = &loader->sources[info->source];
       WkStatus status = wk_pack_row(source->ds, mode, L, &b->locs[r], &b->rows, r);
       if (status == WK_ERR_FORMAT && skip_corrupt) {
-        if (b->skipped + loader->skipped < SKIP_LOG_LIMIT)
-          wk_logf(WK_LOG_WARN, "skipping a corrupt sample of '%s' (shard %u, token %llu): %s", source->path,
-                  info->shard, (unsigned long long)info->offset, wk_last_error());
+        log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
         info->status = 1;
         b->skipped++;
@@ -449,7 +483,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
         return;
       }
     }
-    info->token_hash = XXH64(b->rows.tokens + (size_t)r * (L + 1), row_bytes, 0);
+    info->token_hash = XXH3_64bits(b->rows.tokens + (size_t)r * (L + 1), row_bytes);
   }
 }
 

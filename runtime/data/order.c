@@ -11,7 +11,8 @@
  *      partition 1, ... so a node that reads a contiguous slice of every global batch (chunk =
  *      global_batch / partitions, partitions = nodes) touches only its own partition's shards.
  *
- * Nothing per sample is stored: one epoch's window table (O(shards / window) integers) is cached.
+ * Nothing per sample is stored: one epoch's shard order and window table (O(shards) integers, like
+ * the index itself) are cached.
  * Each epoch has the same length: partitions are cut to the sample count the smallest possible
  * partition is guaranteed to hold, so a few samples per partition sit out each epoch when
  * partitions > 1 (different ones each epoch, since the shard permutation changes).
@@ -74,6 +75,7 @@ struct WkOrder {
   uint64_t cached_epoch;
   uint32_t *windows;
   uint64_t **prefix;
+  uint32_t **shards; /* shards[k][t]: the t-th shard of partition k this epoch */
 };
 
 static uint64_t shard_samples(const WkOrderConfig *config, const WkShardInfo *info) {
@@ -141,7 +143,8 @@ WkOrder *wk_order_new(WkDataset *ds, const WkOrderConfig *config) {
   order->samples = wk_calloc(shard_count, sizeof(uint64_t), "order: samples per shard");
   order->windows = wk_calloc(config->partitions, sizeof(uint32_t), "order: windows per partition");
   order->prefix = wk_calloc(config->partitions, sizeof(uint64_t *), "order: window table");
-  if (!order->samples || !order->windows || !order->prefix || read_shard_shapes(order) != WK_OK ||
+  order->shards = wk_calloc(config->partitions, sizeof(uint32_t *), "order: shard table");
+  if (!order->samples || !order->windows || !order->prefix || !order->shards || read_shard_shapes(order) != WK_OK ||
       compute_epoch_length(order) != WK_OK) {
     wk_order_free(order);
     return NULL;
@@ -152,7 +155,9 @@ WkOrder *wk_order_new(WkDataset *ds, const WkOrderConfig *config) {
 void wk_order_free(WkOrder *order) {
   if (!order) return;
   for (uint32_t k = 0; order->prefix && k < order->config.partitions; k++) free(order->prefix[k]);
+  for (uint32_t k = 0; order->shards && k < order->config.partitions; k++) free(order->shards[k]);
   free(order->prefix);
+  free(order->shards);
   free(order->windows);
   free(order->samples);
   free(order);
@@ -182,16 +187,18 @@ static WkStatus build_epoch(WkOrder *order, uint64_t epoch) {
   for (uint32_t k = 0; k < order->config.partitions; k++) {
     uint64_t shards = partition_shard_count(order, k);
     uint32_t windows = (uint32_t)((shards + window - 1) / window);
-    if (!order->prefix[k] || order->windows[k] != windows) {
-      free(order->prefix[k]);
+    if (!order->prefix[k]) {
+      /* A partition's shard and window counts are the same every epoch: allocate once. */
       order->prefix[k] = wk_malloc(sizeof(uint64_t) * (windows + 1u), "order: window table");
-      if (!order->prefix[k]) return wk_last_status();
+      order->shards[k] = wk_malloc(sizeof(uint32_t) * (shards + 1u), "order: shard table");
+      if (!order->prefix[k] || !order->shards[k]) return wk_last_status();
       order->windows[k] = windows;
     }
     uint64_t total = 0;
     for (uint64_t t = 0; t < shards; t++) {
       if (t % window == 0) order->prefix[k][t / window] = total;
-      total += order->samples[partition_shard(order, epoch, k, t)];
+      order->shards[k][t] = partition_shard(order, epoch, k, t);
+      total += order->samples[order->shards[k][t]];
     }
     order->prefix[k][windows] = total;
   }
@@ -236,7 +243,7 @@ WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc
   /* Walk the window's shards (at most `window` of them) to the one holding sample q. */
   uint64_t shards = partition_shard_count(order, k);
   for (uint64_t t = (uint64_t)u * order->config.window; t < shards; t++) {
-    uint32_t shard = partition_shard(order, epoch, k, t);
+    uint32_t shard = order->shards[k][t];
     if (q < order->samples[shard]) return locate_item(order, shard, q, out);
     q -= order->samples[shard];
   }

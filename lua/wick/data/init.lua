@@ -55,7 +55,7 @@ local PARAMS = {
   seq_len = C.WK_LOADER_SEQ_LEN, global_batch = C.WK_LOADER_GLOBAL_BATCH, micro_batch = C.WK_LOADER_MICRO_BATCH,
   world_size = C.WK_LOADER_WORLD_SIZE, rank = C.WK_LOADER_RANK, seed = C.WK_LOADER_SEED,
   partitions = C.WK_LOADER_PARTITIONS, chunk = C.WK_LOADER_CHUNK, threads = C.WK_LOADER_THREADS,
-  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET,
+  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET, cache_bytes = C.WK_LOADER_CACHE_BYTES,
 }
 
 local function env_number(name, default)
