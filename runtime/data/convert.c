@@ -43,7 +43,7 @@ struct WkConverter {
   char *out_dir;
   char *tokenizer_name;  /* NULL: decided by the inputs */
   char *field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -118,6 +118,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
     case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
+    case WK_CONVERT_TEXT_SPLIT: slot = &cv->split, lo = 0, hi = 2, what = "text split"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -723,10 +724,11 @@ static WkStatus write_index(Run *r) {
   if (cv->compression) snprintf(compression, sizeof compression, "zstd:%d", (int)cv->level);
   else snprintf(compression, sizeof compression, "none");
   snprintf(extra, sizeof extra,
-           "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"inputs\": %zu, "
-           "\"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
-           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens, cv->input_count, cv->stats.bad,
-           cv->stats.empty);
+           "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"split\": \"%s\", "
+           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
+           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens,
+           cv->split == WK_TEXT_SPLIT_LINE ? "line" : cv->split == WK_TEXT_SPLIT_PARAGRAPH ? "paragraph" : "file",
+           cv->input_count, cv->stats.bad, cv->stats.empty);
   char *text = NULL;
   size_t length = 0;
   WkStatus status = wk_index_format(&index, extra, &text, &length);
@@ -789,7 +791,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
-  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .inputs = cv->inputs};
+  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .split = (WkTextSplit)cv->split,
+                             .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
       .vocab_size = r.tokenizer->vocab_size,
