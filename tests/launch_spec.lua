@@ -133,4 +133,19 @@ describe('run --nproc-per-node', function()
     assert.are.equal(2, #pids, text)
     for _, pid in ipairs(pids) do assert.is_false(alive(pid)) end
   end)
+
+  it('takes the ranks down with it when the launcher itself is killed', function()
+    local dir = helper.tmpdir()
+    local out = dir .. '/out'
+    local script = string.format([[
+      %s --nproc-per-node 2 -e %s > %s 2>&1 &
+      launcher=$!
+      for i in $(seq 100); do [ "$(grep -c pid= %s)" = 2 ] && break; sleep 0.1; done
+      kill -9 $launcher]], q(helper.RUN), q(PID .. 'while true do end'), q(out), q(out))
+    helper.sh('timeout 30 bash -c ' .. q(script))
+    local pids = pids_in(helper.read_file(out))
+    helper.rmtree(dir)
+    assert.are.equal(2, #pids)
+    for _, pid in ipairs(pids) do assert.is_false(alive(pid), 'rank ' .. pid .. ' outlived its launcher') end
+  end)
 end)

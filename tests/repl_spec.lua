@@ -83,4 +83,18 @@ describe('run -i on a terminal', function()
     assert.matches('x = 6 * 7', history(), 1, true)
     assert.matches('x + 1', history(), 1, true)
   end)
+
+  it('interrupts running code with Ctrl-C and keeps the session', function()
+    wait_for('Ctrl-D exits.')
+    keys(q('kept = 5'), 'Enter')
+    keys(q('jit.off() while true do end'), 'Enter') -- interpreted, so the interrupt hook runs
+    helper.sh('sleep 0.3')
+    keys('C-c')
+    wait_for('interrupted (Ctrl-C)')
+    keys(q('kept * 2'), 'Enter')
+    wait_for('\n10')
+    keys('C-c') -- at the prompt: ignored, the session goes on
+    keys(q('kept + 1'), 'Enter')
+    wait_for('\n6')
+  end)
 end)

@@ -64,7 +64,7 @@ end
 local function execute(chunk)
   local results = { n = 0 }
   local function capture(...) results = { n = select('#', ...), ... } end
-  local ok, err = xpcall(function() capture(chunk()) end, traceback)
+  local ok, err = host.interruptible(xpcall, function() capture(chunk()) end, traceback)
   if not ok then
     io.stderr:write(err, '\n')
     return false
@@ -79,14 +79,19 @@ function repl.start(result_count, ...)
   end
   local interactive = host.isatty(0)
   if interactive then
-    io.write(string.format('Wick %s REPL — expressions print their value; Ctrl-D exits.\n',
+    io.write(string.format('Wick %s REPL — expressions print their value; Ctrl-C interrupts; Ctrl-D exits.\n',
       require('wick').version))
     if _G.recipe ~= nil then io.write('The script returned a value: it is in `recipe`.\n') end
     host.load_history(HISTORY_FILE)
+    host.ignore_interrupts(true) -- Ctrl-C interrupts running code (see execute), not the session
   end
   local pending, had_error = nil, false
   while true do
-    local line = host.readline(pending and '>> ' or '> ')
+    local line, interrupted = host.readline(pending and '>> ' or '> ')
+    if interrupted then
+      io.write('\n')
+      pending, line = nil, ''
+    end
     if not line then break end
     local source = pending and (pending .. '\n' .. line) or line
     if source:match('%S') then
@@ -106,6 +111,7 @@ function repl.start(result_count, ...)
   end
   if interactive then
     io.write('\n')
+    host.ignore_interrupts(false)
     host.save_history(HISTORY_FILE)
   elseif had_error or pending then
     if pending then io.stderr:write('stdin: input ended inside an unfinished statement\n') end

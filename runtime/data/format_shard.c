@@ -12,9 +12,6 @@
 #include <string.h>
 #include <xxhash.h>  /* XXH3_64bits, XXH3 streaming state */
 #include <zstd.h>    /* ZSTD_decompressDCtx, ZSTD_getFrameContentSize */
-#ifdef __SSE2__
-#include <emmintrin.h> /* u16 -> u32 widening */
-#endif
 
 #include "format.h"
 
@@ -389,16 +386,15 @@ void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32
     return;
   }
   const uint8_t *s = src;
-  size_t i = 0;
-#ifdef __SSE2__
-  /* 8 tokens per step: zero-extend 16 -> 32 bits by interleaving with zeros (unaligned loads/stores,
-   * so it works straight from a mapping at any offset). */
-  const __m128i zero = _mm_setzero_si128();
-  for (; i + 8 <= count; i += 8) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(s + 2 * i));
-    _mm_storeu_si128((__m128i *)(dst + i), _mm_unpacklo_epi16(v, zero));
-    _mm_storeu_si128((__m128i *)(dst + i + 4), _mm_unpackhi_epi16(v, zero));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* The hot path of raw shards: the stored order is the host's, so this is a plain u16 -> u32
+   * widening that the compiler vectorizes (memcpy keeps it alignment-free). */
+  for (size_t i = 0; i < count; i++) {
+    uint16_t v;
+    memcpy(&v, s + 2 * i, sizeof v);
+    dst[i] = v;
   }
+#else
+  for (size_t i = 0; i < count; i++) dst[i] = (uint32_t)s[2 * i] | (uint32_t)s[2 * i + 1] << 8;
 #endif
-  for (; i < count; i++) dst[i] = (uint32_t)s[2 * i] | (uint32_t)s[2 * i + 1] << 8;
 }

@@ -101,7 +101,10 @@ struct WkLoader {
   Buffer *buffers;
   uint32_t buffer_count;
   pthread_mutex_t lock;
-  pthread_cond_t changed;
+  pthread_cond_t ready;      /* the consumer waits here for filled buffers */
+  pthread_cond_t free;       /* readers wait here for empty buffers (or for the end) */
+  uint32_t readers_waiting;
+  uint64_t wake_consumer_at; /* the consumer sleeps until this micro-batch is ready */
   pthread_t threads[MAX_THREADS];
   uint32_t thread_count;
   bool started, stopping;
@@ -124,7 +127,9 @@ WkLoader *wk_loader_new(void) {
   if (!loader) return NULL;
   for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
   pthread_mutex_init(&loader->lock, NULL);
-  pthread_cond_init(&loader->changed, NULL);
+  pthread_cond_init(&loader->ready, NULL);
+  pthread_cond_init(&loader->free, NULL);
+  loader->wake_consumer_at = UINT64_MAX;
   return loader;
 }
 
@@ -464,7 +469,6 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
-  size_t row_bytes = ((size_t)L + 1) * sizeof(int32_t);
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
     if (info->status == 2) {
@@ -483,25 +487,29 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
         return;
       }
     }
-    info->token_hash = XXH3_64bits(b->rows.tokens + (size_t)r * (L + 1), row_bytes);
   }
+}
+
+/* Lock held. Wakes the consumer when a batch its wait depends on is ready (readers may finish
+ * out of order), or on a failure. */
+static void announce_ready(WkLoader *loader, const Buffer *b) {
+  if (b->seq >= loader->wake_consumer_at || b->seq == loader->consumed || b->status != WK_OK)
+    pthread_cond_signal(&loader->ready);
 }
 
 static void *reader_thread(void *arg) {
   WkLoader *loader = arg;
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
-    if (loader->ended) {
-      pthread_cond_wait(&loader->changed, &loader->lock);
-      continue;
-    }
     Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (b->state != BUFFER_FREE) {
-      pthread_cond_wait(&loader->changed, &loader->lock);
+    if (loader->ended || b->state != BUFFER_FREE) {
+      loader->readers_waiting++;
+      pthread_cond_wait(&loader->free, &loader->lock);
+      loader->readers_waiting--;
       continue;
     }
     if (!plan_next(loader, b)) {
-      pthread_cond_broadcast(&loader->changed);
+      pthread_cond_signal(&loader->ready); /* the end of the stream */
       continue;
     }
     b->state = BUFFER_FILLING;
@@ -509,7 +517,7 @@ static void *reader_thread(void *arg) {
     if (b->status == WK_OK) fill_rows(loader, b);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
-    pthread_cond_broadcast(&loader->changed);
+    announce_ready(loader, b);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
@@ -520,10 +528,31 @@ static void *reader_thread(void *arg) {
 static void release_held(WkLoader *loader) {
   if (!loader->held) return;
   loader->held->state = BUFFER_FREE;
-  pthread_cond_broadcast(&loader->changed);
+  if (loader->readers_waiting) pthread_cond_signal(&loader->free);
 }
 
 static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
+
+static bool is_ready(const WkLoader *loader, uint64_t seq) {
+  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+  return b->state == BUFFER_READY && b->seq == seq;
+}
+
+/* Lock held. Waits for micro-batch `seq`. When it is not ready, the readers are behind: sleep until
+ * half the ring is ready (or the end, or a failure) rather than waking for every batch, which
+ * costs a context switch per batch and slows the readers it waits for. */
+static void wait_for(WkLoader *loader, uint64_t seq) {
+  if (is_ready(loader, seq)) return;
+  uint64_t batch_later = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
+  loader->wake_consumer_at = batch_later;
+  while (!at_end(loader)) {
+    const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+    bool failed = is_ready(loader, seq) && b->status != WK_OK;
+    if (is_ready(loader, seq) && (is_ready(loader, batch_later) || failed || loader->ended)) break;
+    pthread_cond_wait(&loader->ready, &loader->lock);
+  }
+  loader->wake_consumer_at = UINT64_MAX;
+}
 
 WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_loader_next before wk_loader_start");
@@ -532,8 +561,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   release_held(loader);
   Buffer *b = &loader->buffers[loader->consumed % loader->buffer_count];
   uint64_t t0 = wk_now_ns();
-  while (!(b->state == BUFFER_READY && b->seq == loader->consumed) && !at_end(loader))
-    pthread_cond_wait(&loader->changed, &loader->lock);
+  wait_for(loader, loader->consumed);
   uint64_t waited = wk_now_ns() - t0;
   loader->stats.wait_ns += waited;
   if (at_end(loader)) {
@@ -568,6 +596,9 @@ WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out
   if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
   if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
   *out = loader->held->info[row];
+  /* Hashed on request (audits, inspect), not for every row streamed. */
+  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
   return WK_OK;
 }
 
@@ -618,7 +649,8 @@ void wk_loader_free(WkLoader *loader) {
   if (!loader) return;
   pthread_mutex_lock(&loader->lock);
   loader->stopping = true;
-  pthread_cond_broadcast(&loader->changed);
+  pthread_cond_broadcast(&loader->free);
+  pthread_cond_broadcast(&loader->ready);
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
   for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free(loader->buffers[i].memory);
@@ -629,7 +661,8 @@ void wk_loader_free(WkLoader *loader) {
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);
   }
-  pthread_cond_destroy(&loader->changed);
+  pthread_cond_destroy(&loader->ready);
+  pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);
   free(loader);
 }
