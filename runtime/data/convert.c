@@ -361,6 +361,20 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
   pthread_mutex_unlock(&r->lock);
 }
 
+/* Worker side, after tokenizing: rewrites a chunk's u32 tokens in place as little-endian values of
+ * the stored width, so the (single) builder thread only copies. Writing byte 2k+1 never overtakes
+ * token k being read, so in place is safe; bytes may alias anything. */
+static void store_tokens(WkTokenVec *tokens, uint32_t width) {
+  uint8_t *out = (uint8_t *)tokens->data;
+  if (width == 2) {
+    for (size_t k = 0; k < tokens->length; k++) {
+      uint32_t t = tokens->data[k];
+      out[2 * k] = (uint8_t)t;
+      out[2 * k + 1] = (uint8_t)(t >> 8);
+    }
+  } /* width 4: u32 on a little-endian host is already the stored form */
+}
+
 static void *worker_main(void *arg) {
   Run *r = arg;
   pthread_setname_np(pthread_self(), "wick-cv-work");
@@ -379,6 +393,7 @@ static void *worker_main(void *arg) {
       c->tokens.capacity = (size_t)capacity;
       pthread_mutex_unlock(&r->lock);
       convert_process_chunk(&r->context, c);
+      if (c->status == WK_OK) store_tokens(&c->tokens, r->write_options.token_bytes);
     }
     pthread_mutex_lock(&r->lock);
     ((Chunk *)item)->done = true;
@@ -406,7 +421,8 @@ static WkStatus buffer_reserve(Run *r, uint64_t extra) {
   return WK_OK;
 }
 
-static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
+/* Appends n tokens already in stored width (see store_tokens) to the shard being built. */
+static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
   if (n == 0) return WK_OK;
   WK_TRY(buffer_reserve(r, n + 1));
   if (!r->doc_open) {
@@ -425,14 +441,8 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
     r->starts[r->start_count++] = r->buffer_tokens;
     r->doc_open = true;
   }
-  if (r->write_options.token_bytes == 2) {
-    uint8_t *dst = r->buffer + r->buffer_tokens * 2;
-    for (uint64_t k = 0; k < n; k++) dst[2 * k] = (uint8_t)tokens[k], dst[2 * k + 1] = (uint8_t)(tokens[k] >> 8);
-  } else {
-    uint8_t *dst = r->buffer + r->buffer_tokens * 4;
-    for (uint64_t k = 0; k < n; k++)
-      for (int byte = 0; byte < 4; byte++) dst[4 * k + byte] = (uint8_t)(tokens[k] >> (8 * byte));
-  }
+  uint32_t width = r->write_options.token_bytes;
+  memcpy(r->buffer + r->buffer_tokens * width, stored, (size_t)(n * width));
   r->buffer_tokens += n;
   return WK_OK;
 }
@@ -543,7 +553,8 @@ static WkStatus end_document(Run *r) {
     return WK_OK;
   }
   uint32_t eos = r->tokenizer->eos;
-  WK_TRY(append_tokens(r, &eos, 1));
+  uint8_t stored[4] = {(uint8_t)eos, (uint8_t)(eos >> 8), (uint8_t)(eos >> 16), (uint8_t)(eos >> 24)};
+  WK_TRY(append_tokens(r, stored, 1));
   r->doc_open = false;
   r->cv->stats.documents++;
   if (r->buffer_tokens >= (uint64_t)r->cv->shard_tokens) WK_TRY(flush_shard(r));
@@ -578,13 +589,15 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
     WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
   }
   r->line_base += c->lines;
+  const uint8_t *stored = (const uint8_t *)c->tokens.data;
+  uint32_t width = r->write_options.token_bytes;
   uint64_t position = 0;
   for (size_t d = 0; d < c->doc_count; d++) {
-    WK_TRY(append_tokens(r, c->tokens.data + position, c->doc_ends[d] - position));
+    WK_TRY(append_tokens(r, stored + position * width, c->doc_ends[d] - position));
     WK_TRY(end_document(r));
     position = c->doc_ends[d];
   }
-  WK_TRY(append_tokens(r, c->tokens.data + position, c->tokens.length - position));
+  WK_TRY(append_tokens(r, stored + position * width, c->tokens.length - position));
   if (c->last && r->doc_open) WK_TRY(end_document(r)); /* a .bin file ends its last document */
   cv->stats.input_bytes += c->input_bytes;
   return WK_OK;
