@@ -18,6 +18,9 @@ local spec = {
     { 'seed', 'number', default = 0, help = 'shuffle seed' },
     { 'samples', 'number', default = 2, help = 'decoded samples to print at the end' },
     { 'compute_ms', 'number', default = 2, help = 'simulated compute per micro-step (stands in for the GPU)' },
+    { 'resume', 'file', help = 'start from the cursor saved in this file' },
+    { 'save_cursor', 'file', help = 'rank 0 writes the cursor to this file at the end' },
+    { 'audit', 'file', help = 'append one line per sample to this file (all ranks)' },
   },
 }
 local opts = cli.parse(spec, { ... })
@@ -27,9 +30,16 @@ local rank = tonumber(os.getenv('RANK') or 0)
 local REPORTS = 10        -- progress lines over the run
 local SHOWN_CHARS = 160   -- of each decoded sample
 
+local function read_cursor(path)
+  local f = assert(io.open(path, 'rb'))
+  local cursor = f:read('*a'):gsub('%s+$', '')
+  f:close()
+  return cursor
+end
+
 local loader = data.loader {
   data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
-  threads = opts.threads, seed = opts.seed,
+  threads = opts.threads, seed = opts.seed, audit = opts.audit, cursor = opts.resume and read_cursor(opts.resume),
 }
 
 local function decode(batch, row)
@@ -66,5 +76,10 @@ if rank == 0 then
     print(('sample shard=%d offset=%d epoch=%d: "%s"'):format(s.shard, s.offset, s.epoch, decode(batch, row)))
   end
   print('cursor: ' .. loader:state())
+  if opts.save_cursor then
+    local f = assert(io.open(opts.save_cursor, 'wb'))
+    f:write(loader:state(), '\n')
+    f:close()
+  end
 end
 loader:close()

@@ -208,7 +208,7 @@ typedef enum {
   WK_LOADER_CHUNK,             /* draws per partition turn, e.g. global / partitions (default 1) */
   WK_LOADER_MODE,              /* 0 packed windows, 1 one padded document per row (default 0) */
   WK_LOADER_THREADS,           /* reader threads (default 2) */
-  WK_LOADER_PREFETCH,          /* micro-batches buffered ahead (default 2 x threads + 2) */
+  WK_LOADER_PREFETCH,          /* micro-batches buffered ahead (default 4 x (threads + 1)) */
   WK_LOADER_ON_CORRUPT,        /* 0 error, 1 skip: mask the sample, count and log it (default 0) */
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
@@ -231,6 +231,8 @@ typedef struct {
   uint64_t wait_ns;      /* how long this call waited for the batch (data stall) */
 } WkBatch;
 
+typedef enum { WK_SAMPLE_OK = 0, WK_SAMPLE_SKIPPED = 1, WK_SAMPLE_PADDING = 2 } WkSampleStatus;
+
 typedef struct {
   uint32_t source;       /* index of the source in the order added */
   uint32_t shard;
@@ -238,7 +240,7 @@ typedef struct {
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
   uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
-  uint32_t status;       /* 0 ok, 1 skipped (corrupt, masked), 2 padding at the end of the stream */
+  uint32_t status;       /* WkSampleStatus: skipped = corrupt data, masked; padding = end of stream */
 } WkSampleInfo;
 
 typedef struct {
@@ -267,6 +269,10 @@ WK_API WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity,
 WK_API WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out);
 WK_API WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out);
 WK_API void wk_loader_stats(WkLoader *loader, WkLoaderStats *out);
+/* Audit mode: from now on, appends one line per sample returned by wk_loader_next to path:
+ * "step=S micro=M rank=R row=I id=SOURCE:SHARD:OFFSET epoch=E hash=H status=ok|skipped|padding".
+ * Lines of several ranks can share one file (appends of whole lines). */
+WK_API WkStatus wk_loader_audit(WkLoader *loader, const char *path);
 
 /* ---- tensors and ops (runtime/tensor, runtime/ops) --------------------------------------------- */
 

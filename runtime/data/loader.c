@@ -10,10 +10,12 @@
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "stream.h"
@@ -23,6 +25,7 @@ enum {
   BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
   BUFFER_ERROR_CAPACITY = 1024,
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
+  DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
 };
 
 typedef struct {
@@ -118,6 +121,8 @@ struct WkLoader {
   WkLoaderStats stats;
   uint32_t skip_logs;
   char last_skip_reason[BUFFER_ERROR_CAPACITY];
+  int audit_fd;  /* -1 unless wk_loader_audit */
+  char *audit_path;
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -127,6 +132,7 @@ WkLoader *wk_loader_new(void) {
   if (!loader) return NULL;
   for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
   pthread_mutex_init(&loader->lock, NULL);
+  loader->audit_fd = -1;
   pthread_cond_init(&loader->ready, NULL);
   pthread_cond_init(&loader->free, NULL);
   loader->wake_consumer_at = UINT64_MAX;
@@ -331,7 +337,8 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
 static WkStatus allocate_ring(WkLoader *loader) {
   if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
-  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH) : 2 * threads + 2;
+  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
+                                                     : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
   loader->buffer_bytes = buffer_size(loader);
   int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
   if (budget > 0 && (uint64_t)count * loader->buffer_bytes > (uint64_t)budget) {
@@ -405,7 +412,7 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
     WkSampleInfo *info = &b->info[r];
     memset(info, 0, sizeof *info);
     if (slot->source == WK_SLOT_PAD) {
-      info->status = 2;
+      info->status = WK_SAMPLE_PADDING;
       continue;
     }
     uint64_t epoch_length = loader->mix.epoch_length[slot->source];
@@ -471,7 +478,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
-    if (info->status == 2) {
+    if (info->status == WK_SAMPLE_PADDING) {
       wk_pack_empty_row(L, wk_dataset_eos(loader->sources[0].ds), &b->rows, r);
     } else {
       Source *source = &loader->sources[info->source];
@@ -479,7 +486,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       if (status == WK_ERR_FORMAT && skip_corrupt) {
         log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
-        info->status = 1;
+        info->status = WK_SAMPLE_SKIPPED;
         b->skipped++;
       } else if (status != WK_OK) {
         b->status = status;
@@ -490,11 +497,21 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
   }
 }
 
-/* Lock held. Wakes the consumer when a batch its wait depends on is ready (readers may finish
- * out of order), or on a failure. */
-static void announce_ready(WkLoader *loader, const Buffer *b) {
-  if (b->seq >= loader->wake_consumer_at || b->seq == loader->consumed || b->status != WK_OK)
-    pthread_cond_signal(&loader->ready);
+static bool is_ready(const WkLoader *loader, uint64_t seq) {
+  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
+  return b->state == BUFFER_READY && b->seq == seq;
+}
+
+static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
+
+/* Lock held. What the waiting consumer needs before it runs again: its batch, and either the
+ * batch it chose to wait for (see wait_for), a failure, or the end of the stream. */
+static bool consumer_can_go(const WkLoader *loader) {
+  if (at_end(loader)) return true;
+  uint64_t seq = loader->consumed;
+  if (!is_ready(loader, seq)) return false;
+  return loader->wake_consumer_at == UINT64_MAX || is_ready(loader, loader->wake_consumer_at) || loader->ended ||
+         loader->buffers[seq % loader->buffer_count].status != WK_OK;
 }
 
 static void *reader_thread(void *arg) {
@@ -517,25 +534,74 @@ static void *reader_thread(void *arg) {
     if (b->status == WK_OK) fill_rows(loader, b);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
-    announce_ready(loader, b);
+    if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
 }
 
+WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
+  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
+  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
+  *out = loader->held->info[row];
+  /* Hashed on request (audits, inspect), not for every row streamed. */
+  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  return WK_OK;
+}
+
+/* ---- audit ------------------------------------------------------------------------------------- */
+
+enum { AUDIT_LINE_CAPACITY = 256 };
+static const char *const SAMPLE_STATUS_NAMES[] = {"ok", "skipped", "padding"};
+
+WkStatus wk_loader_audit(WkLoader *loader, const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return WK_FAIL_ERRNO("open audit file", path);
+  char *copy = strdup(path);
+  if (!copy) {
+    close(fd);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory for the audit path");
+  }
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
+  free(loader->audit_path);
+  loader->audit_fd = fd;
+  loader->audit_path = copy;
+  return WK_OK;
+}
+
+/* One write per batch of whole lines, so ranks appending to one file never split a line. */
+static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
+  size_t capacity = (size_t)loader->rows * AUDIT_LINE_CAPACITY, used = 0;
+  char *text = wk_malloc(capacity, "audit lines");
+  if (!text) return wk_last_status();
+  for (uint32_t r = 0; r < loader->rows; r++) {
+    WkSampleInfo info;
+    wk_loader_sample_info(loader, r, &info);
+    int n = snprintf(text + used, capacity - used,
+                     "step=%llu micro=%u rank=%lld row=%u id=%u:%u:%llu epoch=%llu hash=%016llx status=%s\n",
+                     (unsigned long long)batch->step, batch->micro_step, (long long)param(loader, WK_LOADER_RANK), r,
+                     info.source, info.shard, (unsigned long long)info.offset, (unsigned long long)info.epoch,
+                     (unsigned long long)info.token_hash, SAMPLE_STATUS_NAMES[info.status]);
+    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
+  }
+  ssize_t written = write(loader->audit_fd, text, used);
+  free(text);
+  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", loader->audit_path);
+  return WK_OK;
+}
+
 /* ---- consuming ----------------------------------------------------------------------------------- */
 
-static void release_held(WkLoader *loader) {
-  if (!loader->held) return;
-  loader->held->state = BUFFER_FREE;
+/* Lock held. Returns a buffer to the readers; a reader only waits when the ring is full, so one
+ * free buffer is work for one of them. */
+static void release(WkLoader *loader, Buffer *b) {
+  b->state = BUFFER_FREE;
   if (loader->readers_waiting) pthread_cond_signal(&loader->free);
 }
 
-static bool at_end(const WkLoader *loader) { return loader->ended && loader->consumed >= loader->end_seq; }
-
-static bool is_ready(const WkLoader *loader, uint64_t seq) {
-  const Buffer *b = &loader->buffers[seq % loader->buffer_count];
-  return b->state == BUFFER_READY && b->seq == seq;
+static void release_held(WkLoader *loader) {
+  if (loader->held) release(loader, loader->held);
 }
 
 /* Lock held. Waits for micro-batch `seq`. When it is not ready, the readers are behind: sleep until
@@ -543,14 +609,8 @@ static bool is_ready(const WkLoader *loader, uint64_t seq) {
  * costs a context switch per batch and slows the readers it waits for. */
 static void wait_for(WkLoader *loader, uint64_t seq) {
   if (is_ready(loader, seq)) return;
-  uint64_t batch_later = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
-  loader->wake_consumer_at = batch_later;
-  while (!at_end(loader)) {
-    const Buffer *b = &loader->buffers[seq % loader->buffer_count];
-    bool failed = is_ready(loader, seq) && b->status != WK_OK;
-    if (is_ready(loader, seq) && (is_ready(loader, batch_later) || failed || loader->ended)) break;
-    pthread_cond_wait(&loader->ready, &loader->lock);
-  }
+  loader->wake_consumer_at = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
+  while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
 }
 
@@ -574,7 +634,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
     loader->failure = b->status;
     snprintf(loader->failure_message, sizeof loader->failure_message, "step %llu: %s",
              (unsigned long long)b->step, b->error);
-    b->state = BUFFER_FREE;
+    release(loader, b);
     loader->held = NULL;
     pthread_mutex_unlock(&loader->lock);
     return WK_FAIL(loader->failure, "%s", loader->failure_message);
@@ -589,16 +649,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
                    .positions = b->rows.positions, .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
-  return WK_OK;
-}
-
-WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out) {
-  if (!loader->held) return WK_FAIL(WK_ERR_INVALID_ARG, "no batch has been returned yet");
-  if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
-  *out = loader->held->info[row];
-  /* Hashed on request (audits, inspect), not for every row streamed. */
-  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
-  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  if (loader->audit_fd >= 0) return audit_batch(loader, out);
   return WK_OK;
 }
 
@@ -661,6 +712,8 @@ void wk_loader_free(WkLoader *loader) {
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);
   }
+  if (loader->audit_fd >= 0) close(loader->audit_fd);
+  free(loader->audit_path);
   pthread_cond_destroy(&loader->ready);
   pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);

@@ -120,7 +120,8 @@ local idle = parse(sh(RUN .. [[ -e 'local f = io.open("/proc/self/status"):read(
   print("peak_rss=" .. f:match("VmHWM:%s*(%d+)") * 1024)']]))
 local raw_result = wick_ranks(raw, RAW_TOKENS, RANKS, 1)
 local zstd_result = wick_ranks(zstd, ZSTD_TOKENS, RANKS, 1)
-local zstd_one = wick_ranks(zstd, ZSTD_TOKENS, 1, 1)
+-- One epoch, so every block is decoded exactly once (the cache holds the shuffle window).
+local zstd_one = wick_ranks(zstd, total_tokens, 1, 1)
 local torch = torch_ranks()
 
 local out_gbs = raw_result.tokens_per_s * 4 / 1e9 -- int32 tokens out
@@ -136,7 +137,7 @@ else
   print('torch baseline skipped: ' .. PYTHON .. ' cannot import torch (apt-get install python3-torch)')
 end
 report.row('raw: CPU ns per token (goal <= 1)', raw_result.cpu_ns_per_token, 'ns', 'goal', 1, false)
-report.row('zstd: decoded MB/s, 1 rank, 1 decode thread', zstd_one.tokens_per_s * 2 / 1e6, 'MB/s', 'zstd -d CLI',
+report.row('zstd: decoded MB/s, 1 rank, 1 thread, 1 epoch', zstd_one.tokens_per_s * 2 / 1e6, 'MB/s', 'zstd -d CLI',
   zstd_cli_mbs, true)
 report.row('time to first batch (zstd, goal <= 10)', zstd_result.first_batch_ms, 'ms', 'goal', 10, false)
 local budget = raw_result.ring_bytes + CACHE_BYTES + idle.peak_rss

@@ -131,6 +131,7 @@ function data.loader(opts)
     error(err, 2)
   end
   if opts.cursor then self:restore(opts.cursor) end
+  if opts.audit then self:audit(opts.audit) end
   return self
 end
 
@@ -171,7 +172,7 @@ function Loader:restore(cursor)
   core.check(C.wk_loader_restore(self.handle, cursor), 2)
 end
 
-local SAMPLE_STATUS = { [0] = 'ok', [1] = 'skipped', [2] = 'padding' }
+local SAMPLE_STATUS = { [C.WK_SAMPLE_OK] = 'ok', [C.WK_SAMPLE_SKIPPED] = 'skipped', [C.WK_SAMPLE_PADDING] = 'padding' }
 
 -- Identity of row `row` (0-based) of the last batch: source, shard, offset, length, epoch, hash.
 function Loader:sample(row)
@@ -181,6 +182,11 @@ function Loader:sample(row)
     source = i.source, shard = i.shard, offset = tonumber(i.offset), length = tonumber(i.length),
     epoch = tonumber(i.epoch), hash = bit.tohex(i.token_hash, 16), status = SAMPLE_STATUS[i.status],
   }
+end
+
+-- Appends one line per delivered sample to `path` (see wk_loader_audit in wick.h).
+function Loader:audit(path)
+  core.check(C.wk_loader_audit(self.handle, path), 2)
 end
 
 function Loader:epoch_length(source)
