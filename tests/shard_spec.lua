@@ -267,6 +267,7 @@ describe('wick.shard converter', function()
     local damaged = root .. '/out/shard-00004.wks'
     local data = helper.read_file(damaged)
     helper.write_file(damaged, data:sub(1, 300) .. string.char((data:byte(301) + 1) % 256) .. data:sub(302))
+    helper.write_file(root .. '/out/shard-00002.wks.tmp', 'half a shard')
     local r = corpus.convert(args .. ' --resume')
     assert.are.equal(0, r.rc, r.err)
     local shards = 0

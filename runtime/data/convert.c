@@ -18,6 +18,7 @@
  * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each existing shard whose
  * verified contents equal what it would write (decoding is much cheaper than compressing).
  */
+#include <dirent.h>  /* opendir: stale temporaries of an interrupted run */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -770,6 +771,26 @@ static WkStatus write_index(Run *r) {
   return status;
 }
 
+/* Temporary files of an interrupted run (shard-*.wks.tmp, index.json.tmp) would otherwise stay. */
+static void remove_stale_temporaries(const char *out_dir) {
+  DIR *dir = opendir(out_dir);
+  if (!dir) return;
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    const char *name = entry->d_name;
+    bool stale = strcmp(name, "index.json.tmp") == 0 ||
+                 (strncmp(name, "shard-", 6) == 0 && strlen(name) > 8 && strcmp(name + strlen(name) - 8, ".wks.tmp") == 0);
+    if (!stale) continue;
+    size_t n = strlen(out_dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    if (!path) break;
+    snprintf(path, n, "%s/%s", out_dir, name);
+    if (unlink(path) != 0) wk_logf(WK_LOG_WARN, "converter: cannot remove stale '%s'", path);
+    free(path);
+  }
+  closedir(dir);
+}
+
 static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
   size_t bins = 0;
   const char *bin_example = NULL, *text_example = NULL;
@@ -815,6 +836,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
       .level = (int)cv->level,
   };
   WK_TRY(make_dirs(cv->out_dir));
+  remove_stale_temporaries(cv->out_dir);
   {
     size_t n = strlen(cv->out_dir) + 16;
     char *index_path = malloc(n);
