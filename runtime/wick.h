@@ -151,9 +151,16 @@ typedef enum {
   WK_CONVERT_LEVEL = 4,         /* zstd level (default 3) */
   WK_CONVERT_STRICT = 5,        /* 1: the first bad line or document fails the conversion */
   WK_CONVERT_PROGRESS = 6,      /* 1: draw a progress bar on stderr */
-  WK_CONVERT_RESUME = 7         /* 1: keep shards already in the output that hold exactly the tokens
+  WK_CONVERT_RESUME = 7,        /* 1: keep shards already in the output that hold exactly the tokens
                                    this run would write there (an interrupted run resumes) */
+  WK_CONVERT_TEXT_SPLIT = 8     /* a WkTextSplit: how text files become documents (default FILE) */
 } WkConvertParam;
+
+typedef enum {
+  WK_TEXT_SPLIT_FILE = 0,       /* the whole file is one document */
+  WK_TEXT_SPLIT_PARAGRAPH = 1,  /* each run of non-blank lines is one (blank lines dropped) */
+  WK_TEXT_SPLIT_LINE = 2        /* each non-blank line is one (its newline dropped) */
+} WkTextSplit;
 
 typedef struct {
   uint64_t inputs;          /* input files */

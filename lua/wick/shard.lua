@@ -11,6 +11,8 @@ local OPTIONS = {
   { long = 'tokenizer', value = 'NAME',
     help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
   { long = 'field', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+  { long = 'split', value = 'file|paragraph|line', default = 'file',
+    help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
   { long = 'include', value = 'GLOBS',
     help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
   { long = 'compression', value = 'zstd[:LEVEL]|none', default = 'zstd:3',
@@ -36,7 +38,7 @@ INPUTS are files or directories (walked recursively in sorted order, hidden entr
   *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed
   *.bin                        llm.c (magic 20240520) or nanoGPT uint16 GPT-2 tokens,
                                documents separated by <|endoftext|>
-  anything else                text: one document per file
+  anything else                text: one document per file (or per paragraph, or line: --split)
 Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line.
 The output is byte-identical for the same inputs and options, whatever --threads.
 ]]
@@ -132,6 +134,10 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_STRICT, opts.strict and 1 or 0)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
+  local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
+  local split = splits[opts.split or 'file']
+  if not split then error("--split must be 'file', 'paragraph' or 'line', not '" .. tostring(opts.split) .. "'", 0) end
+  set(C.WK_CONVERT_TEXT_SPLIT, split)
   core.check(C.wk_converter_set_field(cv, opts.field or 'text'), 0)
   core.check(C.wk_converter_set_include(cv, opts.include), 0)
   for _, path in ipairs(inputs) do core.check(C.wk_converter_add_input(cv, path), 0) end

@@ -18,6 +18,7 @@
  * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each existing shard whose
  * verified contents equal what it would write (decoding is much cheaper than compressing).
  */
+#include <dirent.h>  /* opendir: stale temporaries of an interrupted run */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,7 +44,7 @@ struct WkConverter {
   char *out_dir;
   char *tokenizer_name;  /* NULL: decided by the inputs */
   char *field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -118,6 +119,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
     case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
+    case WK_CONVERT_TEXT_SPLIT: slot = &cv->split, lo = 0, hi = 2, what = "text split"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -360,6 +362,20 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
   pthread_mutex_unlock(&r->lock);
 }
 
+/* Worker side, after tokenizing: rewrites a chunk's u32 tokens in place as little-endian values of
+ * the stored width, so the (single) builder thread only copies. Writing byte 2k+1 never overtakes
+ * token k being read, so in place is safe; bytes may alias anything. */
+static void store_tokens(WkTokenVec *tokens, uint32_t width) {
+  uint8_t *out = (uint8_t *)tokens->data;
+  if (width == 2) {
+    for (size_t k = 0; k < tokens->length; k++) {
+      uint32_t t = tokens->data[k];
+      out[2 * k] = (uint8_t)t;
+      out[2 * k + 1] = (uint8_t)(t >> 8);
+    }
+  } /* width 4: u32 on a little-endian host is already the stored form */
+}
+
 static void *worker_main(void *arg) {
   Run *r = arg;
   pthread_setname_np(pthread_self(), "wick-cv-work");
@@ -378,6 +394,7 @@ static void *worker_main(void *arg) {
       c->tokens.capacity = (size_t)capacity;
       pthread_mutex_unlock(&r->lock);
       convert_process_chunk(&r->context, c);
+      if (c->status == WK_OK) store_tokens(&c->tokens, r->write_options.token_bytes);
     }
     pthread_mutex_lock(&r->lock);
     ((Chunk *)item)->done = true;
@@ -405,7 +422,8 @@ static WkStatus buffer_reserve(Run *r, uint64_t extra) {
   return WK_OK;
 }
 
-static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
+/* Appends n tokens already in stored width (see store_tokens) to the shard being built. */
+static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
   if (n == 0) return WK_OK;
   WK_TRY(buffer_reserve(r, n + 1));
   if (!r->doc_open) {
@@ -424,14 +442,8 @@ static WkStatus append_tokens(Run *r, const uint32_t *tokens, uint64_t n) {
     r->starts[r->start_count++] = r->buffer_tokens;
     r->doc_open = true;
   }
-  if (r->write_options.token_bytes == 2) {
-    uint8_t *dst = r->buffer + r->buffer_tokens * 2;
-    for (uint64_t k = 0; k < n; k++) dst[2 * k] = (uint8_t)tokens[k], dst[2 * k + 1] = (uint8_t)(tokens[k] >> 8);
-  } else {
-    uint8_t *dst = r->buffer + r->buffer_tokens * 4;
-    for (uint64_t k = 0; k < n; k++)
-      for (int byte = 0; byte < 4; byte++) dst[4 * k + byte] = (uint8_t)(tokens[k] >> (8 * byte));
-  }
+  uint32_t width = r->write_options.token_bytes;
+  memcpy(r->buffer + r->buffer_tokens * width, stored, (size_t)(n * width));
   r->buffer_tokens += n;
   return WK_OK;
 }
@@ -542,7 +554,8 @@ static WkStatus end_document(Run *r) {
     return WK_OK;
   }
   uint32_t eos = r->tokenizer->eos;
-  WK_TRY(append_tokens(r, &eos, 1));
+  uint8_t stored[4] = {(uint8_t)eos, (uint8_t)(eos >> 8), (uint8_t)(eos >> 16), (uint8_t)(eos >> 24)};
+  WK_TRY(append_tokens(r, stored, 1));
   r->doc_open = false;
   r->cv->stats.documents++;
   if (r->buffer_tokens >= (uint64_t)r->cv->shard_tokens) WK_TRY(flush_shard(r));
@@ -577,13 +590,15 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
     WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
   }
   r->line_base += c->lines;
+  const uint8_t *stored = (const uint8_t *)c->tokens.data;
+  uint32_t width = r->write_options.token_bytes;
   uint64_t position = 0;
   for (size_t d = 0; d < c->doc_count; d++) {
-    WK_TRY(append_tokens(r, c->tokens.data + position, c->doc_ends[d] - position));
+    WK_TRY(append_tokens(r, stored + position * width, c->doc_ends[d] - position));
     WK_TRY(end_document(r));
     position = c->doc_ends[d];
   }
-  WK_TRY(append_tokens(r, c->tokens.data + position, c->tokens.length - position));
+  WK_TRY(append_tokens(r, stored + position * width, c->tokens.length - position));
   if (c->last && r->doc_open) WK_TRY(end_document(r)); /* a .bin file ends its last document */
   cv->stats.input_bytes += c->input_bytes;
   return WK_OK;
@@ -723,10 +738,11 @@ static WkStatus write_index(Run *r) {
   if (cv->compression) snprintf(compression, sizeof compression, "zstd:%d", (int)cv->level);
   else snprintf(compression, sizeof compression, "none");
   snprintf(extra, sizeof extra,
-           "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"inputs\": %zu, "
-           "\"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
-           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens, cv->input_count, cv->stats.bad,
-           cv->stats.empty);
+           "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"split\": \"%s\", "
+           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
+           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens,
+           cv->split == WK_TEXT_SPLIT_LINE ? "line" : cv->split == WK_TEXT_SPLIT_PARAGRAPH ? "paragraph" : "file",
+           cv->input_count, cv->stats.bad, cv->stats.empty);
   char *text = NULL;
   size_t length = 0;
   WkStatus status = wk_index_format(&index, extra, &text, &length);
@@ -753,6 +769,26 @@ static WkStatus write_index(Run *r) {
   }
   free(text), free(path), free(tmp);
   return status;
+}
+
+/* Temporary files of an interrupted run (shard-*.wks.tmp, index.json.tmp) would otherwise stay. */
+static void remove_stale_temporaries(const char *out_dir) {
+  DIR *dir = opendir(out_dir);
+  if (!dir) return;
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    const char *name = entry->d_name;
+    bool stale = strcmp(name, "index.json.tmp") == 0 ||
+                 (strncmp(name, "shard-", 6) == 0 && strlen(name) > 8 && strcmp(name + strlen(name) - 8, ".wks.tmp") == 0);
+    if (!stale) continue;
+    size_t n = strlen(out_dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    if (!path) break;
+    snprintf(path, n, "%s/%s", out_dir, name);
+    if (unlink(path) != 0) wk_logf(WK_LOG_WARN, "converter: cannot remove stale '%s'", path);
+    free(path);
+  }
+  closedir(dir);
 }
 
 static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
@@ -789,7 +825,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
-  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .inputs = cv->inputs};
+  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .split = (WkTextSplit)cv->split,
+                             .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
       .vocab_size = r.tokenizer->vocab_size,
@@ -799,6 +836,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
       .level = (int)cv->level,
   };
   WK_TRY(make_dirs(cv->out_dir));
+  remove_stale_temporaries(cv->out_dir);
   {
     size_t n = strlen(cv->out_dir) + 16;
     char *index_path = malloc(n);

@@ -53,6 +53,7 @@ typedef struct {
 typedef struct {
   const WkTokenizer *tokenizer;
   const char *field;
+  WkTextSplit split;
   const Input *inputs;
 } ChunkContext;
 

@@ -177,7 +177,7 @@ uint32_t wk_shard_block_count(const WkShardWriteOptions *opt, uint64_t token_cou
 
 WkStatus wk_shard_write(const char *path, const WkShardWriteOptions *opt, const void *tokens, uint64_t token_count,
                         const uint64_t *doc_starts, uint64_t doc_count, WkShardWritten *out) {
-  uint32_t blocks;
+  uint32_t blocks = 0;
   WK_TRY(check_options(path, opt, token_count, &blocks));
   WkShardPiece piece;
   WK_TRY(wk_shard_compress(opt, tokens, token_count, 0, blocks, &piece));
@@ -189,7 +189,7 @@ WkStatus wk_shard_write(const char *path, const WkShardWriteOptions *opt, const 
 WkStatus wk_shard_assemble(const char *path, const WkShardWriteOptions *opt, uint64_t token_count,
                            const uint64_t *doc_starts, uint64_t doc_count, const WkShardPiece *pieces,
                            uint32_t piece_count, WkShardWritten *out) {
-  uint32_t blocks;
+  uint32_t blocks = 0;
   WK_TRY(check_options(path, opt, token_count, &blocks));
   WkShardHeader h = {
       .version = WK_SHARD_VERSION,

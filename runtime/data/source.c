@@ -92,9 +92,11 @@ WkByteSource *wk_source_open_file(const char *path) {
   }
   fs->base.size = (uint64_t)st.st_size;
   if (fs->base.size > 0) {
-    /* MAP_POPULATE maps the file's pages up front: samples are read at random inside a shuffle
-     * window, and faulting in one page per sample cost a third of the raw read throughput. */
-    void *m = mmap(NULL, (size_t)fs->base.size, PROT_READ, MAP_SHARED | MAP_POPULATE, fs->fd, 0);
+    /* Not MAP_POPULATE: that reads the whole file at open (8.7 ms and +135 MB of RSS for a 136 MB
+     * shard, before the first sample) and makes resident memory grow with open shards x shard size.
+     * Pages come in per block instead: the reader hashes a raw block in full the first time it
+     * touches it (fault-around maps 16 pages per fault), so later samples in it do not fault. */
+    void *m = mmap(NULL, (size_t)fs->base.size, PROT_READ, MAP_SHARED, fs->fd, 0);
     /* No mapping is not an error: reads fall back to pread, zero-copy callers to copies. */
     fs->mapping = m == MAP_FAILED ? NULL : m;
   }

@@ -377,11 +377,71 @@ static void test_corrupt_block_concurrent_readers(void) {
   CHECK(system(command) == 0);
 }
 
+/* Every header check, each on a header that is valid but for one field (re-encoded, so the checksum
+ * holds and the check behind it is what answers). */
+static void test_header_checks(void) {
+  WkShardHeader good = {.version = 1, .token_bytes = 2, .codec = WK_CODEC_ZSTD, .block_tokens = 100,
+                        .block_count = 3, .vocab_size = 257, .eos = 256, .tokens = 250, .documents = 2,
+                        .payload_offset = 128, .block_table_offset = 1024, .doc_index_offset = 1024 + 72};
+  good.file_bytes = good.doc_index_offset + 16;
+  uint8_t bytes[WK_SHARD_HEADER_BYTES];
+  WkShardHeader parsed;
+  wk_shard_header_encode(&good, bytes);
+  CHECK(wk_shard_header_parse(bytes, sizeof bytes, good.file_bytes, "s", &parsed) == WK_OK);
+  CHECK(parsed.tokens == 250 && parsed.header_hash != 0);
+  struct { const char *field; uint64_t value; const char *message; } cases[] = {
+      {"flags", 4, "unknown flags 0x4"},
+      {"token_bytes", 3, "token width 3 bytes"},
+      {"codec", 9, "unknown codec 9"},
+      {"block_tokens", 0, "0 tokens per block"},
+      {"vocab_size", 70000, "vocabulary 70000 with EOS 256 does not fit 2-byte tokens"},
+      {"eos", 257, "EOS 257"},
+      {"block_count", 2, "2 blocks for 250 tokens"},
+      {"documents", 251, "251 documents cannot end 250 tokens"},
+      {"file_bytes", 5000, "header says 5000 bytes but the file has"},
+      {"block_table_offset", 1000, "do not tile the file"},
+      {"payload_offset", 64, "do not tile the file"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    WkShardHeader h = good;
+    const char *f = cases[i].field;
+    uint64_t v = cases[i].value;
+    if (!strcmp(f, "flags")) h.flags = (uint32_t)v;
+    else if (!strcmp(f, "token_bytes")) h.token_bytes = (uint32_t)v;
+    else if (!strcmp(f, "codec")) h.codec = (uint32_t)v;
+    else if (!strcmp(f, "block_tokens")) h.block_tokens = (uint32_t)v;
+    else if (!strcmp(f, "vocab_size")) h.vocab_size = (uint32_t)v;
+    else if (!strcmp(f, "eos")) h.eos = (uint32_t)v;
+    else if (!strcmp(f, "block_count")) h.block_count = (uint32_t)v;
+    else if (!strcmp(f, "documents")) h.documents = v;
+    else if (!strcmp(f, "file_bytes")) h.file_bytes = v;
+    else if (!strcmp(f, "block_table_offset")) h.block_table_offset = v;
+    else if (!strcmp(f, "payload_offset")) h.payload_offset = v;
+    wk_shard_header_encode(&h, bytes);
+    WkStatus status = wk_shard_header_parse(bytes, sizeof bytes, good.file_bytes, "s", &parsed);
+    bool named = strstr(wk_last_error(), cases[i].message) != NULL;
+    if (status != WK_ERR_FORMAT || !named) fprintf(stderr, "%s: %s\n", f, wk_last_error());
+    CHECK(status == WK_ERR_FORMAT && named);
+  }
+  /* Block entries: outside the payload, a raw size that is not the token count, a zstd size past the
+   * bound. */
+  uint8_t table[3 * WK_SHARD_BLOCK_ENTRY_BYTES];
+  WkBlockEntry entries[3] = {{.offset = 128, .stored_bytes = 50, .codec = WK_CODEC_ZSTD},
+                             {.offset = 200, .stored_bytes = 201, .codec = WK_CODEC_RAW},
+                             {.offset = 1000, .stored_bytes = 100, .codec = WK_CODEC_ZSTD}};
+  for (int b = 0; b < 3; b++) wk_block_entry_encode(&entries[b], table + b * WK_SHARD_BLOCK_ENTRY_BYTES);
+  WkBlockEntry e;
+  CHECK(wk_block_entry_parse(table, &good, 0, "s", &e) == WK_OK && e.stored_bytes == 50);
+  CHECK(wk_block_entry_parse(table, &good, 1, "s", &e) == WK_ERR_FORMAT && strstr(wk_last_error(), "raw block of 201 bytes, expected 200"));
+  CHECK(wk_block_entry_parse(table, &good, 2, "s", &e) == WK_ERR_FORMAT && strstr(wk_last_error(), "outside the payload"));
+}
+
 int main(void) {
   RUN_TEST(test_json_tree);
   RUN_TEST(test_json_line_field);
   RUN_TEST(test_utf8);
   RUN_TEST(test_index_names);
+  RUN_TEST(test_header_checks);
   RUN_TEST(test_cache_budget_and_pins);
   RUN_TEST(test_cache_single_flight);
   RUN_TEST(test_u32_dataset_concurrent_reads);
