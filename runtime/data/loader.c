@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../tensor/tensor.h" /* wk_host_alloc_pinned */
 #include "stream.h"
 
 enum {
@@ -316,8 +317,10 @@ static size_t buffer_size(const WkLoader *loader) {
 
 static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
   size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
-  char *p = wk_aligned_alloc(BUFFER_ALIGNMENT, loader->buffer_bytes, "loader batch buffer");
-  if (!p) return wk_last_status();
+  /* Pinned when a GPU is present, so host-to-device copies of a batch run asynchronously. */
+  void *memory = NULL;
+  WK_TRY(wk_host_alloc_pinned(loader->buffer_bytes, &memory));
+  char *p = memory;
   b->memory = p;
   b->rows.tokens = (int32_t *)p;
   p += align_up(m * (L + 1) * sizeof(int32_t));
@@ -352,7 +355,7 @@ static WkStatus allocate_ring(WkLoader *loader) {
   loader->buffer_count = count;
   for (uint32_t i = 0; i < count; i++) {
     if (allocate_buffer(loader, &loader->buffers[i]) != WK_OK) {
-      for (uint32_t j = 0; j < i; j++) free(loader->buffers[j].memory);
+      for (uint32_t j = 0; j < i; j++) wk_host_free_pinned(loader->buffers[j].memory);
       free(loader->buffers);
       loader->buffers = NULL;
       return wk_last_status();
@@ -704,7 +707,7 @@ void wk_loader_free(WkLoader *loader) {
   pthread_cond_broadcast(&loader->ready);
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
-  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free(loader->buffers[i].memory);
+  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) wk_host_free_pinned(loader->buffers[i].memory);
   free(loader->buffers);
   free(loader->slots);
   for (uint32_t i = 0; i < loader->mix.count; i++) {

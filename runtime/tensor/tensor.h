@@ -91,6 +91,11 @@ uint16_t wk_f32_to_f16(float f);
 WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStorage **out);
 void wk_storage_release(WkStorage *s);
 
+/* Page-locked host memory (cudaHostAlloc) when a CUDA device is present, else 64-byte aligned
+ * memory: for buffers that other subsystems fill and the device copies from (the loader's ring). */
+WkStatus wk_host_alloc_pinned(size_t bytes, void **out);
+void wk_host_free_pinned(void *data);
+
 #ifdef WK_HAVE_CUDA
 /* Device memory from the caching allocator; *reserved receives the block's real size, which
  * must be passed back to wk_cuda_release. */
