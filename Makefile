@@ -54,7 +54,7 @@ OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
-NVCCFLAGS := -O2 -g -Xcompiler -fPIC,-fvisibility=hidden -std=c++17 --expt-relaxed-constexpr
+NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -63,12 +63,12 @@ LDFLAGS_EXTRA += $(SAN)
 NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lpthread -lm
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
-LIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lcublasLt -lnccl -lstdc++
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lcublasLt -lstdc++
 endif
 
 # ---- sources ------------------------------------------------------------------------------------
@@ -76,7 +76,11 @@ endif
 LIB_C := $(sort $(filter-out runtime/host/%,$(wildcard runtime/*/*.c runtime/*/*/*.c)))
 LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
 HOST_C := $(sort $(wildcard runtime/host/*.c))
-LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o) $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
+LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o)
+# The CUDA backend is a module of its own, loaded by runtime/ops/cuda_backend.c only on a machine
+# with an NVIDIA device: cuBLAS alone would cost every process ~200 MB and 70 ms to load.
+CUDA_OBJ := $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
+CUDA_MODULE := $(if $(filter 1,$(WITH_CUDA)),build/libwick_cuda.so)
 HOST_OBJ := $(HOST_C:%.c=$(OBJ)/%.o)
 CTEST_C := $(sort $(wildcard tests/c/test_*.c))
 CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
@@ -86,7 +90,7 @@ MODE_STAMP := build/mode-$(MODE)
 
 .PHONY: all lib deps deps-bench test test-c test-gpu bench demo install clean
 all: lib run
-lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua
+lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE)
 
 $(MODE_STAMP):
 	@mkdir -p build && rm -f build/mode-* && touch $@
@@ -104,6 +108,11 @@ $(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
 build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
+
+# -Bsymbolic: the module's own functions bind to themselves, not to libwick's stubs of the same name.
+build/libwick_cuda.so: $(CUDA_OBJ) build/libwick.so
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) -shared -o $@ $(CUDA_OBJ) -Lbuild -lwick -Wl,-Bsymbolic -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_EXTRA) $(CUDA_LIBS)
 
 build/libwick.a: $(LIB_OBJ) $(MODE_STAMP)
 	@rm -f $@
@@ -172,7 +181,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/share/wick/lua/wick
 	install -m 755 run $(DESTDIR)$(PREFIX)/bin/run
-	install -m 644 build/libwick.so $(DESTDIR)$(PREFIX)/lib/libwick.so
+	install -m 644 build/libwick.so $(CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/wick.h $(DESTDIR)$(PREFIX)/include/wick.h
 	cp -R lua/. $(DESTDIR)$(PREFIX)/share/wick/lua/
 	install -m 644 build/lua/wick/cdef.lua $(DESTDIR)$(PREFIX)/share/wick/lua/wick/cdef.lua

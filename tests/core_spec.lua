@@ -45,6 +45,23 @@ describe('the FFI declarations', function()
   end)
 end)
 
+describe('the CUDA backend module', function()
+  it('is not loaded on a machine without an NVIDIA device: no process pays for cuBLAS', function()
+    if io.open('/dev/nvidiactl') then
+      pending('this machine has an NVIDIA device node')
+      return
+    end
+    local wick = require 'wick'
+    assert.are.equal(0, wick.build_info().cuda_devices)
+    local x = wick.tensor.zeros({ 4 })
+    x:free()
+    local maps = helper.read_file('/proc/self/maps')
+    assert.is_nil(maps:find('libcublas', 1, true))
+    assert.is_nil(maps:find('libcudart', 1, true))
+    assert.is_nil(maps:find('libwick_cuda', 1, true))
+  end)
+end)
+
 describe('the error model', function()
   it('turns a failing status into a Lua error carrying the library message, blaming the caller', function()
     local log = require 'wick.log'

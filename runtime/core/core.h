@@ -21,11 +21,15 @@
 extern "C" {
 #endif
 
+/* Internal functions the CUDA backend module (build/libwick_cuda.so) calls back into: exported
+ * from libwick.so, but not part of the public API of wick.h. */
+#define WK_INTERNAL_EXPORT __attribute__((visibility("default")))
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 /* Records status and a printf-style message for this thread; returns status so callers can write
  * `return wk_fail(...)`. The message is data, never a format string of someone else's text. */
-WkStatus wk_fail_at(const char *file, int line, WkStatus status, const char *fmt, ...)
+WK_INTERNAL_EXPORT WkStatus wk_fail_at(const char *file, int line, WkStatus status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* Prefixes the current message with context ("shard 'x.wk': " + old message), keeping the status. */
@@ -46,7 +50,7 @@ WkStatus wk_fail_errno_at(const char *file, int line, const char *what, const ch
 
 /* ---- logging --------------------------------------------------------------------------------- */
 
-void wk_logf(WkLogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+WK_INTERNAL_EXPORT void wk_logf(WkLogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define WK_LOG_ENABLED(level) ((level) <= wk_log_level())
 
 /* ---- memory ---------------------------------------------------------------------------------- */

@@ -61,7 +61,7 @@ struct WkEvent {
   void *handle;  /* cudaEvent_t */
 };
 
-WkStream *wk_stream_current(void);  /* the calling thread's stream for ops; NULL = default */
+WK_INTERNAL_EXPORT WkStream *wk_stream_current(void);  /* the calling thread's stream for ops; NULL = default */
 
 /* Writes "[2, 3] f32 cpu" into buf for error messages. */
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
