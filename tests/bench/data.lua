@@ -80,7 +80,7 @@ local zstd_cli_mbs = total_tokens * 2 / zstd_cli_s / 1e6
 
 -- Wick: RANKS ranks reading concurrently; returns the mean of each field over ranks.
 local function wick_ranks(dir, tokens, ranks, threads)
-  local out = sh(('%s --nproc-per-node %d %s/tests/bench/data_rank.lua --data %s --tokens %d --seq-len %d ' ..
+  local out = sh(('%s --nproc-per-node %d %s/tests/bench/lib/data_rank.lua --data %s --tokens %d --seq-len %d ' ..
     '--micro-batch %d --threads %d --cache-bytes %d'):format(RUN, ranks, host.home, dir, tokens, SEQ_LEN,
     MICRO_BATCH, threads, CACHE_BYTES))
   local sum, n = {}, 0

@@ -1,4 +1,5 @@
--- One rank of the data benchmark (started by tests/bench/data.lua through the launcher): streams
+-- One rank of the data benchmark (started by tests/bench/data.lua through the launcher; lib/ so
+-- that make bench does not run it on its own): streams
 -- --tokens tokens as fast as it can and prints key=value results on one line.
 local cli = require 'wick.cli'
 local core = require 'wick.core'
@@ -11,7 +12,7 @@ pcall(ffi.cdef, [[
 ]])
 local RUSAGE_SELF = 0
 
-local opts = cli.parse({ name = 'tests/bench/data_rank.lua', options = {
+local opts = cli.parse({ name = 'tests/bench/lib/data_rank.lua', options = {
   { 'data', 'dir', required = true }, { 'tokens', 'number', default = 1e8 }, { 'seq_len', 'number', default = 1024 },
   { 'micro_batch', 'number', default = 16 }, { 'threads', 'number', default = 1 },
   { 'cache_bytes', 'number', default = 64 * 2 ^ 20 }, { 'window', 'number', default = 4 },
