@@ -36,6 +36,20 @@ local function parse(line)
   return fields
 end
 
+-- Each rank prints one line of key=value results: their mean over the ranks.
+local function mean_of_ranks(out, ranks, what)
+  local sum, n = {}, 0
+  for line in out:gmatch('[^\n]+') do
+    if line:find('tokens_per_s=', 1, true) then
+      n = n + 1
+      for k, v in pairs(parse(line)) do sum[k] = (sum[k] or 0) + v end
+    end
+  end
+  if n ~= ranks then error(what .. ' failed:\n' .. out, 0) end
+  for k, v in pairs(sum) do sum[k] = v / n end
+  return sum
+end
+
 os.execute('mkdir -p ' .. BENCH)
 local raw = corpus.dataset(BENCH .. '/raw', { compression = 'none', ['shard-size'] = '1M', threads = '2' })
 local zstd = corpus.dataset(BENCH .. '/zstd', { compression = 'zstd:3', ['shard-size'] = '1M', threads = '2' })
@@ -83,16 +97,7 @@ local function wick_ranks(dir, tokens, ranks, threads)
   local out = sh(('%s --nproc-per-node %d %s/tests/bench/lib/data_rank.lua --data %s --tokens %d --seq-len %d ' ..
     '--micro-batch %d --threads %d --cache-bytes %d'):format(RUN, ranks, host.home, dir, tokens, SEQ_LEN,
     MICRO_BATCH, threads, CACHE_BYTES))
-  local sum, n = {}, 0
-  for line in out:gmatch('[^\n]+') do
-    if line:find('tokens_per_s=', 1, true) then
-      n = n + 1
-      for k, v in pairs(parse(line)) do sum[k] = (sum[k] or 0) + v end
-    end
-  end
-  if n ~= ranks then error('bench ranks failed:\n' .. out, 0) end
-  for k, v in pairs(sum) do sum[k] = v / n end
-  return sum
+  return mean_of_ranks(out, ranks, 'bench ranks')
 end
 
 -- Baseline: torch DataLoader + DistributedSampler, num_workers=0, RANKS processes at once.
@@ -103,17 +108,7 @@ local function torch_ranks()
     cmd[#cmd + 1] = ('%s %s/tests/bench/torch_loader.py %s %d %d %d %d %d &'):format(PYTHON, host.home, TOKENS_FILE,
       r, RANKS, SEQ_LEN, MICRO_BATCH, TORCH_TOKENS)
   end
-  local out = sh('( ' .. table.concat(cmd, ' ') .. ' wait )')
-  local sum, n = {}, 0
-  for line in out:gmatch('[^\n]+') do
-    if line:find('tokens_per_s=', 1, true) then
-      n = n + 1
-      for k, v in pairs(parse(line)) do sum[k] = (sum[k] or 0) + v end
-    end
-  end
-  if n ~= RANKS then error('torch baseline failed:\n' .. out, 0) end
-  for k, v in pairs(sum) do sum[k] = v / n end
-  return sum
+  return mean_of_ranks(sh('( ' .. table.concat(cmd, ' ') .. ' wait )'), RANKS, 'torch baseline')
 end
 
 local idle = parse(sh(RUN .. [[ -e 'local f = io.open("/proc/self/status"):read("*a")
