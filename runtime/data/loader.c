@@ -612,7 +612,9 @@ static void release_held(WkLoader *loader) {
  * costs a context switch per batch and slows the readers it waits for. */
 static void wait_for(WkLoader *loader, uint64_t seq) {
   if (is_ready(loader, seq)) return;
-  loader->wake_consumer_at = seq + (loader->buffer_count > 2 ? loader->buffer_count / 2 - 1 : 0);
+  /* The first batch is awaited alone: time to first batch is what a starting job feels. */
+  bool first = loader->consumed == 0;
+  loader->wake_consumer_at = seq + (first || loader->buffer_count <= 2 ? 0 : loader->buffer_count / 2 - 1);
   while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
 }
