@@ -167,7 +167,7 @@ demo: deps
 #                  tests/fuzz_spec.lua runs them briefly.
 .PHONY: fuzz
 FUZZ_CC ?= clang
-FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,json.c format_shard.c format_index.c)
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,format_shard.c format_index.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 

@@ -2,8 +2,9 @@
  * runtime/core — what every other subsystem stands on.
  *
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
- * call site), logging (WICK_LOG), checked allocation, and the bounded blocking queue that connects
- * pipeline stages running on C threads. It knows nothing about data, tensors or devices.
+ * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
+ * pipeline stages running on C threads, and a small JSON reader (json.h). It knows nothing about
+ * data, tensors or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */

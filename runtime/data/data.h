@@ -8,7 +8,6 @@
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   source.c    WkByteSource: size + read_at(offset) + optional zero-copy map, named for errors
- *   json.c      the small JSON parser (index.json) and the .jsonl line scanner (+ UTF-8 check)
  *   format_shard.c  shard header, block table, document index: validation, block verify + decode
  *   format_index.c  index.json: parse + validate (safe names), deterministic serialization
  *   shard_writer.c  one shard file from a token stream (blocks compressed, checksummed)

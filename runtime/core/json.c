@@ -1,5 +1,6 @@
 /*
- * json.c — a small strict JSON reader (RFC 8259) for index.json and .jsonl lines, and a UTF-8 check.
+ * json.c — a small strict JSON reader (RFC 8259) for index.json, .jsonl lines and safetensors
+ * headers, and a UTF-8 check.
  *
  * Two entry points share one lexer: wk_json_parse builds a tree (index files: small, read once);
  * wk_json_line_field validates a whole line without building anything and decodes one top-level
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format.h"
+#include "json.h"
 
 enum { MAX_DEPTH = 128 };
 
