@@ -410,6 +410,30 @@ WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, 
                             float grad_scale);
 
 
+/* safetensors (Hugging Face weights files): open parses and checks the header; read fills a
+ * contiguous CPU tensor of the entry's dtype and size straight from the file; save writes tensors
+ * of any device and layout (in the order given) and renames the file into place. */
+typedef struct WkSafetensors WkSafetensors;
+typedef struct {
+  const char *name;
+  WkDType dtype;
+  int32_t ndim;
+  int64_t shape[WK_MAX_DIMS];
+  uint64_t offset;  /* from the start of the data section */
+  uint64_t bytes;
+} WkSafetensorsEntry;
+
+WK_API WkSafetensors *wk_safetensors_open(const char *path);
+WK_API void wk_safetensors_close(WkSafetensors *f);
+WK_API uint32_t wk_safetensors_count(const WkSafetensors *f);
+WK_API WkStatus wk_safetensors_entry(const WkSafetensors *f, uint32_t i, WkSafetensorsEntry *out);
+WK_API WkStatus wk_safetensors_read(WkSafetensors *f, uint32_t i, WkTensor *dst);
+WK_API uint32_t wk_safetensors_metadata_count(const WkSafetensors *f);
+WK_API WkStatus wk_safetensors_metadata(const WkSafetensors *f, uint32_t i, const char **key, const char **value);
+WK_API WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names,
+                                    WkTensor *const *tensors, uint32_t meta_count, const char *const *meta_keys,
+                                    const char *const *meta_values);
+
 /* WK_CDEF_END */
 
 #ifdef __cplusplus

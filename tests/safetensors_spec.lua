@@ -64,9 +64,26 @@ describe('safetensors', function()
     assert.matches("tensor 'x' has dtype F64", err)
   end)
 
-  it('decodes JSON escapes and rejects malformed headers', function()
-    assert.are.same({ a = { 1, -2.5e3 }, ['b\n'] = 'é' }, st.json_decode('{"a": [1, -2.5e3], "b\\n": "\\u00e9"}'))
-    assert.has_error(function() st.json_decode('{"a": 1,}') end)
-    assert.has_error(function() st.json_decode('{"a": 1, "a": 2}') end)
+  it('decodes JSON escapes in names and metadata, and rejects malformed headers by file name', function()
+    local header = '{"__metadata__":{"k\\u00e9":"v\\n"},"b\\n\\"q":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    header = header .. string.rep(' ', (8 - #header % 8) % 8)
+    helper.write_file(dir .. '/esc.safetensors', string.char(#header, 0, 0, 0, 0, 0, 0, 0) .. header .. '\7')
+    local loaded, metadata = assert(st.load(dir .. '/esc.safetensors'))
+    assert.are.same({ ['k\195\169'] = 'v\n' }, metadata)
+    assert.are.same({ 7 }, loaded['b\n"q']:totable())
+    for name, bad in pairs { comma = '{"a": 1,}', duplicate = '{"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},' ..
+        '"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', offsets = '{"x":{"dtype":"U8","shape":[2],"data_offsets":[0,1]}}' } do
+      helper.write_file(dir .. '/' .. name, string.char(#bad, 0, 0, 0, 0, 0, 0, 0) .. bad .. '\0\0')
+      local ok, err = st.load(dir .. '/' .. name)
+      assert.is_nil(ok, name)
+      assert.matches(name, err, 1, true)
+    end
+  end)
+
+  it('writes a name that needs escaping and reads it back', function()
+    st.save(dir .. '/n.safetensors', { ['quote"back\\slash\tand tab'] = T.new({ 1, 2 }, 'i32') }, { ['m"'] = 'x\\y' })
+    local loaded, metadata = assert(st.load(dir .. '/n.safetensors'))
+    assert.are.same({ 1, 2 }, loaded['quote"back\\slash\tand tab']:totable())
+    assert.are.same({ ['m"'] = 'x\\y' }, metadata)
   end)
 end)

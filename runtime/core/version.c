@@ -114,6 +114,13 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkLoaderStats, buffer_bytes),
 
     /* tensors and ops (runtime/tensor, runtime/ops) */
+    SIZE_OF(WkSafetensorsEntry),
+    OFFSET_OF(WkSafetensorsEntry, name),
+    OFFSET_OF(WkSafetensorsEntry, dtype),
+    OFFSET_OF(WkSafetensorsEntry, ndim),
+    OFFSET_OF(WkSafetensorsEntry, shape),
+    OFFSET_OF(WkSafetensorsEntry, offset),
+    OFFSET_OF(WkSafetensorsEntry, bytes),
     SIZE_OF(WkAllocatorStats),
     OFFSET_OF(WkAllocatorStats, bytes_in_use),
     OFFSET_OF(WkAllocatorStats, bytes_cached),
