@@ -359,6 +359,16 @@ describe('mixing', function()
     for _, id in ipairs(steps[#steps].ids) do assert.matches('^0:', id) end
   end)
 
+  it('stops with an error when every weight of a schedule reaches zero', function()
+    local schedule = require('wick.schedule')
+    local mix = data.mix { { corpus, weight = schedule.linear(1, 0, 3) }, { other, weight = schedule.linear(1, 0, 3) } }
+    local l = loader { data = mix }
+    local ok, err = pcall(function() for _ = 1, 10 do l:next() end end)
+    l:close()
+    assert.is_false(ok)
+    assert.matches('every weight of the mix is 0 at step 3', err, 1, true)
+  end)
+
   it('refuses the same dataset twice in one mix', function()
     local ok, err = pcall(function() loader({ data = data.mix { corpus, { corpus, weight = 2 } } }):next() end)
     assert.is_false(ok)

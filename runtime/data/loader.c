@@ -255,8 +255,9 @@ static WkStatus open_orders(WkLoader *loader) {
     if (!source->order) return wk_error_context("source '%s'", source->path);
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
     if (loader->mix.epoch_length[i] == 0)
-      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' has no complete sample of %u tokens (seq_len + 1)",
-                     source->path, config.seq_len + 1);
+      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' is too small for one epoch: it needs at least one sample of "
+                     "%u tokens (seq_len + 1), and chunk x partitions = %u x %u samples", source->path,
+                     config.seq_len + 1, config.chunk, config.partitions);
   }
   /* A source is known by its content (cursor, shuffle keys): the same dataset twice would draw
    * the same samples twice. */

@@ -88,6 +88,13 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
   WkSourcePosition before[WK_MIX_MAX_SOURCES];
   memcpy(before, positions, sizeof(WkSourcePosition) * mix->count);
   uint32_t filled = allocate(mix, step, positions, counts);
+  bool exhausted = true;
+  for (uint32_t i = 0; i < mix->count; i++) exhausted = exhausted && available_draws(mix, i, positions) == 0;
+  if (filled == 0 && !exhausted) {
+    memcpy(positions, before, sizeof(WkSourcePosition) * mix->count);
+    return WK_FAIL(WK_ERR_INVALID_ARG, "every weight of the mix is 0 at step %llu (check the weight schedules)",
+                   (unsigned long long)step);
+  }
   if (filled == 0 || (filled < G && !mix->pad_last)) {
     memcpy(positions, before, sizeof(WkSourcePosition) * mix->count);
     return WK_FAIL(WK_ERR_CLOSED, "the data stream ended at step %llu (every source used its epochs)",
