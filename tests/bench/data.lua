@@ -2,7 +2,7 @@
 --   tokens/s per rank, 2 ranks reading concurrently, raw shards, in output bytes   vs memcpy     [>= 0.5x]
 --   the same tokens/s                                                              vs torch      [>= 8x]
 --   CPU ns per delivered token (raw)                                                             [<= 1 ns]
---   zstd shards: decoded bytes/s per decode thread                                 vs zstd -d    [>= 0.8x]
+--   zstd shards: decoded bytes/s of one thread reading whole blocks                vs zstd -d    [>= 0.8x]
 --   time to first batch                                                                          [<= 10 ms]
 --   peak RSS                                                              vs ring + cache + an idle run
 -- The corpus is the embedded default (wick.data.corpus), converted once into build/bench/.
@@ -91,6 +91,9 @@ collectgarbage()
 sh(('zstd -3 -q -f %s -o %s.zst'):format(TOKENS_FILE, TOKENS_FILE))
 local zstd_cli_s = report.best(REPEATS, function() sh(('zstd -d -q -c %s.zst > /dev/null'):format(TOKENS_FILE)) end)
 local zstd_cli_mbs = total_tokens * 2 / zstd_cli_s / 1e6
+-- The stricter baseline: zstd's own in-memory benchmark (no process start, no output writes).
+local zstd_memory_mbs
+for mbs in sh(('zstd -b3 -i1 %s'):format(TOKENS_FILE)):gmatch('([%d%.]+) MB/s') do zstd_memory_mbs = tonumber(mbs) end
 
 -- Wick: RANKS ranks reading concurrently; returns the mean of each field over ranks.
 local function wick_ranks(dir, tokens, ranks, threads)
@@ -115,8 +118,23 @@ local idle = parse(sh(RUN .. [[ -e 'local f = io.open("/proc/self/status"):read(
   print("peak_rss=" .. f:match("VmHWM:%s*(%d+)") * 1024)']]))
 local raw_result = wick_ranks(raw, RAW_TOKENS, RANKS, 1)
 local zstd_result = wick_ranks(zstd, ZSTD_TOKENS, RANKS, 1)
--- One epoch, so every block is decoded exactly once (the cache holds the shuffle window).
-local zstd_one = wick_ranks(zstd, total_tokens, 1, 1)
+-- Decoding alone, one thread: every zstd block read whole through wick.dataset with no cache, so
+-- each read verifies, decompresses and widens one block (what a loader thread does per miss).
+local function decode_rate(dir)
+  local ds = assert(wick_dataset.open(dir))
+  ds:set('cache_bytes', 0)
+  local BLOCK = 65536
+  local out = ffi.new('uint32_t[?]', BLOCK)
+  local seconds = report.best(REPEATS, function()
+    for s = 0, ds.shards - 1 do
+      local n = ds:shard(s).tokens
+      for offset = 0, n - 1, BLOCK do ds:read(s, offset, math.min(BLOCK, n - offset), out) end
+    end
+  end)
+  ds:close()
+  return total_tokens * 2 / seconds / 1e6
+end
+local zstd_decode_mbs = decode_rate(zstd)
 local torch = torch_ranks()
 
 local out_gbs = raw_result.tokens_per_s * 4 / 1e9 -- int32 tokens out
@@ -132,8 +150,11 @@ else
   print('torch baseline skipped: ' .. PYTHON .. ' cannot import torch (apt-get install python3-torch)')
 end
 report.row('raw: CPU ns per token (goal <= 1)', raw_result.cpu_ns_per_token, 'ns', 'goal', 1, false)
-report.row('zstd: decoded MB/s, 1 rank, 1 thread, 1 epoch', zstd_one.tokens_per_s * 2 / 1e6, 'MB/s', 'zstd -d CLI',
+report.row('zstd: decoded MB/s, 1 thread (verify+decode+widen)', zstd_decode_mbs, 'MB/s', 'zstd -d CLI',
   zstd_cli_mbs, true)
+if zstd_memory_mbs then
+  report.row('zstd: the same', zstd_decode_mbs, 'MB/s', 'zstd -b3 (in memory)', zstd_memory_mbs, true)
+end
 report.row('time to first batch (zstd, goal <= 10)', zstd_result.first_batch_ms, 'ms', 'goal', 10, false)
 local budget = raw_result.ring_bytes + CACHE_BYTES + idle.peak_rss
 report.row('peak RSS per rank (zstd)', zstd_result.peak_rss / 2 ^ 20, 'MiB', 'ring + cache + idle run',
