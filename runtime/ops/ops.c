@@ -49,15 +49,18 @@ static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, W
 
 static bool on_cuda(const WkTensor *t) { return tensor_device(t) == WK_DEVICE_CUDA; }
 
-/* Runs cpu_call or cuda_call by the device of t. cuda_call is not even compiled without CUDA. */
+/* The status of a CUDA kernel call; without CUDA the call is not even compiled. */
 #ifdef WK_HAVE_CUDA
-#define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? (cuda_call) : ((cpu_call), WK_OK))
+#define CUDA_CALL(cuda_call) (cuda_call)
 #else
-#define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? no_cuda() : ((cpu_call), WK_OK))
+#define CUDA_CALL(cuda_call) no_cuda()
 static WkStatus no_cuda(void) {
   return WK_FAIL(WK_ERR_UNSUPPORTED, "op on a CUDA tensor: this libwick was built without CUDA");
 }
 #endif
+
+/* Runs cpu_call (which cannot fail) or cuda_call by the device of t. */
+#define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? CUDA_CALL(cuda_call) : ((cpu_call), WK_OK))
 
 static size_t numel(const WkTensor *t) { return t ? (size_t)wk_tensor_numel(t) : 0; }
 
@@ -171,13 +174,7 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
   ARG("embedding", out, WK_F32, idx, B, T, C);
-  if (on_cuda(out)) {
-#ifdef WK_HAVE_CUDA
-    return cuda_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
-#else
-    return no_cuda();
-#endif
-  }
+  if (on_cuda(out)) return CUDA_CALL(cuda_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
   int64_t bad = cpu_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
   return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, bad, V);
 }
@@ -296,13 +293,7 @@ WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const Wk
   ARG("attention_backward", dqkv, WK_F32, qkv, B, T, 3 * C);
   ARG("attention_backward", dout, WK_F32, qkv, B, T, C);
   ARG("attention_backward", att, WK_F32, qkv, B, heads, T, T);
-  if (on_cuda(qkv)) {
-#ifdef WK_HAVE_CUDA
-    return cuda_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
-#else
-    return no_cuda();
-#endif
-  }
+  if (on_cuda(qkv)) return CUDA_CALL(cuda_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
   return cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
@@ -327,13 +318,7 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
   int64_t N = 0, V = 0;
   WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));
-  if (on_cuda(logits)) {
-#ifdef WK_HAVE_CUDA
-    return cuda_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
-#else
-    return no_cuda();
-#endif
-  }
+  if (on_cuda(logits)) return CUDA_CALL(cuda_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
   int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
   return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, bad, V);
 }
