@@ -1,0 +1,53 @@
+/*
+ * shared.h — memory shared by the processes of one node: a region named in /dev/shm (or anonymous),
+ * a robust process-shared lock, and futex waits on the lock's generation counter (shared.c).
+ *
+ * Internal header: the node-wide caches of runtime/data use it.
+ */
+#ifndef WK_CORE_SHARED_H
+#define WK_CORE_SHARED_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core.h"
+
+enum { WK_SHARED_NAME_CAPACITY = 128 };
+
+typedef struct {
+  void *base;      /* its first 4 bytes are the `ready` word the creator publishes last */
+  size_t bytes;
+  bool created;    /* this process made it (and ran init) */
+  char name[WK_SHARED_NAME_CAPACITY];  /* "/wick-..." or "" when anonymous */
+} WkSharedRegion;
+
+/* Initializes a fresh region (all zero) before other processes may see it. */
+typedef WkStatus (*WkSharedInit)(void *ctx, void *base);
+
+/* name NULL: an anonymous region for this process alone. Otherwise creates /dev/shm<name> of exactly
+ * `bytes`, or maps the one another process created (waiting for it to be ready). */
+WkStatus wk_shared_open(const char *name, size_t bytes, WkSharedInit init, void *ctx, WkSharedRegion *out);
+void wk_shared_close(WkSharedRegion *r);
+/* Removes the name (mappings stay valid); processes that open it later make a new region. */
+void wk_shared_unlink(WkSharedRegion *r);
+
+/* Lives inside a shared region. */
+typedef struct {
+  pthread_mutex_t mutex;
+  _Atomic uint32_t generation;  /* bumped by wk_shared_wake: what waiters sleep on */
+  _Atomic uint32_t waiters;
+} WkSharedLock;
+
+WkStatus wk_shared_lock_init(WkSharedLock *lock);
+/* Returns true when the previous holder died holding it: the caller repairs what it left. */
+bool wk_shared_lock(WkSharedLock *lock);
+void wk_shared_unlock(WkSharedLock *lock);
+/* Waiting for a change: read the generation under the lock, unlock, wait while it is unchanged (at
+ * most timeout_ms), lock again and re-check. Changers bump it with wk_shared_wake. */
+uint32_t wk_shared_generation(WkSharedLock *lock);
+void wk_shared_wait(WkSharedLock *lock, uint32_t seen, uint32_t timeout_ms);
+void wk_shared_wake(WkSharedLock *lock);
+
+bool wk_process_alive(int32_t pid);
+
+#endif /* WK_CORE_SHARED_H */
