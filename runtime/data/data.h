@@ -37,6 +37,7 @@ extern "C" {
 /* Anything that can serve byte ranges: a local file (pread, mmap), later HTTP and S3 objects.
  * Implementations must be safe to call read_at from several threads at once. */
 typedef struct WkByteSource WkByteSource;
+typedef enum { WK_ADVICE_WILLNEED = 0, WK_ADVICE_DONTNEED = 1 } WkAdvice;
 struct WkByteSource {
   const char *name;  /* path or URL, used in every error message */
   uint64_t size;     /* total bytes */
@@ -44,6 +45,9 @@ struct WkByteSource {
   WkStatus (*read_at)(WkByteSource *self, uint64_t offset, size_t length, void *dst);
   /* Zero-copy view of [offset, offset+length) or NULL when the source cannot map (remote). */
   const void *(*map)(WkByteSource *self, uint64_t offset, size_t length);
+  /* A hint about [offset, offset+length): soon needed (read ahead) or done with (let its pages go, so
+   * resident memory does not grow with what has been read). Never fails; a source may ignore it. */
+  void (*advise)(WkByteSource *self, uint64_t offset, uint64_t length, WkAdvice advice);
   void (*close)(WkByteSource *self);
 };
 
@@ -59,7 +63,24 @@ bool wk_source_is_remote(const char *location);
 /* WkDataset, WkShardInfo and wk_dataset_* are public (Lua reads datasets through the FFI), so they
  * are declared in ../wick.h, data section, with the signatures this contract always had. Reads are
  * thread-safe; shards open on first use; memory is bounded by WK_DATASET_CACHE_BYTES and
- * WK_DATASET_MAX_OPEN_SHARDS, never by the dataset's size. */
+ * WK_DATASET_MAX_OPEN_SHARDS, never by the dataset's size.
+ *
+ * What the loader's reads (residency.c) need beyond that: */
+
+/* Tokens per block, one value for the whole dataset (every shard is checked against it when it opens). */
+WkStatus wk_dataset_block_tokens(WkDataset *ds, uint32_t *out);
+/* The first document of a shard starting at or after `token` (the document count when none does). */
+WkStatus wk_dataset_first_document(WkDataset *ds, uint32_t shard, uint64_t token, uint64_t *doc);
+/* The codec the shard's writer chose (WkCodec: 0 raw, 1 zstd). */
+WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec);
+/* wk_dataset_read into 4- or 8-byte tokens (out_bytes). */
+WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, void *out,
+                              uint32_t out_bytes);
+/* Verifies and decodes the blocks holding tokens [begin, end) of a shard (begin on a block boundary)
+ * into dst, in the stored width, bypassing the block cache; then lets the stored bytes' pages go. */
+WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst);
+/* Passes an advice about the bytes holding tokens [begin, end) of a shard to its byte source. */
+WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,7 @@ struct WkDataset {
   uint64_t tick;
   WkBlockCache *cache;
   int64_t cache_budget;
+  uint32_t block_tokens;   /* of the first shard opened; every other shard must agree */
   atomic_uint_fast64_t blocks_decoded, blocks_verified;
 };
 
@@ -237,6 +238,16 @@ static WkStatus shard_acquire(WkDataset *ds, uint32_t i, Shard **out) {
       ds->open = grown;
       ds->open_capacity = cap;
     }
+    if (ds->block_tokens && fresh->v.h.block_tokens != ds->block_tokens) {
+      pthread_mutex_unlock(&ds->lock);
+      WkStatus status = WK_FAIL(WK_ERR_FORMAT,
+                                "shard '%s' has blocks of %u tokens but the dataset's other shards have %u (the sample "
+                                "order needs one block size per dataset; re-run the converter)",
+                                fresh->path, fresh->v.h.block_tokens, ds->block_tokens);
+      shard_close(fresh);
+      return status;
+    }
+    ds->block_tokens = fresh->v.h.block_tokens;
     s = ds->shards[i] = fresh;
     ds->open[ds->open_count++] = i;
   }
@@ -257,9 +268,9 @@ static void shard_release(WkDataset *ds, Shard *s) {
 
 /* ---- reads -------------------------------------------------------------------------------------- */
 
-/* Copies tokens [within, within+count) of block b of shard i into out as u32. */
+/* Copies tokens [within, within+count) of block b of shard i into out, widened to out_bytes. */
 static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
-                           uint32_t *out) {
+                           uint8_t *out, uint32_t out_bytes) {
   const WkShardHeader *h = &s->v.h;
   uint64_t key = (uint64_t)i << 32 | b;
   WkBlockEntry e;
@@ -274,7 +285,7 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
       atomic_fetch_add(&ds->blocks_verified, 1);
       atomic_store_explicit(&s->verified[b], 1, memory_order_release);
     }
-    wk_tokens_widen(mapped + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+    wk_tokens_widen(mapped + (size_t)within * h->token_bytes, h->token_bytes, count, out, out_bytes);
     return WK_OK;
   }
   size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
@@ -283,7 +294,7 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   uint8_t *decoded = NULL;
   if (entry && !fill) { /* a hit, possibly after waiting for another reader's decode */
     wk_tokens_widen((const uint8_t *)wk_cache_data(entry) + (size_t)within * h->token_bytes, h->token_bytes, count,
-                    out);
+                    out, out_bytes);
     wk_cache_release(ds->cache, entry);
     return WK_OK;
   }
@@ -300,7 +311,7 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   }
   atomic_fetch_add(&ds->blocks_verified, 1);
   if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
-  wk_tokens_widen(decoded + (size_t)within * h->token_bytes, h->token_bytes, count, out);
+  wk_tokens_widen(decoded + (size_t)within * h->token_bytes, h->token_bytes, count, out, out_bytes);
   if (entry) {
     wk_cache_fill(ds->cache, entry);
     wk_cache_release(ds->cache, entry);
@@ -310,7 +321,8 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   return WK_OK;
 }
 
-WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, uint32_t *out) {
+WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, void *out,
+                              uint32_t out_bytes) {
   if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_read: dataset is NULL");
   if (shard >= ds->index.shard_count)
     return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': shard %u out of range (it has %u)", ds->path, shard,
@@ -326,18 +338,23 @@ WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_
   WK_TRY(shard_acquire(ds, shard, &s));
   WkStatus status = WK_OK;
   uint64_t bt = s->v.h.block_tokens;
+  uint8_t *at = out;
   while (count > 0 && status == WK_OK) {
     uint32_t b = (uint32_t)(offset / bt);
     uint32_t within = (uint32_t)(offset % bt);
     uint32_t n = wk_block_token_count(&s->v.h, b) - within;
     if (n > count) n = (uint32_t)count;
-    status = read_block(ds, shard, s, b, within, n, out);
+    status = read_block(ds, shard, s, b, within, n, at, out_bytes);
     offset += n;
     count -= n;
-    out += n;
+    at += (size_t)n * out_bytes;
   }
   shard_release(ds, s);
   return status;
+}
+
+WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, uint32_t *out) {
+  return wk_dataset_read_into(ds, shard, offset, count, out, sizeof *out);
 }
 
 WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64_t *start, uint64_t *length) {
@@ -356,6 +373,95 @@ WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard) {
   if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_check_shard: dataset is NULL");
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
+  shard_release(ds, s);
+  return WK_OK;
+}
+
+/* ---- what the loader's reads need ---------------------------------------------------------------- */
+
+WkStatus wk_dataset_block_tokens(WkDataset *ds, uint32_t *out) {
+  if (ds->index.shard_count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' has no shards", ds->path);
+  pthread_mutex_lock(&ds->lock);
+  uint32_t known = ds->block_tokens;
+  pthread_mutex_unlock(&ds->lock);
+  if (!known) WK_TRY(wk_dataset_check_shard(ds, 0));
+  pthread_mutex_lock(&ds->lock);
+  *out = ds->block_tokens;
+  pthread_mutex_unlock(&ds->lock);
+  return WK_OK;
+}
+
+WkStatus wk_dataset_first_document(WkDataset *ds, uint32_t shard, uint64_t token, uint64_t *doc) {
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  /* Binary search for the first document whose start is >= token. */
+  uint64_t lo = 0, hi = s->v.h.documents;
+  WkStatus status = WK_OK;
+  while (lo < hi && status == WK_OK) {
+    uint64_t mid = lo + (hi - lo) / 2, start = 0, length = 0;
+    status = wk_shard_view_document(&s->v, mid, &start, &length);
+    if (start < token) lo = mid + 1; else hi = mid;
+  }
+  shard_release(ds, s);
+  *doc = lo;
+  return status;
+}
+
+WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec) {
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  *codec = s->v.h.codec;
+  shard_release(ds, s);
+  return WK_OK;
+}
+
+static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t end, uint8_t *dst) {
+  const WkShardHeader *h = &s->v.h;
+  for (uint32_t b = first; b < end; b++) {
+    WkBlockEntry e;
+    const uint8_t *stored = NULL;
+    uint8_t *copy = NULL;
+    WkStatus status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
+    if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
+    free(copy);
+    WK_TRY(status);
+    atomic_fetch_add(&ds->blocks_verified, 1);
+    if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
+    /* The decoded copy is what readers use from now on: the stored bytes' pages can go. */
+    s->src->advise(s->src, e.offset, e.stored_bytes, WK_ADVICE_DONTNEED);
+    dst += (size_t)wk_block_token_count(h, b) * h->token_bytes;
+  }
+  return WK_OK;
+}
+
+WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst) {
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  const WkShardHeader *h = &s->v.h;
+  WkStatus status = WK_OK;
+  if (begin % h->block_tokens != 0 || end > h->tokens || begin > end)
+    status = WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': tokens [%llu, %llu) are not a range of whole blocks", s->path,
+                     (unsigned long long)begin, (unsigned long long)end);
+  else
+    status = decode_blocks(ds, s, (uint32_t)(begin / h->block_tokens),
+                           (uint32_t)((end + h->block_tokens - 1) / h->block_tokens), dst);
+  shard_release(ds, s);
+  return status;
+}
+
+WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  const WkShardHeader *h = &s->v.h;
+  if (end > h->tokens) end = h->tokens;
+  if (begin < end) {
+    /* From the first block's stored bytes to the last's: raw blocks are the tokens themselves. */
+    WkBlockEntry first, last;
+    uint32_t b0 = (uint32_t)(begin / h->block_tokens), b1 = (uint32_t)((end - 1) / h->block_tokens);
+    if (wk_block_entry_parse(s->v.table, h, b0, s->path, &first) == WK_OK &&
+        wk_block_entry_parse(s->v.table, h, b1, s->path, &last) == WK_OK && last.offset >= first.offset)
+      s->src->advise(s->src, first.offset, last.offset + last.stored_bytes - first.offset, advice);
+  }
   shard_release(ds, s);
   return WK_OK;
 }

@@ -106,8 +106,8 @@ WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e,
                               uint8_t **copy);
 WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *start, uint64_t *length);
 
-/* u16/u32 stored tokens -> u32 tokens. */
-void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst);
+/* u16/u32 stored tokens -> 4- or 8-byte tokens (dst_bytes): the rows' int32 or int64. */
+void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, void *dst, uint32_t dst_bytes);
 
 uint64_t wk_hash64(const void *data, size_t length); /* XXH3-64, seed 0 */
 

@@ -380,21 +380,20 @@ WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *st
 
 /* ---- tokens ------------------------------------------------------------------------------------ */
 
-void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, uint32_t *dst) {
-  if (token_bytes == 4) {
-    memcpy(dst, src, count * 4);
-    return;
+/* One loop per (stored, output) width pair, each a plain typed loop the compiler vectorizes (memcpy
+ * keeps the loads alignment-free); stored tokens are little-endian, as the host order is checked to be. */
+#define WIDEN(FROM, TO)                                       \
+  for (size_t i = 0; i < count; i++) {                        \
+    FROM v;                                                   \
+    memcpy(&v, (const uint8_t *)src + sizeof(FROM) * i, sizeof v); \
+    ((TO *)dst)[i] = (TO)v;                                   \
   }
-  const uint8_t *s = src;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  /* The hot path of raw shards: the stored order is the host's, so this is a plain u16 -> u32
-   * widening that the compiler vectorizes (memcpy keeps it alignment-free). */
-  for (size_t i = 0; i < count; i++) {
-    uint16_t v;
-    memcpy(&v, s + 2 * i, sizeof v);
-    dst[i] = v;
-  }
-#else
-  for (size_t i = 0; i < count; i++) dst[i] = (uint32_t)s[2 * i] | (uint32_t)s[2 * i + 1] << 8;
-#endif
+
+void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, void *dst, uint32_t dst_bytes) {
+  _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "stored tokens are little-endian: add a swapping path");
+  if (token_bytes == 4 && dst_bytes == 4) memcpy(dst, src, count * 4);
+  else if (token_bytes == 2 && dst_bytes == 4) WIDEN(uint16_t, uint32_t)
+  else if (token_bytes == 2) WIDEN(uint16_t, uint64_t)
+  else WIDEN(uint32_t, uint64_t)
 }
+#undef WIDEN

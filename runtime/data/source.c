@@ -50,6 +50,19 @@ static const void *file_map(WkByteSource *self, uint64_t offset, size_t length) 
   return (const char *)fs->mapping + offset;
 }
 
+/* madvise on the mapping, widened to whole pages: DONTNEED unmaps them from this process (they stay in
+ * the page cache, shared with the node's other readers), WILLNEED starts reading them in. */
+static void file_advise(WkByteSource *self, uint64_t offset, uint64_t length, WkAdvice advice) {
+  FileSource *fs = (FileSource *)self;
+  if (!fs->mapping || offset >= self->size || length == 0) return;
+  if (length > self->size - offset) length = self->size - offset;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t first = offset / page * page, end = offset + length;
+  if (madvise((char *)fs->mapping + first, (size_t)(end - first), advice == WK_ADVICE_DONTNEED ? MADV_DONTNEED : MADV_WILLNEED) != 0)
+    wk_logf(WK_LOG_DEBUG, "madvise on '%s' [%llu, +%llu) failed: %s (a hint; reads are unaffected)", self->name,
+            (unsigned long long)first, (unsigned long long)(end - first), strerror(errno));
+}
+
 static void file_close(WkByteSource *self) {
   FileSource *fs = (FileSource *)self;
   if (!fs) return;
@@ -72,6 +85,7 @@ WkByteSource *wk_source_open_file(const char *path) {
   fs->base.name = fs->path;
   fs->base.read_at = file_read_at;
   fs->base.map = file_map;
+  fs->base.advise = file_advise;
   fs->base.close = file_close;
   fs->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fs->fd < 0) {

@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       uint8_t *out = malloc(decoded ? decoded : 1);
       if (wk_block_decode(h, &e, b, stored, out, "fuzz.wks") == WK_OK) {
         uint32_t *wide = malloc((decoded / h->token_bytes + 1) * sizeof *wide);
-        wk_tokens_widen(out, h->token_bytes, decoded / h->token_bytes, wide);
+        wk_tokens_widen(out, h->token_bytes, decoded / h->token_bytes, wide, sizeof *wide);
         free(wide);
       }
       free(out);
