@@ -27,7 +27,7 @@ extern "C" {
 
 /* Bumped on any change of the declarations below; Lua refuses a library whose major differs. */
 #define WK_VERSION_MAJOR 0
-#define WK_VERSION_MINOR 1
+#define WK_VERSION_MINOR 2
 #define WK_VERSION_PATCH 0
 
 /* WK_CDEF_BEGIN */
@@ -203,7 +203,9 @@ typedef enum {
   WK_LOADER_RANK,              /* this rank (default 0) */
   WK_LOADER_SEED,              /* shuffle seed (default 0) */
   WK_LOADER_SHUFFLE,           /* 1: hierarchical shuffle, 0: stored order (default 1) */
-  WK_LOADER_SHUFFLE_WINDOW,    /* shards shuffled together (default 8) */
+  WK_LOADER_WINDOW_TOKENS,     /* shards holding this many tokens have their units permuted together (2^29) */
+  WK_LOADER_BUFFER_TOKENS,     /* units holding this many tokens have their samples shuffled together:
+                                  the working set (default 2^22) */
   WK_LOADER_PARTITIONS,        /* canonical partitions, e.g. the number of nodes (default 1) */
   WK_LOADER_CHUNK,             /* draws per partition turn, e.g. global / partitions (default 1) */
   WK_LOADER_MODE,              /* 0 packed windows, 1 one padded document per row (default 0) */
@@ -213,12 +215,15 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
-  WK_LOADER_CACHE_BYTES,       /* decoded-block cache of each source; -1: the dataset default */
+  WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per zstd source, shared by the node's local
+                                  ranks (default 64 MiB; at least two buffers plus a window's edges) */
+  WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 
 typedef struct {
-  int32_t *tokens;       /* [rows, seq_len + 1] */
+  void *tokens;          /* [rows, seq_len + 1] of int32 or int64 (token_bytes 4 or 8: WK_LOADER_DTYPE) */
+  uint32_t token_bytes;
   uint8_t *loss_mask;    /* [rows, seq_len]: 1 where target tokens[:, t + 1] counts */
   int32_t *doc_ids;      /* [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
   int32_t *positions;    /* [rows, seq_len + 1] or NULL */
@@ -239,7 +244,7 @@ typedef struct {
   uint64_t offset;       /* first token in the shard's stream */
   uint64_t length;       /* tokens taken */
   uint64_t epoch;        /* of the source */
-  uint64_t token_hash;   /* XXH3-64 of the row's int32 tokens */
+  uint64_t token_hash;   /* XXH3-64 of the row's tokens (in the loader's dtype) */
   uint32_t status;       /* WkSampleStatus: skipped = corrupt data, masked; padding = end of stream */
 } WkSampleInfo;
 
@@ -249,6 +254,14 @@ typedef struct {
   uint64_t skipped;        /* corrupt samples masked */
   uint64_t buffers;        /* micro-batches in the ring */
   uint64_t buffer_bytes;   /* bytes of one micro-batch buffer */
+  /* Decode amplification = decoded / delivered (stored token bytes, all sources): ~1.0 when every unit
+   * is decoded once. node_* count every local rank sharing the node caches (zstd sources only). */
+  uint64_t decoded_bytes, delivered_bytes;
+  uint64_t node_decoded_bytes, node_delivered_bytes;
+  uint64_t node_private_decodes;  /* units the node's slowest reader decoded outside a full cache */
+  uint64_t node_edges_saved, node_edges_used, node_edges_missing, node_edges_dropped;
+  uint64_t node_waits;     /* reads that waited for another rank's decode or for room */
+  uint64_t node_steals;    /* slots the slowest rank took from units needed later (re-decoded then) */
 } WkLoaderStats;
 
 WK_API WkLoader *wk_loader_new(void);

@@ -124,7 +124,8 @@ describe('the sample order', function()
   end)
 
   it('shuffles well: sample positions are uncorrelated with the stored order', function()
-    local l = loader({ global_batch = 8, shuffle = { window = 4 } })
+    -- A window of about 4 of the corpus's 1024-token shards, as the old 4-shard window.
+    local l = loader({ global_batch = 8, shuffle = { window_tokens = 4 * 1024 } })
     local steps = math.floor(l:epoch_length() / 8)
     local canonical, shuffled = {}, {}
     -- stored order index of a sample: (shard, offset) sorted
@@ -547,7 +548,7 @@ describe('memory', function()
       { shard_size = 65536, block_size = 4096, compression = 'zstd' })
     local CACHE, RING = 65536, 65536
     local l = loader { data = dir, seq_len = 128, global_batch = 16, cache_bytes = CACHE, memory_budget = RING,
-      shuffle = { window = 2 } }
+      shuffle = { window_tokens = 2 * 65536, buffer_tokens = 2 * 4096 } }
     l:next()
     local before = data_helper.anon_rss()
     local rows = 0

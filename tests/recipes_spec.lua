@@ -23,7 +23,7 @@ describe('recipes', function()
     assert.are.equal(0, r.rc, r.err)
     assert.matches('step   20/20', r.out, 1, true)
     assert.matches('sample shard=', r.out, 1, true)
-    assert.matches('cursor: wick%-cursor/1 step=20 ', r.out)
+    assert.matches('cursor: wick%-cursor/2 step=20 ', r.out)
   end)
 
   it('tiny_gpt.lua trains: the loss falls, weights and cursor are saved', function()

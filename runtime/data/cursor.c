@@ -1,7 +1,7 @@
 /*
  * cursor.c — writes and reads the stream cursor:
- *   wick-cursor/1 step=120 micro=0 world=2 global=32 seq=256 seed=7 mode=packed shuffle=1 window=8
- *   partitions=1 chunk=1 skipped=0 src=9f3c...:3840:0x0p+0 src=...
+ *   wick-cursor/2 step=120 micro=0 world=2 global=32 seq=256 seed=7 mode=packed shuffle=1
+ *   window=536870912 buffer=4194304 partitions=1 chunk=1 skipped=0 src=9f3c...:3840:0x0p+0 src=...
  * One line of key=value words, a few hundred bytes. Credits are hex floats (%a) so they round-trip
  * exactly. Unknown keys are an error: a cursor from a newer Wick is refused, not half-read.
  */
@@ -34,10 +34,10 @@ WkStatus wk_cursor_format(const WkCursor *c, char *buffer, size_t capacity, size
   bool ok = capacity > 0 &&
             append(buffer, capacity, &used,
                    "%s%d step=%" PRIu64 " micro=%u world=%u global=%u seq=%u seed=%" PRIu64
-                   " mode=%s shuffle=%d window=%u partitions=%u chunk=%u skipped=%" PRIu64,
+                   " mode=%s shuffle=%d window=%" PRIu64 " buffer=%" PRIu64 " partitions=%u chunk=%u skipped=%" PRIu64,
                    CURSOR_MAGIC, WK_CURSOR_VERSION, c->step, c->micro, c->world, c->global_batch, c->seq_len,
-                   c->seed, MODE_NAMES[c->mode], c->shuffle ? 1 : 0, c->window, c->partitions, c->chunk,
-                   c->skipped);
+                   c->seed, MODE_NAMES[c->mode], c->shuffle ? 1 : 0, c->window_tokens, c->buffer_tokens,
+                   c->partitions, c->chunk, c->skipped);
   for (uint32_t i = 0; ok && i < c->sources; i++)
     ok = append(buffer, capacity, &used, " src=%016" PRIx64 ":%" PRIu64 ":%a", c->fingerprint[i],
                 c->position[i].draws, c->position[i].credit);
@@ -81,7 +81,8 @@ typedef struct {
 static const NumberField number_fields[] = {
     NUMBER_FIELD("step", step),         NUMBER_FIELD("micro", micro),   NUMBER_FIELD("world", world),
     NUMBER_FIELD("global", global_batch), NUMBER_FIELD("seq", seq_len), NUMBER_FIELD("seed", seed),
-    NUMBER_FIELD("shuffle", shuffle),   NUMBER_FIELD("window", window), NUMBER_FIELD("partitions", partitions),
+    NUMBER_FIELD("shuffle", shuffle),   NUMBER_FIELD("window", window_tokens),
+    NUMBER_FIELD("buffer", buffer_tokens), NUMBER_FIELD("partitions", partitions),
     NUMBER_FIELD("chunk", chunk),       NUMBER_FIELD("skipped", skipped),
 };
 
@@ -125,6 +126,10 @@ WkStatus wk_cursor_parse(const char *text, WkCursor *out) {
   char *word = strtok_r(copy, " \t\r\n", &save);
   char *end;
   long version = word ? strtol(word, &end, 10) : -1;
+  if (word && *end == '\0' && version == 1)
+    return WK_FAIL(WK_ERR_FORMAT, "cursor version 1 belongs to the shard-window order of Wick 0.1; this Wick reads "
+                   "each block once per epoch in a new order (cursor version %d), so that position does not exist "
+                   "here: restart the data stream, or resume with Wick 0.1", WK_CURSOR_VERSION);
   if (!word || *end != '\0' || version != WK_CURSOR_VERSION)
     return WK_FAIL(WK_ERR_FORMAT, "cursor version '%s' is not %d (written by another Wick version)",
                    word ? word : "", WK_CURSOR_VERSION);

@@ -3,10 +3,16 @@
  * consumer (DESIGN §5).
  *
  * One lock guards the planner and the ring. A reader thread takes the next micro-batch number,
- * plans it under the lock (mix allocation once per step, then locating its rows: cheap, pure
- * arithmetic), and reads, decodes and packs its rows without the lock. The consumer takes
- * micro-batches strictly in order, so the stream is the same for any number of threads. The ring
- * has `prefetch` buffers: a full ring stops the readers (backpressure, bounded memory).
+ * plans it under the lock (mix allocation once per step, then locating its rows: arithmetic on the
+ * order's tables, which are built when the order enters a new window; in pad mode that reads shards'
+ * document indexes), and reads, decodes and packs its rows without the lock, through each source's
+ * residency (residency.c). The consumer takes micro-batches strictly in order, so the stream is the
+ * same for any number of threads. The ring has `prefetch` buffers: a full ring stops the readers
+ * (backpressure, bounded memory).
+ *
+ * Each source's low water (the first draw this loader may still read: the earliest step among the
+ * micro-batches being filled) is passed to its residency whenever a micro-batch is done, so decoded
+ * units and mapped pages are let go exactly when the order has passed them.
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
@@ -19,7 +25,7 @@
 #include <xxhash.h>
 
 #include "../tensor/tensor.h" /* wk_host_alloc_pinned */
-#include "stream.h"
+#include "residency.h"
 
 enum {
   MAX_THREADS = 64,
@@ -28,6 +34,13 @@ enum {
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
   DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
 };
+
+/* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
+ * buffers of 4M tokens (8 MiB of u16) whose samples are shuffled together: the working set. */
+#define DEFAULT_WINDOW_TOKENS (1ll << 29)
+#define DEFAULT_BUFFER_TOKENS (1ll << 22)
+#define MAX_SHUFFLE_TOKENS (1ll << 40)
+#define DEFAULT_CACHE_BYTES (64ll << 20) /* per zstd source and node */
 
 typedef struct {
   int64_t min, max, fallback;
@@ -43,7 +56,8 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_RANK] = {0, (1 << 20) - 1, 0, "rank"},
     [WK_LOADER_SEED] = {INT64_MIN, INT64_MAX, 0, "seed"},
     [WK_LOADER_SHUFFLE] = {0, 1, 1, "shuffle"},
-    [WK_LOADER_SHUFFLE_WINDOW] = {1, 1 << 20, 8, "shuffle_window"},
+    [WK_LOADER_WINDOW_TOKENS] = {1, MAX_SHUFFLE_TOKENS, DEFAULT_WINDOW_TOKENS, "window_tokens"},
+    [WK_LOADER_BUFFER_TOKENS] = {1, MAX_SHUFFLE_TOKENS, DEFAULT_BUFFER_TOKENS, "buffer_tokens"},
     [WK_LOADER_PARTITIONS] = {1, 1 << 20, 1, "partitions"},
     [WK_LOADER_CHUNK] = {1, 1 << 24, 1, "chunk"},
     [WK_LOADER_MODE] = {0, 1, 0, "mode"},
@@ -53,16 +67,23 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
-    [WK_LOADER_CACHE_BYTES] = {-1, INT64_MAX, -1, "cache_bytes"},
+    [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
+    [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
 };
 
 typedef struct {
   char *path;
   WkDataset *ds;
   WkOrder *order;
+  WkResidency *residency;
 } Source;
 
 typedef enum { BUFFER_FREE, BUFFER_FILLING, BUFFER_READY } BufferState;
+
+typedef struct {
+  struct WkLoader *loader;
+  WkResidencyThread *contexts[WK_MIX_MAX_SOURCES];
+} Reader;
 
 typedef struct {
   BufferState state;
@@ -103,6 +124,7 @@ struct WkLoader {
   uint64_t end_seq;
   /* ring */
   Buffer *buffers;
+  WkSampleLoc *locs;         /* [buffer_count x rows] */
   uint32_t buffer_count;
   pthread_mutex_t lock;
   pthread_cond_t ready;      /* the consumer waits here for filled buffers */
@@ -110,6 +132,7 @@ struct WkLoader {
   uint32_t readers_waiting;
   uint64_t wake_consumer_at; /* the consumer sleeps until this micro-batch is ready */
   pthread_t threads[MAX_THREADS];
+  Reader readers[MAX_THREADS];
   uint32_t thread_count;
   bool started, stopping;
   /* consumer */
@@ -218,7 +241,8 @@ static WkOrderConfig order_config(const WkLoader *loader) {
       .mode = (WkPackMode)param(loader, WK_LOADER_MODE),
       .seed = (uint64_t)param(loader, WK_LOADER_SEED),
       .shuffle = param(loader, WK_LOADER_SHUFFLE) != 0,
-      .window = (uint32_t)param(loader, WK_LOADER_SHUFFLE_WINDOW),
+      .window_tokens = (uint64_t)param(loader, WK_LOADER_WINDOW_TOKENS),
+      .buffer_tokens = (uint64_t)param(loader, WK_LOADER_BUFFER_TOKENS),
       .partitions = (uint32_t)param(loader, WK_LOADER_PARTITIONS),
       .chunk = (uint32_t)param(loader, WK_LOADER_CHUNK),
   };
@@ -244,15 +268,35 @@ static WkStatus derive_batch_shape(WkLoader *loader) {
   return WK_OK;
 }
 
+/* Names the stream a source's node cache serves: its content and every setting of its order. */
+static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
+  WkOrderConfig o = order_config(loader);
+  uint64_t fields[] = {wk_order_fingerprint(source->order), o.seq_len, o.mode, o.seed, o.shuffle, o.window_tokens,
+                       o.buffer_tokens, o.partitions, o.chunk};
+  uint64_t h = 0x6e6f6465;
+  for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) h = wk_mix64(h, fields[f]);
+  return h;
+}
+
+static WkStatus open_residency(WkLoader *loader, Source *source) {
+  WkOrderConfig o = order_config(loader);
+  WkResidencyConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
+                           .identity = stream_identity(loader, source), .seq_len = o.seq_len,
+                           .unit_tokens = wk_order_unit_tokens(source->order),
+                           .buffer_units = wk_order_buffer_units(source->order), .partitions = o.partitions,
+                           .window_boundaries = wk_order_max_window_boundaries(source->order)};
+  source->residency = wk_residency_new(source->ds, &cfg);
+  return source->residency ? WK_OK : wk_last_status();
+}
+
 static WkStatus open_orders(WkLoader *loader) {
   WkOrderConfig config = order_config(loader);
-  int64_t cache_bytes = param(loader, WK_LOADER_CACHE_BYTES);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     Source *source = &loader->sources[i];
     if (source->order) continue; /* opened by an earlier start that failed later on */
-    if (cache_bytes >= 0) WK_TRY(wk_dataset_set(source->ds, WK_DATASET_CACHE_BYTES, cache_bytes));
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
+    WK_TRY(open_residency(loader, source));
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
     if (loader->mix.epoch_length[i] == 0)
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' is too small for one epoch: it needs at least one sample of "
@@ -276,7 +320,8 @@ static WkStatus check_cursor(WkLoader *loader) {
   struct { const char *name; uint64_t cursor, loader; } same[] = {
       {"global batch", c->global_batch, loader->mix.global_batch}, {"seq_len", c->seq_len, o.seq_len},
       {"seed", c->seed, o.seed}, {"mode", c->mode, o.mode}, {"shuffle", c->shuffle, o.shuffle},
-      {"shuffle window", c->window, o.window}, {"partitions", c->partitions, o.partitions},
+      {"shuffle window_tokens", c->window_tokens, o.window_tokens},
+      {"shuffle buffer_tokens", c->buffer_tokens, o.buffer_tokens}, {"partitions", c->partitions, o.partitions},
       {"chunk", c->chunk, o.chunk}};
   for (size_t f = 0; f < sizeof same / sizeof same[0]; f++)
     if (same[f].cursor != same[f].loader)
@@ -308,10 +353,13 @@ static WkStatus check_cursor(WkLoader *loader) {
 
 static size_t align_up(size_t n) { return (n + BUFFER_ALIGNMENT - 1) / BUFFER_ALIGNMENT * BUFFER_ALIGNMENT; }
 
+static uint32_t token_bytes(const WkLoader *loader) {
+  return param(loader, WK_LOADER_DTYPE) == WK_I64 ? sizeof(int64_t) : sizeof(int32_t);
+}
+
 static size_t buffer_size(const WkLoader *loader) {
   size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
-  size_t bytes = align_up(m * (L + 1) * sizeof(int32_t)) + align_up(m * L) + align_up(m * sizeof(WkSampleInfo)) +
-                 align_up(m * sizeof(WkSampleLoc));
+  size_t bytes = align_up(m * (L + 1) * token_bytes(loader)) + align_up(m * L) + align_up(m * sizeof(WkSampleInfo));
   if (param(loader, WK_LOADER_DOCUMENT_IDS)) bytes += 2 * align_up(m * (L + 1) * sizeof(int32_t));
   return bytes;
 }
@@ -323,14 +371,13 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
   WK_TRY(wk_host_alloc_pinned(loader->buffer_bytes, &memory));
   char *p = memory;
   b->memory = p;
-  b->rows.tokens = (int32_t *)p;
-  p += align_up(m * (L + 1) * sizeof(int32_t));
+  b->rows.tokens = p;
+  b->rows.token_bytes = token_bytes(loader);
+  p += align_up(m * (L + 1) * b->rows.token_bytes);
   b->rows.loss_mask = (uint8_t *)p;
   p += align_up(m * L);
   b->info = (WkSampleInfo *)p;
   p += align_up(m * sizeof(WkSampleInfo));
-  b->locs = (WkSampleLoc *)p;
-  p += align_up(m * sizeof(WkSampleLoc));
   if (param(loader, WK_LOADER_DOCUMENT_IDS)) {
     b->rows.doc_ids = (int32_t *)p;
     b->rows.positions = (int32_t *)(p + align_up(m * (L + 1) * sizeof(int32_t)));
@@ -351,22 +398,40 @@ static WkStatus allocate_ring(WkLoader *loader) {
       return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than 2 micro-batches of %zu bytes",
                      (long long)budget, loader->buffer_bytes);
   }
-  loader->buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
-  if (!loader->buffers) return wk_last_status();
-  loader->buffer_count = count;
-  for (uint32_t i = 0; i < count; i++) {
-    if (allocate_buffer(loader, &loader->buffers[i]) != WK_OK) {
-      for (uint32_t j = 0; j < i; j++) wk_host_free_pinned(loader->buffers[j].memory);
-      free(loader->buffers);
-      loader->buffers = NULL;
-      return wk_last_status();
-    }
+  Buffer *buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
+  /* Where each row's sample lives: planning metadata, kept out of the (pinned) batch memory. */
+  WkSampleLoc *locs = wk_calloc((size_t)count * loader->rows, sizeof(WkSampleLoc), "loader sample locations");
+  WkStatus status = buffers && locs ? WK_OK : wk_last_status();
+  uint32_t made = 0;
+  for (; status == WK_OK && made < count; made++) {
+    buffers[made].locs = locs + (size_t)made * loader->rows;
+    status = allocate_buffer(loader, &buffers[made]);
   }
+  if (status != WK_OK) {
+    for (uint32_t j = 0; buffers && j < made; j++) wk_host_free_pinned(buffers[j].memory);
+    free(buffers);
+    free(locs);
+    return status;
+  }
+  loader->buffers = buffers;
+  loader->locs = locs;
+  loader->buffer_count = count;
   loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
   return loader->slots ? WK_OK : wk_last_status();
 }
 
 static void *reader_thread(void *arg);
+
+/* A reader thread's own state: one residency context per source (its memo and scratch buffers). */
+static WkStatus make_reader(WkLoader *loader, Reader *reader) {
+  reader->loader = loader;
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    if (reader->contexts[i]) continue; /* made by an earlier start that failed later on */
+    reader->contexts[i] = wk_residency_thread_new(loader->sources[i].residency);
+    if (!reader->contexts[i]) return wk_last_status();
+  }
+  return WK_OK;
+}
 
 WkStatus wk_loader_start(WkLoader *loader) {
   WK_TRY(require_not_started(loader, "start"));
@@ -376,11 +441,14 @@ WkStatus wk_loader_start(WkLoader *loader) {
   if (loader->restored) WK_TRY(check_cursor(loader));
   WK_TRY(allocate_ring(loader));
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
-  loader->started = true;
+  for (uint32_t i = 0; i < loader->mix.count; i++)
+    WK_TRY(wk_residency_start(loader->sources[i].residency, loader->positions[i].draws));
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
+  for (uint32_t t = 0; t < threads; t++) WK_TRY(make_reader(loader, &loader->readers[t]));
+  loader->started = true;
   for (uint32_t t = 0; t < threads; t++) {
     /* Threads already running are stopped and joined by wk_loader_free. */
-    if (pthread_create(&loader->threads[t], NULL, reader_thread, loader) != 0)
+    if (pthread_create(&loader->threads[t], NULL, reader_thread, &loader->readers[t]) != 0)
       return WK_FAIL(WK_ERR_INTERNAL, "cannot start loader thread %u", t);
     loader->thread_count++;
   }
@@ -402,6 +470,8 @@ static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
 static WkStatus plan_step(WkLoader *loader, uint64_t step) {
   memcpy(loader->step_before, loader->positions, sizeof loader->positions);
   WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->slots));
+  /* Published before any of the step's rows is read: no node cache entry this step may need is taken. */
+  for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_plan(loader->sources[i].residency, loader->positions[i].draws);
   loader->have_step = true;
   loader->planned_step = step;
   loader->step_fingerprint = hash_slots(loader, step);
@@ -476,9 +546,18 @@ static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo 
   pthread_mutex_unlock(&loader->lock);
 }
 
-static void fill_rows(WkLoader *loader, Buffer *b) {
+/* Reads a row's tokens through its source's residency, then completes the row around them. */
+static WkStatus fill_row(WkLoader *loader, const Reader *reader, Buffer *b, uint32_t r) {
+  uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), s = b->info[r].source;
+  Source *source = &loader->sources[s];
+  WK_TRY(wk_residency_read(source->residency, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
+                           b->rows.token_bytes));
+  wk_pack_row((WkPackMode)param(loader, WK_LOADER_MODE), L, wk_dataset_eos(source->ds), &b->locs[r], &b->rows, r);
+  return WK_OK;
+}
+
+static void fill_rows(WkLoader *loader, const Reader *reader, Buffer *b) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
-  WkPackMode mode = (WkPackMode)param(loader, WK_LOADER_MODE);
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
@@ -486,7 +565,7 @@ static void fill_rows(WkLoader *loader, Buffer *b) {
       wk_pack_empty_row(L, wk_dataset_eos(loader->sources[0].ds), &b->rows, r);
     } else {
       Source *source = &loader->sources[info->source];
-      WkStatus status = wk_pack_row(source->ds, mode, L, &b->locs[r], &b->rows, r);
+      WkStatus status = fill_row(loader, reader, b, r);
       if (status == WK_ERR_FORMAT && skip_corrupt) {
         log_skip(loader, source, info);
         wk_pack_empty_row(L, wk_dataset_eos(source->ds), &b->rows, r);
@@ -518,8 +597,21 @@ static bool consumer_can_go(const WkLoader *loader) {
          loader->buffers[seq % loader->buffer_count].status != WK_OK;
 }
 
+/* Lock held. The first draw of source i this loader may still read: the earliest step among the
+ * micro-batches being filled, or the step being planned. */
+static uint64_t low_water(const WkLoader *loader, uint32_t i) {
+  uint64_t low = loader->have_step ? loader->step_before[i].draws : loader->positions[i].draws;
+  for (uint32_t k = 0; k < loader->buffer_count; k++) {
+    const Buffer *b = &loader->buffers[k];
+    if (b->state == BUFFER_FILLING && b->before[i].draws < low) low = b->before[i].draws;
+  }
+  return low;
+}
+
 static void *reader_thread(void *arg) {
-  WkLoader *loader = arg;
+  const Reader *reader = arg;
+  WkLoader *loader = reader->loader;
+  uint64_t lows[WK_MIX_MAX_SOURCES];
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
     Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
@@ -535,10 +627,14 @@ static void *reader_thread(void *arg) {
     }
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
-    if (b->status == WK_OK) fill_rows(loader, b);
+    if (b->status == WK_OK) fill_rows(loader, reader, b);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
     if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
+    for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
+    pthread_mutex_unlock(&loader->lock);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_advance(loader->sources[i].residency, lows[i]);
+    pthread_mutex_lock(&loader->lock);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
@@ -549,8 +645,9 @@ WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out
   if (row >= loader->rows) return WK_FAIL(WK_ERR_INVALID_ARG, "row %u is not below %u", row, loader->rows);
   *out = loader->held->info[row];
   /* Hashed on request (audits, inspect), not for every row streamed. */
-  size_t width = (size_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
-  out->token_hash = XXH3_64bits(loader->held->rows.tokens + row * width, width * sizeof(int32_t));
+  uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
+  const WkRows *rows = &loader->held->rows;
+  out->token_hash = XXH3_64bits(wk_rows_tokens(rows, L, row), (L + 1u) * (size_t)rows->token_bytes);
   return WK_OK;
 }
 
@@ -651,7 +748,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   loader->stats.batches++;
   loader->stats.skipped = loader->skipped;
   pthread_mutex_unlock(&loader->lock);
-  *out = (WkBatch){.tokens = b->rows.tokens, .loss_mask = b->rows.loss_mask, .doc_ids = b->rows.doc_ids,
+  *out = (WkBatch){.tokens = b->rows.tokens, .token_bytes = b->rows.token_bytes, .loss_mask = b->rows.loss_mask, .doc_ids = b->rows.doc_ids,
                    .positions = b->rows.positions, .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
@@ -673,8 +770,9 @@ WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t
   WkOrderConfig o = order_config(loader);
   WkCursor c = {.step = loader->start.step, .micro = loader->start.micro,
                 .world = (uint32_t)param(loader, WK_LOADER_WORLD_SIZE), .global_batch = loader->mix.global_batch,
-                .seq_len = o.seq_len, .seed = o.seed, .mode = o.mode, .shuffle = o.shuffle, .window = o.window,
-                .partitions = o.partitions, .chunk = o.chunk, .skipped = loader->skipped,
+                .seq_len = o.seq_len, .seed = o.seed, .mode = o.mode, .shuffle = o.shuffle,
+                .window_tokens = o.window_tokens, .buffer_tokens = o.buffer_tokens, .partitions = o.partitions,
+                .chunk = o.chunk, .skipped = loader->skipped,
                 .sources = loader->mix.count};
   pthread_mutex_lock(&loader->lock);
   const Buffer *b = loader->held;
@@ -698,6 +796,22 @@ void wk_loader_stats(WkLoader *loader, WkLoaderStats *out) {
   out->buffers = loader->buffer_count;
   out->buffer_bytes = loader->buffer_bytes;
   pthread_mutex_unlock(&loader->lock);
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    if (!loader->sources[i].residency) continue;
+    WkResidencyStats r;
+    wk_residency_stats(loader->sources[i].residency, &r);
+    out->decoded_bytes += r.decoded_bytes;
+    out->delivered_bytes += r.delivered_bytes;
+    out->node_decoded_bytes += r.node.decoded_bytes;
+    out->node_delivered_bytes += r.node.delivered_bytes;
+    out->node_private_decodes += r.node.private_decodes;
+    out->node_edges_saved += r.node.edges_saved;
+    out->node_edges_used += r.node.edges_used;
+    out->node_edges_missing += r.node.edges_missing;
+    out->node_edges_dropped += r.node.edges_dropped;
+    out->node_waits += r.node.waits;
+    out->node_steals += r.node.steals;
+  }
 }
 
 /* ---- teardown ------------------------------------------------------------------------------------ */
@@ -712,8 +826,12 @@ void wk_loader_free(WkLoader *loader) {
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
   for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) wk_host_free_pinned(loader->buffers[i].memory);
   free(loader->buffers);
+  free(loader->locs);
   free(loader->slots);
+  for (uint32_t t = 0; t < MAX_THREADS; t++)
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_free(loader->readers[t].contexts[i]);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
+    wk_residency_free(loader->sources[i].residency);
     wk_order_free(loader->sources[i].order);
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);

@@ -1,5 +1,7 @@
 /*
- * pack.c — turns a located sample into one row of tokens, loss mask, document ids and positions.
+ * pack.c — completes one row of a micro-batch around a sample's tokens: loss mask, padding, document
+ * ids and positions. The tokens themselves are read into the row first (residency.c), as int32 or
+ * int64, so a row is written once, in the dtype the model consumes.
  *
  * Packed mode: the sample is seq_len+1 consecutive tokens of a shard's stream (documents joined by
  * EOS); every target counts, and doc ids / positions restart after each EOS so attention and
@@ -11,54 +13,60 @@
 
 #include "stream.h"
 
-static void fill_packed_metadata(const int32_t *tokens, int32_t eos, uint32_t count, int32_t *doc_ids,
-                                 int32_t *positions) {
+static int64_t token_at(const WkRows *rows, size_t index) {
+  if (rows->token_bytes == sizeof(int64_t)) return ((const int64_t *)rows->tokens)[index];
+  return ((const int32_t *)rows->tokens)[index];
+}
+
+static void set_token(WkRows *rows, size_t index, int64_t value) {
+  if (rows->token_bytes == sizeof(int64_t)) ((int64_t *)rows->tokens)[index] = value;
+  else ((int32_t *)rows->tokens)[index] = (int32_t)value;
+}
+
+void *wk_rows_tokens(const WkRows *rows, uint32_t seq_len, uint32_t row) {
+  return (uint8_t *)rows->tokens + (size_t)row * (seq_len + 1u) * rows->token_bytes;
+}
+
+static void fill_packed_metadata(const WkRows *rows, size_t first, int64_t eos, uint32_t count) {
   int32_t doc = 0, position = 0;
   for (uint32_t t = 0; t < count; t++) {
-    doc_ids[t] = doc;
-    positions[t] = position++;
-    if (tokens[t] == eos) {
+    rows->doc_ids[first + t] = doc;
+    rows->positions[first + t] = position++;
+    if (token_at(rows, first + t) == eos) {
       doc++;
       position = 0;
     }
   }
 }
 
-WkStatus wk_pack_row(WkDataset *ds, WkPackMode mode, uint32_t seq_len, const WkSampleLoc *loc, WkRows *rows,
-                     uint32_t row) {
-  size_t width = (size_t)seq_len + 1;
-  int32_t *tokens = rows->tokens + row * width;
+void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSampleLoc *loc, WkRows *rows,
+                 uint32_t row) {
+  size_t width = (size_t)seq_len + 1, first = row * width;
   uint8_t *mask = rows->loss_mask + row * (size_t)seq_len;
-  uint32_t eos = wk_dataset_eos(ds);
   uint64_t length = loc->length < width ? loc->length : width;
-  /* Token ids are below 2^31 (the vocabulary is), so the uint32 read can land in the int32 row. */
-  WK_TRY(wk_dataset_read(ds, loc->shard, loc->offset, length, (uint32_t *)tokens));
   if (mode == WK_PACK_PACKED) {
     memset(mask, 1, seq_len);
-    if (rows->doc_ids)
-      fill_packed_metadata(tokens, (int32_t)eos, (uint32_t)width, rows->doc_ids + row * width,
-                           rows->positions + row * width);
-    return WK_OK;
+    if (rows->doc_ids) fill_packed_metadata(rows, first, eos, (uint32_t)width);
+    return;
   }
   /* Pad mode: document, EOS, then EOS padding; targets 1..length (the EOS included) count. */
-  for (size_t t = length; t < width; t++) tokens[t] = (int32_t)eos;
+  for (size_t t = length; t < width; t++) set_token(rows, first + t, eos);
   for (size_t t = 0; t < seq_len; t++) mask[t] = t + 1 <= length;
   if (rows->doc_ids) {
     for (size_t t = 0; t < width; t++) {
-      rows->doc_ids[row * width + t] = 0;
-      rows->positions[row * width + t] = (int32_t)t;
+      rows->doc_ids[first + t] = 0;
+      rows->positions[first + t] = (int32_t)t;
     }
   }
-  return WK_OK;
 }
 
 void wk_pack_empty_row(uint32_t seq_len, uint32_t pad_token, WkRows *rows, uint32_t row) {
-  size_t width = (size_t)seq_len + 1;
-  for (size_t t = 0; t < width; t++) rows->tokens[row * width + t] = (int32_t)pad_token;
+  size_t width = (size_t)seq_len + 1, first = row * width;
+  for (size_t t = 0; t < width; t++) set_token(rows, first + t, pad_token);
   memset(rows->loss_mask + row * (size_t)seq_len, 0, seq_len);
   if (!rows->doc_ids) return;
   for (size_t t = 0; t < width; t++) {
-    rows->doc_ids[row * width + t] = 0;
-    rows->positions[row * width + t] = (int32_t)t;
+    rows->doc_ids[first + t] = 0;
+    rows->positions[first + t] = (int32_t)t;
   }
 }

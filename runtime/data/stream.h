@@ -16,6 +16,7 @@
 /* A bijection of [0, n) keyed by key: a Feistel network with cycle walking. O(1) memory and time
  * per element, so an epoch's shuffle needs no index array. */
 uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
+uint64_t wk_permute_inverse(uint64_t key, uint64_t n, uint64_t i);
 uint64_t wk_mix64(uint64_t a, uint64_t b);  /* a well-mixed 64-bit combination */
 
 typedef enum { WK_PACK_PACKED = 0, WK_PACK_PAD = 1 } WkPackMode;
@@ -24,22 +25,50 @@ typedef struct {
   uint32_t seq_len;        /* tokens per sample = seq_len + 1 (inputs and shifted targets) */
   WkPackMode mode;
   uint64_t seed;
-  bool shuffle;            /* false: shards and samples in stored order (debugging) */
-  uint32_t window;         /* shards whose samples are shuffled together (the working set) */
+  bool shuffle;            /* false: shards, units and samples in stored order (debugging) */
+  uint64_t window_tokens;  /* consecutive shards holding this many tokens have their units permuted together */
+  uint64_t buffer_tokens;  /* units holding this many tokens have their samples permuted together: the working set */
   uint32_t partitions;     /* canonical partitions: disjoint shard sets, interleaved by chunk */
   uint32_t chunk;          /* consecutive draws taken from one partition before the next */
 } WkOrderConfig;
 
-/* Where a sample lives: shard + first token + token count (packed: seq_len+1 tokens of the
- * stream; pad: one document without its EOS). */
+/* An edge: the part, inside one unit, of a sample that straddles into a unit drawn in a later buffer.
+ * The unit's decoder saves it, so the later buffer needs no second decode of this unit. */
+typedef struct {
+  uint64_t begin, end;     /* tokens of the shard's stream */
+  uint32_t boundary;       /* the unit right of the boundary: (shard, boundary) names the edge */
+  uint64_t hold_until;     /* absolute draw after which it is no longer needed */
+} WkEdgeDuty;
+
+/* The absolute draws of the source between which a unit is needed: its buffer's first and last. */
+typedef struct {
+  uint64_t from, until;
+} WkHold;
+
+/* A unit (a run of blocks of one shard) as one sample touches it. */
+typedef struct {
+  uint32_t unit;           /* unit index within the shard */
+  bool from_edge;          /* the sample's part in this unit was saved as an edge in an earlier buffer */
+  uint32_t duties;         /* edges to save when this unit is decoded */
+  WkEdgeDuty duty[2];
+  WkHold hold;
+} WkUnitUse;
+
+/* Where a sample lives: shard + first token + token count (packed: seq_len+1 tokens of the stream;
+ * pad: a document without its EOS, at most seq_len+1 tokens), and, from wk_order_locate, the units it
+ * lies in (1, or 2 for a straddler: units[0] holds its first token) and its absolute draw. */
 typedef struct {
   uint32_t shard;
   uint64_t offset;
   uint64_t length;
   uint64_t item;  /* packed: window index in the shard; pad: document index */
+  uint64_t draw;
+  uint32_t unit_count;
+  WkUnitUse units[2];
 } WkSampleLoc;
 
-/* The order of one source: knows its dataset's shape, caches one epoch's window table. */
+/* The order of one source: knows its dataset's shape, caches one epoch's shard and window tables and
+ * each partition's current window. */
 typedef struct WkOrder WkOrder;
 
 WkOrder *wk_order_new(WkDataset *ds, const WkOrderConfig *config);
@@ -48,10 +77,16 @@ void wk_order_free(WkOrder *order);
 uint64_t wk_order_epoch_length(const WkOrder *order);
 /* The c-th sample (0 <= c < epoch length) of epoch `epoch`. Not thread-safe (caches the epoch). */
 WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out);
-/* Identifies the dataset's content (shard names and sizes): part of every shuffle key. */
+/* Item `item` of a shard (its place, without residency), for tools and tests. */
+WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLoc *out);
+/* Identifies the dataset's content (shard names and sizes, block size): part of every shuffle key. */
 uint64_t wk_order_fingerprint(const WkOrder *order);
+uint64_t wk_order_unit_tokens(const WkOrder *order);   /* tokens per unit */
+uint64_t wk_order_buffer_units(const WkOrder *order);  /* units per buffer */
+/* The most unit boundaries one window can hold: bounds the straddler edges in flight. */
+uint64_t wk_order_max_window_boundaries(const WkOrder *order);
 
-#endif /* WK_DATA_STREAM_H */
+
 
 /* ---- mix.c: which source fills each slot of a global batch --------------------------------------- */
 
@@ -96,22 +131,24 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
 /* ---- pack.c: one sample -> one row ----------------------------------------------------------------- */
 
 /* The rows of a micro-batch, all row-major with `rows` rows:
- *   tokens     int32 [rows, seq_len+1]   inputs are tokens[:, :-1], targets tokens[:, 1:]
+ *   tokens     int32 or int64 [rows, seq_len+1]   inputs are tokens[:, :-1], targets tokens[:, 1:]
  *   loss_mask  uint8 [rows, seq_len]     1 where target tokens[:, t+1] counts in the loss
  *   doc_ids    int32 [rows, seq_len+1]   document index within the row (for attention masks)
  *   positions  int32 [rows, seq_len+1]   position within its document
  * doc_ids and positions are NULL unless asked for: most recipes never read them. */
 typedef struct {
-  int32_t *tokens;
+  void *tokens;
+  uint32_t token_bytes;  /* 4 (int32) or 8 (int64) */
   uint8_t *loss_mask;
   int32_t *doc_ids;
   int32_t *positions;
 } WkRows;
 
-/* Writes row `row` from the sample at loc. A sample whose tokens cannot be read returns the read's
- * status; the caller decides (error, or a masked empty row). */
-WkStatus wk_pack_row(WkDataset *ds, WkPackMode mode, uint32_t seq_len, const WkSampleLoc *loc, WkRows *rows,
-                     uint32_t row);
+/* Row `row`'s tokens: where a sample's loc->length tokens are read before wk_pack_row. */
+void *wk_rows_tokens(const WkRows *rows, uint32_t seq_len, uint32_t row);
+/* Completes row `row` around the sample's tokens already read into it: mask, padding, doc ids. */
+void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSampleLoc *loc, WkRows *rows,
+                 uint32_t row);
 /* An empty row: pad tokens, zero mask (a skipped corrupt sample or end-of-stream padding). */
 void wk_pack_empty_row(uint32_t seq_len, uint32_t pad_token, WkRows *rows, uint32_t row);
 
@@ -129,14 +166,18 @@ typedef struct {
   uint64_t seed;
   WkPackMode mode;
   uint32_t shuffle;       /* 0 or 1 */
-  uint32_t window, partitions, chunk;
+  uint64_t window_tokens, buffer_tokens;
+  uint32_t partitions, chunk;
   uint64_t skipped;       /* corrupt samples masked so far on this rank (information) */
   uint32_t sources;
   uint64_t fingerprint[WK_MIX_MAX_SOURCES];
   WkSourcePosition position[WK_MIX_MAX_SOURCES];
 } WkCursor;
 
-enum { WK_CURSOR_VERSION = 1 };
+/* 2: the block-buffer order (window and buffer in tokens). Version 1 was the shard-window order. */
+enum { WK_CURSOR_VERSION = 2 };
 
 WkStatus wk_cursor_format(const WkCursor *cursor, char *buffer, size_t capacity, size_t *length);
 WkStatus wk_cursor_parse(const char *text, WkCursor *out);
+
+#endif /* WK_DATA_STREAM_H */

@@ -5,7 +5,7 @@
 --     data = data.mix { { 'data/web', weight = 0.8 }, { 'data/code', weight = wick.schedule.linear(0.1, 0.3, 1e4) } },
 --     seq_len = 1024, global_batch = 512, micro_batch = 16,   -- world size and rank come from the env
 --   }
---   local batch = loader:next()      -- batch.tokens: int32 [rows, seq_len + 1] (cdata), nil at the end
+--   local batch = loader:next()      -- batch.tokens: int32 (or dtype = 'i64') [rows, seq_len + 1] (cdata), nil at the end
 --   local cursor = loader:state()    -- a short string; data.loader{ ..., cursor = cursor } resumes exactly
 --
 -- All per-token work happens in C threads (runtime/data); this module only configures them.
@@ -19,6 +19,9 @@ local CURSOR_CAPACITY = 8192
 local MODES = { packed = 0, pad = 1 }
 local ON_CORRUPT = { error = 0, skip = 1 }
 local AT_END = { drop = 0, pad = 1 }
+local DTYPES = { i32 = C.WK_I32, i64 = C.WK_I64 }
+local TOKEN_POINTER = { [4] = ffi.typeof('int32_t *'), [8] = ffi.typeof('int64_t *') }
+local SHUFFLE_PARAMS = { window_tokens = C.WK_LOADER_WINDOW_TOKENS, buffer_tokens = C.WK_LOADER_BUFFER_TOKENS }
 
 -- ---- sources and mixes -----------------------------------------------------------------------------
 
@@ -94,8 +97,25 @@ local function configure(handle, opts)
   if o.rank == nil then set(handle, C.WK_LOADER_RANK, env_number('RANK', 0)) end
   local shuffle = o.shuffle
   if shuffle == nil then shuffle = true end
+  if type(shuffle) ~= 'boolean' and type(shuffle) ~= 'table' then
+    error('shuffle must be true, false or { window_tokens = N, buffer_tokens = M }, got ' .. tostring(shuffle), 3)
+  end
   set(handle, C.WK_LOADER_SHUFFLE, shuffle and 1 or 0)
-  if type(shuffle) == 'table' and shuffle.window then set(handle, C.WK_LOADER_SHUFFLE_WINDOW, shuffle.window) end
+  if type(shuffle) == 'table' then
+    for key, value in pairs(shuffle) do
+      if key == 'window' then
+        error('shuffle.window counted shards; the order now sizes its window in tokens: shuffle = { window_tokens = ' ..
+          'N, buffer_tokens = M } (defaults 2^29 and 2^22)', 3)
+      end
+      local param = SHUFFLE_PARAMS[key]
+      if not param then error(('unknown shuffle option %s (window_tokens, buffer_tokens)'):format(tostring(key)), 3) end
+      if type(value) ~= 'number' or value ~= math.floor(value) or value < 1 then
+        error(('shuffle.%s must be a whole number of tokens >= 1, got %s'):format(key, tostring(value)), 3)
+      end
+      set(handle, param, value)
+    end
+  end
+  set(handle, C.WK_LOADER_DTYPE, choice(DTYPES, o.dtype or 'i32', 'dtype'))
   set(handle, C.WK_LOADER_MODE, choice(MODES, o.mode or 'packed', 'mode'))
   set(handle, C.WK_LOADER_ON_CORRUPT, choice(ON_CORRUPT, o.on_corrupt or 'error', 'on_corrupt'))
   set(handle, C.WK_LOADER_PAD_LAST, choice(AT_END, o.at_end or 'drop', 'at_end'))
@@ -151,7 +171,9 @@ function Loader:next()
   if status == C.WK_ERR_CLOSED then return nil end
   core.check(status, 2)
   local b, out = self.c_batch, self.batch
-  out.tokens, out.loss_mask, out.doc_ids, out.positions = b.tokens, b.loss_mask, b.doc_ids, b.positions
+  out.tokens = ffi.cast(TOKEN_POINTER[b.token_bytes], b.tokens)
+  out.loss_mask, out.doc_ids, out.positions = b.loss_mask, b.doc_ids, b.positions
+  out.dtype = b.token_bytes == 8 and 'i64' or 'i32'
   if out.doc_ids == nil then out.doc_ids, out.positions = nil, nil end
   out.rows, out.seq_len = b.rows, b.seq_len
   out.step, out.micro_step, out.micro_steps = tonumber(b.step), b.micro_step, b.micro_steps
@@ -196,13 +218,17 @@ function Loader:epoch_length(source)
   return tonumber(out[0])
 end
 
+local STAT_FIELDS = { 'batches', 'wait_ns', 'skipped', 'buffers', 'buffer_bytes', 'decoded_bytes', 'delivered_bytes',
+  'node_decoded_bytes', 'node_delivered_bytes', 'node_private_decodes', 'node_edges_saved', 'node_edges_used',
+  'node_edges_missing', 'node_edges_dropped', 'node_waits', 'node_steals' }
+
+-- Counters; decode amplification is decoded_bytes / delivered_bytes (node_*: all local ranks).
 function Loader:stats()
   local s = ffi.new('WkLoaderStats')
   C.wk_loader_stats(self.handle, s)
-  return {
-    batches = tonumber(s.batches), wait_ns = tonumber(s.wait_ns), skipped = tonumber(s.skipped),
-    buffers = tonumber(s.buffers), buffer_bytes = tonumber(s.buffer_bytes),
-  }
+  local out = {}
+  for _, field in ipairs(STAT_FIELDS) do out[field] = tonumber(s[field]) end
+  return out
 end
 
 -- Draws per source so far, from the cursor, and each source's share of them.
@@ -219,10 +245,10 @@ end
 
 -- Tokens of row `row` (0-based) of the last batch as a Lua table: for debugging only.
 function Loader:row_tokens(row)
-  local b = self.c_batch
+  local b = self.batch
   local width = b.seq_len + 1
   local out = {}
-  for t = 0, width - 1 do out[t + 1] = b.tokens[row * width + t] end
+  for t = 0, width - 1 do out[t + 1] = tonumber(b.tokens[row * width + t]) end
   return out
 end
 

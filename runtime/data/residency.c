@@ -1,0 +1,349 @@
+/*
+ * residency.c — a source's reads for the loader: a located sample (order.c) -> its tokens in a row,
+ * through what is resident.
+ *
+ * zstd shards: units come from the node's unit cache (unitcache.c). The thread that first needs a unit
+ * decodes it and saves the unit's edges (the parts of straddling samples that later buffers draw); a
+ * straddler drawn later reads that part from its edge. Each thread keeps a small memo of the units it
+ * got, valid while its draws stay within their hold (the cache cannot reuse such a slot), so most
+ * reads take no lock at all.
+ * raw shards: tokens are widened straight from the file mapping (each block verified once); the units
+ * touched are remembered with their hold, and their pages are let go (MADV_DONTNEED) once the loader's
+ * low water passes it, so resident memory stays a few buffers whatever the dataset's size.
+ *
+ * Sharing: when the process is one of several local ranks of a job (LOCAL_WORLD_SIZE > 1 and a job id
+ * from the launcher, torchrun or SLURM), the unit cache is a region in /dev/shm named by the job and the
+ * stream, so all local ranks decode each unit once between them; otherwise it is private.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/shared.h"
+#include "format.h"
+#include "residency.h"
+
+enum {
+  MEMO_ENTRIES = 256,         /* per thread: more than the units of a buffer or two */
+  RAW_TRACK_BUFFERS = 4,      /* raw units remembered for release, in buffers per partition; older
+                                 ones are let go early (they fault back in if still read) */
+  JOB_ID_CAPACITY = 256,
+  CODEC_UNKNOWN = 0xFF,
+};
+
+typedef struct {
+  uint32_t shard, unit;
+  uint64_t hold_until;
+} RawUnit;
+
+struct WkResidency {
+  WkDataset *ds;
+  WkResidencyConfig cfg;
+  char what[256];
+  uint32_t token_bytes;
+  uint8_t *codec;             /* per shard: WkCodec once known */
+  pthread_mutex_t lock;       /* the cache's creation and the raw unit ring */
+  WkUnitCache *cache;         /* created at the first zstd unit */
+  uint64_t low_water, high_water;
+  RawUnit *raw;               /* a ring, in the order units were first read */
+  uint32_t raw_capacity, raw_head, raw_count;
+  _Atomic uint64_t decoded_bytes, delivered_bytes;
+};
+
+typedef struct {
+  uint64_t key;               /* 0: empty (keys are never 0: see unit_key) */
+  const uint8_t *data;
+  uint64_t hold_until;
+} Memo;
+
+struct WkResidencyThread {
+  Memo memo[MEMO_ENTRIES];
+  uint8_t *scratch;           /* a unit decoded privately */
+  uint8_t *edge;              /* an edge's tokens */
+};
+
+static uint64_t unit_key(uint32_t shard, uint32_t unit) { return ((uint64_t)shard + 1) << 32 | unit; }
+
+static uint64_t unit_bytes(const WkResidency *r) { return r->cfg.unit_tokens * r->token_bytes; }
+static uint64_t edge_bytes(const WkResidencyConfig *cfg, uint32_t token_bytes) { return (cfg->seq_len + 1ull) * token_bytes; }
+
+/* Edges in flight peak near half a window (each boundary waits from its first unit's buffer to its
+ * second's); a margin of a few standard deviations, capped by the window. */
+static uint32_t edge_slots(const WkResidencyConfig *cfg) {
+  double n = (double)cfg->window_boundaries;
+  double slots = n / 2 + 4 * sqrt(n) + 16;
+  return (uint32_t)(slots < n + 1 ? slots : n + 1);
+}
+
+static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t token_bytes, uint64_t budget,
+                                      const char *what, const char *name) {
+  return (WkUnitCacheConfig){.what = what, .shared_name = name, .identity = cfg->identity, .budget_bytes = budget,
+                             .unit_bytes = cfg->unit_tokens * token_bytes, .edge_bytes = edge_bytes(cfg, token_bytes),
+                             .edge_slots = edge_slots(cfg)};
+}
+
+uint64_t wk_residency_min_cache_bytes(const WkResidencyConfig *cfg, uint32_t token_bytes) {
+  WkUnitCacheConfig c = cache_config(cfg, token_bytes, 0, "", NULL);
+  return wk_unit_cache_bytes_for(&c, (uint32_t)(2 * cfg->buffer_units));
+}
+
+/* ---- sharing ------------------------------------------------------------------------------------- */
+
+/* The job this process is a local rank of, when it has local peers: the launcher's WICK_JOB_ID,
+ * torchrun's run id, SLURM's job and step, or the rendezvous address as the last resort. */
+static bool node_job_id(char *out, size_t capacity) {
+  const char *local = getenv("LOCAL_WORLD_SIZE");
+  if (!local || atoi(local) < 2) return false;
+  const char *id = getenv("WICK_JOB_ID");
+  if (!id) id = getenv("TORCHELASTIC_RUN_ID");
+  if (id) return snprintf(out, capacity, "%s", id) < (int)capacity;
+  const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+  if (slurm) return snprintf(out, capacity, "slurm-%s.%s", slurm, step ? step : "0") < (int)capacity;
+  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  if (addr && port) return snprintf(out, capacity, "%s:%s", addr, port) < (int)capacity;
+  return false;
+}
+
+static uint64_t hash_text(const char *text) {
+  uint64_t h = 0x77636b;
+  for (const char *p = text; *p; p++) h = wk_mix64(h, (uint8_t)*p);
+  return h;
+}
+
+static WkStatus open_cache(WkResidency *r) {
+  char job[JOB_ID_CAPACITY], name[WK_SHARED_NAME_CAPACITY];
+  const char *shared = NULL;
+  if (node_job_id(job, sizeof job)) {
+    snprintf(name, sizeof name, "/wick-%u-%016" PRIx64 "-%016" PRIx64, (unsigned)getuid(), hash_text(job),
+             r->cfg.identity);
+    shared = name;
+  }
+  WkUnitCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what, shared);
+  WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &r->cache));
+  wk_unit_cache_set_high_water(r->cache, r->high_water);
+  return WK_OK;
+}
+
+/* ---- lifetime -------------------------------------------------------------------------------------- */
+
+WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg) {
+  WkResidency *r = wk_calloc(1, sizeof *r, "residency");
+  if (!r) return NULL;
+  r->ds = ds;
+  r->cfg = *cfg;
+  snprintf(r->what, sizeof r->what, "%s", cfg->what);
+  r->cfg.what = r->what;
+  r->token_bytes = wk_dataset_token_bytes(ds);
+  r->codec = wk_malloc(wk_dataset_shard_count(ds) + 1u, "shard codecs");
+  r->raw_capacity = (uint32_t)(RAW_TRACK_BUFFERS * cfg->buffer_units * cfg->partitions + 1);
+  r->raw = wk_calloc(r->raw_capacity, sizeof *r->raw, "raw unit ring");
+  if (!r->codec || !r->raw) {
+    free(r->codec);
+    free(r->raw);
+    free(r);
+    return NULL;
+  }
+  memset(r->codec, CODEC_UNKNOWN, wk_dataset_shard_count(ds) + 1u);
+  pthread_mutex_init(&r->lock, NULL);
+  return r;
+}
+
+void wk_residency_free(WkResidency *r) {
+  if (!r) return;
+  wk_unit_cache_close(r->cache);
+  pthread_mutex_destroy(&r->lock);
+  free(r->codec);
+  free(r->raw);
+  free(r);
+}
+
+WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw) {
+  r->low_water = first_draw;
+  uint32_t codec;
+  WK_TRY(wk_dataset_shard_codec(r->ds, 0, &codec));
+  uint64_t need = wk_residency_min_cache_bytes(&r->cfg, r->token_bytes);
+  if (codec != WK_CODEC_RAW && r->cfg.cache_bytes < need)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %llu cannot hold two shuffle buffers of %llu units "
+                   "(%llu KiB each) and the straddling edges of a window; it needs at least %llu bytes (raise "
+                   "cache_bytes, or lower shuffle.buffer_tokens)", r->what, (unsigned long long)r->cfg.cache_bytes,
+                   (unsigned long long)r->cfg.buffer_units, (unsigned long long)(unit_bytes(r) >> 10),
+                   (unsigned long long)need);
+  return WK_OK;
+}
+
+/* Lock held. Lets go of the pages of the oldest remembered raw unit. */
+static void release_oldest_raw(WkResidency *r) {
+  RawUnit *u = &r->raw[r->raw_head];
+  uint64_t begin = (uint64_t)u->unit * r->cfg.unit_tokens;
+  wk_dataset_advise(r->ds, u->shard, begin, begin + r->cfg.unit_tokens, WK_ADVICE_DONTNEED);
+  r->raw_head = (r->raw_head + 1) % r->raw_capacity;
+  r->raw_count--;
+}
+
+void wk_residency_advance(WkResidency *r, uint64_t low_water) {
+  pthread_mutex_lock(&r->lock);
+  if (low_water > r->low_water) r->low_water = low_water;
+  /* Raw units are remembered in the order they were first read, which follows the draws. */
+  while (r->raw_count > 0 && r->raw[r->raw_head].hold_until < r->low_water) release_oldest_raw(r);
+  if (r->cache) wk_unit_cache_set_low_water(r->cache, r->low_water);
+  pthread_mutex_unlock(&r->lock);
+}
+
+void wk_residency_plan(WkResidency *r, uint64_t high_water) {
+  pthread_mutex_lock(&r->lock);
+  r->high_water = high_water;
+  if (r->cache) wk_unit_cache_set_high_water(r->cache, high_water);
+  pthread_mutex_unlock(&r->lock);
+}
+
+WkResidencyThread *wk_residency_thread_new(WkResidency *r) {
+  WkResidencyThread *t = wk_calloc(1, sizeof *t, "residency thread");
+  if (!t) return NULL;
+  t->scratch = wk_malloc(unit_bytes(r), "decoded unit");
+  t->edge = wk_malloc(edge_bytes(&r->cfg, r->token_bytes), "edge");
+  if (!t->scratch || !t->edge) {
+    wk_residency_thread_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+void wk_residency_thread_free(WkResidencyThread *t) {
+  if (!t) return;
+  free(t->scratch);
+  free(t->edge);
+  free(t);
+}
+
+/* ---- reading ------------------------------------------------------------------------------------- */
+
+static WkStatus shard_codec(WkResidency *r, uint32_t shard, uint32_t *codec) {
+  uint8_t known = atomic_load_explicit((_Atomic uint8_t *)&r->codec[shard], memory_order_relaxed);
+  if (known != CODEC_UNKNOWN) {
+    *codec = known;
+    return WK_OK;
+  }
+  WK_TRY(wk_dataset_shard_codec(r->ds, shard, codec));
+  atomic_store_explicit((_Atomic uint8_t *)&r->codec[shard], (uint8_t)*codec, memory_order_relaxed);
+  return WK_OK;
+}
+
+static void remember_raw(WkResidency *r, WkResidencyThread *t, uint32_t shard, const WkUnitUse *use) {
+  uint64_t key = unit_key(shard, use->unit);
+  Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
+  if (m->key == key && m->hold_until >= use->hold.until) return; /* this thread already remembered it */
+  *m = (Memo){.key = key, .hold_until = use->hold.until};
+  pthread_mutex_lock(&r->lock);
+  if (r->raw_count == r->raw_capacity) release_oldest_raw(r);
+  r->raw[(r->raw_head + r->raw_count++) % r->raw_capacity] = (RawUnit){shard, use->unit, use->hold.until};
+  pthread_mutex_unlock(&r->lock);
+}
+
+static WkStatus read_raw(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
+  WK_TRY(wk_dataset_read_into(r->ds, loc->shard, loc->offset, loc->length, dst, dst_bytes));
+  for (uint32_t i = 0; i < loc->unit_count; i++) remember_raw(r, t, loc->shard, &loc->units[i]);
+  return WK_OK;
+}
+
+typedef struct {
+  WkResidency *r;
+  uint32_t shard;
+  const WkUnitUse *use;
+} Fill;
+
+/* Decodes a unit and saves its edges (the order's duties for it). */
+static WkStatus fill_unit(void *ctx, uint8_t *dst) {
+  const Fill *f = ctx;
+  WkResidency *r = f->r;
+  uint64_t begin = (uint64_t)f->use->unit * r->cfg.unit_tokens, end = begin + r->cfg.unit_tokens;
+  WkShardInfo info;
+  WK_TRY(wk_dataset_shard_info(r->ds, f->shard, &info));
+  if (end > info.tokens) end = info.tokens;
+  WK_TRY(wk_dataset_decode_range(r->ds, f->shard, begin, end, dst));
+  uint64_t bytes = (end - begin) * r->token_bytes;
+  atomic_fetch_add(&r->decoded_bytes, bytes);
+  wk_unit_cache_add_decoded(r->cache, bytes);
+  for (uint32_t d = 0; d < f->use->duties; d++) {
+    const WkEdgeDuty *duty = &f->use->duty[d];
+    wk_unit_cache_put_edge(r->cache, unit_key(f->shard, duty->boundary), duty->hold_until,
+                           dst + (duty->begin - begin) * r->token_bytes,
+                           (uint32_t)((duty->end - duty->begin) * r->token_bytes));
+  }
+  return WK_OK;
+}
+
+static WkStatus ensure_cache(WkResidency *r) {
+  pthread_mutex_lock(&r->lock);
+  WkStatus status = r->cache ? WK_OK : open_cache(r);
+  pthread_mutex_unlock(&r->lock);
+  return status;
+}
+
+/* The unit's decoded tokens: from this thread's memo, or the node cache (decoding it if nobody has). */
+static WkStatus get_unit(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
+                         const uint8_t **data) {
+  uint64_t key = unit_key(loc->shard, use->unit);
+  Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
+  if (m->key == key && m->data && m->hold_until >= loc->draw) {
+    *data = m->data;
+    return WK_OK;
+  }
+  Fill fill = {r, loc->shard, use};
+  WkUnitHit hit;
+  WK_TRY(wk_unit_cache_get(r->cache, key, use->hold, fill_unit, &fill, t->scratch, &hit));
+  if (hit.cached) *m = (Memo){.key = key, .data = hit.data, .hold_until = hit.hold_until};
+  *data = hit.data;
+  return WK_OK;
+}
+
+/* Tokens [begin, end) of the sample that lie in one unit, into dst (the row at the sample's offset). */
+static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
+                          uint64_t begin, uint64_t end, uint8_t *dst, uint32_t dst_bytes) {
+  uint64_t unit_begin = (uint64_t)use->unit * r->cfg.unit_tokens, count = end - begin;
+  uint8_t *out = dst + (begin - loc->offset) * dst_bytes;
+  if (use->from_edge) {
+    uint64_t boundary = loc->units[1].unit;
+    if (wk_unit_cache_take_edge(r->cache, unit_key(loc->shard, (uint32_t)boundary), t->edge,
+                                (uint32_t)(count * r->token_bytes))) {
+      wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
+      return WK_OK;
+    }
+    /* Nobody on this node decoded the earlier unit (its samples went to other nodes): decode it here. */
+    Fill fill = {r, loc->shard, use};
+    WK_TRY(fill_unit(&fill, t->scratch));
+    wk_tokens_widen(t->scratch + (begin - unit_begin) * r->token_bytes, r->token_bytes, count, out, dst_bytes);
+    return WK_OK;
+  }
+  const uint8_t *data;
+  WK_TRY(get_unit(r, t, loc, use, &data));
+  wk_tokens_widen(data + (begin - unit_begin) * r->token_bytes, r->token_bytes, count, out, dst_bytes);
+  return WK_OK;
+}
+
+WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
+  uint32_t codec;
+  WK_TRY(shard_codec(r, loc->shard, &codec));
+  atomic_fetch_add_explicit(&r->delivered_bytes, loc->length * r->token_bytes, memory_order_relaxed);
+  if (codec == WK_CODEC_RAW || loc->unit_count == 0) return read_raw(r, t, loc, dst, dst_bytes);
+  WK_TRY(ensure_cache(r));
+  wk_unit_cache_add_delivered(r->cache, loc->length * r->token_bytes);
+  uint64_t end = loc->offset + loc->length;
+  uint64_t split = loc->unit_count == 2 ? (uint64_t)loc->units[1].unit * r->cfg.unit_tokens : end;
+  WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, split, dst, dst_bytes));
+  if (loc->unit_count == 2) WK_TRY(read_part(r, t, loc, &loc->units[1], split, end, dst, dst_bytes));
+  return WK_OK;
+}
+
+void wk_residency_stats(WkResidency *r, WkResidencyStats *out) {
+  memset(out, 0, sizeof *out);
+  out->decoded_bytes = atomic_load(&r->decoded_bytes);
+  out->delivered_bytes = atomic_load(&r->delivered_bytes);
+  pthread_mutex_lock(&r->lock);
+  if (r->cache) wk_unit_cache_stats(r->cache, &out->node);
+  pthread_mutex_unlock(&r->lock);
+}
