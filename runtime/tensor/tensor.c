@@ -22,41 +22,6 @@ static bool dtype_valid(WkDType dtype) { return (int)dtype >= 0 && dtype < WK_DT
 const char *wk_dtype_name(WkDType dtype) { return dtype_valid(dtype) ? dtype_names[dtype] : "?"; }
 size_t wk_dtype_size(WkDType dtype) { return dtype_valid(dtype) ? dtype_sizes[dtype] : 0; }
 
-/* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
-float wk_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  float magnitude;
-  if (exponent == 0) magnitude = ldexpf((float)mantissa, -24);  /* zero and subnormals */
-  else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-  else magnitude = ldexpf((float)(mantissa | 0x400u), (int)exponent - 25);
-  uint32_t bits;
-  memcpy(&bits, &magnitude, sizeof bits);
-  bits |= sign;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint16_t wk_f32_to_f16(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
-  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-  float a = fabsf(f);
-  if (isnan(a)) return sign | 0x7e00u;
-  if (a >= 65520.0f) return sign | 0x7c00u;  /* rounds past the largest half (65504): inf */
-  if (a < 6.103515625e-05f) {                /* below the smallest normal: multiples of 2^-24 */
-    return sign | (uint16_t)lrintf(a * 16777216.0f);
-  }
-  int exponent;
-  float mantissa = frexpf(a, &exponent);  /* a = mantissa * 2^exponent, mantissa in [0.5, 1) */
-  uint32_t m = (uint32_t)lrintf(ldexpf(mantissa, 11));  /* 11 significant bits, ties to even */
-  if (m == 2048u) {  /* rounding carried into the next binade */
-    m = 1024u;
-    exponent++;
-  }
-  return sign | (uint16_t)((uint32_t)(exponent + 14) << 10) | (uint16_t)(m & 0x3ffu);
-}
-
 /* ---- creation and views ---------------------------------------------------------------------- */
 
 static WkStatus check_shape(int ndim, const int64_t *shape, int64_t *numel) {
