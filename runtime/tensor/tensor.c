@@ -2,8 +2,8 @@
  * tensor.c — tensor handles: creation, views, accessors, copies and casts, debug element access.
  *
  * A WkTensor is small and owned by one caller; its storage is shared by reference count. Copies
- * between devices go through runtime/ops/cuda when it is compiled in; CPU copies and casts are
- * done here, element by element when strided (they are for setup and debugging, not hot loops).
+ * between devices go through runtime/ops/cuda when it is compiled in; CPU copies that cast or gather
+ * run the typed loops of convert.c. Element access (get/set) goes through double, for debugging.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -223,23 +223,13 @@ WkStatus wk_tensor_set(WkTensor *t, int64_t index, double value) {
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 
-/* CPU to CPU: any strides on the source, any pair of dtypes. */
+/* CPU to CPU: a contiguous same-dtype source is one memmove; anything else runs convert.c's loops. */
 static void copy_on_cpu(WkTensor *dst, const WkTensor *src) {
-  int64_t n = wk_tensor_numel(dst);
-  size_t size = dtype_sizes[dst->dtype];
   if (dst->dtype == src->dtype && wk_tensor_is_contiguous(src)) {
-    memmove(tensor_ptr(dst), tensor_ptr(src), (size_t)n * size);
+    memmove(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype]);
     return;
   }
-  char *out = tensor_ptr(dst);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t at = logical_to_offset(src, i);
-    if (dst->dtype == src->dtype) {
-      memcpy(out + (size_t)i * size, (const char *)src->storage->data + (size_t)at * size, size);
-    } else {
-      store_element(out, dst->dtype, i, load_element(src->storage->data, src->dtype, at));
-    }
-  }
+  wk_tensor_copy_cpu(dst, src);
 }
 
 static WkStatus check_copy(const WkTensor *dst, const WkTensor *src) {
