@@ -125,6 +125,19 @@ describe('tensor', function()
     assert.are.same({ 65535, 0, 0 }, to({ -1.5, 65536.5, 1e10 }, 'f32', 'u16'))
   end)
 
+  it('sets elements with the same truncation as a copy from float', function()
+    local t = T.empty({ 4 }, 'i32')
+    for i, v in ipairs({ -7.9, 1e10, 0 / 0, 16777217 }) do t:set(i, v) end
+    assert.are.same({ -7, -2147483648, -2147483648, 16777217 }, t:totable())
+    local u = T.empty({ 3 }, 'u8')
+    for i, v in ipairs({ -1, 300, -1e12 }) do u:set(i, v) end
+    assert.are.same({ 255, 44, 0 }, u:totable())
+    local l = T.empty({ 2 }, 'i64')
+    l:set(1, -2 ^ 70)
+    l:set(2, 2 ^ 62)
+    assert.are.same({ -2 ^ 63, 2 ^ 62 }, l:totable())
+  end)
+
   it('widens bf16 to f32 exactly, signalling NaNs included', function()
     local b = T.empty({ 2 }, 'bf16')
     local p = ffi.cast('uint16_t *', b:data())

@@ -187,15 +187,22 @@ static double load_element(const void *base, WkDType dtype, int64_t i) {
   return NAN;
 }
 
+/* v truncated toward zero into int32 (i32, u16, u8) or int64, with NaN and values outside the type
+ * giving its minimum: what x86 answers, so what the plain casts gave, without their undefined
+ * behaviour (the copies of convert.c do the same from float). */
+static const double INT32_LIMIT = 2147483648.0, INT64_LIMIT = 9223372036854775808.0;
+static int32_t int32_truncated(double v) { return (int32_t)(v >= -INT32_LIMIT && v < INT32_LIMIT ? v : -INT32_LIMIT); }
+static int64_t int64_truncated(double v) { return (int64_t)(v >= -INT64_LIMIT && v < INT64_LIMIT ? v : -INT64_LIMIT); }
+
 static void store_element(void *base, WkDType dtype, int64_t i, double v) {
   switch (dtype) {
     case WK_F32: ((float *)base)[i] = (float)v; break;
     case WK_BF16: ((uint16_t *)base)[i] = wk_f32_to_bf16((float)v); break;
     case WK_F16: ((uint16_t *)base)[i] = wk_f32_to_f16((float)v); break;
-    case WK_I32: ((int32_t *)base)[i] = (int32_t)v; break;
-    case WK_I64: ((int64_t *)base)[i] = (int64_t)v; break;
-    case WK_U16: ((uint16_t *)base)[i] = (uint16_t)v; break;
-    case WK_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    case WK_I32: ((int32_t *)base)[i] = int32_truncated(v); break;
+    case WK_I64: ((int64_t *)base)[i] = int64_truncated(v); break;
+    case WK_U16: ((uint16_t *)base)[i] = (uint16_t)int32_truncated(v); break;
+    case WK_U8: ((uint8_t *)base)[i] = (uint8_t)int32_truncated(v); break;
     case WK_DTYPE_COUNT: break;
   }
 }
