@@ -115,6 +115,47 @@ describe('tensor', function()
     assert.has_error(function() T.empty({ 2 }):copy(a) end)
   end)
 
+  it('wraps integers modulo 2^bits like numpy and truncates floats toward zero', function()
+    local function to(values, src, dst) return T.new(values, src):to(dst):totable() end
+    assert.are.same({ 5, -1, 0, -2147483648 }, to({ 2 ^ 32 + 5, 2 ^ 32 - 1, 2 ^ 33, 2 ^ 31 }, 'i64', 'i32'))
+    assert.are.same({ 65535, 255, 1 }, to({ -1, 255, 65537 }, 'i32', 'u16'))
+    assert.are.same({ 255, 0, 44 }, to({ -1, 256, 300 }, 'i64', 'u8'))
+    -- float -> integer: NaN and values out of int32 give INT32_MIN, whose low bits are 0 for u16/u8
+    assert.are.same({ 1, -1, -2147483648, -2147483648, 2147483520 }, to({ 1.9, -1.9, 0 / 0, 3e9, 2147483520 }, 'f32', 'i32'))
+    assert.are.same({ 65535, 0, 0 }, to({ -1.5, 65536.5, 1e10 }, 'f32', 'u16'))
+  end)
+
+  it('sets elements with the same truncation as a copy from float', function()
+    local t = T.empty({ 4 }, 'i32')
+    for i, v in ipairs({ -7.9, 1e10, 0 / 0, 16777217 }) do t:set(i, v) end
+    assert.are.same({ -7, -2147483648, -2147483648, 16777217 }, t:totable())
+    local u = T.empty({ 3 }, 'u8')
+    for i, v in ipairs({ -1, 300, -1e12 }) do u:set(i, v) end
+    assert.are.same({ 255, 44, 0 }, u:totable())
+    local l = T.empty({ 2 }, 'i64')
+    l:set(1, -2 ^ 70)
+    l:set(2, 2 ^ 62)
+    assert.are.same({ -2 ^ 63, 2 ^ 62 }, l:totable())
+  end)
+
+  it('widens bf16 to f32 exactly, signalling NaNs included', function()
+    local b = T.empty({ 2 }, 'bf16')
+    local p = ffi.cast('uint16_t *', b:data())
+    p[0], p[1] = 0x7f81, 0xffc1  -- a signalling and a quiet NaN
+    local f = b:float()
+    local bits = ffi.cast('uint32_t *', f:data())
+    assert.are.equal(0x7f810000, bits[0])
+    assert.are.equal(0xffc10000, bits[1])
+  end)
+
+  it('copies empty and zero-dimensional tensors', function()
+    assert.are.same({}, T.empty({ 0, 3 }, 'i32'):to('f16'):totable())
+    local scalar = T.empty({}, 'f32')
+    scalar:fill(-2.5)
+    local i = T.empty({}, 'i64'):copy(scalar)
+    assert.are.equal(-2, i:get())
+  end)
+
   it('counts host allocations', function()
     -- earlier tests' garbage must not be finalised in the middle of the count
     collectgarbage()
@@ -162,4 +203,209 @@ describe('tensor', function()
     assert.has_error(function() T.empty({ 2 }, 'f32', 'cuda:0') end,
       'cuda:0 tensor: this libwick was built without CUDA (rebuild with nvcc on PATH)')
   end)
+end)
+
+-- Every dtype pair, against a reference computed here element by element: each storage element's
+-- expected value comes from Lua arithmetic on its bits, and a view's expected output is looked up
+-- through the view's own shape, strides and offset.
+describe('tensor dtype conversion on the CPU', function()
+  local NAMES = { 'f32', 'bf16', 'f16', 'i32', 'i64', 'u16', 'u8' }
+  -- What the storage of each dtype is read as: floats by their bits.
+  local STORAGE = { f32 = 'uint32_t', bf16 = 'uint16_t', f16 = 'uint16_t', i32 = 'int32_t', i64 = 'int64_t',
+                    u16 = 'uint16_t', u8 = 'uint8_t' }
+  local FLOAT = { f32 = true, bf16 = true, f16 = true }
+  local floor, frexp = math.floor, math.frexp
+  local union = ffi.new('union { float f; uint32_t u; }')
+
+  local function f32_bits(x) union.f = x return union.u end  -- a double rounded to f32 (nearest even)
+  local function f32_value(bits) union.u = bits return union.f end
+
+  local function nearest_even(q)
+    local f = floor(q)
+    local d = q - f
+    if d > 0.5 or (d == 0.5 and f % 2 == 1) then return f + 1 end
+    return f
+  end
+
+  local function bf16_from_bits(b)
+    local high = floor(b / 65536)
+    if b % 2 ^ 31 > 0x7f800000 then return bit.bor(high, 0x40) end  -- NaN, made quiet
+    return floor((b + 0x7fff + high % 2) / 65536) % 65536
+  end
+
+  local function f16_from_bits(b)
+    local sign = b >= 2 ^ 31 and 0x8000 or 0
+    local magnitude = b % 2 ^ 31
+    if magnitude > 0x7f800000 then return sign + 0x7e00 end
+    local v = f32_value(magnitude)
+    if v >= 65520 then return sign + 0x7c00 end
+    if v < 2 ^ -14 then return sign + nearest_even(v * 2 ^ 24) end  -- subnormal (or the smallest normal)
+    local _, e = frexp(v)
+    local exponent = e - 1  -- v in [2^exponent, 2^(exponent+1))
+    local r = nearest_even(v * 2 ^ (10 - exponent))
+    if r == 2048 then r, exponent = 1024, exponent + 1 end
+    return sign + (exponent + 15) * 1024 + (r - 1024)
+  end
+
+  local function f16_to_bits(h)
+    local sign = h >= 0x8000 and 2 ^ 31 or 0
+    local e, m = floor(h / 1024) % 32, h % 1024
+    if e == 31 then return sign + (m ~= 0 and 0x7fc00000 or 0x7f800000) end
+    local v = e == 0 and m * 2 ^ -24 or (m + 1024) * 2 ^ (e - 25)
+    return sign + f32_bits(v)
+  end
+
+  local INT64_MIN = -0x7fffffffffffffffLL - 1
+  local function truncate(v, bits)
+    local limit = 2 ^ (bits - 1)
+    if v ~= v or v < -limit or v >= limit then return nil end
+    return v >= 0 and floor(v) or -floor(-v)
+  end
+
+  local function wrap(v, bits, signed)  -- v: a Lua number or an int64
+    if type(v) ~= 'number' then
+      local m = 2LL ^ bits
+      v = tonumber(((v % m) + m) % m)
+    else
+      v = v % 2 ^ bits
+    end
+    if signed and v >= 2 ^ (bits - 1) then v = v - 2 ^ bits end
+    return v
+  end
+
+  -- The expected destination storage value for a float source of f32 bits b.
+  local function from_real(b, dst)
+    if dst == 'f32' then return b end
+    if dst == 'bf16' then return bf16_from_bits(b) end
+    if dst == 'f16' then return f16_from_bits(b) end
+    local v = f32_value(b)
+    if dst == 'i64' then
+      local t = truncate(v, 64)
+      return t and ffi.new('int64_t', t) or INT64_MIN
+    end
+    local t = truncate(v, 32) or -2 ^ 31
+    if dst == 'i32' then return t end
+    return t % (dst == 'u16' and 65536 or 256)
+  end
+
+  -- ... for an integer source value v (a Lua number, or an int64 for i64).
+  local function from_integer(v, dst)
+    if FLOAT[dst] then return from_real(f32_bits(tonumber(v)), dst) end  -- nearest double, then f32
+    if dst == 'i64' then return ffi.new('int64_t', v) end
+    if dst == 'i32' then return wrap(v, 32, true) end
+    return wrap(v, dst == 'u16' and 16 or 8, false)
+  end
+
+  local function expected_value(src, raw, dst)
+    if src == dst then return raw end
+    if src == 'f32' then return from_real(raw, dst) end
+    if src == 'bf16' then return from_real(raw * 65536, dst) end
+    if src == 'f16' then return from_real(f16_to_bits(raw), dst) end
+    return from_integer(raw, dst)
+  end
+
+  -- The source values, by raw storage value: every pattern of the 16- and 8-bit dtypes, edges and
+  -- a deterministic spread of bit patterns for the others. Returned with a 2-D shape for the views.
+  local seed = 1
+  local function random32()
+    seed = (seed * 1103515245 + 12345) % 2 ^ 31
+    local high = seed
+    seed = (seed * 1103515245 + 12345) % 2 ^ 31
+    return (high * 2 + seed % 2) % 2 ^ 32
+  end
+  local F32_EDGES = { 0, -0.0, 0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, 255.9, 256, -1, -129.7, 65535.5, 65536, 70000,
+    65504, 65519.99, 65520, -32769, 2147483520, 2 ^ 31, -2 ^ 31, -2147483904, 3e9, -3e9, 2 ^ 32, 9.2233715e18, 2 ^ 63,
+    -2 ^ 63, 1e20, -1e20, math.huge, -math.huge, 0 / 0, 1e-8, 3.4e38, 6e-5, 2 ^ -24, 2 ^ -25, 3 * 2 ^ -25, 1e-40, 1 / 3,
+    1 + 2 ^ -8, 1 + 3 * 2 ^ -8, 1 + 2 ^ -11, -0.7, 127.5, 128.5, -128.5, 32767.5, 16777217 }
+  local I64_EDGES = { 0LL, 1LL, -1LL, 255LL, 256LL, -129LL, 65535LL, 65536LL, 2147483647LL, 2147483648LL,
+    -2147483648LL, -2147483649LL, 4294967295LL, 4294967296LL, 4294967301LL, 9007199254740993LL,
+    -9007199254740993LL, 0x7fffffffffffffffLL, INT64_MIN, 4611686293305294849LL, 16777217LL, -16777217LL }
+  local function source_values(name)
+    local values, rows = {}, nil
+    if name == 'bf16' or name == 'f16' or name == 'u16' then
+      for v = 0, 65535 do values[#values + 1] = v end
+      rows = 256
+    elseif name == 'u8' then
+      for v = 0, 255 do values[#values + 1] = v end
+      rows = 16
+    elseif name == 'f32' then
+      for _, x in ipairs(F32_EDGES) do values[#values + 1] = f32_bits(x) end
+      for _ = 1, 3 do values[#values + 1] = 0x7f800001 + random32() % 0x7fffff end  -- signalling NaNs
+      while #values < 64 * 64 do values[#values + 1] = random32() end
+      rows = 64
+    elseif name == 'i32' then
+      for _, x in ipairs({ 0, 1, -1, 127, 128, 255, 256, -129, 65535, 65536, -32769, 2147483647, -2147483648,
+        16777217, -16777217, 16777219, 2147483520, 2147483584 }) do values[#values + 1] = x end
+      while #values < 64 * 64 do values[#values + 1] = random32() - 2 ^ 31 end
+      rows = 64
+    else
+      for _, x in ipairs(I64_EDGES) do values[#values + 1] = x end
+      while #values < 32 * 32 do
+        values[#values + 1] = ffi.new('int64_t', random32()) * 2 ^ 32 + random32() - 2LL ^ 63 * (random32() % 2)
+      end
+      rows = 32
+    end
+    return values, rows, #values / rows
+  end
+
+  local function view(t, offset, shape, strides)
+    local n = #shape
+    local v = C.wk_tensor_view(t, offset, n, ffi.new('int64_t[?]', n, shape), ffi.new('int64_t[?]', n, strides))
+    return ffi.gc(core.check_handle(v), C.wk_tensor_free)
+  end
+
+  -- Layouts over a [rows, cols] storage: (offset, shape, strides) of each view.
+  local function layouts(rows, cols)
+    return {
+      contiguous = { 0, { rows, cols }, { cols, 1 } },
+      transposed = { 0, { cols, rows }, { 1, cols } },
+      sliced = { 1, { rows, cols - 2 }, { cols, 1 } },
+      ['reversed rows, every other column'] = { (rows - 1) * cols + 1, { rows, cols / 2 }, { -cols, 2 } },
+      ['size-1 dims, mergeable'] = { 0, { 1, rows / 2, 2, 1, cols }, { 5, 2 * cols, cols, 3, 1 } },
+      ['rows interleaved, every other column'] = { 0, { 2, rows / 2, cols / 2 }, { cols, 2 * cols, 2 } },
+      ['three dims permuted'] = { 0, { cols / 2, rows, 2 }, { 2, cols, 1 } },
+    }
+  end
+
+  for _, src in ipairs(NAMES) do
+    it('converts ' .. src .. ' to every dtype, contiguous and strided, like the element-by-element reference', function()
+      local values, rows, cols = source_values(src)
+      local n = #values
+      local base = T.empty({ n }, src)
+      local raw = ffi.cast(STORAGE[src] .. ' *', base:data())
+      for k = 1, n do raw[k - 1] = values[k] end
+      for _, dst in ipairs(NAMES) do
+        local expected = {}
+        for k = 1, n do expected[k] = expected_value(src, raw[k - 1], dst) end
+        for layout, l in pairs(layouts(rows, cols)) do
+          local offset, shape, strides = l[1], l[2], l[3]
+          local v = view(base, offset, shape, strides)
+          local numel = tonumber(C.wk_tensor_numel(v))
+          local out = T.empty({ numel }, dst)
+          core.check(C.wk_tensor_copy(out, v))
+          local got = ffi.cast(STORAGE[dst] .. ' *', out:data())
+          local index = {}
+          for d = 1, #shape do index[d] = 0 end
+          local at = offset
+          for i = 0, numel - 1 do
+            local want = expected[at + 1]
+            if got[i] ~= want then
+              local source = src == 'i64' and tostring(raw[at]) or ('0x%x'):format(tonumber(raw[at]))
+              error(('%s -> %s, %s: element %d (storage %d, source %s) is %s, expected %s'):format(src, dst, layout, i,
+                at, source, tostring(got[i]), tostring(want)))
+            end
+            for d = #shape, 1, -1 do  -- the next logical element (row-major)
+              index[d] = index[d] + 1
+              at = at + strides[d]
+              if index[d] < shape[d] then break end
+              at = at - strides[d] * shape[d]
+              index[d] = 0
+            end
+          end
+          out:free()
+        end
+      end
+      base:free()
+    end)
+  end
 end)

@@ -2,8 +2,8 @@
  * tensor.c — tensor handles: creation, views, accessors, copies and casts, debug element access.
  *
  * A WkTensor is small and owned by one caller; its storage is shared by reference count. Copies
- * between devices go through runtime/ops/cuda when it is compiled in; CPU copies and casts are
- * done here, element by element when strided (they are for setup and debugging, not hot loops).
+ * between devices go through runtime/ops/cuda when it is compiled in; CPU copies that cast or gather
+ * run the typed loops of convert.c. Element access (get/set) goes through double, for debugging.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -21,41 +21,6 @@ static bool dtype_valid(WkDType dtype) { return (int)dtype >= 0 && dtype < WK_DT
 
 const char *wk_dtype_name(WkDType dtype) { return dtype_valid(dtype) ? dtype_names[dtype] : "?"; }
 size_t wk_dtype_size(WkDType dtype) { return dtype_valid(dtype) ? dtype_sizes[dtype] : 0; }
-
-/* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
-float wk_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  float magnitude;
-  if (exponent == 0) magnitude = ldexpf((float)mantissa, -24);  /* zero and subnormals */
-  else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-  else magnitude = ldexpf((float)(mantissa | 0x400u), (int)exponent - 25);
-  uint32_t bits;
-  memcpy(&bits, &magnitude, sizeof bits);
-  bits |= sign;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint16_t wk_f32_to_f16(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
-  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-  float a = fabsf(f);
-  if (isnan(a)) return sign | 0x7e00u;
-  if (a >= 65520.0f) return sign | 0x7c00u;  /* rounds past the largest half (65504): inf */
-  if (a < 6.103515625e-05f) {                /* below the smallest normal: multiples of 2^-24 */
-    return sign | (uint16_t)lrintf(a * 16777216.0f);
-  }
-  int exponent;
-  float mantissa = frexpf(a, &exponent);  /* a = mantissa * 2^exponent, mantissa in [0.5, 1) */
-  uint32_t m = (uint32_t)lrintf(ldexpf(mantissa, 11));  /* 11 significant bits, ties to even */
-  if (m == 2048u) {  /* rounding carried into the next binade */
-    m = 1024u;
-    exponent++;
-  }
-  return sign | (uint16_t)((uint32_t)(exponent + 14) << 10) | (uint16_t)(m & 0x3ffu);
-}
 
 /* ---- creation and views ---------------------------------------------------------------------- */
 
@@ -222,15 +187,22 @@ static double load_element(const void *base, WkDType dtype, int64_t i) {
   return NAN;
 }
 
+/* v truncated toward zero into int32 (i32, u16, u8) or int64, with NaN and values outside the type
+ * giving its minimum: what x86 answers, so what the plain casts gave, without their undefined
+ * behaviour (the copies of convert.c do the same from float). */
+static const double INT32_LIMIT = 2147483648.0, INT64_LIMIT = 9223372036854775808.0;
+static int32_t int32_truncated(double v) { return (int32_t)(v >= -INT32_LIMIT && v < INT32_LIMIT ? v : -INT32_LIMIT); }
+static int64_t int64_truncated(double v) { return (int64_t)(v >= -INT64_LIMIT && v < INT64_LIMIT ? v : -INT64_LIMIT); }
+
 static void store_element(void *base, WkDType dtype, int64_t i, double v) {
   switch (dtype) {
     case WK_F32: ((float *)base)[i] = (float)v; break;
     case WK_BF16: ((uint16_t *)base)[i] = wk_f32_to_bf16((float)v); break;
     case WK_F16: ((uint16_t *)base)[i] = wk_f32_to_f16((float)v); break;
-    case WK_I32: ((int32_t *)base)[i] = (int32_t)v; break;
-    case WK_I64: ((int64_t *)base)[i] = (int64_t)v; break;
-    case WK_U16: ((uint16_t *)base)[i] = (uint16_t)v; break;
-    case WK_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    case WK_I32: ((int32_t *)base)[i] = int32_truncated(v); break;
+    case WK_I64: ((int64_t *)base)[i] = int64_truncated(v); break;
+    case WK_U16: ((uint16_t *)base)[i] = (uint16_t)int32_truncated(v); break;
+    case WK_U8: ((uint8_t *)base)[i] = (uint8_t)int32_truncated(v); break;
     case WK_DTYPE_COUNT: break;
   }
 }
@@ -258,23 +230,13 @@ WkStatus wk_tensor_set(WkTensor *t, int64_t index, double value) {
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 
-/* CPU to CPU: any strides on the source, any pair of dtypes. */
+/* CPU to CPU: a contiguous same-dtype source is one memmove; anything else runs convert.c's loops. */
 static void copy_on_cpu(WkTensor *dst, const WkTensor *src) {
-  int64_t n = wk_tensor_numel(dst);
-  size_t size = dtype_sizes[dst->dtype];
   if (dst->dtype == src->dtype && wk_tensor_is_contiguous(src)) {
-    memmove(tensor_ptr(dst), tensor_ptr(src), (size_t)n * size);
+    memmove(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype]);
     return;
   }
-  char *out = tensor_ptr(dst);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t at = logical_to_offset(src, i);
-    if (dst->dtype == src->dtype) {
-      memcpy(out + (size_t)i * size, (const char *)src->storage->data + (size_t)at * size, size);
-    } else {
-      store_element(out, dst->dtype, i, load_element(src->storage->data, src->dtype, at));
-    }
-  }
+  wk_tensor_copy_cpu(dst, src);
 }
 
 static WkStatus check_copy(const WkTensor *dst, const WkTensor *src) {

@@ -66,25 +66,81 @@ WK_INTERNAL_EXPORT WkStream *wk_stream_current(void);  /* the calling thread's s
 /* Writes "[2, 3] f32 cpu" into buf for error messages. */
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
 
-/* ---- scalar conversions (round to nearest even, like the hardware) --------------------------- */
+/* CPU to CPU, any dtypes, any source strides, into a contiguous dst of as many elements that does not
+ * overlap src (runtime/tensor/convert.c, which says what each dtype pair does to a value). */
+void wk_tensor_copy_cpu(WkTensor *dst, const WkTensor *src);
 
-static inline float wk_bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
+/* ---- scalar conversions (round to nearest even, like the hardware) ---------------------------
+ * Inline and without branches, so that loops over them vectorize (runtime/tensor/convert.c). */
+
+static inline uint32_t wk_f32_bits(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+static inline float wk_f32_from_bits(uint32_t bits) {
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
 }
 
+static inline float wk_bf16_to_f32(uint16_t h) { return wk_f32_from_bits((uint32_t)h << 16); }
+
 static inline uint16_t wk_f32_to_bf16(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
+  uint32_t bits = wk_f32_bits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  /* quiet nan */
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return (uint16_t)(bits >> 16);
 }
 
-float wk_f16_to_f32(uint16_t h);
-uint16_t wk_f32_to_f16(float f);
+/* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits; f32 has 8 (bias 127) and 23. */
+enum {
+  WK_F16_MANTISSA_BITS = 10,
+  WK_F32_MANTISSA_BITS = 23,
+  WK_F16_DROPPED_BITS = WK_F32_MANTISSA_BITS - WK_F16_MANTISSA_BITS,  /* 13 */
+  WK_F16_REBIAS = 127 - 15,
+};
+static const uint32_t WK_F32_INF_BITS = 0x7f800000u, WK_F32_QUIET_NAN_BITS = 0x7fc00000u;
+static const uint32_t WK_F16_SMALLEST_NORMAL_AS_F32 = (uint32_t)(1 + WK_F16_REBIAS) << WK_F32_MANTISSA_BITS; /* 2^-14 */
+static const uint32_t WK_F16_OVERFLOW_AS_F32 = 0x47800000u;  /* 2^16 (from 65520 on, rounding carries to inf too) */
+static const uint16_t WK_F16_INF = 0x7c00u, WK_F16_QUIET_NAN = 0x7e00u, WK_F16_SIGN = 0x8000u;
+
+/* cond ? a : b by masks. The f16 conversions choose this way: a ternary there becomes a branch around
+ * their float addition, which gcc will not make unconditional again (-ftrapping-math), so no vectorizing. */
+static inline uint32_t wk_bits_select(bool cond, uint32_t a, uint32_t b) {
+  uint32_t mask = 0u - (uint32_t)cond;
+  return (a & mask) | (b & ~mask);
+}
+
+/* Exact. NaN becomes the quiet NaN of its sign (the payload is dropped). */
+static inline float wk_f16_to_f32(uint16_t h) {
+  uint32_t magnitude = (uint32_t)(h & 0x7fffu) << WK_F16_DROPPED_BITS;  /* exponent and mantissa in f32's place */
+  uint32_t exponent_mask = (uint32_t)WK_F16_INF << WK_F16_DROPPED_BITS, exponent = magnitude & exponent_mask;
+  uint32_t normal = magnitude + ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS);
+  /* Zero and subnormals, m * 2^-24: read as 2^-14 * (1 + m/1024), minus 2^-14 (exact). */
+  float tiny = wk_f32_from_bits(magnitude + WK_F16_SMALLEST_NORMAL_AS_F32) - wk_f32_from_bits(WK_F16_SMALLEST_NORMAL_AS_F32);
+  uint32_t special = wk_bits_select((h & 0x3ffu) != 0, WK_F32_QUIET_NAN_BITS, WK_F32_INF_BITS);
+  uint32_t bits = wk_bits_select(exponent == 0, wk_f32_bits(tiny), normal);
+  bits = wk_bits_select(exponent == exponent_mask, special, bits);
+  return wk_f32_from_bits(bits | (uint32_t)(h & WK_F16_SIGN) << 16);
+}
+
+/* Nearest even; overflow (from 65520 on) gives inf, NaN the quiet NaN of its sign. */
+static inline uint16_t wk_f32_to_f16(float f) {
+  uint32_t bits = wk_f32_bits(f), sign = (bits >> 16) & WK_F16_SIGN, a = bits & 0x7fffffffu;
+  /* Below 2^-14: adding 0.5 (2^-1, 24 binades up) puts the multiples of 2^-24 in the low mantissa bits,
+   * rounded to nearest even by the addition itself. */
+  uint32_t tiny = wk_f32_bits(wk_f32_from_bits(a) + 0.5f) - wk_f32_bits(0.5f);
+  /* Normal: rebias, and round the dropped bits to nearest even; a carry moves into the next binade
+   * (and past 65504 into inf). */
+  uint32_t odd = (a >> WK_F16_DROPPED_BITS) & 1u, half = (1u << (WK_F16_DROPPED_BITS - 1)) - 1u;
+  uint32_t normal = (a - ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS) + half + odd) >> WK_F16_DROPPED_BITS;
+  uint32_t magnitude = wk_bits_select(a < WK_F16_SMALLEST_NORMAL_AS_F32, tiny, normal);
+  magnitude = wk_bits_select(a >= WK_F16_OVERFLOW_AS_F32, WK_F16_INF, magnitude);
+  magnitude = wk_bits_select(a > WK_F32_INF_BITS, WK_F16_QUIET_NAN, magnitude);
+  return (uint16_t)(sign | magnitude);
+}
 
 /* ---- allocation (runtime/tensor/memory.c; device memory in runtime/ops/cuda/memory.cu) -------- */
 
