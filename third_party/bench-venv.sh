@@ -5,7 +5,7 @@
 # run is instant; `make deps-bench` and tests/bench/data.lua run this.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${1:-$here/../build/bench/venv}"
+venv="${1:-$(dirname "$here")/build/bench/venv}"
 requirements="$here/bench-python.txt"
 stamp="$venv/requirements.txt"
 
