@@ -140,8 +140,11 @@ build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 deps:
 	@third_party/deps.sh build test
 
+# The baselines of make bench: Debian's python3-torch, and a venv of pinned PyPI packages (Hugging Face
+# datasets) under build/bench/venv.
 deps-bench:
 	@third_party/deps.sh bench
+	@third_party/bench-venv.sh
 
 # The busted suite runs inside ./run itself; tests/c_spec.lua runs the C tests.
 test: deps
@@ -154,7 +157,7 @@ test-gpu: deps
 
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@third_party/deps.sh bench || echo "bench: python3-torch unavailable; torch baselines will be skipped"
+	@$(MAKE) --no-print-directory deps-bench || echo "bench: python3-torch or the bench venv unavailable; their baselines will be skipped"
 	./run tests/bench/run.lua
 
 demo: deps

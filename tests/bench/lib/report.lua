@@ -26,10 +26,17 @@ function report.best(repeats, fn)
 end
 
 -- One row: what, our value, the baseline's value, and ratio = ours / baseline in the unit's sense.
-function report.row(what, value, unit, baseline_name, baseline, higher_is_better)
+-- goal (optional): the least ratio the issue asks for, printed with whether this run meets it.
+function report.row(what, value, unit, baseline_name, baseline, higher_is_better, goal)
   local ratio = higher_is_better and value / baseline or baseline / value
-  print(('%-44s %12.3f %-8s | %-28s %12.3f | x%.2f %s'):format(what, value, unit, baseline_name, baseline,
-    ratio, higher_is_better and '(higher is better)' or '(faster is better)'))
+  local verdict = goal and ('  goal x%.2f: %s'):format(goal, ratio >= goal and 'met' or 'MISSED') or ''
+  print(('%-44s %12.3f %-8s | %-28s %12.3f | x%.2f %s%s'):format(what, value, unit, baseline_name, baseline,
+    ratio, higher_is_better and '(higher is better)' or '(lower is better)', verdict))
+end
+
+-- A row that cannot be measured here, and why (a counter or option the code under test lacks).
+function report.na(what, why)
+  print(('%-44s %12s          | %s'):format(what, 'n/a', why))
 end
 
 return report
