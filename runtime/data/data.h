@@ -77,7 +77,7 @@ WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec);
 WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, uint64_t count, void *out,
                               uint32_t out_bytes);
 /* Verifies and decodes the blocks holding tokens [begin, end) of a shard (begin on a block boundary)
- * into dst, in the stored width, bypassing the block cache; then lets the stored bytes' pages go. */
+ * into dst, in the stored width, bypassing the block cache and the file mapping. */
 WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst);
 /* Passes an advice about the bytes holding tokens [begin, end) of a shard to its byte source. */
 WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);

@@ -415,23 +415,31 @@ WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec) 
   return WK_OK;
 }
 
+/* Reads the stored bytes with read_at (a copy into `stored`, not the mapping: mapped pages would stay
+ * resident, and large folios map far beyond the block) and decodes them into dst. */
 static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t end, uint8_t *dst) {
   const WkShardHeader *h = &s->v.h;
-  for (uint32_t b = first; b < end; b++) {
+  uint8_t *stored = NULL;
+  size_t capacity = 0;
+  WkStatus status = WK_OK;
+  for (uint32_t b = first; b < end && status == WK_OK; b++) {
     WkBlockEntry e;
-    const uint8_t *stored = NULL;
-    uint8_t *copy = NULL;
-    WkStatus status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
+    status = wk_block_entry_parse(s->v.table, h, b, s->path, &e);
+    if (status == WK_OK && e.stored_bytes > capacity) {
+      free(stored);
+      capacity = e.stored_bytes;
+      stored = wk_malloc(capacity, "stored block");
+      if (!stored) status = wk_last_status();
+    }
+    if (status == WK_OK) status = s->src->read_at(s->src, e.offset, e.stored_bytes, stored);
     if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
-    free(copy);
-    WK_TRY(status);
+    if (status != WK_OK) break;
     atomic_fetch_add(&ds->blocks_verified, 1);
     if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
-    /* The decoded copy is what readers use from now on: the stored bytes' pages can go. */
-    s->src->advise(s->src, e.offset, e.stored_bytes, WK_ADVICE_DONTNEED);
     dst += (size_t)wk_block_token_count(h, b) * h->token_bytes;
   }
-  return WK_OK;
+  free(stored);
+  return status;
 }
 
 WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst) {

@@ -30,9 +30,10 @@
 
 enum {
   MEMO_ENTRIES = 256,         /* per thread: more than the units of a buffer or two */
-  RAW_TRACK_BUFFERS = 4,      /* raw units remembered for release, in buffers per partition; older
-                                 ones are let go early (they fault back in if still read) */
+  RAW_TRACK_BUFFERS = 4,      /* raw units remembered for release, in buffers per partition; when
+                                 full, the one held shortest is let go early (it faults back in) */
   JOB_ID_CAPACITY = 256,
+  MAPPED_AROUND_BYTES = 2 << 20, /* a fault maps the page cache's whole (large) folio: up to 2 MiB */
   CODEC_UNKNOWN = 0xFF,
 };
 
@@ -47,11 +48,12 @@ struct WkResidency {
   char what[256];
   uint32_t token_bytes;
   uint8_t *codec;             /* per shard: WkCodec once known */
-  pthread_mutex_t lock;       /* the cache's creation and the raw unit ring */
+  pthread_mutex_t lock;       /* the cache's creation and the raw unit set */
   WkUnitCache *cache;         /* created at the first zstd unit */
   uint64_t low_water, high_water;
-  RawUnit *raw;               /* a ring, in the order units were first read */
-  uint32_t raw_capacity, raw_head, raw_count;
+  RawUnit *raw;               /* the raw units read and not yet let go (a set, unordered) */
+  uint32_t raw_capacity, raw_count;
+  _Atomic uint64_t early_releases; /* units let go before their hold ended (a full set) */
   _Atomic uint64_t decoded_bytes, delivered_bytes;
 };
 
@@ -59,6 +61,7 @@ typedef struct {
   uint64_t key;               /* 0: empty (keys are never 0: see unit_key) */
   const uint8_t *data;
   uint64_t hold_until;
+  uint64_t early_releases;    /* raw units: the count when it was remembered */
 } Memo;
 
 struct WkResidencyThread {
@@ -176,20 +179,23 @@ WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw) {
   return WK_OK;
 }
 
-/* Lock held. Lets go of the pages of the oldest remembered raw unit. */
-static void release_oldest_raw(WkResidency *r) {
-  RawUnit *u = &r->raw[r->raw_head];
-  uint64_t begin = (uint64_t)u->unit * r->cfg.unit_tokens;
-  wk_dataset_advise(r->ds, u->shard, begin, begin + r->cfg.unit_tokens, WK_ADVICE_DONTNEED);
-  r->raw_head = (r->raw_head + 1) % r->raw_capacity;
-  r->raw_count--;
+/* Lock held. Lets go of the pages of raw unit i, and of the pages around it that the kernel mapped with
+ * them (fault-around and large folios map up to MAPPED_AROUND_BYTES at once; those pages belong to units
+ * of other buffers and would otherwise stay mapped until their own turn: resident memory would grow
+ * with the dataset). A unit still in use there just faults its pages back in. */
+static void release_raw(WkResidency *r, uint32_t i) {
+  const RawUnit *u = &r->raw[i];
+  uint64_t margin = MAPPED_AROUND_BYTES / r->token_bytes, begin = (uint64_t)u->unit * r->cfg.unit_tokens;
+  wk_dataset_advise(r->ds, u->shard, begin > margin ? begin - margin : 0, begin + r->cfg.unit_tokens + margin,
+                    WK_ADVICE_DONTNEED);
+  r->raw[i] = r->raw[--r->raw_count];
 }
 
 void wk_residency_advance(WkResidency *r, uint64_t low_water) {
   pthread_mutex_lock(&r->lock);
   if (low_water > r->low_water) r->low_water = low_water;
-  /* Raw units are remembered in the order they were first read, which follows the draws. */
-  while (r->raw_count > 0 && r->raw[r->raw_head].hold_until < r->low_water) release_oldest_raw(r);
+  for (uint32_t i = r->raw_count; i-- > 0;)
+    if (r->raw[i].hold_until < r->low_water) release_raw(r, i);
   if (r->cache) wk_unit_cache_set_low_water(r->cache, r->low_water);
   pthread_mutex_unlock(&r->lock);
 }
@@ -233,14 +239,29 @@ static WkStatus shard_codec(WkResidency *r, uint32_t shard, uint32_t *codec) {
   return WK_OK;
 }
 
+/* Adds a raw unit to the set let go once the low water passes its hold. Each thread's memo skips the
+ * lock for units it already added, until a full set had to let one go early. */
 static void remember_raw(WkResidency *r, WkResidencyThread *t, uint32_t shard, const WkUnitUse *use) {
   uint64_t key = unit_key(shard, use->unit);
   Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
-  if (m->key == key && m->hold_until >= use->hold.until) return; /* this thread already remembered it */
-  *m = (Memo){.key = key, .hold_until = use->hold.until};
+  uint64_t early = atomic_load_explicit(&r->early_releases, memory_order_relaxed);
+  if (m->key == key && m->hold_until >= use->hold.until && m->early_releases == early) return;
+  *m = (Memo){.key = key, .hold_until = use->hold.until, .early_releases = early};
   pthread_mutex_lock(&r->lock);
-  if (r->raw_count == r->raw_capacity) release_oldest_raw(r);
-  r->raw[(r->raw_head + r->raw_count++) % r->raw_capacity] = (RawUnit){shard, use->unit, use->hold.until};
+  uint32_t i = 0;
+  while (i < r->raw_count && (r->raw[i].shard != shard || r->raw[i].unit != use->unit)) i++;
+  if (i < r->raw_count) {
+    if (r->raw[i].hold_until < use->hold.until) r->raw[i].hold_until = use->hold.until;
+  } else {
+    if (r->raw_count == r->raw_capacity) {
+      uint32_t shortest = 0;
+      for (uint32_t j = 1; j < r->raw_count; j++)
+        if (r->raw[j].hold_until < r->raw[shortest].hold_until) shortest = j;
+      release_raw(r, shortest);
+      atomic_fetch_add(&r->early_releases, 1);
+    }
+    r->raw[r->raw_count++] = (RawUnit){shard, use->unit, use->hold.until};
+  }
   pthread_mutex_unlock(&r->lock);
 }
 

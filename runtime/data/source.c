@@ -27,10 +27,7 @@ static WkStatus file_read_at(WkByteSource *self, uint64_t offset, size_t length,
   if (offset > self->size || length > self->size - offset)
     return WK_FAIL(WK_ERR_FORMAT, "'%s': read of %zu bytes at offset %llu runs past the end (%llu bytes; file truncated?)",
                    self->name, length, (unsigned long long)offset, (unsigned long long)self->size);
-  if (fs->mapping) {
-    memcpy(dst, (const char *)fs->mapping + offset, length);
-    return WK_OK;
-  }
+  /* pread even when mapped: a copy through the mapping would leave its pages resident. */
   size_t done = 0;
   while (done < length) {
     ssize_t n = pread(fs->fd, (char *)dst + done, length - done, (off_t)(offset + done));

@@ -45,12 +45,10 @@ local HF_ENV = ('HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME=%s/build/bench/h
 local NA = 'n/a (needs the new loader)'
 
 -- Loader options of each wick row, passed straight to wick.data.loader by data_rank.lua (--name
--- value, --name.field value). Default settings pass nothing. Today's main names its shuffle window
--- in shards (shuffle = { window = 8 } by default) and has no dtype; the new data core's names go here.
+-- value, --name.field value). Default settings pass nothing.
 local OPTIONS = {
   default = {},
   stored = { '--shuffle', 'false' },
-  window_1 = { '--shuffle.window', 1 }, -- main's one-shard window: a reference row for the old order
   i64 = { '--dtype', 'i64' },
 }
 
@@ -101,7 +99,7 @@ local function node_of(out, what)
       n.node_decoded_bytes, n.node_delivered_bytes = r.node_decoded_bytes, r.node_delivered_bytes
     end
   end
-  if n.node_delivered_bytes then n.node_amplification = n.node_decoded_bytes / n.node_delivered_bytes end
+  if (n.node_delivered_bytes or 0) > 0 then n.node_amplification = n.node_decoded_bytes / n.node_delivered_bytes end
   n.rate = n.delivered / n.seconds
   n.per_cpu_second = n.delivered / n.cpu_s
   n.cpu_ns_per_token = n.cpu_s * 1e9 / n.delivered
@@ -179,7 +177,6 @@ end
 add_wick('raw', 'raw', OPTIONS.default)
 add_wick('zstd', 'zstd', OPTIONS.default)
 add_wick('zstd_stored', 'zstd', OPTIONS.stored)
-add_wick('zstd_window_1', 'zstd', OPTIONS.window_1, 'optional')
 add_wick('zstd_i64', 'zstd', OPTIONS.i64, 'optional')
 add_wick('small_zstd', 'small_zstd', OPTIONS.default)
 add_wick('big_zstd', 'big_zstd', OPTIONS.default)
@@ -311,10 +308,6 @@ vs_baseline('raw: tokens/s, default shuffle', raw, 'torch', 'torch DataLoader (i
 vs_baseline('raw: tokens/s, default shuffle', raw, 'cold_read', 'cold read of the shards (cat)')
 vs_baseline('zstd: tokens/s, default shuffle', zstd, 'hf', 'HF datasets streaming')
 vs_baseline('raw: tokens/s, default shuffle', raw, 'hf', 'HF datasets streaming')
-row_or_na("zstd: tokens/s, main's window = 1 shard", 'zstd_window_1', function(r)
-  report.row("zstd: tokens/s, main's window = 1 shard", r.rate / 1e6, MTOK, 'zstd, stored order',
-    measured('zstd_stored').rate / 1e6, true)
-end)
 row_or_na("zstd: tokens/s, dtype = 'i64' (as torch)", 'zstd_i64', function(r)
   vs_baseline("zstd: tokens/s, dtype = 'i64' (as torch)", r, 'torch', 'torch DataLoader (int64)')
 end)

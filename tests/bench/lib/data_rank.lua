@@ -24,7 +24,8 @@ local RUSAGE_SELF = 0
 local USAGE = 'usage: data_rank.lua --data DIR --tokens N [--loader-option VALUE ...]'
 local TOKEN_BYTES = { i32 = 4, i64 = 8 }
 -- loader:stats() fields printed when present (the new data core's decode counters).
-local COUNTERS = { 'decoded_bytes', 'delivered_bytes', 'node_decoded_bytes', 'node_delivered_bytes' }
+local COUNTERS = { 'decoded_bytes', 'delivered_bytes', 'node_decoded_bytes', 'node_delivered_bytes',
+  'node_private_decodes', 'node_steals', 'node_waits', 'node_edges_missing', 'node_edges_dropped' }
 
 local function fail(message)
   io.stderr:write('data_rank.lua: ', message, '\n', USAGE, '\n')
