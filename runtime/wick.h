@@ -114,6 +114,9 @@ WK_API WkStatus wk_dataset_read(WkDataset *ds, uint32_t shard, uint64_t offset, 
 WK_API WkStatus wk_dataset_document(WkDataset *ds, uint32_t shard, uint64_t doc, uint64_t *start,
                                     uint64_t *length);
 
+/* The document of a shard whose span (or terminating EOS) holds stream token `token`. */
+WK_API WkStatus wk_dataset_document_at(WkDataset *ds, uint32_t shard, uint64_t token, uint64_t *doc);
+
 /* Opens the shard now (header, block table and document index verified against the index)
  * instead of at its first read; a cheap way to check a dataset or warm it up. */
 WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
@@ -137,6 +140,12 @@ typedef struct {
   uint64_t open_shards;        /* shards open now */
 } WkDatasetStats;
 WK_API void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out);
+
+/* The counter-based permutations the sample order is made of, for tools that reason about orders:
+ * wk_permute is a bijection of [0, n) keyed by key (a Feistel network with cycle walking), wk_mix64 the
+ * 64-bit mixing every key is derived with. */
+WK_API uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
+WK_API uint64_t wk_mix64(uint64_t a, uint64_t b);
 
 /* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
  * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give

@@ -56,4 +56,49 @@ function data_helper.anon_rss()
   return tonumber(status:match('RssAnon:%s*(%d+) kB')) * 1024
 end
 
+-- Reads `steps` global steps from a loader; returns one table per step: list of sample ids in
+-- rank slice order (source:shard:offset:epoch), their token hashes and the step's fingerprint.
+function data_helper.read_steps(l, steps)
+  local out = {}
+  while steps > 0 do
+    local batch = l:next()
+    if not batch then break end
+    local ids = out[#out] and out[#out].step == batch.step and out[#out].ids or nil
+    if not ids then
+      ids = {}
+      out[#out + 1] = { step = batch.step, ids = ids, fingerprint = batch.fingerprint, hashes = {} }
+    end
+    for row = 0, batch.rows - 1 do
+      local s = l:sample(row)
+      ids[#ids + 1] = ('%d:%d:%d:%d'):format(s.source, s.shard, s.offset, s.epoch)
+      out[#out].hashes[#ids] = s.hash
+    end
+    if batch.micro_step == batch.micro_steps - 1 and #out == steps then break end
+  end
+  return out
+end
+
+-- The global batches of `steps` steps assembled from every rank of world size W, each rank read by a
+-- loader from make_loader(options); every rank must agree on each step's fingerprint.
+function data_helper.global_steps(make_loader, W, steps, opts)
+  local per_rank = {}
+  for r = 0, W - 1 do
+    local o = { world_size = W, rank = r }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    local l = make_loader(o)
+    per_rank[r] = data_helper.read_steps(l, steps)
+    l:close()
+  end
+  local merged = {}
+  for s = 1, steps do
+    local ids = {}
+    for r = 0, W - 1 do
+      for _, id in ipairs(per_rank[r][s].ids) do ids[#ids + 1] = id end
+      assert(per_rank[0][s].fingerprint == per_rank[r][s].fingerprint, 'ranks disagree on the fingerprint of step ' .. s)
+    end
+    merged[s] = { ids = ids, fingerprint = per_rank[0][s].fingerprint }
+  end
+  return merged
+end
+
 return data_helper

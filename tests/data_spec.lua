@@ -24,49 +24,8 @@ local function loader(opts)
   return data.loader(o)
 end
 
--- Reads `steps` global steps from a loader; returns one table per step: list of sample ids in
--- rank slice order (source:shard:offset:epoch) and the step's fingerprint.
-local function read_steps(l, steps)
-  local out = {}
-  while steps > 0 do
-    local batch = l:next()
-    if not batch then break end
-    local ids = out[#out] and out[#out].step == batch.step and out[#out].ids or nil
-    if not ids then
-      ids = {}
-      out[#out + 1] = { step = batch.step, ids = ids, fingerprint = batch.fingerprint, hashes = {} }
-    end
-    for row = 0, batch.rows - 1 do
-      local s = l:sample(row)
-      ids[#ids + 1] = ('%d:%d:%d:%d'):format(s.source, s.shard, s.offset, s.epoch)
-      out[#out].hashes[#ids] = s.hash
-    end
-    if batch.micro_step == batch.micro_steps - 1 and #out == steps then break end
-  end
-  return out
-end
-
--- The global batches of `steps` steps assembled from every rank of world size W.
-local function global_steps(W, steps, opts)
-  local per_rank = {}
-  for r = 0, W - 1 do
-    local o = { world_size = W, rank = r }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    local l = loader(o)
-    per_rank[r] = read_steps(l, steps)
-    l:close()
-  end
-  local merged = {}
-  for s = 1, steps do
-    local ids = {}
-    for r = 0, W - 1 do
-      for _, id in ipairs(per_rank[r][s].ids) do ids[#ids + 1] = id end
-      assert.are.equal(per_rank[0][s].fingerprint, per_rank[r][s].fingerprint)
-    end
-    merged[s] = { ids = ids, fingerprint = per_rank[0][s].fingerprint }
-  end
-  return merged
-end
+local read_steps = data_helper.read_steps
+local function global_steps(W, steps, opts) return data_helper.global_steps(loader, W, steps, opts) end
 
 describe('the sample order', function()
   it('covers every sample of an epoch exactly once over all ranks', function()

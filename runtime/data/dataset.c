@@ -407,6 +407,17 @@ WkStatus wk_dataset_first_document(WkDataset *ds, uint32_t shard, uint64_t token
   return status;
 }
 
+WkStatus wk_dataset_document_at(WkDataset *ds, uint32_t shard, uint64_t token, uint64_t *doc) {
+  if (!ds || !doc) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_document_at: NULL argument");
+  if (shard >= ds->index.shard_count || token >= ds->index.shards[shard].tokens)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': no token %llu in shard %u", ds->path, (unsigned long long)token,
+                   shard);
+  uint64_t next = 0;
+  WK_TRY(wk_dataset_first_document(ds, shard, token + 1, &next));
+  *doc = next - 1; /* the first document starts at token 0 */
+  return WK_OK;
+}
+
 WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec) {
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));

@@ -17,6 +17,7 @@
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ enum {
   BUFFER_ERROR_CAPACITY = 1024,
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
   DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
+  MIN_RING = 2,                   /* one micro-batch consumed while the next is filled */
 };
 
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
@@ -385,19 +387,54 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
   return WK_OK;
 }
 
-static WkStatus allocate_ring(WkLoader *loader) {
-  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
+/* Buffers of source i live at once while `ring` micro-batches are in flight: in each partition, those an
+ * interval of their draws can overlap (the steps they span and the step being planned, over the
+ * source's mean buffer), plus one, as the interval rarely starts on a buffer's first draw. */
+static uint64_t buffers_in_flight(const WkLoader *loader, uint32_t i, uint32_t ring) {
+  const WkOrder *order = loader->sources[i].order;
+  uint64_t partitions = (uint64_t)param(loader, WK_LOADER_PARTITIONS);
+  uint64_t draws = ((ring + loader->micro_steps - 1) / loader->micro_steps + 1) * loader->mix.global_batch;
+  double per_buffer = (double)wk_order_buffer_units(order) * (double)wk_order_epoch_length(order) /
+                      (double)(wk_order_total_units(order) ? wk_order_total_units(order) : 1);
+  if (per_buffer < 1) per_buffer = 1;
+  return partitions * ((uint64_t)ceil((double)draws / (double)partitions / per_buffer) + 1);
+}
+
+/* The ring: `prefetch` micro-batches (default 4 per thread + 4), fewer when the memory budget or a
+ * source's node cache cannot hold what that many in flight need, and never fewer than two. */
+static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
-  uint32_t count = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
-                                                     : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
-  loader->buffer_bytes = buffer_size(loader);
+  uint32_t n = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
+                                                 : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
   int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
-  if (budget > 0 && (uint64_t)count * loader->buffer_bytes > (uint64_t)budget) {
-    count = (uint32_t)((uint64_t)budget / loader->buffer_bytes);
-    if (count < 2)
+  if (budget > 0 && (uint64_t)n * loader->buffer_bytes > (uint64_t)budget) {
+    n = (uint32_t)((uint64_t)budget / loader->buffer_bytes);
+    if (n < MIN_RING)
       return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than 2 micro-batches of %zu bytes",
                      (long long)budget, loader->buffer_bytes);
   }
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    WkResidency *r = loader->sources[i].residency;
+    uint64_t room = wk_residency_buffers_room(r);
+    while (n > MIN_RING && buffers_in_flight(loader, i, n) > room) n--;
+    uint64_t need = buffers_in_flight(loader, i, n);
+    if (need > room)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %lld holds %llu shuffle buffers of %llu units but "
+                     "%llu are in use at once (2 micro-batches in flight, global batch %u, plus the straddling edges "
+                     "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
+                     loader->sources[i].path, (long long)param(loader, WK_LOADER_CACHE_BYTES), (unsigned long long)room,
+                     (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
+                     loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
+  }
+  *count = n;
+  return WK_OK;
+}
+
+static WkStatus allocate_ring(WkLoader *loader) {
+  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
+  loader->buffer_bytes = buffer_size(loader);
+  uint32_t count = 0;
+  WK_TRY(ring_size(loader, &count));
   Buffer *buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
   /* Where each row's sample lives: planning metadata, kept out of the (pinned) batch memory. */
   WkSampleLoc *locs = wk_calloc((size_t)count * loader->rows, sizeof(WkSampleLoc), "loader sample locations");

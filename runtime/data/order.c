@@ -245,6 +245,12 @@ uint64_t wk_order_fingerprint(const WkOrder *order) { return order->fingerprint;
 uint64_t wk_order_unit_tokens(const WkOrder *order) { return order->unit_tokens; }
 uint64_t wk_order_buffer_units(const WkOrder *order) { return order->buffer_units; }
 
+uint64_t wk_order_total_units(const WkOrder *order) {
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < order->shard_count; s++) total += shard_units(order, s);
+  return total;
+}
+
 uint64_t wk_order_max_window_boundaries(const WkOrder *order) {
   /* A window's shards hold fewer than window_tokens tokens before its last shard; boundaries between
    * units lie inside shards. */

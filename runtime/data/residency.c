@@ -15,6 +15,7 @@
  * from the launcher, torchrun or SLURM), the unit cache is a region in /dev/shm named by the job and the
  * stream, so all local ranks decode each unit once between them; otherwise it is private.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -33,6 +34,7 @@ enum {
   RAW_TRACK_BUFFERS = 4,      /* raw units remembered for release, in buffers per partition; when
                                  full, the one held shortest is let go early (it faults back in) */
   JOB_ID_CAPACITY = 256,
+  JOB_NAME_MAX = 32,          /* longest job id used as it is in a region's name */
   MAPPED_AROUND_BYTES = 2 << 20, /* a fault maps the page cache's whole (large) folio: up to 2 MiB */
   CODEC_UNKNOWN = 0xFF,
 };
@@ -90,10 +92,7 @@ static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t tok
                              .edge_slots = edge_slots(cfg)};
 }
 
-uint64_t wk_residency_min_cache_bytes(const WkResidencyConfig *cfg, uint32_t token_bytes) {
-  WkUnitCacheConfig c = cache_config(cfg, token_bytes, 0, "", NULL);
-  return wk_unit_cache_bytes_for(&c, (uint32_t)(2 * cfg->buffer_units));
-}
+static WkStatus shard_codec(WkResidency *r, uint32_t shard, uint32_t *codec);
 
 /* ---- sharing ------------------------------------------------------------------------------------- */
 
@@ -118,11 +117,22 @@ static uint64_t hash_text(const char *text) {
   return h;
 }
 
+/* A job id that can stand in a file name as it is (the launcher's WICK_JOB_ID is hex), so a launcher can
+ * find its job's regions; any other id is hashed. */
+static bool plain_name(const char *text) {
+  size_t n = strlen(text);
+  if (n == 0 || n > JOB_NAME_MAX) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)text[i])) return false;
+  return true;
+}
+
 static WkStatus open_cache(WkResidency *r) {
-  char job[JOB_ID_CAPACITY], name[WK_SHARED_NAME_CAPACITY];
+  char job[JOB_ID_CAPACITY], name[WK_SHARED_NAME_CAPACITY], hashed[17];
   const char *shared = NULL;
   if (node_job_id(job, sizeof job)) {
-    snprintf(name, sizeof name, "/wick-%u-%016" PRIx64 "-%016" PRIx64, (unsigned)getuid(), hash_text(job),
+    snprintf(hashed, sizeof hashed, "%016" PRIx64, hash_text(job));
+    snprintf(name, sizeof name, "/wick-%u-%s-%016" PRIx64, (unsigned)getuid(), plain_name(job) ? job : hashed,
              r->cfg.identity);
     shared = name;
   }
@@ -167,16 +177,20 @@ void wk_residency_free(WkResidency *r) {
 
 WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw) {
   r->low_water = first_draw;
-  uint32_t codec;
-  WK_TRY(wk_dataset_shard_codec(r->ds, 0, &codec));
-  uint64_t need = wk_residency_min_cache_bytes(&r->cfg, r->token_bytes);
-  if (codec != WK_CODEC_RAW && r->cfg.cache_bytes < need)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %llu cannot hold two shuffle buffers of %llu units "
-                   "(%llu KiB each) and the straddling edges of a window; it needs at least %llu bytes (raise "
-                   "cache_bytes, or lower shuffle.buffer_tokens)", r->what, (unsigned long long)r->cfg.cache_bytes,
-                   (unsigned long long)r->cfg.buffer_units, (unsigned long long)(unit_bytes(r) >> 10),
-                   (unsigned long long)need);
   return WK_OK;
+}
+
+/* What the node cache of a zstd source holds, in buffers; raw shards need no cache. */
+uint64_t wk_residency_buffers_room(WkResidency *r) {
+  uint32_t codec = WK_CODEC_RAW;
+  if (shard_codec(r, 0, &codec) != WK_OK || codec == WK_CODEC_RAW) return UINT64_MAX;
+  WkUnitCacheConfig c = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, "", NULL);
+  return wk_unit_cache_slots(&c) / r->cfg.buffer_units;
+}
+
+uint64_t wk_residency_cache_bytes_for(WkResidency *r, uint64_t buffers) {
+  WkUnitCacheConfig c = cache_config(&r->cfg, r->token_bytes, 0, "", NULL);
+  return wk_unit_cache_bytes_for(&c, (uint32_t)(buffers * r->cfg.buffer_units));
 }
 
 /* Lock held. Lets go of the pages of raw unit i, and of the pages around it that the kernel mapped with

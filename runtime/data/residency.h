@@ -88,14 +88,14 @@ typedef struct {
   uint64_t window_boundaries; /* most unit boundaries a shuffle window holds: bounds the edges in flight */
 } WkResidencyConfig;
 
-/* The cache a configuration needs: at least two buffers of units (ranks straddle buffer boundaries)
- * plus the edges of a window. */
-uint64_t wk_residency_min_cache_bytes(const WkResidencyConfig *cfg, uint32_t token_bytes);
-
 WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg);
 void wk_residency_free(WkResidency *r);
-/* Before the first read: the stream starts at draw first_draw (checks the cache budget). */
+/* Before the first read: the stream starts at draw first_draw. */
 WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw);
+/* Buffers of units the source's node cache holds next to a window's edges (UINT64_MAX for raw shards,
+ * which need no cache), and the cache_bytes that would hold `buffers`. */
+uint64_t wk_residency_buffers_room(WkResidency *r);
+uint64_t wk_residency_cache_bytes_for(WkResidency *r, uint64_t buffers);
 /* This loader will never read a draw below low_water again: its raw pages and cache holds may go. */
 void wk_residency_advance(WkResidency *r, uint64_t low_water);
 /* This loader has planned draws up to high_water (before reading them). */

@@ -13,11 +13,9 @@
 
 /* ---- order.c: a source's sample sequence --------------------------------------------------------- */
 
-/* A bijection of [0, n) keyed by key: a Feistel network with cycle walking. O(1) memory and time
- * per element, so an epoch's shuffle needs no index array. */
-uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
+/* wk_permute and wk_mix64 (wick.h) with O(1) memory and time per element, so an epoch's shuffle needs
+ * no index array; the inverse finds where the permutation put an element. */
 uint64_t wk_permute_inverse(uint64_t key, uint64_t n, uint64_t i);
-uint64_t wk_mix64(uint64_t a, uint64_t b);  /* a well-mixed 64-bit combination */
 
 typedef enum { WK_PACK_PACKED = 0, WK_PACK_PAD = 1 } WkPackMode;
 
@@ -83,6 +81,7 @@ WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLo
 uint64_t wk_order_fingerprint(const WkOrder *order);
 uint64_t wk_order_unit_tokens(const WkOrder *order);   /* tokens per unit */
 uint64_t wk_order_buffer_units(const WkOrder *order);  /* units per buffer */
+uint64_t wk_order_total_units(const WkOrder *order);   /* units of all shards */
 /* The most unit boundaries one window can hold: bounds the straddler edges in flight. */
 uint64_t wk_order_max_window_boundaries(const WkOrder *order);
 

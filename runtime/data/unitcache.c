@@ -334,6 +334,7 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
 void wk_unit_cache_close(WkUnitCache *c) {
   if (!c) return;
   lock(c);
+  clear_dead(c); /* a killed peer must not keep the region's name alive */
   atomic_store(&c->h->readers[c->reader].pid, 0);
   bool last = --c->h->attached == 0;
   unlock(c);

@@ -1,6 +1,8 @@
 -- wick.data.inspect: prints the samples one rank would receive, without starting other ranks.
 --   run -m wick.data.inspect --data DIR --seq-len 256 --global-batch 32 --micro-batch 4 --world 4 --rank 1 --steps 2
 -- One line per sample: `step=S rank=R id=SOURCE:SHARD:OFFSET hash=H micro=M row=I epoch=E len=N status=ok`.
+-- With --quality (a dataset directory only): how well the order mixes over one epoch (wick.data.quality),
+-- next to Wick 0.1's shard-window order of the same data.
 -- --data is a dataset directory, a .lua file returning a data.mix{}, or a Lua expression such as
 -- "data.mix{ {'a', weight = 3}, {'b'} }".
 local cli = require 'wick.cli'
@@ -30,6 +32,8 @@ local spec = {
     { 'from', 'file', help = 'start from the cursor saved in this file' },
     { 'save_cursor', 'file', help = 'write the cursor after the printed steps to this file' },
     { 'fingerprint', 'flag', help = 'also print one line per step with its order fingerprint' },
+    { 'quality', 'flag', help = "print the order's mixing figures over one epoch, next to Wick 0.1's order" },
+    { 'reference_window', 'number', default = 8, help = "Wick 0.1's shuffle window (shards) for --quality" },
   },
 }
 
@@ -53,8 +57,38 @@ local function resolve_data(text)
   return text
 end
 
+local function print_quality(opts)
+  local quality = require 'wick.data.quality'
+  local ds, err = require('wick.dataset').open(opts.data)
+  if not ds then error('--quality needs a dataset directory: ' .. err, 0) end
+  local this = quality.loader_order {
+    data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, seed = opts.seed, mode = opts.mode,
+    shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, buffer_tokens = opts.buffer_tokens },
+    partitions = opts.partitions, chunk = opts.chunk, threads = opts.threads,
+  }
+  local reference = quality.reference_order(ds, { seq_len = opts.seq_len, seed = opts.seed, mode = opts.mode,
+                                                  window = opts.reference_window })
+  local a, b = quality.measure(this, opts.global_batch, ds), quality.measure(reference, opts.global_batch, ds)
+  print(('quality over one epoch of %s: %d samples, global batch %d'):format(opts.data, a.samples, opts.global_batch))
+  print(('%-34s %12s %12s'):format('', 'this order', ('Wick 0.1 (%d)'):format(opts.reference_window)))
+  for _, row in ipairs {
+    { 'distinct shards per batch (mean)', 'shards_per_batch', '%12.2f' },
+    { 'distinct shards per batch (min)', 'shards_per_batch_min', '%12d' },
+    { 'distinct documents per batch', 'docs_per_batch', '%12.2f' },
+    { 'position correlation', 'correlation', '%12.3f' },
+    { 'neighbour distance (random ~0.33)', 'neighbour_distance', '%12.3f' },
+  } do
+    print(('%-34s ' .. row[3] .. ' ' .. row[3]):format(row[1], a[row[2]], b[row[2]]))
+  end
+  ds:close()
+end
+
 local function main(args)
   local opts = cli.parse(spec, args)
+  if opts.quality then
+    print_quality(opts)
+    return 0
+  end
   local loader = data.loader {
     data = resolve_data(opts.data),
     seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
