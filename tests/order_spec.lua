@@ -228,6 +228,21 @@ describe('a node cache shared by real ranks', function()
   end)
 end)
 
+describe('the launcher', function()
+  it("removes the node caches of a job whose ranks were all killed", function()
+    local function regions()
+      return helper.sh('ls /dev/shm | grep "^wick-$(id -u)-" | sort').out
+    end
+    local before = regions()
+    local ready = root .. '/ready-launch'
+    os.execute('mkdir -p ' .. q(ready))
+    local r = helper.run(('--nproc-per-node 2 %s/tests/helpers/stream_rank.lua %s %d 16 %d %d %s 20'):format(
+      helper.ROOT, q(zstd), SEQ, BUFFER, 600 * 1024, q(ready)))
+    assert.are.equal(137, r.rc, r.out .. r.err) -- the first rank's SIGKILL
+    assert.are.equal(before, regions())
+  end)
+end)
+
 describe('shuffle quality', function()
   it("reproduces Wick 0.1's order exactly (the reference the figures are compared with)", function()
     -- Ids printed by Wick 0.1 (`run -m wick.data.inspect --data DIR --seq-len 16 --global-batch 24

@@ -9,7 +9,12 @@
  *
  * Failure policy: the first rank to exit non-zero (or die from a signal) is named, the others get
  * SIGTERM, and SIGKILL after STOP_GRACE_MS. Ctrl-C is forwarded to every rank as SIGINT.
+ *
+ * The job id: every rank gets WICK_JOB_ID, hex and unique to this launch; the ranks name the regions
+ * their node shares (/dev/shm/wick-UID-JOB-...) after it, and the launcher removes what ranks killed
+ * with SIGKILL could not (the last rank to leave a region normally removes it itself).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -78,6 +83,33 @@ static void set_env_int(const char *name, int value) {
   char text[32];
   snprintf(text, sizeof text, "%d", value);
   setenv(name, text, 1);
+}
+
+/* 16 hex digits unique to this launch: the time, the launcher's pid and the kernel's randomness. */
+static void make_job_id(char out[17]) {
+  uint64_t seed = now_ms() ^ ((uint64_t)getpid() << 40), noise = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &noise, sizeof noise) != (ssize_t)sizeof noise) noise = 0;
+    close(fd);
+  }
+  snprintf(out, 17, "%016llx", (unsigned long long)(seed ^ noise));
+}
+
+/* Removes /dev/shm/wick-UID-JOB-* that ranks of this job left (they were killed before removing them). */
+static void remove_job_regions(const char *job) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "wick-%u-%s-", (unsigned)getuid(), job);
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) return;
+  struct dirent *entry;
+  while ((entry = readdir(dir)) != NULL) {
+    if (strncmp(entry->d_name, prefix, strlen(prefix)) != 0) continue;
+    char path[320];
+    snprintf(path, sizeof path, "/dev/shm/%s", entry->d_name);
+    if (unlink(path) != 0 && errno != ENOENT) fprintf(stderr, "run: cannot remove %s: %s\n", path, strerror(errno));
+  }
+  closedir(dir);
 }
 
 static void set_rank_environment(const LaunchConfig *config, int local_rank, int master_port) {
@@ -247,6 +279,9 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
     return EXIT_FAILURE;
   }
   install_signal_handlers();
+  char job[17];
+  make_job_id(job);
+  setenv("WICK_JOB_ID", job, 1); /* inherited by every rank */
   int started = 0;
   for (; started < count; started++) {
     ranks[started].rank = config->node_rank * count + started;
@@ -294,5 +329,6 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
     code = EXIT_FAILURE;
   }
   free(ranks);
+  remove_job_regions(job);
   return code;
 }
