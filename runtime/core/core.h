@@ -3,8 +3,8 @@
  *
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
- * pipeline stages running on C threads, and a small JSON reader (json.h). It knows nothing about
- * data, tensors or devices.
+ * pipeline stages running on C threads, a small JSON reader (json.h), and memory shared by a node's
+ * processes (shared.h). It knows nothing about data, tensors or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */

@@ -2,8 +2,8 @@
  * runtime/data — datasets, from bytes on disk (or a server) to tensor-ready batches.
  *
  * Owns: the shard format and dataset index (format.h, FORMAT.md), byte sources (local file now,
- * HTTP/S3 later), the block cache, tokenizers and the converter, the deterministic sample order,
- * packing, mixing, the loader threads and the cursor. It knows nothing about tensors beyond
+ * HTTP/S3 later), the block caches, tokenizers and the converter, the deterministic sample order,
+ * the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows nothing about tensors beyond
  * writing int32 tokens into caller-provided buffers.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
@@ -11,12 +11,15 @@
  *   format_shard.c  shard header, block table, document index: validation, block verify + decode
  *   format_index.c  index.json: parse + validate (safe names), deterministic serialization
  *   shard_writer.c  one shard file from a token stream (blocks compressed, checksummed)
- *   cache.c     the decoded-block cache: LRU, pinned entries, a byte budget, single-flight decodes
+ *   cache.c     the decoded-block cache of plain reads (wk_dataset_read): LRU, pinned entries, a budget
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
  *   convert.c   the converter pipeline (threads, ordering, shards, progress); convert_input.c cuts
  *               inputs (.txt, .jsonl, .jsonl.zst, .bin) into chunks and chunks into documents
- *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch)
+ *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
+ *               shards, buffers of units (blocks) and samples, with the residency each sample needs
+ *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order
+ *   residency.c a source's reads for the loader: zstd through the unit cache, raw through the mapping
  *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids
  *   mix.c       several sources -> one deterministic stream with per-source cursors
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring
