@@ -135,9 +135,14 @@ for _, name in ipairs { 'raw', 'zstd', 'small_raw', 'small_zstd', 'big_raw', 'bi
   shards[name] = data_corpus.shard_paths(c[name])
 end
 
-local function loader_run(command, files, what)
+-- cache: 'cold' evicts the files from the page cache before the run, 'warm' reads them in first.
+local function loader_run(command, files, what, cache)
   return function()
-    page_cache.evict(files)
+    if cache == 'warm' then
+      os.execute('cat ' .. table.concat(files, ' ') .. ' > /dev/null')
+    else
+      page_cache.evict(files)
+    end
     return node_of(capture(command), what)
   end
 end
@@ -149,13 +154,14 @@ local function add(name, command, run)
 end
 
 -- optional: a row the loader may not support (n/a then); any other row that cannot run is an error.
-local function add_wick(name, dataset, options, optional)
+-- cache: 'warm' for the dataset-size rows (see the top of this file).
+local function add_wick(name, dataset, options, optional, cache)
   local args = { '--data', c[dataset], '--tokens', ('%.0f'):format(TOKENS_PER_RANK), '--seq-len', SEQ_LEN,
     '--global-batch', GLOBAL_BATCH, '--micro-batch', MICRO_BATCH }
   for _, v in ipairs(options) do args[#args + 1] = v end
   local command = ('%s --nproc-per-node %d %s/tests/bench/lib/data_rank.lua %s'):format(RUN, RANKS, host.home,
     table.concat(args, ' '))
-  local run = loader_run(command, shards[dataset], name)
+  local run = loader_run(command, shards[dataset], name, cache)
   add(name, command, optional and run or function()
     local result, why = run()
     if not result then error(('%s cannot run: %s\n  %s'):format(name, why, command), 0) end
@@ -178,10 +184,13 @@ add_wick('raw', 'raw', OPTIONS.default)
 add_wick('zstd', 'zstd', OPTIONS.default)
 add_wick('zstd_stored', 'zstd', OPTIONS.stored)
 add_wick('zstd_i64', 'zstd', OPTIONS.i64, 'optional')
-add_wick('small_zstd', 'small_zstd', OPTIONS.default)
-add_wick('big_zstd', 'big_zstd', OPTIONS.default)
-add_wick('small_raw', 'small_raw', OPTIONS.default)
-add_wick('big_raw', 'big_raw', OPTIONS.default)
+-- The dataset-size rows run page-cache-warm: the 20 MB dataset is read 7 times a run, so it is warm
+-- after its first epoch whatever the bench does; warming the 2 GB one too compares the loader alone.
+add_wick('small_zstd', 'small_zstd', OPTIONS.default, false, 'warm')
+add_wick('zstd_warm', 'zstd', OPTIONS.default, false, 'warm')
+add_wick('big_zstd', 'big_zstd', OPTIONS.default, false, 'warm')
+add_wick('small_raw', 'small_raw', OPTIONS.default, false, 'warm')
+add_wick('big_raw', 'big_raw', OPTIONS.default, false, 'warm')
 
 local skipped = {}
 if capture(PYTHON .. ' -c "import torch" && echo ok'):match('ok\n$') then
@@ -352,12 +361,17 @@ if torch then
   report.row('zstd: time to first batch', zstd.first_batch_ms, 'ms', 'torch DataLoader', torch.first_batch_ms, false)
 end
 
-print(('-- dataset size: %.0f MB against %.1f GB of tokens (u16), default settings'):format(
+print(('-- dataset size: %.0f MB against %.1f GB of tokens (u16), default settings, page cache warm'):format(
   c.small_raw_info.tokens * 2 / 1e6, c.big_raw_info.tokens * 2 / 1e9))
+-- 20 MB of zstd tokens fit the 64 MiB node cache: after its first epoch it is served from the cache,
+-- so the size goal for zstd is judged between two datasets larger than the cache.
 for _, kind in ipairs { 'zstd', 'raw' } do
   local small, big = measured('small_' .. kind), measured('big_' .. kind)
-  report.row(kind .. ': tokens/s on 2 GB', big.rate / 1e6, MTOK, 'the same on 20 MB', small.rate / 1e6, true, 0.8)
+  report.row(kind .. ': tokens/s on 2 GB', big.rate / 1e6, MTOK, 'the same on 20 MB', small.rate / 1e6, true,
+    kind == 'raw' and 0.8 or nil)
   report.row(kind .. ': peak RSS per rank on 2 GB', mib(big.peak_rss), 'MiB', 'the same on 20 MB', mib(small.peak_rss),
     false)
 end
+report.row('zstd: tokens/s on 2 GB', measured('big_zstd').rate / 1e6, MTOK, ('the same on %.0f MB (5x the cache)'):format(
+  c.zstd_info.tokens * 2 / 1e6), measured('zstd_warm').rate / 1e6, true, 0.8)
 print(('data bench: %.0f s, load average now %s'):format(report.now() - started, load_average()))
