@@ -8,9 +8,11 @@
  * timeout (no condition variable, whose state a dead waiter could corrupt); a process's liveness is
  * checked with kill(pid, 0).
  *
- * Creation: the first process creates the file (O_EXCL), reserves its pages (posix_fallocate, so a
- * too-small /dev/shm is a clear error at open rather than a SIGBUS later), maps it and calls the
- * caller's init before publishing `ready`; later processes map it and wait for `ready`.
+ * Creation: the first process creates the file (O_EXCL) at its full size, reserves the pages of its
+ * first `reserved` bytes (posix_fallocate), maps it and calls the caller's init before publishing
+ * `ready`; later processes map it and wait for `ready`. The rest is reserved piece by piece as the
+ * caller first uses it (wk_shared_reserve): a too-small /dev/shm is then a clear error, never a
+ * SIGBUS, and a large region costs nothing at open.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,24 +46,29 @@ static WkStatus map_fd(int fd, size_t bytes, const char *name, WkSharedRegion *o
   if (base == MAP_FAILED) return fail_shared("map", name);
   out->base = base;
   out->bytes = bytes;
+  out->fd = fd;
   return WK_OK;
 }
 
-static WkStatus create_named(const char *name, size_t bytes, WkSharedInit init, void *ctx, WkSharedRegion *out) {
+WkStatus wk_shared_reserve(WkSharedRegion *r, size_t offset, size_t length) {
+  if (r->fd < 0 || length == 0) return WK_OK; /* anonymous memory is not bounded by /dev/shm */
+  int err = posix_fallocate(r->fd, (off_t)offset, (off_t)length);
+  if (err == 0) return WK_OK;
+  errno = err;
+  return fail_shared("reserve", r->name);
+}
+
+static WkStatus create_named(const char *name, size_t bytes, size_t reserved, WkSharedInit init, void *ctx,
+                             WkSharedRegion *out) {
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno == EEXIST ? WK_ERR_CLOSED : fail_shared("create", name);
-  WkStatus status = WK_OK;
-  int err = posix_fallocate(fd, 0, (off_t)bytes);
-  if (err != 0) {
-    errno = err;
-    status = fail_shared("reserve", name);
-  }
+  WkStatus status = ftruncate(fd, (off_t)bytes) == 0 ? WK_OK : fail_shared("size", name);
   if (status == WK_OK) status = map_fd(fd, bytes, name, out);
-  close(fd);
+  if (status == WK_OK) status = wk_shared_reserve(out, 0, reserved);
   if (status == WK_OK) status = init(ctx, out->base);
   if (status != WK_OK) {
-    if (out->base) munmap(out->base, bytes);
-    out->base = NULL;
+    wk_shared_close(out);
+    if (out->fd < 0) close(fd);
     shm_unlink(name);
     return status;
   }
@@ -86,19 +93,20 @@ static WkStatus open_named(const char *name, size_t bytes, WkSharedRegion *out) 
     else usleep(OPEN_POLL_US);
   }
   if (status == WK_OK) status = map_fd(fd, bytes, name, out);
-  close(fd);
+  else close(fd);
   for (int waited = 0; status == WK_OK; waited++) {
     if (atomic_load_explicit((_Atomic uint32_t *)out->base, memory_order_acquire) == READY_MAGIC) return WK_OK;
     if (waited * OPEN_POLL_US / 1000 > OPEN_WAIT_MS) status = WK_ERR_CLOSED;
     else usleep(OPEN_POLL_US);
   }
-  if (out->base) munmap(out->base, bytes);
-  out->base = NULL;
+  wk_shared_close(out);
   return status;
 }
 
-WkStatus wk_shared_open(const char *name, size_t bytes, WkSharedInit init, void *ctx, WkSharedRegion *out) {
+WkStatus wk_shared_open(const char *name, size_t bytes, size_t reserved, WkSharedInit init, void *ctx,
+                        WkSharedRegion *out) {
   memset(out, 0, sizeof *out);
+  out->fd = -1;
   if (bytes < sizeof(uint32_t)) return WK_FAIL(WK_ERR_INVALID_ARG, "shared region of %zu bytes is too small", bytes);
   if (!name) {
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -115,7 +123,7 @@ WkStatus wk_shared_open(const char *name, size_t bytes, WkSharedInit init, void 
   /* Create, or open what another process created; a half-made region of a creator that died is
    * removed and made again. */
   for (int attempt = 0; attempt < 3; attempt++) {
-    WkStatus status = create_named(name, bytes, init, ctx, out);
+    WkStatus status = create_named(name, bytes, reserved, init, ctx, out);
     if (status != WK_ERR_CLOSED) return status;
     status = open_named(name, bytes, out);
     if (status != WK_ERR_CLOSED) return status;
@@ -127,7 +135,9 @@ WkStatus wk_shared_open(const char *name, size_t bytes, WkSharedInit init, void 
 
 void wk_shared_close(WkSharedRegion *r) {
   if (r->base) munmap(r->base, r->bytes);
+  if (r->fd >= 0) close(r->fd);
   r->base = NULL;
+  r->fd = -1;
 }
 
 void wk_shared_unlink(WkSharedRegion *r) {

@@ -18,6 +18,7 @@ typedef struct {
   void *base;      /* its first 4 bytes are the `ready` word the creator publishes last */
   size_t bytes;
   bool created;    /* this process made it (and ran init) */
+  int fd;          /* the named region's file (for reservations), -1 when anonymous */
   char name[WK_SHARED_NAME_CAPACITY];  /* "/wick-..." or "" when anonymous */
 } WkSharedRegion;
 
@@ -25,8 +26,13 @@ typedef struct {
 typedef WkStatus (*WkSharedInit)(void *ctx, void *base);
 
 /* name NULL: an anonymous region for this process alone. Otherwise creates /dev/shm<name> of exactly
- * `bytes`, or maps the one another process created (waiting for it to be ready). */
-WkStatus wk_shared_open(const char *name, size_t bytes, WkSharedInit init, void *ctx, WkSharedRegion *out);
+ * `bytes` with its first `reserved` bytes backed, or maps the one another process created (waiting for
+ * it to be ready). */
+WkStatus wk_shared_open(const char *name, size_t bytes, size_t reserved, WkSharedInit init, void *ctx,
+                        WkSharedRegion *out);
+/* Backs [offset, offset + length) with pages before its first use (a clear error when /dev/shm is too
+ * small, instead of a SIGBUS at the first write). Idempotent; nothing to do for anonymous regions. */
+WkStatus wk_shared_reserve(WkSharedRegion *r, size_t offset, size_t length);
 void wk_shared_close(WkSharedRegion *r);
 /* Removes the name (mappings stay valid); processes that open it later make a new region. */
 void wk_shared_unlink(WkSharedRegion *r);

@@ -665,6 +665,7 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
     if (b->status == WK_OK) fill_rows(loader, reader, b);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_flush(loader->sources[i].residency, reader->contexts[i]);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
     if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);

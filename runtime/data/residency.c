@@ -51,7 +51,7 @@ struct WkResidency {
   uint32_t token_bytes;
   uint8_t *codec;             /* per shard: WkCodec once known */
   pthread_mutex_t lock;       /* the cache's creation and the raw unit set */
-  WkUnitCache *cache;         /* created at the first zstd unit */
+  _Atomic(WkUnitCache *) cache; /* created at the first zstd unit */
   uint64_t low_water, high_water;
   RawUnit *raw;               /* the raw units read and not yet let go (a set, unordered) */
   uint32_t raw_capacity, raw_count;
@@ -68,6 +68,8 @@ typedef struct {
 
 struct WkResidencyThread {
   Memo memo[MEMO_ENTRIES];
+  uint64_t delivered;         /* bytes delivered since the last flush (shared counters are flushed once
+                                 per micro-batch, not per sample: they bounce between cores) */
   uint8_t *scratch;           /* a unit decoded privately */
   uint8_t *edge;              /* an edge's tokens */
 };
@@ -137,8 +139,10 @@ static WkStatus open_cache(WkResidency *r) {
     shared = name;
   }
   WkUnitCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what, shared);
-  WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &r->cache));
-  wk_unit_cache_set_high_water(r->cache, r->high_water);
+  WkUnitCache *cache = NULL;
+  WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &cache));
+  wk_unit_cache_set_high_water(cache, r->high_water);
+  atomic_store_explicit(&r->cache, cache, memory_order_release);
   return WK_OK;
 }
 
@@ -313,6 +317,7 @@ static WkStatus fill_unit(void *ctx, uint8_t *dst) {
 }
 
 static WkStatus ensure_cache(WkResidency *r) {
+  if (atomic_load_explicit(&r->cache, memory_order_acquire)) return WK_OK;
   pthread_mutex_lock(&r->lock);
   WkStatus status = r->cache ? WK_OK : open_cache(r);
   pthread_mutex_unlock(&r->lock);
@@ -363,15 +368,22 @@ static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLo
 WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
   uint32_t codec;
   WK_TRY(shard_codec(r, loc->shard, &codec));
-  atomic_fetch_add_explicit(&r->delivered_bytes, loc->length * r->token_bytes, memory_order_relaxed);
+  t->delivered += loc->length * r->token_bytes;
   if (codec == WK_CODEC_RAW || loc->unit_count == 0) return read_raw(r, t, loc, dst, dst_bytes);
   WK_TRY(ensure_cache(r));
-  wk_unit_cache_add_delivered(r->cache, loc->length * r->token_bytes);
   uint64_t end = loc->offset + loc->length;
   uint64_t split = loc->unit_count == 2 ? (uint64_t)loc->units[1].unit * r->cfg.unit_tokens : end;
   WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, split, dst, dst_bytes));
   if (loc->unit_count == 2) WK_TRY(read_part(r, t, loc, &loc->units[1], split, end, dst, dst_bytes));
   return WK_OK;
+}
+
+void wk_residency_thread_flush(WkResidency *r, WkResidencyThread *t) {
+  if (t->delivered == 0) return;
+  atomic_fetch_add(&r->delivered_bytes, t->delivered);
+  WkUnitCache *cache = atomic_load_explicit(&r->cache, memory_order_acquire);
+  if (cache) wk_unit_cache_add_delivered(cache, t->delivered);
+  t->delivered = 0;
 }
 
 void wk_residency_stats(WkResidency *r, WkResidencyStats *out) {

@@ -57,6 +57,7 @@ typedef struct {
   uint32_t state;
   int32_t owner;              /* pid decoding it while LOADING */
   uint32_t bytes;             /* edges: bytes saved */
+  uint32_t backed;            /* its data's pages are reserved (wk_shared_reserve) */
 } Entry;
 
 typedef struct {
@@ -311,7 +312,8 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
   WkUnitCache *c = wk_calloc(1, sizeof *c, "unit cache");
   if (!c) return wk_last_status();
   snprintf(c->what, sizeof c->what, "%s", cfg->what);
-  WkStatus status = wk_shared_open(cfg->shared_name, region_bytes(&want), init_region, &want, &c->region);
+  WkStatus status = wk_shared_open(cfg->shared_name, region_bytes(&want), want.unit_data_at, init_region, &want,
+                                   &c->region);
   if (status == WK_OK) {
     uint8_t *base = c->region.base;
     c->h = (Header *)base;
@@ -397,6 +399,26 @@ static uint8_t *unit_data(WkUnitCache *c, const Entry *e) {
   return c->unit_data + (size_t)(e - c->entries) * c->h->unit_bytes;
 }
 
+static uint8_t *edge_data(WkUnitCache *c, const Entry *e) {
+  return c->edge_data + (size_t)(e - c->entries - c->h->units) * c->h->edge_bytes;
+}
+
+/* Lock held. Backs entry i's data with pages on its first use; on failure it goes back to the free list. */
+static WkStatus back_entry(WkUnitCache *c, int32_t i) {
+  Entry *e = &c->entries[i];
+  if (e->backed) return WK_OK;
+  bool edge = (uint32_t)i >= c->h->units;
+  uint8_t *data = edge ? edge_data(c, e) : unit_data(c, e);
+  WkStatus status = wk_shared_reserve(&c->region, (size_t)(data - (uint8_t *)c->region.base),
+                                      edge ? c->h->edge_bytes : c->h->unit_bytes);
+  if (status != WK_OK) {
+    push_free(c, (uint32_t)i);
+    return wk_error_context("%s", c->what);
+  }
+  e->backed = 1;
+  return WK_OK;
+}
+
 WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill fill, void *ctx, uint8_t *scratch,
                            WkUnitHit *out) {
   Wait w = {0};
@@ -429,9 +451,10 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
       TRY_UNLOCKED(c, wait_for_change(c, &w, "room in the node cache: the slowest local reader", slowest));
       continue;
     }
+    TRY_UNLOCKED(c, back_entry(c, slot));
     e = &c->entries[slot];
     *e = (Entry){.key = key, .hold_from = hold.from, .hold_until = hold.until, .state = ENTRY_LOADING,
-                 .owner = (int32_t)getpid()};
+                 .owner = (int32_t)getpid(), .backed = 1};
     link_entry(c, (uint32_t)slot);
     unlock(c);
     WkStatus status = fill(ctx, unit_data(c, e));
@@ -452,10 +475,6 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
 
 /* ---- edges ------------------------------------------------------------------------------------------ */
 
-static uint8_t *edge_data(WkUnitCache *c, const Entry *e) {
-  return c->edge_data + (size_t)(e - c->entries - c->h->units) * c->h->edge_bytes;
-}
-
 void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, const void *data, uint32_t bytes) {
   key |= EDGE_KEY_TAG;
   if (bytes > c->h->edge_bytes) return; /* cannot happen: edges are shorter than a sample */
@@ -465,11 +484,11 @@ void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, c
     if (e->hold_until < hold_until) e->hold_until = hold_until;
   } else {
     int32_t slot = take_entry(c, true);
-    if (slot < 0) {
+    if (slot < 0 || back_entry(c, slot) != WK_OK) {
       c->h->stats.edges_dropped++; /* the straddler will decode the unit again: counted, not fatal */
     } else {
       e = &c->entries[slot];
-      *e = (Entry){.key = key, .hold_until = hold_until, .state = ENTRY_READY, .bytes = bytes};
+      *e = (Entry){.key = key, .hold_until = hold_until, .state = ENTRY_READY, .bytes = bytes, .backed = 1};
       memcpy(edge_data(c, e), data, bytes);
       link_entry(c, (uint32_t)slot);
       c->h->stats.edges_saved++;
