@@ -6,11 +6,14 @@
  * communicator (its unique id exchanged through the store). A world of 1 has none of these: its
  * collectives are local copies.
  *
- * Every collective gets the next sequence number of the group. Before it communicates, a rank
- * posts (fire and forget) its sequence number, the collective's name and size and the calling
- * recipe line to the store; when a collective fails or times out, report.c reads the others'
- * posts to name the ranks that are missing. After a failure the group is unusable: every later
- * collective fails at once with the first report.
+ * Every collective gets the next sequence number of the group. As it starts, a rank records its
+ * sequence number, the collective's name and size and the calling recipe line in memory; the
+ * group's progress thread posts that record to the store (fire and forget) whenever it changed,
+ * at most every PROGRESS_INTERVAL_MS: the collectives themselves make no store traffic, rank 0's
+ * store sees a bounded rate whatever the world size, and a posted record is at most that stale.
+ * When a collective fails or times out, report.c reads the others' records to name the ranks
+ * that are missing. After a failure the group is unusable: every later collective fails at once
+ * with the first report.
  *
  * Asynchronous all-reduces (gradient buckets during the backward pass) run on one worker thread,
  * in the order they were started; a synchronous collective first waits for every queued one, so
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../tensor/tensor.h"
 #include "dist.h"
@@ -29,7 +33,9 @@ enum {
   SITE_CAPACITY = 256,
   MESSAGE_CAPACITY = 1024,
   NCCL_ID_KEY_CAPACITY = 64,
-  CLOSE_BYE_GRACE_MS = 1000  /* minimum time rank 0 keeps serving for the others to say bye */
+  CLOSE_BYE_GRACE_MS = 1000, /* minimum time rank 0 keeps serving for the others to say bye */
+  PROGRESS_INTERVAL_MS = 20, /* the progress thread posts at most this often */
+  PROGRESS_POST_CAPACITY = SITE_CAPACITY + 128
 };
 
 static const char GLOO_PREFIX[] = "wick/gloo/";
@@ -67,6 +73,14 @@ struct WkDist {
   WkStatus failure_status;
   char failure[MESSAGE_CAPACITY];
   WkDistStats stats;
+  /* the progress thread: posts `progress` when `progress_version` passed `posted_version` */
+  pthread_t progress_thread;
+  bool progress_started, progress_stop;
+  pthread_mutex_t progress_lock;
+  pthread_cond_t progress_changed;
+  DistProgress progress;
+  char progress_site[SITE_CAPACITY];
+  uint64_t progress_version, posted_version;
   /* the worker */
   pthread_t worker;
   bool worker_started, worker_stop;
@@ -87,7 +101,52 @@ static const char *kind_name(CollectiveKind kind) {
   return "?";
 }
 
+/* ---- progress --------------------------------------------------------------------------------- */
+
+/* Posts the newest record if it changed, then sleeps PROGRESS_INTERVAL_MS; on stop, posts once more. */
+static void *progress_loop(void *arg) {
+  WkDist *d = arg;
+  char key[sizeof DIST_PROGRESS_KEY + 16], post[PROGRESS_POST_CAPACITY];
+  snprintf(key, sizeof key, DIST_PROGRESS_KEY "%d", d->world.rank);
+  pthread_mutex_lock(&d->progress_lock);
+  for (;;) {
+    bool stop = d->progress_stop;
+    if (d->progress_version != d->posted_version) {
+      int length = dist_format_progress(post, sizeof post, &d->progress);
+      d->posted_version = d->progress_version;
+      pthread_mutex_unlock(&d->progress_lock);
+      if (store_post(d->store, key, post, (size_t)length) != WK_OK)
+        wk_logf(WK_LOG_DEBUG, "posting progress: %s", wk_last_error()); /* the collectives will tell */
+      pthread_mutex_lock(&d->progress_lock);
+    }
+    if (stop) break;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += PROGRESS_INTERVAL_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    if (!d->progress_stop) pthread_cond_timedwait(&d->progress_changed, &d->progress_lock, &until);
+  }
+  pthread_mutex_unlock(&d->progress_lock);
+  return NULL;
+}
+
+static void record_progress(WkDist *d, const DistProgress *p) {
+  pthread_mutex_lock(&d->progress_lock);
+  d->progress = *p;
+  snprintf(d->progress_site, sizeof d->progress_site, "%s", p->site);
+  d->progress.site = d->progress_site;
+  d->progress_version++;
+  pthread_mutex_unlock(&d->progress_lock);
+}
+
 /* ---- init and close ----------------------------------------------------------------------------- */
+
+static void destroy_sync(WkDist *d) {
+  pthread_cond_destroy(&d->changed);
+  pthread_mutex_destroy(&d->lock);
+  pthread_cond_destroy(&d->progress_changed);
+  pthread_mutex_destroy(&d->progress_lock);
+}
 
 static WkStatus check_world(const WkWorld *w) {
   if (!w) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dist_init: world is NULL");
@@ -115,6 +174,8 @@ WkDist *wk_dist_init(const WkWorld *world, int64_t timeout_ms) {
   d->timeout_ms = timeout_ms;
   pthread_mutex_init(&d->lock, NULL);
   pthread_cond_init(&d->changed, NULL);
+  pthread_mutex_init(&d->progress_lock, NULL);
+  pthread_cond_init(&d->progress_changed, NULL);
   if (world->world_size == 1) return d; /* alone: no socket at all */
   const WkWorld *w = world;
   if (w->rank == 0) {
@@ -125,6 +186,12 @@ WkDist *wk_dist_init(const WkWorld *world, int64_t timeout_ms) {
   if (!d->store) goto fail;
   d->gloo = gloo_connect(d->store, GLOO_PREFIX, w->rank, w->world_size, store_local_address(d->store), timeout_ms);
   if (!d->gloo) goto fail;
+  int rc = pthread_create(&d->progress_thread, NULL, progress_loop, d);
+  if (rc != 0) {
+    WK_FAIL(WK_ERR_NOMEM, "cannot start the progress thread: %s", strerror(rc));
+    goto fail;
+  }
+  d->progress_started = true;
   return d;
 fail:
   wk_error_context("rank %d of %d joining the job at %s:%d", w->rank, w->world_size, w->master_addr, w->master_port);
@@ -132,14 +199,24 @@ fail:
     WkStatus status = wk_last_status();
     char message[MESSAGE_CAPACITY];
     snprintf(message, sizeof message, "%s", wk_last_error());
+    gloo_free(d->gloo);
     wk_store_close(d->store);
     wk_store_server_stop(d->server, 0);
-    pthread_cond_destroy(&d->changed);
-    pthread_mutex_destroy(&d->lock);
+    destroy_sync(d);
     free(d);
     WK_FAIL(status, "%s", message);
   }
   return NULL;
+}
+
+static void stop_progress(WkDist *d) {
+  if (!d->progress_started) return;
+  pthread_mutex_lock(&d->progress_lock);
+  d->progress_stop = true;
+  pthread_cond_broadcast(&d->progress_changed);
+  pthread_mutex_unlock(&d->progress_lock);
+  pthread_join(d->progress_thread, NULL);
+  d->progress_started = false;
 }
 
 static void stop_worker(WkDist *d) {
@@ -154,6 +231,7 @@ static void stop_worker(WkDist *d) {
 void wk_dist_close(WkDist *d) {
   if (!d) return;
   stop_worker(d); /* runs what was queued first */
+  stop_progress(d); /* posts the last record first */
   if (d->nccl) nccl_group_free(d->nccl);
   wk_store_close(d->store); /* bye: the others' reports tell a closed rank from a lost one */
   if (d->server) {
@@ -161,8 +239,7 @@ void wk_dist_close(WkDist *d) {
     wk_store_server_stop(d->server, grace);
   }
   gloo_free(d->gloo);
-  pthread_cond_destroy(&d->changed);
-  pthread_mutex_destroy(&d->lock);
+  destroy_sync(d);
   free(d);
 }
 
@@ -225,12 +302,7 @@ static WkStatus run_nccl(WkDist *d, const Collective *c) {
 static WkStatus execute(WkDist *d, Collective *c) {
   if (d->world.world_size == 1) return run_alone(c);
   if (c->progress.numel == 0 && c->kind != COLL_BARRIER) return WK_OK; /* every rank skips it alike */
-  char post[SITE_CAPACITY + 128];
-  char key[sizeof DIST_PROGRESS_KEY + 16];
-  int length = dist_format_progress(post, sizeof post, &c->progress);
-  snprintf(key, sizeof key, DIST_PROGRESS_KEY "%d", d->world.rank);
-  if (store_post(d->store, key, post, (size_t)length) != WK_OK)
-    wk_logf(WK_LOG_DEBUG, "posting progress: %s", wk_last_error()); /* the collective will tell */
+  record_progress(d, &c->progress);
   uint64_t start = wk_now_ns();
   bool cuda = c->in && tensor_device(c->in) == WK_DEVICE_CUDA;
   WkStatus st = cuda ? run_nccl(d, c) : run_gloo(d, c, (uint32_t)c->progress.seq);

@@ -119,6 +119,8 @@ WkStatus store_parse_request(const uint8_t *body, size_t length, StoreRequest *o
   Reader r = {body, length, "request"};
   WK_TRY(read_u8(&r, "op", &out->op));
   WK_TRY(read_u8(&r, "flags", &out->flags));
+  if (store_op_name(out->op)[0] == '?')
+    return WK_FAIL(WK_ERR_FORMAT, "store request: unknown op %u (not a Wick store peer, or another version)", out->op);
   char what[32];
   snprintf(what, sizeof what, "request %s", store_op_name(out->op));
   r.what = what;
@@ -164,8 +166,7 @@ WkStatus store_parse_request(const uint8_t *body, size_t length, StoreRequest *o
     case STORE_STATUS:
     case STORE_BYE:
       break;
-    default:
-      return WK_FAIL(WK_ERR_FORMAT, "store request: unknown op %u (a peer of another version?)", out->op);
+    default: break; /* refused above */
   }
   return expect_end(&r);
 }

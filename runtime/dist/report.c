@@ -10,8 +10,9 @@
  *   behind  alive, but its last collective is older than ours (or it started none)
  *   astray  in a collective with our sequence number that is not ours (ranks took different paths)
  * A rank that reported a failure itself is a fellow victim, not a cause. A dropped peer is often
- * seen by Gloo a moment before the store notices, so the picture is re-read for REPORT_SETTLE_MS
- * before the report settles for "no rank is missing".
+ * seen by Gloo a moment before the store notices, so after a connection failure the picture is
+ * re-read for up to REPORT_SETTLE_MS until some rank shows up gone or closed; only then (or when
+ * none does) the report is written.
  *
  * The report replaces the thread's error message and keeps the backend's text at the end.
  */
@@ -24,7 +25,7 @@
 #include "dist.h"
 
 enum {
-  REPORT_SETTLE_MS = 2000,     /* how long to wait for the store to notice a dropped peer */
+  REPORT_SETTLE_MS = 1000,     /* how long to wait for the store to notice a dropped peer */
   REPORT_POLL_MS = 50,
   REPORT_STORE_TIMEOUT_MS = 2000,
   REPORT_MAX_NAMED = 8,        /* ranks described in full; the rest are counted */
@@ -86,15 +87,17 @@ static bool has_failed(WkStore *store, int rank) {
   return true;
 }
 
+/* A rank in another collective than ours is a cause even when its own collective failed too. */
 static PeerState classify(uint8_t server_state, bool failed, const Posted *p, const DistProgress *current) {
+  bool same_seq = p->posted && p->seq == current->seq;
+  if (same_seq && (strcmp(p->name, current->name) != 0 || p->numel != current->numel ||
+                   strcmp(p->dtype, wk_dtype_name(current->dtype)) != 0))
+    return PEER_ASTRAY;
   if (failed) return PEER_VICTIM;
   if (server_state == STORE_RANK_LOST) return PEER_GONE;
   if (server_state == STORE_RANK_CLOSED) return PEER_CLOSED;
   if (server_state == STORE_RANK_UNSEEN) return PEER_UNSEEN;
   if (!p->posted || p->seq < current->seq) return PEER_BEHIND;
-  if (p->seq == current->seq && (strcmp(p->name, current->name) != 0 || p->numel != current->numel ||
-                                 strcmp(p->dtype, wk_dtype_name(current->dtype)) != 0))
-    return PEER_ASTRAY;
   return PEER_FINE;
 }
 
@@ -119,36 +122,54 @@ static void describe_peer(char *out, size_t capacity, int rank, PeerState state,
   }
 }
 
+/* A peer that dropped or closed is a cause; one merely behind may only be late to post its
+ * progress. So when some rank is gone, a connection failure names only the gone ones; a timeout
+ * names everyone who is not where we are. */
+static bool is_cause(PeerState state, bool any_gone, bool timed_out) {
+  if (state == PEER_FINE || state == PEER_VICTIM) return false;
+  if (timed_out || !any_gone) return true;
+  return state == PEER_GONE || state == PEER_CLOSED || state == PEER_UNSEEN;
+}
+
 /* Fills the list of missing ranks; returns how many, or -1 when the store cannot be asked. */
-static int find_missing(WkStore *store, int rank, int world_size, const DistProgress *current, char *list,
-                        size_t capacity, int *victims) {
+static int find_missing(WkStore *store, int rank, int world_size, const DistProgress *current, bool timed_out,
+                        char *list, size_t capacity, int *victims, bool *any_gone_out) {
   uint8_t *states = malloc((size_t)world_size);
-  if (!states) return -1;
-  if (store_rank_states(store, states, (uint32_t)world_size, REPORT_STORE_TIMEOUT_MS) != WK_OK) {
-    free(states);
-    return -1;
-  }
-  int missing = 0;
-  size_t used = 0;
+  Posted *posted = malloc((size_t)world_size * sizeof *posted);
+  PeerState *peers = malloc((size_t)world_size * sizeof *peers);
+  int missing = -1;
+  if (!states || !posted || !peers ||
+      store_rank_states(store, states, (uint32_t)world_size, REPORT_STORE_TIMEOUT_MS) != WK_OK)
+    goto done;
+  bool any_gone = false;
   *victims = 0;
+  for (int r = 0; r < world_size; r++) {
+    peers[r] = PEER_FINE;
+    if (r == rank) continue;
+    read_posted(store, r, &posted[r]);
+    peers[r] = classify(states[r], has_failed(store, r), &posted[r], current);
+    any_gone |= peers[r] == PEER_GONE || peers[r] == PEER_CLOSED || peers[r] == PEER_UNSEEN;
+    if (peers[r] == PEER_VICTIM) (*victims)++;
+  }
+  *any_gone_out = any_gone;
+  missing = 0;
+  size_t used = 0;
   list[0] = '\0';
   for (int r = 0; r < world_size; r++) {
-    if (r == rank) continue;
-    Posted p;
-    read_posted(store, r, &p);
-    PeerState state = classify(states[r], has_failed(store, r), &p, current);
-    if (state == PEER_VICTIM) (*victims)++;
-    if (state == PEER_FINE || state == PEER_VICTIM) continue;
+    if (!is_cause(peers[r], any_gone, timed_out)) continue;
     if (missing++ < REPORT_MAX_NAMED && used < capacity) {
       char one[DESCRIPTION_CAPACITY];
-      describe_peer(one, sizeof one, r, state, &p);
+      describe_peer(one, sizeof one, r, peers[r], &posted[r]);
       int n = snprintf(list + used, capacity - used, "%s%s", used ? "; " : "", one);
       if (n > 0) used += (size_t)n;
     }
   }
   if (missing > REPORT_MAX_NAMED && used < capacity)
     snprintf(list + used, capacity - used, "; and %d more", missing - REPORT_MAX_NAMED);
+done:
   free(states);
+  free(posted);
+  free(peers);
   return missing;
 }
 
@@ -165,13 +186,16 @@ WkStatus dist_report_failure(WkStore *store, int rank, int world_size, const Dis
   char list[REPORT_CAPACITY];
   int victims = 0, missing;
   int64_t settle = net_deadline(REPORT_SETTLE_MS);
-  while ((missing = find_missing(store, rank, world_size, current, list, sizeof list, &victims)) == 0 &&
-         net_remaining(settle) > 0)
+  bool timed_out = status == WK_ERR_TIMEOUT, any_gone = false;
+  /* A dropped connection means some peer went away: wait for the store to see which one. */
+  while ((missing = find_missing(store, rank, world_size, current, timed_out, list, sizeof list, &victims,
+                                 &any_gone)) >= 0 &&
+         (missing == 0 || (!timed_out && !any_gone)) && net_remaining(settle) > 0)
     usleep(REPORT_POLL_MS * 1000);
 
   char what[DESCRIPTION_CAPACITY];
   describe(what, sizeof what, current->seq, current->name, current->numel, wk_dtype_name(current->dtype), current->site);
-  const char *how = status == WK_ERR_TIMEOUT ? "timed out" : "failed";
+  const char *how = timed_out ? "timed out" : "failed";
   double seconds = (double)elapsed_ns * 1e-9;
   if (missing < 0) {
     return WK_FAIL(WK_ERR_NETWORK, "rank %d: %s %s after %.1f s: rank 0 is missing (the store it serves is "

@@ -232,6 +232,8 @@ WkStore *wk_store_connect(const char *host, int port, int rank, int64_t timeout_
   StoreReply y;
   if (connect_until(s, host, port, deadline) != WK_OK || transact(s, &hello, deadline, &y) != WK_OK) {
     if (s->fd >= 0) close(s->fd);
+    store_buffer_free(&s->out);
+    free(s->in);
     pthread_mutex_destroy(&s->lock);
     free(s);
     return NULL;
