@@ -233,28 +233,32 @@ function dist.init(opts)
   return self
 end
 
-function Group:all_reduce(t, op)
-  check(C.wk_dist_all_reduce(group_handle(self), t, reduce_op(op, 2), call_site()), 2)
+-- Each collective takes an optional last argument `site`, the recipe line its hang report quotes;
+-- without it the line is found with debug.getinfo, which the JIT does not compile: a hot loop
+-- (wick.nn.data_parallel) finds its line once and passes it.
+function Group:all_reduce(t, op, site)
+  check(C.wk_dist_all_reduce(group_handle(self), t, reduce_op(op, 2), site or call_site()), 2)
   return t
 end
 
-function Group:broadcast(t, root)
-  check(C.wk_dist_broadcast(group_handle(self), t, integer(root or 0, 0, self.world_size - 1, 'root', 2), call_site()), 2)
+function Group:broadcast(t, root, site)
+  check(C.wk_dist_broadcast(group_handle(self), t, integer(root or 0, 0, self.world_size - 1, 'root', 2),
+    site or call_site()), 2)
   return t
 end
 
-function Group:all_gather(out, t)
-  check(C.wk_dist_all_gather(group_handle(self), out, t, call_site()), 2)
+function Group:all_gather(out, t, site)
+  check(C.wk_dist_all_gather(group_handle(self), out, t, site or call_site()), 2)
   return out
 end
 
-function Group:reduce_scatter(out, t, op)
-  check(C.wk_dist_reduce_scatter(group_handle(self), out, t, reduce_op(op, 2), call_site()), 2)
+function Group:reduce_scatter(out, t, op, site)
+  check(C.wk_dist_reduce_scatter(group_handle(self), out, t, reduce_op(op, 2), site or call_site()), 2)
   return out
 end
 
-function Group:barrier()
-  check(C.wk_dist_barrier(group_handle(self), call_site()), 2)
+function Group:barrier(site)
+  check(C.wk_dist_barrier(group_handle(self), site or call_site()), 2)
 end
 
 local Work = {}
