@@ -69,7 +69,7 @@ $(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only
 endif
 
 # ---- flags ------------------------------------------------------------------------------------------
-MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA)),cuda,cpu)
+MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA)),cuda$(if $(filter 0,$(WITH_NCCL)),-nonccl),cpu)
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation

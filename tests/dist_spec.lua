@@ -148,3 +148,48 @@ describe('wick.dist hang reports', function()
     check_reports(r, reports, 'rank 2 is in a different collective, barrier #3 at tests/fixtures/dist/hang.lua:28')
   end)
 end)
+
+describe('wick.dist over NCCL', function()
+  local module = helper.ROOT .. '/build/libwick_nccl.so'
+  local function smoke()
+    return helper.sh(('cd %s && ASAN_OPTIONS=detect_leaks=0 %s tests/fixtures/dist/nccl_smoke.lua'):format(
+      q(helper.ROOT), q(helper.RUN)))
+  end
+
+  it('has a module that links against NCCL and makes a unique id (no GPU needed)', function()
+    if not io.open(module) then
+      pending('skipped: libwick was built without NCCL (make prints ✗ NCCL and why)')
+      return
+    end
+    local r = smoke()
+    assert.are.equal(0, r.rc, r.out .. r.err)
+    assert.matches('unique id: 128 bytes', r.out)
+  end)
+
+  local function gpus_or_skip(wanted)
+    local count = require('wick.core').C.wk_cuda_device_count()
+    if count >= wanted and io.open(module) then return count end
+    local reason = ('needs %d GPU%s and the NCCL module (found %d GPU%s)'):format(wanted, wanted > 1 and 's' or '',
+      count, count == 1 and '' or 's')
+    if os.getenv('WICK_REQUIRE_GPU') == '1' and count == 0 then error('WICK_REQUIRE_GPU=1 but ' .. reason) end
+    pending('skipped: ' .. reason)
+  end
+
+  it('all-reduces, broadcasts, gathers and scatters CUDA tensors on one GPU #gpu', function()
+    if not gpus_or_skip(1) then return end
+    local r = smoke()
+    assert.are.equal(0, r.rc, r.out .. r.err)
+    assert.matches('nccl smoke ok', r.out)
+  end)
+
+  it('is exact over every dtype and size with one rank per GPU #gpu', function()
+    local count = gpus_or_skip(2)
+    if not count then return end
+    local r = launch(count, FIXTURES .. 'collectives.lua', 'cuda')
+    assert.are.equal(0, r.rc, r.out .. r.err)
+    for rank = 0, count - 1 do
+      local lines = lines_of(r.out, rank)
+      assert.matches('^checked %d+$', lines[#lines] or '')
+    end
+  end)
+end)

@@ -11,9 +11,11 @@
  *                  compare-and-set, each bounded by a timeout
  *   net.c          the socket helpers both sides share (deadlines, full reads and writes)
  *   reduce.c       element-wise sum/avg/max/min over f32, bf16, f16, i32, i64
- *   comm.c         WkDist, the one collective interface: sequence numbers, progress posted to the
- *                  store, the world-1 path, the Gloo backend for CPU tensors, the NCCL module for
- *                  CUDA tensors, and the worker thread that runs asynchronous collectives
+ *   comm.c         WkDist, the one collective interface: sequence numbers, the progress thread
+ *                  that posts each rank's current collective to the store, the world-1 path, the
+ *                  Gloo backend for CPU tensors, the NCCL module for CUDA tensors, and the worker
+ *                  thread that runs asynchronous collectives
+ *   nccl_loader.c  opens the NCCL module on first use and passes the unique id through the store
  *   report.c       the hang report: which ranks are missing and where they were, from the store
  *   gloo.cpp       the thin C++ shim over Debian's libgloo (TCP transport, our store as its Store):
  *                  the only C++ in the tree; every exception stops there and becomes a WkStatus
@@ -198,7 +200,8 @@ WkStatus nccl_group_run(NcclGroup *group, CollectiveKind kind, void *out, const 
 
 /* ---- report.c ------------------------------------------------------------------------------- */
 
-/* What a rank posts to the store as it enters a collective (key DIST_PROGRESS_KEY/rank). */
+/* What a rank's progress thread posts to the store about its current collective (key
+ * DIST_PROGRESS_KEY + rank). */
 typedef struct {
   uint64_t seq;           /* 1 for the first collective of the process group */
   const char *name;       /* "all_reduce", ... */

@@ -25,7 +25,6 @@
   X(wk_nccl_run, (void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op, int root, \
                   void *stream, int64_t timeout_ms))
 
-static const char MODULE_NAME[] = "libwick_nccl.so";
 enum { UNIQUE_ID_CAPACITY = 256 };
 
 struct NcclGroup {
@@ -45,6 +44,7 @@ static void load_module(void) {
   snprintf(load_failure, sizeof load_failure, "this libwick was built without NCCL (install the CUDA toolkit "
            "with NCCL and rebuild: `make` prints ✓ NCCL when it finds nccl.h and libnccl)");
 #else
+  static const char MODULE_NAME[] = "libwick_nccl.so";
   if (wk_cuda_device_count() == 0) {
     snprintf(load_failure, sizeof load_failure, "no CUDA device is usable here (WICK_LOG=info says why)");
     return;

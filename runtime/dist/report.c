@@ -2,9 +2,10 @@
  * report.c — the hang report: when a collective fails or times out, say which ranks are missing
  * and where they were, in one line.
  *
- * Every rank posts "SEQ NAME NUMEL DTYPE SITE" to the store as it enters a collective (comm.c).
- * The rank that fails reads those posts and the server's view of every connection (hello, bye,
- * or dropped without a bye) and sorts the others:
+ * Every rank's progress thread posts "SEQ NAME NUMEL DTYPE SITE" of its current collective to the
+ * store (comm.c; at most PROGRESS_INTERVAL_MS stale). The rank that fails reads those posts and
+ * the server's view of every connection (hello, bye, or dropped without a bye) and sorts the
+ * others:
  *   gone    dropped its store connection without dist:close(): killed, crashed or exited early
  *   closed  called dist:close() while we still needed it
  *   behind  alive, but its last collective is older than ours (or it started none)
