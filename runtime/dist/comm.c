@@ -34,6 +34,7 @@ enum {
   MESSAGE_CAPACITY = 1024,
   NCCL_ID_KEY_CAPACITY = 64,
   CLOSE_BYE_GRACE_MS = 1000, /* minimum time rank 0 keeps serving for the others to say bye */
+  FAILED_SERVE_MS = 3000,    /* after a failure: long enough for the others' hang reports */
   PROGRESS_INTERVAL_MS = 20, /* the progress thread posts at most this often */
   PROGRESS_POST_CAPACITY = SITE_CAPACITY + 128
 };
@@ -235,7 +236,10 @@ void wk_dist_close(WkDist *d) {
   if (d->nccl) nccl_group_free(d->nccl);
   wk_store_close(d->store); /* bye: the others' reports tell a closed rank from a lost one */
   if (d->server) {
+    /* Serve until the others leave: all of the timeout normally, a few seconds after a failure
+     * (the others only need the store for their reports then). */
     int64_t grace = d->timeout_ms > CLOSE_BYE_GRACE_MS ? d->timeout_ms : CLOSE_BYE_GRACE_MS;
+    if (d->failed && grace > FAILED_SERVE_MS) grace = FAILED_SERVE_MS;
     wk_store_server_stop(d->server, grace);
   }
   gloo_free(d->gloo);
