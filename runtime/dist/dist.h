@@ -149,7 +149,6 @@ WkStatus store_post(WkStore *store, const char *key, const void *value, size_t l
 WkStatus store_get_alloc(WkStore *store, const char *key, int64_t timeout_ms, uint8_t **value, size_t *length);
 /* The local address the store connection uses: the address other ranks can reach us at. */
 const char *store_local_address(const WkStore *store);
-int64_t store_timeout_ms(const WkStore *store);
 /* One StoreRankState per rank, as the server sees them (count must be the world size). */
 WkStatus store_rank_states(WkStore *store, uint8_t *states, uint32_t count, int64_t timeout_ms);
 

@@ -374,7 +374,6 @@ WkStatus wk_store_compare_set(WkStore *s, const char *key, const void *expected,
 /* ---- for the collectives ------------------------------------------------------------------------ */
 
 const char *store_local_address(const WkStore *s) { return s->local_address; }
-int64_t store_timeout_ms(const WkStore *s) { return s->timeout_ms; }
 
 WkStatus store_rank_states(WkStore *s, uint8_t *states, uint32_t count, int64_t timeout_ms) {
   WK_TRY(check_store(s));
