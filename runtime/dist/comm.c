@@ -76,7 +76,7 @@ struct WkDist {
   WkDistStats stats;
   /* the progress thread: posts `progress` when `progress_version` passed `posted_version` */
   pthread_t progress_thread;
-  bool progress_started, progress_stop;
+  bool progress_started, progress_stop, progress_idle;
   pthread_mutex_t progress_lock;
   pthread_cond_t progress_changed;
   DistProgress progress;
@@ -104,14 +104,18 @@ static const char *kind_name(CollectiveKind kind) {
 
 /* ---- progress --------------------------------------------------------------------------------- */
 
-/* Posts the newest record if it changed, then sleeps PROGRESS_INTERVAL_MS; on stop, posts once more. */
+/* Sleeps until the record changes (no wakeups while the group is idle), posts it, then rests
+ * PROGRESS_INTERVAL_MS before looking again; on stop, posts what is left. */
 static void *progress_loop(void *arg) {
   WkDist *d = arg;
   char key[sizeof DIST_PROGRESS_KEY + 16], post[PROGRESS_POST_CAPACITY];
   snprintf(key, sizeof key, DIST_PROGRESS_KEY "%d", d->world.rank);
   pthread_mutex_lock(&d->progress_lock);
   for (;;) {
-    bool stop = d->progress_stop;
+    d->progress_idle = true;
+    while (!d->progress_stop && d->progress_version == d->posted_version)
+      pthread_cond_wait(&d->progress_changed, &d->progress_lock);
+    d->progress_idle = false;
     if (d->progress_version != d->posted_version) {
       int length = dist_format_progress(post, sizeof post, &d->progress);
       d->posted_version = d->progress_version;
@@ -120,12 +124,12 @@ static void *progress_loop(void *arg) {
         wk_logf(WK_LOG_DEBUG, "posting progress: %s", wk_last_error()); /* the collectives will tell */
       pthread_mutex_lock(&d->progress_lock);
     }
-    if (stop) break;
+    if (d->progress_stop) break;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += PROGRESS_INTERVAL_MS * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    if (!d->progress_stop) pthread_cond_timedwait(&d->progress_changed, &d->progress_lock, &until);
+    while (!d->progress_stop && pthread_cond_timedwait(&d->progress_changed, &d->progress_lock, &until) == 0) {}
   }
   pthread_mutex_unlock(&d->progress_lock);
   return NULL;
@@ -137,6 +141,7 @@ static void record_progress(WkDist *d, const DistProgress *p) {
   snprintf(d->progress_site, sizeof d->progress_site, "%s", p->site);
   d->progress.site = d->progress_site;
   d->progress_version++;
+  if (d->progress_idle) pthread_cond_signal(&d->progress_changed); /* resting: it looks again soon */
   pthread_mutex_unlock(&d->progress_lock);
 }
 
