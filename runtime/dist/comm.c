@@ -32,7 +32,6 @@
 enum {
   SITE_CAPACITY = 256,
   MESSAGE_CAPACITY = 1024,
-  NCCL_ID_KEY_CAPACITY = 64,
   CLOSE_BYE_GRACE_MS = 1000, /* minimum time rank 0 keeps serving for the others to say bye */
   FAILED_SERVE_MS = 3000,    /* after a failure: long enough for the others' hang reports */
   PROGRESS_INTERVAL_MS = 20, /* the progress thread posts at most this often */

@@ -225,7 +225,6 @@ static int exit_code_of(int status) {
   return WEXITSTATUS(status);
 }
 
-
 /* Reaps exited ranks; returns the number still running. Records the first failure. */
 static int reap_ranks(Rank *ranks, int count, Rank **first_failure) {
   int running = 0;
