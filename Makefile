@@ -5,11 +5,12 @@
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make install PREFIX=/usr/local
-# Switches: CUDA=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
+# Switches: CUDA=auto|0|1   NCCL=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
 CUDA ?= auto
+NCCL ?= auto
 SANITIZE ?= 0
 V ?= 0
 Q := $(if $(filter 1,$(V)),,@)
@@ -18,9 +19,16 @@ CC ?= cc
 ifeq ($(origin CC),default)
 CC := cc
 endif
+# The Gloo shim (runtime/dist/gloo.cpp) is the one C++ file; its compiler follows CC's family.
+ifeq ($(origin CXX),default)
+CXX := $(if $(findstring clang,$(CC)),clang++,g++)
+endif
 
 ifeq ($(filter $(CUDA),auto 0 1),)
 $(error CUDA must be auto, 0 or 1, not '$(CUDA)')
+endif
+ifeq ($(filter $(NCCL),auto 0 1),)
+$(error NCCL must be auto, 0 or 1, not '$(NCCL)')
 endif
 ifeq ($(filter $(SANITIZE),0 1),)
 $(error SANITIZE must be 0 or 1, not '$(SANITIZE)')
@@ -39,48 +47,75 @@ else
 WITH_CUDA := 0
 endif
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+# NCCL ships with the CUDA toolkit (not a Debian package): nccl.h and libnccl.so under NCCL_HOME.
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL_FOUND := $(if $(and $(wildcard $(NCCL_HOME)/include/nccl.h),$(wildcard $(NCCL_HOME)/lib64/libnccl.so)),1,0)
+ifeq ($(NCCL),0)
+WITH_NCCL := 0
+else ifeq ($(WITH_CUDA)$(NCCL_FOUND),11)
+WITH_NCCL := 1
+else ifeq ($(NCCL),1)
+$(error NCCL=1 but nvcc or NCCL was not found ($(NCCL_HOME)/include/nccl.h and $(NCCL_HOME)/lib64/libnccl.so))
+else
+WITH_NCCL := 0
+endif
 
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 
 # Printed by the make that builds (test, bench and demo build through a sub-make).
 ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)
-$(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
+$(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(WITH_NCCL)),✓ NCCL ($(NCCL_HOME)),✗ NCCL ($(if $(filter 0,$(NCCL)),off by NCCL=0,$(if $(filter 0,$(WITH_CUDA)),needs nvcc,not in $(NCCL_HOME)); CUDA tensors cannot be all-reduced)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
 endif
 
 # ---- flags ------------------------------------------------------------------------------------------
-MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA)),cuda,cpu)
+MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA)),cuda$(if $(filter 0,$(WITH_NCCL)),-nonccl),cpu)
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
+CXXFLAGS_BASE := -std=c++17 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CFLAGS_BASE += $(SAN) -DWK_BUILD_FLAGS='"asan+ubsan"'
+CXXFLAGS_BASE += $(SAN)
 LDFLAGS_EXTRA += $(SAN)
 NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lpthread -lm -ldl
+CXXFLAGS_BASE += $(CXXFLAGS)
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA
 CUDA_LIBDIR := $(CUDA_HOME)/lib64
 CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublas -lcublasLt -lstdc++
 endif
+ifeq ($(WITH_NCCL),1)
+CFLAGS_BASE += -DWK_HAVE_NCCL
+NCCL_LIBDIR := $(NCCL_HOME)/lib64
+NCCL_LIBS := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart
+endif
 
 # ---- sources ------------------------------------------------------------------------------------
-# Every .c under runtime/<subsystem>/ belongs to libwick, except the host program's own folder.
-LIB_C := $(sort $(filter-out runtime/host/%,$(wildcard runtime/*/*.c runtime/*/*/*.c)))
+# Every .c under runtime/<subsystem>/ belongs to libwick, except the host program's own folder and
+# the NCCL module's.
+LIB_C := $(sort $(filter-out runtime/host/% runtime/dist/nccl/%,$(wildcard runtime/*/*.c runtime/*/*/*.c)))
+LIB_CXX := $(sort $(wildcard runtime/*/*.cpp))
 LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
 HOST_C := $(sort $(wildcard runtime/host/*.c))
-LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o)
+LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o) $(LIB_CXX:%.cpp=$(OBJ)/%.cpp.o)
 # The CUDA backend is a module of its own, loaded by runtime/ops/cuda_backend.c only on a machine
 # with an NVIDIA device: cuBLAS alone would cost every process ~200 MB and 70 ms to load.
 CUDA_OBJ := $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
 CUDA_MODULE := $(if $(filter 1,$(WITH_CUDA)),build/libwick_cuda.so)
+# NCCL and cudart are as heavy: the NCCL backend is a module too, loaded on the first collective
+# over a CUDA tensor (runtime/dist/nccl_loader.c).
+NCCL_C := $(sort $(wildcard runtime/dist/nccl/*.c))
+NCCL_OBJ := $(NCCL_C:%.c=$(OBJ)/%.o) $(OBJ)/runtime/dist/net.o
+NCCL_MODULE := $(if $(filter 1,$(WITH_NCCL)),build/libwick_nccl.so)
 HOST_OBJ := $(HOST_C:%.c=$(OBJ)/%.o)
 CTEST_C := $(sort $(wildcard tests/c/test_*.c))
 CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
@@ -90,7 +125,7 @@ MODE_STAMP := build/mode-$(MODE)
 
 .PHONY: all lib deps deps-bench test test-c test-gpu bench demo install clean
 all: lib run
-lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE)
+lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
 $(MODE_STAMP):
 	@mkdir -p build && rm -f build/mode-* && touch $@
@@ -99,6 +134,16 @@ $(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
+
+$(OBJ)/%.cpp.o: %.cpp $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CXX   $<")
+	$(Q)$(CXX) $(CXXFLAGS_BASE) -c $< -o $@
+
+$(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS_BASE) -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include -c $< -o $@
 
 $(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
@@ -113,6 +158,10 @@ build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
 build/libwick_cuda.so: $(CUDA_OBJ) build/libwick.so
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(CUDA_OBJ) -Lbuild -lwick -Wl,-Bsymbolic -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_EXTRA) $(CUDA_LIBS)
+
+build/libwick_nccl.so: $(NCCL_OBJ) build/libwick.so
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) -shared -o $@ $(NCCL_OBJ) -Lbuild -lwick -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_EXTRA) $(NCCL_LIBS)
 
 build/libwick.a: $(LIB_OBJ) $(MODE_STAMP)
 	@rm -f $@
@@ -170,7 +219,8 @@ demo: deps
 #                  tests/fuzz_spec.lua runs them briefly.
 .PHONY: fuzz
 FUZZ_CC ?= clang
-FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,format_shard.c format_index.c)
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,format_shard.c format_index.c) \
+  $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
@@ -184,7 +234,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/share/wick/lua/wick
 	install -m 755 run $(DESTDIR)$(PREFIX)/bin/run
-	install -m 644 build/libwick.so $(CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 build/libwick.so $(CUDA_MODULE) $(NCCL_MODULE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/wick.h $(DESTDIR)$(PREFIX)/include/wick.h
 	cp -R lua/. $(DESTDIR)$(PREFIX)/share/wick/lua/
 	install -m 644 build/lua/wick/cdef.lua $(DESTDIR)$(PREFIX)/share/wick/lua/wick/cdef.lua

@@ -1,13 +1,14 @@
--- tiny_gpt.lua: trains a small GPT-2 on CPU, fed by the streaming loader (one rank).
+-- tiny_gpt.lua: trains a small GPT-2 on CPU, fed by the streaming loader, on any number of ranks.
 --   ./run recipes/tiny_gpt.lua --data build/demo/data --steps 60
--- Each step accumulates `global_batch / micro_batch` micro-batches; the loss is normalized by the
--- step's global count of target tokens, so the gradient does not depend on the accumulation split.
--- Batches are borrowed as tensors straight from the loader's ring (no copy). At the end the weights
--- are saved with Hugging Face GPT-2 names and the loader's cursor next to them.
+--   ./run --nproc-per-node 2 recipes/tiny_gpt.lua --data build/demo/data --steps 60
+-- Each step takes the global batch: on W ranks, each accumulates global_batch / (W * micro_batch)
+-- micro-batches, and the loss is normalized by the step's global count of target tokens, so the
+-- result does not depend on W or on the accumulation split (wick.nn.data_parallel). Batches are
+-- copied once out of the loader's ring. At the end rank 0 saves the weights with Hugging Face
+-- GPT-2 names and the loader's cursor next to them (it resumes on any world size).
 local cli = require 'wick.cli'
 local core = require 'wick.core'
 local wick = require 'wick'
-local T = wick.tensor
 
 local opts = cli.parse({ name = 'recipes/tiny_gpt.lua', options = {
   { 'data', 'dir', required = true, help = 'dataset directory (bytes tokenizer)' },
@@ -24,9 +25,10 @@ local opts = cli.parse({ name = 'recipes/tiny_gpt.lua', options = {
 local WARMUP = math.max(1, math.floor(opts.steps / 10))
 local REPORTS = 10
 
+local dist = wick.dist.init { timeout = 120 }
 local vocab = assert(wick.dataset.open(opts.data)).vocab_size
 local loader = wick.data.loader { data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch,
-  micro_batch = opts.micro_batch, world_size = 1, rank = 0, seed = 0 }
+  micro_batch = opts.micro_batch, world_size = dist.world_size, rank = dist.rank, seed = 0 }
 local model = wick.nn.gpt { vocab = vocab, seq_len = opts.seq_len, layers = opts.layers, heads = opts.heads,
   dim = opts.dim, precision = opts.precision, seed = 0 }
 local function lr_at(step)
@@ -34,34 +36,23 @@ local function lr_at(step)
   return opts.lr * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / math.max(1, opts.steps - WARMUP)))
 end
 local opt = wick.optim.adamw { lr = lr_at, betas = { 0.9, 0.95 }, weight_decay = 0.1, clip = 1.0 }
+local dp = wick.nn.data_parallel(model, dist)
 
--- Packed rows: every target counts, so the step's global token count is known up front.
-local step_tokens = opts.global_batch * opts.seq_len
-local start, waited_ns = core.now(), 0
+local start, waited, tokens = core.now(), 0, 0
 local report_every = math.max(1, math.floor(opts.steps / REPORTS))
 for step = 1, opts.steps do
-  model:zero_grad()
-  local loss, batch = 0, nil
-  repeat
-    batch = assert(loader:next(), 'the stream ended')
-    waited_ns = waited_ns + batch.wait_ns
-    local tokens = T.borrow(batch.tokens, { batch.rows, opts.seq_len + 1 }, 'i32', batch)
-    local mask = T.borrow(batch.loss_mask, { batch.rows, opts.seq_len }, 'u8', batch)
-    loss = loss + model:forward_tokens(tokens, mask, step_tokens)
-    model:backward()
-    tokens:free()
-    mask:free()
-  until batch.micro_step == batch.micro_steps - 1
-  local applied, norm = opt:step(model)
-  if step % report_every == 0 or step == 1 or step == opts.steps then
+  local r = assert(dp:step(loader, opt), 'the stream ended')
+  waited, tokens = waited + r.ranks[dist.rank + 1].data, tokens + r.tokens
+  if dist.rank == 0 and (step % report_every == 0 or step == 1 or step == opts.steps) then
     local elapsed = core.now() - start
     print(('step %4d/%d  loss %.4f  grad norm %6.3f  lr %.2e  %6.0f tokens/s  data stall %4.1f%%%s'):format(step,
-      opts.steps, loss, norm, lr_at(step), step * step_tokens / elapsed, 100 * waited_ns * 1e-9 / elapsed,
-      applied and '' or '  (step skipped: overflow)'))
+      opts.steps, r.loss, r.grad_norm or 0, lr_at(step), tokens / elapsed, 100 * waited / elapsed,
+      r.applied and '' or '  (step skipped: overflow)'))
+    if dist.world_size > 1 then print('           ' .. dp:timing(r)) end
   end
 end
 
-if opts.out then
+if opts.out and dist.rank == 0 then
   os.execute(("mkdir -p '%s'"):format(opts.out))
   model:save(opts.out .. '/model.safetensors')
   local f = assert(io.open(opts.out .. '/cursor.txt', 'wb'))
@@ -70,5 +61,7 @@ if opts.out then
   print('saved ' .. opts.out .. '/model.safetensors and cursor.txt')
 end
 loader:close()
+dp:free()
 model:free()
 opt:free()
+dist:close()

@@ -456,6 +456,101 @@ WK_API WkStatus wk_safetensors_save(const char *path, uint32_t count, const char
                                     WkTensor *const *tensors, uint32_t meta_count, const char *const *meta_keys,
                                     const char *const *meta_values);
 
+/* ==== distributed (runtime/dist) ================================================================
+ * Kept apart from the rest: the world, the rendezvous store and the collectives. Every call that
+ * waits for another rank takes or inherits a timeout; none waits forever. */
+
+/* ---- the world: who this process is ------------------------------------------------------------ */
+typedef enum { WK_WORLD_SINGLE = 0, WK_WORLD_TORCHRUN = 1, WK_WORLD_SLURM = 2 } WkWorldSource;
+
+enum { WK_HOST_CAPACITY = 256 };
+
+typedef struct {
+  int32_t rank;
+  int32_t world_size;
+  int32_t local_rank;
+  int32_t local_world_size;
+  int32_t master_port;
+  int32_t source;                     /* WkWorldSource: where the values came from */
+  char master_addr[WK_HOST_CAPACITY]; /* rank 0's host; "" for a world of 1 */
+} WkWorld;
+
+/* From torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, else
+ * SLURM's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST (first host; MASTER_ADDR
+ * and MASTER_PORT override, the port defaults to 29500), else a world of 1. A partial or
+ * out-of-range set of variables is WK_ERR_INVALID_ARG naming the variable. */
+WK_API WkStatus wk_world_from_env(WkWorld *out);
+
+/* ---- the rendezvous store: a TCP key-value store rank 0 serves -------------------------------- */
+typedef struct WkStore WkStore;
+typedef struct WkStoreServer WkStoreServer;
+
+/* Serves on every local address at port (0: any free port, see wk_store_server_port) for a job
+ * of world_size ranks, on a thread of its own. NULL on failure (port in use, ...). */
+WK_API WkStoreServer *wk_store_server_start(int port, int world_size);
+WK_API int wk_store_server_port(const WkStoreServer *server);
+/* Waits up to timeout_ms for every rank that said hello to say bye or drop, then stops. */
+WK_API void wk_store_server_stop(WkStoreServer *server, int64_t timeout_ms);
+
+/* Connects (retrying while the server is not up yet) and says hello as rank (-1: anonymous).
+ * timeout_ms bounds the connection and every later request that takes no timeout of its own. */
+WK_API WkStore *wk_store_connect(const char *host, int port, int rank, int64_t timeout_ms);
+WK_API void wk_store_close(WkStore *store);  /* says bye; NULL is fine */
+
+/* Values are bytes. A get waits up to timeout_ms (0: do not wait) for the key and copies at most
+ * capacity bytes: *length is the full length, and a value longer than capacity is
+ * WK_ERR_INVALID_ARG (call again with a larger buffer). A key missing at the deadline is
+ * WK_ERR_TIMEOUT. */
+WK_API WkStatus wk_store_set(WkStore *store, const char *key, const void *value, size_t length);
+WK_API WkStatus wk_store_get(WkStore *store, const char *key, int64_t timeout_ms, void *buffer, size_t capacity,
+                             size_t *length);
+WK_API WkStatus wk_store_wait(WkStore *store, const char *const *keys, uint32_t count, int64_t timeout_ms);
+/* The value (decimal text, 0 when absent) plus delta; *value is the result. */
+WK_API WkStatus wk_store_add(WkStore *store, const char *key, int64_t delta, int64_t *value);
+/* Sets desired when the value equals expected, or when the key is absent and expected is empty.
+ * The value after the call lands in buffer as for get; *swapped says whether desired was set. */
+WK_API WkStatus wk_store_compare_set(WkStore *store, const char *key, const void *expected, size_t expected_length,
+                                     const void *desired, size_t desired_length, void *buffer, size_t capacity,
+                                     size_t *length, int *swapped);
+
+/* ---- collectives ---------------------------------------------------------------------------------
+ * One process group per process. CPU tensors go through Gloo (TCP), CUDA tensors through NCCL
+ * (when built with it); a world of 1 needs neither. Tensors are contiguous; f32, bf16, f16, i32
+ * and i64. `site` ("recipe.lua:31", may be NULL) is quoted by the hang report: when a peer dies or
+ * falls behind, the call fails within the timeout naming the missing ranks, where they were, and
+ * the collective (name, sequence number, size) this rank waited in. */
+typedef struct WkDist WkDist;
+typedef struct WkWork WkWork;
+
+typedef enum { WK_REDUCE_SUM = 0, WK_REDUCE_AVG = 1, WK_REDUCE_MAX = 2, WK_REDUCE_MIN = 3 } WkReduceOp;
+
+typedef struct {
+  uint64_t collectives;  /* collectives started */
+  uint64_t bytes;        /* bytes of the tensors they covered */
+  uint64_t wait_ns;      /* time callers blocked in collectives and wk_work_wait */
+} WkDistStats;
+
+WK_API WkDist *wk_dist_init(const WkWorld *world, int64_t timeout_ms);
+/* Leaves the group (rank 0 keeps serving the store until the others leave, within the timeout). */
+WK_API void wk_dist_close(WkDist *dist);
+WK_API WkStore *wk_dist_store(WkDist *dist);  /* NULL for a world of 1 */
+WK_API void wk_dist_stats(const WkDist *dist, WkDistStats *out);
+
+WK_API WkStatus wk_dist_all_reduce(WkDist *dist, WkTensor *t, WkReduceOp op, const char *site);
+WK_API WkStatus wk_dist_broadcast(WkDist *dist, WkTensor *t, int root, const char *site);
+/* out holds world_size * numel(t) elements, rank r's t at r * numel(t). */
+WK_API WkStatus wk_dist_all_gather(WkDist *dist, WkTensor *out, const WkTensor *t, const char *site);
+/* t holds world_size * numel(out) elements; out gets the reduction of block `rank`. */
+WK_API WkStatus wk_dist_reduce_scatter(WkDist *dist, WkTensor *out, const WkTensor *t, WkReduceOp op,
+                                       const char *site);
+WK_API WkStatus wk_dist_barrier(WkDist *dist, const char *site);
+
+/* Starts an all-reduce on the group's worker and returns at once (NULL on failure to start); t
+ * must stay alive and untouched until wk_work_wait, which returns its status and frees the work.
+ * Collectives run in the order they were started, synchronous ones after every pending one. */
+WK_API WkWork *wk_dist_all_reduce_start(WkDist *dist, WkTensor *t, WkReduceOp op, const char *site);
+WK_API WkStatus wk_work_wait(WkWork *work);
+
 /* WK_CDEF_END */
 
 #ifdef __cplusplus

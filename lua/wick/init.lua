@@ -5,7 +5,7 @@ local core = require 'wick.core'
 
 local SUBMODULES = {
   log = true, data = true, schedule = true, cli = true, dataset = true,
-  tensor = true, nn = true, optim = true, safetensors = true, precision = true,
+  tensor = true, nn = true, optim = true, safetensors = true, precision = true, dist = true,
 }
 
 local wick = {

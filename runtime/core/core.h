@@ -3,8 +3,9 @@
  *
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
- * pipeline stages running on C threads, a small JSON reader (json.h), and memory shared by a node's
- * processes (shared.h). It knows nothing about data, tensors or devices.
+ * pipeline stages running on C threads, where optional modules live (module.c), a small JSON reader
+ * (json.h), and memory shared by a node's processes (shared.h). It knows nothing about data, tensors
+ * or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */
@@ -61,6 +62,11 @@ void *wk_malloc(size_t size, const char *what);
 void *wk_calloc(size_t count, size_t size, const char *what);
 /* Aligned allocation (alignment a power of two >= sizeof(void*)); free with free(). */
 void *wk_aligned_alloc(size_t alignment, size_t size, const char *what);
+
+/* ---- optional modules (module.c) ------------------------------------------------------------- */
+
+/* The path of module `name` next to libwick (or $override_env when that is set and not empty). */
+void wk_module_path(const char *name, const char *override_env, char *path, size_t size);
 
 /* ---- bounded blocking queue ------------------------------------------------------------------ */
 

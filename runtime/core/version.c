@@ -139,6 +139,19 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkAllocatorStats, device_allocs),
     OFFSET_OF(WkAllocatorStats, cache_hits),
 
+    /* distributed (runtime/dist) */
+    SIZE_OF(WkWorld),
+    OFFSET_OF(WkWorld, rank),
+    OFFSET_OF(WkWorld, world_size),
+    OFFSET_OF(WkWorld, local_rank),
+    OFFSET_OF(WkWorld, local_world_size),
+    OFFSET_OF(WkWorld, master_port),
+    OFFSET_OF(WkWorld, source),
+    OFFSET_OF(WkWorld, master_addr),
+    SIZE_OF(WkDistStats),
+    OFFSET_OF(WkDistStats, collectives),
+    OFFSET_OF(WkDistStats, bytes),
+    OFFSET_OF(WkDistStats, wait_ns),
 };
 
 int64_t wk_abi_layout(const char *struct_name, const char *field) {

@@ -7,8 +7,11 @@
  * the launcher itself is killed. Output is read through pipes and re-emitted line by line with a
  * "[rankN] " prefix so lines of different ranks never interleave mid-line.
  *
- * Failure policy: the first rank to exit non-zero (or die from a signal) is named, the others get
- * SIGTERM, and SIGKILL after STOP_GRACE_MS. Ctrl-C is forwarded to every rank as SIGINT.
+ * Failure policy: the first rank to exit non-zero (or die from a signal) is named, with any rank
+ * that had already exited 0 while the others still ran (a rank that left early is the usual cause
+ * of the failures that follow). The others get REPORT_GRACE_MS to finish on their own, which is
+ * when wick.dist ranks print their hang report naming the missing rank; then SIGTERM, and SIGKILL
+ * after STOP_GRACE_MS. Ctrl-C is forwarded to every rank as SIGINT.
  *
  * The job id: every rank gets WICK_JOB_ID, hex and unique to this launch; the ranks name the regions
  * their node shares (/dev/shm/wick-UID-JOB-...) after it, and the launcher removes what ranks killed
@@ -34,6 +37,7 @@
 
 enum {
   STOP_GRACE_MS = 3000,       /* SIGTERM -> SIGKILL */
+  REPORT_GRACE_MS = 2000,     /* first failure -> SIGTERM: time for the others' hang reports */
   POLL_INTERVAL_MS = 100,     /* how often exits are reaped while output is quiet */
   DRAIN_AFTER_EXIT_MS = 1000, /* how long to wait for pipes held open by a rank's leftovers */
   LINE_CAPACITY = 65536,      /* longer lines are emitted in pieces */
@@ -52,6 +56,7 @@ typedef struct {
   int rank;
   bool running;
   int status; /* waitpid status once exited */
+  uint64_t exited_at_ms;
   Stream streams[STREAMS_PER_RANK];
 } Rank;
 
@@ -235,12 +240,22 @@ static void describe_exit(const Rank *rank) {
             WEXITSTATUS(rank->status));
 }
 
+static bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+/* Ranks that exited 0 before `failure` while others still ran: they left the job early. */
+static void describe_early_exits(const Rank *ranks, int count, const Rank *failure) {
+  for (int r = 0; r < count; r++) {
+    const Rank *e = &ranks[r];
+    if (e == failure || e->running || failed(e->status) || e->exited_at_ms > failure->exited_at_ms) continue;
+    fprintf(stderr, "run: rank %d (pid %d) had exited with status 0 %.1f s before, while the others still ran\n",
+            e->rank, (int)e->pid, (double)(failure->exited_at_ms - e->exited_at_ms) / 1000.0);
+  }
+}
+
 static int exit_code_of(int status) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WEXITSTATUS(status);
 }
-
-static bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
 /* Reaps exited ranks; returns the number still running. Records the first failure. */
 static int reap_ranks(Rank *ranks, int count, Rank **first_failure) {
@@ -251,6 +266,7 @@ static int reap_ranks(Rank *ranks, int count, Rank **first_failure) {
     if (waitpid(ranks[r].pid, &status, WNOHANG) == ranks[r].pid) {
       ranks[r].running = false;
       ranks[r].status = status;
+      ranks[r].exited_at_ms = now_ms();
       kill(-ranks[r].pid, SIGKILL); /* whatever the rank left behind in its group */
       if (failed(status) && !*first_failure) *first_failure = &ranks[r];
     } else {
@@ -289,6 +305,7 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
   }
   Rank *first_failure = NULL;
   bool stopping = started < count;
+  uint64_t report_deadline = 0; /* after a failure: when the others are stopped */
   uint64_t kill_deadline = stopping ? now_ms() + STOP_GRACE_MS : 0;
   if (stopping) signal_ranks(ranks, started, SIGTERM);
   int interrupts = 0;
@@ -306,8 +323,14 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
       if (!stopping) kill_deadline = now_ms() + STOP_GRACE_MS;
       stopping = true;
     }
-    if (first_failure && !stopping) {
+    if (first_failure && !stopping && !report_deadline) {
       describe_exit(first_failure);
+      describe_early_exits(ranks, started, first_failure);
+      if (running > 0)
+        fprintf(stderr, "run: stopping the other ranks in %.0f s unless they exit first\n", REPORT_GRACE_MS / 1000.0);
+      report_deadline = now_ms() + REPORT_GRACE_MS;
+    }
+    if (report_deadline && !stopping && running > 0 && now_ms() >= report_deadline) {
       fprintf(stderr, "run: stopping the other ranks\n");
       signal_ranks(ranks, started, SIGTERM);
       stopping = true;

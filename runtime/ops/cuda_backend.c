@@ -32,20 +32,6 @@ static int (*device_count_impl)(void);
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static bool loaded;
 
-/* The module sits next to the object this code is linked into (libwick.so, or a test binary). */
-static void module_path(char *path, size_t size) {
-  const char *override = getenv("WICK_CUDA_LIB");
-  if (override && *override) {
-    snprintf(path, size, "%s", override);
-    return;
-  }
-  Dl_info info;
-  const char *self = dladdr((void *)module_path, &info) && info.dli_fname ? info.dli_fname : "";
-  const char *slash = strrchr(self, '/');
-  int dir_length = slash ? (int)(slash - self) : 1;
-  snprintf(path, size, "%.*s/%s", dir_length, slash ? self : ".", MODULE_NAME);
-}
-
 static bool resolve(void *module, const char *name, void **out) {
   *out = dlsym(module, name);
   if (!*out) wk_logf(WK_LOG_WARN, "CUDA backend module lacks %s: using the CPU backend", name);
@@ -57,7 +43,7 @@ static void load_module(void) {
   if (env && strcmp(env, "0") == 0) return;
   if (access(DEVICE_NODE, F_OK) != 0) return; /* no NVIDIA driver: nothing to load */
   char path[PATH_MAX];
-  module_path(path, sizeof path);
+  wk_module_path(MODULE_NAME, "WICK_CUDA_LIB", path, sizeof path);
   void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!module) {
     wk_logf(WK_LOG_INFO, "CUDA backend not loaded (%s): using the CPU backend", dlerror());

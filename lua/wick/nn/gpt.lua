@@ -6,6 +6,7 @@
 --                               precision = 'bf16', device = 'cpu', seed = 0 }
 --   local loss = model:forward(idx, targets, mask, count)   -- idx/targets int32 [B, T]
 --   model:backward(); model:grads()                         -- gradients by HF name
+--   model:backward(on_ready)   -- on_ready(g) once the gradients of gradient_groups()[g] are final
 --   model:forward_tokens(tokens, mask, count)                 -- tokens int32 [B, T+1] from a loader
 -- mask (optional, u8 [B, T]) selects the targets that count; count (default: the number selected
 -- here) is the normaliser, so passing the global token count keeps gradients independent of
@@ -200,13 +201,32 @@ function GPT:forward_tokens(tokens, mask, count)
   local inputs, shifted = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
   local idx = staged(self, 'tokens_idx', inputs, 'i32')
   local targets = staged(self, 'tokens_targets', shifted, 'i32')
-  inputs:free()
-  shifted:free()
+  -- A view used in place (one row is contiguous) must live until backward(): it goes at the next
+  -- call; a view that was copied goes now.
+  for _, key in ipairs({ 'tokens_inputs', 'tokens_targets_view' }) do
+    if self[key] then self[key]:free() end
+    self[key] = nil
+  end
+  if idx == inputs then self.tokens_inputs = inputs else inputs:free() end
+  if targets == shifted then self.tokens_targets_view = shifted else shifted:free() end
   return self:forward(idx, targets, mask, count)
 end
 
+-- The modules whose parameter gradients backward() completes, in the order it completes them: the
+-- final LayerNorm, the blocks from last to first, then the embeddings (the tied token embedding
+-- collects its output-projection gradient first and its input gradient last). Data parallelism
+-- starts each gradient bucket's all-reduce as soon as its group is done.
+function GPT:gradient_groups()
+  local body = self.transformer
+  local groups = { { body.ln_f } }
+  for l = #self.blocks, 1, -1 do groups[#groups + 1] = { self.blocks[l] } end
+  groups[#groups + 1] = { body.wte, body.wpe }
+  return groups
+end
+
 -- Accumulates d(loss * scale)/d(parameter) into the gradients (scale = the fp16 loss scale, else 1).
-function GPT:backward()
+-- on_ready (optional) is called with g after the gradients of gradient_groups()[g] are final.
+function GPT:backward(on_ready)
   if not self.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
   local body, cfg = self.transformer, self.config
   local B, TT = self.idx:size(1), self.idx:size(2)
@@ -219,12 +239,15 @@ function GPT:backward()
   self:store(dnormed)
   local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:buffer('grad_b', { B, TT, cfg.dim })
   body.ln_f:backward(self.final, dnormed, dx)
+  if on_ready then on_ready(1) end
   for l = #self.blocks, 1, -1 do
     check(C.wk_op_fill(dprev, 0))
     self.blocks[l]:backward(self.block_inputs[l], dx, dprev)
     dx, dprev = dprev, dx
+    if on_ready then on_ready(#self.blocks - l + 2) end
   end
   check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.idx))
+  if on_ready then on_ready(#self.blocks + 2) end
 end
 
 -- ---- checkpoints ------------------------------------------------------------------------------------

@@ -1,0 +1,296 @@
+-- wick.dist: process groups and collectives (runtime/dist).
+--
+--   local dist = wick.dist.init { timeout = 30 }   -- seconds; the world comes from torchrun's or
+--                                                  -- SLURM's variables; alone: a world of 1
+--   dist.rank, dist.world_size, dist.local_rank, dist.local_world_size
+--   dist:all_reduce(t, 'sum' | 'avg' | 'max' | 'min')   -- in place; f32, bf16, f16, i32, i64
+--   dist:broadcast(t, root)
+--   dist:all_gather(out, t)          -- out holds world_size * t:numel() elements, rank order
+--   dist:reduce_scatter(out, t, op)  -- t holds world_size * out:numel(); out gets this rank's block
+--   dist:barrier()
+--   local work = dist:all_reduce_start(t, op); ...; work:wait()   -- runs on the group's worker
+--   dist.store:set(key, value), :get(key, timeout), :wait(keys, timeout), :add(key, n), :compare_set(...)
+--   dist:close()
+--
+-- Every collective is bounded by the timeout. When a rank dies or falls behind, the others raise
+-- the hang report: the collective (name, sequence number, size), the recipe line that called it,
+-- and the missing ranks with where they were. CPU tensors go through Gloo, CUDA tensors through
+-- NCCL (when libwick was built with it). The store can also be used alone:
+--   local server = wick.dist.serve_store { port = 0, world_size = 2 }   -- server:port(), server:stop()
+--   local store = wick.dist.connect_store { host = '127.0.0.1', port = p, rank = 0, timeout = 5 }
+local core = require 'wick.core'
+
+local ffi, C = core.ffi, core.C
+local check = core.check
+
+local dist = {}
+
+local DEFAULT_TIMEOUT = 300      -- seconds
+local MAX_TIMEOUT = 7 * 24 * 3600
+local GET_BUFFER_BYTES = 65536   -- a get's first try; longer values are fetched again in full
+local REDUCE = { sum = C.WK_REDUCE_SUM, avg = C.WK_REDUCE_AVG, max = C.WK_REDUCE_MAX, min = C.WK_REDUCE_MIN }
+local SOURCES = { [C.WK_WORLD_SINGLE] = 'single', [C.WK_WORLD_TORCHRUN] = 'torchrun', [C.WK_WORLD_SLURM] = 'slurm' }
+
+-- Lua files of wick itself: a hang report names the first line outside them (the recipe's).
+local WICK_SOURCE = debug.getinfo(1, 'S').source:match('^@(.*/)wick/[^/]*$')
+
+-- "recipe.lua:31": the innermost caller outside lua/wick, for the hang report.
+local function call_site()
+  for level = 3, 30 do
+    local info = debug.getinfo(level, 'Sl')
+    if not info then break end
+    local source = info.source
+    if source:sub(1, 1) == '@' and not (WICK_SOURCE and source:sub(2, #WICK_SOURCE + 1) == WICK_SOURCE) then
+      return info.short_src .. ':' .. info.currentline
+    end
+  end
+  return nil
+end
+dist.call_site = call_site
+
+local function seconds_to_ms(value, what, level)
+  if type(value) ~= 'number' or value ~= value or value <= 0 or value > MAX_TIMEOUT then
+    error(('%s must be a number of seconds in (0, %d], got %s'):format(what, MAX_TIMEOUT, tostring(value)), level + 1)
+  end
+  return math.max(1, math.floor(value * 1000 + 0.5))
+end
+
+local function check_keys(opts, allowed, what, level)
+  if type(opts) ~= 'table' then error(what .. ' expects a table of options', level + 1) end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for name in pairs(allowed) do names[#names + 1] = name end
+      table.sort(names)
+      error(('%s: unknown option %s (known: %s)'):format(what, tostring(k), table.concat(names, ', ')), level + 1)
+    end
+  end
+end
+
+local function integer(value, min, max, what, level)
+  if type(value) ~= 'number' or value % 1 ~= 0 or value < min or value > max then
+    error(('%s must be an integer from %d to %d, got %s'):format(what, min, max, tostring(value)), level + 1)
+  end
+  return value
+end
+
+-- ---- the world ---------------------------------------------------------------------------------
+
+-- { rank, world_size, local_rank, local_world_size, master_addr, master_port, source } from the env.
+function dist.world()
+  local w = ffi.new('WkWorld')
+  check(C.wk_world_from_env(w), 2)
+  return {
+    rank = w.rank, world_size = w.world_size, local_rank = w.local_rank, local_world_size = w.local_world_size,
+    master_addr = ffi.string(w.master_addr), master_port = w.master_port, source = SOURCES[w.source],
+  }, w
+end
+
+-- ---- the store ----------------------------------------------------------------------------------
+
+local Store = {}
+Store.__index = Store
+
+local function store_handle(self)
+  if self.handle == nil then error('store used after close()', 3) end
+  return self.handle
+end
+
+local function wrap_store(handle, owned)
+  local self = setmetatable({
+    handle = owned and ffi.gc(handle, C.wk_store_close) or handle,
+    owned = owned,
+    buffer = ffi.new('uint8_t[?]', GET_BUFFER_BYTES),
+    capacity = GET_BUFFER_BYTES,
+    length = ffi.new('size_t[1]'),
+    number = ffi.new('int64_t[1]'),
+    swapped = ffi.new('int[1]'),
+  }, Store)
+  return self
+end
+
+function dist.connect_store(opts)
+  check_keys(opts, { host = true, port = true, rank = true, timeout = true }, 'dist.connect_store', 2)
+  local port = integer(opts.port, 1, 65535, 'port', 2)
+  local rank = integer(opts.rank or -1, -1, 2 ^ 31 - 1, 'rank', 2)
+  local handle = C.wk_store_connect(opts.host or '127.0.0.1', port, rank, seconds_to_ms(opts.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
+  return wrap_store(core.check_handle(handle, 2), true)
+end
+
+function Store:set(key, value)
+  value = tostring(value)
+  check(C.wk_store_set(store_handle(self), key, value, #value), 2)
+end
+
+-- Calls fn(buffer, capacity) until the value fits; returns it as a string.
+local function fetch(self, fn)
+  local st = fn(self.buffer, self.capacity)
+  if st == C.WK_ERR_INVALID_ARG and self.length[0] > self.capacity then
+    self.capacity = tonumber(self.length[0])
+    self.buffer = ffi.new('uint8_t[?]', self.capacity)
+    st = fn(self.buffer, self.capacity)
+  end
+  return st
+end
+
+-- The value of key, waiting up to timeout seconds (default: the store's); nil, message on timeout.
+function Store:get(key, timeout)
+  local handle = store_handle(self)
+  local ms = timeout == 0 and 0 or seconds_to_ms(timeout or self.timeout or DEFAULT_TIMEOUT, 'timeout', 2)
+  local st = fetch(self, function(buffer, capacity) return C.wk_store_get(handle, key, ms, buffer, capacity, self.length) end)
+  if st == C.WK_ERR_TIMEOUT then return nil, core.last_error() end
+  check(st, 2)
+  return ffi.string(self.buffer, self.length[0])
+end
+
+function Store:wait(keys, timeout)
+  local handle = store_handle(self)
+  if type(keys) == 'string' then keys = { keys } end
+  local names = ffi.new('const char *[?]', #keys, keys)
+  local st = C.wk_store_wait(handle, names, #keys, seconds_to_ms(timeout or self.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
+  if st == C.WK_ERR_TIMEOUT then return nil, core.last_error() end
+  check(st, 2)
+  return true
+end
+
+function Store:add(key, delta)
+  check(C.wk_store_add(store_handle(self), key, integer(delta or 1, -2 ^ 53, 2 ^ 53, 'delta', 2), self.number), 2)
+  return tonumber(self.number[0])
+end
+
+-- Sets desired when the value is expected (or the key is absent and expected is ''); returns the
+-- value after the call and whether it was swapped.
+function Store:compare_set(key, expected, desired)
+  local handle = store_handle(self)
+  expected, desired = tostring(expected), tostring(desired)
+  check(fetch(self, function(buffer, capacity)
+    return C.wk_store_compare_set(handle, key, expected, #expected, desired, #desired, buffer, capacity, self.length,
+      self.swapped)
+  end), 2)
+  return ffi.string(self.buffer, self.length[0]), self.swapped[0] == 1
+end
+
+function Store:close()
+  if self.handle ~= nil and self.owned then C.wk_store_close(ffi.gc(self.handle, nil)) end
+  self.handle = nil
+end
+
+local Server = {}
+Server.__index = Server
+
+function dist.serve_store(opts)
+  check_keys(opts, { port = true, world_size = true }, 'dist.serve_store', 2)
+  local handle = C.wk_store_server_start(integer(opts.port or 0, 0, 65535, 'port', 2),
+    integer(opts.world_size or 1, 1, 2 ^ 24, 'world_size', 2))
+  return setmetatable({ handle = ffi.gc(core.check_handle(handle, 2), function(h) C.wk_store_server_stop(h, 0) end) }, Server)
+end
+
+function Server:port() return C.wk_store_server_port(self.handle) end
+
+-- Stops serving once every rank that said hello has said bye or dropped, or after timeout seconds.
+function Server:stop(timeout)
+  if self.handle ~= nil then
+    C.wk_store_server_stop(ffi.gc(self.handle, nil), timeout and math.floor(timeout * 1000) or 0)
+    self.handle = nil
+  end
+end
+
+-- ---- process groups -------------------------------------------------------------------------------
+
+local Group = {}
+Group.__index = Group
+dist.Group = Group
+
+local function group_handle(self)
+  if self.handle == nil then error('dist: process group used after close()', 3) end
+  return self.handle
+end
+
+local function reduce_op(op, level)
+  local code = REDUCE[op or 'sum']
+  if not code then error(("unknown reduction '%s' (sum, avg, max, min)"):format(tostring(op)), level + 1) end
+  return code
+end
+
+-- dist.init { timeout = seconds }: joins the job the environment describes (rank 0 serves the
+-- store); a process with no such environment is a world of 1 and opens no socket.
+function dist.init(opts)
+  opts = opts or {}
+  check_keys(opts, { timeout = true }, 'dist.init', 2)
+  local timeout = opts.timeout or DEFAULT_TIMEOUT
+  local ms = seconds_to_ms(timeout, 'dist.init: timeout', 2)
+  local world, w = dist.world()
+  local handle = core.check_handle(C.wk_dist_init(w, ms), 2)
+  local self = setmetatable(world, Group)
+  self.handle = ffi.gc(handle, C.wk_dist_close)
+  self.timeout = timeout
+  self.c_stats = ffi.new('WkDistStats')
+  local store = C.wk_dist_store(handle)
+  if store ~= nil then
+    self.store = wrap_store(store, false)
+    self.store.timeout = timeout
+  end
+  return self
+end
+
+-- Each collective takes an optional last argument `site`, the recipe line its hang report quotes;
+-- without it the line is found with debug.getinfo, which the JIT does not compile: a hot loop
+-- (wick.nn.data_parallel) finds its line once and passes it.
+function Group:all_reduce(t, op, site)
+  check(C.wk_dist_all_reduce(group_handle(self), t, reduce_op(op, 2), site or call_site()), 2)
+  return t
+end
+
+function Group:broadcast(t, root, site)
+  check(C.wk_dist_broadcast(group_handle(self), t, integer(root or 0, 0, self.world_size - 1, 'root', 2),
+    site or call_site()), 2)
+  return t
+end
+
+function Group:all_gather(out, t, site)
+  check(C.wk_dist_all_gather(group_handle(self), out, t, site or call_site()), 2)
+  return out
+end
+
+function Group:reduce_scatter(out, t, op, site)
+  check(C.wk_dist_reduce_scatter(group_handle(self), out, t, reduce_op(op, 2), site or call_site()), 2)
+  return out
+end
+
+function Group:barrier(site)
+  check(C.wk_dist_barrier(group_handle(self), site or call_site()), 2)
+end
+
+local Work = {}
+Work.__index = Work
+
+-- Starts an all-reduce and returns at once; t must stay untouched until work:wait().
+function Group:all_reduce_start(t, op, site)
+  local handle = core.check_handle(C.wk_dist_all_reduce_start(group_handle(self), t, reduce_op(op, 2),
+    site or call_site()), 2)
+  return setmetatable({ handle = handle, tensor = t }, Work)
+end
+
+function Work:wait()
+  if self.handle == nil then error('work:wait() called twice', 2) end
+  local handle = self.handle
+  self.handle, self.tensor = nil, nil
+  check(C.wk_work_wait(handle), 2)
+end
+
+-- { collectives, bytes, wait_s }: what this group did so far, and how long callers blocked in it.
+function Group:stats()
+  C.wk_dist_stats(group_handle(self), self.c_stats)
+  local s = self.c_stats
+  return { collectives = tonumber(s.collectives), bytes = tonumber(s.bytes), wait_s = tonumber(s.wait_ns) * 1e-9 }
+end
+
+function Group:close()
+  if self.handle ~= nil then
+    if self.store then self.store.handle = nil end
+    C.wk_dist_close(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+return dist

@@ -1,0 +1,283 @@
+-- wick.nn.data_parallel: one model replicated over the ranks of a wick.dist group.
+--
+--   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20 })
+--   local r = dp:step(loader, opt)   -- one optimizer step over the loader's next global batch
+--   -- r.loss (mean over the step's target tokens, all ranks), r.tokens (their count),
+--   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1),
+--   -- r.slowest (rank), r.overlapped (buckets whose all-reduce started before the backward pass
+--   -- reached its last gradient group); dp:timing(r) is one line for the log
+--
+-- At creation the parameters are broadcast from rank 0. A step then:
+--   1. takes this rank's micro-batches of the step from the loader (micro_steps of them: the
+--      global batch over world size x micro batch), copies them, and counts their target tokens;
+--   2. all-reduces that count: every micro-batch's loss is divided by the step's global count
+--      of target tokens, so neither the world size nor the accumulation split nor the padding
+--      changes the gradient (the mean over micro-batch means that bit HF Trainer in 2024 cannot
+--      happen here);
+--   3. runs forward and backward per micro-batch; only the last backward communicates: its
+--      gradient buckets (contiguous ranges of the flat gradient, bucket_bytes each) are
+--      all-reduced (summed) on the group's worker thread as soon as the backward pass has
+--      finished every parameter in them, overlapping with the rest of the backward;
+--   4. steps the optimizer (the same gradients everywhere, so the same update), and gathers
+--      each rank's time split into data wait, compute and communication.
+-- For a loop of your own: dp:global_count(n), then per micro-batch model:forward_tokens(tokens,
+-- mask, count) and dp:backward(is_last_micro_step).
+local ffi = require 'ffi'
+local core = require 'wick.core'
+local T = require 'wick.tensor'
+
+local C = core.C
+local check = core.check
+local now = core.now
+
+local DEFAULT_BUCKET_BYTES = 25 * 2 ^ 20   -- torch DDP's default
+local F32_BYTES = 4
+local STATS = 5                            -- loss (a double's bits), data, compute, comm, total (ns)
+local NS = 1e9
+
+local DataParallel = {}
+DataParallel.__index = DataParallel
+
+local OPTIONS = { bucket_bytes = true }
+
+-- Gradient ranges in flat order: { offset, numel, ready } where ready is the gradient group
+-- after which backward() leaves the range alone (the last group + 1 when the model has none).
+local function gradient_ranges(model, flat)
+  local groups = model.gradient_groups and model:gradient_groups() or {}
+  local ready_of = {}
+  for g, modules in ipairs(groups) do
+    for _, module in ipairs(modules) do
+      for _, p in ipairs(module:parameters()) do ready_of[p.module['grad_' .. p.key]] = g end
+    end
+  end
+  local ranges = {}
+  for _, p in ipairs(model:parameters()) do
+    local grad = p.module['grad_' .. p.key]
+    ranges[#ranges + 1] = { offset = tonumber(C.wk_tensor_offset(grad)) - tonumber(C.wk_tensor_offset(flat.grads)),
+      numel = grad:numel(), ready = ready_of[grad] or #groups + 1 }
+  end
+  table.sort(ranges, function(a, b) return a.offset < b.offset end)
+  return ranges, #groups
+end
+
+-- Walks the flat gradient from its end (the backward pass finishes the last layers first) and
+-- cuts it into buckets of at most bucket_bytes; a bucket is ready when its last range is.
+local function make_buckets(ranges, bucket_bytes)
+  local limit = math.max(1, math.floor(bucket_bytes / F32_BYTES))
+  local buckets, current = {}, nil
+  for i = #ranges, 1, -1 do
+    local r = ranges[i]
+    local hi = r.offset + r.numel
+    while hi > r.offset do
+      if not current or current.numel == limit then
+        current = { hi = hi, numel = 0, ready = 0 }
+        buckets[#buckets + 1] = current
+      end
+      local take = math.min(limit - current.numel, hi - r.offset)
+      current.numel = current.numel + take
+      current.ready = math.max(current.ready, r.ready)
+      hi = hi - take
+    end
+  end
+  for _, b in ipairs(buckets) do b.offset = b.hi - b.numel end
+  -- Launch order: by readiness, then from the end; the same on every rank.
+  table.sort(buckets, function(a, b)
+    if a.ready ~= b.ready then return a.ready < b.ready end
+    return a.offset > b.offset
+  end)
+  return buckets
+end
+
+function DataParallel.new(model, dist, opts)
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not OPTIONS[k] then error('nn.data_parallel: unknown option ' .. tostring(k) .. ' (bucket_bytes)', 2) end
+  end
+  local bucket_bytes = opts.bucket_bytes or DEFAULT_BUCKET_BYTES
+  if type(bucket_bytes) ~= 'number' or bucket_bytes < F32_BYTES or bucket_bytes % 1 ~= 0 then
+    error('nn.data_parallel: bucket_bytes must be an integer of at least 4, got ' .. tostring(bucket_bytes), 2)
+  end
+  if not (model.flat_parameters and dist and dist.world_size) then
+    error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
+  end
+  local flat = model:flat_parameters()
+  local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank }, DataParallel)
+  dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
+  local ranges, groups = gradient_ranges(model, flat)
+  self.buckets = make_buckets(ranges, bucket_bytes)
+  self.launch_at = {}  -- gradient group -> buckets to launch once it is done
+  for g = 1, groups + 1 do self.launch_at[g] = {} end
+  for i, b in ipairs(self.buckets) do
+    b.view = flat.grads:narrow(1, b.offset + 1, b.numel)
+    local list = self.launch_at[b.ready]
+    list[#list + 1] = i
+  end
+  self.works = {}
+  self.on_ready = function(g)
+    if g == groups then self.overlapped = self.launched end  -- on their way before the last group
+    for _, i in ipairs(self.launch_at[g]) do self:launch(i) end
+  end
+  self.count = T.zeros({ 1 }, 'i64')
+  self.count_ptr = ffi.cast('int64_t *', self.count:data())
+  self.stats = T.zeros({ STATS }, 'i64')
+  self.gathered = T.zeros({ STATS * self.world_size }, 'i64')
+  self.scalar = ffi.new('double[1]')
+  self.tokens, self.masks = {}, {}
+  return self
+end
+
+-- The recipe line the hang report quotes for this model's collectives: found once (debug.getinfo
+-- is not compiled by the JIT, and a training loop calls from the same line every step).
+local function site_of(self)
+  if not self.site then self.site = require('wick.dist').call_site() or '?' end
+  return self.site
+end
+
+function DataParallel:launch(i)
+  if self.works[i] then return end
+  self.works[i] = self.dist:all_reduce_start(self.buckets[i].view, 'sum', site_of(self))
+  self.launched = self.launched + 1
+end
+
+-- Backward for one micro-batch; with sync (the last micro-batch of a step), also the gradient
+-- all-reduce, returning once the summed gradients are in place.
+function DataParallel:backward(sync)
+  local model = self.model
+  if not sync or self.world_size == 1 then
+    model:backward()
+    return
+  end
+  site_of(self)
+  self.launched, self.overlapped = 0, 0
+  model:backward(self.on_ready)
+  for i = 1, #self.buckets do self:launch(i) end
+  for i = 1, #self.buckets do
+    self.works[i]:wait()
+    self.works[i] = nil
+  end
+end
+
+-- The sum of n over all ranks (n: this rank's target tokens in the step).
+function DataParallel:global_count(n)
+  if self.world_size == 1 then return n end
+  self.count_ptr[0] = n
+  self.dist:all_reduce(self.count, 'sum', site_of(self))
+  return tonumber(self.count_ptr[0])
+end
+
+-- The step's buffers for micro-batch m: tokens i32 [rows, seq + 1] and mask u8 [rows, seq].
+local function buffers(self, m, rows, seq)
+  local tokens = self.tokens[m]
+  if not tokens or tokens:size(1) ~= rows or tokens:size(2) ~= seq + 1 then
+    if tokens then tokens:free() self.masks[m]:free() end
+    self.tokens[m], self.masks[m] = T.empty({ rows, seq + 1 }, 'i32'), T.empty({ rows, seq }, 'u8')
+  end
+  if not self.mask_f32 or self.mask_f32:numel() ~= rows * seq then
+    if self.mask_f32 then self.mask_f32:free() end
+    self.mask_f32 = T.empty({ rows, seq }, 'f32')
+  end
+  return self.tokens[m], self.masks[m]
+end
+
+-- Copies this rank's micro-batches of the next step out of the loader; returns their count and
+-- their target tokens, or nil at the end of the stream.
+local function take_step(self, loader)
+  local batch = loader:next()
+  if not batch then return nil end
+  local n, targets = batch.micro_steps, 0
+  for m = 1, n do
+    if m > 1 then batch = loader:next() end
+    if not batch or batch.micro_step ~= m - 1 then
+      error('nn.data_parallel: the loader did not deliver micro-step ' .. (m - 1) .. ' of ' .. n .. ' of a step', 3)
+    end
+    local rows, seq = batch.rows, batch.seq_len
+    local tokens, mask = buffers(self, m, rows, seq)
+    local borrowed = T.borrow(batch.tokens, { rows, seq + 1 }, 'i32', batch)
+    tokens:copy(borrowed)
+    borrowed:free()
+    borrowed = T.borrow(batch.loss_mask, { rows, seq }, 'u8', batch)
+    mask:copy(borrowed)
+    borrowed:free()
+    self.mask_f32:copy(mask)
+    check(C.wk_op_sumsq(self.mask_f32, self.scalar))  -- a 0/1 mask: its sum of squares counts it
+    targets = targets + self.scalar[0]
+  end
+  return n, targets
+end
+
+-- Time this rank has spent blocked in collectives so far.
+local function comm_seconds(self)
+  return self.world_size == 1 and 0 or self.dist:stats().wait_s
+end
+
+local function ms(seconds) return ('%.0f ms'):format(seconds * 1000) end
+
+local function split_line(t)
+  return ('data %s, compute %s, comm %s'):format(ms(t.data), ms(t.compute), ms(t.comm))
+end
+
+-- Gathers every rank's loss share and time split; all ranks get all of it.
+local function gather(self, loss_share, data, comm, total)
+  local p = ffi.cast('int64_t *', self.stats:data())
+  ffi.cast('double *', p)[0] = loss_share
+  p[1], p[2], p[3], p[4] = data * NS, (total - data - comm) * NS, comm * NS, total * NS
+  local ranks, loss = {}, 0
+  if self.world_size == 1 then
+    self.gathered:copy(self.stats)
+  else
+    self.dist:all_gather(self.gathered, self.stats, site_of(self))
+  end
+  local g = ffi.cast('int64_t *', self.gathered:data())
+  local slowest = 0
+  for r = 0, self.world_size - 1 do
+    local base = g + r * STATS
+    loss = loss + ffi.cast('double *', base)[0]  -- in rank order: the same sum everywhere
+    ranks[r + 1] = { data = tonumber(base[1]) / NS, compute = tonumber(base[2]) / NS, comm = tonumber(base[3]) / NS,
+      total = tonumber(base[4]) / NS }
+    if ranks[r + 1].total > ranks[slowest + 1].total then slowest = r end
+  end
+  return loss, ranks, slowest
+end
+
+-- One optimizer step (see the top of this file); nil at the end of the loader's stream.
+function DataParallel:step(loader, opt)
+  local model = self.model
+  local start = now()
+  local comm_before = comm_seconds(self)
+  local n, local_targets = take_step(self, loader)
+  if not n then return nil end
+  local data = now() - start
+  site_of(self)
+  local tokens = self:global_count(local_targets)
+  local loss_share, applied, norm = 0, false, nil
+  if tokens > 0 then  -- an all-padding step has no target to learn from, on every rank alike
+    model:zero_grad()
+    for m = 1, n do
+      loss_share = loss_share + model:forward_tokens(self.tokens[m], self.masks[m], tokens)
+      self:backward(m == n)
+    end
+    applied, norm = opt:step(model)
+  end
+  local comm = comm_seconds(self) - comm_before
+  local loss, ranks, slowest = gather(self, loss_share, data, comm, now() - start)
+  return {
+    loss = loss, tokens = tokens, applied = applied, grad_norm = norm, micro_steps = n,
+    ranks = ranks, slowest = slowest, overlapped = self.overlapped,
+  }
+end
+
+-- One log line from a step's result: this rank's split and the slowest rank's.
+function DataParallel:timing(r)
+  local mine, worst = r.ranks[self.rank + 1], r.ranks[r.slowest + 1]
+  return ('rank %d: %s (%s); slowest rank %d: %s (%s)'):format(self.rank, ms(mine.total), split_line(mine), r.slowest,
+    ms(worst.total), split_line(worst))
+end
+
+function DataParallel:free()
+  for _, b in ipairs(self.buckets) do b.view:free() end
+  for m = 1, #self.tokens do self.tokens[m]:free() self.masks[m]:free() end
+  for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
+  self.tokens, self.masks, self.buckets = {}, {}, {}
+end
+
+return DataParallel.new

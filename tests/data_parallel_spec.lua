@@ -1,0 +1,158 @@
+-- Data parallelism is exact: the same global batch trained as 1 rank x 4 micro-steps, 2 ranks x 2
+-- and 4 ranks x 1 (real processes, Gloo) sees the same samples (per the loader's audit), the same
+-- per-step losses and target counts, and ends with the same weights within fp32 tolerance, also
+-- in pad mode where every micro-batch has its own number of target tokens.
+local helper = require 'helper'
+local data_helper = require 'data_helper'
+local wick = require 'wick'
+local q = helper.shell_quote
+
+local STEPS = 10
+local LOSS_TOLERANCE = 1e-6     -- relative: summation order is all that differs
+local WEIGHT_TOLERANCE = 2e-6   -- relative L2 per tensor, after 10 AdamW steps at lr 1e-2
+local KEY_BIAS_NOISE = 1e-4     -- what rounding noise makes of a parameter with a zero gradient
+local SMALL_BUCKETS = 4096      -- bytes: several buckets, so that some start during the backward
+local LAYOUTS = { { world = 1, micro = 4 }, { world = 2, micro = 2 }, { world = 4, micro = 1 } }
+
+-- Documents of 1..23 bytes: padded rows of 16 + 1 tokens keep a varying number of targets.
+local function short_documents(count)
+  local docs = {}
+  for i = 1, count do
+    local chars = {}
+    for k = 1, (i * 7) % 23 + 1 do chars[k] = string.char(97 + (i * k) % 26) end
+    docs[i] = table.concat(chars)
+  end
+  return docs
+end
+
+local function train(dataset, mode, world, dir, bucket_bytes)
+  local out, audit = ('%s/%s-%d.safetensors'):format(dir, mode, world), ('%s/%s-%d.audit'):format(dir, mode, world)
+  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d'):format(
+    q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes))
+  assert(r.rc == 0, r.out .. r.err)
+  local steps = {}
+  for line in r.out:gmatch('%[rank0%] (step [^\n]+)') do
+    local s, loss, tokens, micro, collectives, buckets, overlapped =
+      line:match('^step (%d+) loss (%S+) tokens (%d+) micro (%d+) collectives (%d+) buckets (%d+) overlapped (%d+)$')
+    steps[#steps + 1] = { loss = tonumber(loss), tokens = tonumber(tokens), micro = tonumber(micro),
+      collectives = tonumber(collectives), buckets = tonumber(buckets), overlapped = tonumber(overlapped) }
+  end
+  assert(#steps == STEPS, r.out)
+  return { steps = steps, weights = out, audit = helper.read_file(audit), out = r.out }
+end
+
+-- step -> sorted "id hash" of every sample the ranks received for it.
+local function samples_by_step(audit)
+  local by_step = {}
+  for step, id, hash in audit:gmatch('step=(%d+) [^\n]- id=(%S+) [^\n]-hash=(%x+)') do
+    by_step[step] = by_step[step] or {}
+    table.insert(by_step[step], id .. ' ' .. hash)
+  end
+  for _, list in pairs(by_step) do table.sort(list) end
+  return by_step
+end
+
+-- Compares two checkpoints: every tensor within WEIGHT_TOLERANCE (relative L2), except the key
+-- third of each attention bias, whose gradient is zero in exact arithmetic (softmax ignores a
+-- constant added to all scores of a query): Adam turns its rounding noise into updates, so there
+-- both runs must only stay at noise level. Returns the worst relative difference and a message.
+local function compare_weights(a_path, b_path)
+  local ffi = require 'ffi'
+  local a, b = wick.safetensors.load(a_path), wick.safetensors.load(b_path)
+  local worst = 0
+  for name, t in pairs(a) do
+    local x, y = ffi.cast('float *', t:data()), ffi.cast('float *', b[name]:data())
+    local n = t:numel()
+    local key_bias = name:match('attn%.c_attn%.bias$') and { n / 3, 2 * n / 3 }
+    local norm, diff = 0, 0
+    for i = 0, n - 1 do
+      if key_bias and i >= key_bias[1] and i < key_bias[2] then
+        if math.abs(x[i]) > KEY_BIAS_NOISE or math.abs(y[i]) > KEY_BIAS_NOISE then
+          return math.huge, ('%s[%d] = %g and %g: not noise'):format(name, i, x[i], y[i])
+        end
+      else
+        norm, diff = norm + x[i] * x[i], diff + (x[i] - y[i]) ^ 2
+      end
+    end
+    local relative = math.sqrt(diff / math.max(norm, 1e-30))
+    if relative > worst then worst = relative end
+    if relative > WEIGHT_TOLERANCE then return relative, name .. ' differs by ' .. relative end
+  end
+  return worst, 'ok'
+end
+
+describe('data parallelism', function()
+  local root, dataset
+  setup(function()
+    root = helper.tmpdir()
+    dataset = data_helper.make_dataset(root .. '/short', short_documents(80))
+  end)
+  teardown(function() helper.rmtree(root) end)
+
+  for _, mode in ipairs({ 'packed', 'pad' }) do
+    it(('gives the same losses, samples and weights on 1x4, 2x2 and 4x1 (%s mode)'):format(mode), function()
+      local runs = {}
+      for i, layout in ipairs(LAYOUTS) do runs[i] = train(dataset, mode, layout.world, root, SMALL_BUCKETS) end
+      local reference = runs[1]
+      local varied = {}
+      for i, run in ipairs(runs) do
+        local layout = LAYOUTS[i]
+        for s, step in ipairs(run.steps) do
+          local want = reference.steps[s]
+          assert.are.equal(layout.micro, step.micro)
+          assert.are.equal(want.tokens, step.tokens, 'tokens of step ' .. s)
+          assert.is_true(math.abs(step.loss - want.loss) <= LOSS_TOLERANCE * want.loss,
+            ('step %d: loss %.9g on %d ranks, %.9g on 1'):format(s, step.loss, layout.world, want.loss))
+          -- Only the last micro-step communicates: the count, the buckets and the timing gather.
+          assert.are.equal(layout.world == 1 and 0 or step.buckets + 2, step.collectives)
+          varied[step.tokens] = true
+        end
+        assert.are.same(samples_by_step(reference.audit), samples_by_step(run.audit))
+        if i > 1 then
+          local worst, why = compare_weights(reference.weights, run.weights)
+          assert.is_true(worst <= WEIGHT_TOLERANCE, ('on %d ranks: %s'):format(layout.world, why))
+        end
+      end
+      local counts = 0
+      for _ in pairs(varied) do counts = counts + 1 end
+      if mode == 'pad' then assert.is_true(counts > 3, 'pad mode should vary the target count per step') end
+      assert.is_true(reference.steps[STEPS].loss < reference.steps[1].loss, 'it learns')
+    end)
+  end
+
+  it('runs its step in compiled traces, with no NYI aborts once warm (a world of 1, in process)', function()
+    local dist = wick.dist.init { timeout = 10 }
+    local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
+    local vocab = assert(wick.dataset.open(dataset)).vocab_size
+    local model = wick.nn.gpt { vocab = vocab, seq_len = 16, layers = 1, heads = 2, dim = 16, seed = 1 }
+    local opt = wick.optim.adamw { lr = 1e-3 }
+    local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = SMALL_BUCKETS })
+    for _ = 1, 30 do dp:step(loader, opt) end  -- buffers allocated, traces recorded
+    local log = os.tmpname()
+    local jit_v = require 'jit.v'
+    jit_v.on(log)
+    for _ = 1, 100 do assert(dp:step(loader, opt).micro_steps == 2) end
+    jit_v.off()
+    local text = helper.read_file(log)
+    os.remove(log)
+    assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
+    loader:close()
+    dp:free()
+    model:free()
+    opt:free()
+    dist:close()
+  end)
+
+  it('starts gradient all-reduces while the backward pass is still running, and times every rank', function()
+    local run = train(dataset, 'packed', 2, root, SMALL_BUCKETS)
+    local last = run.steps[STEPS]
+    assert.is_true(last.buckets > 2 and last.overlapped > 0 and last.overlapped < last.buckets,
+      ('%d of %d buckets overlapped'):format(last.overlapped, last.buckets))
+    assert.matches('timing rank 0: %d+ ms %(data %d+ ms, compute %d+ ms, comm %d+ ms%); slowest rank [01]: %d+ ms', run.out)
+    local one = train(dataset, 'packed', 2, root, 2 ^ 30)  -- a single bucket: the same training
+    assert.are.equal(1, one.steps[1].buckets)
+    for s = 1, STEPS do
+      assert.is_true(math.abs(one.steps[s].loss - run.steps[s].loss) <= LOSS_TOLERANCE * run.steps[s].loss)
+    end
+  end)
+end)
