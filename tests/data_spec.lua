@@ -406,7 +406,7 @@ describe('the pipeline', function()
       events[#events + 1] = what
       if what == 'stop' then traces = traces + 1 end
       if what == 'abort' then
-        local info = jit.util.funcinfo(func, pc)
+        local info = require('jit.util').funcinfo(func, pc)
         aborts[#aborts + 1] = ('%s:%s %s'):format(info.source, tostring(info.currentline), tostring(reason))
       end
     end
