@@ -141,7 +141,8 @@ describe('wick.dist hang reports', function()
   it('names a rank that fell behind, within the timeout', function()
     local r, reports = misbehave('behind')
     assert.are_not.equal(0, r.rc)
-    check_reports(r, reports, 'timed out after [%d.]+ s waiting for 1 rank: rank 2 is behind, last in all_reduce #2')
+    -- 'timed out after', or 'failed after' when a peer's own timeout closed its connection first
+    check_reports(r, reports, 'after [%d.]+ s waiting for 1 rank: rank 2 is behind, last in all_reduce #2')
     assert.is_true(r.seconds >= HANG_TIMEOUT, 'failed before the timeout')
   end)
 

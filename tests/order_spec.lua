@@ -108,7 +108,9 @@ describe('the block-buffer order', function()
     assert.is_true(s.decoded_bytes > 8 * minimum, ('decoded %d bytes, cache %d'):format(s.decoded_bytes, minimum))
     local amplification = s.decoded_bytes / s.delivered_bytes
     assert.is_true(amplification <= 1.05 and amplification > 0.9, ('decode amplification %.3f'):format(amplification))
-    assert.are.equal(s.decoded_bytes, s.node_decoded_bytes) -- one process: the node is this loader
+    -- One process: the node is this loader (but for a unit its threads may be decoding between the two counts).
+    assert.is_true(math.abs(s.node_decoded_bytes - s.decoded_bytes) <= 8 * BLOCK * 2,
+      ('node decoded %d, this loader %d'):format(s.node_decoded_bytes, s.decoded_bytes))
     assert.are.equal(0, s.node_edges_missing)
   end)
 

@@ -35,6 +35,7 @@ enum {
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
   DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
   MIN_RING = 2,                   /* one micro-batch consumed while the next is filled */
+  AHEAD_CAPACITY = 256,           /* units a micro-batch asks to be read ahead */
 };
 
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
@@ -43,6 +44,7 @@ enum {
 #define DEFAULT_BUFFER_TOKENS (1ll << 22)
 #define MAX_SHUFFLE_TOKENS (1ll << 40)
 #define DEFAULT_CACHE_BYTES (64ll << 20) /* per zstd source and node */
+#define NO_BUFFER UINT64_MAX
 
 typedef struct {
   int64_t min, max, fallback;
@@ -78,7 +80,13 @@ typedef struct {
   WkDataset *ds;
   WkOrder *order;
   WkResidency *residency;
+  uint64_t ahead_from;  /* the last buffer (by its first draw) whose successor was read ahead, or NO_BUFFER */
 } Source;
+
+typedef struct {
+  uint32_t source;
+  WkUnitRef unit;
+} Ahead;
 
 typedef enum { BUFFER_FREE, BUFFER_FILLING, BUFFER_READY } BufferState;
 
@@ -99,6 +107,8 @@ typedef struct {
   WkRows rows;
   WkSampleInfo *info;
   WkSampleLoc *locs;
+  Ahead ahead[AHEAD_CAPACITY]; /* units of the next buffers, read ahead when this micro-batch starts one */
+  uint32_t ahead_count;
   WkSourcePosition before[WK_MIX_MAX_SOURCES]; /* at the start of `step` */
   WkSourcePosition after[WK_MIX_MAX_SOURCES];  /* after `step` */
   void *memory;
@@ -298,6 +308,7 @@ static WkStatus open_orders(WkLoader *loader) {
     if (source->order) continue; /* opened by an earlier start that failed later on */
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
+    source->ahead_from = NO_BUFFER;
     WK_TRY(open_residency(loader, source));
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
     if (loader->mix.epoch_length[i] == 0)
@@ -518,6 +529,7 @@ static WkStatus plan_step(WkLoader *loader, uint64_t step) {
 /* Locates the rows of micro-batch b: this rank's slice of the step's global batch. */
 static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
   uint32_t first = (uint32_t)param(loader, WK_LOADER_RANK) * loader->per_rank + b->micro * loader->rows;
+  b->ahead_count = 0;
   for (uint32_t r = 0; r < loader->rows; r++) {
     const WkSlot *slot = &loader->slots[first + r];
     WkSampleInfo *info = &b->info[r];
@@ -528,7 +540,16 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
     }
     uint64_t epoch_length = loader->mix.epoch_length[slot->source];
     uint64_t epoch = slot->draw / epoch_length;
-    WK_TRY(wk_order_locate(loader->sources[slot->source].order, epoch, slot->draw % epoch_length, &b->locs[r]));
+    Source *source = &loader->sources[slot->source];
+    WK_TRY(wk_order_locate(source->order, epoch, slot->draw % epoch_length, &b->locs[r]));
+    if (source->ahead_from == NO_BUFFER || b->locs[r].buffer_from > source->ahead_from) {
+      source->ahead_from = b->locs[r].buffer_from; /* this row starts a buffer: ask for the next one */
+      WkUnitRef units[AHEAD_CAPACITY];
+      uint32_t n = 0;
+      WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, units,
+                                  AHEAD_CAPACITY - b->ahead_count, &n));
+      for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+    }
     info->source = slot->source;
     info->shard = b->locs[r].shard;
     info->offset = b->locs[r].offset;
@@ -664,6 +685,8 @@ static void *reader_thread(void *arg) {
     }
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
+    for (uint32_t a = 0; a < b->ahead_count; a++)
+      wk_residency_read_ahead(loader->sources[b->ahead[a].source].residency, b->ahead[a].unit);
     if (b->status == WK_OK) fill_rows(loader, reader, b);
     for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_flush(loader->sources[i].residency, reader->contexts[i]);
     pthread_mutex_lock(&loader->lock);

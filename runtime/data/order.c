@@ -529,30 +529,62 @@ static WkStatus locate_in_unit(WkOrder *order, uint64_t epoch, uint32_t k, const
   return WK_OK;
 }
 
-WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out) {
+/* The partition, window (built) and buffer of draw c of an epoch, and c's position in the partition. */
+typedef struct {
+  uint32_t k;
+  uint64_t q, buffer, first_slot, end_slot;
+} Place;
+
+static WkStatus find_buffer(WkOrder *order, uint64_t epoch, uint64_t c, Place *out) {
   if (c >= order->epoch_length)
     return WK_FAIL(WK_ERR_INVALID_ARG, "sample %llu is past the epoch length %llu", (unsigned long long)c,
                    (unsigned long long)order->epoch_length);
   if (!order->have_epoch || order->cached_epoch != epoch) WK_TRY(build_epoch(order, epoch));
   uint64_t chunk = order->config.chunk, partitions = order->config.partitions;
-  uint32_t k = (uint32_t)((c / chunk) % partitions);
-  uint64_t q = c / (chunk * partitions) * chunk + c % chunk;
-  Partition *p = &order->parts[k];
-  uint32_t index = (uint32_t)last_at_most(p->window_start, 0, p->window_count, q);
-  if (!p->window.valid || p->window.index != index) WK_TRY(build_window(order, epoch, k, index));
+  out->k = (uint32_t)((c / chunk) % partitions);
+  out->q = c / (chunk * partitions) * chunk + c % chunk;
+  Partition *p = &order->parts[out->k];
+  uint32_t index = (uint32_t)last_at_most(p->window_start, 0, p->window_count, out->q);
+  if (!p->window.valid || p->window.index != index) WK_TRY(build_window(order, epoch, out->k, index));
   const Window *w = &p->window;
-  uint64_t K = order->buffer_units, q_window = q - p->window_start[index];
+  uint64_t K = order->buffer_units, q_window = out->q - p->window_start[index];
   /* The buffer holding q: buffers are runs of K slots; binary search over their first slots. */
   uint64_t lo = 0, hi = (w->units + K - 1) / K;
   while (hi - lo > 1) {
     uint64_t mid = lo + (hi - lo) / 2;
     if (w->prefix[mid * K] <= q_window) lo = mid; else hi = mid;
   }
-  uint64_t first_slot = lo * K, end_slot = first_slot + K < w->units ? first_slot + K : w->units;
-  uint64_t base = w->prefix[first_slot], size = w->prefix[end_slot] - base, at = q_window - base;
-  if (order->config.shuffle) at = wk_permute(wk_mix64(window_key(order, epoch, k, index, KEY_SAMPLES), lo), size, at);
-  uint64_t slot = last_at_most(w->prefix, first_slot, end_slot, base + at);
-  WK_TRY(locate_in_unit(order, epoch, k, &w->info[w->unit_at[slot]], base + at - w->prefix[slot], out));
-  out->draw = draw_of(order, epoch, k, q);
+  out->buffer = lo;
+  out->first_slot = lo * K;
+  out->end_slot = out->first_slot + K < w->units ? out->first_slot + K : w->units;
+  return WK_OK;
+}
+
+WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out) {
+  Place at;
+  WK_TRY(find_buffer(order, epoch, c, &at));
+  const Partition *p = &order->parts[at.k];
+  const Window *w = &p->window;
+  uint64_t base = w->prefix[at.first_slot], size = w->prefix[at.end_slot] - base;
+  uint64_t i = at.q - p->window_start[w->index] - base;
+  if (order->config.shuffle) i = wk_permute(wk_mix64(window_key(order, epoch, at.k, w->index, KEY_SAMPLES), at.buffer), size, i);
+  uint64_t slot = last_at_most(w->prefix, at.first_slot, at.end_slot, base + i);
+  WK_TRY(locate_in_unit(order, epoch, at.k, &w->info[w->unit_at[slot]], base + i - w->prefix[slot], out));
+  out->draw = draw_of(order, epoch, at.k, at.q);
+  out->buffer_from = buffer_hold(order, epoch, at.k, at.buffer).from;
+  return WK_OK;
+}
+
+WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, WkUnitRef *out, uint32_t capacity,
+                              uint32_t *count) {
+  Place at;
+  *count = 0;
+  WK_TRY(find_buffer(order, epoch, c, &at));
+  const Window *w = &order->parts[at.k].window;
+  uint64_t end = at.end_slot + order->buffer_units < w->units ? at.end_slot + order->buffer_units : w->units;
+  for (uint64_t slot = at.end_slot; slot < end && *count < capacity; slot++) {
+    const UnitInfo *u = &w->info[w->unit_at[slot]];
+    out[(*count)++] = (WkUnitRef){.shard = u->shard, .unit = u->unit};
+  }
   return WK_OK;
 }

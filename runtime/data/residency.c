@@ -378,6 +378,11 @@ WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleL
   return WK_OK;
 }
 
+void wk_residency_read_ahead(WkResidency *r, WkUnitRef unit) {
+  uint64_t begin = (uint64_t)unit.unit * r->cfg.unit_tokens;
+  wk_dataset_advise(r->ds, unit.shard, begin, begin + r->cfg.unit_tokens, WK_ADVICE_WILLNEED);
+}
+
 void wk_residency_thread_flush(WkResidency *r, WkResidencyThread *t) {
   if (t->delivered == 0) return;
   atomic_fetch_add(&r->delivered_bytes, t->delivered);

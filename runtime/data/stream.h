@@ -61,6 +61,7 @@ typedef struct {
   uint64_t length;
   uint64_t item;  /* packed: window index in the shard; pad: document index */
   uint64_t draw;
+  uint64_t buffer_from;    /* the first draw of the buffer that draws it: names the buffer */
   uint32_t unit_count;
   WkUnitUse units[2];
 } WkSampleLoc;
@@ -75,6 +76,13 @@ void wk_order_free(WkOrder *order);
 uint64_t wk_order_epoch_length(const WkOrder *order);
 /* The c-th sample (0 <= c < epoch length) of epoch `epoch`. Not thread-safe (caches the epoch). */
 WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out);
+/* The units of the buffer drawn after the one holding draw c, in the same window (none at a window's
+ * end): what read-ahead asks for. Writes at most capacity. */
+typedef struct {
+  uint32_t shard, unit;
+} WkUnitRef;
+WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, WkUnitRef *out, uint32_t capacity,
+                              uint32_t *count);
 /* Item `item` of a shard (its place, without residency), for tools and tests. */
 WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLoc *out);
 /* Identifies the dataset's content (shard names and sizes, block size): part of every shuffle key. */
