@@ -224,7 +224,7 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
-  WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per zstd source, shared by the node's local
+  WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per source, shared by the node's local
                                   ranks (default 64 MiB; at least two buffers plus a window's edges) */
   WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
   WK_LOADER_PARAM_COUNT
@@ -264,7 +264,7 @@ typedef struct {
   uint64_t buffers;        /* micro-batches in the ring */
   uint64_t buffer_bytes;   /* bytes of one micro-batch buffer */
   /* Decode amplification = decoded / delivered (stored token bytes, all sources): ~1.0 when every unit
-   * is decoded once. node_* count every local rank sharing the node caches (zstd sources only). */
+   * is decoded once. node_* count every local rank sharing the node caches. */
   uint64_t decoded_bytes, delivered_bytes;
   uint64_t node_decoded_bytes, node_delivered_bytes;
   uint64_t node_private_decodes;  /* units the node's slowest reader decoded outside a full cache */

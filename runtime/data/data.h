@@ -19,7 +19,7 @@
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs
  *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order
- *   residency.c a source's reads for the loader: zstd through the unit cache, raw through the mapping
+ *   residency.c a source's reads for the loader, through the unit cache (zstd decoded, raw copied)
  *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids
  *   mix.c       several sources -> one deterministic stream with per-source cursors
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring

@@ -436,14 +436,19 @@ static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t 
   for (uint32_t b = first; b < end && status == WK_OK; b++) {
     WkBlockEntry e;
     status = wk_block_entry_parse(s->v.table, h, b, s->path, &e);
-    if (status == WK_OK && e.stored_bytes > capacity) {
+    if (status == WK_OK && e.codec != WK_CODEC_RAW && e.stored_bytes > capacity) {
       free(stored);
       capacity = e.stored_bytes;
       stored = wk_malloc(capacity, "stored block");
       if (!stored) status = wk_last_status();
     }
-    if (status == WK_OK) status = s->src->read_at(s->src, e.offset, e.stored_bytes, stored);
-    if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
+    if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the tokens: read them in place */
+      status = s->src->read_at(s->src, e.offset, e.stored_bytes, dst);
+      if (status == WK_OK) status = wk_block_verify(&e, b, dst, s->path);
+    } else if (status == WK_OK) {
+      status = s->src->read_at(s->src, e.offset, e.stored_bytes, stored);
+      if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
+    }
     if (status != WK_OK) break;
     atomic_fetch_add(&ds->blocks_verified, 1);
     if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);

@@ -12,7 +12,7 @@
  *
  * Each source's low water (the first draw this loader may still read: the earliest step among the
  * micro-batches being filled) is passed to its residency whenever a micro-batch is done, so decoded
- * units and mapped pages are let go exactly when the order has passed them.
+ * units are let go exactly when the order has passed them.
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
@@ -43,7 +43,7 @@ enum {
 #define DEFAULT_WINDOW_TOKENS (1ll << 29)
 #define DEFAULT_BUFFER_TOKENS (1ll << 22)
 #define MAX_SHUFFLE_TOKENS (1ll << 40)
-#define DEFAULT_CACHE_BYTES (64ll << 20) /* per zstd source and node */
+#define DEFAULT_CACHE_BYTES (64ll << 20) /* per source and node */
 #define NO_BUFFER UINT64_MAX
 
 typedef struct {

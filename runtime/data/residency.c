@@ -1,19 +1,19 @@
 /*
  * residency.c — a source's reads for the loader: a located sample (order.c) -> its tokens in a row,
- * through what is resident.
+ * through the node's unit cache (unitcache.c).
  *
- * zstd shards: units come from the node's unit cache (unitcache.c). The thread that first needs a unit
- * decodes it and saves the unit's edges (the parts of straddling samples that later buffers draw); a
- * straddler drawn later reads that part from its edge. Each thread keeps a small memo of the units it
- * got, valid while its draws stay within their hold (the cache cannot reuse such a slot), so most
- * reads take no lock at all.
- * raw shards: tokens are widened straight from the file mapping (each block verified once); the units
- * touched are remembered with their hold, and their pages are let go (MADV_DONTNEED) once the loader's
- * low water passes it, so resident memory stays a few buffers whatever the dataset's size.
+ * The thread that first needs a unit reads it into the cache: a zstd block is verified and decoded, a
+ * raw block verified and copied (pread, not the file mapping: mapped pages would stay resident, and
+ * the page cache maps whole large folios on a fault, far beyond the block). It also saves the unit's
+ * edges (the parts of straddling samples that later buffers draw); a straddler drawn later reads that
+ * part from its edge. Each thread keeps a small memo of the units it got, valid while its draws stay
+ * within their hold (the cache cannot reuse such a slot), so most reads take no lock at all. Resident
+ * memory is the cache's budget, for raw and zstd shards alike, whatever the dataset's size; the file
+ * pages a unit comes from are only asked for ahead (read-ahead), never mapped.
  *
  * Sharing: when the process is one of several local ranks of a job (LOCAL_WORLD_SIZE > 1 and a job id
  * from the launcher, torchrun or SLURM), the unit cache is a region in /dev/shm named by the job and the
- * stream, so all local ranks decode each unit once between them; otherwise it is private.
+ * stream, so all local ranks read each unit once between them; otherwise it is private.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -31,31 +31,18 @@
 
 enum {
   MEMO_ENTRIES = 256,         /* per thread: more than the units of a buffer or two */
-  RAW_TRACK_BUFFERS = 4,      /* raw units remembered for release, in buffers per partition; when
-                                 full, the one held shortest is let go early (it faults back in) */
   JOB_ID_CAPACITY = 256,
   JOB_NAME_MAX = 32,          /* longest job id used as it is in a region's name */
-  MAPPED_AROUND_BYTES = 2 << 20, /* a fault maps the page cache's whole (large) folio: up to 2 MiB */
-  CODEC_UNKNOWN = 0xFF,
 };
-
-typedef struct {
-  uint32_t shard, unit;
-  uint64_t hold_until;
-} RawUnit;
 
 struct WkResidency {
   WkDataset *ds;
   WkResidencyConfig cfg;
   char what[256];
   uint32_t token_bytes;
-  uint8_t *codec;             /* per shard: WkCodec once known */
-  pthread_mutex_t lock;       /* the cache's creation and the raw unit set */
-  _Atomic(WkUnitCache *) cache; /* created at the first zstd unit */
+  pthread_mutex_t lock;       /* the cache's creation, the waters */
+  _Atomic(WkUnitCache *) cache; /* created at the first read */
   uint64_t low_water, high_water;
-  RawUnit *raw;               /* the raw units read and not yet let go (a set, unordered) */
-  uint32_t raw_capacity, raw_count;
-  _Atomic uint64_t early_releases; /* units let go before their hold ended (a full set) */
   _Atomic uint64_t decoded_bytes, delivered_bytes;
 };
 
@@ -63,7 +50,6 @@ typedef struct {
   uint64_t key;               /* 0: empty (keys are never 0: see unit_key) */
   const uint8_t *data;
   uint64_t hold_until;
-  uint64_t early_releases;    /* raw units: the count when it was remembered */
 } Memo;
 
 struct WkResidencyThread {
@@ -93,8 +79,6 @@ static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t tok
                              .unit_bytes = cfg->unit_tokens * token_bytes, .edge_bytes = edge_bytes(cfg, token_bytes),
                              .edge_slots = edge_slots(cfg)};
 }
-
-static WkStatus shard_codec(WkResidency *r, uint32_t shard, uint32_t *codec);
 
 /* ---- sharing ------------------------------------------------------------------------------------- */
 
@@ -156,16 +140,6 @@ WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg) {
   snprintf(r->what, sizeof r->what, "%s", cfg->what);
   r->cfg.what = r->what;
   r->token_bytes = wk_dataset_token_bytes(ds);
-  r->codec = wk_malloc(wk_dataset_shard_count(ds) + 1u, "shard codecs");
-  r->raw_capacity = (uint32_t)(RAW_TRACK_BUFFERS * cfg->buffer_units * cfg->partitions + 1);
-  r->raw = wk_calloc(r->raw_capacity, sizeof *r->raw, "raw unit ring");
-  if (!r->codec || !r->raw) {
-    free(r->codec);
-    free(r->raw);
-    free(r);
-    return NULL;
-  }
-  memset(r->codec, CODEC_UNKNOWN, wk_dataset_shard_count(ds) + 1u);
   pthread_mutex_init(&r->lock, NULL);
   return r;
 }
@@ -174,8 +148,6 @@ void wk_residency_free(WkResidency *r) {
   if (!r) return;
   wk_unit_cache_close(r->cache);
   pthread_mutex_destroy(&r->lock);
-  free(r->codec);
-  free(r->raw);
   free(r);
 }
 
@@ -184,10 +156,7 @@ WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw) {
   return WK_OK;
 }
 
-/* What the node cache of a zstd source holds, in buffers; raw shards need no cache. */
 uint64_t wk_residency_buffers_room(WkResidency *r) {
-  uint32_t codec = WK_CODEC_RAW;
-  if (shard_codec(r, 0, &codec) != WK_OK || codec == WK_CODEC_RAW) return UINT64_MAX;
   WkUnitCacheConfig c = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, "", NULL);
   return wk_unit_cache_slots(&c) / r->cfg.buffer_units;
 }
@@ -197,23 +166,9 @@ uint64_t wk_residency_cache_bytes_for(WkResidency *r, uint64_t buffers) {
   return wk_unit_cache_bytes_for(&c, (uint32_t)(buffers * r->cfg.buffer_units));
 }
 
-/* Lock held. Lets go of the pages of raw unit i, and of the pages around it that the kernel mapped with
- * them (fault-around and large folios map up to MAPPED_AROUND_BYTES at once; those pages belong to units
- * of other buffers and would otherwise stay mapped until their own turn: resident memory would grow
- * with the dataset). A unit still in use there just faults its pages back in. */
-static void release_raw(WkResidency *r, uint32_t i) {
-  const RawUnit *u = &r->raw[i];
-  uint64_t margin = MAPPED_AROUND_BYTES / r->token_bytes, begin = (uint64_t)u->unit * r->cfg.unit_tokens;
-  wk_dataset_advise(r->ds, u->shard, begin > margin ? begin - margin : 0, begin + r->cfg.unit_tokens + margin,
-                    WK_ADVICE_DONTNEED);
-  r->raw[i] = r->raw[--r->raw_count];
-}
-
 void wk_residency_advance(WkResidency *r, uint64_t low_water) {
   pthread_mutex_lock(&r->lock);
   if (low_water > r->low_water) r->low_water = low_water;
-  for (uint32_t i = r->raw_count; i-- > 0;)
-    if (r->raw[i].hold_until < r->low_water) release_raw(r, i);
   if (r->cache) wk_unit_cache_set_low_water(r->cache, r->low_water);
   pthread_mutex_unlock(&r->lock);
 }
@@ -246,56 +201,14 @@ void wk_residency_thread_free(WkResidencyThread *t) {
 
 /* ---- reading ------------------------------------------------------------------------------------- */
 
-static WkStatus shard_codec(WkResidency *r, uint32_t shard, uint32_t *codec) {
-  uint8_t known = atomic_load_explicit((_Atomic uint8_t *)&r->codec[shard], memory_order_relaxed);
-  if (known != CODEC_UNKNOWN) {
-    *codec = known;
-    return WK_OK;
-  }
-  WK_TRY(wk_dataset_shard_codec(r->ds, shard, codec));
-  atomic_store_explicit((_Atomic uint8_t *)&r->codec[shard], (uint8_t)*codec, memory_order_relaxed);
-  return WK_OK;
-}
-
-/* Adds a raw unit to the set let go once the low water passes its hold. Each thread's memo skips the
- * lock for units it already added, until a full set had to let one go early. */
-static void remember_raw(WkResidency *r, WkResidencyThread *t, uint32_t shard, const WkUnitUse *use) {
-  uint64_t key = unit_key(shard, use->unit);
-  Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
-  uint64_t early = atomic_load_explicit(&r->early_releases, memory_order_relaxed);
-  if (m->key == key && m->hold_until >= use->hold.until && m->early_releases == early) return;
-  *m = (Memo){.key = key, .hold_until = use->hold.until, .early_releases = early};
-  pthread_mutex_lock(&r->lock);
-  uint32_t i = 0;
-  while (i < r->raw_count && (r->raw[i].shard != shard || r->raw[i].unit != use->unit)) i++;
-  if (i < r->raw_count) {
-    if (r->raw[i].hold_until < use->hold.until) r->raw[i].hold_until = use->hold.until;
-  } else {
-    if (r->raw_count == r->raw_capacity) {
-      uint32_t shortest = 0;
-      for (uint32_t j = 1; j < r->raw_count; j++)
-        if (r->raw[j].hold_until < r->raw[shortest].hold_until) shortest = j;
-      release_raw(r, shortest);
-      atomic_fetch_add(&r->early_releases, 1);
-    }
-    r->raw[r->raw_count++] = (RawUnit){shard, use->unit, use->hold.until};
-  }
-  pthread_mutex_unlock(&r->lock);
-}
-
-static WkStatus read_raw(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
-  WK_TRY(wk_dataset_read_into(r->ds, loc->shard, loc->offset, loc->length, dst, dst_bytes));
-  for (uint32_t i = 0; i < loc->unit_count; i++) remember_raw(r, t, loc->shard, &loc->units[i]);
-  return WK_OK;
-}
-
 typedef struct {
   WkResidency *r;
   uint32_t shard;
   const WkUnitUse *use;
 } Fill;
 
-/* Decodes a unit and saves its edges (the order's duties for it). */
+/* Reads a unit (decoding zstd blocks, copying raw ones, verifying both) and saves its edges (the
+ * order's duties for it). */
 static WkStatus fill_unit(void *ctx, uint8_t *dst) {
   const Fill *f = ctx;
   WkResidency *r = f->r;
@@ -366,10 +279,7 @@ static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLo
 }
 
 WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
-  uint32_t codec;
-  WK_TRY(shard_codec(r, loc->shard, &codec));
   t->delivered += loc->length * r->token_bytes;
-  if (codec == WK_CODEC_RAW || loc->unit_count == 0) return read_raw(r, t, loc, dst, dst_bytes);
   WK_TRY(ensure_cache(r));
   uint64_t end = loc->offset + loc->length;
   uint64_t split = loc->unit_count == 2 ? (uint64_t)loc->units[1].unit * r->cfg.unit_tokens : end;

@@ -1,11 +1,10 @@
 /*
  * residency.h — what of a source is resident while the loader reads it, and how a located sample's
  * tokens are read through it:
- *   unitcache.c  the decoded units and edges of a zstd source, shared by the node's ranks, held
- *                exactly as long as the order needs them (hold_until vs the readers' low water);
- *   residency.c  a source's reads: zstd shards through the unit cache, raw shards through the file
- *                mapping (pages let go once the order has passed them), counters of bytes decoded
- *                and delivered.
+ *   unitcache.c  the decoded units and edges of a source, shared by the node's ranks, held exactly
+ *                as long as the order needs them (their hold vs the readers' low water);
+ *   residency.c  a source's reads through the unit cache (zstd blocks decoded, raw blocks copied),
+ *                read-ahead, counters of bytes decoded and delivered.
  *
  * Internal header of runtime/data; the loader is its one user.
  */
@@ -80,7 +79,7 @@ typedef struct WkResidencyThread WkResidencyThread;
 
 typedef struct {
   const char *what;           /* the source, for messages */
-  uint64_t cache_bytes;       /* the node cache of a zstd source */
+  uint64_t cache_bytes;       /* the source's node cache */
   uint64_t identity;          /* of the stream: dataset fingerprint and order settings */
   uint32_t seq_len;
   uint64_t unit_tokens, buffer_units;
@@ -92,8 +91,8 @@ WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg);
 void wk_residency_free(WkResidency *r);
 /* Before the first read: the stream starts at draw first_draw. */
 WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw);
-/* Buffers of units the source's node cache holds next to a window's edges (UINT64_MAX for raw shards,
- * which need no cache), and the cache_bytes that would hold `buffers`. */
+/* Buffers of units the source's node cache holds next to a window's edges, and the cache_bytes that
+ * would hold `buffers`. */
 uint64_t wk_residency_buffers_room(WkResidency *r);
 uint64_t wk_residency_cache_bytes_for(WkResidency *r, uint64_t buffers);
 /* This loader will never read a draw below low_water again: its raw pages and cache holds may go. */
@@ -111,9 +110,9 @@ void wk_residency_read_ahead(WkResidency *r, WkUnitRef unit);
 void wk_residency_thread_flush(WkResidency *r, WkResidencyThread *t);
 
 typedef struct {
-  uint64_t decoded_bytes;     /* this loader's decodes (stored width) */
+  uint64_t decoded_bytes;     /* this loader's unit reads (decodes and copies, stored width) */
   uint64_t delivered_bytes;   /* this loader's samples (stored width) */
-  WkNodeCacheStats node;      /* zeros until a zstd shard is read */
+  WkNodeCacheStats node;      /* zeros until the first read */
 } WkResidencyStats;
 void wk_residency_stats(WkResidency *r, WkResidencyStats *out);
 
