@@ -188,6 +188,7 @@ add_wick('zstd_i64', 'zstd', OPTIONS.i64, 'optional')
 -- after its first epoch whatever the bench does; warming the 2 GB one too compares the loader alone.
 add_wick('small_zstd', 'small_zstd', OPTIONS.default, false, 'warm')
 add_wick('zstd_warm', 'zstd', OPTIONS.default, false, 'warm')
+add_wick('raw_warm', 'raw', OPTIONS.default, false, 'warm')
 add_wick('big_zstd', 'big_zstd', OPTIONS.default, false, 'warm')
 add_wick('small_raw', 'small_raw', OPTIONS.default, false, 'warm')
 add_wick('big_raw', 'big_raw', OPTIONS.default, false, 'warm')
@@ -328,6 +329,11 @@ report.row('zstd: decode alone, 1 thread (wick.dataset)', measured('decode').rat
   'zstd -d (shard frames), 1 core', zstd_cli.rate / 1e6, true)
 report.row('raw: output GB per CPU-second', raw.per_cpu_second * raw.token_bytes / 1e9, 'GB/s', 'memcpy, one thread',
   memcpy.rate / 1e9, true, 0.5)
+local raw_warm, zstd_warm = measured('raw_warm'), measured('zstd_warm')
+report.row('raw, page cache warm: output GB per CPU-second', raw_warm.per_cpu_second * raw_warm.token_bytes / 1e9,
+  'GB/s', 'memcpy, one thread', memcpy.rate / 1e9, true, 0.5)
+report.row('zstd, page cache warm: tokens per CPU-second', zstd_warm.per_cpu_second / 1e6, MTOK,
+  'zstd -d (shard frames), 1 core', zstd_cli.rate / 1e6, true, 0.8)
 
 print('-- decode amplification: bytes decoded / bytes delivered (loader counters)')
 for _, name in ipairs { 'zstd', 'zstd_stored', 'raw' } do
@@ -363,15 +369,15 @@ end
 
 print(('-- dataset size: %.0f MB against %.1f GB of tokens (u16), default settings, page cache warm'):format(
   c.small_raw_info.tokens * 2 / 1e6, c.big_raw_info.tokens * 2 / 1e9))
--- 20 MB of zstd tokens fit the 64 MiB node cache: after its first epoch it is served from the cache,
--- so the size goal for zstd is judged between two datasets larger than the cache.
+-- 20 MB of tokens fit the 64 MiB node cache: after its first epoch it is served from the cache, so the
+-- size goal is judged between two datasets larger than the cache (the corpus and the 2 GB copy).
 for _, kind in ipairs { 'zstd', 'raw' } do
   local small, big = measured('small_' .. kind), measured('big_' .. kind)
-  report.row(kind .. ': tokens/s on 2 GB', big.rate / 1e6, MTOK, 'the same on 20 MB', small.rate / 1e6, true,
-    kind == 'raw' and 0.8 or nil)
+  report.row(kind .. ': tokens/s on 2 GB', big.rate / 1e6, MTOK, 'the same on 20 MB (fits the cache)', small.rate / 1e6,
+    true)
+  report.row(kind .. ': tokens/s on 2 GB', big.rate / 1e6, MTOK, ('the same on %.0f MB (5x the cache)'):format(
+    c.zstd_info.tokens * 2 / 1e6), measured(kind .. '_warm').rate / 1e6, true, 0.8)
   report.row(kind .. ': peak RSS per rank on 2 GB', mib(big.peak_rss), 'MiB', 'the same on 20 MB', mib(small.peak_rss),
     false)
 end
-report.row('zstd: tokens/s on 2 GB', measured('big_zstd').rate / 1e6, MTOK, ('the same on %.0f MB (5x the cache)'):format(
-  c.zstd_info.tokens * 2 / 1e6), measured('zstd_warm').rate / 1e6, true, 0.8)
 print(('data bench: %.0f s, load average now %s'):format(report.now() - started, load_average()))
