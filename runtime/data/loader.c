@@ -295,7 +295,7 @@ static WkStatus open_residency(WkLoader *loader, Source *source) {
   WkResidencyConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
                            .identity = stream_identity(loader, source), .seq_len = o.seq_len,
                            .unit_tokens = wk_order_unit_tokens(source->order),
-                           .buffer_units = wk_order_buffer_units(source->order), .partitions = o.partitions,
+                           .buffer_units = wk_order_buffer_units(source->order),
                            .window_boundaries = wk_order_max_window_boundaries(source->order)};
   source->residency = wk_residency_new(source->ds, &cfg);
   return source->residency ? WK_OK : wk_last_status();

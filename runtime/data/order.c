@@ -403,7 +403,7 @@ static WkStatus build_window(WkOrder *order, uint64_t epoch, uint32_t k, uint32_
   if (units > UINT32_MAX)
     return WK_FAIL(WK_ERR_INVALID_ARG, "a shuffle window of %llu units is too large; lower shuffle.window_tokens",
                    (unsigned long long)units);
-  WK_TRY(reserve_window(w, units));
+  WK_TRY(reserve_window(w, units > 0 ? units : 1)); /* a window of empty shards still has its prefix[0] */
   w->units = units;
   w->index = index;
   uint64_t key = window_key(order, epoch, k, index, KEY_UNITS);

@@ -83,7 +83,6 @@ typedef struct {
   uint64_t identity;          /* of the stream: dataset fingerprint and order settings */
   uint32_t seq_len;
   uint64_t unit_tokens, buffer_units;
-  uint32_t partitions;
   uint64_t window_boundaries; /* most unit boundaries a shuffle window holds: bounds the edges in flight */
 } WkResidencyConfig;
 
