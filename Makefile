@@ -130,22 +130,22 @@ lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(N
 $(MODE_STAMP):
 	@mkdir -p build && rm -f build/mode-* && touch $@
 
-$(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
 
-$(OBJ)/%.cpp.o: %.cpp $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.cpp.o: %.cpp $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $<")
 	$(Q)$(CXX) $(CXXFLAGS_BASE) -c $< -o $@
 
-$(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+$(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include -c $< -o $@
 
-$(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -219,12 +219,12 @@ demo: deps
 #                  tests/fuzz_spec.lua runs them briefly.
 .PHONY: fuzz
 FUZZ_CC ?= clang
-FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,format_shard.c format_index.c) \
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,shard.c index.c) \
   $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h)
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "format.h"
+#include "cache.h"
 
 enum { BUCKETS = 4096 };
 

@@ -1,27 +1,27 @@
 /*
  * runtime/data — datasets, from bytes on disk (or a server) to tensor-ready batches.
  *
- * Owns: the shard format and dataset index (format.h, FORMAT.md), byte sources (local file now,
- * HTTP/S3 later), the block caches, tokenizers and the converter, the deterministic sample order,
- * the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows nothing about tensors beyond
- * writing int32 tokens into caller-provided buffers.
+ * Owns: the shard format (shard.h, FORMAT.md) and the dataset index (index.h), blobs (a local file now,
+ * HTTP/S3 objects later), the block caches, tokenizers and the converter, the deterministic sample
+ * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows
+ * nothing about tensors beyond writing int32 or int64 tokens into caller-provided buffers.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
- *   source.c    WkByteSource: size + read_at(offset) + optional zero-copy map, named for errors
- *   format_shard.c  shard header, block table, document index: validation, block verify + decode
- *   format_index.c  index.json: parse + validate (safe names), deterministic serialization
- *   shard_writer.c  one shard file from a token stream (blocks compressed, checksummed)
+ *   blob.c      WkBlob: a named run of bytes read by range, optionally mapped (a local file now)
+ *   shard.c     shard header, block table, document index: validation, block verify + decode
+ *   index.c     index.json: parse + validate (safe names), deterministic serialization
  *   cache.c     the decoded-block cache of plain reads (wk_dataset_read): LRU, pinned entries, a budget
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
- *   convert.c   the converter pipeline (threads, ordering, shards, progress); convert_input.c cuts
- *               inputs (.txt, .jsonl, .jsonl.zst, .bin) into chunks and chunks into documents
+ *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
+ *               .jsonl, .jsonl.zst, .bin cut into chunks and documents) and the shard writer
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs
  *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order
  *   residency.c a source's reads for the loader, through the unit cache (zstd decoded, raw copied)
- *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids
+ *   pack.c      a sample's tokens in a row -> the row's mask, padding, doc ids and positions
  *   mix.c       several sources -> one deterministic stream with per-source cursors
+ *   cursor.c    the stream's state as a short line of text
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring
  *
  * This header is the internal contract between those layers; the FFI-visible API is in wick.h.
@@ -35,31 +35,31 @@
 extern "C" {
 #endif
 
-/* ---- byte sources ------------------------------------------------------------------------------ */
+/* ---- blobs ------------------------------------------------------------------------------ */
 
 /* Anything that can serve byte ranges: a local file (pread, mmap), later HTTP and S3 objects.
  * Implementations must be safe to call read_at from several threads at once. */
-typedef struct WkByteSource WkByteSource;
+typedef struct WkBlob WkBlob;
 typedef enum { WK_ADVICE_WILLNEED = 0, WK_ADVICE_DONTNEED = 1 } WkAdvice;
-struct WkByteSource {
+struct WkBlob {
   const char *name;  /* path or URL, used in every error message */
   uint64_t size;     /* total bytes */
   /* Reads exactly length bytes at offset into dst; a short read is WK_ERR_FORMAT ("truncated"). */
-  WkStatus (*read_at)(WkByteSource *self, uint64_t offset, size_t length, void *dst);
+  WkStatus (*read_at)(WkBlob *self, uint64_t offset, size_t length, void *dst);
   /* Zero-copy view of [offset, offset+length) or NULL when the source cannot map (remote). */
-  const void *(*map)(WkByteSource *self, uint64_t offset, size_t length);
+  const void *(*map)(WkBlob *self, uint64_t offset, size_t length);
   /* A hint about [offset, offset+length): soon needed (read ahead) or done with (let its pages go, so
    * resident memory does not grow with what has been read). Never fails; a source may ignore it. */
-  void (*advise)(WkByteSource *self, uint64_t offset, uint64_t length, WkAdvice advice);
-  void (*close)(WkByteSource *self);
+  void (*advise)(WkBlob *self, uint64_t offset, uint64_t length, WkAdvice advice);
+  void (*close)(WkBlob *self);
 };
 
-WkByteSource *wk_source_open_file(const char *path);
+WkBlob *wk_blob_open_file(const char *path);
 /* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
  * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
  * this, so remote datasets need no change above it. */
-WkByteSource *wk_source_open(const char *location);
-bool wk_source_is_remote(const char *location);
+WkBlob *wk_blob_open(const char *location);
+bool wk_blob_is_remote(const char *location);
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 
@@ -82,7 +82,7 @@ WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, ui
 /* Verifies and decodes the blocks holding tokens [begin, end) of a shard (begin on a block boundary)
  * into dst, in the stored width, bypassing the block cache and the file mapping. */
 WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst);
-/* Passes an advice about the bytes holding tokens [begin, end) of a shard to its byte source. */
+/* Passes an advice about the bytes holding tokens [begin, end) of a shard to its blob. */
 WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);
 
 #ifdef __cplusplus

@@ -19,7 +19,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "format.h"
+#include "cache.h"
+#include "index.h"
+#include "shard.h"
 
 enum {
   DEFAULT_CACHE_BYTES = 64 << 20,
@@ -28,7 +30,7 @@ enum {
 };
 
 typedef struct {
-  WkByteSource *src;
+  WkBlob *blob;
   char *path;
   WkShardView v;            /* header, block table, document index: verified at open */
   atomic_uchar *verified;   /* per block: raw block checksum already verified */
@@ -62,25 +64,25 @@ static char *join_path(const char *dir, const char *name) {
 }
 
 static WkStatus read_whole(const char *path, char **out, size_t *length) {
-  WkByteSource *src = wk_source_open(path);
-  if (!src) return wk_last_status();
+  WkBlob *blob = wk_blob_open(path);
+  if (!blob) return wk_last_status();
   WkStatus status = WK_OK;
-  if (src->size > MAX_INDEX_BYTES) {
+  if (blob->size > MAX_INDEX_BYTES) {
     status = WK_FAIL(WK_ERR_FORMAT, "index '%s' is %llu bytes, more than the %d an index may have", path,
-                     (unsigned long long)src->size, MAX_INDEX_BYTES);
+                     (unsigned long long)blob->size, MAX_INDEX_BYTES);
   } else {
-    *out = wk_malloc((size_t)src->size + 1, "index text");
+    *out = wk_malloc((size_t)blob->size + 1, "index text");
     if (!*out) status = WK_ERR_NOMEM;
-    else status = src->read_at(src, 0, (size_t)src->size, *out);
+    else status = blob->read_at(blob, 0, (size_t)blob->size, *out);
     if (status == WK_OK) {
-      (*out)[src->size] = '\0';
-      *length = (size_t)src->size;
+      (*out)[blob->size] = '\0';
+      *length = (size_t)blob->size;
     } else {
       free(*out);
       *out = NULL;
     }
   }
-  src->close(src);
+  blob->close(blob);
   return status;
 }
 
@@ -99,7 +101,7 @@ WkDataset *wk_dataset_open(const char *path) {
   char *index_path = NULL;
   size_t length = strlen(path);
   bool is_index = length >= 5 && strcmp(path + length - 5, ".json") == 0;
-  bool is_dir = wk_source_is_remote(path) ? !is_index : stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  bool is_dir = wk_blob_is_remote(path) ? !is_index : stat(path, &st) == 0 && S_ISDIR(st.st_mode);
   if (is_dir) {
     ds->dir = strdup(path);
     index_path = join_path(path, "index.json");
@@ -137,7 +139,7 @@ fail:
 static void shard_close(Shard *s) {
   if (!s) return;
   wk_shard_view_release(&s->v);
-  if (s->src) s->src->close(s->src);
+  if (s->blob) s->blob->close(s->blob);
   free(s->verified);
   free(s->path);
   free(s);
@@ -150,16 +152,16 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   WkStatus status = WK_OK;
   s->path = join_path(ds->dir, ix->name);
   if (!s->path) { status = WK_ERR_NOMEM; goto fail; }
-  s->src = wk_source_open(s->path);
-  if (!s->src) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
-  if (s->src->size != ix->bytes) {
+  s->blob = wk_blob_open(s->path);
+  if (!s->blob) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
+  if (s->blob->size != ix->bytes) {
     status = WK_FAIL(WK_ERR_FORMAT,
                      "shard '%s': the index says %llu bytes but the file has %llu (truncated, replaced, or a stale "
                      "index; re-run the converter or delete it from the cache)",
-                     s->path, (unsigned long long)ix->bytes, (unsigned long long)s->src->size);
+                     s->path, (unsigned long long)ix->bytes, (unsigned long long)s->blob->size);
     goto fail;
   }
-  if ((status = wk_shard_view_open(s->src, s->path, &s->v)) != WK_OK) goto fail;
+  if ((status = wk_shard_view_open(s->blob, s->path, &s->v)) != WK_OK) goto fail;
   const WkShardHeader *h = &s->v.h;
   if (h->header_hash != ix->checksum || h->tokens != ix->tokens || h->documents != ix->documents) {
     status = WK_FAIL(WK_ERR_FORMAT,
@@ -278,7 +280,7 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   uint8_t *copy = NULL;
   WK_TRY(wk_block_entry_parse(s->v.table, h, b, s->path, &e));
   /* Raw blocks of a mapped file skip the cache: widened straight from the mapping. */
-  const uint8_t *mapped = e.codec == WK_CODEC_RAW ? s->src->map(s->src, e.offset, e.stored_bytes) : NULL;
+  const uint8_t *mapped = e.codec == WK_CODEC_RAW ? s->blob->map(s->blob, e.offset, e.stored_bytes) : NULL;
   if (mapped) {
     if (!atomic_load_explicit(&s->verified[b], memory_order_acquire)) {
       WK_TRY(wk_block_verify(&e, b, mapped, s->path));
@@ -443,10 +445,10 @@ static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t 
       if (!stored) status = wk_last_status();
     }
     if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the tokens: read them in place */
-      status = s->src->read_at(s->src, e.offset, e.stored_bytes, dst);
+      status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, dst);
       if (status == WK_OK) status = wk_block_verify(&e, b, dst, s->path);
     } else if (status == WK_OK) {
-      status = s->src->read_at(s->src, e.offset, e.stored_bytes, stored);
+      status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, stored);
       if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
     }
     if (status != WK_OK) break;
@@ -484,7 +486,7 @@ WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64
     uint32_t b0 = (uint32_t)(begin / h->block_tokens), b1 = (uint32_t)((end - 1) / h->block_tokens);
     if (wk_block_entry_parse(s->v.table, h, b0, s->path, &first) == WK_OK &&
         wk_block_entry_parse(s->v.table, h, b1, s->path, &last) == WK_OK && last.offset >= first.offset)
-      s->src->advise(s->src, first.offset, last.offset + last.stored_bytes - first.offset, advice);
+      s->blob->advise(s->blob, first.offset, last.offset + last.stored_bytes - first.offset, advice);
   }
   shard_release(ds, s);
   return WK_OK;

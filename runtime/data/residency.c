@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../core/shared.h"
-#include "format.h"
+#include "shard.h"    /* wk_tokens_widen */
 #include "residency.h"
 
 enum {

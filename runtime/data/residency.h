@@ -103,7 +103,7 @@ WkResidencyThread *wk_residency_thread_new(WkResidency *r);
 void wk_residency_thread_free(WkResidencyThread *t);
 /* Reads loc's tokens into dst as 4- or 8-byte tokens. */
 WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes);
-/* Asks the byte source to read a unit ahead (its stored bytes), before the buffer that draws it. */
+/* Asks the blob to read a unit ahead (its stored bytes), before the buffer that draws it. */
 void wk_residency_read_ahead(WkResidency *r, WkUnitRef unit);
 /* Adds what the thread delivered since its last flush to the counters (once per micro-batch). */
 void wk_residency_thread_flush(WkResidency *r, WkResidencyThread *t);

@@ -1,5 +1,5 @@
 /*
- * tokenizer.c — tokenizers behind one interface (WkTokenizer in format.h).
+ * tokenizer.c — tokenizers behind one interface (WkTokenizer in tokenizer.h).
  *
  *   bytes  every byte is its own token (0..255), EOS = 256, vocabulary 257. Lossless for any text.
  *   gpt2   describes GPT-2-tokenized data (vocabulary 50257, EOS = <|endoftext|> 50256) as found in
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format.h"
+#include "tokenizer.h"
 
 WkStatus wk_token_vec_reserve(WkTokenVec *v, size_t extra) {
   if (v->length + extra <= v->capacity) return WK_OK;

@@ -10,7 +10,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/format.h"
+#include "core/json.h"
+#include "data/cache.h"
+#include "data/convert/shard_writer.h"
+#include "data/index.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
 
 /* ---- JSON ------------------------------------------------------------------------------------- */
 

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/format.h"
+#include "core/json.h"   /* wk_json_line_field: the .jsonl reader */
+#include "data/index.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   WkIndex index;

@@ -1,7 +1,7 @@
 /*
  * fuzz_shard.c — libFuzzer target for the shard reader: header, block table, document index and
  * block decoding (wk_shard_view_* and wk_block_decode, the code wk_dataset_read runs), over an
- * in-memory byte source, with and without a zero-copy map.
+ * in-memory blob, with and without a zero-copy map.
  *
  * Random bytes rarely get past a checksum, so when the first input byte is odd the target first
  * repairs every checksum it can find (header, table, document index, blocks) and so reaches the
@@ -12,17 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/format.h"
+#include "data/shard.h"
 
 enum { MAX_DECODE_BYTES = 1 << 22, MAX_BLOCKS = 256, MAX_DOCS = 4096 };
 
 typedef struct {
-  WkByteSource base;
+  WkBlob base;
   const uint8_t *data;
   bool mappable;
 } MemorySource;
 
-static WkStatus memory_read_at(WkByteSource *self, uint64_t offset, size_t length, void *dst) {
+static WkStatus memory_read_at(WkBlob *self, uint64_t offset, size_t length, void *dst) {
   MemorySource *m = (MemorySource *)self;
   if (offset > self->size || length > self->size - offset)
     return WK_FAIL(WK_ERR_FORMAT, "'%s': read past the end", self->name);
@@ -30,7 +30,7 @@ static WkStatus memory_read_at(WkByteSource *self, uint64_t offset, size_t lengt
   return WK_OK;
 }
 
-static const void *memory_map(WkByteSource *self, uint64_t offset, size_t length) {
+static const void *memory_map(WkBlob *self, uint64_t offset, size_t length) {
   MemorySource *m = (MemorySource *)self;
   if (!m->mappable || offset > self->size || length > self->size - offset) return NULL;
   return m->data + offset;

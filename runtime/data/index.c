@@ -1,5 +1,5 @@
 /*
- * format_index.c — the dataset index, index.json: parsing with validation, and deterministic
+ * index.c — the dataset index, index.json: parsing with validation, and deterministic
  * serialization.
  *
  * The index is the one file a reader needs before any shard: it lists the shards with their sizes,
@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format.h"
+#include "../core/json.h"
+#include "index.h"
+#include "shard.h"  /* WK_SHARD_HEADER_BYTES: the smallest shard */
 
 #define INDEX_FORMAT_NAME "wick-dataset"
 #define BAD(...) (wk_fail_at(__FILE__, __LINE__, WK_ERR_FORMAT, __VA_ARGS__))

@@ -399,7 +399,7 @@ static WkStatus split_text(const ChunkContext *ctx, Chunk *c, const uint8_t *tex
 }
 
 static WkStatus process_text(const ChunkContext *ctx, const Input *in, Chunk *c) {
-  WkByteSource *src = wk_source_open_file(in->path);
+  WkBlob *src = wk_blob_open_file(in->path);
   if (!src) return wk_last_status();
   WkStatus status = WK_OK;
   uint8_t *copy = NULL;

@@ -452,7 +452,7 @@ static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
  * doubt (missing, corrupt, other options) answers no, and the shard is written afresh. */
 static bool shard_matches(const char *path, const WkShardWriteOptions *opt, const uint8_t *tokens,
                           uint64_t token_count, const uint64_t *starts, uint64_t doc_count, WkShardWritten *out) {
-  WkByteSource *src = wk_source_open_file(path);
+  WkBlob *src = wk_blob_open_file(path);
   if (!src) return false;
   WkShardView v;
   bool same = wk_shard_view_open(src, path, &v) == WK_OK;

@@ -1,6 +1,6 @@
 /*
- * format_shard.c — reading the shard format: header, block table and document index validation,
- * block checksums and decoding, and the "view" that does all of it through a WkByteSource. No
+ * shard.c — reading the shard format: header, block table and document index validation,
+ * block checksums and decoding, and the "view" that does all of it through a WkBlob. No
  * files, locks or caches here (only a per-thread zstd context), so the fuzz target drives exactly
  * the code the dataset reader runs.
  *
@@ -13,7 +13,7 @@
 #include <xxhash.h>  /* XXH3_64bits, XXH3 streaming state */
 #include <zstd.h>    /* ZSTD_decompressDCtx, ZSTD_getFrameContentSize */
 
-#include "format.h"
+#include "shard.h"
 
 #define CORRUPT_HINT "file truncated or corrupted; re-run the converter or delete it from the cache"
 
@@ -265,12 +265,12 @@ WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const u
   return WK_OK;
 }
 
-/* ---- a verified shard through a byte source ------------------------------------------------- */
+/* ---- a verified shard through a blob ------------------------------------------------- */
 
 static WkStatus check_doc_index(WkShardView *v) {
   const WkShardHeader *h = &v->h;
   uint64_t length = h->documents * WK_SHARD_DOC_ENTRY_BYTES;
-  const uint8_t *mapped = length ? v->src->map(v->src, h->doc_index_offset, (size_t)length) : NULL;
+  const uint8_t *mapped = length ? v->blob->map(v->blob, h->doc_index_offset, (size_t)length) : NULL;
   uint64_t hash;
   if (mapped || length == 0) {
     hash = wk_hash64(mapped, (size_t)length);
@@ -284,7 +284,7 @@ static WkStatus check_doc_index(WkShardView *v) {
     if (status == WK_OK) XXH3_64bits_reset(state);
     for (uint64_t done = 0; status == WK_OK && done < length;) {
       size_t n = length - done < PIECE ? (size_t)(length - done) : PIECE;
-      status = v->src->read_at(v->src, h->doc_index_offset + done, n, piece);
+      status = v->blob->read_at(v->blob, h->doc_index_offset + done, n, piece);
       if (status == WK_OK) XXH3_64bits_update(state, piece, n);
       done += n;
     }
@@ -299,23 +299,23 @@ static WkStatus check_doc_index(WkShardView *v) {
   return WK_OK;
 }
 
-WkStatus wk_shard_view_open(WkByteSource *src, const char *name, WkShardView *v) {
+WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
   memset(v, 0, sizeof *v);
-  v->src = src;
+  v->blob = blob;
   v->name = name;
   uint8_t header[WK_SHARD_HEADER_BYTES];
-  if (src->size < WK_SHARD_HEADER_BYTES)
+  if (blob->size < WK_SHARD_HEADER_BYTES)
     return BAD("shard '%s': %llu bytes, shorter than the %d-byte header (" CORRUPT_HINT ")", name,
-               (unsigned long long)src->size, WK_SHARD_HEADER_BYTES);
-  WK_TRY(src->read_at(src, 0, sizeof header, header));
-  WK_TRY(wk_shard_header_parse(header, sizeof header, src->size, name, &v->h));
+               (unsigned long long)blob->size, WK_SHARD_HEADER_BYTES);
+  WK_TRY(blob->read_at(blob, 0, sizeof header, header));
+  WK_TRY(wk_shard_header_parse(header, sizeof header, blob->size, name, &v->h));
   const WkShardHeader *h = &v->h;
   size_t table_bytes = (size_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
-  v->table = table_bytes ? src->map(src, h->block_table_offset, table_bytes) : NULL;
+  v->table = table_bytes ? blob->map(blob, h->block_table_offset, table_bytes) : NULL;
   if (!v->table) {
     v->table_copy = wk_malloc(table_bytes, "block table");
     if (!v->table_copy) return WK_ERR_NOMEM;
-    WkStatus status = src->read_at(src, h->block_table_offset, table_bytes, v->table_copy);
+    WkStatus status = blob->read_at(blob, h->block_table_offset, table_bytes, v->table_copy);
     if (status != WK_OK) {
       wk_shard_view_release(v);
       return status;
@@ -349,11 +349,11 @@ WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e,
   if (b >= v->h.block_count)
     return WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': block %u out of range (it has %u)", v->name, b, v->h.block_count);
   WK_TRY(wk_block_entry_parse(v->table, &v->h, b, v->name, e));
-  *stored = v->src->map(v->src, e->offset, e->stored_bytes);
+  *stored = v->blob->map(v->blob, e->offset, e->stored_bytes);
   if (*stored) return WK_OK;
   *copy = wk_malloc(e->stored_bytes, "stored block");
   if (!*copy) return WK_ERR_NOMEM;
-  WkStatus status = v->src->read_at(v->src, e->offset, e->stored_bytes, *copy);
+  WkStatus status = v->blob->read_at(v->blob, e->offset, e->stored_bytes, *copy);
   if (status != WK_OK) {
     free(*copy);
     *copy = NULL;
@@ -372,7 +372,7 @@ WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *st
   const uint8_t *p = v->doc_index ? v->doc_index + doc * WK_SHARD_DOC_ENTRY_BYTES : NULL;
   if (!p) {
     size_t n = last ? WK_SHARD_DOC_ENTRY_BYTES : 2 * WK_SHARD_DOC_ENTRY_BYTES;
-    WK_TRY(v->src->read_at(v->src, v->h.doc_index_offset + doc * WK_SHARD_DOC_ENTRY_BYTES, n, entries));
+    WK_TRY(v->blob->read_at(v->blob, v->h.doc_index_offset + doc * WK_SHARD_DOC_ENTRY_BYTES, n, entries));
     p = entries;
   }
   return wk_doc_index_span(&v->h, p, last ? NULL : p + WK_SHARD_DOC_ENTRY_BYTES, doc, v->name, start, length);

@@ -11,7 +11,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "format.h"
+#include "../../core/json.h"
+#include "../index.h"
+#include "../tokenizer.h"
+#include "shard_writer.h"
 
 typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN } InputKind;
 

@@ -17,7 +17,7 @@
 #include <unistd.h>  /* unlink */
 #include <zstd.h>    /* ZSTD_compressCCtx */
 
-#include "format.h"
+#include "shard_writer.h"
 
 typedef struct {
   FILE *f;

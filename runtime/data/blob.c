@@ -1,9 +1,10 @@
 /*
- * source.c — WkByteSource over a local file: pread for copies, one read-only mmap for zero-copy views.
+ * blob.c — WkBlob, a named run of bytes read by range: a local file here (pread for copies, one
+ * read-only mmap for zero-copy views), an HTTP resource or S3 object later (the same struct, NULL from
+ * map); wk_blob_open picks one by the location's scheme.
  *
- * The mapping covers the whole file and lives as long as the source; the kernel pages it in on
- * demand, so resident memory is page cache the kernel may drop, not heap. Remote sources (HTTP, S3)
- * implement the same struct elsewhere and return NULL from map; wk_source_open picks one by scheme.
+ * The mapping covers the whole file and lives as long as the blob; the kernel pages it in on demand,
+ * so what it holds resident is page cache the kernel may drop, not heap.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,14 +17,14 @@
 #include "data.h"
 
 typedef struct {
-  WkByteSource base;
+  WkBlob base;
   int fd;
   void *mapping;  /* NULL for an empty file or when mmap failed (reads then use pread) */
   char *path;
-} FileSource;
+} FileBlob;
 
-static WkStatus file_read_at(WkByteSource *self, uint64_t offset, size_t length, void *dst) {
-  FileSource *fs = (FileSource *)self;
+static WkStatus file_read_at(WkBlob *self, uint64_t offset, size_t length, void *dst) {
+  FileBlob *fs = (FileBlob *)self;
   if (offset > self->size || length > self->size - offset)
     return WK_FAIL(WK_ERR_FORMAT, "'%s': read of %zu bytes at offset %llu runs past the end (%llu bytes; file truncated?)",
                    self->name, length, (unsigned long long)offset, (unsigned long long)self->size);
@@ -41,16 +42,16 @@ static WkStatus file_read_at(WkByteSource *self, uint64_t offset, size_t length,
   return WK_OK;
 }
 
-static const void *file_map(WkByteSource *self, uint64_t offset, size_t length) {
-  FileSource *fs = (FileSource *)self;
+static const void *file_map(WkBlob *self, uint64_t offset, size_t length) {
+  FileBlob *fs = (FileBlob *)self;
   if (!fs->mapping || offset > self->size || length > self->size - offset) return NULL;
   return (const char *)fs->mapping + offset;
 }
 
 /* madvise on the mapping, widened to whole pages: DONTNEED unmaps them from this process (they stay in
  * the page cache, shared with the node's other readers), WILLNEED starts reading them in. */
-static void file_advise(WkByteSource *self, uint64_t offset, uint64_t length, WkAdvice advice) {
-  FileSource *fs = (FileSource *)self;
+static void file_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvice advice) {
+  FileBlob *fs = (FileBlob *)self;
   if (!fs->mapping || offset >= self->size || length == 0) return;
   if (length > self->size - offset) length = self->size - offset;
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -60,8 +61,8 @@ static void file_advise(WkByteSource *self, uint64_t offset, uint64_t length, Wk
             (unsigned long long)first, (unsigned long long)(end - first), strerror(errno));
 }
 
-static void file_close(WkByteSource *self) {
-  FileSource *fs = (FileSource *)self;
+static void file_close(WkBlob *self) {
+  FileBlob *fs = (FileBlob *)self;
   if (!fs) return;
   if (fs->mapping) munmap(fs->mapping, (size_t)self->size);
   if (fs->fd >= 0) close(fs->fd);
@@ -69,8 +70,8 @@ static void file_close(WkByteSource *self) {
   free(fs);
 }
 
-WkByteSource *wk_source_open_file(const char *path) {
-  FileSource *fs = wk_calloc(1, sizeof *fs, "file source");
+WkBlob *wk_blob_open_file(const char *path) {
+  FileBlob *fs = wk_calloc(1, sizeof *fs, "file source");
   if (!fs) return NULL;
   fs->fd = -1;
   fs->path = strdup(path);
@@ -116,21 +117,21 @@ WkByteSource *wk_source_open_file(const char *path) {
 
 /* ---- by location ------------------------------------------------------------------------------- */
 
-bool wk_source_is_remote(const char *location) {
+bool wk_blob_is_remote(const char *location) {
   return strncmp(location, "http://", 7) == 0 || strncmp(location, "https://", 8) == 0 ||
          strncmp(location, "s3://", 5) == 0;
 }
 
-WkByteSource *wk_source_open(const char *location) {
+WkBlob *wk_blob_open(const char *location) {
   if (!location) {
-    WK_FAIL(WK_ERR_INVALID_ARG, "wk_source_open: location is NULL");
+    WK_FAIL(WK_ERR_INVALID_ARG, "wk_blob_open: location is NULL");
     return NULL;
   }
-  if (wk_source_is_remote(location)) {
+  if (wk_blob_is_remote(location)) {
     WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': remote datasets (HTTP, S3) are not supported by this build yet; copy the "
             "dataset to a local directory", location);
     return NULL;
   }
   if (strncmp(location, "file://", 7) == 0) location += 7;
-  return wk_source_open_file(location);
+  return wk_blob_open_file(location);
 }
