@@ -130,27 +130,29 @@ end
 
 function Schema:option(name) return self.by_name[name] end
 
+-- error() levels: `level` counts from the caller of the method; 0 means no position (the message is
+-- re-raised by whoever knows the user's call site).
+local function above(level) return level == 0 and 0 or (level or 1) + 1 end
+
 -- Checks one value of a known option; raises (at `level`) with the option's name and the reason.
 function Schema:check_value(name, value, level)
   local option = self.by_name[name]
   local checked, why = check_typed(option, value)
-  if checked == nil then
-    error(('%s %s = %s %s'):format(self.what, name, describe(value), why), (level or 1) + 1)
-  end
+  if checked == nil then error(('%s %s = %s %s'):format(self.what, name, describe(value), why), above(level)) end
   return checked
 end
 
 -- A new table: every key of `given` checked, every missing one with a default filled in. `given` may
 -- hold keys of other option sets listed in `pass` (a set of names checked elsewhere).
 function Schema:check(given, level, pass)
-  level = (level or 1) + 1
+  level = above(level)
   if type(given) ~= 'table' then error(('%ss must be a table, got %s'):format(self.what, type(given)), level) end
   local out = {}
   for key, value in pairs(given) do
     if type(key) ~= 'string' then
       error(('%ss are named: got a %s key %s'):format(self.what, type(key), describe(key)), level)
     elseif self.by_name[key] then
-      out[key] = self:check_value(key, value, level)
+      out[key] = self:check_value(key, value, level == 0 and 0 or level)
     elseif not (pass and pass[key]) then
       local near = schema.nearest(key, self.names)
       error(("unknown %s '%s'%s"):format(self.what, key, near and (" (did you mean '" .. near .. "'?)") or ''), level)

@@ -226,9 +226,10 @@ WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const double *s
     return WK_FAIL(WK_ERR_INVALID_ARG, "a weight schedule has 1 to %d points, got %u", WK_SCHEDULE_MAX_POINTS, points);
   WkSchedule *schedule = &loader->mix.weight[source];
   for (uint32_t p = 0; p < points; p++) {
-    if (!(weights[p] >= 0)) return WK_FAIL(WK_ERR_INVALID_ARG, "weight %g of source %u is negative or NaN", weights[p], source);
-    if (p > 0 && !(steps[p] >= steps[p - 1]))
-      return WK_FAIL(WK_ERR_INVALID_ARG, "weight schedule steps must be increasing (source %u)", source);
+    if (!(weights[p] >= 0) || !isfinite(weights[p]))
+      return WK_FAIL(WK_ERR_INVALID_ARG, "weight %g of source %u must be a finite number >= 0", weights[p], source);
+    if (!isfinite(steps[p]) || (p > 0 && !(steps[p] >= steps[p - 1])))
+      return WK_FAIL(WK_ERR_INVALID_ARG, "weight schedule steps must be finite and increasing (source %u)", source);
     schedule->steps[p] = steps[p];
     schedule->weights[p] = weights[p];
   }

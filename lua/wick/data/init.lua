@@ -11,6 +11,7 @@
 -- All per-token work happens in C threads (runtime/data); this module only configures them.
 local core = require 'wick.core'
 local schedule = require 'wick.schedule'
+local schema = require 'wick.schema'
 local ffi, C = core.ffi, core.C
 
 local data = {}
@@ -21,30 +22,99 @@ local ON_CORRUPT = { error = 0, skip = 1 }
 local AT_END = { drop = 0, pad = 1 }
 local DTYPES = { i32 = C.WK_I32, i64 = C.WK_I64 }
 local TOKEN_POINTER = { [4] = ffi.typeof('int32_t *'), [8] = ffi.typeof('int64_t *') }
-local SHUFFLE_PARAMS = { window_tokens = C.WK_LOADER_WINDOW_TOKENS, buffer_tokens = C.WK_LOADER_BUFFER_TOKENS }
+
+-- An integer option whose range is the C setter's own (wk_loader_param_bounds): one source of truth.
+local function bounded(name, param, help)
+  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  core.check(C.wk_loader_param_bounds(param, lo, hi))
+  return { name, 'integer', min = math.max(tonumber(lo[0]), -2 ^ 53), max = math.min(tonumber(hi[0]), 2 ^ 53),
+           param = param, help = help }
+end
+
+-- The loader's options (a mix may carry them too: see data.mix).
+local LOADER = schema.define('loader option', {
+  { 'data', 'dataset', check = function(v)
+      return type(v) == 'string' or data.is_mix(v), 'must be a dataset path or a data.mix{}'
+    end, help = 'a dataset (directory or index.json) or a data.mix{}' },
+  bounded('seq_len', C.WK_LOADER_SEQ_LEN, 'tokens per sample minus one (default 1024)'),
+  bounded('global_batch', C.WK_LOADER_GLOBAL_BATCH, 'samples per optimizer step over all ranks (default 8)'),
+  { 'micro_batch', 'integer', min = 1, max = 2 ^ 24, param = C.WK_LOADER_MICRO_BATCH,
+    help = 'rows per next() on this rank (default: global batch / world size)' },
+  bounded('world_size', C.WK_LOADER_WORLD_SIZE, 'ranks sharing the stream (default: WORLD_SIZE, or 1)'),
+  bounded('rank', C.WK_LOADER_RANK, 'this rank (default: RANK, or 0)'),
+  { 'seed', 'uint64', param = C.WK_LOADER_SEED, help = 'shuffle seed, any 64-bit integer (default 0)' },
+  { 'shuffle', 'shuffle', types = { 'boolean', 'table' }, help = 'true, false, or { window_tokens, buffer_tokens }' },
+  bounded('partitions', C.WK_LOADER_PARTITIONS, 'canonical partitions (default 1)'),
+  bounded('chunk', C.WK_LOADER_CHUNK, 'draws per partition turn (default 1)'),
+  bounded('threads', C.WK_LOADER_THREADS, 'reader threads (default 2)'),
+  { 'prefetch', 'integer', min = 2, max = 4096, param = C.WK_LOADER_PREFETCH,
+    help = 'micro-batches buffered ahead (default 4 per thread + 4)' },
+  bounded('memory_budget', C.WK_LOADER_MEMORY_BUDGET, 'bytes for the batch ring; 0 no limit (default 0)'),
+  bounded('cache_bytes', C.WK_LOADER_CACHE_BYTES, 'node cache of each source (default 64 MiB)'),
+  { 'mode', 'enum', values = { 'packed', 'pad' }, help = 'packed windows or one padded document per row' },
+  { 'on_corrupt', 'enum', values = { 'error', 'skip' }, help = 'stop at corrupt data, or mask and count it' },
+  { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
+  { 'document_ids', 'boolean', help = 'also fill doc_ids and positions' },
+  { 'dtype', 'enum', values = { 'i32', 'i64' }, help = 'token type of the rows (default i32)' },
+  { 'cursor', 'string', help = 'resume from this loader:state()' },
+  { 'audit', 'string', help = 'append one line per delivered sample to this file' },
+})
+data.LOADER_OPTIONS = LOADER
+
+local SHUFFLE = schema.define('shuffle option', {
+  bounded('window_tokens', C.WK_LOADER_WINDOW_TOKENS, 'shards holding this many tokens have their units permuted together'),
+  bounded('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, 'units holding this many tokens have their samples shuffled together'),
+})
+
+local MIX_ENTRY = schema.define('mix source option', {
+  { 'weight', 'weight', check = function(v)
+      local kind = type(v)
+      return kind == 'number' or kind == 'table' or kind == 'function', 'must be a number, a wick.schedule or fn(step)'
+    end, help = 'a number, a wick.schedule or fn(step): finite and >= 0 at every step' },
+  { 'epochs', 'integer', min = 0, max = 2 ^ 53, help = 'stop after this many epochs (0: never)' },
+})
 
 -- ---- sources and mixes -----------------------------------------------------------------------------
 
 local mix_mt = { __index = {} }
 
--- data.mix { {path, weight = w, epochs = n}, ..., steps = horizon for function weights }
+-- A weight: finite and >= 0 at every point of its schedule (a function is sampled over `horizon`).
+local function weight_schedule(value, horizon, where)
+  local ok, s = pcall(schedule.of, value, horizon)
+  if not ok then error(('%s: %s'):format(where, tostring(s):gsub('^.-:%d+: ', '')), 4) end
+  for i, w in ipairs(s.values) do
+    if type(w) ~= 'number' or w ~= w or w < 0 or w == math.huge then
+      error(('%s: weight %s at step %s must be a finite number >= 0'):format(where, tostring(w), tostring(s.steps[i])), 4)
+    end
+  end
+  return s
+end
+
+-- data.mix { {path, weight = w, epochs = n}, ..., steps = horizon for function weights, [loader options] }
 function data.mix(spec)
   if type(spec) ~= 'table' or #spec == 0 then error('data.mix expects a list of sources', 2) end
   local sources = {}
   for i, entry in ipairs(spec) do
     if type(entry) == 'string' then entry = { entry } end
-    if type(entry[1]) ~= 'string' then error(('data.mix: source %d needs a path as its first item'):format(i), 2) end
+    if type(entry) ~= 'table' or type(entry[1]) ~= 'string' then
+      error(('data.mix: source %d needs a path as its first item'):format(i), 2)
+    end
+    local named = {}
+    for k, v in pairs(entry) do if k ~= 1 then named[k] = v end end
+    local o = MIX_ENTRY:check(named, 2)
     sources[i] = {
       path = entry[1],
-      weight = schedule.of(entry.weight or 1, spec.steps),
-      epochs = entry.epochs or 0,
+      weight = weight_schedule(o.weight == nil and 1 or o.weight, spec.steps, ('data.mix source %d (%s)'):format(i, entry[1])),
+      epochs = o.epochs or 0,
     }
   end
   local options = {}
   for k, v in pairs(spec) do
     if type(k) ~= 'number' and k ~= 'steps' then options[k] = v end
   end
-  return setmetatable({ sources = sources, options = options }, mix_mt)
+  if spec.steps ~= nil then schema.define('mix option', { { 'steps', 'integer', min = 1, max = 2 ^ 53 } }):check({ steps = spec.steps }, 2) end
+  if options.data ~= nil then error('data.mix: a mix cannot name `data` (its sources are its list items)', 2) end
+  return setmetatable({ sources = sources, options = LOADER:check(options, 2) }, mix_mt)
 end
 
 function data.is_mix(value) return getmetatable(value) == mix_mt end
@@ -54,81 +124,62 @@ function data.is_mix(value) return getmetatable(value) == mix_mt end
 local Loader = {}
 Loader.__index = Loader
 
-local PARAMS = {
-  seq_len = C.WK_LOADER_SEQ_LEN, global_batch = C.WK_LOADER_GLOBAL_BATCH, micro_batch = C.WK_LOADER_MICRO_BATCH,
-  world_size = C.WK_LOADER_WORLD_SIZE, rank = C.WK_LOADER_RANK, seed = C.WK_LOADER_SEED,
-  partitions = C.WK_LOADER_PARTITIONS, chunk = C.WK_LOADER_CHUNK, threads = C.WK_LOADER_THREADS,
-  prefetch = C.WK_LOADER_PREFETCH, memory_budget = C.WK_LOADER_MEMORY_BUDGET, cache_bytes = C.WK_LOADER_CACHE_BYTES,
-}
-
-local function env_number(name, default)
-  local value = os.getenv(name)
-  return value and tonumber(value) or default
-end
-
-local function choice(map, value, what)
-  local n = map[value]
-  if n == nil then
-    local names = {}
-    for k in pairs(map) do names[#names + 1] = k end
-    table.sort(names)
-    error(('%s must be one of %s, got %s'):format(what, table.concat(names, ', '), tostring(value)), 4)
+-- An integer from the environment (torchrun's RANK, WORLD_SIZE), checked like the option it stands for.
+local function from_env(variable, option)
+  local text = os.getenv(variable)
+  if text == nil then return nil end
+  local value = tonumber(text)
+  local ok, why = pcall(LOADER.check_value, LOADER, option, value, 0)
+  if value == nil or not ok then
+    error(('%s=%q is not a valid %s: %s'):format(variable, text, option, value and tostring(why) or 'not a number'), 0)
   end
-  return n
+  return value
 end
 
 local function set(handle, param, value)
   core.check(C.wk_loader_set(handle, param, value), 3)
 end
 
-local function configure(handle, opts)
-  local mix = opts.data
-  if type(mix) == 'string' then mix = data.mix { mix } end
-  if not data.is_mix(mix) then error('data.loader: `data` must be a dataset path or a data.mix{}', 3) end
-  -- Options may sit on the mix (shared recipes) or on the loader call; the call wins.
-  local o = setmetatable({}, { __index = function(_, k)
-    if opts[k] ~= nil then return opts[k] end
-    return mix.options[k]
-  end })
-  for name, param in pairs(PARAMS) do
-    if o[name] ~= nil then set(handle, param, o[name]) end
-  end
-  if o.world_size == nil then set(handle, C.WK_LOADER_WORLD_SIZE, env_number('WORLD_SIZE', 1)) end
-  if o.rank == nil then set(handle, C.WK_LOADER_RANK, env_number('RANK', 0)) end
-  local shuffle = o.shuffle
-  if shuffle == nil then shuffle = true end
-  if type(shuffle) ~= 'boolean' and type(shuffle) ~= 'table' then
-    error('shuffle must be true, false or { window_tokens = N, buffer_tokens = M }, got ' .. tostring(shuffle), 3)
-  end
+local function set_shuffle(handle, shuffle)
   set(handle, C.WK_LOADER_SHUFFLE, shuffle and 1 or 0)
-  if type(shuffle) == 'table' then
-    for key, value in pairs(shuffle) do
-      if key == 'window' then
-        error('shuffle.window counted shards; the order now sizes its window in tokens: shuffle = { window_tokens = ' ..
-          'N, buffer_tokens = M } (defaults 2^29 and 2^22)', 3)
-      end
-      local param = SHUFFLE_PARAMS[key]
-      if not param then error(('unknown shuffle option %s (window_tokens, buffer_tokens)'):format(tostring(key)), 3) end
-      if type(value) ~= 'number' or value ~= math.floor(value) or value < 1 then
-        error(('shuffle.%s must be a whole number of tokens >= 1, got %s'):format(key, tostring(value)), 3)
-      end
-      set(handle, param, value)
-    end
+  if type(shuffle) ~= 'table' then return end
+  if shuffle.window ~= nil then
+    error('shuffle.window counted shards; the order now sizes its window in tokens: shuffle = { window_tokens = ' ..
+      'N, buffer_tokens = M } (defaults 2^29 and 2^22)', 0)
   end
-  set(handle, C.WK_LOADER_DTYPE, choice(DTYPES, o.dtype or 'i32', 'dtype'))
-  set(handle, C.WK_LOADER_MODE, choice(MODES, o.mode or 'packed', 'mode'))
-  set(handle, C.WK_LOADER_ON_CORRUPT, choice(ON_CORRUPT, o.on_corrupt or 'error', 'on_corrupt'))
-  set(handle, C.WK_LOADER_PAD_LAST, choice(AT_END, o.at_end or 'drop', 'at_end'))
+  for name, value in pairs(SHUFFLE:check(shuffle, 0)) do set(handle, SHUFFLE:option(name).param, value) end
+end
+
+local function configure(handle, opts)
+  -- Options may sit on the mix (shared recipes) or on the loader call; the call wins.
+  local given = LOADER:check(opts, 0)
+  local mix = given.data
+  if mix == nil then error('data.loader: `data` is required (a dataset path or a data.mix{})', 0) end
+  if type(mix) == 'string' then mix = data.mix { mix } end
+  local o = {}
+  for k, v in pairs(mix.options) do o[k] = v end
+  for k, v in pairs(given) do o[k] = v end
+  if o.world_size == nil then o.world_size = from_env('WORLD_SIZE', 'world_size') or 1 end
+  if o.rank == nil then o.rank = from_env('RANK', 'rank') or 0 end
+  for name, value in pairs(o) do
+    local option = LOADER:option(name)
+    if option.param then set(handle, option.param, value) end
+  end
+  set_shuffle(handle, o.shuffle == nil and true or o.shuffle)
+  set(handle, C.WK_LOADER_DTYPE, DTYPES[o.dtype or 'i32'])
+  set(handle, C.WK_LOADER_MODE, MODES[o.mode or 'packed'])
+  set(handle, C.WK_LOADER_ON_CORRUPT, ON_CORRUPT[o.on_corrupt or 'error'])
+  set(handle, C.WK_LOADER_PAD_LAST, AT_END[o.at_end or 'drop'])
   set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
   local index = ffi.new('uint32_t[1]')
-  for i, source in ipairs(mix.sources) do
+  for _, source in ipairs(mix.sources) do
     core.check(C.wk_loader_add_source(handle, source.path, source.epochs, index), 3)
     local w = source.weight
     local n = #w.steps
     core.check(C.wk_loader_set_weight(handle, index[0], ffi.new('double[?]', n, w.steps),
       ffi.new('double[?]', n, w.values), n), 3)
   end
-  return mix
+  return mix, o
 end
 
 function data.loader(opts)
@@ -145,13 +196,13 @@ function data.loader(opts)
     c_length = ffi.new('size_t[1]'),
     batch = {},
   }, Loader)
-  local ok, err = pcall(function() self.mix = configure(handle, opts) end)
+  local ok, err = pcall(function() self.mix, self.options = configure(handle, opts) end)
   if not ok then
     self:close()
     error(err, 2)
   end
-  if opts.cursor then self:restore(opts.cursor) end
-  if opts.audit then self:audit(opts.audit) end
+  if self.options.cursor then self:restore(self.options.cursor) end
+  if self.options.audit then self:audit(self.options.audit) end
   return self
 end
 
