@@ -2,11 +2,12 @@
  * loader.c — the pipeline: reader threads fill a bounded ring of micro-batches ahead of the
  * consumer (DESIGN §5).
  *
- * One lock guards the planner and the ring. A reader thread takes the next micro-batch number,
- * plans it under the lock (mix allocation once per step, then locating its rows: arithmetic on the
- * order's tables, which are built when the order enters a new window; in pad mode that reads shards'
- * document indexes), and reads, decodes and packs its rows without the lock, through each source's
- * residency (residency.c). The consumer takes micro-batches strictly in order, so the stream is the
+ * One lock guards the ring. A reader thread takes the planner (one at a time) and the next
+ * micro-batch number under the lock, plans it without the lock (mix allocation once per step, then
+ * locating its rows: arithmetic on the order's tables, which are built when the order enters a new
+ * window; in pad mode that reads shards' document indexes, so planning can wait on I/O while the
+ * other threads fill and the consumer takes), and reads, decodes and packs its rows without the lock,
+ * through each source's residency (residency.c). The consumer takes micro-batches strictly in order, so the stream is the
  * same for any number of threads. The ring has `prefetch` buffers: a full ring stops the readers
  * (backpressure, bounded memory).
  *
@@ -88,7 +89,7 @@ typedef struct {
   WkUnitRef unit;
 } Ahead;
 
-typedef enum { BUFFER_FREE, BUFFER_FILLING, BUFFER_READY } BufferState;
+typedef enum { BUFFER_FREE, BUFFER_PLANNED, BUFFER_FILLING, BUFFER_READY } BufferState;
 
 typedef struct {
   struct WkLoader *loader;
@@ -123,7 +124,7 @@ struct WkLoader {
   /* derived at start */
   uint32_t rows, per_rank, micro_steps;
   size_t buffer_bytes;
-  /* planner, under lock */
+  /* planner: touched only by the thread holding `planning` */
   uint64_t next_seq;
   bool have_step;
   uint64_t planned_step;
@@ -132,8 +133,10 @@ struct WkLoader {
   WkSourcePosition positions[WK_MIX_MAX_SOURCES];
   WkSourcePosition step_before[WK_MIX_MAX_SOURCES];
   WkSourcePosition start_positions[WK_MIX_MAX_SOURCES]; /* at the start step (restored or zero) */
-  bool ended;
+  bool ended;             /* under the lock, like what follows */
   uint64_t end_seq;
+  bool planning;          /* a reader is planning the next micro-batch (outside the lock) */
+  uint64_t plan_low[WK_MIX_MAX_SOURCES]; /* each source's first draw of the step last planned */
   /* ring */
   Buffer *buffers;
   WkSampleLoc *locs;         /* [buffer_count x rows] */
@@ -490,6 +493,7 @@ WkStatus wk_loader_start(WkLoader *loader) {
   if (loader->restored) WK_TRY(check_cursor(loader));
   WK_TRY(allocate_ring(loader));
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
+  for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->positions[i].draws;
   for (uint32_t i = 0; i < loader->mix.count; i++)
     WK_TRY(wk_residency_start(loader->sources[i].residency, loader->positions[i].draws));
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
@@ -504,7 +508,7 @@ WkStatus wk_loader_start(WkLoader *loader) {
   return WK_OK;
 }
 
-/* ---- planning (lock held) ------------------------------------------------------------------------ */
+/* ---- planning (by the planner, without the lock) --------------------------------------------------- */
 
 static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
   uint64_t h = wk_mix64(step, loader->mix.global_batch);
@@ -560,7 +564,9 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
   return WK_OK;
 }
 
-/* Assigns the next micro-batch to buffer b. Returns false at the end of the stream. */
+/* Assigns the next micro-batch to buffer b. Returns false at the end of the stream. Runs without the
+ * loader's lock, by the one thread holding the planner (loader->planning): what it reads and writes is
+ * the planner's state, which nobody else touches (they see plan_low, published under the lock). */
 static bool plan_next(WkLoader *loader, Buffer *b) {
   uint64_t seq = loader->next_seq;
   uint64_t absolute = loader->start.step * loader->micro_steps + loader->start.micro + seq;
@@ -571,11 +577,7 @@ static bool plan_next(WkLoader *loader, Buffer *b) {
   b->skipped = 0;
   WkStatus status = WK_OK;
   if (!loader->have_step || loader->planned_step != b->step) status = plan_step(loader, b->step);
-  if (status == WK_ERR_CLOSED) {
-    loader->ended = true;
-    loader->end_seq = seq;
-    return false;
-  }
+  if (status == WK_ERR_CLOSED) return false; /* the end of the stream, at micro-batch `seq` */
   if (status == WK_OK) status = plan_rows(loader, b);
   if (status != WK_OK) {
     b->status = status;
@@ -657,9 +659,9 @@ static bool consumer_can_go(const WkLoader *loader) {
 }
 
 /* Lock held. The first draw of source i this loader may still read: the earliest step among the
- * micro-batches being filled, or the step being planned. */
+ * micro-batches being filled, or the step last planned. */
 static uint64_t low_water(const WkLoader *loader, uint32_t i) {
-  uint64_t low = loader->have_step ? loader->step_before[i].draws : loader->positions[i].draws;
+  uint64_t low = loader->plan_low[i];
   for (uint32_t k = 0; k < loader->buffer_count; k++) {
     const Buffer *b = &loader->buffers[k];
     if (b->state == BUFFER_FILLING && b->before[i].draws < low) low = b->before[i].draws;
@@ -674,16 +676,30 @@ static void *reader_thread(void *arg) {
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
     Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (loader->ended || b->state != BUFFER_FREE) {
+    if (loader->planning || loader->ended || b->state != BUFFER_FREE) {
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
       continue;
     }
-    if (!plan_next(loader, b)) {
+    /* Planning can read shards (a pad-mode window's document indexes, later remote round trips): it
+     * runs outside the lock, one planner at a time, while the others fill and the consumer takes. */
+    loader->planning = true;
+    b->state = BUFFER_PLANNED;
+    uint64_t seq = loader->next_seq;
+    pthread_mutex_unlock(&loader->lock);
+    bool more = plan_next(loader, b);
+    pthread_mutex_lock(&loader->lock);
+    loader->planning = false;
+    if (loader->readers_waiting) pthread_cond_broadcast(&loader->free); /* the next planner may go */
+    if (!more) {
+      b->state = BUFFER_FREE;
+      loader->ended = true;
+      loader->end_seq = seq;
       pthread_cond_signal(&loader->ready); /* the end of the stream */
       continue;
     }
+    for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->step_before[i].draws;
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
     for (uint32_t a = 0; a < b->ahead_count; a++)
