@@ -8,7 +8,7 @@
  * validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
  * Gradient outputs are accumulated (+=) by every backward kernel.
  *
- * Not here: tensors, storage and copies (runtime/tensor); module composition (lua/wick/nn.lua).
+ * Not here: tensors, storage and copies (runtime/tensor); module composition (lua/wick/nn/).
  */
 #ifndef WK_OPS_H
 #define WK_OPS_H
