@@ -7,6 +7,7 @@
 -- lowers the loss scale; otherwise the gradient is scaled by the clip coefficient inside the
 -- fused AdamW kernel. Weight decay applies to matrices and embeddings only.
 local core = require 'wick.core'
+local schema = require 'wick.schema'
 local T = require 'wick.tensor'
 
 local C = core.C
@@ -19,15 +20,29 @@ AdamW.__index = AdamW
 
 local CLIP_EPS = 1e-6
 
+local function is_beta(x) return type(x) == 'number' and x >= 0 and x < 1 end
+
+local ADAMW = schema.define('optim.adamw option', {
+  { 'lr', 'lr', check = function(v)
+      return type(v) == 'function' or (type(v) == 'number' and v >= 0 and v < math.huge),
+        'must be a finite number >= 0 or a function of the step'
+    end, default = 1e-3, help = 'learning rate, or fn(step) -> rate' },
+  { 'betas', 'betas', check = function(v)
+      return type(v) == 'table' and #v == 2 and is_beta(v[1]) and is_beta(v[2]), 'must be { beta1, beta2 } in [0, 1)'
+    end, default = { 0.9, 0.999 }, help = 'moment decay rates' },
+  { 'eps', 'number', min = 1e-30, max = 1, default = 1e-8, help = 'added to the second moment root' },
+  { 'weight_decay', 'number', min = 0, max = 1, default = 0.01, help = 'decoupled, on matrices and embeddings' },
+  { 'clip', 'number', min = 1e-12, help = 'global gradient norm to clip to (default: no clipping)' },
+})
+
 function optim.adamw(opts)
-  opts = opts or {}
-  local betas = opts.betas or { 0.9, 0.999 }
+  opts = ADAMW:check(opts or {}, 2)
   return setmetatable({
-    lr = opts.lr or 1e-3,
-    beta1 = betas[1],
-    beta2 = betas[2],
-    eps = opts.eps or 1e-8,
-    weight_decay = opts.weight_decay or 0.01,
+    lr = opts.lr,
+    beta1 = opts.betas[1],
+    beta2 = opts.betas[2],
+    eps = opts.eps,
+    weight_decay = opts.weight_decay,
     clip = opts.clip,  -- nil: no clipping
     step_count = 0,
     sumsq = core.ffi.new('double[1]'),
