@@ -586,7 +586,6 @@ static bool plan_next(WkLoader *loader, Buffer *b) {
   b->fingerprint = loader->step_fingerprint;
   memcpy(b->before, loader->step_before, sizeof b->before);
   memcpy(b->after, loader->positions, sizeof b->after);
-  loader->next_seq++;
   return true;
 }
 
@@ -675,8 +674,8 @@ static void *reader_thread(void *arg) {
   uint64_t lows[WK_MIX_MAX_SOURCES];
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
-    Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (loader->planning || loader->ended || b->state != BUFFER_FREE) {
+    Buffer *b = loader->planning ? NULL : &loader->buffers[loader->next_seq % loader->buffer_count];
+    if (!b || loader->ended || b->state != BUFFER_FREE) {
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
@@ -700,6 +699,7 @@ static void *reader_thread(void *arg) {
       continue;
     }
     for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->step_before[i].draws;
+    loader->next_seq++;
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
     for (uint32_t a = 0; a < b->ahead_count; a++)
