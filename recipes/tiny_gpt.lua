@@ -10,23 +10,33 @@ local cli = require 'wick.cli'
 local core = require 'wick.core'
 local wick = require 'wick'
 
-local opts = cli.parse({ name = 'recipes/tiny_gpt.lua', options = {
-  { 'data', 'dir', required = true, help = 'dataset directory (bytes tokenizer)' },
-  { 'steps', 'number', default = 60, help = 'optimizer steps' },
-  { 'seq_len', 'number', default = 64, help = 'context length' },
-  { 'global_batch', 'number', default = 16, help = 'samples per step' },
-  { 'micro_batch', 'number', default = 8, help = 'samples per forward/backward' },
-  { 'layers', 'number', default = 2 }, { 'heads', 'number', default = 4 }, { 'dim', 'number', default = 64 },
-  { 'lr', 'number', default = 3e-3, help = 'peak learning rate (linear warmup, cosine decay)' },
-  { 'precision', 'string', default = 'fp32', help = 'fp32, bf16 or fp16 (loss scaling)' },
-  { 'out', 'dir', help = 'write model.safetensors and cursor.txt here' },
-} }, { ... })
+local LOADER = wick.data.LOADER_OPTIONS
+local spec = { name = 'recipes/tiny_gpt.lua', options = {
+  { 'data', 'path', value = 'DIR', required = true, help = 'dataset directory (bytes tokenizer)' },
+  { 'steps', 'integer', min = 1, max = 2 ^ 53, default = 60, help = 'optimizer steps' },
+  cli.from(LOADER, 'seq_len', { default = 64, help = 'context length' }),
+  cli.from(LOADER, 'global_batch', { default = 16, help = 'samples per step' }),
+  cli.from(LOADER, 'micro_batch', { default = 8, help = 'samples per forward/backward' }),
+  { 'layers', 'integer', min = 1, max = 2 ^ 10, default = 2, help = 'transformer blocks' },
+  { 'heads', 'integer', min = 1, max = 2 ^ 10, default = 4, help = 'attention heads (they divide dim)' },
+  { 'dim', 'integer', min = 1, max = 2 ^ 16, default = 64, help = 'model width' },
+  { 'lr', 'number', min = 0, default = 3e-3, help = 'peak learning rate (linear warmup, cosine decay)' },
+  { 'precision', 'enum', values = { 'fp32', 'bf16', 'fp16' }, default = 'fp32', help = 'fp16 uses loss scaling' },
+  { 'out', 'path', value = 'DIR', help = 'write model.safetensors and cursor.txt here' },
+} }
+local opts = cli.parse(spec, { ... })
+if opts.dim % opts.heads ~= 0 then
+  cli.usage_error(spec, ('--dim %d is not divisible by --heads %d'):format(opts.dim, opts.heads))
+end
 
 local WARMUP = math.max(1, math.floor(opts.steps / 10))
 local REPORTS = 10
 
 local dist = wick.dist.init { timeout = 120 }
-local vocab = assert(wick.dataset.open(opts.data)).vocab_size
+local dataset, err = wick.dataset.open(opts.data)
+if not dataset then cli.fail(spec.name .. ': ' .. err, cli.EXIT_DATA) end
+local vocab = dataset.vocab_size
+dataset:close()
 local loader = wick.data.loader { data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch,
   micro_batch = opts.micro_batch, world_size = dist.world_size, rank = dist.rank, seed = 0 }
 local model = wick.nn.gpt { vocab = vocab, seq_len = opts.seq_len, layers = opts.layers, heads = opts.heads,
@@ -55,7 +65,8 @@ end
 if opts.out and dist.rank == 0 then
   os.execute(("mkdir -p '%s'"):format(opts.out))
   model:save(opts.out .. '/model.safetensors')
-  local f = assert(io.open(opts.out .. '/cursor.txt', 'wb'))
+  local f, why = io.open(opts.out .. '/cursor.txt', 'wb')
+  if not f then cli.fail(spec.name .. ': cannot save the cursor: ' .. why, cli.EXIT_DATA) end
   f:write(loader:state(), '\n')
   f:close()
   print('saved ' .. opts.out .. '/model.safetensors and cursor.txt')

@@ -53,7 +53,7 @@ describe('wick.shard converter', function()
     ds = open(root .. '/l')
     assert.are.same({ 'First para', 'still first', 'Third', '  indented' }, corpus.documents(ds))
     ds:close()
-    assert.are.equal(1, corpus.convert(q(root .. '/t.txt') .. ' -o ' .. q(root .. '/x') .. ' --split words').rc)
+    assert.are.equal(2, corpus.convert(q(root .. '/t.txt') .. ' -o ' .. q(root .. '/x') .. ' --split words').rc) -- a usage error
   end)
 
   it('reads only files matching --include when walking directories', function()
@@ -325,11 +325,11 @@ describe('wick.shard converter', function()
       end
     end)
 
-    it('reports bad option values and missing inputs as errors (exit code 1)', function()
+    it('reports bad option values as usage errors (exit code 2) and missing inputs as errors (exit code 1)', function()
       helper.write_file(root .. '/a.txt', 'x')
       for _, extra in ipairs { '--compression lz4', '--shard-size 12Q', '--tokenizer nope', '--threads 0' } do
         local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' ' .. extra)
-        assert.are.equal(1, r.rc, extra)
+        assert.are.equal(2, r.rc, extra)
       end
       local r = corpus.convert(q(root .. '/missing.txt') .. ' -o ' .. q(root .. '/o'))
       assert.are.equal(1, r.rc)
