@@ -71,6 +71,7 @@ describe('run', function()
     local r = helper.run('-m no.such.module')
     assert.are.equal(1, r.rc)
     assert.matches("no module named 'no.such.module'", r.err, 1, true)
+    assert.is_nil(r.err:find('stack traceback', 1, true), r.err)
   end)
 
   it('exits 1 naming the path of a missing script', function()
