@@ -35,8 +35,6 @@ function cli.fail(message, exit_code)
   error(setmetatable({ message = message, exit_code = exit_code or cli.EXIT_DATA }, UserError), 0)
 end
 
-function cli.is_user_error(value) return getmetatable(value) == UserError end
-
 -- How to ask a program for its help: recipes are files, tools are modules.
 local function command_of(spec)
   if spec.name:find('/', 1, true) or spec.name:match('%.lua$') then return 'run ' .. spec.name end
@@ -50,7 +48,10 @@ end
 
 -- ---- declarations --------------------------------------------------------------------------------
 
-local UNITS = { [''] = 1, K = 2 ^ 10, M = 2 ^ 20, G = 2 ^ 30 }
+local SIZE_UNITS = { { 'G', 2 ^ 30 }, { 'M', 2 ^ 20 }, { 'K', 2 ^ 10 } } -- largest first
+local UNIT_VALUE = { [''] = 1 }
+for _, unit in ipairs(SIZE_UNITS) do UNIT_VALUE[unit[1]] = unit[2] end
+local EXACT_INTEGER = 2 ^ 53 -- Lua numbers are exact below this
 
 local function non_empty(v) return type(v) == 'string' and v ~= '', 'must be a non-empty path' end
 
@@ -61,7 +62,7 @@ local KINDS = {
   integer = { schema = 'integer', parse = tonumber, placeholder = 'N' },
   size = { schema = 'integer', placeholder = 'N[K|M|G]', parse = function(text)
     local digits, unit = text:match('^(%d+)([KMG]?)$')
-    return digits and tonumber(digits) * UNITS[unit]
+    return digits and tonumber(digits) * UNIT_VALUE[unit]
   end },
   number = { schema = 'number', parse = tonumber, placeholder = 'X' },
   uint64 = { schema = 'uint64', placeholder = 'N' },
@@ -71,7 +72,6 @@ local KINDS = {
 }
 
 local function flag_name(name) return '--' .. name:gsub('_', '-') end
-
 
 -- An option declaration copied from another option set (the loader's, say), so its type and range
 -- are written once; `overrides` may rename it ([1]) and change default, help or anything else.
@@ -125,16 +125,16 @@ end
 
 -- ---- help ----------------------------------------------------------------------------------------
 
+local POWER_NOTATION_FROM = 2 ^ 20 -- powers of two this large read better as 2^k
+
 -- A bound as people write it: 1024, 2^40, 0.5.
 local function bound_text(x)
   if x == nil then return nil end
-  local exponent = x >= 2 ^ 20 and math.floor(math.log(x) / math.log(2) + 0.5)
+  local exponent = x >= POWER_NOTATION_FROM and math.floor(math.log(x) / math.log(2) + 0.5)
   if exponent and 2 ^ exponent == x then return ('2^%d'):format(exponent) end
-  if x == math.floor(x) and math.abs(x) < 2 ^ 53 then return ('%d'):format(x) end
+  if x == math.floor(x) and math.abs(x) < EXACT_INTEGER then return ('%d'):format(x) end
   return ('%.14g'):format(x)
 end
-
-local SIZE_UNITS = { { 'G', 2 ^ 30 }, { 'M', 2 ^ 20 }, { 'K', 2 ^ 10 } } -- largest first
 
 -- A value as the option is written: sizes with their unit (64M), other numbers as bound_text.
 local function value_text(option, x)
@@ -222,6 +222,7 @@ function cli.parse(spec, args)
     flag = flag or word
     local option = spec.by_flag[flag]
     if word == '--' then
+      if args[i + 1] and not spec.positional then cli.usage_error(spec, ("unexpected argument '%s'"):format(args[i + 1])) end
       for k = i + 1, #args do positional[#positional + 1] = args[k] end
       break
     elseif option and option[1] == 'help' then

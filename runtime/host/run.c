@@ -24,7 +24,8 @@
 #include "host.h"
 
 enum { MAX_CHUNKS = 16, DEFAULT_MULTINODE_PORT = 29500, MAX_RANKS_PER_NODE = 1024,
-       MESSAGE_WITH_SITE_CAPACITY = 1280 /* the runtime's message (1024) + " [file:line]" */ };
+       MESSAGE_WITH_SITE_CAPACITY = 1280, /* the runtime's message (1024) + " [file:line]" */
+       MAX_EXIT_STATUS = 255 };
 
 typedef enum { OPT_EVAL, OPT_MODULE, OPT_INTERACTIVE, OPT_VERSION, OPT_HELP, OPT_NPROC, OPT_NNODES,
                OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_END } OptionId;
@@ -294,8 +295,10 @@ static bool push_user_error(lua_State *L, int *code) {
   if (!lua_istable(L, 1)) return false;
   lua_getfield(L, 1, "message");
   lua_getfield(L, 1, "exit_code");
-  bool is_user = lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER;
-  if (is_user) *code = (int)lua_tointeger(L, -1);
+  lua_Integer status = lua_tointeger(L, -1);
+  bool is_user = lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER && status > 0 &&
+                 status <= MAX_EXIT_STATUS;
+  if (is_user) *code = (int)status;
   lua_pop(L, 1);
   if (!is_user) lua_pop(L, 1);
   return is_user;
@@ -329,7 +332,7 @@ static bool push_runtime_user_error(lua_State *L, int *code) {
 }
 
 /* The message handler of every protected call: decides the exit status and what is printed. */
-static int traceback(lua_State *L) {
+static int message_handler(lua_State *L) {
   int code = EXIT_LUA_ERROR;
   bool user = push_user_error(L, &code) || push_runtime_user_error(L, &code);
   failure_exit_code = code;
@@ -346,7 +349,7 @@ static int traceback(lua_State *L) {
 /* Calls the function sitting below its nargs arguments, with a traceback on error. */
 static int protected_call(lua_State *L, int nargs, int nresults) {
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, message_handler);
   lua_insert(L, base);
   failure_exit_code = EXIT_LUA_ERROR;
   int rc = lua_pcall(L, nargs, nresults, base);

@@ -21,6 +21,7 @@ local function shuffle_tokens(name, param, default, help)
 end
 
 local EXACT_INTEGER = 2 ^ 53
+local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/data/loader.c)
 
 local spec = cli.spec {
   name = 'wick.data.inspect',
@@ -38,9 +39,9 @@ local spec = cli.spec {
     cli.from(LOADER, 'seed', { default = 0, help = 'shuffle seed' }),
     { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 1, help = 'global steps to print' },
     cli.from(LOADER, 'mode', { default = 'packed', help = 'packed windows or one padded document per row' }),
-    shuffle_tokens('window_tokens', C.WK_LOADER_WINDOW_TOKENS, 2 ^ 29,
+    shuffle_tokens('window_tokens', C.WK_LOADER_WINDOW_TOKENS, DEFAULT_WINDOW_TOKENS,
       'tokens of the shards whose units are permuted together'),
-    shuffle_tokens('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, 2 ^ 22,
+    shuffle_tokens('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, DEFAULT_BUFFER_TOKENS,
       'tokens of the units whose samples are shuffled together'),
     { 'no_shuffle', 'flag', help = 'stored order instead of the shuffle' },
     cli.from(LOADER, 'partitions', { default = 1, help = 'canonical partitions' }),
