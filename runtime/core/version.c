@@ -36,10 +36,6 @@ void wk_build_info(WkBuildInfo *out) {
   out->build_flags = WK_BUILD_FLAGS;
 }
 
-#ifndef WK_HAVE_CUDA
-int wk_cuda_device_count(void) { return 0; }
-#endif
-
 /* ---- ABI layout table ------------------------------------------------------------------------ */
 
 typedef struct {

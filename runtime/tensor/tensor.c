@@ -2,15 +2,16 @@
  * tensor.c — tensor handles: creation, views, accessors, copies and casts, debug element access.
  *
  * A WkTensor is small and owned by one caller; its storage is shared by reference count. Copies
- * between devices go through runtime/ops/cuda when it is compiled in; CPU copies that cast or gather
- * run the typed loops of convert.c. Element access (get/set) goes through double, for debugging.
+ * that involve a device go through the CUDA module (runtime/tensor/cuda/copy.cu); CPU copies that
+ * cast or gather run the typed loops of convert.c. Element access (get/set) goes through double, for
+ * debugging.
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tensor.h"
+#include "cuda_module.h"
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */
 
@@ -249,25 +250,23 @@ static WkStatus check_copy(const WkTensor *dst, const WkTensor *src) {
   return WK_OK;
 }
 
-#ifdef WK_HAVE_CUDA
 /* Crossing devices moves bytes only; a cast or a gather happens first on whichever side has the data. */
 static WkStatus copy_with_device(WkTensor *dst, const WkTensor *src, WkStream *stream) {
   bool same_layout = dst->dtype == src->dtype && wk_tensor_is_contiguous(src);
   if (tensor_device(dst) == WK_DEVICE_CUDA && tensor_device(src) == WK_DEVICE_CUDA && !same_layout)
-    return wk_cuda_copy_convert(dst, src);
+    return wk_cuda()->copy_convert(dst, src);
   if (same_layout)
-    return wk_cuda_memcpy(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+    return wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
   /* Stage in dst's dtype and layout on src's side, then move bytes. */
   WkTensor *staged = wk_tensor_empty(dst->dtype, dst->ndim, dst->shape, tensor_device(src), src->storage->device_index);
   if (!staged) return wk_last_status();
-  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda_copy_convert(staged, src) : (copy_on_cpu(staged, src), WK_OK);
-  if (status == WK_OK) status = wk_cuda_memcpy(tensor_ptr(dst), tensor_ptr(staged), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda()->copy_convert(staged, src) : (copy_on_cpu(staged, src), WK_OK);
+  if (status == WK_OK) status = wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(staged), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
   /* The staging buffer may still be read by a queued copy: wait before releasing it. */
   if (status == WK_OK) status = wk_stream_synchronize(stream);
   wk_tensor_free(staged);
   return status;
 }
-#endif
 
 WkStatus wk_tensor_copy_async(WkTensor *dst, const WkTensor *src, WkStream *stream) {
   WK_TRY(check_copy(dst, src));
@@ -275,11 +274,7 @@ WkStatus wk_tensor_copy_async(WkTensor *dst, const WkTensor *src, WkStream *stre
     copy_on_cpu(dst, src);
     return WK_OK;
   }
-#ifdef WK_HAVE_CUDA
   return copy_with_device(dst, src, stream);
-#else
-  return WK_FAIL(WK_ERR_UNSUPPORTED, "copy to or from a CUDA tensor: this libwick was built without CUDA");
-#endif
 }
 
 WkStatus wk_tensor_copy(WkTensor *dst, const WkTensor *src) {

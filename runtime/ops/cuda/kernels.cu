@@ -1,4 +1,7 @@
 /*
+ * runtime/ops/cuda — the ops half of the CUDA module: kernels (here) and cuBLAS matmuls (blas.cu),
+ * entered through the module's table (runtime/tensor/cuda_module.h) after ops.c checked the arguments.
+ *
  * kernels.cu — the CUDA mirror of runtime/ops/cpu, kernel for kernel, in fp32 arithmetic.
  *
  * Kept deliberately plain (grid-stride loops, a warp per row for the row reductions, one thread
@@ -90,7 +93,7 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
     sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      wk_cuda_release(sum.device, sum.ptr, sum.reserved);
+      cuda_release(sum.device, sum.ptr, sum.reserved);
       return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -172,7 +175,7 @@ extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, const
     embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(out, idx, wte, wpe, T, C, V, n, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      wk_cuda_release(flag.device, flag.ptr, flag.reserved);
+      cuda_release(flag.device, flag.ptr, flag.reserved);
       return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -364,7 +367,7 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
   WK_TRY(scalar_new(&sum, sizeof(double)));
   WkStatus status = scalar_new(&flag, sizeof(int));
   if (status != WK_OK) {
-    wk_cuda_release(sum.device, sum.ptr, sum.reserved);
+    cuda_release(sum.device, sum.ptr, sum.reserved);
     return status;
   }
   if (N) {
