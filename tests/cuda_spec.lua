@@ -166,6 +166,23 @@ describe('CUDA agrees with the CPU #gpu', function()
     end)
   end)
 
+  it('embedding and cross-entropy on strided views of a token batch', function()
+    if not gpu_or_skip() then return end
+    agree('strided indices', function(device)
+      local tokens = T.new({ { 0, 4, 10, 2, 2, 6 }, { 1, 1, 3, 9, 7, 10 } }, 'i32', device)
+      local inputs, targets = tokens:narrow(2, 1, TT), tokens:narrow(2, 2, TT)
+      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
+      check(C.wk_op_embedding(out, inputs, wte, wpe))
+      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
+      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), inputs))
+      local logits, losses, sum = randn({ B, TT, V }, 18, device), T.empty({ B, TT }, 'f32', device), ffi.new('double[1]')
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, N, sum))
+      local dlogits = T.zeros({ B, TT, V }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, N, 1))
+      return { out, dwte, dwpe, losses, dlogits, T.new({ sum[0] }) }
+    end)
+  end)
+
   it('adamw', function()
     if not gpu_or_skip() then return end
     agree('adamw', function(device)

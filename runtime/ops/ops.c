@@ -10,14 +10,17 @@
 
 enum { ANY = -1 };        /* a wildcard dimension in an expected shape */
 enum { FLAT_RANK = -1 };  /* expected "rank" meaning: any shape with shape[0] elements */
+/* What an argument's strides may be: kernels read most arguments as packed arrays, index tensors
+ * (idx, targets) through a WkIndexLayout. */
+typedef enum { CONTIGUOUS, STRIDED } Strides;
 
 /* Checks dtype, rank, dimensions (ANY matches all), contiguity and that t lives where ref does. */
 static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, WkDType dtype, const WkTensor *ref,
-                          int ndim, const int64_t *shape) {
+                          int ndim, const int64_t *shape, Strides strides) {
   char got[128];
   if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
-  bool flat = ndim == FLAT_RANK;
-  bool ok = t->dtype == dtype && wk_tensor_is_contiguous(t) && (flat ? wk_tensor_numel(t) == shape[0] : t->ndim == ndim);
+  bool flat = ndim == FLAT_RANK, packed = strides == STRIDED || wk_tensor_is_contiguous(t);
+  bool ok = t->dtype == dtype && packed && (flat ? wk_tensor_numel(t) == shape[0] : t->ndim == ndim);
   for (int d = 0; ok && !flat && d < ndim; d++) ok = shape[d] == ANY || shape[d] == t->shape[d];
   if (!ok) {
     char want[128] = "[";
@@ -26,9 +29,9 @@ static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, W
     for (int d = 0; !flat && d < ndim && used < sizeof want; d++)
       used += (size_t)(shape[d] == ANY ? snprintf(want + used, sizeof want - used, d ? ", *" : "*")
                                         : snprintf(want + used, sizeof want - used, d ? ", %lld" : "%lld", (long long)shape[d]));
-    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s%s, expected %s] %s, contiguous", op, name,
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s%s, expected %s] %s%s", op, name,
                    wk_tensor_describe(t, got, sizeof got), wk_tensor_is_contiguous(t) ? "" : " (strided)", want,
-                   wk_dtype_name(dtype));
+                   wk_dtype_name(dtype), strides == CONTIGUOUS ? ", contiguous" : "");
   }
   if (ref && (tensor_device(t) != tensor_device(ref) || t->storage->device_index != ref->storage->device_index)) {
     char where[128];
@@ -38,16 +41,27 @@ static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, W
   return WK_OK;
 }
 
-#define ARG(op, t, dtype, ref, ...)                                                          \
-  WK_TRY(check_arg(op, #t, t, dtype, ref, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-                   (int64_t[]){__VA_ARGS__}))
+#define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+#define ARG(op, t, dtype, ref, ...) WK_TRY(check_arg(op, #t, t, dtype, ref, SHAPE(__VA_ARGS__), CONTIGUOUS))
 /* Elementwise ops reshape freely: any shape with n elements. */
-#define ARG_FLAT(op, t, dtype, ref, n) WK_TRY(check_arg(op, #t, t, dtype, ref, FLAT_RANK, (int64_t[]){(int64_t)(n)}))
+#define ARG_FLAT(op, t, dtype, ref, n) WK_TRY(check_arg(op, #t, t, dtype, ref, FLAT_RANK, (int64_t[]){(int64_t)(n)}, CONTIGUOUS))
+/* An i32 index tensor read in place, any strides; `layout` receives how to walk it. */
+#define ARG_INDEX(op, t, ref, layout, ...)                                     \
+  WK_TRY(check_arg(op, #t, t, WK_I32, ref, SHAPE(__VA_ARGS__), STRIDED));      \
+  WK_TRY(index_layout(op, #t, t, layout))
+#define ARG_FLAT_INDEX(op, t, ref, layout, n)                                                  \
+  WK_TRY(check_arg(op, #t, t, WK_I32, ref, FLAT_RANK, (int64_t[]){(int64_t)(n)}, STRIDED));    \
+  WK_TRY(index_layout(op, #t, t, layout))
 #define F32(t) ((float *)tensor_ptr(t))
 #define OPT_F32(t) ((t) ? F32(t) : NULL)
 #define I32(t) ((const int32_t *)tensor_ptr(t))
 
 static bool on_cuda(const WkTensor *t) { return tensor_device(t) == WK_DEVICE_CUDA; }
+
+static WkStatus index_layout(const char *op, const char *name, const WkTensor *t, WkIndexLayout *out) {
+  if (wk_tensor_index_layout(t, out) != WK_OK) return wk_error_context("%s: %s", op, name);
+  return WK_OK;
+}
 
 /* A kernel of the CUDA module: CUDA->fill(...) (runtime/tensor/cuda_module.h). */
 #define CUDA wk_cuda()
@@ -152,13 +166,16 @@ WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTenso
 
 /* ---- layers ----------------------------------------------------------------------------------- */
 
-static WkStatus bad_index(const char *op, const char *what, const WkTensor *idx, int64_t at, int64_t limit) {
+/* `at` counts idx's elements in row-major order. */
+static WkStatus bad_index(const char *op, const char *what, const WkTensor *idx, WkIndexLayout layout, int64_t at,
+                          int64_t limit) {
   return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s[%lld] = %d is outside [0, %lld) (tokenizer and model vocab disagree?)",
-                 op, what, (long long)at, ((const int32_t *)tensor_ptr(idx))[at], (long long)limit);
+                 op, what, (long long)at, I32(idx)[wk_index_offset(layout, at)], (long long)limit);
 }
 
 WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte, const WkTensor *wpe) {
-  ARG("embedding", idx, WK_I32, NULL, ANY, ANY);
+  WkIndexLayout at;
+  ARG_INDEX("embedding", idx, NULL, &at, ANY, ANY);
   int64_t B = idx->shape[0], T = idx->shape[1];
   ARG("embedding", wte, WK_F32, idx, ANY, ANY);
   int64_t V = wte->shape[0], C = wte->shape[1];
@@ -167,21 +184,22 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
   ARG("embedding", out, WK_F32, idx, B, T, C);
-  if (on_cuda(out)) return CUDA->embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
-  int64_t bad = cpu_embedding_forward(F32(out), I32(idx), F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
-  return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, bad, V);
+  if (on_cuda(out)) return CUDA->embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
+  int64_t bad = cpu_embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
+  return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, at, bad, V);
 }
 
 WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor *dout, const WkTensor *idx) {
-  ARG("embedding_backward", idx, WK_I32, NULL, ANY, ANY);
+  WkIndexLayout at;
+  ARG_INDEX("embedding_backward", idx, NULL, &at, ANY, ANY);
   int64_t B = idx->shape[0], T = idx->shape[1];
   ARG("embedding_backward", dwte, WK_F32, idx, ANY, ANY);
   int64_t C = dwte->shape[1];
   ARG("embedding_backward", dwpe, WK_F32, idx, ANY, C);
   ARG("embedding_backward", dout, WK_F32, idx, B, T, C);
   if (dwpe->shape[0] < T) return WK_FAIL(WK_ERR_INVALID_ARG, "embedding_backward: dwpe has fewer than T rows");
-  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), (size_t)B, (size_t)T, (size_t)C),
-                  CUDA->embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), (size_t)B, (size_t)T, (size_t)C));
+  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C),
+                  CUDA->embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C));
 }
 
 /* Rows N = product of all but the last dim of inp, C = the last. Callers zero-initialise the
@@ -290,11 +308,12 @@ WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const Wk
   return cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
+/* targets may be strided (a view of a loader batch); the mask is contiguous. */
 static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
-                          float normalizer, int64_t *N, int64_t *V) {
+                          float normalizer, int64_t *N, int64_t *V, WkIndexLayout *at) {
   WK_TRY(rows_and_channels(op, logits, N, V));
   ARG_FLAT(op, logits, WK_F32, NULL, numel(logits));
-  ARG_FLAT(op, targets, WK_I32, logits, numel(targets));
+  ARG_FLAT_INDEX(op, targets, logits, at, numel(targets));
   if (wk_tensor_numel(targets) != *N)
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %lld targets for %lld rows of logits", op, (long long)wk_tensor_numel(targets), (long long)*N);
   if (mask) ARG_FLAT(op, mask, WK_U8, logits, numel(mask));
@@ -309,18 +328,20 @@ static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor
 WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
                              float normalizer, double *loss_sum) {
   int64_t N = 0, V = 0;
-  WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V));
+  WkIndexLayout at;
+  WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));
-  if (on_cuda(logits)) return CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
-  int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
-  return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, bad, V);
+  if (on_cuda(logits)) return CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
+  int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
+  return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, at, bad, V);
 }
 
 WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits, const WkTensor *targets,
                                       const WkTensor *mask, float normalizer, float dloss) {
   int64_t N = 0, V = 0;
-  WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V));
+  WkIndexLayout at;
+  WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V, &at));
   ARG_FLAT("cross_entropy_backward", dlogits, WK_F32, logits, numel(logits));
-  return DISPATCH(logits, cpu_cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
-                  CUDA->cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
+  return DISPATCH(logits, cpu_cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
+                  CUDA->cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }

@@ -34,11 +34,13 @@ void cpu_axpy(float *y, float alpha, const float *x, size_t n);
 void cpu_round(float *x, size_t n, WkDType dtype);
 double cpu_sumsq(const float *x, size_t n);
 void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std);
-/* Both return the first out-of-range index found (its position n) or -1. */
-int64_t cpu_embedding_forward(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                              size_t B, size_t T, size_t C, size_t V);
+/* Index tensors (idx, targets) are read through their WkIndexLayout (runtime/tensor/tensor.h), so
+ * views such as a loader batch's tokens[:, :-1] need no gather. Both forwards return the first
+ * out-of-range index found (its logical position n) or -1. */
+int64_t cpu_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
+                              const float *wpe, size_t B, size_t T, size_t C, size_t V);
 void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                            size_t B, size_t T, size_t C);
+                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                            const float *bias, size_t N, size_t C, float eps);
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -55,11 +57,11 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, size_t B, s
 WkStatus cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                 size_t B, size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch */
 int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                  const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                  double *loss_sum);
+                                  WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                  float normalizer, double *loss_sum);
 void cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                float dloss);
+                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                float normalizer, float dloss);
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 

@@ -57,9 +57,11 @@ extern "C" {
   X(WkStatus, round, (float *x, size_t n, WkDType dtype))                                                      \
   X(WkStatus, sumsq, (const float *x, size_t n, double *out))                                                  \
   X(WkStatus, embedding_forward,                                                                               \
-    (float *out, const int32_t *idx, const float *wte, const float *wpe, size_t B, size_t T, size_t C, size_t V)) \
+    (float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte, const float *wpe, size_t B,     \
+     size_t T, size_t C, size_t V))                                                                            \
   X(WkStatus, embedding_backward,                                                                              \
-    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, size_t B, size_t T, size_t C))           \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, WkIndexLayout idx_layout, size_t B,       \
+     size_t T, size_t C))                                                                                      \
   X(WkStatus, layernorm_forward,                                                                               \
     (float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, size_t N,  \
      size_t C, float eps))                                                                                     \
@@ -80,11 +82,11 @@ extern "C" {
     (float *dqkv, const float *dout, const float *qkv, const float *att, size_t B, size_t T, size_t C,          \
      size_t NH))                                                                                               \
   X(WkStatus, cross_entropy_forward,                                                                           \
-    (float *losses, const float *logits, const int32_t *targets, const uint8_t *mask, size_t N, size_t V,       \
-     float normalizer, double *loss_sum))                                                                      \
+    (float *losses, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                 \
+     const uint8_t *mask, size_t N, size_t V, float normalizer, double *loss_sum))                             \
   X(WkStatus, cross_entropy_backward,                                                                          \
-    (float *dlogits, const float *logits, const int32_t *targets, const uint8_t *mask, size_t N, size_t V,      \
-     float normalizer, float dloss))                                                                           \
+    (float *dlogits, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                \
+     const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \
   X(WkStatus, adamw,                                                                                           \
     (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,         \
      float eps, float weight_decay, int64_t step, float grad_scale))

@@ -150,6 +150,23 @@ int wk_tensor_is_contiguous(const WkTensor *t) {
   return 1;
 }
 
+WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out) {
+  int64_t n = wk_tensor_numel(t);
+  if (wk_tensor_is_contiguous(t)) {
+    *out = (WkIndexLayout){.cols = n > 0 ? n : 1, .row_stride = n, .col_stride = 1};
+  } else if (t->ndim == 1) {
+    *out = (WkIndexLayout){.cols = t->shape[0] > 0 ? t->shape[0] : 1, .row_stride = 0, .col_stride = t->strides[0]};
+  } else if (t->ndim == 2) {
+    *out = (WkIndexLayout){.cols = t->shape[1] > 0 ? t->shape[1] : 1, .row_stride = t->strides[0],
+                           .col_stride = t->strides[1]};
+  } else {
+    char got[128];
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s (strided) cannot be read in place as rows of indices: make it contiguous "
+                   "or a view of one or two dims", wk_tensor_describe(t, got, sizeof got));
+  }
+  return WK_OK;
+}
+
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size) {
   size_t used = (size_t)snprintf(buf, size, "[");
   for (int d = 0; d < t->ndim && used < size; d++)

@@ -64,6 +64,30 @@ struct WkEvent {
 
 WK_INTERNAL_EXPORT WkStream *wk_stream_current(void);  /* the calling thread's stream for ops; NULL = default */
 
+/* Functions that kernels of both devices use (nvcc compiles them for the GPU as well). */
+#ifdef __CUDACC__
+#define WK_HOST_DEVICE __host__ __device__
+#else
+#define WK_HOST_DEVICE
+#endif
+
+/* How a kernel walks an index tensor in place, whatever its strides (token ids and targets are views
+ * of a loader batch: tokens[:, :-1] and tokens[:, 1:]). Logical element n, in row-major order, lies
+ * at data[wk_index_offset(layout, n)] from the tensor's first element. A contiguous tensor of any
+ * shape is one row; a strided one has one or two dims. */
+typedef struct {
+  int64_t cols;        /* elements per row (at least 1) */
+  int64_t row_stride;  /* elements from a row to the next */
+  int64_t col_stride;  /* elements from one element of a row to the next */
+} WkIndexLayout;
+
+WK_HOST_DEVICE static inline int64_t wk_index_offset(WkIndexLayout layout, int64_t n) {
+  return n / layout.cols * layout.row_stride + n % layout.cols * layout.col_stride;
+}
+
+/* t's layout, or WK_ERR_INVALID_ARG for a strided tensor of more than two dims. */
+WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out);
+
 /* Writes "[2, 3] f32 cpu" into buf for error messages. */
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
 
