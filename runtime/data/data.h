@@ -3,8 +3,8 @@
  *
  * Owns: the shard format and dataset index (format.h, FORMAT.md), byte sources (local file now,
  * HTTP/S3 later), the block caches, tokenizers and the converter, the deterministic sample order,
- * the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows nothing about tensors beyond
- * writing int32 tokens into caller-provided buffers.
+ * the node cache that follows it, packing, mixing, the loader threads and the cursor. Of tensors it
+ * knows only the loader's batches (device_copy.c): views of its pinned ring, or copies on a device.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   source.c    WkByteSource: size + read_at(offset) + optional zero-copy map, named for errors
@@ -23,6 +23,7 @@
  *   pack.c      samples -> [micro_batch, seq_len+1] int32 rows + masks/doc ids
  *   mix.c       several sources -> one deterministic stream with per-source cursors
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring
+ *   device_copy.c  a ring slot's batch as tensors, and its copy to the loader's device
  *
  * This header is the internal contract between those layers; the FFI-visible API is in wick.h.
  */

@@ -26,9 +26,6 @@ static void host_free(MemoryKind kind, void *data) {
   else free(data);
 }
 
-WkStatus wk_host_alloc_pinned(size_t bytes, void **out) { return host_alloc(MEMORY_PINNED, bytes, out); }
-void wk_host_free_pinned(void *data) { host_free(MEMORY_PINNED, data); }
-
 WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStorage **out) {
   WkStorage *s = wk_calloc(1, sizeof *s, "tensor storage header");
   if (!s) return wk_last_status();

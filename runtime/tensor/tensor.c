@@ -94,6 +94,26 @@ WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *s
   return t;
 }
 
+WkTensor *wk_tensor_on_storage(WkStorage *s, size_t byte_offset, WkDType dtype, int ndim, const int64_t *shape) {
+  int64_t numel;
+  if (!dtype_valid(dtype)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
+    return NULL;
+  }
+  if (check_shape(ndim, shape, &numel) != WK_OK) return NULL;
+  size_t size = dtype_sizes[dtype], bytes = (size_t)numel * size;
+  if (byte_offset % size != 0 || byte_offset > s->bytes || bytes > s->bytes - byte_offset) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "%zu bytes of %s at byte %zu do not fit a storage of %zu bytes (or are misaligned)",
+            bytes, dtype_names[dtype], byte_offset, s->bytes);
+    return NULL;
+  }
+  WkTensor *t = tensor_on_storage(s, dtype, ndim, shape);
+  if (!t) return NULL;
+  t->offset = (int64_t)(byte_offset / size);
+  atomic_fetch_add((_Atomic int *)&s->refcount, 1);
+  return t;
+}
+
 WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int64_t *shape, const int64_t *strides) {
   int64_t numel;
   if (check_shape(ndim, shape, &numel) != WK_OK) return NULL;
@@ -115,6 +135,14 @@ WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int6
   memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
   atomic_fetch_add((_Atomic int *)&t->storage->refcount, 1);
   return v;
+}
+
+WkTensor *wk_tensor_share(const WkTensor *t) {
+  WkTensor *copy = wk_malloc(sizeof *copy, "tensor");
+  if (!copy) return NULL;
+  *copy = *t;
+  atomic_fetch_add((_Atomic int *)&t->storage->refcount, 1);
+  return copy;
 }
 
 void wk_tensor_free(WkTensor *t) {

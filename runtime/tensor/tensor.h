@@ -169,13 +169,13 @@ static inline uint16_t wk_f32_to_f16(float f) {
 
 /* ---- allocation (runtime/tensor/memory.c; device memory in runtime/tensor/cuda/memory.cu) ----- */
 
+/* MEMORY_PINNED is page-locked host memory (cudaHostAlloc) when a CUDA device is present, else 64-byte
+ * aligned memory: for buffers that other subsystems fill and the device copies from (the loader's ring). */
 WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStorage **out);
 void wk_storage_release(WkStorage *s);
-
-/* Page-locked host memory (cudaHostAlloc) when a CUDA device is present, else 64-byte aligned
- * memory: for buffers that other subsystems fill and the device copies from (the loader's ring). */
-WkStatus wk_host_alloc_pinned(size_t bytes, void **out);
-void wk_host_free_pinned(void *data);
+/* A contiguous tensor over bytes [byte_offset, ...) of s, which holds several arrays laid out by its
+ * owner (a loader's ring slot); takes a reference to s. NULL when it does not fit or is misaligned. */
+WkTensor *wk_tensor_on_storage(WkStorage *s, size_t byte_offset, WkDType dtype, int ndim, const int64_t *shape);
 
 #ifdef __cplusplus
 }

@@ -124,7 +124,7 @@ static void test_cuda_module_exports_every_entry(void) {
   WK_CUDA_MODULE_FUNCTIONS(EXPECT_EXPORT)
 #undef EXPECT_EXPORT
   CHECK(missing == 0);
-  dlclose(module);
+  /* Left loaded: cudart's and libstdc++'s load-time allocations would read as leaks once unmapped. */
 #else
   printf("skipped: built without CUDA\n");
 #endif
