@@ -27,7 +27,7 @@ extern "C" {
 
 /* Bumped on any change of the declarations below; Lua refuses a library whose major differs. */
 #define WK_VERSION_MAJOR 0
-#define WK_VERSION_MINOR 2
+#define WK_VERSION_MINOR 3
 #define WK_VERSION_PATCH 0
 
 /* WK_CDEF_BEGIN */

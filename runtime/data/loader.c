@@ -427,7 +427,8 @@ static uint64_t buffers_in_flight(const WkLoader *loader, uint32_t i, uint32_t r
 
 /* The ring: `prefetch` micro-batches (default 4 per thread + 4), fewer when the memory budget or a
  * source's node cache cannot hold what that many in flight need, and never fewer than two; plus the
- * earlier micro-batches of a step, held while its later ones are taken. */
+ * earlier micro-batches of a step, held while its later ones are taken (readers never go more than
+ * the prefetch ahead: see ahead_limit). */
 static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS), held = loader->micro_steps - 1;
   uint32_t n = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
@@ -448,11 +449,11 @@ static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
     uint64_t need = buffers_in_flight(loader, i, n);
     if (need > room)
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %lld holds %llu shuffle buffers of %llu units but "
-                     "%llu are in use at once (2 micro-batches in flight, global batch %u, plus the straddling edges "
+                     "%llu are in use at once (%u micro-batches in flight, global batch %u, plus the straddling edges "
                      "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
                      loader->sources[i].path, (long long)param(loader, WK_LOADER_CACHE_BYTES), (unsigned long long)room,
                      (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
-                     loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
+                     n, loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
   }
   *count = n + held;
   return WK_OK;
@@ -664,6 +665,9 @@ static void copy_stage(WkLoader *loader, Buffer *b, WkStatus status) {
            wk_last_error());
 }
 
+/* Micro-batches the readers may fill ahead of the consumer: the ring less the room for held ones. */
+static uint32_t ahead_limit(const WkLoader *loader) { return loader->buffer_count - (loader->micro_steps - 1); }
+
 static bool is_ready(const WkLoader *loader, uint64_t seq) {
   const Buffer *b = &loader->buffers[seq % loader->buffer_count];
   return b->state == BUFFER_READY && b->seq == seq;
@@ -699,7 +703,7 @@ static void *reader_thread(void *arg) {
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
     Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (loader->ended || b->state != BUFFER_FREE) {
+    if (loader->ended || b->state != BUFFER_FREE || loader->next_seq >= loader->consumed + ahead_limit(loader)) {
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
@@ -792,11 +796,6 @@ static WkStatus release(WkLoader *loader, Buffer *b) {
   return wk_batch_tensors_release(&b->tensors);
 }
 
-/* Lock held. Micro-batches returned and not yet given back: [held_from, consumed). */
-static uint32_t holding(const WkLoader *loader) {
-  return loader->held ? (uint32_t)(loader->consumed - loader->held_from) : 0;
-}
-
 /* Lock held. Gives back the held micro-batches when the next one starts another step (or always,
  * at the end); the micro-batches of one step stay valid together. */
 static WkStatus release_held(WkLoader *loader, bool all) {
@@ -818,7 +817,7 @@ static void wait_for(WkLoader *loader, uint64_t seq) {
   if (is_ready(loader, seq)) return;
   /* The first batch is awaited alone: time to first batch is what a starting job feels. */
   bool first = loader->consumed == 0;
-  uint32_t ring = loader->buffer_count - holding(loader);
+  uint32_t ring = ahead_limit(loader);
   loader->wake_consumer_at = seq + (first || ring <= 2 ? 0 : ring / 2 - 1);
   while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
@@ -860,6 +859,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (!loader->held) loader->held_from = loader->consumed;
   loader->held = b;
   loader->consumed++;
+  if (loader->readers_waiting && loader->micro_steps > 1) pthread_cond_signal(&loader->free); /* ahead_limit moved */
   loader->skipped += b->skipped;
   loader->stats.batches++;
   loader->stats.skipped = loader->skipped;
