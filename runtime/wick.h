@@ -356,7 +356,7 @@ WK_API WkTensor *wk_tensor_empty(WkDType dtype, int ndim, const int64_t *shape, 
                                  int device_index);
 /* Same, in page-locked host memory (fast async copies) when CUDA is usable, else ordinary memory. */
 WK_API WkTensor *wk_tensor_empty_pinned(WkDType dtype, int ndim, const int64_t *shape);
-/* A contiguous CPU tensor over memory Wick does not own (a loader's batch buffer): no copy, and
+/* A contiguous CPU tensor over memory Wick does not own (another library's buffer): no copy, and
  * freeing the tensor leaves the memory alone, so the caller keeps it alive while the tensor is used. */
 WK_API WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *shape);
 /* A view of t's storage: offset and strides in elements, checked against the storage's extent. */

@@ -105,7 +105,7 @@ end
 
 function tensor.zeros(shape, dtype, device) return tensor.full(shape, 0, dtype, device) end
 
--- A tensor over memory owned by someone else (e.g. a loader batch's tokens pointer): no copy.
+-- A tensor over memory owned by someone else (a buffer from another library): no copy.
 -- `owner` (any Lua value) is kept reachable as long as the tensor, so the memory outlives it.
 local borrowed_owners = setmetatable({}, { __mode = 'k' })
 function tensor.borrow(pointer, shape, dtype, owner)
