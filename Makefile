@@ -107,7 +107,7 @@ LIB_CXX := $(sort $(wildcard runtime/*/*.cpp))
 LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
 HOST_C := $(sort $(wildcard runtime/host/*.c))
 LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o) $(LIB_CXX:%.cpp=$(OBJ)/%.cpp.o)
-# The CUDA backend is a module of its own, loaded by runtime/ops/cuda_backend.c only on a machine
+# The CUDA backend is a module of its own, loaded by runtime/tensor/cuda_module.c only on a machine
 # with an NVIDIA device: cuBLAS alone would cost every process ~200 MB and 70 ms to load.
 CUDA_OBJ := $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
 CUDA_MODULE := $(if $(filter 1,$(WITH_CUDA)),build/libwick_cuda.so)
@@ -154,7 +154,7 @@ build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
 
-# -Bsymbolic: the module's own functions bind to themselves, not to libwick's stubs of the same name.
+# -Bsymbolic: the module's own functions bind to themselves, whatever else a process has loaded.
 build/libwick_cuda.so: $(CUDA_OBJ) build/libwick.so
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(CUDA_OBJ) -Lbuild -lwick -Wl,-Bsymbolic -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_EXTRA) $(CUDA_LIBS)

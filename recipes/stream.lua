@@ -50,9 +50,10 @@ local loader = data.loader {
 
 local function decode(batch, row)
   local width = batch.seq_len + 1
+  local tokens = ffi.cast('int32_t *', batch.tokens:data())  -- a CPU loader's i32 tokens, read in place
   local chars = {}
   for t = 0, math.min(width, SHOWN_CHARS) - 1 do
-    local token = batch.tokens[row * width + t]
+    local token = tokens[row * width + t]
     chars[#chars + 1] = token < 256 and string.char(token) or '<eos>'
   end
   -- one line per sample: newlines and tabs shown as escapes

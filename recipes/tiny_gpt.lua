@@ -3,9 +3,10 @@
 --   ./run --nproc-per-node 2 recipes/tiny_gpt.lua --data build/demo/data --steps 60
 -- Each step takes the global batch: on W ranks, each accumulates global_batch / (W * micro_batch)
 -- micro-batches, and the loss is normalized by the step's global count of target tokens, so the
--- result does not depend on W or on the accumulation split (wick.nn.data_parallel). Batches are
--- copied once out of the loader's ring. At the end rank 0 saves the weights with Hugging Face
--- GPT-2 names and the loader's cursor next to them (it resumes on any world size).
+-- result does not depend on W or on the accumulation split (wick.nn.data_parallel). The model reads
+-- each batch where the loader's reader threads wrote it (no copy). At the end rank 0 saves the
+-- weights with Hugging Face GPT-2 names and the loader's cursor next to them (it resumes on any
+-- world size).
 local cli = require 'wick.cli'
 local core = require 'wick.core'
 local wick = require 'wick'
@@ -33,13 +34,9 @@ local WARMUP = math.max(1, math.floor(opts.steps / 10))
 local REPORTS = 10
 
 local dist = wick.dist.init { timeout = 120 }
-local dataset, err = wick.dataset.open(opts.data)
-if not dataset then cli.fail(spec.name .. ': ' .. err, cli.EXIT_DATA) end
-local vocab = dataset.vocab_size
-dataset:close()
 local loader = wick.data.loader { data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch,
   micro_batch = opts.micro_batch, world_size = dist.world_size, rank = dist.rank, seed = 0 }
-local model = wick.nn.gpt { vocab = vocab, seq_len = opts.seq_len, layers = opts.layers, heads = opts.heads,
+local model = wick.nn.gpt { vocab = loader:vocab_size(), seq_len = opts.seq_len, layers = opts.layers, heads = opts.heads,
   dim = opts.dim, precision = opts.precision, seed = 0 }
 local function lr_at(step)
   if step <= WARMUP then return opts.lr * step / WARMUP end

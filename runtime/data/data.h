@@ -3,8 +3,8 @@
  *
  * Owns: the shard format (shard.h, FORMAT.md) and the dataset index (index.h), blobs (a local file now,
  * HTTP/S3 objects later), the block caches, tokenizers and the converter, the deterministic sample
- * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows
- * nothing about tensors beyond writing int32 or int64 tokens into caller-provided buffers.
+ * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. Of
+ * tensors it knows only the loader's batches (device_copy.c): views of its pinned ring, or copies on a device.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   blob.c      WkBlob: a named run of bytes read by range, optionally mapped (a local file now)
@@ -23,6 +23,7 @@
  *   mix.c       several sources -> one deterministic stream with per-source cursors
  *   cursor.c    the stream's state as a short line of text
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring
+ *   device_copy.c  a ring slot's batch as tensors, and its copy to the loader's device
  *
  * This header is the internal contract between those layers; the FFI-visible API is in wick.h.
  */

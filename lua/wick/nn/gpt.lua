@@ -117,7 +117,7 @@ end
 
 function GPT:free()
   nn.Module.free(self)
-  for _, group in ipairs({ self.flat, self.named, self.named_grads }) do
+  for _, group in ipairs({ self.flat, self.named, self.named_grads, { self.tokens_inputs, self.tokens_targets } }) do
     for _, t in pairs(group) do
       if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
     end
@@ -133,11 +133,13 @@ function GPT:parameter_count() return self.flat.params:numel() end
 
 -- ---- forward and backward ------------------------------------------------------------------------
 
--- t itself when it is already contiguous, of dtype and on the model's device; else a copy kept in
--- a reused buffer.
-local function staged(self, key, t, dtype)
+-- t itself when it is of dtype, on the model's device and laid out as the op reads it; else a copy
+-- into a reused buffer. Index tensors (idx, targets) are read in place with the strides of a view of
+-- at most two dims (a loader batch's tokens[:, :-1] and tokens[:, 1:]); the mask must be contiguous.
+local function staged(self, key, t, dtype, strided)
   if t == nil then return nil end
-  if t.device == self.device and t.dtype == dtype and t:is_contiguous() then return t end
+  local readable = t:is_contiguous() or (strided and t:dim() <= 2)
+  if t.device == self.device and t.dtype == dtype and readable then return t end
   return self:buffer(key, t.shape, dtype):copy(t)
 end
 
@@ -158,15 +160,16 @@ end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
 -- [B, T, V] (a buffer the next forward overwrites) when no targets are given. idx, targets and mask
--- must stay alive until backward() when they are already contiguous on the model's device, since
--- the model then uses them in place instead of copying.
+-- must stay alive until backward() when they are already of the right dtype on the model's device,
+-- since the model then reads them in place instead of copying (idx and targets may be strided
+-- views, see staged).
 function GPT:forward(idx, targets, mask, count)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
   local B, TT = idx:size(1), idx:size(2)
   if TT > cfg.seq_len then error(string.format('gpt:forward: T = %d exceeds seq_len %d', TT, cfg.seq_len), 2) end
   refresh_compute_weights(self)
-  idx = staged(self, 'idx', idx, 'i32')
+  idx = staged(self, 'idx', idx, 'i32', true)
   self.idx = idx
   local body = self.transformer
   local x = self:buffer('embedded', { B, TT, cfg.dim })
@@ -186,7 +189,7 @@ function GPT:forward(idx, targets, mask, count)
     self.targets = nil
     return logits
   end
-  self.targets = staged(self, 'targets', targets, 'i32')
+  self.targets = staged(self, 'targets', targets, 'i32', true)
   self.mask = staged(self, 'mask', mask, 'u8')
   self.count = count or count_selected(self, self.mask, B, TT)
   if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
@@ -195,21 +198,16 @@ function GPT:forward(idx, targets, mask, count)
   return self.loss
 end
 
--- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:].
+-- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:],
+-- views read in place (a loader batch also carries them ready made: batch.inputs, batch.targets).
+-- The views live until the next call, since backward() reads them too.
 function GPT:forward_tokens(tokens, mask, count)
   local width = tokens:size(2) - 1
-  local inputs, shifted = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
-  local idx = staged(self, 'tokens_idx', inputs, 'i32')
-  local targets = staged(self, 'tokens_targets', shifted, 'i32')
-  -- A view used in place (one row is contiguous) must live until backward(): it goes at the next
-  -- call; a view that was copied goes now.
-  for _, key in ipairs({ 'tokens_inputs', 'tokens_targets_view' }) do
+  for _, key in ipairs({ 'tokens_inputs', 'tokens_targets' }) do
     if self[key] then self[key]:free() end
-    self[key] = nil
   end
-  if idx == inputs then self.tokens_inputs = inputs else inputs:free() end
-  if targets == shifted then self.tokens_targets_view = shifted else shifted:free() end
-  return self:forward(idx, targets, mask, count)
+  self.tokens_inputs, self.tokens_targets = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
+  return self:forward(self.tokens_inputs, self.tokens_targets, mask, count)
 end
 
 -- The modules whose parameter gradients backward() completes, in the order it completes them: the
