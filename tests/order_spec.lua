@@ -182,12 +182,17 @@ describe('resident memory', function()
   end)
 end)
 
+-- How many of a job's node-cache regions are left in /dev/shm.
+local function shm_files(job)
+  return helper.sh('ls /dev/shm | grep -c -- "-' .. job .. '-" || true').out:match('%d+')
+end
+
 describe('a node cache shared by real ranks', function()
-  local function start_rank(rank, job, ready, die_after)
+  local function start_rank(rank, job, ready, cache_bytes, die_after)
     local log = ('%s/rank%d.log'):format(root, rank)
     local env = ('RANK=%d WORLD_SIZE=2 LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 WICK_JOB_ID=%s'):format(rank, rank, job)
     os.execute(('( %s %s %s/tests/helpers/stream_rank.lua %s %d 16 %d %d %s %s > %s 2>&1; echo $? >> %s ) &'):format(env,
-      q(helper.RUN), helper.ROOT, q(zstd), SEQ, BUFFER, 600 * 1024, q(ready), die_after or '', q(log), q(log)))
+      q(helper.RUN), helper.ROOT, q(zstd), SEQ, BUFFER, cache_bytes, q(ready), die_after or '', q(log), q(log)))
     return log
   end
 
@@ -205,16 +210,18 @@ describe('a node cache shared by real ranks', function()
     return false
   end
 
-  local function shm_files(job)
-    return helper.sh('ls /dev/shm | grep -c -- "-' .. job .. '-" || true').out:match('%d+')
-  end
-
   it('decodes each unit once per node, and a rank killed mid-stream does not stop the other', function()
-    for _, case in ipairs { { name = 'both finish' }, { name = 'rank 1 killed', die_after = 40 } } do
-      local job = ('j%d%d'):format(os.time(), math.random(1e6))
+    -- Decoded once per node holds whatever the ranks' relative speed when the cache holds every unit
+    -- (8 MiB; the dataset decodes to ~4.4 MB). A smaller cache makes a rank that runs ahead evict units
+    -- the other has yet to read, which the bench measures (amplification per node) under real load; here
+    -- a killed rank must not pin a small cache (600 KiB) and stop the survivor.
+    for _, case in ipairs { { name = 'both finish', cache = 8 * 2 ^ 20 },
+                            { name = 'rank 1 killed', cache = 600 * 1024, die_after = 40 } } do
+      -- Unique across concurrent suites (math.random is unseeded: the same sequence in every process).
+      local job = 'j' .. helper.read_file('/proc/sys/kernel/random/uuid'):gsub('%W', '')
       local ready = root .. '/ready-' .. job
       os.execute('mkdir -p ' .. q(ready))
-      local logs = { start_rank(0, job, ready), start_rank(1, job, ready, case.die_after) }
+      local logs = { start_rank(0, job, ready, case.cache), start_rank(1, job, ready, case.cache, case.die_after) }
       assert.is_true(wait_for(logs, 60), case.name .. ': ranks did not finish in 60 s:\n' ..
         helper.read_file(logs[1]) .. helper.read_file(logs[2]))
       local first = helper.read_file(logs[1])
@@ -227,7 +234,6 @@ describe('a node cache shared by real ranks', function()
       else
         assert.matches('\n0\n$', helper.read_file(logs[2]))
         assert.is_true(amplification <= 1.05, ('node decode amplification %.3f'):format(amplification))
-        assert.is_true(counters.decoded < 0.9 * counters.node_decoded, 'rank 0 decoded everything itself')
       end
       -- The last reader to leave removes the node cache's name; a killed rank's is reclaimed by the survivor.
       assert.are.equal('0', shm_files(job))
@@ -237,16 +243,14 @@ end)
 
 describe('the launcher', function()
   it("removes the node caches of a job whose ranks were all killed", function()
-    local function regions()
-      return helper.sh('ls /dev/shm | grep "^wick-$(id -u)-" | sort').out
-    end
-    local before = regions()
     local ready = root .. '/ready-launch'
     os.execute('mkdir -p ' .. q(ready))
     local r = helper.run(('--nproc-per-node 2 %s/tests/helpers/stream_rank.lua %s %d 16 %d %d %s 20'):format(
       helper.ROOT, q(zstd), SEQ, BUFFER, 600 * 1024, q(ready)))
     assert.are.equal(137, r.rc, r.out .. r.err) -- the first rank's SIGKILL
-    assert.are.equal(before, regions())
+    local job = r.out:match('job=(%x+)')
+    assert.is_truthy(job, r.out)
+    assert.are.equal('0', shm_files(job))
   end)
 end)
 
