@@ -168,6 +168,48 @@ describe('wick.dataset', function()
     end
   end)
 
+  -- Opening a FIFO blocks until a writer comes: each case runs in a child under a timeout, so a
+  -- regression fails the test instead of hanging the suite.
+  local HANG_SECONDS = 20
+  local function open_in_child(target, shard)
+    local code = ([[local ds, err = require('wick.dataset').open(%q)
+      if not ds then io.write('open: ', err) return end
+      local _, message = ds:try_read(%d, 0, 1)
+      io.write('read: ', tostring(message))]]):format(target, shard or 0)
+    return helper.sh(('timeout %d %s -e %s'):format(HANG_SECONDS, q(helper.RUN), q(code)))
+  end
+
+  it('refuses an index or shard that is a FIFO, a directory or a device, naming it, without blocking', function()
+    local dir = fresh()
+    local shard = dir .. '/shard-00000.wks'
+    os.rename(shard, dir .. '/saved.wks')
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(shard)).rc)
+    local r = open_in_child(dir)
+    assert.are.equal(0, r.rc, 'timed out or failed: ' .. r.err)
+    assert.matches("read: dataset '" .. dir .. "': '" .. shard .. "' is a FIFO (named pipe), not a regular file", r.out,
+      1, true)
+    os.remove(shard)
+    assert.are.equal(0, helper.sh('mkdir ' .. q(shard)).rc)
+    assert.matches("'" .. shard .. "' is a directory, not a regular file", open_in_child(dir).out, 1, true)
+    helper.rmtree(shard)
+    assert.are.equal(0, helper.sh('ln -s /dev/null ' .. q(shard)).rc)
+    assert.matches("'" .. shard .. "' is a character device, not a regular file", open_in_child(dir).out, 1, true)
+    os.remove(shard)
+    os.rename(dir .. '/saved.wks', shard)
+
+    local index = dir .. '/index.json'
+    os.rename(index, dir .. '/saved.json')
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(index)).rc)
+    for _, target in ipairs { dir, index } do
+      r = open_in_child(target)
+      assert.are.equal(0, r.rc, 'timed out or failed: ' .. r.err)
+      assert.matches("open: dataset '" .. target .. "': '" .. index .. "' is a FIFO (named pipe)", r.out, 1, true)
+    end
+    os.remove(index)
+    os.rename(dir .. '/saved.json', index)
+    assert.matches('read: nil', open_in_child(dir).out, 1, true) -- whole again
+  end)
+
   describe('corruption', function()
     it('a flipped byte in a zstd or raw block fails that block only, naming shard, block and checksum', function()
       for _, mode in ipairs { '--compression zstd', '--compression none' } do

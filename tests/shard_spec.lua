@@ -308,6 +308,24 @@ describe('wick.shard converter', function()
     assert.is_true(before > 3)
   end)
 
+  it('refuses an input that is a FIFO or a device, named or met in a directory, without blocking', function()
+    corpus.tree(root, { ['in/a.txt'] = 'alpha', ['in/b.jsonl'] = '{"text": "beta"}\n' })
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(root .. '/in/pipe.jsonl') .. ' ' .. q(root .. '/pipe.txt')).rc)
+    local cases = {
+      { q(root .. '/in'), root .. "/in/pipe.jsonl' is a FIFO (named pipe)" },
+      { q(root .. '/pipe.txt'), root .. "/pipe.txt' is a FIFO (named pipe)" },
+      { '/dev/null', "'/dev/null' is a character device" },
+    }
+    for _, case in ipairs(cases) do
+      local r = helper.sh(('timeout 20 %s -m wick.shard %s -o %s'):format(q(helper.RUN), case[1], q(root .. '/out')))
+      assert.are.equal(1, r.rc, case[1] .. ': ' .. r.err)
+      assert.matches(case[2], r.err, 1, true)
+      assert.matches('only regular files and directories', r.err, 1, true)
+    end
+    os.remove(root .. '/in/pipe.jsonl')
+    assert.are.equal(0, corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out')).rc)
+  end)
+
   describe('command line', function()
     it('prints help generated from its option table', function()
       local r = corpus.convert('--help')

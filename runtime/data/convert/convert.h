@@ -69,6 +69,17 @@ void convert_chunk_free(Chunk *chunk);
 typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
+/* The same for a .jsonl, .jsonl.zst or .bin input already open as blob, cut into pieces of about
+ * sizes (the converter's are convert_chunk_sizes; tests/fuzz/fuzz_inputs.c cuts tiny ones so that
+ * every chunk boundary is reached). */
+typedef struct {
+  size_t line_bytes;  /* .jsonl: a chunk ends at the last newline before this many bytes (>= 1) */
+  size_t bin_tokens;  /* .bin: tokens per chunk (>= 1) */
+} ChunkSizes;
+extern const ChunkSizes convert_chunk_sizes;
+WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                          void *arg, const atomic_bool *stop);
+
 /* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
  * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */
 WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
