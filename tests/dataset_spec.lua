@@ -210,6 +210,38 @@ describe('wick.dataset', function()
     assert.matches('read: nil', open_in_child(dir).out, 1, true) -- whole again
   end)
 
+  it('refuses an index that names a member twice, saying which name and which file', function()
+    local dir = fresh()
+    local path = dir .. '/index.json'
+    local index = helper.read_file(path)
+    local many = {}
+    for i = 1, 40 do many[i] = ('"note%d": %d'):format(i, i) end
+    local cases = {
+      -- Both values agree with the shards, so only the repetition can be wrong (first/last win alike).
+      { (index:gsub('"version": 1,', '"version": 1, "version": 1,')), '"version" appears twice', 'line 3' },
+      { (index:gsub('"tokens": (%d+),\n', '"tokens": %1, "tokens": %1,\n', 1)), '"tokens" appears twice' },
+      { (index:gsub('"checksum": ("[^"]+")', '"checksum": %1, "checksum": %1')), '"checksum" appears twice' },
+      -- A large object (past the linear scan, through the hash table) and a name spelled with an escape.
+      { (index:gsub('"converter": {', '"converter": {' .. table.concat(many, ', ') .. ', "note33": 0, ')),
+        '"note33" appears twice' },
+      { (index:gsub('"version": 1,', '"version": 1, "v\\u0065rsion": 1,')), '"version" appears twice' },
+    }
+    for _, case in ipairs(cases) do
+      assert.are_not.equal(index, case[1])
+      helper.write_file(path, case[1])
+      local ds, err = dataset.open(dir)
+      assert.is_nil(ds, case[2])
+      assert.matches("index '" .. path .. "': invalid JSON at " .. (case[3] or 'line'), err, 1, true)
+      assert.matches(case[2], err, 1, true)
+      assert.are.equal(C.WK_ERR_FORMAT, C.wk_last_status())
+    end
+    -- Forty distinct names are fine.
+    helper.write_file(path, (index:gsub('"converter": {', '"converter": {' .. table.concat(many, ', ') .. ', ')))
+    local ds = assert(dataset.open(dir))
+    assert.are.equal(text:sub(1, 50), ds:text(ds:read(0, 0, 50), 50))
+    ds:close()
+  end)
+
   describe('corruption', function()
     it('a flipped byte in a zstd or raw block fails that block only, naming shard, block and checksum', function()
       for _, mode in ipairs { '--compression zstd', '--compression none' } do

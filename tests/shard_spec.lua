@@ -147,6 +147,15 @@ describe('wick.shard converter', function()
     ds:close()
   end)
 
+  it('takes the first of a repeated --field in a .jsonl line, as FORMAT.md says', function()
+    helper.write_file(root .. '/d.jsonl', '{"text": "first", "id": 1, "id": 2, "text": "second"}\n{"text": "x"}\n')
+    local r = corpus.convert(q(root .. '/d.jsonl') .. ' -o ' .. q(root .. '/out') .. ' --strict')
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/out')
+    assert.are.same({ 'first', 'x' }, corpus.documents(ds))
+    ds:close()
+  end)
+
   it('numbers lines across chunks, and takes CRLF, a last line without newline and a multi-MB line', function()
     local lines = {}
     for i = 1, 40000 do lines[i] = '{"text": "line ' .. i .. ' ' .. string.rep('x', i % 50) .. '"}' end
