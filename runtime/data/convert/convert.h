@@ -85,4 +85,28 @@ WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const Chunk
 WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
                              size_t *count, size_t *capacity);
 
+/* The output directory (output.c): locked for the run, written through a staging directory next to
+ * it, published by a swap. */
+typedef struct {
+  char *dir;        /* the output directory, absolute and resolved */
+  char *staging;    /* where this run writes: <parent>/.<name>.converting */
+  char *old;        /* the replaced dataset until it is removed: <parent>/.<name>.old */
+  char *lock_path;  /* <parent>/.<name>.lock */
+  int lock_fd;      /* -1 unless held */
+  bool published;
+} ConvertOutput;
+
+/* Resolves and locks out_dir (failing at once, naming the holder's pid, when another converter has
+ * it), finishes the cleanup a killed run left, and prepares the staging directory: emptied, or with
+ * resume only of its temporaries (its shards are candidates for reuse). */
+WkStatus convert_output_open(const char *out_dir, bool resume, ConvertOutput *o);
+/* The path of name in the staging directory (malloc'd; NULL when out of memory). */
+char *convert_output_path(const ConvertOutput *o, const char *name);
+/* Resuming: makes the current dataset's file name part of the staging directory too (a hard link). */
+WkStatus convert_output_adopt(const ConvertOutput *o, const char *name);
+/* Swaps the staging directory (holding shards 0..shards-1 and index.json) in for the output. */
+WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
+/* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
+void convert_output_close(ConvertOutput *o, bool failed);
+
 #endif /* WK_DATA_CONVERT_H */
