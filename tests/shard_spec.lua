@@ -237,6 +237,7 @@ describe('wick.shard converter', function()
     local r = corpus.convert(q(root .. '/bad.bin') .. ' -o ' .. q(root .. '/x'))
     assert.are.equal(1, r.rc)
     assert.matches('60000', r.err, 1, true)
+    assert.matches("bad.bin': token 60000 at byte 4 is outside", r.err, 1, true) -- the file's offset
     local data = corpus.llmc_bin { 1, 2, 3, 4 }
     helper.write_file(root .. '/short.bin', data:sub(1, #data - 2))
     r = corpus.convert(q(root .. '/short.bin') .. ' -o ' .. q(root .. '/y'))
@@ -384,8 +385,10 @@ describe('wick.shard converter', function()
 
     it('keeps files it did not write, and finishes a replacement a killed run left half done', function()
       helper.write_file(out .. '/README', 'my notes')
+      assert.are.equal(0, helper.sh('chmod 750 ' .. q(out)).rc)
       corpus.tree(root, { ['new/c.txt'] = 'gamma' })
       assert.are.equal(0, corpus.convert(q(root .. '/new') .. ' -o ' .. q(out)).rc)
+      assert.are.equal('750\n', helper.sh('stat -c %a ' .. q(out)).out) -- the new directory keeps the old mode
       assert.are.same({ 'README', 'index.json', 'shard-00000.wks' }, (function()
         local names = helper.lines(listing(out))
         table.sort(names)

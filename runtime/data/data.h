@@ -14,7 +14,8 @@
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
  *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
- *               .jsonl, .jsonl.zst, .bin cut into chunks and documents) and the shard writer
+ *               .jsonl, .jsonl.zst, .bin cut into chunks and documents), its output directory (lock,
+ *               staging directory, swap) and the shard writer
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs
  *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order

@@ -39,6 +39,7 @@ typedef struct {
   bool first, last;      /* first/last chunk of its input */
   uint8_t *data;         /* owned bytes (lines, or .bin tokens); NULL for a text file (read by the worker) */
   size_t length;
+  uint64_t offset;       /* .bin: where data starts in the file (for messages) */
   uint64_t input_bytes;  /* progress made when this chunk is consumed */
   /* results */
   bool done;
@@ -70,13 +71,12 @@ typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
 /* The same for a .jsonl, .jsonl.zst or .bin input already open as blob, cut into pieces of about
- * sizes (the converter's are convert_chunk_sizes; tests/fuzz/fuzz_inputs.c cuts tiny ones so that
- * every chunk boundary is reached). */
+ * sizes (the converter's: 1 MiB of lines, 1 Mi tokens; tests/fuzz/fuzz_inputs.c cuts tiny ones so
+ * that every chunk boundary is reached). */
 typedef struct {
   size_t line_bytes;  /* .jsonl: a chunk ends at the last newline before this many bytes (>= 1) */
   size_t bin_tokens;  /* .bin: tokens per chunk (>= 1) */
 } ChunkSizes;
-extern const ChunkSizes convert_chunk_sizes;
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop);
 

@@ -30,6 +30,7 @@ enum {
   LLMC_MAGIC_GPT2 = 20240520,
   LLMC_MAGIC_LLAMA3 = 20240801,
   MAX_WALK_DEPTH = 64,
+  MAX_LINE_BYTES = 1 << 30,     /* a longer .jsonl line is refused rather than buffered */
 };
 
 /* ---- listing -------------------------------------------------------------------------------- */
@@ -210,7 +211,7 @@ static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chunk
   size_t capacity = 2 * sizes->line_bytes, have = 0;
   uint8_t *buffer = malloc(capacity);
   if (!buffer && status == WK_OK) status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path);
-  uint64_t reported = 0;
+  uint64_t reported = 0, emitted = 0;
   bool first = true, eof = false;
   while (status == WK_OK && !atomic_load(stop)) {
     while (!eof && have < sizes->line_bytes) {
@@ -225,6 +226,12 @@ static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chunk
     if (!eof) {
       while (cut > 0 && buffer[cut - 1] != '\n') cut--;
       if (cut == 0) { /* one line longer than the buffer: grow and read on */
+        if (have >= MAX_LINE_BYTES) {
+          status = WK_FAIL(WK_ERR_FORMAT, "'%s': the line starting at byte %llu%s is longer than %d MiB (is it "
+                           "line-delimited JSON?)", in->path, (unsigned long long)emitted,
+                           s.zstd ? " of the decompressed stream" : "", MAX_LINE_BYTES >> 20);
+          break;
+        }
         capacity *= 2;
         uint8_t *grown = realloc(buffer, capacity);
         if (!grown) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory: a line of '%s' is over %zu bytes", in->path, have); break; }
@@ -248,6 +255,7 @@ static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chunk
     first = false;
     buffer = rest;
     have -= cut;
+    emitted += cut;
     if ((status = emit(arg, c)) != WK_OK) break;
     if (eof && have == 0) break;
   }
@@ -295,6 +303,7 @@ static WkStatus cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const Chun
     }
     Chunk *c = NULL;
     if ((status = new_chunk(i, data, n * 2, &c)) != WK_OK) { free(data); break; }
+    c->offset = offset + done * 2;
     c->first = first;
     c->last = done + n == tokens;
     c->input_bytes = n * 2 + (first ? offset : 0);
@@ -305,7 +314,7 @@ static WkStatus cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const Chun
   return status;
 }
 
-const ChunkSizes convert_chunk_sizes = {.line_bytes = LINE_CHUNK_BYTES, .bin_tokens = BIN_CHUNK_TOKENS};
+static const ChunkSizes CHUNK_SIZES = {.line_bytes = LINE_CHUNK_BYTES, .bin_tokens = BIN_CHUNK_TOKENS};
 
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop) {
@@ -329,7 +338,7 @@ WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void
   }
   WkBlob *blob = wk_blob_open_file(in->path);
   if (!blob) return wk_last_status();
-  WkStatus status = convert_cut_blob(in, i, blob, &convert_chunk_sizes, emit, arg, stop);
+  WkStatus status = convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
   blob->close(blob);
   return status;
 }
@@ -469,8 +478,8 @@ static WkStatus process_tokens(const ChunkContext *ctx, const Input *in, Chunk *
     if (t == eos) {
       WK_TRY(end_document(c));
     } else if (t >= vocab) {
-      return WK_FAIL(WK_ERR_FORMAT, "'%s': token %u in a chunk at byte %llu is outside the %s vocabulary (%u); not "
-                     "GPT-2 tokens?", in->path, t, (unsigned long long)k * 2, ctx->tokenizer->name, vocab);
+      return WK_FAIL(WK_ERR_FORMAT, "'%s': token %u at byte %llu is outside the %s vocabulary (%u); not GPT-2 "
+                     "tokens?", in->path, t, (unsigned long long)(c->offset + k * 2), ctx->tokenizer->name, vocab);
     } else {
       c->tokens.data[c->tokens.length++] = t;
     }

@@ -280,10 +280,14 @@ char *convert_output_path(const ConvertOutput *o, const char *name) {
 
 /* Exchanges staging and D; afterwards the old dataset (if any) is at o->old. */
 static WkStatus swap(const ConvertOutput *o) {
-  if (!exists(o->dir)) {
+  struct stat st;
+  if (stat(o->dir, &st) != 0) {
     if (rename(o->staging, o->dir) != 0) return WK_FAIL_ERRNO("rename into place", o->dir);
     return WK_OK;
   }
+  if (chmod(o->staging, st.st_mode & 07777) != 0) /* the new directory keeps the old one's permissions */
+    wk_logf(WK_LOG_WARN, "converter: cannot give '%s' the permissions of '%s': %s", o->staging, o->dir,
+            strerror(errno));
   if (renameat2(AT_FDCWD, o->staging, AT_FDCWD, o->dir, RENAME_EXCHANGE) == 0) {
     if (rename(o->staging, o->old) != 0) return WK_FAIL_ERRNO("move the old dataset to", o->old);
     return WK_OK;
