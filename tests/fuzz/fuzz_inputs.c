@@ -24,7 +24,8 @@
 enum {
   MODE_JSONL, MODE_JSONL_ZST, MODE_JSONL_ZST_OF, MODE_BIN, MODES,  /* ZST_OF: the target compresses the rest */
   TINY_LINE_BYTES = 64, TINY_BIN_TOKENS = 16, COMPRESS_LEVEL = 1,
-  MAX_DECODED_BYTES = 1 << 20,  /* a small zstd frame can expand to gigabytes: stop reading there */
+  MAX_DECODED_BYTES = 1 << 16,  /* a small zstd frame can expand to gigabytes: stop reading there */
+  MAX_LINE_BYTES = 1 << 15,     /* and into one endless line: refused past this (the converter's is 1 GiB) */
 };
 
 /* ---- an in-memory file --------------------------------------------------------------------------- */
@@ -49,13 +50,14 @@ static void memory_close(WkBlob *self) {}
 
 typedef struct {
   uint8_t *bytes;  /* the chunks' data, put together */
-  size_t byte_count;
+  size_t byte_count, byte_capacity;
   WkTokenVec tokens;
   uint64_t *ends, *bad;  /* document ends (file-wide token positions), bad lines (file-wide numbers) */
-  size_t end_count, bad_count;
+  size_t end_count, end_capacity, bad_count, bad_capacity;
   uint64_t lines, chunks;
   WkStatus status;
-  bool stopped;  /* at MAX_DECODED_BYTES: not comparable */
+  bool stopped;  /* at MAX_DECODED_BYTES or MAX_LINE_BYTES: not comparable (where each cutting notices
+                  * an overlong line depends on where its reads end) */
 } Result;
 
 typedef struct {
@@ -64,10 +66,15 @@ typedef struct {
   Result *result;
 } Cutting;
 
-static void *grow(void *p, size_t count, size_t size) {
-  void *q = realloc(p, (count + 1) * size);
+/* Room for `need` items of `size` bytes in *p (capacity doubling). */
+static void reserve(void *p, size_t *capacity, size_t need, size_t size) {
+  if (need <= *capacity) return;
+  size_t cap = *capacity ? *capacity : 64;
+  while (cap < need) cap *= 2;
+  void *q = realloc(*(void **)p, cap * size);
   if (!q) abort();
-  return q;
+  *(void **)p = q;
+  *capacity = cap;
 }
 
 static WkStatus take_chunk(void *arg, Chunk *c) {
@@ -82,7 +89,7 @@ static WkStatus take_chunk(void *arg, Chunk *c) {
   if (c->first != (r->chunks == 0)) abort();
   if (lines && c->length && c->data[c->length - 1] != '\n' && !c->last) abort(); /* cut after a newline */
   if (!lines && c->length % 2) abort();
-  r->bytes = grow(r->bytes, r->byte_count + c->length, 1);
+  reserve(&r->bytes, &r->byte_capacity, r->byte_count + c->length, 1);
   if (c->length) memcpy(r->bytes + r->byte_count, c->data, c->length);
   r->byte_count += c->length;
   r->chunks++;
@@ -93,12 +100,12 @@ static WkStatus take_chunk(void *arg, Chunk *c) {
   uint64_t base = r->tokens.length;
   for (size_t d = 0; status == WK_OK && d < c->doc_count; d++) {
     if (c->doc_ends[d] > c->tokens.length || (d && c->doc_ends[d] < c->doc_ends[d - 1])) abort();
-    r->ends = grow(r->ends, r->end_count, sizeof *r->ends);
+    reserve(&r->ends, &r->end_capacity, r->end_count + 1, sizeof *r->ends);
     r->ends[r->end_count++] = base + c->doc_ends[d];
   }
   for (size_t b = 0; status == WK_OK && b < c->bad_count; b++) {
     if (c->bad[b].line < 1 || c->bad[b].line > c->lines || !c->bad[b].reason[0]) abort();
-    r->bad = grow(r->bad, r->bad_count, sizeof *r->bad);
+    reserve(&r->bad, &r->bad_capacity, r->bad_count + 1, sizeof *r->bad);
     r->bad[r->bad_count++] = r->lines + c->bad[b].line;
   }
   if (status == WK_OK) {
@@ -120,6 +127,7 @@ static void cut(const ChunkContext *context, const Input *input, WkBlob *blob, c
   atomic_init(&stop, false);
   Cutting cutting = {.context = context, .input = input, .result = r};
   r->status = convert_cut_blob(input, 0, blob, sizes, take_chunk, &cutting, &stop);
+  if (r->status != WK_OK && strstr(wk_last_error(), " bytes (is it line-delimited JSON?)")) r->stopped = true;
   wk_clear_error();
 }
 
@@ -137,7 +145,8 @@ static bool same(const void *a, const void *b, size_t n) { return n == 0 || memc
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   int mode = data[0] % MODES;
-  ChunkSizes tiny = {.line_bytes = 1 + data[1] % TINY_LINE_BYTES, .bin_tokens = 1 + data[1] % TINY_BIN_TOKENS};
+  ChunkSizes tiny = {.line_bytes = 1 + data[1] % TINY_LINE_BYTES, .bin_tokens = 1 + data[1] % TINY_BIN_TOKENS,
+                     .max_line_bytes = MAX_LINE_BYTES};
   const uint8_t *file = data + 2;
   size_t file_size = size - 2;
   uint8_t *compressed = NULL;
@@ -159,7 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                           .split = WK_TEXT_SPLIT_FILE, .inputs = &input};
   Result small, large;
   cut(&context, &input, &blob.base, &tiny, &small);
-  ChunkSizes whole = {.line_bytes = file_size + 1, .bin_tokens = file_size / 2 + 1};
+  ChunkSizes whole = {.line_bytes = file_size + 1, .bin_tokens = file_size / 2 + 1, .max_line_bytes = MAX_LINE_BYTES};
   cut(&context, &input, &blob.base, &whole, &large);
 
   if (small.stopped || large.stopped) goto done;

@@ -76,6 +76,7 @@ WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void
 typedef struct {
   size_t line_bytes;  /* .jsonl: a chunk ends at the last newline before this many bytes (>= 1) */
   size_t bin_tokens;  /* .bin: tokens per chunk (>= 1) */
+  size_t max_line_bytes; /* .jsonl: a line found longer than this fails the input (memory stays bounded) */
 } ChunkSizes;
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop);

@@ -226,10 +226,10 @@ static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chunk
     if (!eof) {
       while (cut > 0 && buffer[cut - 1] != '\n') cut--;
       if (cut == 0) { /* one line longer than the buffer: grow and read on */
-        if (have >= MAX_LINE_BYTES) {
-          status = WK_FAIL(WK_ERR_FORMAT, "'%s': the line starting at byte %llu%s is longer than %d MiB (is it "
-                           "line-delimited JSON?)", in->path, (unsigned long long)emitted,
-                           s.zstd ? " of the decompressed stream" : "", MAX_LINE_BYTES >> 20);
+        if (have >= sizes->max_line_bytes) {
+          status = WK_FAIL(WK_ERR_FORMAT, "'%s': the line starting at byte %llu%s is longer than %zu bytes (is "
+                           "it line-delimited JSON?)", in->path, (unsigned long long)emitted,
+                           s.zstd ? " of the decompressed stream" : "", sizes->max_line_bytes);
           break;
         }
         capacity *= 2;
@@ -314,7 +314,8 @@ static WkStatus cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const Chun
   return status;
 }
 
-static const ChunkSizes CHUNK_SIZES = {.line_bytes = LINE_CHUNK_BYTES, .bin_tokens = BIN_CHUNK_TOKENS};
+static const ChunkSizes CHUNK_SIZES = {.line_bytes = LINE_CHUNK_BYTES, .bin_tokens = BIN_CHUNK_TOKENS,
+                                       .max_line_bytes = MAX_LINE_BYTES};
 
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop) {
