@@ -413,7 +413,7 @@ describe('wick.shard converter', function()
 
     it('refuses a second converter at once, naming its pid; a kill -9 mid-run leaves the old one readable', function()
       local files = {}
-      for i = 1, 60 do files[('big/%02d.txt'):format(i)] = corpus.text(100 + i, 2000) end
+      for i = 1, 40 do files[('big/%02d.txt'):format(i)] = corpus.text(100 + i, 2000) end
       corpus.tree(root, files)
       local args = q(root .. '/big') .. ' -o ' .. q(out) .. ' --shard-size 16K --compression zstd:19 --threads 1'
       local pid = tonumber(helper.sh(('%s -m wick.shard %s > %s 2>&1 & echo $!'):format(q(helper.RUN), args,
@@ -447,7 +447,7 @@ describe('wick.shard converter', function()
       assert.are.equal(0, r.rc, r.err)
       assert.matches('%d+ reused', r.out)
       local ds = open(out)
-      assert.are.equal(60, ds.documents)
+      assert.are.equal(40, ds.documents)
       for s = 0, ds.shards - 1 do assert.is_true((ds:check(s))) end
       ds:close()
       assert.is_nil(listing(root):find('.out.', 1, true))
