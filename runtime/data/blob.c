@@ -5,6 +5,9 @@
  *
  * The mapping covers the whole file and lives as long as the blob; the kernel pages it in on demand,
  * so what it holds resident is page cache the kernel may drop, not heap.
+ *
+ * Only regular files are opened: the file is opened without blocking and checked before anything is
+ * read, because open(2) on a FIFO waits for a writer forever and a device or directory is no dataset.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +73,19 @@ static void file_close(WkBlob *self) {
   free(fs);
 }
 
+const char *wk_file_kind(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+  }
+}
+
 WkBlob *wk_blob_open_file(const char *path) {
   FileBlob *fs = wk_calloc(1, sizeof *fs, "file source");
   if (!fs) return NULL;
@@ -85,7 +101,8 @@ WkBlob *wk_blob_open_file(const char *path) {
   fs->base.map = file_map;
   fs->base.advise = file_advise;
   fs->base.close = file_close;
-  fs->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO opens at once (instead of waiting for a writer) so fstat can refuse it. */
+  fs->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fs->fd < 0) {
     WK_FAIL_ERRNO("open", path);
     file_close(&fs->base);
@@ -98,7 +115,14 @@ WkBlob *wk_blob_open_file(const char *path) {
     return NULL;
   }
   if (!S_ISREG(st.st_mode)) {
-    WK_FAIL(WK_ERR_IO, "'%s' is not a regular file", path);
+    WK_FAIL(WK_ERR_IO, "'%s' is %s, not a regular file (datasets and converter inputs are read from regular "
+            "files only)", path, wk_file_kind((unsigned)st.st_mode));
+    file_close(&fs->base);
+    return NULL;
+  }
+  int flags = fcntl(fs->fd, F_GETFL);
+  if (flags < 0 || fcntl(fs->fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    WK_FAIL_ERRNO("clear O_NONBLOCK on", path);
     file_close(&fs->base);
     return NULL;
   }

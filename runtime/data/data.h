@@ -14,7 +14,8 @@
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
  *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
  *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
- *               .jsonl, .jsonl.zst, .bin cut into chunks and documents) and the shard writer
+ *               .jsonl, .jsonl.zst, .bin cut into chunks and documents), its output directory (lock,
+ *               staging directory, swap) and the shard writer
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs
  *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order
@@ -55,7 +56,11 @@ struct WkBlob {
   void (*close)(WkBlob *self);
 };
 
+/* Opens a local regular file; anything else (a FIFO, device, directory, socket) is refused before a
+ * byte is read, with what it is ("'x' is a FIFO (named pipe), not a regular file"). */
 WkBlob *wk_blob_open_file(const char *path);
+/* What a st_mode names, for messages: "a directory", "a FIFO (named pipe)", ... */
+const char *wk_file_kind(unsigned mode);
 /* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
  * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
  * this, so remote datasets need no change above it. */

@@ -22,6 +22,7 @@ WkStatus wk_token_vec_reserve(WkTokenVec *v, size_t extra) {
 }
 
 static WkStatus bytes_encode(const WkTokenizer *self, const uint8_t *text, size_t length, WkTokenVec *out) {
+  if (length == 0) return WK_OK; /* an empty vector has no data pointer to offset */
   WK_TRY(wk_token_vec_reserve(out, length));
   uint32_t *dst = out->data + out->length;
   for (size_t i = 0; i < length; i++) dst[i] = text[i];
