@@ -38,6 +38,7 @@ for _ = 1, steps do
 end
 local s = loader:stats()
 loader:close()
-print(('steps=%d decoded=%d delivered=%d node_decoded=%d node_delivered=%d private=%d steals=%d'):format(steps,
-  s.decoded_bytes, s.delivered_bytes, s.node_decoded_bytes, s.node_delivered_bytes, s.node_private_decodes,
-  s.node_steals))
+print(('steps=%d decoded=%d delivered=%d node_decoded=%d node_delivered=%d private=%d steals=%d waits=%d ' ..
+  'edges_missing=%d edges_dropped=%d'):format(steps, s.decoded_bytes, s.delivered_bytes, s.node_decoded_bytes,
+  s.node_delivered_bytes, s.node_private_decodes, s.node_steals, s.node_waits, s.node_edges_missing,
+  s.node_edges_dropped))
