@@ -12,15 +12,16 @@ local core = require 'wick.core'
 local wick = require 'wick'
 
 local LOADER = wick.data.LOADER_OPTIONS
+local GPT = require('wick.nn.gpt').OPTIONS
 local spec = { name = 'recipes/tiny_gpt.lua', options = {
   { 'data', 'path', value = 'DIR', required = true, help = 'dataset directory (bytes tokenizer)' },
   { 'steps', 'integer', min = 1, max = 2 ^ 53, default = 60, help = 'optimizer steps' },
   cli.from(LOADER, 'seq_len', { default = 64, help = 'context length' }),
   cli.from(LOADER, 'global_batch', { default = 16, help = 'samples per step' }),
   cli.from(LOADER, 'micro_batch', { default = 8, help = 'samples per forward/backward' }),
-  { 'layers', 'integer', min = 1, max = 2 ^ 10, default = 2, help = 'transformer blocks' },
-  { 'heads', 'integer', min = 1, max = 2 ^ 10, default = 4, help = 'attention heads (they divide dim)' },
-  { 'dim', 'integer', min = 1, max = 2 ^ 16, default = 64, help = 'model width' },
+  cli.from(GPT, 'layers', { default = 2, required = false }),
+  cli.from(GPT, 'heads', { default = 4, required = false }),
+  cli.from(GPT, 'dim', { default = 64, required = false }),
   { 'lr', 'number', min = 0, default = 3e-3, help = 'peak learning rate (linear warmup, cosine decay)' },
   { 'precision', 'enum', values = { 'fp32', 'bf16', 'fp16' }, default = 'fp32', help = 'fp16 uses loss scaling' },
   { 'out', 'path', value = 'DIR', help = 'write model.safetensors and cursor.txt here' },

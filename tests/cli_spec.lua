@@ -173,6 +173,14 @@ describe('inspect --data', function()
     end
   end)
 
+  it('refuses a cursor file that is a FIFO in one line, without waiting for a writer', function()
+    local pipe = root .. '/cursor.fifo'
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(pipe)).rc)
+    local r = helper.sh(('timeout 20 %s -m wick.data.inspect --seq-len 16 --global-batch 8 --data %s --from %s'):format(
+      q(helper.RUN), q(dataset), q(pipe)))
+    assert_one_line(r, 1, "cannot read '" .. pipe .. "': not a regular file")
+  end)
+
   it('never evaluates a path as Lua: a path that does not exist is a missing dataset', function()
     local r = inspect([[--data "os.exit(7)"]])
     assert_one_line(r, 1, "dataset 'os.exit(7)'")

@@ -59,8 +59,6 @@ struct WkBlob {
 /* Opens a local regular file; anything else (a FIFO, device, directory, socket) is refused before a
  * byte is read, with what it is ("'x' is a FIFO (named pipe), not a regular file"). */
 WkBlob *wk_blob_open_file(const char *path);
-/* What a st_mode names, for messages: "a directory", "a FIFO (named pipe)", ... */
-const char *wk_file_kind(unsigned mode);
 /* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
  * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
  * this, so remote datasets need no change above it. */

@@ -73,6 +73,7 @@ local SHUFFLE = schema.define('shuffle option', {
   bounded('window_tokens', C.WK_LOADER_WINDOW_TOKENS, 'shards holding this many tokens have their units permuted together'),
   bounded('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, 'units holding this many tokens have their samples shuffled together'),
 })
+data.SHUFFLE_OPTIONS = SHUFFLE
 
 local MIX_ENTRY = schema.define('mix source option', {
   { 'weight', 'weight', check = function(v)

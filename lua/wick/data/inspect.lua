@@ -7,18 +7,9 @@
 -- A mix written on the command line needs --mix, e.g. --mix "data.mix{ {'a', weight = 3}, {'b'} }": a
 -- path is never evaluated as Lua, whatever its spelling.
 local cli = require 'wick.cli'
-local core = require 'wick.core'
 local data = require 'wick.data'
-local ffi, C = core.ffi, core.C
 
-local LOADER = data.LOADER_OPTIONS
-
--- The loader's range of a shuffle knob (wk_loader_param_bounds: the C setter's own).
-local function shuffle_tokens(name, param, default, help)
-  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
-  core.check(C.wk_loader_param_bounds(param, lo, hi))
-  return { name, 'integer', min = tonumber(lo[0]), max = tonumber(hi[0]), default = default, help = help }
-end
+local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
 
 local EXACT_INTEGER = 2 ^ 53
 local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/data/loader.c)
@@ -39,10 +30,8 @@ local spec = cli.spec {
     cli.from(LOADER, 'seed', { default = 0, help = 'shuffle seed' }),
     { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 1, help = 'global steps to print' },
     cli.from(LOADER, 'mode', { default = 'packed', help = 'packed windows or one padded document per row' }),
-    shuffle_tokens('window_tokens', C.WK_LOADER_WINDOW_TOKENS, DEFAULT_WINDOW_TOKENS,
-      'tokens of the shards whose units are permuted together'),
-    shuffle_tokens('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, DEFAULT_BUFFER_TOKENS,
-      'tokens of the units whose samples are shuffled together'),
+    cli.from(SHUFFLE, 'window_tokens', { default = DEFAULT_WINDOW_TOKENS }),
+    cli.from(SHUFFLE, 'buffer_tokens', { default = DEFAULT_BUFFER_TOKENS }),
     { 'no_shuffle', 'flag', help = 'stored order instead of the shuffle' },
     cli.from(LOADER, 'partitions', { default = 1, help = 'canonical partitions' }),
     cli.from(LOADER, 'chunk', { default = 1, help = 'draws per partition turn' }),
@@ -58,6 +47,11 @@ local spec = cli.spec {
 }
 
 local function read_file(path)
+  local ok, host = pcall(require, 'wick.host') -- inside `run`: a FIFO is refused, not waited on
+  local kind, why = ok and host.file_kind(path) or 'file'
+  if kind ~= 'file' then
+    cli.fail(('%s: cannot read %s'):format(spec.name, why or ("'" .. path .. "': not a regular file")), cli.EXIT_DATA)
+  end
   local f, err = io.open(path, 'rb')
   if not f then cli.fail(('%s: cannot read %s'):format(spec.name, tostring(err)), cli.EXIT_DATA) end
   local text = f:read('*a')

@@ -16,6 +16,7 @@ local T = require 'wick.tensor'
 local nn = require 'wick.nn.modules'
 local precision = require 'wick.precision'
 local safetensors = require 'wick.safetensors'
+local schema = require 'wick.schema'
 
 local C = core.C
 local check = core.check
@@ -37,18 +38,31 @@ local function embedding(rows, dim, device)
   return holder
 end
 
+-- Seeds scale by a prime per parameter (nn.Module.reset); below 2^32 every product stays exact.
+local MAX_SEED = 2 ^ 32 - 1
+
+local OPTIONS = schema.define('nn.gpt option', {
+  { 'vocab', 'integer', min = 1, max = 2 ^ 31 - 1, required = true, help = 'token ids are below this (int32)' },
+  { 'seq_len', 'integer', min = 1, max = 2 ^ 24, required = true, help = 'longest sequence (learned positions)' },
+  { 'layers', 'integer', min = 1, max = 4096, required = true, help = 'transformer blocks' },
+  { 'heads', 'integer', min = 1, max = 4096, required = true, help = 'attention heads per block; divide dim' },
+  { 'dim', 'integer', min = 1, max = 2 ^ 20, required = true, help = 'model width' },
+  { 'precision', 'precision', check = precision.check,
+    help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
+  { 'device', 'string', help = "'cpu' or 'cuda:N' (default cpu)" },
+  { 'seed', 'integer', min = 0, max = MAX_SEED, default = 0, help = 'initialisation seed' },
+})
+gpt.OPTIONS = OPTIONS
+
 local function check_config(cfg)
-  for _, key in ipairs({ 'vocab', 'seq_len', 'layers', 'heads', 'dim' }) do
-    local v = cfg[key]
-    if type(v) ~= 'number' or v < 1 or v % 1 ~= 0 then
-      error('nn.gpt: ' .. key .. ' must be a positive integer, got ' .. tostring(v), 3)
-    end
-  end
+  if type(cfg) ~= 'table' then error('nn.gpt expects a table of options', 3) end
+  cfg = OPTIONS:check(cfg, 3)
   if cfg.dim % cfg.heads ~= 0 then error(string.format('nn.gpt: dim %d is not divisible by heads %d', cfg.dim, cfg.heads), 3) end
+  return cfg
 end
 
 function gpt.new(cfg)
-  check_config(cfg)
+  cfg = check_config(cfg)
   local policy = precision.policy(cfg.precision or 'fp32')
   local self = nn.new(GPT, cfg.device, policy)
   self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
