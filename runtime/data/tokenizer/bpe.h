@@ -110,6 +110,7 @@ enum { PRETOKENIZE_MAX_LEVELS = 4 };
  * and so on. Unmatched text between matches is a piece of its own (Hugging Face's "Isolated"). */
 typedef struct {
   void *code[PRETOKENIZE_MAX_LEVELS];  /* pcre2_code * */
+  bool jit[PRETOKENIZE_MAX_LEVELS];    /* JIT-compiled */
   int levels;
 } Pretokenizer;
 
@@ -203,7 +204,7 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
 
 /* ---- per-thread state (encode.c owns it; merge.c and pretokenize.c use its parts) --------------- */
 
-enum { CACHE_PIECE_BYTES = 22, CACHE_PIECE_TOKENS = 8, CACHE_ENTRIES = 1 << 14 };
+enum { CACHE_PIECE_BYTES = 22, CACHE_PIECE_TOKENS = 8, CACHE_ENTRIES = 1 << 12 };
 
 typedef struct {
   uint64_t hash;  /* 0 = empty */

@@ -107,6 +107,7 @@ static WkStatus add_compiled(Pretokenizer *pt, const char *pattern, size_t lengt
   /* Without JIT (a platform or policy without executable memory) the interpreter matches the same. */
   int jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   if (jit != 0) wk_logf(WK_LOG_INFO, "%s: PCRE2 JIT unavailable (error %d); matching interpreted", what, jit);
+  pt->jit[pt->levels] = jit == 0;
   pt->code[pt->levels++] = re;
   return WK_OK;
 }
@@ -179,7 +180,9 @@ static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int lev
   const pcre2_code *re = pt->code[level];
   size_t at = 0, done = 0; /* search from `at`; text before `done` is already split */
   while (at < length) {
-    int rc = pcre2_match(re, text, length, at, PCRE2_NO_UTF_CHECK, s->match, s->context);
+    /* pcre2_jit_match skips pcre2_match's checks of what was checked at compile time. */
+    int rc = pt->jit[level] ? pcre2_jit_match(re, text, length, at, PCRE2_NO_UTF_CHECK, s->match, s->context)
+                            : pcre2_match(re, text, length, at, PCRE2_NO_UTF_CHECK, s->match, s->context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[ERROR_MESSAGE_BYTES];
