@@ -2,7 +2,7 @@
 -- tiktoken, installed from PyPI into build/tokenizer-venv (third_party/tokenizer-python.txt, kept
 -- across runs). tests/helpers/tokenizer_oracle.py trains two small byte-level BPE tokenizers on this
 -- machine's text (GPT-2 style and Llama 3 style), writes GPT-2's and cl100k's rank files from
--- packages that bundle them, and the test texts (code, licenses, many scripts, emoji, CRLF, runs of
+-- packages that bundle them and the same vocabularies as tokenizer.json files, and the test texts (code, licenses, many scripts, emoji, CRLF, runs of
 -- spaces and digits, contractions in both cases, odd whitespace, special tokens in text, pieces of
 -- 20000 bytes). Every tokenizer must give the oracle's ids on every text, through run -m
 -- wick.tokenize, and decode them back to the text.
@@ -69,6 +69,8 @@ local CASES = {
   -- Its <mask> strips the whitespace around it (lstrip, rstrip): honoured, it cannot round-trip.
   { name = 'a Llama 3 style tokenizer.json (Split + ByteLevel, ignore_merges, pair merges, added tokens)',
     file = 'llama3/tokenizer.json', kind = 'hf', strips = true },
+  { name = "GPT-2's own tokenizer.json (50257 tokens)", file = 'gpt2-hf/tokenizer.json', kind = 'hf' },
+  { name = "a Llama 3 style tokenizer.json of cl100k's 100k tokens", file = 'cl100k-llama3/tokenizer.json', kind = 'hf' },
   { name = "GPT-2's tiktoken ranks (r50k)", file = 'gpt2.tiktoken', kind = 'tiktoken:r50k' },
   { name = "cl100k's tiktoken ranks", file = 'cl100k_base.tiktoken', kind = 'tiktoken:cl100k' },
   { name = "o200k's pattern (on cl100k's ranks)", file = 'cl100k_base.tiktoken', kind = 'tiktoken:o200k',

