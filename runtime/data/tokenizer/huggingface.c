@@ -4,7 +4,7 @@
  * Supported, as the `tokenizers` library runs them:
  *   model          BPE: vocab, merges as "a b" strings or ["a", "b"] pairs (a later duplicate pair
  *                  wins), ignore_merges, unk_token; dropout null or 0
- *   normalizer     none
+ *   normalizer     none, or NFC (Qwen 2; encode.c)
  *   pre_tokenizer  ByteLevel (GPT-2's regex when use_regex, add_prefix_space), Split (Regex or String
  *                  pattern, behavior Isolated, not inverted), and a Sequence of those with exactly one
  *                  ByteLevel (Llama 3, Qwen: Sequence[Split(regex), ByteLevel(use_regex = false)])
@@ -301,9 +301,11 @@ static WkStatus read_tokenizer(Loader *ld, const WkJson *root) {
   if (root->type != WK_JSON_OBJECT) return BAD(ld, "not a JSON object (not a tokenizer.json?)");
   WK_TRY(read_model(ld, wk_json_get(root, "model")));
   const WkJson *normalizer = wk_json_get(root, "normalizer");
-  if (!is_null(normalizer))
-    return UNSUPPORTED(ld, "normalizer %s is not supported (byte-level BPE tokenizers have none)",
-                       type_name(normalizer) ? type_name(normalizer) : "(without a type)");
+  const char *normalizer_type = type_name(normalizer);
+  if (normalizer_type && strcmp(normalizer_type, "NFC") == 0) ld->bpe->nfc = true;
+  else if (!is_null(normalizer))
+    return UNSUPPORTED(ld, "normalizer %s is not supported (only NFC, or none)",
+                       normalizer_type ? normalizer_type : "(without a type)");
   const WkJson *pre = wk_json_get(root, "pre_tokenizer");
   if (!is_null(pre)) WK_TRY(read_pretokenizer(ld, pre, 0, false));
   if (ld->bytelevels == 0)
