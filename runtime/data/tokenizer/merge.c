@@ -198,7 +198,7 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
     const CacheEntry *hit = cache_find(ts, piece, length, hash);
     if (hit) {
       WK_TRY(wk_token_vec_reserve(out, hit->count));
-      memcpy(out->data + out->length, hit->tokens, hit->count * sizeof *hit->tokens);
+      if (hit->count) memcpy(out->data + out->length, hit->tokens, hit->count * sizeof *hit->tokens);
       out->length += hit->count;
       return WK_OK;
     }
@@ -214,7 +214,7 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   if (n > SCAN_MAX_SYMBOLS) WK_TRY(merge_heap(&bpe->pairs, s, n, &n));
   else n = merge_scan(&bpe->pairs, s, n);
   WK_TRY(wk_token_vec_reserve(out, n));
-  memcpy(out->data + out->length, s->symbol, n * sizeof *s->symbol);
+  if (n) memcpy(out->data + out->length, s->symbol, n * sizeof *s->symbol);
   out->length += n;
   if (cacheable) cache_store(ts, piece, length, hash, s->symbol, n);
   return WK_OK;

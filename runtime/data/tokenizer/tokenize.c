@@ -273,7 +273,7 @@ static WkStatus reserve(uint8_t **data, size_t *capacity, size_t need, const cha
 /* Fills slot with whole lines (the last one may lack its newline at the end of the input). */
 static WkStatus read_chunk(Reader *r, Slot *slot) {
   WK_TRY(reserve(&slot->data, &slot->capacity, r->carry_length + CHUNK_BYTES, r->name));
-  memcpy(slot->data, r->carry, r->carry_length);
+  if (r->carry_length) memcpy(slot->data, r->carry, r->carry_length);
   size_t length = r->carry_length;
   r->carry_length = 0;
   size_t scanned = 0;  /* no newline before this */
@@ -295,7 +295,7 @@ static WkStatus read_chunk(Reader *r, Slot *slot) {
     if (last) {
       size_t keep = (size_t)(last - slot->data) + 1;
       WK_TRY(reserve(&r->carry, &r->carry_capacity, length - keep, r->name));
-      memcpy(r->carry, slot->data + keep, length - keep);
+      if (length > keep) memcpy(r->carry, slot->data + keep, length - keep);
       r->carry_length = length - keep;
       length = keep;
       break;
