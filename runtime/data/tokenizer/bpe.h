@@ -9,6 +9,7 @@
  *                  so a piece of n bytes costs O(n log n)) and the per-thread cache of pieces
  *   pretokenize.c  text -> pieces with PCRE2 regexes (JIT, UTF | UCP | DOLLAR_ENDONLY); the patterns
  *                  tiktoken and tokenizer.json files name
+ *   ascii.c        hand-written matchers of the common patterns for ASCII text (PCRE2 for the rest)
  *   added.c        added and special tokens found in text (leftmost-longest, Hugging Face's rules)
  *   encode.c       the encoder (added tokens -> NFC -> pieces -> merges) and decoder; per-thread state
  *   huggingface.c  tokenizer.json -> a tokenizer, or an error naming the unsupported component
@@ -80,7 +81,11 @@ void pairs_free(PairTable *p);
 /* Adds or replaces (a later merge of the same pair replaces the earlier one, as Hugging Face does). */
 WkStatus pairs_put(PairTable *p, uint32_t left, uint32_t right, uint32_t rank, uint32_t merged);
 
-static inline uint64_t pair_hash(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) ^ (key >> 29); }
+/* Fibonacci hashing, folded so that the low bits (the slot) depend on every bit of both ids. */
+static inline uint64_t pair_hash(uint64_t key) {
+  uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 32);
+}
 
 /* The merge of (left, right), or NULL. Inline: the merge loop's innermost call. */
 static inline const PairSlot *pairs_find(const PairTable *p, uint32_t left, uint32_t right) {
@@ -106,11 +111,18 @@ size_t bytelevel_decode(const char *text, size_t length, uint8_t *out);
 
 enum { PRETOKENIZE_MAX_LEVELS = 4 };
 
+/* Patterns with a hand-written matcher for ASCII text (ascii.c). */
+typedef enum { FAST_NONE = 0, FAST_GPT2, FAST_CL100K, FAST_LLAMA3, FAST_QWEN2 } FastPattern;
+
+/* The end of the match at text[at] (> at) when it depends on ASCII characters only, else 0. */
+size_t fast_match(FastPattern kind, const uint8_t *text, size_t length, size_t at);
+
 /* Regexes applied one after the other: level 0 splits the text, level 1 splits each of its pieces,
  * and so on. Unmatched text between matches is a piece of its own (Hugging Face's "Isolated"). */
 typedef struct {
   void *code[PRETOKENIZE_MAX_LEVELS];  /* pcre2_code * */
   bool jit[PRETOKENIZE_MAX_LEVELS];    /* JIT-compiled */
+  FastPattern fast[PRETOKENIZE_MAX_LEVELS];  /* FAST_NONE: every match through PCRE2 */
   int levels;
 } Pretokenizer;
 
@@ -122,7 +134,8 @@ WkStatus pretokenizer_add_literal(Pretokenizer *pt, const char *literal, size_t 
 void pretokenizer_free(Pretokenizer *pt);
 
 /* The regex a built-in name stands for: "bytelevel" (Hugging Face's ByteLevel pre-tokenizer, GPT-2's
- * original), "r50k" (tiktoken's r50k, p50k and gpt2), "cl100k", "o200k"; NULL for an unknown name. */
+ * original), "r50k" (tiktoken's r50k, p50k and gpt2), "cl100k", "o200k", "llama3", "qwen2" (their
+ * tokenizer.json Split regexes); NULL for an unknown name. */
 const char *pretokenizer_pattern(const char *name);
 
 /* Per-thread matching state (encode.c keeps one per thread and tokenizer). */

@@ -13,7 +13,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>  /* XXH3_64bits */
+#define XXH_INLINE_ALL  /* XXH3 inlined: a piece is a few bytes, the call would cost more than the hash */
+#include <xxhash.h>
 
 #include "bpe.h"
 
@@ -181,16 +182,16 @@ static void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, ui
 
 /* ---- one piece ----------------------------------------------------------------------------------- */
 
+static WkStatus push_one(WkTokenVec *out, uint32_t id) {
+  WK_TRY(wk_token_vec_reserve(out, 1));
+  out->data[out->length++] = id;
+  return WK_OK;
+}
+
 WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out) {
   if (length == 0) return WK_OK;
-  if (length == 1 || bpe->ignore_merges) {
-    uint32_t id = length == 1 ? bpe->byte_token[piece[0]] : vocab_find(&bpe->vocab, piece, length);
-    if (id != BPE_NO_TOKEN) {
-      WK_TRY(wk_token_vec_reserve(out, 1));
-      out->data[out->length++] = id;
-      return WK_OK;
-    }
-  }
+  if (length == 1 && bpe->byte_token[piece[0]] != BPE_NO_TOKEN) return push_one(out, bpe->byte_token[piece[0]]);
+  /* The thread's cache first: it is small and hot, the vocabulary index is neither. */
   bool cacheable = length <= CACHE_PIECE_BYTES;
   uint64_t hash = 0;
   if (cacheable) {
@@ -201,6 +202,13 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
       if (hit->count) memcpy(out->data + out->length, hit->tokens, hit->count * sizeof *hit->tokens);
       out->length += hit->count;
       return WK_OK;
+    }
+  }
+  if (bpe->ignore_merges) {
+    uint32_t id = vocab_find(&bpe->vocab, piece, length);
+    if (id != BPE_NO_TOKEN) {
+      if (cacheable) cache_store(ts, piece, length, hash, &id, 1);
+      return push_one(out, id);
     }
   }
   MergeScratch *s = &ts->scratch;

@@ -11,7 +11,8 @@
  * letters or numbers here.
  *
  * Every match is a piece, and so is the unmatched text between matches (Hugging Face's "Isolated"
- * split; tiktoken's patterns match everything). Empty matches split nothing.
+ * split; tiktoken's patterns match everything). Empty matches split nothing. For the patterns of
+ * ascii.c, each match that ASCII characters decide is found there, without PCRE2.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -33,18 +34,24 @@ static const uint32_t COMPILE_OPTIONS = PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_END
 
 static const struct {
   const char *name, *pattern;
+  FastPattern fast;
 } PATTERNS[] = {
     /* Hugging Face's ByteLevel pre-tokenizer (use_regex = true): GPT-2's original pattern. */
-    {"bytelevel", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+    {"bytelevel", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", FAST_GPT2},
     /* tiktoken's r50k_base, p50k_base and gpt2 (the same splits, written faster). */
-    {"r50k", "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s"},
+    {"r50k", "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s", FAST_GPT2},
     {"cl100k", "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|"
-               "\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s"},
+               "\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s", FAST_CL100K},
+    /* Llama 3's and Qwen 2's tokenizer.json Split regexes. */
+    {"llama3", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", FAST_LLAMA3},
+    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", FAST_QWEN2},
     {"o200k", "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
               "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-              "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+              "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", FAST_NONE},
 };
 
 const char *pretokenizer_pattern(const char *name) {
@@ -92,6 +99,14 @@ static char *rewrite_space(const char *pattern, size_t length) {
   return out;
 }
 
+/* The hand-written matcher of a pattern written exactly as one of PATTERNS. */
+static FastPattern fast_pattern_of(const char *pattern, size_t length) {
+  for (size_t i = 0; i < sizeof PATTERNS / sizeof PATTERNS[0]; i++)
+    if (strlen(PATTERNS[i].pattern) == length && memcmp(PATTERNS[i].pattern, pattern, length) == 0)
+      return PATTERNS[i].fast;
+  return FAST_NONE;
+}
+
 static WkStatus add_compiled(Pretokenizer *pt, const char *pattern, size_t length, const char *what) {
   if (pt->levels == PRETOKENIZE_MAX_LEVELS)
     return WK_FAIL(WK_ERR_UNSUPPORTED, "%s: more than %d regex splits in a row", what, PRETOKENIZE_MAX_LEVELS);
@@ -117,6 +132,7 @@ WkStatus pretokenizer_add(Pretokenizer *pt, const char *pattern, size_t length, 
   if (!rewritten) return WK_FAIL(WK_ERR_NOMEM, "%s: out of memory compiling a regex", what);
   WkStatus status = add_compiled(pt, rewritten, strlen(rewritten), what);
   free(rewritten);
+  if (status == WK_OK) pt->fast[pt->levels - 1] = fast_pattern_of(pattern, length);
   return status;
 }
 
@@ -178,8 +194,16 @@ static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int lev
                             size_t length, PieceFn piece, void *context) {
   if (level >= pt->levels || level >= PRETOKENIZE_MAX_LEVELS) return piece(context, text, length);
   const pcre2_code *re = pt->code[level];
+  FastPattern fast = pt->fast[level];
   size_t at = 0, done = 0; /* search from `at`; text before `done` is already split */
   while (at < length) {
+    /* The known patterns match at every position: where ASCII decides, no regex is needed. */
+    size_t fast_end = fast ? fast_match(fast, text, length, at) : 0;
+    if (fast_end) {
+      WK_TRY(split_level(pt, s, level + 1, text + at, fast_end - at, piece, context));
+      done = at = fast_end;
+      continue;
+    }
     /* pcre2_jit_match skips pcre2_match's checks of what was checked at compile time. */
     int rc = pt->jit[level] ? pcre2_jit_match(re, text, length, at, PCRE2_NO_UTF_CHECK, s->match, s->context)
                             : pcre2_match(re, text, length, at, PCRE2_NO_UTF_CHECK, s->match, s->context);

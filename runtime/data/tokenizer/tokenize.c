@@ -61,18 +61,35 @@ static double thread_cpu_seconds(void) {
 
 /* ---- encoding lines ---------------------------------------------------------------------------- */
 
+static const char DIGIT_PAIRS[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 static WkStatus append_ids(WkByteVec *out, const uint32_t *ids, size_t count) {
   WK_TRY(wk_byte_vec_reserve(out, count * DECIMAL_BYTES + 3));
   uint8_t *p = out->data + out->length;
   *p++ = '[';
   for (size_t i = 0; i < count; i++) {
     if (i) *p++ = ',';
+    /* Two digits per division: ids are written as fast as they are made. */
     char digits[DECIMAL_BYTES];
-    int n = 0;
+    int n = DECIMAL_BYTES;
     uint32_t v = ids[i];
-    do digits[n++] = (char)('0' + v % 10), v /= 10;
-    while (v);
-    while (n) *p++ = (uint8_t)digits[--n];
+    while (v >= 100) {
+      uint32_t two = v % 100;
+      v /= 100;
+      digits[--n] = DIGIT_PAIRS[2 * two + 1];
+      digits[--n] = DIGIT_PAIRS[2 * two];
+    }
+    if (v >= 10) {
+      digits[--n] = DIGIT_PAIRS[2 * v + 1];
+      digits[--n] = DIGIT_PAIRS[2 * v];
+    } else {
+      digits[--n] = (char)('0' + v);
+    }
+    memcpy(p, digits + n, (size_t)(DECIMAL_BYTES - n));
+    p += DECIMAL_BYTES - n;
   }
   *p++ = ']';
   *p++ = '\n';

@@ -6,7 +6,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>  /* XXH3_64bits */
+#define XXH_INLINE_ALL  /* XXH3 inlined: tokens are short */
+#include <xxhash.h>
 
 #include "bpe.h"
 
