@@ -34,6 +34,9 @@ extern "C" {
 #endif
 
 enum { BPE_NO_TOKEN = UINT32_MAX };
+/* Token ids are below this (the largest vocabularies have ~256k tokens; tables are sized by the
+ * largest id, so a stray huge id in a file is an error, not gigabytes of memory). */
+#define BPE_MAX_VOCAB (1u << 22)
 
 /* ---- vocabulary and merges (vocab.c) --------------------------------------------------------- */
 

@@ -238,7 +238,7 @@ WkStatus bpe_finish(Bpe *bpe) {
     WK_TRY(added_finish(&bpe->added[s]));
     for (size_t i = 0; i < bpe->added[s].count; i++) {
       uint32_t id = bpe->added[s].tokens[i].id;
-      if (id == UINT32_MAX) return WK_FAIL(WK_ERR_FORMAT, "tokenizer '%s': added token id %u is too large", bpe->name, id);
+      if (id >= BPE_MAX_VOCAB) return WK_FAIL(WK_ERR_FORMAT, "tokenizer '%s': added token id %u is too large", bpe->name, id);
       if (id + 1 > size) size = id + 1;
     }
   }

@@ -73,8 +73,8 @@ static WkStatus read_vocab(Loader *ld, const WkJson *vocab) {
   uint64_t max_id = 0, count = 0;
   for (const WkJson *m = vocab->child; m; m = m->next, count++) {
     uint64_t id;
-    if (!wk_json_u64(m, &id) || id >= UINT32_MAX)
-      return BAD(ld, "model.vocab[\"%.100s\"] is not a token id (a whole number below 2^32 - 1)", m->key);
+    if (!wk_json_u64(m, &id) || id >= BPE_MAX_VOCAB)
+      return BAD(ld, "model.vocab[\"%.100s\"] is not a token id (a whole number below 2^22)", m->key);
     if (id > max_id) max_id = id;
   }
   if (count == 0) return BAD(ld, "model.vocab is empty");
@@ -237,7 +237,8 @@ static WkStatus read_added(Loader *ld, const WkJson *list) {
   for (const WkJson *t = list->child; t; t = t->next, k++) {
     const WkJson *id = wk_json_get(t, "id"), *content = wk_json_get(t, "content");
     uint64_t value;
-    if (!wk_json_u64(id, &value) || value >= UINT32_MAX) return BAD(ld, "added_tokens[%zu].id is not a token id", k);
+    if (!wk_json_u64(id, &value) || value >= BPE_MAX_VOCAB)
+      return BAD(ld, "added_tokens[%zu].id is not a token id (a whole number below 2^22)", k);
     if (!content || content->type != WK_JSON_STRING || content->length == 0)
       return BAD(ld, "added_tokens[%zu].content is missing or empty", k);
     for (const char *const *key = (const char *const[]){"special", "lstrip", "rstrip", "normalized", "single_word", NULL};

@@ -105,7 +105,7 @@ static bool parse_line(const char *line, size_t length, RankLine *out, const cha
   for (; p < end; p++) {
     if (*p < '0' || *p > '9') return *why = "the rank is not a whole number", false;
     rank = rank * 10 + (uint64_t)(*p - '0');
-    if (rank >= UINT32_MAX) return *why = "the rank is too large", false;
+    if (rank >= BPE_MAX_VOCAB) return *why = "the rank is too large (more than 2^22 tokens)", false;
   }
   out->rank = rank;
   return true;

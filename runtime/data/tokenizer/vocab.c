@@ -35,6 +35,7 @@ void vocab_free(Vocab *v) {
 WkStatus vocab_set(Vocab *v, uint32_t id, const uint8_t *bytes, size_t length, const char *source) {
   if (id >= v->count) return WK_FAIL(WK_ERR_INTERNAL, "%s: token id %u past the table (%u)", source, id, v->count);
   if (v->present[id]) return WK_FAIL(WK_ERR_FORMAT, "%s: token id %u is given twice", source, id);
+  if (length == 0) return WK_FAIL(WK_ERR_FORMAT, "%s: token %u is empty", source, id);
   if (length > UINT32_MAX) return WK_FAIL(WK_ERR_FORMAT, "%s: token %u is longer than 4 GiB", source, id);
   if (v->bytes_length + length > v->bytes_capacity) {
     size_t cap = v->bytes_capacity ? v->bytes_capacity : 1 << 16;
@@ -44,7 +45,7 @@ WkStatus vocab_set(Vocab *v, uint32_t id, const uint8_t *bytes, size_t length, c
     v->bytes = grown;
     v->bytes_capacity = cap;
   }
-  if (length) memcpy(v->bytes + v->bytes_length, bytes, length);
+  memcpy(v->bytes + v->bytes_length, bytes, length);
   v->start[id] = v->bytes_length;
   v->length[id] = (uint32_t)length;
   v->present[id] = 1;
