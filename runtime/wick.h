@@ -178,7 +178,8 @@ WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t
 WK_API uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length);
 
 /* UTF-8 text -> ids in out[0 .. *count). When they do not fit in capacity, WK_ERR_INVALID_ARG with
- * *count = how many there are (2 * length + 1 always fits). Invalid UTF-8 is WK_ERR_FORMAT. */
+ * *count = how many there are (2 * length + 1 fits unless NFC lengthens the text). Invalid UTF-8 is
+ * WK_ERR_FORMAT. */
 WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out,
                                     size_t capacity, size_t *count);
 /* ids -> the bytes they stand for (UTF-8 when the ids came from text and are whole), in

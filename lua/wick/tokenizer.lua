@@ -49,7 +49,7 @@ function M.open(source, options)
   self.vocab_size = tonumber(C.wk_tokenizer_vocab_size(handle))
   local eos = tonumber(C.wk_tokenizer_eos(handle))
   self.eos = eos ~= NONE and eos or nil
-  self.fingerprint = ('%016x'):format(C.wk_tokenizer_fingerprint(handle)):gsub('ULL$', '')
+  self.fingerprint = ('%016x'):format(C.wk_tokenizer_fingerprint(handle))
   return self
 end
 
@@ -67,15 +67,21 @@ end
 
 local count_box = ffi.new('size_t[1]')
 
+local function reserve(self, n)
+  if self.capacity < n then self.buffer, self.capacity = ffi.new('uint32_t[?]', n), n end
+end
+
 -- ids of text as uint32_t[n] (this tokenizer's buffer, reused by the next call) and n.
 function Tokenizer:encode(text)
   if type(text) ~= 'string' then error('wick.tokenizer: encode needs a string', 2) end
   local handle = live(self)
-  local want = 2 * #text + 1 -- always enough (wick.h)
-  if self.capacity < want then
-    self.buffer, self.capacity = ffi.new('uint32_t[?]', want), want
+  reserve(self, 2 * #text + 1) -- enough unless NFC lengthens the text (wick.h)
+  local status = C.wk_tokenizer_encode(handle, text, #text, self.buffer, self.capacity, count_box)
+  if status ~= 0 and tonumber(count_box[0]) > self.capacity then
+    reserve(self, tonumber(count_box[0]))
+    status = C.wk_tokenizer_encode(handle, text, #text, self.buffer, self.capacity, count_box)
   end
-  core.check(C.wk_tokenizer_encode(handle, text, #text, self.buffer, self.capacity, count_box), 2)
+  core.check(status, 2)
   return self.buffer, tonumber(count_box[0])
 end
 

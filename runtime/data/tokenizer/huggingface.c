@@ -24,7 +24,7 @@
 #include "bpe.h"
 #include "../../core/json.h"
 
-enum { NAME_BYTES = 256 };
+enum { NAME_BYTES = 256, PATH_BYTES = 4096 };
 
 typedef struct {
   const char *path;
@@ -258,7 +258,7 @@ static WkStatus read_added(Loader *ld, const WkJson *list) {
 static WkStatus read_config_eos(Loader *ld) {
   const char *slash = strrchr(ld->path, '/');
   size_t dir = slash ? (size_t)(slash - ld->path) + 1 : 0;
-  char config_path[4096];
+  char config_path[PATH_BYTES];
   if (dir + sizeof "tokenizer_config.json" > sizeof config_path) return WK_OK;
   memcpy(config_path, ld->path, dir);
   memcpy(config_path + dir, "tokenizer_config.json", sizeof "tokenizer_config.json");
