@@ -38,7 +38,8 @@ local M = { OPTIONS = OPTIONS }
 
 -- Checks parsed options (raises a usage message) and runs; returns the stats table.
 function M.tokenize(input, opts)
-  local tok = TOKENIZER.open(opts.tokenizer, { pattern = opts.pattern, special = opts.special })
+  local tok, err = TOKENIZER.open(opts.tokenizer, { pattern = opts.pattern, special = opts.special })
+  if not tok then error(err, 0) end
   local stats = ffi.new('WkTokenizeStats')
   io.stdout:flush()
   local status = C.wk_tokenize_jsonl(tok.handle, input, opts.output, opts.field, opts.decode and 1 or 0,

@@ -1,6 +1,6 @@
 -- wick.tokenizer: text <-> token ids, with the C tokenizers of runtime/data/tokenizer/ (Hugging Face
 -- tokenizer.json and tiktoken rank files: byte-level BPE) and the built-in 'bytes'.
---   local tok = wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' })
+--   local tok = assert(wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' }))
 --   local tok = wick.tokenizer.open('cl100k_base.tiktoken')            -- the encoding from the name
 --   local tok = wick.tokenizer.open('ranks.tiktoken', { pattern = 'o200k' })
 --   tok.name, tok.vocab_size, tok.eos (nil when none), tok.fingerprint (16 hex digits)
@@ -28,12 +28,13 @@ Tokenizer.__index = Tokenizer
 
 local M = { OPTIONS = OPTIONS }
 
--- Opens a built-in name or a file; raises on a bad file (the message names it and what is wrong).
+-- Opens a built-in name or a file. Returns the tokenizer, or nil and a message naming the file and
+-- what is wrong with it; bad options raise.
 function M.open(source, options)
   if type(source) ~= 'string' then error('wick.tokenizer.open: source must be a string (a file or "bytes")', 2) end
   local opts = OPTIONS:check(options or {}, 2)
   local handle = C.wk_tokenizer_open(source, opts.pattern)
-  if handle == nil then error(core.last_error(), 2) end
+  if handle == nil then return nil, core.last_error() end
   handle = ffi.gc(handle, C.wk_tokenizer_free)
   local self = setmetatable({ handle = handle, capacity = 0 }, Tokenizer)
   if opts.special then core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_SPECIAL, 1), 2) end

@@ -123,7 +123,7 @@ WkTokenizer *wk_tokenizer_open(const char *source, const char *pattern) {
   size_t length;
   if (bpe_read_file(source, &text, &length) != WK_OK) {
     if (wk_last_status() == WK_ERR_IO)
-      wk_error_context("tokenizer '%s' is neither a built-in (bytes) nor a readable file: ", source);
+      wk_error_context("tokenizer '%s' is neither a built-in (bytes) nor a readable file", source);
     return NULL;
   }
   Bpe *bpe = NULL;

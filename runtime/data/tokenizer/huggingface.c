@@ -34,8 +34,8 @@ typedef struct {
   int bytelevels;    /* ByteLevel pre-tokenizers seen */
 } Loader;
 
-#define UNSUPPORTED(ld, ...) WK_FAIL(WK_ERR_UNSUPPORTED, __VA_ARGS__), wk_error_context("%s: ", (ld)->path)
-#define BAD(ld, ...) WK_FAIL(WK_ERR_FORMAT, __VA_ARGS__), wk_error_context("%s: ", (ld)->path)
+#define UNSUPPORTED(ld, ...) WK_FAIL(WK_ERR_UNSUPPORTED, __VA_ARGS__), wk_error_context("%s", (ld)->path)
+#define BAD(ld, ...) WK_FAIL(WK_ERR_FORMAT, __VA_ARGS__), wk_error_context("%s", (ld)->path)
 
 static const char *type_name(const WkJson *node) {
   const WkJson *type = wk_json_get(node, "type");
@@ -86,9 +86,9 @@ static WkStatus read_vocab(Loader *ld, const WkJson *vocab) {
     uint64_t id;
     wk_json_u64(m, &id);
     if (vocab_set(&ld->bpe->vocab, (uint32_t)id, ld->scratch, n, "model.vocab") != WK_OK)
-      return wk_error_context("%s: ", ld->path);
+      return wk_error_context("%s", ld->path);
   }
-  if (vocab_finish(&ld->bpe->vocab) != WK_OK) return wk_error_context("%s: model.vocab: ", ld->path);
+  if (vocab_finish(&ld->bpe->vocab) != WK_OK) return wk_error_context("%s: model.vocab", ld->path);
   return WK_OK;
 }
 
@@ -271,7 +271,7 @@ static WkStatus read_config_eos(Loader *ld) {
   WkJson *root;
   WkStatus status = wk_json_parse(text, length, &root);
   free(text);
-  if (status != WK_OK) return wk_error_context("%s: ", config_path);
+  if (status != WK_OK) return wk_error_context("%s", config_path);
   const WkJson *eos = wk_json_get(root, "eos_token");
   if (eos && eos->type == WK_JSON_OBJECT) eos = wk_json_get(eos, "content");
   if (eos && eos->type == WK_JSON_STRING) {
@@ -318,14 +318,14 @@ static WkStatus read_tokenizer(Loader *ld, const WkJson *root) {
                        type_name(decoder) ? type_name(decoder) : "(without a type)");
   WK_TRY(read_added(ld, wk_json_get(root, "added_tokens")));
   WkStatus status = bpe_finish(ld->bpe);
-  if (status != WK_OK) return wk_error_context("%s: ", ld->path);
+  if (status != WK_OK) return wk_error_context("%s", ld->path);
   return read_config_eos(ld);
 }
 
 WkStatus bpe_load_huggingface(const char *path, const char *text, size_t length, Bpe **out) {
   *out = NULL;
   WkJson *root;
-  if (wk_json_parse(text, length, &root) != WK_OK) return wk_error_context("%s: ", path);
+  if (wk_json_parse(text, length, &root) != WK_OK) return wk_error_context("%s", path);
   char name[NAME_BYTES];
   name_of(path, name, sizeof name);
   Loader ld = {.path = path, .bpe = bpe_new(name)};

@@ -192,7 +192,7 @@ WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, co
   Bpe *bpe = bpe_new(base ? base + 1 : path);
   if (!bpe) return wk_last_status();
   WkStatus status = read_ranks(bpe, path, text, length);
-  if (status == WK_OK) status = vocab_finish(&bpe->vocab);
+  if (status == WK_OK && (status = vocab_finish(&bpe->vocab)) != WK_OK) wk_error_context("%s", path);
   if (status == WK_OK) status = build_merges(bpe, path);
   const char *regex = pretokenizer_pattern(ENCODINGS[e].pattern);
   if (status == WK_OK) status = pretokenizer_add(&bpe->pre, regex, strlen(regex), ENCODINGS[e].names[0]);
@@ -206,7 +206,7 @@ WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, co
     status = added_add(&bpe->added[0], s->id, (const uint8_t *)s->text, strlen(s->text), true, false, false);
   }
   bpe->ignore_merges = true;
-  if (status == WK_OK) status = bpe_finish(bpe);
+  if (status == WK_OK && (status = bpe_finish(bpe)) != WK_OK) wk_error_context("%s", path);
   if (status != WK_OK) {
     bpe_free(bpe);
     return status;
