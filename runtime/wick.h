@@ -147,6 +147,63 @@ WK_API void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out);
 WK_API uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
 WK_API uint64_t wk_mix64(uint64_t a, uint64_t b);
 
+/* ---- tokenizers (runtime/data/tokenizer.c, runtime/data/tokenizer/) ------------------------------ */
+
+/* Text <-> token ids. Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen style)
+ * or a tiktoken rank file (r50k/gpt2, p50k, cl100k, o200k), or the built-in "bytes". Encoding is
+ * thread-safe; free a tokenizer after the threads that encoded with it are done. */
+typedef struct WkTokenizer WkTokenizer;
+
+/* source: "bytes", a tokenizer.json, or a .tiktoken rank file. pattern: the encoding of a rank file
+ * ("r50k" (= "gpt2"), "p50k", "cl100k", "o200k"), NULL to take it from the file's name
+ * (cl100k_base.tiktoken); NULL for the others. NULL on failure, with a message naming the file and
+ * the unsupported component or the bad line. */
+WK_API WkTokenizer *wk_tokenizer_open(const char *source, const char *pattern);
+WK_API void wk_tokenizer_free(WkTokenizer *t);
+WK_API const char *wk_tokenizer_name(const WkTokenizer *t);       /* "bytes", "llama3/tokenizer.json", ... */
+WK_API uint32_t wk_tokenizer_vocab_size(const WkTokenizer *t);     /* every id is below it */
+WK_API uint32_t wk_tokenizer_eos(const WkTokenizer *t);            /* 0xFFFFFFFF when it names none */
+WK_API uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t);    /* identity: a hash of the file (+ pattern) */
+
+typedef enum {
+  WK_TOKENIZER_SPECIAL = 0,  /* 1: special tokens written in text become their ids; 0 (default): plain
+                                text, as tiktoken's encode_ordinary */
+  WK_TOKENIZER_EOS = 1       /* the EOS id (default: tokenizer_config.json's eos_token beside a
+                                tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+} WkTokenizerParam;
+WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
+
+/* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
+ * 0xFFFFFFFF. */
+WK_API uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length);
+
+/* UTF-8 text -> ids in out[0 .. *count). When they do not fit in capacity, WK_ERR_INVALID_ARG with
+ * *count = how many there are (2 * length + 1 fits unless NFC lengthens the text). Invalid UTF-8 is
+ * WK_ERR_FORMAT. */
+WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out,
+                                    size_t capacity, size_t *count);
+/* ids -> the bytes they stand for (UTF-8 when the ids came from text and are whole), in
+ * out[0 .. *length); too small a capacity is WK_ERR_INVALID_ARG with *length = the size needed. */
+WK_API WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_t count, char *out,
+                                    size_t capacity, size_t *length);
+
+/* JSONL <-> JSONL on all cores, output in input order (run -m wick.tokenize): encoding reads the
+ * string member `field` of each line's object and writes one JSON array of ids per line; decoding
+ * reads one array per line and writes {"<field>": "text"} (bytes that are not UTF-8 become U+FFFD,
+ * as Python's decode(errors="replace") does). input and output are paths, "-" for stdin / stdout.
+ * A bad line fails the run with "file:line: reason". */
+typedef struct {
+  uint64_t lines;        /* lines read */
+  uint64_t text_bytes;   /* bytes of text encoded or decoded (UTF-8) */
+  uint64_t tokens;       /* ids written or read */
+  double seconds;        /* wall time of the run */
+  double cpu_seconds;    /* CPU time of the workers, summed */
+  uint32_t threads;      /* workers used */
+} WkTokenizeStats;
+
+WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
+                                  int decode, int threads, WkTokenizeStats *stats);
+
 /* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
  * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give
  * byte-identical shards and index whatever the thread count. */

@@ -3,10 +3,12 @@
 # pinned) in a venv on Debian's /usr/bin/python3 (python3-venv), build/bench/venv unless a folder is
 # given. Kept while it was made from the same requirements (a copy of them is its stamp), so a second
 # run is instant; `make deps-bench` and tests/bench/data.lua run this.
+#   bench-venv.sh [VENV [REQUIREMENTS]]   another requirements file makes another venv the same way
+#                                         (the tokenizer oracles: third_party/tokenizer-python.txt)
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 venv="${1:-$(dirname "$here")/build/bench/venv}"
-requirements="$here/bench-python.txt"
+requirements="${2:-$here/bench-python.txt}"
 stamp="$venv/requirements.txt"
 
 if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$stamp"; then

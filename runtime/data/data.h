@@ -12,7 +12,8 @@
  *   index.c     index.json: parse + validate (safe names), deterministic serialization
  *   cache.c     the decoded-block cache of plain reads (wk_dataset_read): LRU, pinned entries, a budget
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
- *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
+ *   tokenizer.c tokenizers behind one interface (tokenizer.h): bytes, and byte-level BPE from
+ *               tokenizer.json and tiktoken files (tokenizer/, its own layers in tokenizer/bpe.h)
  *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
  *               .jsonl, .jsonl.zst, .bin cut into chunks and documents), its output directory (lock,
  *               staging directory, swap) and the shard writer
