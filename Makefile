@@ -1,7 +1,7 @@
 # Wick — plain make.
 #   make            libwick.so, libwick.a and ./run (CUDA backend when nvcc is found)
 #   make test       install missing Debian packages, build, run the whole test suite
-#   make demo       the main job on the embedded default data
+#   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make install PREFIX=/usr/local
@@ -211,7 +211,7 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run recipes/demo.lua
+	./run --nproc-per-node 2 recipes/tiny.lua $(DEMO_ARGS)
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library

@@ -129,6 +129,8 @@ local function bound_text(x)
   return ('%.14g'):format(x)
 end
 
+cli.bound_text = bound_text
+
 -- A value as the option is written: sizes with their unit (64M), other numbers as bound_text.
 local function value_text(option, x)
   if option[2] == 'size' and type(x) == 'number' then

@@ -13,6 +13,7 @@ end
 
 local encode
 
+-- The fewest digits that read back as the same double (at most 17).
 local function number_of(x)
   if x ~= x or x == math.huge or x == -math.huge then return 'null' end
   if x == math.floor(x) and math.abs(x) < 2 ^ 53 then return ('%d'):format(x) end
@@ -53,5 +54,6 @@ encode = function(value, depth)
 end
 
 function json.encode(value) return encode(value, 0) end
+json.number = number_of
 
 return json

@@ -18,7 +18,14 @@ local ACTIVATION_BYTES_PER_HIDDEN = 34
 local ATTENTION_BYTES_PER_HEAD_TOKEN = 5
 local LOGIT_COPIES = 2           -- the logits and their gradient, f32
 
-local function gib(bytes) return ('%.2f GiB'):format(bytes / 2 ^ 30) end
+local UNITS = { { 'GiB', 2 ^ 30 }, { 'MiB', 2 ^ 20 }, { 'KiB', 2 ^ 10 } } -- largest first
+
+local function gib(bytes)
+  for _, unit in ipairs(UNITS) do
+    if bytes >= unit[2] then return ('%.2f %s'):format(bytes / unit[2], unit[1]) end
+  end
+  return ('%d bytes'):format(bytes)
+end
 
 -- Memory per rank: weights, gradients, optimizer state, activations at the micro batch.
 function plan.memory(m, micro, policy_name)

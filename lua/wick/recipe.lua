@@ -189,7 +189,10 @@ recipe.SCHEMA = RECIPE
 
 -- ---- checking ------------------------------------------------------------------------------------
 
-local function fail(name, message) require('wick.cli').fail(name .. ': ' .. message, require('wick.cli').EXIT_USAGE) end
+local function fail(name, message)
+  local cli = require 'wick.cli'
+  cli.fail(('%s: %s (see run %s --help)'):format(name, message, name), cli.EXIT_USAGE)
+end
 
 -- What the tree cannot say: one of steps and epochs, heads dividing dim, the eval source.
 local function check_relations(c)
@@ -322,7 +325,7 @@ end
 local function render(value)
   local kind = type(value)
   if kind == 'string' then return ('%q'):format(value) end
-  if kind == 'number' then return ('%.17g'):format(value) end
+  if kind == 'number' then return require('wick.json').number(value) end
   if kind == 'table' and value.kind == 'points' then -- a wick.schedule
     local parts = {}
     for i = 1, #value.steps do parts[i] = ('%s:%s'):format(render(value.steps[i]), render(value.values[i])) end
@@ -406,7 +409,8 @@ function recipe.fields()
     local path, o = leaf[1], leaf[2]
     local kind = o.types and table.concat(o.types, '|') or o[2]
     if kind == 'enum' then kind = table.concat(o.values, '|') end
-    if o.min or o.max then kind = ('%s in [%s, %s]'):format(kind, tostring(o.min or '-inf'), tostring(o.max or 'inf')) end
+    local bound = require('wick.cli').bound_text
+    if o.min or o.max then kind = ('%s in [%s, %s]'):format(kind, bound(o.min) or '-inf', bound(o.max) or 'inf') end
     local default = o.default ~= nil and type(o.default) ~= 'table' and ('; default %s'):format(render(o.default)) or ''
     lines[#lines + 1] = ('%-20s %s%s%s: %s'):format(path, kind, default, o.required and '; required' or '', o.help or '')
   end
@@ -456,7 +460,8 @@ end
 
 -- A job from a recipe file's returned table and the command line after it.
 function recipe.load(path, raw, args)
-  local name = path
+  local home = has_host and host.home .. '/'
+  local name = (home and path:sub(1, #home) == home) and path:sub(#home + 1) or path -- recipes/tiny.lua
   local flags, overrides = recipe.parse_args(name, args or {})
   if flags.help then
     io.stdout:write(('usage: run %s [--key=value ...] [--resume] [--log=FILE] [--dry-run]\n\nfields:\n  %s\n'):format(
