@@ -138,6 +138,18 @@ describe('recipes', function()
       assert.matches('eval %d+%.%d+', r.out)
     end)
 
+    it('turns epochs into steps: passes over the sources, over the global batch', function()
+      local path = helper.write_file(root .. '/epochs.lua', ('local r = dofile(%q); r.steps = nil; r.epochs = 0.1; return r')
+        :format(recipe))
+      local r = helper.run(q(path) .. ' --log=' .. q(root .. '/epochs.jsonl'))
+      assert.are.equal(0, r.rc, r.err)
+      local total = tonumber(r.out:match(', (%d+) steps of 8 samples'))
+      local epoch = require('wick').data.loader { data = dataset, seq_len = 32, global_batch = 8, world_size = 1, rank = 0 }
+      assert.are.equal(math.ceil(0.1 * epoch:epoch_length(1) / 8), total)
+      epoch:close()
+      assert.are.equal(total, #helper.lines(helper.read_file(root .. '/epochs.jsonl')))
+    end)
+
     it('changes the accumulation at the step the schedule says, over the same samples', function()
       local plain = write_recipe(root .. '/plain.lua', dataset, ("data = { sources = { %q }, seq_len = 32, audit = %q },")
         :format(dataset, root .. '/plain.audit'))

@@ -295,7 +295,7 @@ function recipe.apply(name, raw, overrides)
       if option then value, why = parse_value(option, text) end
       if option and value == nil and not why then why = ("cannot read '%s' as %s"):format(text, option[2]) end
     end
-    if value == nil then fail(name, ('--%s: %s'):format(path, why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', ''))) end
+    if value == nil then fail(name, ('--%s: %s'):format(path, (why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '')))) end
     set_path(copy, path, value)
     applied[#applied + 1] = path .. '=' .. text
   end

@@ -123,6 +123,20 @@ function train.flops_per_token(m)
   return 6 * train.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
 end
 
+-- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
+-- weights, opened only for this) times epochs, over the global batch.
+function train.epoch_steps(config, world, rank, micro)
+  local plain = recipe.copy(config.data)
+  plain.mix = {}
+  local o = train.loader_options({ data = plain, batch = config.batch, seed = config.seed }, world, rank, micro, 1)
+  o.audit = nil
+  local loader = wick().data.loader(o)
+  local samples = 0
+  for i = 1, #config.data.sources do samples = samples + loader:epoch_length(i) end
+  loader:close()
+  return math.max(1, math.ceil(config.epochs * samples / config.batch.global))
+end
+
 -- ---- the trainer ---------------------------------------------------------------------------------
 
 local function say(self, fmt, ...)
@@ -200,18 +214,8 @@ function train.new(job)
       say(self, 'resume: no complete checkpoint in %s: starting from step 0', config.checkpoint.dir)
     end
   end
-  self.horizon = config.steps
+  self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
   open_loader(self, self.micro_at(self.step + 1), state and state.cursor)
-  if config.epochs then
-    local samples = 0
-    for i = 1, #config.data.sources do samples = samples + self.loader:epoch_length(i) end
-    self.horizon = math.max(1, math.ceil(config.epochs * samples / config.batch.global))
-    if config.data.mix and next(config.data.mix) then -- function weights are sampled over the horizon
-      local cursor = self.loader:state()
-      self.loader:close()
-      open_loader(self, self.micro, cursor)
-    end
-  end
   self.total = self.horizon
   local vocab = self.loader:vocab_size()
   local m = config.model
@@ -348,6 +352,12 @@ local function record(self, m)
   self.log_file:flush()
 end
 
+-- A plain line from rank 0, after the terminal's progress line if one is drawn.
+local function announce(self, fmt, ...)
+  if self.partial then io.stdout:write('\n'); self.partial = false end
+  say(self, fmt, ...)
+end
+
 local function report(self, m)
   local every = self.config.log.every
   if every == 0 then every = math.max(1, math.floor(self.total / LOG_LINES)) end
@@ -356,7 +366,7 @@ local function report(self, m)
     if due or now() - (self.drawn or 0) > PROGRESS_INTERVAL then
       io.stdout:write('\r\27[K', line_of(self, m), due and '\n' or '')
       io.stdout:flush()
-      self.drawn = now()
+      self.drawn, self.partial = now(), not due
     end
   elseif due then
     say(self, '%s', line_of(self, m))
@@ -387,7 +397,7 @@ function Trainer:run()
   while self.step < self.total do
     local m = self:train_step()
     if not m then
-      say(self, 'the data ended after step %d', self.step)
+      announce(self, 'the data ended after step %d', self.step)
       break
     end
     self.elapsed, self.waited, self.tokens_run = self.elapsed + m.seconds, self.waited + m.data_wait,
@@ -407,7 +417,7 @@ function Trainer:run()
       emit(self, 'on_checkpoint', { step = self.step, path = path })
     end
     if stop then
-      say(self, 'stopped after step %d: %s', self.step, self.stopping or 'another rank stopped')
+      announce(self, 'stopped after step %d: %s', self.step, self.stopping or 'another rank stopped')
       break
     end
   end
