@@ -328,6 +328,70 @@ checkpoint = { every = 2, keep = 2 },]]
     end)
   end)
 
+  describe('pausing at a step boundary', function()
+    it('--repl-at pauses both ranks after the step; the REPL on rank 0 changes the lr for every rank', function()
+      local log = root .. '/paused.jsonl'
+      local r = helper.run(('--nproc-per-node 2 %s --steps=6 --repl-at=3 --log=%s'):format(q(recipe), q(log)), { stdin =
+        'print("at", trainer.step, metrics.step, metrics.loss > 0)\nset_lr(0.5)\ncontinue()\nprint("not read")\n' })
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('[rank0] paused after step 3 on 2 ranks', r.out, 1, true)
+      assert.matches('[rank1] paused after step 3: rank 0 has the REPL', r.out, 1, true)
+      assert.matches('[rank0] at\t3\t3\ttrue', r.out, 1, true)
+      assert.is_nil(r.out:find('not read', 1, true))
+      local straight = root .. '/unpaused.jsonl'
+      assert.are.equal(0, helper.run(('%s --steps=6 --log=%s'):format(q(recipe), q(straight))).rc)
+      local lr, want = field(log, 'lr'), field(straight, 'lr')
+      for step = 1, 6 do
+        local expected = tonumber(want[step]) * (step > 3 and 0.5 or 1)
+        assert.is_true(math.abs(tonumber(lr[step]) - expected) <= 1e-12 * expected, step .. ': ' .. lr[step])
+      end
+    end)
+
+    it('opens the REPL on the terminal of rank 0 of 2 launched ranks (tmux)', function()
+      local session = 'wick_pause_' .. root:match('[^/]+$'):gsub('[^%w]', '_')
+      local function tmux(args) return helper.sh('tmux ' .. args) end
+      local function wait_screen(text)
+        for _ = 1, WAIT_POLLS do
+          local screen = tmux('capture-pane -p -t ' .. session).out
+          if screen:find(text, 1, true) then return true end
+          ffi.C.usleep(POLL_US)
+        end
+        error('not on screen: ' .. text .. '\n' .. tmux('capture-pane -p -t ' .. session).out)
+      end
+      local cmd = ('env HOME=%s %s --nproc-per-node 2 %s --steps=5 --repl-at=3; echo "exit status $?"; sleep 30'):format(
+        q(root), q(helper.RUN), q(recipe))
+      assert.are.equal(0, tmux('new-session -d -x 150 -y 30 -s ' .. session .. ' ' .. q(cmd)).rc)
+      local ok, err = pcall(function()
+        wait_screen('[rank1] paused after step 3: rank 0 has the REPL')
+        tmux('send-keys -t ' .. session .. ' ' .. q('print(trainer.step * 10 .. "/" .. trainer.world_size)') .. ' Enter')
+        wait_screen('[rank0] 30/2')
+        tmux('send-keys -t ' .. session .. ' ' .. q('continue()') .. ' Enter')
+        wait_screen('step 5/5')
+        wait_screen('exit status 0')
+      end)
+      tmux('kill-session -t ' .. session)
+      assert(ok, err)
+    end)
+
+    it('kill -USR1 of one rank pauses every rank after the same step; stop() there ends the run', function()
+      local path = write_recipe(root .. '/usr1.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if t.rank == 1 and m.step == 2 then
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int getpid(void);')
+    os.execute('kill -USR1 ' .. ffi.C.getpid())
+  end
+end },]])
+      local r = helper.run('--nproc-per-node 2 ' .. q(path) .. ' --log=' .. q(root .. '/usr1.jsonl'),
+        { stdin = 'stop("enough")\ncontinue()\n' })
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('[rank0] paused after step 2 on 2 ranks', r.out, 1, true)
+      assert.matches('[rank1] paused after step 2: rank 0 has the REPL', r.out, 1, true)
+      assert.matches('stopped after step 2: enough', r.out, 1, true)
+      assert.are.equal(2, #helper.lines(helper.read_file(root .. '/usr1.jsonl')))
+    end)
+  end)
+
   it('run -i builds a recipe without training and its helpers work on piped input', function()
     local r = helper.run('-i ' .. q(recipe) .. ' --steps=3', { stdin = table.concat({
       'print(recipe.steps, trainer.step, model:parameter_count() > 0)',

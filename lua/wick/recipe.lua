@@ -223,7 +223,7 @@ end
 
 -- ---- overrides -----------------------------------------------------------------------------------
 
-local FLAGS = { resume = 'flag', log = 'value', ['dry-run'] = 'flag', dry_run = 'flag', help = 'flag' }
+local FLAGS = { resume = 'flag', log = 'value', dry_run = 'flag', repl_at = 'value', help = 'flag' }
 
 local function parse_value(option, text)
   local kind = option.types and option.types[1] or option[2]
@@ -257,9 +257,10 @@ function recipe.parse_args(name, args)
     local key, inline = word:match('^%-%-([^=]+)=(.*)$')
     key = key or word:match('^%-%-(.+)$')
     if not key then fail(name, ("unexpected argument '%s' (overrides are --key=value)"):format(word)) end
+    key = key:gsub('%-', '_')
     if FLAGS[key] == 'flag' then
-      if inline then fail(name, ('--%s takes no value'):format(key)) end
-      flags[(key:gsub('%-', '_'))] = true
+      if inline then fail(name, ('--%s takes no value'):format(word:match('^%-%-([^=]+)'))) end
+      flags[key] = true
     else
       local text = inline
       if text == nil then
@@ -270,7 +271,7 @@ function recipe.parse_args(name, args)
       if FLAGS[key] == 'value' then
         flags[key] = text
       else
-        overrides[#overrides + 1] = { key:gsub('%-', '_'), text }
+        overrides[#overrides + 1] = { key, text }
       end
     end
     i = i + 1
@@ -463,8 +464,15 @@ function recipe.load(path, raw, args)
   local home = has_host and host.home .. '/'
   local name = (home and path:sub(1, #home) == home) and path:sub(#home + 1) or path -- recipes/tiny.lua
   local flags, overrides = recipe.parse_args(name, args or {})
+  if flags.repl_at then
+    local step = tonumber(flags.repl_at)
+    if not step or step < 1 or step % 1 ~= 0 or step > MAX_STEPS then
+      fail(name, ("--repl-at needs a step number >= 1, got '%s'"):format(flags.repl_at))
+    end
+    flags.repl_at = step
+  end
   if flags.help then
-    io.stdout:write(('usage: run %s [--key=value ...] [--resume] [--log=FILE] [--dry-run]\n\nfields:\n  %s\n'):format(
+    io.stdout:write(('usage: run %s [--key=value ...] [--resume] [--log=FILE] [--dry-run] [--repl-at=STEP]\n\nfields:\n  %s\n'):format(
       name, table.concat(recipe.fields(), '\n  ')))
     os.exit(0)
   end

@@ -233,7 +233,9 @@ function train.new(job)
   self.model = w.nn.gpt(mc)
   self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global)
   local o = config.optim
-  self.opt = w.optim.adamw { lr = self.lr_at, betas = o.betas, eps = o.eps, weight_decay = o.weight_decay, clip = o.clip }
+  self.lr_scale = state and tonumber(state.lr_scale) or 1 -- set_lr() of a paused run's REPL
+  self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
+    weight_decay = o.weight_decay, clip = o.clip }
   if state then
     local ok, err = pcall(self.model.load, self.model, self.resumed_from .. '/model.safetensors')
     if not ok then error(err, 0) end
@@ -242,11 +244,24 @@ function train.new(job)
   end
   self.dp = w.nn.data_parallel(self.model, self.dist)
   self.flag = T.zeros({ 1 }, 'f32')
-  self.is_tty = require('wick.host').isatty(1)
+  local host = require 'wick.host'
+  self.is_tty = host.isatty(1)
+  self.repl_at = job.flags.repl_at
+  if host.watch_pause then host.watch_pause() end -- kill -USR1: pause at the next step boundary
+  self.take_pause = host.take_pause or function() return false end
   return self
 end
 
 function Trainer:stop(reason) self.stopping = reason or 'stopped by a callback' end
+
+-- New weights by source name from the next step on: the loader reopens from its cursor (each source
+-- keeps its own cursor, so only future draws change).
+function Trainer:set_mix(weights)
+  for name, w in pairs(weights) do self.config.data.mix[name] = w end
+  local cursor = self.loader:state()
+  self.loader:close()
+  open_loader(self, self.micro, cursor)
+end
 
 -- The sum of x over the ranks (f32: for metrics, not for exact sums).
 function Trainer:sum_over_ranks(x)
@@ -272,7 +287,7 @@ function Trainer:train_step()
   self.tokens_seen = self.tokens_seen + r.tokens
   local scaler = self.model.policy.scaler
   local metrics = {
-    step = step, loss = r.loss, lr = self.lr_at(math.max(1, self.opt.step_count)), tokens = r.tokens,
+    step = step, loss = r.loss, lr = self.lr_at(math.max(1, self.opt.step_count)) * self.lr_scale, tokens = r.tokens,
     tokens_per_s = r.tokens / seconds, seconds = seconds, data_wait = r.ranks[self.rank + 1].data,
     grad_norm = r.grad_norm, loss_scale = scaler and scaler.scale or 1, fingerprint = self.loader.batch.fingerprint,
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
@@ -310,7 +325,8 @@ function Trainer:save()
   local c = self.config
   local meta = { step = self.step, cursor = self.loader:state(), seed = c.seed, recipe_text = self.job.text,
     recipe_hash = self.job.hash, recipe_name = self.job.name, overrides = table.concat(self.job.overrides, '\n'),
-    version = wick().version, world_size = self.world_size, data = json.encode(manifests(c)) }
+    version = wick().version, world_size = self.world_size, data = json.encode(manifests(c)),
+    lr_scale = ('%.17g'):format(self.lr_scale) }
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
   local path
   if self.rank == 0 then
@@ -374,11 +390,16 @@ local function report(self, m)
   if due then emit(self, 'on_log', m) end
 end
 
--- Agrees on stopping: any rank's stop stops every rank after the same step.
-local function agreed_stop(self)
-  local local_stop = self.stopping and 1 or 0
-  if self.world_size == 1 then return local_stop > 0 end
-  return self:sum_over_ranks(local_stop) > 0
+-- Agrees on stopping and pausing: any rank's request holds for every rank after the same step.
+-- One sum over the ranks carries both (stops + pauses x (world + 1): exact in f32 for any world
+-- Gloo serves).
+local function agree(self)
+  local stop = self.stopping and 1 or 0
+  local pause = (self.take_pause() or self.repl_at == self.step) and 1 or 0
+  if self.world_size == 1 then return stop > 0, pause > 0 end
+  local base = self.world_size + 1
+  local sum = self:sum_over_ranks(stop + pause * base)
+  return sum % base > 0, sum >= base
 end
 
 function Trainer:run()
@@ -410,7 +431,11 @@ function Trainer:run()
     if self.rank == 0 then record(self, m) end
     report(self, m)
     emit(self, 'on_step_end', m)
-    local stop = agreed_stop(self)
+    local stop, paused = agree(self)
+    if paused then
+      require('wick.pause').run(self, m)
+      stop = stop or self.stopping ~= nil
+    end
     if c.checkpoint.every > 0 and (m.step % c.checkpoint.every == 0 or m.step == self.total or stop) then
       local path = self:save()
       last_saved = self.step
