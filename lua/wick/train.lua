@@ -35,6 +35,8 @@ local PROGRESS_INTERVAL = 0.25  -- seconds between redraws of the terminal's pro
 local SAMPLE_TEMPERATURE = 0.8
 local BYTES_VOCAB, BYTES_EOS = 257, 256  -- the 'bytes' tokenizer: every byte a token, EOS 256
 local SECONDS_PER_MINUTE = 60
+local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
+local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
 
 local function wick() return require 'wick' end
 
@@ -325,11 +327,13 @@ function Trainer:save()
   local c = self.config
   local meta = { step = self.step, cursor = self.loader:state(), seed = c.seed, recipe_text = self.job.text,
     recipe_hash = self.job.hash, recipe_name = self.job.name, overrides = table.concat(self.job.overrides, '\n'),
-    version = wick().version, world_size = self.world_size, data = json.encode(manifests(c)),
+    version = wick().version, world_size = self.world_size,
     lr_scale = ('%.17g'):format(self.lr_scale) }
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
   local path
   if self.rank == 0 then
+    self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
+    meta.data = self.manifests
     path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
       self.model:save(tmp .. '/model.safetensors')
       checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model)
@@ -472,10 +476,10 @@ end
 function Trainer:sample(n)
   local seq, V = self.model_config.seq_len, self.model_config.vocab
   local ids = { self.loader:eos() }
-  local state = self.config.seed * 2654435761 % 2 ^ 31 + 1 -- Park-Miller, seeded from the recipe
+  local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
   local function uniform()
-    state = state * 16807 % 2147483647
-    return state / 2147483647
+    state = state * PARK_MILLER_A % PARK_MILLER_M
+    return state / PARK_MILLER_M
   end
   local out = {}
   for _ = 1, n do
