@@ -128,6 +128,18 @@ describe('recipes', function()
       assert.is_true(tonumber(l[40]) < 0.8 * tonumber(l[1]), l[1] .. ' -> ' .. l[40])
     end)
 
+    it('wick.train(table, args) trains from any script and returns the losses', function()
+      local script = helper.write_file(root .. '/script.lua', ([[
+local wick = require 'wick'
+local losses = wick.train(dofile(%q), { '--steps=3', '--log.every=1' })
+print('losses', #losses, losses[3] < losses[1] + 1)
+]]):format(recipe))
+      local r = helper.run(q(script))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('step 3/3', r.out, 1, true)
+      assert.matches('losses\t3\ttrue', r.out, 1, true)
+    end)
+
     it('evaluates on the held-out source every N steps', function()
       local log = root .. '/eval.jsonl'
       local r = helper.run(('%s --steps=4 --eval.source=%s --eval.every=2 --log=%s'):format(q(recipe), q(held_out), q(log)))
