@@ -331,6 +331,18 @@ checkpoint = { every = 2, keep = 2 },]]
       assert.is_true(r.seconds < DRY_RUN_SECONDS, r.seconds .. ' s')
     end)
 
+    it('refuses sources converted with different tokenizers', function()
+      local other = root .. '/other-tokenizer'
+      os.execute(('cp -r %s %s'):format(q(dataset), q(other)))
+      local index = helper.read_file(other .. '/index.json')
+      helper.write_file(other .. '/index.json', (index:gsub('"tokenizer": "bytes"', '"tokenizer": "gpt2.tiktoken"')))
+      local two = write_recipe(root .. '/two-tokenizers.lua', dataset, ('data = { sources = { %q, %q }, seq_len = 32 },')
+        :format(dataset, other))
+      local r = timed('--dry-run ' .. q(two))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches(('sources tokenized differently: %s by bytes, %s by gpt2.tiktoken'):format(dataset, other), r.err, 1, true)
+    end)
+
     it('passes for the shipped GPU recipe, gpt2_124m.lua, planned for 8 ranks', function()
       local r = timed('--dry-run --nproc-per-node 8 ' .. q(helper.ROOT .. '/recipes/gpt2_124m.lua'),
         'WICK_GPT2_DATA=' .. q(dataset))

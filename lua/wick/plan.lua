@@ -50,7 +50,11 @@ local function probe(config, path, world, micro)
   if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
   local vocab, eos = loader:vocab_size(), loader:eos()
   loader:close()
-  return { vocab = vocab, eos = eos }
+  local ds, why = require('wick.dataset').open(path)
+  if not ds then return nil, why end
+  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
+  ds:close()
+  return info
 end
 
 -- Checks and prints the plan; returns whether the recipe can run on `world` ranks.
@@ -69,17 +73,25 @@ function plan.report(job, world)
       add('  from step %d: %d micro-steps of %d rows', point[1], point[2], micro_at(point[1]))
     end
   end
-  local vocab = 0
+  local vocab, tokenizers = 0, {}
   local paths = {}
   for _, entry in ipairs(c.data.sources) do paths[#paths + 1] = type(entry) == 'table' and entry[1] or entry end
   if c.eval.source then paths[#paths + 1] = c.eval.source end
   for _, path in ipairs(paths) do
     local info, err = probe(c, path, world, micro)
     if info then
-      add('source %s: index read, vocabulary %d, eos %d', path, info.vocab, info.eos)
+      add('source %s: index read, %d shards, %.3gM tokens, tokenizer %s, vocabulary %d, eos %d', path, info.shards,
+        info.tokens / 1e6, info.tokenizer, info.vocab, info.eos)
       vocab = math.max(vocab, info.vocab)
+      tokenizers[#tokenizers + 1] = { path, info.tokenizer }
     else
       problems[#problems + 1] = ('source %s: %s'):format(path, err)
+    end
+  end
+  for i = 2, #tokenizers do
+    if tokenizers[i][2] ~= tokenizers[1][2] then
+      problems[#problems + 1] = ('sources tokenized differently: %s by %s, %s by %s (one model reads one vocabulary)')
+        :format(tokenizers[1][1], tokenizers[1][2], tokenizers[i][1], tokenizers[i][2])
     end
   end
   local m = { vocab = c.model.vocab or vocab, seq_len = c.model.seq_len or c.data.seq_len, layers = c.model.layers,

@@ -33,7 +33,6 @@ local now = core.now
 local LOG_LINES = 10            -- plain lines in a run when log.every is 0
 local PROGRESS_INTERVAL = 0.25  -- seconds between redraws of the terminal's progress line
 local SAMPLE_TEMPERATURE = 0.8
-local BYTES_VOCAB, BYTES_EOS = 257, 256  -- the 'bytes' tokenizer: every byte a token, EOS 256
 local SECONDS_PER_MINUTE = 60
 local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
 local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
@@ -458,16 +457,30 @@ end
 
 -- ---- text from the model -------------------------------------------------------------------------
 
--- Text of token ids: bytes for the 'bytes' tokenizer (ids below 256), else the ids themselves.
+-- The tokenizer the first source was converted with (its index names it), opened once to decode;
+-- false when that file is not here.
+local function tokenizer_of(self)
+  if self.tokenizer == nil then
+    local first = self.config.data.sources[1]
+    local ds = require('wick.dataset').open(type(first) == 'table' and first[1] or first)
+    local name = ds and ds.tokenizer
+    if ds then ds:close() end
+    self.tokenizer = name and require('wick.tokenizer').open(name) or false
+  end
+  return self.tokenizer
+end
+
+-- Text of token ids (a Lua table), by the data's tokenizer; the ids themselves when it is not here.
 function Trainer:decode(ids)
-  if self.model_config.vocab ~= BYTES_VOCAB then return table.concat(ids, ' ') end
-  local chars = {}
-  for i, id in ipairs(ids) do chars[i] = id < BYTES_EOS and string.char(id) or '<eos>' end
-  return table.concat(chars)
+  local tok = tokenizer_of(self)
+  if not tok then return table.concat(ids, ' ') end
+  local known = {}
+  for i, id in ipairs(ids) do known[i] = id < tok.vocab_size and id or tok.eos end
+  return tok:decode(known)
 end
 
 -- The same for a terminal: bytes that are not printable ASCII (a model early in training makes
--- stray UTF-8 pieces) become '?'; newlines stay.
+-- stray UTF-8 pieces, and a tokenizer's EOS reads as itself) become '?'; newlines stay.
 function Trainer:printable(ids)
   return (self:decode(ids):gsub('[^\n\32-\126]', '?'))
 end
@@ -516,8 +529,9 @@ function Trainer:close()
   if self.model then self.model:free() end
   if self.opt then self.opt:free() end
   if self.flag then self.flag:free() end
+  if self.tokenizer then self.tokenizer:close() end
   if self.dist then self.dist:close() end
-  self.loader, self.dp, self.model, self.opt, self.flag, self.dist = nil, nil, nil, nil, nil, nil
+  self.loader, self.dp, self.model, self.opt, self.flag, self.dist, self.tokenizer = nil, nil, nil, nil, nil, nil, nil
 end
 
 -- wick.train(recipe_table [, args]) from a script: checks, trains, closes; returns the losses.
