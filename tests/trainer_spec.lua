@@ -313,7 +313,7 @@ checkpoint = { every = 2, keep = 2 },]]
       assert.are.equal(0, r.rc, r.err)
       assert.matches('dry run for 4 ranks', r.out, 1, true)
       assert.matches('batch: 8 samples a step = 4 ranks x 1 micro-steps x 2 rows', r.out, 1, true)
-      assert.matches('index read, vocabulary 257', r.out, 1, true)
+      assert.matches('index read, 13 shards, 0.0535M tokens, tokenizer bytes, vocabulary 257, eos 256', r.out, 1, true)
       assert.matches('parameters', r.out, 1, true)
       assert.matches('memory per rank (fp32, micro batch 2): weights ', r.out, 1, true)
       assert.matches('dry run: ok', r.out, 1, true)
