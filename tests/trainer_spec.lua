@@ -140,6 +140,21 @@ print('losses', #losses, losses[3] < losses[1] + 1)
       assert.matches('losses\t3\ttrue', r.out, 1, true)
     end)
 
+    it('runs train_step in compiled traces, with no NYI aborts once warm (in process)', function()
+      local job = require('wick.recipe').load(recipe, dofile(recipe), { '--steps=200' })
+      local trainer = require('wick.train').new(job)
+      for _ = 1, 30 do trainer:train_step() end -- buffers allocated, traces recorded
+      local log = os.tmpname()
+      local jit_v = require 'jit.v'
+      jit_v.on(log)
+      for _ = 1, 100 do assert(trainer:train_step().micro_steps == 4) end
+      jit_v.off()
+      local text = helper.read_file(log)
+      os.remove(log)
+      trainer:close()
+      assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
+    end)
+
     it('evaluates on the held-out source every N steps', function()
       local log = root .. '/eval.jsonl'
       local r = helper.run(('%s --steps=4 --eval.source=%s --eval.every=2 --log=%s'):format(q(recipe), q(held_out), q(log)))
