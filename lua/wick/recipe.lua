@@ -11,7 +11,9 @@
 --   local job = recipe.load('recipes/tiny.lua', table_it_returned, { '--steps=10', '--resume' })
 --   -- job.config (checked, defaults filled), job.flags { resume, log, dry_run }, job.overrides,
 --   -- job.text and job.hash (the file's), job.name
+local ffi = require 'ffi'
 local schema = require 'wick.schema'
+local has_host, host = pcall(require, 'wick.host') -- absent in a Lua embedding other than `run`
 
 local recipe = {}
 
@@ -314,7 +316,6 @@ end
 
 -- ---- text, hashes, flattening ----------------------------------------------------------------------
 
-local ffi = require 'ffi'
 local FNV_OFFSET, FNV_PRIME = 0xcbf29ce484222325ULL, 0x100000001b3ULL
 
 -- FNV-1a 64 of a string, as 16 hex digits: the identity of a recipe's text or an index.json.
@@ -424,7 +425,6 @@ end
 local included = {}
 
 -- Where recipes keep what they make (datasets, checkpoints): build/ of the checkout or prefix.
-local has_host, host = pcall(require, 'wick.host')
 recipe.build_dir = (has_host and host.home or '.') .. '/build'
 
 -- Runs a Lua file named relative to the calling file's directory, once (like #include "..."):
