@@ -140,6 +140,29 @@ print('losses', #losses, losses[3] < losses[1] + 1)
       assert.matches('losses\t3\ttrue', r.out, 1, true)
     end)
 
+    it('schedules the learning rate: warmup, constant, linear and cosine decay, scaled by batch or world', function()
+      local train = require 'wick.train'
+      local function close(a, b) return math.abs(a - b) <= 1e-12 * math.max(1, math.abs(b)) end
+      local base = { lr = 1e-3, warmup = 10, min_lr = 1e-4, base_batch = 256, scale_lr = 'none' }
+      local function with(t)
+        local o = {}
+        for k, v in pairs(base) do o[k] = v end
+        for k, v in pairs(t) do o[k] = v end
+        return o
+      end
+      local cosine = train.lr_schedule(with { schedule = 'cosine' }, 110, 256, 1)
+      assert.is_true(close(cosine(5), 5e-4) and close(cosine(10), 1e-3))
+      assert.is_true(close(cosine(60), 1e-4 + 0.5 * 9e-4) and close(cosine(110), 1e-4))
+      local linear = train.lr_schedule(with { schedule = 'linear' }, 110, 256, 1)
+      assert.is_true(close(linear(60), 1e-4 + 0.5 * 9e-4) and close(linear(110), 1e-4))
+      assert.is_true(close(train.lr_schedule(with { schedule = 'constant' }, 110, 256, 1)(100), 1e-3))
+      local function peak(scale, global, world)
+        return train.lr_schedule(with { schedule = 'constant', scale_lr = scale }, 110, global, world)(50)
+      end
+      assert.is_true(close(peak('linear', 1024, 1), 4e-3) and close(peak('sqrt', 1024, 1), 2e-3))
+      assert.is_true(close(peak('world', 1024, 8), 8e-3) and close(peak('none', 1024, 8), 1e-3))
+    end)
+
     it('runs train_step in compiled traces, with no NYI aborts once warm (in process)', function()
       local job = require('wick.recipe').load(recipe, dofile(recipe), { '--steps=200' })
       local trainer = require('wick.train').new(job)

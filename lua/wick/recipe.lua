@@ -149,8 +149,8 @@ local OPTIM = schema.define('optim', {
     help = 'after warmup: constant, linear or cosine decay to min_lr at the last step' },
   { 'warmup', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'steps of linear warmup from 0' },
   { 'min_lr', 'number', min = 0, default = 0, help = 'the rate the decay ends at' },
-  { 'scale_lr', 'enum', values = { 'none', 'linear', 'sqrt' }, default = 'none',
-    help = 'scale lr by (batch.global / base_batch) or its square root (timm)' },
+  { 'scale_lr', 'enum', values = { 'none', 'linear', 'sqrt', 'world' }, default = 'none',
+    help = 'scale lr by batch.global / base_batch (timm), its square root, or the world size' },
   { 'base_batch', 'integer', min = 1, max = 2 ^ 40, default = DEFAULT_BASE_BATCH, help = 'the batch lr is given for' },
 })
 

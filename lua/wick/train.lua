@@ -41,12 +41,14 @@ local function wick() return require 'wick' end
 
 -- ---- pieces for loops of your own ----------------------------------------------------------------
 
--- The learning rate of step s (1-based): optim.lr scaled by scale_lr, linear warmup, then constant,
--- linear or cosine decay to min_lr at step `total`. A function lr is used as it is.
-function train.lr_schedule(optim, total, global_batch)
+-- The learning rate of step s (1-based): optim.lr scaled by scale_lr (global / base_batch, its
+-- square root, or the world size), linear warmup, then constant, linear or cosine decay to min_lr
+-- at step `total`. A function lr is used as it is.
+function train.lr_schedule(optim, total, global_batch, world)
   if type(optim.lr) == 'function' then return optim.lr end
   local ratio = global_batch / optim.base_batch
-  local peak = optim.lr * (optim.scale_lr == 'linear' and ratio or optim.scale_lr == 'sqrt' and math.sqrt(ratio) or 1)
+  local scale = { none = 1, linear = ratio, sqrt = math.sqrt(ratio), world = world }
+  local peak = optim.lr * scale[optim.scale_lr]
   local warmup, floor, kind = optim.warmup, optim.min_lr, optim.schedule
   return function(step)
     if step <= warmup then return peak * step / warmup end
@@ -232,7 +234,7 @@ function train.new(job)
   for k, v in pairs(self.model_config) do mc[k] = v end
   mc.precision, mc.device, mc.seed = config.precision, m.device, config.seed
   self.model = w.nn.gpt(mc)
-  self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global)
+  self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
   self.lr_scale = state and tonumber(state.lr_scale) or 1 -- set_lr() of a paused run's REPL
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
