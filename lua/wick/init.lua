@@ -5,7 +5,8 @@ local core = require 'wick.core'
 
 local SUBMODULES = {
   log = true, data = true, schedule = true, cli = true, dataset = true, tokenizer = true,
-  tensor = true, nn = true, optim = true, safetensors = true, precision = true, dist = true,
+  tensor = true, nn = true, optim = true, safetensors = true, precision = true, dist = true, train = true,
+  recipe = true, checkpoint = true,
 }
 
 local wick = {

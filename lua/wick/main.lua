@@ -1,5 +1,31 @@
--- wick.main: the entry points `run` calls into for -m and -i (the rest of `run` is C).
+-- wick.main: the entry points `run` calls into for -m, -i and recipes (the rest of `run` is C).
 local main = {}
+
+-- The world a dry run plans for: run's --nproc-per-node x --nnodes, else WORLD_SIZE, else 1.
+local function planned_world(host)
+  if host.dry_run and host.dry_run > 0 then return host.dry_run end
+  local text = os.getenv('WORLD_SIZE')
+  if text == nil then return 1 end
+  local n = tonumber(text)
+  if not n or n < 1 or n % 1 ~= 0 or n > 2 ^ 31 then
+    require('wick.cli').fail(("run: WORLD_SIZE='%s' is not a world size (a whole number >= 1)"):format(text), 2)
+  end
+  return n
+end
+
+-- run recipe.lua [--key=value ...]: the script returned a table; a recipe (wick.recipe.is_recipe)
+-- is trained, or with --dry-run (run's or the recipe's) checked and planned.
+function main.run_recipe(path, raw, ...)
+  if not require('wick.recipe').is_recipe(raw) then return end -- some other table
+  local host = require 'wick.host'
+  local job = require('wick.recipe').load(path, raw, { ... })
+  if host.dry_run or job.flags.dry_run then
+    local ok = require('wick.plan').report(job, planned_world(host))
+    if not ok then os.exit(require('wick.cli').EXIT_USAGE) end
+    return
+  end
+  require('wick.train').run(job)
+end
 
 -- run -m MODULE args...: runs the module's file as a program with `arg` and `...` set. A module that
 -- is also a library may return a table with main(args); its return value becomes the exit code.
@@ -18,7 +44,15 @@ function main.run_module(name, ...)
   end
 end
 
+-- run -i [script [args]]: a recipe the script returned is built, not trained (wick.train.repl).
 function main.repl(result_count, ...)
+  local value = (...)
+  if result_count and result_count > 0 and require('wick.recipe').is_recipe(value) and _G.arg and _G.arg[0] then
+    local args = {}
+    for i = 1, #_G.arg do args[i] = _G.arg[i] end
+    require('wick.inspector').expose(require('wick.recipe').load(_G.arg[0], value, args))
+    result_count = 0 -- `recipe` is the checked one
+  end
   return require('wick.repl').start(result_count, ...)
 end
 

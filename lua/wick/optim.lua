@@ -34,6 +34,7 @@ local ADAMW = schema.define('optim.adamw option', {
   { 'weight_decay', 'number', min = 0, max = 1, default = 0.01, help = 'decoupled, on matrices and embeddings' },
   { 'clip', 'number', min = 1e-12, help = 'global gradient norm to clip to (default: no clipping)' },
 })
+optim.ADAMW_OPTIONS = ADAMW
 
 function optim.adamw(opts)
   opts = ADAMW:check(opts or {}, 2)

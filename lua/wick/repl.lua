@@ -99,21 +99,18 @@ local function execute(chunk)
   return finish(host.interruptible(xpcall, chunk, traceback))
 end
 
-function repl.start(result_count, ...)
-  if result_count and result_count > 0 then
-    _G.recipe = (...)
-  end
-  local interactive = host.isatty(0)
-  if interactive then
-    io.write(string.format('Wick %s REPL — expressions print their value; Ctrl-C interrupts; Ctrl-D exits.\n',
-      require('wick').version))
-    if _G.recipe ~= nil then io.write('The script returned a value: it is in `recipe`.\n') end
-    host.load_history(HISTORY_FILE)
-    host.ignore_interrupts(true) -- Ctrl-C interrupts running code (see execute), not the session
-  end
+local leaving = false
+
+-- Ends the loop after the input that calls it (the pause REPL's continue()).
+function repl.leave() leaving = true end
+
+-- Reads and runs inputs until the end of input or repl.leave(); returns whether any input failed
+-- and the input left unfinished, if any.
+local function loop(interactive)
   local pending, had_error = nil, false
   local line_number, first_line = 0, 1 -- of the input lines read, and of the pending input's first
-  while true do
+  leaving = false
+  while not leaving do
     local line, interrupted = host.readline(pending and '>> ' or '> ')
     if interrupted then
       io.write('\n')
@@ -138,14 +135,49 @@ function repl.start(result_count, ...)
       end
     end
   end
+  leaving = false
+  return had_error, pending
+end
+
+local function session(interactive)
+  if interactive then
+    host.load_history(HISTORY_FILE)
+    host.ignore_interrupts(true) -- Ctrl-C interrupts running code (see execute), not the session
+  end
+  local had_error, pending = loop(interactive)
   if interactive then
     io.write('\n')
     host.ignore_interrupts(false)
     host.save_history(HISTORY_FILE)
-  elseif had_error or pending then
+  end
+  return had_error, pending
+end
+
+function repl.start(result_count, ...)
+  if result_count and result_count > 0 then
+    _G.recipe = (...)
+  end
+  local interactive = host.isatty(0)
+  if interactive then
+    io.write(string.format('Wick %s REPL — expressions print their value; Ctrl-C interrupts; Ctrl-D exits.\n',
+      require('wick').version))
+    if _G.recipe ~= nil then io.write('The script returned a value: it is in `recipe`.\n') end
+  end
+  local had_error, pending = session(interactive)
+  if not interactive and (had_error or pending) then
     if pending then io.stderr:write('stdin: input ended inside an unfinished statement\n') end
     os.exit(1)
   end
+end
+
+-- A REPL inside a running program (training paused at a step): returns at continue()
+-- (repl.leave) or at the end of input; errors are reported and the session goes on.
+function repl.pause(banner)
+  io.write(banner, '\n')
+  io.flush()
+  local interactive = host.take_terminal() -- a launched rank: its prompt on the terminal itself
+  session(interactive)
+  if interactive then host.give_back_terminal() end
 end
 
 return repl

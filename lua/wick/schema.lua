@@ -170,6 +170,88 @@ function Schema:check(given, level, pass)
   return out
 end
 
+-- An option declaration copied from another set (the loader's, say), so its type and range are
+-- written once; `overrides` may rename it ([1]) and change default, help or anything else.
+function schema.from(set, name, overrides)
+  local option = {}
+  for k, v in pairs(assert(set:option(name), 'no option ' .. name)) do option[k] = v end
+  for k, v in pairs(overrides or {}) do option[k] = v end
+  return option
+end
+
+-- ---- nested tables -------------------------------------------------------------------------------
+-- An option { 'batch', 'section', schema = BATCH } holds a table checked by another schema;
+-- check_tree walks them all and names every key by its path: `batch.mciro: unknown key (did you
+-- mean batch.micro?)`, `batch.micro = 0: must be within [1, 16777216]`.
+
+local function joined(prefix, key) return prefix and (prefix .. '.' .. key) or key end
+
+-- Returns the checked copy of `given` (defaults filled in), or nil and the first problem.
+function Schema:check_tree(given, prefix)
+  if type(given) ~= 'table' then return nil, ('%s: must be a table, got %s'):format(prefix or self.what, type(given)) end
+  local out = {}
+  local keys = {}
+  for key in pairs(given) do keys[#keys + 1] = key end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end) -- the same first problem every run
+  for _, key in ipairs(keys) do
+    local value, option = given[key], type(key) == 'string' and self.by_name[key]
+    local path = joined(prefix, tostring(key))
+    if not option then
+      local near = type(key) == 'string' and schema.nearest(key, self.names)
+      return nil, ('%s: unknown key%s'):format(path, near and (' (did you mean ' .. joined(prefix, near) .. '?)') or '')
+    elseif option[2] == 'section' then
+      local checked, why = option.schema:check_tree(value, path)
+      if not checked then return nil, why end
+      out[key] = checked
+    else
+      local checked, why = check_typed(option, value)
+      if checked == nil then return nil, ('%s = %s: %s'):format(path, describe(value), why) end
+      out[key] = checked
+    end
+  end
+  for _, option in ipairs(self.options) do
+    local name = option[1]
+    if out[name] == nil and option[2] == 'section' then
+      local checked, why = option.schema:check_tree({}, joined(prefix, name))
+      if not checked then return nil, why end
+      out[name] = checked
+    end
+    if out[name] == nil and option.default ~= nil then out[name] = option.default end
+    if out[name] == nil and option.required then return nil, joined(prefix, name) .. ': required' end
+  end
+  return out
+end
+
+-- The option at a dotted path ('batch.micro'), or nil and why not (with the nearest name).
+function Schema:find(path)
+  local set, prefix = self, nil
+  for key in path:gmatch('[^.]+') do
+    local option = set and set.by_name[key]
+    if not option then
+      local near = set and schema.nearest(key, set.names)
+      return nil, ('%s: unknown key%s'):format(joined(prefix, key),
+        near and (' (did you mean ' .. joined(prefix, near) .. '?)') or '')
+    end
+    prefix = joined(prefix, key)
+    set = option[2] == 'section' and option.schema or nil
+    if not set then
+      if prefix ~= path then return nil, ('%s: %s is not a table of options'):format(path, prefix) end
+      return option
+    end
+  end
+  return nil, path .. ': is a table of options; name one of its keys'
+end
+
+-- Every leaf option with its dotted path, in declaration order: { path, option } pairs.
+function Schema:leaves(prefix, out)
+  out = out or {}
+  for _, option in ipairs(self.options) do
+    local path = joined(prefix, option[1])
+    if option[2] == 'section' then option.schema:leaves(path, out) else out[#out + 1] = { path, option } end
+  end
+  return out
+end
+
 -- One line per option: name, type, range or choices, default and help.
 function Schema:help(prefix)
   local lines = {}

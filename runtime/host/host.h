@@ -3,7 +3,7 @@
  *
  * Owns: command-line parsing, locating lua/ relative to the executable, turning Lua errors into
  * exit codes (a user's mistake in one line, a bug with its traceback), line editing for the REPL,
- * telling tools what a path names, and spawning/supervising rank processes. It is the only
+ * telling tools what a path names, SIGUSR1 as a request to pause training, and spawning/supervising rank processes. It is the only
  * place in Wick allowed to exit(). It links libwick.so, so Lua reaches the runtime through ffi.C.
  */
 #ifndef WK_HOST_H
@@ -40,5 +40,8 @@ int luaopen_wick_host(lua_State *L);
 
 /* ---- files.c: wick.host.file_kind(path), added to the module table on top of the stack -------- */
 void host_register_files(lua_State *L);
+
+/* ---- signals.c: wick.host.watch_pause() and take_pause() (SIGUSR1 pauses training) ------------- */
+void host_register_signals(lua_State *L);
 
 #endif /* WK_HOST_H */

@@ -1,10 +1,12 @@
 /*
  * lineedit.c — the `wick.host` module the REPL uses for input: line editing and history through
  * libedit (BSD-licensed, readline-compatible) on a terminal, plain fgets when input is piped. The
- * module also carries file_kind (files.c).
+ * module also carries file_kind (files.c) and the pause signal (signals.c).
  * The REPL logic itself (incomplete chunks, printing values) lives in lua/wick/repl.lua.
  */
 #include <editline/readline.h>
+#include <errno.h>
+#include <fcntl.h>     /* open */
 #include <lauxlib.h>
 #include <signal.h>
 #include <stdio.h>
@@ -116,6 +118,66 @@ static int host_ignore_interrupts(lua_State *L) {
   return 0;
 }
 
+/* ---- a rank's terminal: the REPL of a paused run ------------------------------------------------- */
+
+/* A rank started by the launcher runs in its own process group, in the background of the terminal
+ * its stdin names, and its stdout is a pipe to the launcher. take_terminal() opens /dev/tty (once:
+ * libedit keeps the streams it first read from), makes this process group the terminal's
+ * foreground (with SIGTTOU blocked, as job-control shells do) and points libedit at the terminal,
+ * so the prompt and the typed line are on the terminal itself. give_back_terminal() hands the
+ * foreground back to whoever had it. */
+static FILE *tty_stream;
+static pid_t previous_foreground = -1;
+
+static int set_foreground(int fd, pid_t group) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  int rc = tcsetpgrp(fd, group);
+  int saved = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  errno = saved;
+  return rc;
+}
+
+/* take_terminal() -> true, or false and why not (no terminal: the caller reads stdin as it is). */
+static int host_take_terminal(lua_State *L) {
+  if (!isatty(STDIN_FILENO)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "standard input is not a terminal");
+    return 2;
+  }
+  if (!tty_stream) {
+    int fd = open("/dev/tty", O_RDWR | O_CLOEXEC);
+    if (fd < 0 || !(tty_stream = fdopen(fd, "r+"))) {
+      if (fd >= 0) close(fd);
+      lua_pushboolean(L, 0);
+      lua_pushfstring(L, "cannot open /dev/tty: %s", strerror(errno));
+      return 2;
+    }
+  }
+  int fd = fileno(tty_stream);
+  previous_foreground = tcgetpgrp(fd);
+  if (previous_foreground != getpgrp() && set_foreground(fd, getpgrp()) != 0) {
+    lua_pushboolean(L, 0);
+    lua_pushfstring(L, "cannot take the terminal's foreground (tcsetpgrp): %s", strerror(errno));
+    return 2;
+  }
+  rl_instream = tty_stream;
+  rl_outstream = tty_stream;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int host_give_back_terminal(lua_State *L) {
+  if (tty_stream && previous_foreground > 0 && previous_foreground != getpgrp() &&
+      set_foreground(fileno(tty_stream), previous_foreground) != 0)
+    return luaL_error(L, "wick.host.give_back_terminal: tcsetpgrp: %s", strerror(errno));
+  previous_foreground = -1;
+  return 0;
+}
+
 int luaopen_wick_host(lua_State *L) {
   static const luaL_Reg functions[] = {
       {"isatty", host_isatty},
@@ -125,10 +187,13 @@ int luaopen_wick_host(lua_State *L) {
       {"save_history", host_save_history},
       {"interruptible", host_interruptible},
       {"ignore_interrupts", host_ignore_interrupts},
+      {"take_terminal", host_take_terminal},
+      {"give_back_terminal", host_give_back_terminal},
       {NULL, NULL},
   };
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   host_register_files(L);
+  host_register_signals(L);
   return 1;
 }

@@ -6,6 +6,10 @@
  *   run -m MODULE [args...]               run a Lua module as a program (like python -m)
  *   run -i [script.lua [args...]]         REPL, after running the script if one is given
  *   run --nproc-per-node N ...            launch N local ranks of the rest of the command
+ *   run --dry-run recipe.lua [args...]    check a recipe and plan it for the world named by
+ *                                         --nproc-per-node x --nnodes (or WORLD_SIZE); no ranks start
+ *
+ * A script that returns a table is a recipe: wick.main.run_recipe trains it (wick.train).
  *
  * The option table below is the single source of both the parser and the help text.
  */
@@ -28,7 +32,7 @@ enum { MAX_CHUNKS = 16, DEFAULT_MULTINODE_PORT = 29500, MAX_RANKS_PER_NODE = 102
        MAX_EXIT_STATUS = 255 };
 
 typedef enum { OPT_EVAL, OPT_MODULE, OPT_INTERACTIVE, OPT_VERSION, OPT_HELP, OPT_NPROC, OPT_NNODES,
-               OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_END } OptionId;
+               OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_DRY_RUN, OPT_END } OptionId;
 
 typedef struct {
   OptionId id;
@@ -50,6 +54,7 @@ static const Option options[] = {
     {OPT_NODE_RANK, NULL, "--node-rank", "R", true, "index of this node (default 0)"},
     {OPT_MASTER_ADDR, NULL, "--master-addr", "HOST", true, "rank 0's host (default 127.0.0.1)"},
     {OPT_MASTER_PORT, NULL, "--master-port", "PORT", true, "rendezvous port (default: free port, 29500 multi-node)"},
+    {OPT_DRY_RUN, NULL, "--dry-run", NULL, true, "check the recipe and plan it for the world given; train nothing"},
     {OPT_END, "--", NULL, NULL, false, "end of options: the next argument is the script"},
 };
 enum { OPTION_COUNT = sizeof options / sizeof options[0] };
@@ -64,6 +69,7 @@ typedef struct {
   int arg_count;
   LaunchConfig launch;
   bool launch_requested;
+  bool dry_run;
 } Command;
 
 static void print_usage(FILE *out) {
@@ -131,6 +137,7 @@ static int apply_option(Command *cmd, const Option *o, const char *value) {
     case OPT_MASTER_PORT:
       return parse_int(value, 1, 65535, &cmd->launch.master_port)
                  ? 0 : usage_error("--master-port needs a port from 1 to 65535, got '%s'", value);
+    case OPT_DRY_RUN: cmd->dry_run = true; return 0;
     case OPT_VERSION: case OPT_HELP: case OPT_END: return 0;
   }
   return 0;
@@ -259,6 +266,16 @@ static void register_host_module(lua_State *L, const char *exe, const char *home
   lua_setfield(L, -2, "exe");
   lua_pushstring(L, home);
   lua_setfield(L, -2, "home");
+  lua_pop(L, 1);
+}
+
+/* wick.host.dry_run = the world to plan for (0: WORLD_SIZE, or 1): recipes check and plan only. */
+static void set_dry_run(lua_State *L, int world) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "wick.host");
+  lua_call(L, 1, 1);
+  lua_pushinteger(L, world);
+  lua_setfield(L, -2, "dry_run");
   lua_pop(L, 1);
 }
 
@@ -440,6 +457,12 @@ static int run_command(lua_State *L, const Command *cmd, const char *exe) {
     lua_pushinteger(L, script_results); /* the REPL keeps a script's return value as `recipe` */
     lua_insert(L, -1 - script_results);
     rc = call_main_entry(L, "repl", 1 + script_results);
+  } else if (rc == 0 && script_results > 0 && lua_istable(L, -script_results)) {
+    /* a recipe: wick.main.run_recipe(path, recipe, args...) */
+    lua_pop(L, script_results - 1);
+    lua_pushstring(L, script);
+    lua_insert(L, -2);
+    rc = call_main_entry(L, "run_recipe", 2 + push_args(L, cmd->args, cmd->arg_count));
   } else if (script_results > 0) {
     lua_pop(L, script_results);
   }
@@ -463,7 +486,7 @@ int main(int argc, char **argv) {
   }
   exe[length] = '\0';
 
-  if (cmd.launch_requested) {
+  if (cmd.launch_requested && !cmd.dry_run) {
     char **child_argv = rank_argv(argc, argv, exe);
     if (!child_argv) return EXIT_FAILURE;
     int code = launch_ranks(&cmd.launch, exe, child_argv);
@@ -484,6 +507,7 @@ int main(int argc, char **argv) {
   luaL_openlibs(L);
   set_package_path(L, home);
   register_host_module(L, exe, home);
+  if (cmd.dry_run) set_dry_run(L, cmd.launch_requested ? cmd.launch.nproc_per_node * cmd.launch.nnodes : 0);
   int code = run_command(L, &cmd, exe);
   lua_close(L);
   return code;

@@ -167,7 +167,7 @@ function DataParallel:global_count(n)
 end
 
 -- The number of 1s of a u8 mask, through a reused f32 buffer on the mask's device.
-local function count_targets(self, mask)
+function DataParallel:count_targets(mask)
   if not self.mask_f32 or self.mask_f32:numel() ~= mask:numel() or self.mask_f32.device ~= mask.device then
     if self.mask_f32 then self.mask_f32:free() end
     self.mask_f32 = T.empty(mask.shape, 'f32', mask.device)
@@ -177,21 +177,21 @@ local function count_targets(self, mask)
   return self.scalar[0]
 end
 
--- Takes this rank's micro-batches of the next step from the loader; returns their count and their
--- target tokens, or nil at the end of the stream.
-local function take_step(self, loader)
+-- Takes this rank's micro-batches of the next step from the loader into self.micro; returns their
+-- count and their target tokens, or nil at the end of the stream (an evaluation reads them too).
+function DataParallel:take(loader)
   local batch = loader:next()
   if not batch then return nil end
   local n, targets = batch.micro_steps, 0
   for m = 1, n do
     if m > 1 then batch = loader:next() end
     if not batch or batch.micro_step ~= m - 1 then
-      error('nn.data_parallel: the loader did not deliver micro-step ' .. (m - 1) .. ' of ' .. n .. ' of a step', 3)
+      error('nn.data_parallel: the loader did not deliver micro-step ' .. (m - 1) .. ' of ' .. n .. ' of a step', 2)
     end
     local micro = self.micro[m] or {}
     micro.inputs, micro.targets, micro.mask = batch.inputs, batch.targets, batch.loss_mask
     self.micro[m] = micro
-    targets = targets + count_targets(self, batch.loss_mask)
+    targets = targets + self:count_targets(batch.loss_mask)
   end
   return n, targets
 end
@@ -235,7 +235,7 @@ function DataParallel:step(loader, opt)
   local model = self.model
   local start = now()
   local comm_before = comm_seconds(self)
-  local n, local_targets = take_step(self, loader)
+  local n, local_targets = self:take(loader)
   if not n then return nil end
   local data = now() - start
   site_of(self)

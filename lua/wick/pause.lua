@@ -1,0 +1,90 @@
+-- wick.pause: training paused at a step boundary, with the REPL on rank 0. A rank asks for it by
+-- `kill -USR1` (wick.host.take_pause) or when it reaches `--repl-at=STEP`; the trainer sums the
+-- requests over the ranks after every step (with the stop requests, in one all-reduce), so every
+-- rank pauses after the same step. Rank 0 then runs a REPL with
+--   trainer, model, loader, metrics   the state after the step
+--   set_lr(scale)       multiply the learning rate from the next step on (1: the recipe's)
+--   set_mix{ name = w } change source weights (the loader reopens from its cursor)
+--   stop([why])         end training after this step
+--   continue()          leave the REPL and go on
+-- and its changes reach the other ranks through the store (they wait there meanwhile), so every
+-- rank applies the same ones before the next step.
+local repl = require 'wick.repl'
+
+local pause = {}
+
+local MAX_WAIT = 7 * 24 * 3600 -- seconds another rank waits for rank 0's REPL
+
+-- The changes as text for the store: one `key=value` a line.
+local function encode(changes)
+  local lines = {}
+  if changes.lr_scale then lines[#lines + 1] = ('lr_scale=%.17g'):format(changes.lr_scale) end
+  if changes.stop then lines[#lines + 1] = 'stop=' .. changes.stop:gsub('\n', ' ') end
+  for name, w in pairs(changes.mix) do lines[#lines + 1] = ('mix.%s=%.17g'):format(name, w) end
+  return table.concat(lines, '\n')
+end
+
+local function decode(text)
+  local changes = { mix = {} }
+  for line in text:gmatch('[^\n]+') do
+    local key, value = line:match('^([^=]+)=(.*)$')
+    if key == 'lr_scale' then changes.lr_scale = tonumber(value)
+    elseif key == 'stop' then changes.stop = value
+    elseif key and key:match('^mix%.') then changes.mix[key:sub(5)] = tonumber(value)
+    end
+  end
+  return changes
+end
+
+local function is_weight(x) return type(x) == 'number' and x >= 0 and x < math.huge end
+
+-- The REPL's helpers, recording what they change into `changes`.
+local function helpers(trainer, changes)
+  local names = {}
+  for _, entry in ipairs(trainer.config.data.sources) do names[require('wick.recipe').source_name(entry)] = true end
+  return {
+    set_lr = function(scale)
+      if not is_weight(scale) then error('set_lr(scale): a finite number >= 0', 2) end
+      changes.lr_scale = scale
+    end,
+    set_mix = function(weights)
+      if type(weights) ~= 'table' then error('set_mix{ name = weight, ... }', 2) end
+      for name, w in pairs(weights) do
+        if not names[name] then error(('set_mix: no source is named %s'):format(tostring(name)), 2) end
+        if not is_weight(w) then error(('set_mix: %s must be a finite number >= 0'):format(name), 2) end
+        changes.mix[name] = w
+      end
+    end,
+    stop = function(why) changes.stop = why or 'stopped from the REPL' end,
+    continue = repl.leave,
+  }
+end
+
+local function apply(trainer, changes)
+  if changes.lr_scale then trainer.lr_scale = changes.lr_scale end
+  if next(changes.mix) then trainer:set_mix(changes.mix) end
+  if changes.stop then trainer:stop(changes.stop) end
+end
+
+-- Pauses this rank after trainer.step (every rank calls it after the same step).
+function pause.run(trainer, metrics)
+  local key = ('wick/pause/%d'):format(trainer.step)
+  local text
+  if trainer.rank == 0 then
+    local changes = { mix = {} }
+    local globals = helpers(trainer, changes)
+    globals.trainer, globals.model, globals.loader, globals.metrics = trainer, trainer.model, trainer.loader, metrics
+    for k, v in pairs(globals) do _G[k] = v end
+    repl.pause(('paused after step %d on %d rank%s: trainer, model, loader, metrics; set_lr(scale), ' ..
+      'set_mix{name = w}, stop(), continue()'):format(trainer.step, trainer.world_size, trainer.world_size == 1 and '' or 's'))
+    text = encode(changes)
+    if trainer.world_size > 1 then trainer.dist.store:set(key, text) end
+  else
+    print(('paused after step %d: rank 0 has the REPL'):format(trainer.step))
+    text = trainer.dist.store:get(key, MAX_WAIT)
+  end
+  apply(trainer, decode(text))
+  if trainer.rank == 0 then print(('continuing after step %d'):format(trainer.step)) end
+end
+
+return pause

@@ -1,0 +1,122 @@
+-- wick.plan: the dry run of a recipe (`run --dry-run recipe.lua`, `--nproc-per-node N` or
+-- WORLD_SIZE naming the world to plan for). In seconds on a CPU, before anyone waits for a
+-- cluster: every source opened and its index read, the vocabulary against the model, every
+-- divisibility of the batch (global by world x micro, for each accumulation of batch.schedule),
+-- the parameter count and a memory estimate per rank. It starts no rank, reads no shard and
+-- allocates no model.
+local recipe = require 'wick.recipe'
+local train = require 'wick.train'
+
+local plan = {}
+
+local F32 = 4
+local ADAM_STATES = 2            -- m and v, f32
+local LOWP_BYTES = { fp32 = 0, bf16 = 2, fp16 = 2 } -- the compute copy of the weights on a GPU
+-- Activations kept for backward per layer and token, in bytes at 16 bits (Korthikanti et al. 2022,
+-- "Reducing Activation Recomputation": s b h (34 + 5 a s / h) per layer); doubled for f32.
+local ACTIVATION_BYTES_PER_HIDDEN = 34
+local ATTENTION_BYTES_PER_HEAD_TOKEN = 5
+local LOGIT_COPIES = 2           -- the logits and their gradient, f32
+
+local UNITS = { { 'GiB', 2 ^ 30 }, { 'MiB', 2 ^ 20 }, { 'KiB', 2 ^ 10 } } -- largest first
+
+local function gib(bytes)
+  for _, unit in ipairs(UNITS) do
+    if bytes >= unit[2] then return ('%.2f %s'):format(bytes / unit[2], unit[1]) end
+  end
+  return ('%d bytes'):format(bytes)
+end
+
+-- Memory per rank: weights, gradients, optimizer state, activations at the micro batch.
+function plan.memory(m, micro, policy_name)
+  local P = train.parameter_count(m)
+  local scale = policy_name == 'fp32' and 2 or 1
+  local tokens = micro * m.seq_len
+  local activations = m.layers * tokens * (ACTIVATION_BYTES_PER_HIDDEN * m.dim + ATTENTION_BYTES_PER_HEAD_TOKEN *
+    m.heads * m.seq_len) * scale + LOGIT_COPIES * tokens * m.vocab * F32
+  local weights = P * (F32 + LOWP_BYTES[policy_name])
+  local grads, optimizer = P * F32, P * F32 * ADAM_STATES
+  return { weights = weights, grads = grads, optimizer = optimizer, activations = activations,
+    total = weights + grads + optimizer + activations }
+end
+
+-- A loader over one source, opened (its index read) but not started: nil and the message when not.
+local function probe(config, path, world, micro)
+  local one = recipe.copy(config.data)
+  one.sources, one.mix = { path }, {}
+  local o = train.loader_options({ data = one, batch = config.batch, seed = config.seed }, world, 0, micro, config.steps)
+  o.audit, o.device = nil, nil -- a plan reads indexes only: the device is the ranks' to check
+  local ok, loader = pcall(require('wick.data').loader, o)
+  if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
+  local vocab, eos = loader:vocab_size(), loader:eos()
+  loader:close()
+  local ds, why = require('wick.dataset').open(path)
+  if not ds then return nil, why end
+  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
+  ds:close()
+  return info
+end
+
+-- Checks and prints the plan; returns whether the recipe can run on `world` ranks.
+function plan.report(job, world)
+  local c = job.config
+  local problems, lines = {}, {}
+  local function add(fmt, ...) lines[#lines + 1] = fmt:format(...) end
+  add('%s: dry run for %d rank%s (recipe %s)', job.name, world, world == 1 and '' or 's', job.hash)
+  local micro_at, why = train.micro_schedule(c.batch, world)
+  if not micro_at then problems[#problems + 1] = why end
+  local micro = micro_at and micro_at(1) or 1
+  if micro_at then
+    add('batch: %d samples a step = %d ranks x %d micro-steps x %d rows (%d tokens a step)', c.batch.global, world,
+      c.batch.global / (world * micro), micro, c.batch.global * c.data.seq_len)
+    for _, point in ipairs(c.batch.schedule or {}) do
+      add('  from step %d: %d micro-steps of %d rows', point[1], point[2], micro_at(point[1]))
+    end
+  end
+  local vocab, tokenizers = 0, {}
+  local paths = {}
+  for _, entry in ipairs(c.data.sources) do paths[#paths + 1] = type(entry) == 'table' and entry[1] or entry end
+  if c.eval.source then paths[#paths + 1] = c.eval.source end
+  for _, path in ipairs(paths) do
+    local info, err = probe(c, path, world, micro)
+    if info then
+      add('source %s: index read, %d shards, %.3gM tokens, tokenizer %s, vocabulary %d, eos %d', path, info.shards,
+        info.tokens / 1e6, info.tokenizer, info.vocab, info.eos)
+      vocab = math.max(vocab, info.vocab)
+      tokenizers[#tokenizers + 1] = { path, info.tokenizer }
+    else
+      problems[#problems + 1] = ('source %s: %s'):format(path, err)
+    end
+  end
+  for i = 2, #tokenizers do
+    if tokenizers[i][2] ~= tokenizers[1][2] then
+      problems[#problems + 1] = ('sources tokenized differently: %s by %s, %s by %s (one model reads one vocabulary)')
+        :format(tokenizers[1][1], tokenizers[1][2], tokenizers[i][1], tokenizers[i][2])
+    end
+  end
+  local m = { vocab = c.model.vocab or vocab, seq_len = c.model.seq_len or c.data.seq_len, layers = c.model.layers,
+    heads = c.model.heads, dim = c.model.dim }
+  if c.model.vocab and vocab > c.model.vocab then
+    problems[#problems + 1] = ("model.vocab %d is below the data's vocabulary %d"):format(c.model.vocab, vocab)
+  end
+  if m.seq_len < c.data.seq_len then
+    problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, c.data.seq_len)
+  end
+  if m.vocab > 0 then
+    local policy = type(c.precision) == 'table' and 'fp16' or c.precision
+    local mem = plan.memory(m, micro, policy)
+    add('model: %d layers, %d heads, dim %d, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
+      m.layers, m.heads, m.dim, m.vocab, m.seq_len, train.parameter_count(m), train.parameter_count(m) / 1e6,
+      train.flops_per_token(m) / 1e9)
+    add('memory per rank (%s, micro batch %d): weights %s, grads %s, optimizer %s, activations %s: total %s', policy,
+      micro, gib(mem.weights), gib(mem.grads), gib(mem.optimizer), gib(mem.activations), gib(mem.total))
+  end
+  if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end
+  if c.checkpoint.every > 0 then add('checkpoints: every %d steps into %s, keeping %d', c.checkpoint.every, c.checkpoint.dir, c.checkpoint.keep) end
+  for _, line in ipairs(lines) do print(line) end
+  for _, p in ipairs(problems) do io.stderr:write(job.name .. ': ' .. p .. '\n') end
+  print(#problems == 0 and 'dry run: ok' or ('dry run: %d problem%s'):format(#problems, #problems == 1 and '' or 's'))
+  return #problems == 0
+end
+
+return plan

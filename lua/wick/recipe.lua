@@ -1,0 +1,489 @@
+-- wick.recipe: what a recipe file may say, checked whole. A recipe is a Lua file returning a table
+-- (model, data, batch, precision, optim, steps or epochs, eval, checkpoint, log, callbacks); this
+-- module declares those fields once (reusing the loader's, the model's and the optimizer's own
+-- declarations, so a bound is written in one place), checks a recipe against them naming each key
+-- by its path (`batch.mciro: unknown key (did you mean batch.micro?)`), applies command-line
+-- overrides typed by the same declarations (`--data.seq_len=256`), flattens a checked recipe into
+-- `path = value` lines (for provenance and the resume diff) and lists the fields (for --help and
+-- the README). It builds nothing: wick.train does.
+--
+--   local recipe = require 'wick.recipe'
+--   local job = recipe.load('recipes/tiny.lua', table_it_returned, { '--steps=10', '--resume' })
+--   -- job.config (checked, defaults filled), job.flags { resume, log, dry_run }, job.overrides,
+--   -- job.text and job.hash (the file's), job.name
+local ffi = require 'ffi'
+local schema = require 'wick.schema'
+local has_host, host = pcall(require, 'wick.host') -- absent in a Lua embedding other than `run`
+
+local recipe = {}
+
+local LOADER = require('wick.data').LOADER_OPTIONS
+local GPT = require('wick.nn.gpt').OPTIONS
+local ADAMW = require('wick.optim').ADAMW_OPTIONS
+
+local MAX_STEPS = 2 ^ 53
+local DEFAULT_KEEP = 3
+local DEFAULT_BASE_BATCH = 256     -- timm's lr_base_size
+local DEFAULT_TIMEOUT = 300        -- seconds a collective may wait (wick.dist)
+local MAX_TIMEOUT = 7 * 24 * 3600  -- wick.dist's own bound
+local EVENTS = { 'on_train_begin', 'on_step_end', 'on_log', 'on_eval', 'on_checkpoint', 'on_train_end' }
+local IS_EVENT = {}
+for _, e in ipairs(EVENTS) do IS_EVENT[e] = true end
+recipe.EVENTS = EVENTS
+
+local function is_name(s) return type(s) == 'string' and s:match('^[%a_][%w_%-]*$') ~= nil end
+
+-- data.sources: a list of 'path' or { 'path', name = 'web', epochs = n }; names default to the
+-- path's last component and must be unique (data.mix weighs sources by name).
+local function check_sources(list)
+  if type(list) == 'string' then list = { list } end
+  if type(list) ~= 'table' or #list == 0 then return false, "must be a path or a list of sources ('path' or { 'path', name =, epochs = })" end
+  local seen = {}
+  for i, entry in ipairs(list) do
+    local path = type(entry) == 'table' and entry[1] or entry
+    if type(path) ~= 'string' or path == '' then return false, ('source %d needs a path'):format(i) end
+    if type(entry) == 'table' then
+      for k, v in pairs(entry) do
+        if k ~= 1 and k ~= 'name' and k ~= 'epochs' then
+          return false, ('source %d: unknown key %s (path, name, epochs)'):format(i, tostring(k))
+        end
+      end
+      if entry.name ~= nil and not is_name(entry.name) then return false, ('source %d: name must be an identifier'):format(i) end
+      local e = entry.epochs
+      if e ~= nil and (type(e) ~= 'number' or e < 0 or e % 1 ~= 0 or e > MAX_STEPS) then
+        return false, ('source %d: epochs must be a whole number >= 0'):format(i)
+      end
+    end
+    local name = recipe.source_name(entry)
+    if seen[name] then return false, ('two sources are named %s: give one a name ='):format(name) end
+    seen[name] = true
+  end
+  return true
+end
+
+function recipe.source_name(entry)
+  if type(entry) == 'table' and entry.name then return entry.name end
+  local path = type(entry) == 'table' and entry[1] or entry
+  local base = path:gsub('/index%.json$', ''):gsub('/+$', ''):match('([^/]+)$') or path
+  return (base:gsub('[^%w_%-]', '_'))
+end
+
+-- data.mix: weight per source name, each a number, a wick.schedule or fn(step).
+local function check_mix(mix)
+  if type(mix) ~= 'table' then return false, 'must be a table of weights by source name' end
+  for name, w in pairs(mix) do
+    if not is_name(name) then return false, 'is keyed by source names, got ' .. tostring(name) end
+    local kind = type(w)
+    if not (kind == 'table' or kind == 'function' or (kind == 'number' and w >= 0 and w < math.huge)) then
+      return false, ('%s must be a number >= 0, a wick.schedule or fn(step)'):format(name)
+    end
+  end
+  return true
+end
+
+-- batch.schedule: { { step, accumulation }, ... } from each step on, that many micro-steps a rank
+-- (Lightning's GradientAccumulationScheduler, over steps); steps increasing, the first one 1.
+local function check_accumulation(list)
+  if type(list) ~= 'table' or #list == 0 then return false, 'must be a list of { step, accumulation }' end
+  for i, point in ipairs(list) do
+    local step, k = type(point) == 'table' and point[1], type(point) == 'table' and point[2]
+    if type(step) ~= 'number' or step % 1 ~= 0 or step < 1 or (i == 1 and step ~= 1) or
+        (i > 1 and step <= list[i - 1][1]) then
+      return false, ('entry %d: steps must be whole, increasing, and start at 1'):format(i)
+    end
+    if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > LOADER:option('global_batch').max then
+      return false, ('entry %d: accumulation must be a whole number >= 1'):format(i)
+    end
+  end
+  return true
+end
+
+local function check_callbacks(value)
+  local list = (type(value) == 'table' and #value > 0) and value or { value }
+  for i, set in ipairs(list) do
+    if type(set) ~= 'table' then return false, 'must be a table of functions by event, or a list of them' end
+    for event, fn in pairs(set) do
+      if not IS_EVENT[event] then
+        local near = type(event) == 'string' and schema.nearest(event, EVENTS)
+        return false, ('%s is no event%s (%s)'):format(tostring(event), near and (', did you mean ' .. near .. '?') or '',
+          table.concat(EVENTS, ', '))
+      end
+      if type(fn) ~= 'function' then return false, ('%s (set %d) must be a function'):format(event, i) end
+    end
+  end
+  return true
+end
+
+local function section(name, set, help) return { name, 'section', schema = set, help = help } end
+
+local MODEL = schema.define('model', {
+  schema.from(GPT, 'layers'), schema.from(GPT, 'heads'), schema.from(GPT, 'dim'),
+  schema.from(GPT, 'vocab', { required = false, help = "token ids are below this (default: the data's vocabulary)" }),
+  schema.from(GPT, 'seq_len', { required = false, help = 'learned positions (default: data.seq_len)' }),
+  schema.from(GPT, 'device'),
+})
+
+local DATA = schema.define('data', {
+  { 'sources', 'sources', check = check_sources, required = true,
+    help = "a dataset path, or a list of 'path' / { 'path', name = 'web', epochs = n }" },
+  { 'mix', 'mix', check = check_mix, default = {},
+    help = 'weight per source name: a number, a wick.schedule or fn(step) (default 1)' },
+  schema.from(LOADER, 'seq_len', { default = 1024, help = 'tokens per sample minus one' }),
+  schema.from(LOADER, 'shuffle'),
+  schema.from(LOADER, 'mode'), schema.from(LOADER, 'threads'), schema.from(LOADER, 'prefetch'),
+  schema.from(LOADER, 'cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
+  schema.from(LOADER, 'device'), schema.from(LOADER, 'audit'),
+})
+
+local BATCH = schema.define('batch', {
+  schema.from(LOADER, 'global_batch', { 'global', required = true, help = 'samples per optimizer step, all ranks' }),
+  schema.from(LOADER, 'micro_batch', { 'micro', help = 'rows per forward/backward on a rank (default: global / world)' }),
+  { 'schedule', 'accumulation', check = check_accumulation,
+    help = 'micro-steps per rank from a step on: { {1, 4}, {100, 2} } (instead of micro)' },
+})
+
+local OPTIM = schema.define('optim', {
+  schema.from(ADAMW, 'lr', { default = 3e-4, help = 'peak learning rate (before scale_lr)' }),
+  schema.from(ADAMW, 'betas'), schema.from(ADAMW, 'eps'), schema.from(ADAMW, 'weight_decay'), schema.from(ADAMW, 'clip'),
+  { 'schedule', 'enum', values = { 'constant', 'linear', 'cosine' }, default = 'cosine',
+    help = 'after warmup: constant, linear or cosine decay to min_lr at the last step' },
+  { 'warmup', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'steps of linear warmup from 0' },
+  { 'min_lr', 'number', min = 0, default = 0, help = 'the rate the decay ends at' },
+  { 'scale_lr', 'enum', values = { 'none', 'linear', 'sqrt', 'world' }, default = 'none',
+    help = 'scale lr by batch.global / base_batch (timm), its square root, or the world size' },
+  { 'base_batch', 'integer', min = 1, max = 2 ^ 40, default = DEFAULT_BASE_BATCH, help = 'the batch lr is given for' },
+})
+
+local EVAL = schema.define('eval', {
+  { 'source', 'string', help = 'held-out dataset path' },
+  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'evaluate every N steps (0: never)' },
+  { 'batches', 'integer', min = 1, max = 2 ^ 20, default = 1, help = 'global batches per evaluation' },
+})
+
+local CHECKPOINT = schema.define('checkpoint', {
+  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'save every N steps and at the end (0: off)' },
+  { 'dir', 'string', default = 'checkpoints', help = 'where step-N/ directories go' },
+  { 'keep', 'integer', min = 1, max = 2 ^ 20, default = DEFAULT_KEEP, help = 'complete checkpoints kept' },
+})
+
+local LOG = schema.define('log', {
+  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'a plain line every N steps (0: 10 lines a run)' },
+  { 'file', 'string', help = 'JSONL: one record per step (also --log=FILE)' },
+  { 'sample', 'integer', min = 0, max = 2 ^ 20, default = 0, help = 'tokens of text rank 0 samples at the end' },
+  { 'peak_flops', 'number', min = 0, help = 'FLOP/s of one device: the log adds MFU' },
+})
+
+local RECIPE = schema.define('recipe', {
+  section('model', MODEL, 'the GPT'),
+  section('data', DATA, 'what to train on'),
+  section('batch', BATCH, 'batch sizes'),
+  schema.from(GPT, 'precision', { default = 'fp32' }),
+  section('optim', OPTIM, 'AdamW and its learning-rate schedule'),
+  { 'steps', 'integer', min = 1, max = MAX_STEPS, help = 'optimizer steps (or epochs)' },
+  { 'epochs', 'number', min = 0, max = MAX_STEPS, help = 'passes over the sources, instead of steps' },
+  schema.from(GPT, 'seed', { help = 'seeds the model and the data order' }),
+  section('eval', EVAL, 'held-out loss'),
+  section('checkpoint', CHECKPOINT, 'checkpoints'),
+  section('log', LOG, 'progress, metrics'),
+  { 'callbacks', 'callbacks', check = check_callbacks, help = 'fn(trainer, metrics) by event: ' .. table.concat(EVENTS, ', ') },
+  { 'timeout', 'number', min = 1, max = MAX_TIMEOUT, default = DEFAULT_TIMEOUT, help = 'seconds a collective may wait' },
+})
+recipe.SCHEMA = RECIPE
+
+-- ---- checking ------------------------------------------------------------------------------------
+
+local function fail(name, message)
+  local cli = require 'wick.cli'
+  cli.fail(('%s: %s (see run %s --help)'):format(name, message, name), cli.EXIT_USAGE)
+end
+
+-- What the tree cannot say: one of steps and epochs, heads dividing dim, the eval source.
+local function check_relations(c)
+  if (c.steps == nil) == (c.epochs == nil) then return 'give steps or epochs (one of them)' end
+  if c.model.dim % c.model.heads ~= 0 then
+    return ('model.dim %d is not divisible by model.heads %d'):format(c.model.dim, c.model.heads)
+  end
+  if c.batch.schedule and c.batch.micro then return 'batch.schedule sets the micro batch: drop batch.micro' end
+  if c.eval.every > 0 and not c.eval.source then return 'eval.every needs eval.source' end
+  for name in pairs(c.data.mix) do
+    local found = false
+    for _, entry in ipairs(type(c.data.sources) == 'table' and c.data.sources or { c.data.sources }) do
+      found = found or recipe.source_name(entry) == name
+    end
+    if not found then return ('data.mix.%s: no source is named %s'):format(name, name) end
+  end
+end
+
+-- The checked recipe (defaults filled) or raises a usage error naming `name` and the key's path.
+function recipe.check(raw, name)
+  local config, why = RECIPE:check_tree(raw)
+  if not config then fail(name, why) end
+  if type(config.data.sources) == 'string' then config.data.sources = { config.data.sources } end
+  why = check_relations(config)
+  if why then fail(name, why) end
+  return config
+end
+
+-- ---- overrides -----------------------------------------------------------------------------------
+
+local FLAGS = { resume = 'flag', log = 'value', dry_run = 'flag', repl_at = 'value', help = 'flag' }
+
+local function parse_value(option, text)
+  local kind = option.types and option.types[1] or option[2]
+  if kind == 'integer' or kind == 'number' or kind == 'lr' or kind == 'weight' then return tonumber(text) end
+  if kind == 'boolean' then
+    if text == 'true' then return true elseif text == 'false' then return false end
+    return nil
+  end
+  if kind == 'string' or kind == 'enum' or kind == 'uint64' or kind == 'precision' or kind == 'sources' then return text end
+  return nil, 'cannot be set from the command line (set it in the recipe)'
+end
+
+-- Sets raw[a][b][c] = value for the path 'a.b.c', making tables on the way.
+local function set_path(raw, path, value)
+  local t = raw
+  local keys = {}
+  for key in path:gmatch('[^.]+') do keys[#keys + 1] = key end
+  for i = 1, #keys - 1 do
+    if type(t[keys[i]]) ~= 'table' then t[keys[i]] = {} end
+    t = t[keys[i]]
+  end
+  t[keys[#keys]] = value
+end
+
+-- Splits args into flags and overrides { path, text }; raises usage errors naming the key.
+function recipe.parse_args(name, args)
+  local flags, overrides = {}, {}
+  local i = 1
+  while i <= #args do
+    local word = args[i]
+    local key, inline = word:match('^%-%-([^=]+)=(.*)$')
+    key = key or word:match('^%-%-(.+)$')
+    if not key then fail(name, ("unexpected argument '%s' (overrides are --key=value)"):format(word)) end
+    key = key:gsub('%-', '_')
+    if FLAGS[key] == 'flag' then
+      if inline then fail(name, ('--%s takes no value'):format(word:match('^%-%-([^=]+)'))) end
+      flags[key] = true
+    else
+      local text = inline
+      if text == nil then
+        i = i + 1
+        text = args[i]
+        if text == nil then fail(name, ('--%s needs a value'):format(key)) end
+      end
+      if FLAGS[key] == 'value' then
+        flags[key] = text
+      else
+        overrides[#overrides + 1] = { key, text }
+      end
+    end
+    i = i + 1
+  end
+  return flags, overrides
+end
+
+-- Applies overrides to a copy of the raw recipe: each value converted by its declaration.
+function recipe.apply(name, raw, overrides)
+  local copy = recipe.copy(raw)
+  local applied = {}
+  for _, o in ipairs(overrides) do
+    local path, text = o[1], o[2]
+    local value, why
+    local mix_source = path:match('^data%.mix%.([%w_%-]+)$')
+    if mix_source then
+      value = tonumber(text)
+      if value == nil then why = 'must be a number' end
+    else
+      local option
+      option, why = RECIPE:find(path)
+      if option then value, why = parse_value(option, text) end
+      if option and value == nil and not why then why = ("cannot read '%s' as %s"):format(text, option[2]) end
+    end
+    if value == nil then fail(name, ('--%s: %s'):format(path, (why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '')))) end
+    set_path(copy, path, value)
+    applied[#applied + 1] = path .. '=' .. text
+  end
+  return copy, applied
+end
+
+-- A deep copy of plain tables (functions, cdata and tables with a metatable are shared).
+function recipe.copy(t)
+  if type(t) ~= 'table' or getmetatable(t) then return t end
+  local out = {}
+  for k, v in pairs(t) do out[k] = recipe.copy(v) end
+  return out
+end
+
+-- ---- text, hashes, flattening ----------------------------------------------------------------------
+
+local FNV_OFFSET, FNV_PRIME = 0xcbf29ce484222325ULL, 0x100000001b3ULL
+
+-- FNV-1a 64 of a string, as 16 hex digits: the identity of a recipe's text or an index.json.
+function recipe.hash(text)
+  local h = ffi.new('uint64_t', FNV_OFFSET)
+  for i = 1, #text do h = bit.bxor(h, text:byte(i)) * FNV_PRIME end
+  return bit.tohex(h, 16)
+end
+
+local function render(value)
+  local kind = type(value)
+  if kind == 'string' then return ('%q'):format(value) end
+  if kind == 'number' then return require('wick.json').number(value) end
+  if kind == 'table' and value.kind == 'points' then -- a wick.schedule
+    local parts = {}
+    for i = 1, #value.steps do parts[i] = ('%s:%s'):format(render(value.steps[i]), render(value.values[i])) end
+    return 'schedule{' .. table.concat(parts, ' ') .. '}'
+  end
+  if kind == 'table' then
+    local keys = {}
+    for k in pairs(value) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    local parts = {}
+    for _, k in ipairs(keys) do
+      parts[#parts + 1] = (type(k) == 'number' and '' or (tostring(k) .. '=')) .. render(value[k])
+    end
+    return '{' .. table.concat(parts, ', ') .. '}'
+  end
+  if kind == 'function' then return 'function' end
+  return tostring(value)
+end
+recipe.render = render
+
+-- A checked recipe as { path = text } for every field that is set (mix weights by source name).
+function recipe.flatten(config)
+  local out = {}
+  for _, leaf in ipairs(RECIPE:leaves()) do
+    local path = leaf[1]
+    local value = config
+    for key in path:gmatch('[^.]+') do value = type(value) == 'table' and value[key] or nil end
+    if path == 'data.mix' then -- every source's weight, the default 1 too
+      for _, entry in ipairs(config.data.sources) do
+        local source = recipe.source_name(entry)
+        local w = value[source]
+        out['data.mix.' .. source] = render(w == nil and 1 or w)
+      end
+    elseif value ~= nil then
+      out[path] = render(value)
+    end
+  end
+  return out
+end
+
+-- What changed between two flattened recipes: { changes = { lines }, refused = { lines } }.
+-- A mix weight may change (only future draws change); batch.global may not (it defines the order
+-- and the cursor's steps); anything else is reported.
+local FIXED = {
+  ['batch.global'] = 'the data order and the cursor count steps of this global batch; keep it, or start a new run in another checkpoint.dir',
+  ['seed'] = 'the data order and the initial weights follow from the seed',
+  ['data.seq_len'] = 'the cursor counts samples of this length',
+}
+for _, k in ipairs({ 'model.layers', 'model.heads', 'model.dim', 'model.vocab', 'model.seq_len' }) do
+  FIXED[k] = 'the saved weights have the old shape'
+end
+local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true }
+
+function recipe.diff(old, new)
+  local keys, seen = {}, {}
+  for k in pairs(old) do keys[#keys + 1], seen[k] = k, true end
+  for k in pairs(new) do if not seen[k] then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local changes, refused = {}, {}
+  for _, k in ipairs(keys) do
+    if old[k] ~= new[k] and not QUIET[k] then
+      local line = ('%s: %s -> %s'):format(k, old[k] or '(unset)', new[k] or '(unset)')
+      if FIXED[k] then
+        refused[#refused + 1] = line .. ': refused: ' .. FIXED[k]
+      elseif k:match('^data%.mix%.') then
+        changes[#changes + 1] = line .. ' (allowed: only future draws change)'
+      else
+        changes[#changes + 1] = line
+      end
+    end
+  end
+  return { changes = changes, refused = refused }
+end
+
+-- ---- the list of fields ----------------------------------------------------------------------------
+
+-- One line per field: path, type and range, default, help (the README's list and --help).
+function recipe.fields()
+  local lines = {}
+  for _, leaf in ipairs(RECIPE:leaves()) do
+    local path, o = leaf[1], leaf[2]
+    local kind = o.types and table.concat(o.types, '|') or o[2]
+    if kind == 'enum' then kind = table.concat(o.values, '|') end
+    local bound = require('wick.cli').bound_text
+    if o.min or o.max then kind = ('%s in [%s, %s]'):format(kind, bound(o.min) or '-inf', bound(o.max) or 'inf') end
+    local default = o.default ~= nil and type(o.default) ~= 'table' and ('; default %s'):format(render(o.default)) or ''
+    lines[#lines + 1] = ('%-20s %s%s%s: %s'):format(path, kind, default, o.required and '; required' or '', o.help or '')
+  end
+  return lines
+end
+
+-- ---- loading -------------------------------------------------------------------------------------
+
+local included = {}
+
+-- Where recipes keep what they make (datasets, checkpoints): build/ of the checkout or prefix.
+recipe.build_dir = (has_host and host.home or '.') .. '/build'
+
+-- Runs a Lua file named relative to the calling file's directory, once (like #include "..."):
+-- recipes share pieces that way (recipes/lib/). Returns what the file returns.
+function recipe.include(name)
+  local source = debug.getinfo(2, 'S').source
+  local dir = source:sub(1, 1) == '@' and source:sub(2):match('^(.*)/') or '.'
+  local path = name:sub(1, 1) == '/' and name or (dir .. '/' .. name)
+  if included[path] == nil then
+    local chunk, err = loadfile(path)
+    if not chunk then error('recipe.include: ' .. err, 2) end
+    local value = chunk()
+    included[path] = value == nil and true or value
+  end
+  return included[path]
+end
+
+local function read_text(path)
+  local f = io.open(path, 'rb')
+  if not f then return '' end
+  local text = f:read('*a')
+  f:close()
+  return text
+end
+
+-- Whether a script's returned table is a recipe: it names at least one of the recipe's fields (a
+-- script may return other tables; a recipe with a typo still names most of its fields).
+function recipe.is_recipe(value)
+  if type(value) ~= 'table' or getmetatable(value) then return false end
+  for key in pairs(value) do
+    if type(key) == 'string' and RECIPE:option(key) then return true end
+  end
+  return false
+end
+
+-- A job from a recipe file's returned table and the command line after it.
+function recipe.load(path, raw, args)
+  local home = has_host and host.home .. '/'
+  local name = (home and path:sub(1, #home) == home) and path:sub(#home + 1) or path -- recipes/tiny.lua
+  local flags, overrides = recipe.parse_args(name, args or {})
+  if flags.repl_at then
+    local step = tonumber(flags.repl_at)
+    if not step or step < 1 or step % 1 ~= 0 or step > MAX_STEPS then
+      fail(name, ("--repl-at needs a step number >= 1, got '%s'"):format(flags.repl_at))
+    end
+    flags.repl_at = step
+  end
+  if flags.help then
+    io.stdout:write(('usage: run %s [--key=value ...] [--resume] [--log=FILE] [--dry-run] [--repl-at=STEP]\n\nfields:\n  %s\n'):format(
+      name, table.concat(recipe.fields(), '\n  ')))
+    os.exit(0)
+  end
+  if type(raw) ~= 'table' then fail(name, 'a recipe returns a table') end
+  local resolved_raw, applied = recipe.apply(name, raw, overrides)
+  if flags.log then resolved_raw.log = resolved_raw.log or {}; resolved_raw.log.file = flags.log end
+  local config = recipe.check(resolved_raw, name)
+  local text = read_text(path)
+  return { name = name, path = path, config = config, flags = flags, overrides = applied, text = text,
+    hash = recipe.hash(text) }
+end
+
+return recipe

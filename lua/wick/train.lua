@@ -1,0 +1,555 @@
+-- wick.train: the trainer. `wick.train(recipe)` trains a recipe table (wick.recipe checks it) on
+-- the world it finds (wick.dist); `run recipe.lua [--key=value ...]` does the same with overrides.
+--
+--   local trainer = wick.train.new(job)   -- job = wick.recipe.load(path, table, args)
+--   trainer:train_step()  -- one optimizer step: the metrics table below, or nil at the end of the data
+--   trainer:evaluate()    -- the held-out loss (eval.source), all ranks
+--   trainer:save()        -- a checkpoint now (wick.checkpoint)
+--   trainer:stop(why)     -- training ends after this step, on every rank
+--   trainer:run()         -- the loop: steps, eval, logs, checkpoints, callbacks
+--
+-- A step takes the global batch: on W ranks each accumulates global / (W x micro) micro-batches
+-- (batch.schedule can change that count from a step on: the loader is reopened from its cursor
+-- with the new micro batch, so the samples of every step stay the same), normalised by the step's
+-- global target count (wick.nn.data_parallel), clipped (optim.clip), stepped by AdamW with the
+-- learning rate of its schedule, under the recipe's precision policy. Metrics of a step: step,
+-- loss, lr, tokens, tokens_per_s, data_wait (seconds this rank waited for data), grad_norm,
+-- loss_scale, fingerprint (of the step's global batch, equal on every rank), micro_steps, ranks
+-- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
+-- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
+local core = require 'wick.core'
+local checkpoint = require 'wick.checkpoint'
+local cli = require 'wick.cli'
+local json = require 'wick.json'
+local recipe = require 'wick.recipe'
+local T = require 'wick.tensor'
+
+local train = {}
+local Trainer = {}
+Trainer.__index = Trainer
+train.Trainer = Trainer
+
+local now = core.now
+local LOG_LINES = 10            -- plain lines in a run when log.every is 0
+local PROGRESS_INTERVAL = 0.25  -- seconds between redraws of the terminal's progress line
+local SAMPLE_TEMPERATURE = 0.8
+local SECONDS_PER_MINUTE = 60
+local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
+local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
+
+local function wick() return require 'wick' end
+
+-- ---- pieces for loops of your own ----------------------------------------------------------------
+
+-- The learning rate of step s (1-based): optim.lr scaled by scale_lr (global / base_batch, its
+-- square root, or the world size), linear warmup, then constant, linear or cosine decay to min_lr
+-- at step `total`. A function lr is used as it is.
+function train.lr_schedule(optim, total, global_batch, world)
+  if type(optim.lr) == 'function' then return optim.lr end
+  local ratio = global_batch / optim.base_batch
+  local scale = { none = 1, linear = ratio, sqrt = math.sqrt(ratio), world = world }
+  local peak = optim.lr * scale[optim.scale_lr]
+  local warmup, floor, kind = optim.warmup, optim.min_lr, optim.schedule
+  return function(step)
+    if step <= warmup then return peak * step / warmup end
+    if kind == 'constant' then return peak end
+    local progress = math.min(1, (step - warmup) / math.max(1, total - warmup))
+    if kind == 'linear' then return floor + (peak - floor) * (1 - progress) end
+    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+  end
+end
+
+-- The micro batch of step s on `world` ranks: batch.micro (default global / world), or what
+-- batch.schedule's accumulation gives. Returns fn(step) -> micro, or nil and why not.
+function train.micro_schedule(batch, world)
+  local function micro_for(accumulation, what)
+    local rows = world * accumulation
+    if batch.global % rows ~= 0 then
+      return nil, ('batch.global %d is not divisible by world size %d x %s'):format(batch.global, world, what)
+    end
+    return batch.global / rows
+  end
+  if not batch.schedule then
+    local micro = batch.micro or batch.global / world
+    if micro % 1 ~= 0 or batch.global % (world * micro) ~= 0 then
+      return nil, ('batch.global %d is not divisible by world size %d x batch.micro %s'):format(batch.global, world,
+        batch.micro or '(global / world)')
+    end
+    return function() return micro end
+  end
+  local micros = {}
+  for i, point in ipairs(batch.schedule) do
+    local micro, why = micro_for(point[2], ('accumulation %d (batch.schedule from step %d)'):format(point[2], point[1]))
+    if not micro then return nil, why end
+    micros[i] = micro
+  end
+  return function(step)
+    local micro = micros[1]
+    for i, point in ipairs(batch.schedule) do if step >= point[1] then micro = micros[i] end end
+    return micro
+  end
+end
+
+-- The data.mix{} of a checked recipe's data section (weights by source name, default 1).
+function train.mix(data, horizon)
+  local list = { steps = horizon }
+  for i, entry in ipairs(data.sources) do
+    local path = type(entry) == 'table' and entry[1] or entry
+    local w = data.mix[recipe.source_name(entry)]
+    list[i] = { path, weight = w == nil and 1 or w, epochs = type(entry) == 'table' and entry.epochs or nil }
+  end
+  return wick().data.mix(list)
+end
+
+local LOADER_KEYS = { 'seq_len', 'shuffle', 'mode', 'threads', 'prefetch', 'cache_bytes', 'memory_budget',
+  'on_corrupt', 'device', 'audit' }
+
+-- Loader options for a checked recipe on `world` ranks (rank `rank`), micro batch `micro`.
+function train.loader_options(config, world, rank, micro, horizon)
+  local o = { data = train.mix(config.data, horizon), global_batch = config.batch.global, micro_batch = micro,
+    world_size = world, rank = rank, seed = config.seed }
+  for _, k in ipairs(LOADER_KEYS) do o[k] = config.data[k] end
+  return o
+end
+
+-- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
+-- the final LayerNorm; the output projection is tied.
+function train.parameter_count(m)
+  local C, L = m.dim, m.layers
+  local per_block = 12 * C * C + 13 * C
+  return m.vocab * C + m.seq_len * C + L * per_block + 2 * C
+end
+
+-- FLOPs per trained token (forward + backward): 6 per parameter plus attention's 12 L C T
+-- (PaLM's appendix B), for MFU.
+function train.flops_per_token(m)
+  return 6 * train.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
+end
+
+-- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
+-- weights, opened only for this) times epochs, over the global batch.
+function train.epoch_steps(config, world, rank, micro)
+  local plain = recipe.copy(config.data)
+  plain.mix = {}
+  local o = train.loader_options({ data = plain, batch = config.batch, seed = config.seed }, world, rank, micro, 1)
+  o.audit = nil
+  local loader = wick().data.loader(o)
+  local samples = 0
+  for i = 1, #config.data.sources do samples = samples + loader:epoch_length(i) end
+  loader:close()
+  return math.max(1, math.ceil(config.epochs * samples / config.batch.global))
+end
+
+-- ---- the trainer ---------------------------------------------------------------------------------
+
+local function say(self, fmt, ...)
+  if self.rank == 0 then print(select('#', ...) > 0 and fmt:format(...) or fmt) end
+end
+
+local function fail(self, message) cli.fail(self.job.name .. ': ' .. message, cli.EXIT_USAGE) end
+
+-- Every callback of an event, in order; they may read metrics and call trainer:stop().
+local function emit(self, event, metrics)
+  for _, set in ipairs(self.callbacks) do
+    if set[event] then set[event](self, metrics) end
+  end
+end
+
+local function open_loader(self, micro, cursor)
+  local o = train.loader_options(self.config, self.world_size, self.rank, micro, self.horizon)
+  o.cursor = cursor
+  self.loader = wick().data.loader(o)
+  self.micro = micro
+end
+
+-- The recipe since the checkpoint: printed; a change that cannot resume is refused.
+local function check_resume(self, state)
+  local old = {}
+  for k, v in pairs(state) do
+    local path = k:match('^recipe%.(.+)$')
+    if path then old[path] = v end
+  end
+  local d = recipe.diff(old, recipe.flatten(self.config))
+  for _, line in ipairs(d.changes) do say(self, 'resume: changed since the checkpoint: %s', line) end
+  if #d.refused > 0 then fail(self, 'cannot resume from ' .. self.resumed_from .. ': ' .. table.concat(d.refused, '; ')) end
+end
+
+-- The runtime version and, per source, the hash of its index.json: what the data was.
+local function manifests(config)
+  local out = {}
+  local sources = {}
+  for _, entry in ipairs(config.data.sources) do sources[#sources + 1] = type(entry) == 'table' and entry[1] or entry end
+  if config.eval.source then sources[#sources + 1] = config.eval.source end
+  for _, path in ipairs(sources) do
+    local index = path:match('%.json$') and path or (path .. '/index.json')
+    local f = io.open(index, 'rb')
+    if f then
+      out[path] = recipe.hash(f:read('*a'))
+      f:close()
+    else
+      out[path] = 'unreadable'
+    end
+  end
+  return out
+end
+
+function train.new(job)
+  local config = job.config
+  local w = wick()
+  local self = setmetatable({ job = job, config = config, step = 0, tokens_seen = 0, stopping = nil,
+    callbacks = {}, history = {} }, Trainer)
+  local cbs = config.callbacks
+  if cbs then self.callbacks = (#cbs > 0) and cbs or { cbs } end
+  self.dist = w.dist.init { timeout = config.timeout }
+  self.rank, self.world_size = self.dist.rank, self.dist.world_size
+  local why
+  self.micro_at, why = train.micro_schedule(config.batch, self.world_size)
+  if not self.micro_at then fail(self, why) end
+  local state
+  if job.flags.resume then
+    local latest = checkpoint.latest(config.checkpoint.dir)
+    if latest then
+      self.resumed_from = latest.path
+      state = checkpoint.state(latest.path)
+      check_resume(self, state)
+      self.step = tonumber(state.step)
+    else
+      say(self, 'resume: no complete checkpoint in %s: starting from step 0', config.checkpoint.dir)
+    end
+  end
+  self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
+  open_loader(self, self.micro_at(self.step + 1), state and state.cursor)
+  self.total = self.horizon
+  local vocab = self.loader:vocab_size()
+  local m = config.model
+  if m.vocab and m.vocab < vocab then
+    fail(self, ('model.vocab %d is below the data\'s vocabulary %d (token ids would not fit)'):format(m.vocab, vocab))
+  end
+  self.model_config = { vocab = m.vocab or vocab, seq_len = m.seq_len or config.data.seq_len, layers = m.layers,
+    heads = m.heads, dim = m.dim }
+  if self.model_config.seq_len < config.data.seq_len then
+    fail(self, ('model.seq_len %d is below data.seq_len %d'):format(self.model_config.seq_len, config.data.seq_len))
+  end
+  local mc = {}
+  for k, v in pairs(self.model_config) do mc[k] = v end
+  mc.precision, mc.device, mc.seed = config.precision, m.device, config.seed
+  self.model = w.nn.gpt(mc)
+  self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
+  local o = config.optim
+  self.lr_scale = state and tonumber(state.lr_scale) or 1 -- set_lr() of a paused run's REPL
+  self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
+    weight_decay = o.weight_decay, clip = o.clip }
+  if state then
+    local ok, err = pcall(self.model.load, self.model, self.resumed_from .. '/model.safetensors')
+    if not ok then error(err, 0) end
+    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model)
+    say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
+  end
+  self.dp = w.nn.data_parallel(self.model, self.dist)
+  self.flag = T.zeros({ 1 }, 'f32')
+  local host = require 'wick.host'
+  self.is_tty = host.isatty(1)
+  self.repl_at = job.flags.repl_at
+  if host.watch_pause then host.watch_pause() end -- kill -USR1: pause at the next step boundary
+  self.take_pause = host.take_pause or function() return false end
+  return self
+end
+
+function Trainer:stop(reason) self.stopping = reason or 'stopped by a callback' end
+
+-- New weights by source name from the next step on: the loader reopens from its cursor (each source
+-- keeps its own cursor, so only future draws change).
+function Trainer:set_mix(weights)
+  for name, w in pairs(weights) do self.config.data.mix[name] = w end
+  local cursor = self.loader:state()
+  self.loader:close()
+  open_loader(self, self.micro, cursor)
+end
+
+-- The sum of x over the ranks (f32: for metrics, not for exact sums).
+function Trainer:sum_over_ranks(x)
+  if self.world_size == 1 then return x end
+  self.flag:set(1, x)
+  self.dist:all_reduce(self.flag, 'sum')
+  return self.flag:get(1)
+end
+
+function Trainer:train_step()
+  local step = self.step + 1
+  local micro = self.micro_at(step)
+  if micro ~= self.micro then -- an accumulation schedule's change: same samples, other split
+    local cursor = self.loader:state()
+    self.loader:close()
+    open_loader(self, micro, cursor)
+  end
+  local start = now()
+  local r = self.dp:step(self.loader, self.opt)
+  if not r then return nil end
+  local seconds = now() - start
+  self.step = step
+  self.tokens_seen = self.tokens_seen + r.tokens
+  local scaler = self.model.policy.scaler
+  local metrics = {
+    step = step, loss = r.loss, lr = self.lr_at(math.max(1, self.opt.step_count)) * self.lr_scale, tokens = r.tokens,
+    tokens_per_s = r.tokens / seconds, seconds = seconds, data_wait = r.ranks[self.rank + 1].data,
+    grad_norm = r.grad_norm, loss_scale = scaler and scaler.scale or 1, fingerprint = self.loader.batch.fingerprint,
+    micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
+  }
+  if self.config.log.peak_flops then
+    metrics.mfu = train.flops_per_token(self.model_config) * metrics.tokens_per_s / (self.config.log.peak_flops * self.world_size)
+  end
+  self.last = r
+  return metrics
+end
+
+-- The mean loss over eval.batches global batches of eval.source, from its start, on every rank.
+function Trainer:evaluate()
+  local c = self.config
+  local o = { data = c.eval.source, seq_len = c.data.seq_len, global_batch = c.batch.global, micro_batch = self.micro,
+    world_size = self.world_size, rank = self.rank, seed = c.seed, shuffle = false }
+  local loader = wick().data.loader(o)
+  local total, batches = 0, 0
+  for _ = 1, c.eval.batches do
+    local n, targets = self.dp:take(loader)
+    if not n then break end
+    local count = self.dp:global_count(targets)
+    local share = 0
+    for m = 1, n do
+      local micro = self.dp.micro[m]
+      if count > 0 then share = share + self.model:forward(micro.inputs, micro.targets, micro.mask, count) end
+    end
+    total, batches = total + self:sum_over_ranks(share), batches + 1
+  end
+  loader:close()
+  return batches > 0 and total / batches or nil
+end
+
+function Trainer:save()
+  local c = self.config
+  local meta = { step = self.step, cursor = self.loader:state(), seed = c.seed, recipe_text = self.job.text,
+    recipe_hash = self.job.hash, recipe_name = self.job.name, overrides = table.concat(self.job.overrides, '\n'),
+    version = wick().version, world_size = self.world_size,
+    lr_scale = ('%.17g'):format(self.lr_scale) }
+  for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
+  local path
+  if self.rank == 0 then
+    self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
+    meta.data = self.manifests
+    path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
+      self.model:save(tmp .. '/model.safetensors')
+      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model)
+    end, c.checkpoint.keep)
+  end
+  if self.world_size > 1 then self.dist:barrier() end -- no rank runs ahead of a checkpoint
+  return path
+end
+
+local function clock(seconds)
+  seconds = math.max(0, math.floor(seconds + 0.5))
+  return ('%d:%02d:%02d'):format(seconds / 3600, (seconds % 3600) / SECONDS_PER_MINUTE, seconds % SECONDS_PER_MINUTE)
+end
+
+local function line_of(self, m)
+  local stall = self.elapsed > 0 and 100 * self.waited / self.elapsed or 0
+  local eta = (self.total - m.step) * self.elapsed / math.max(1, m.step - self.first_step)
+  local parts = { ('step %d/%d'):format(m.step, self.total), ('loss %.4f'):format(m.loss), ('lr %.2e'):format(m.lr),
+    ('%.0f tok/s'):format(self.tokens_run / math.max(self.elapsed, 1e-9)), ('data %.1f%%'):format(stall),
+    'eta ' .. clock(eta) }
+  if m.grad_norm then table.insert(parts, 3, ('grad %.3f'):format(m.grad_norm)) end
+  if m.eval_loss then parts[#parts + 1] = ('eval %.4f'):format(m.eval_loss) end
+  if m.mfu then parts[#parts + 1] = ('mfu %.1f%%'):format(100 * m.mfu) end
+  if not m.applied then parts[#parts + 1] = '(skipped: fp16 overflow)' end
+  return table.concat(parts, '  ')
+end
+
+local function record(self, m)
+  if not self.log_file then return end
+  local ranks = {}
+  for i, t in ipairs(m.ranks) do ranks[i] = { data = t.data, compute = t.compute, comm = t.comm, total = t.total } end
+  self.log_file:write(json.encode({ step = m.step, loss = m.loss, lr = m.lr, tokens = m.tokens,
+    tokens_per_s = m.tokens_per_s, data_wait = m.data_wait, grad_norm = m.grad_norm, loss_scale = m.loss_scale,
+    fingerprint = m.fingerprint, micro_batch = m.micro_batch, applied = m.applied, eval_loss = m.eval_loss,
+    mfu = m.mfu, ranks = ranks }), '\n')
+  self.log_file:flush()
+end
+
+-- A plain line from rank 0, after the terminal's progress line if one is drawn.
+local function announce(self, fmt, ...)
+  if self.partial then io.stdout:write('\n'); self.partial = false end
+  say(self, fmt, ...)
+end
+
+local function report(self, m)
+  local every = self.config.log.every
+  if every == 0 then every = math.max(1, math.floor(self.total / LOG_LINES)) end
+  local due = m.step % every == 0 or m.step == self.first_step + 1 or m.step == self.total or m.eval_loss
+  if self.rank == 0 and self.is_tty then
+    if due or now() - (self.drawn or 0) > PROGRESS_INTERVAL then
+      io.stdout:write('\r\27[K', line_of(self, m), due and '\n' or '')
+      io.stdout:flush()
+      self.drawn, self.partial = now(), not due
+    end
+  elseif due then
+    say(self, '%s', line_of(self, m))
+  end
+  if due then emit(self, 'on_log', m) end
+end
+
+-- Agrees on stopping and pausing: any rank's request holds for every rank after the same step.
+-- One sum over the ranks carries both (stops + pauses x (world + 1): exact in f32 for any world
+-- Gloo serves).
+local function agree(self)
+  local stop = self.stopping and 1 or 0
+  local pause = (self.take_pause() or self.repl_at == self.step) and 1 or 0
+  if self.world_size == 1 then return stop > 0, pause > 0 end
+  local base = self.world_size + 1
+  local sum = self:sum_over_ranks(stop + pause * base)
+  return sum % base > 0, sum >= base
+end
+
+function Trainer:run()
+  local c = self.config
+  if self.rank == 0 and c.log.file then
+    local f, why = io.open(c.log.file, self.resumed_from and 'ab' or 'wb')
+    if not f then cli.fail(('%s: cannot open the log: %s'):format(self.job.name, why), cli.EXIT_DATA) end
+    self.log_file = f
+  end
+  self.first_step, self.elapsed, self.waited, self.tokens_run = self.step, 0, 0, 0
+  say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s',
+    self.job.name, self.world_size, self.world_size == 1 and '' or 's', self.total, c.batch.global, c.data.seq_len, self.micro,
+    self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision)
+  emit(self, 'on_train_begin')
+  local last_saved = self.step
+  while self.step < self.total do
+    local m = self:train_step()
+    if not m then
+      announce(self, 'the data ended after step %d', self.step)
+      break
+    end
+    self.elapsed, self.waited, self.tokens_run = self.elapsed + m.seconds, self.waited + m.data_wait,
+      self.tokens_run + m.tokens
+    if c.eval.every > 0 and m.step % c.eval.every == 0 then
+      m.eval_loss = self:evaluate()
+      emit(self, 'on_eval', m)
+    end
+    self.history[#self.history + 1] = m.loss
+    if self.rank == 0 then record(self, m) end
+    report(self, m)
+    emit(self, 'on_step_end', m)
+    local stop, paused = agree(self)
+    if paused then
+      require('wick.pause').run(self, m)
+      stop = stop or self.stopping ~= nil
+    end
+    if c.checkpoint.every > 0 and (m.step % c.checkpoint.every == 0 or m.step == self.total or stop) then
+      local path = self:save()
+      last_saved = self.step
+      emit(self, 'on_checkpoint', { step = self.step, path = path })
+    end
+    if stop then
+      announce(self, 'stopped after step %d: %s', self.step, self.stopping or 'another rank stopped')
+      break
+    end
+  end
+  if c.checkpoint.every > 0 and last_saved ~= self.step then self:save() end
+  emit(self, 'on_train_end', { step = self.step, losses = self.history })
+  if c.log.sample > 0 and self.rank == 0 then say(self, 'sample:\n%s', self:printable(self:sample(c.log.sample))) end
+  return self
+end
+
+-- ---- text from the model -------------------------------------------------------------------------
+
+-- The tokenizer the first source was converted with (its index names it), opened once to decode;
+-- false when that file is not here.
+local function tokenizer_of(self)
+  if self.tokenizer == nil then
+    local first = self.config.data.sources[1]
+    local ds = require('wick.dataset').open(type(first) == 'table' and first[1] or first)
+    local name = ds and ds.tokenizer
+    if ds then ds:close() end
+    self.tokenizer = name and require('wick.tokenizer').open(name) or false
+  end
+  return self.tokenizer
+end
+
+-- Text of token ids (a Lua table), by the data's tokenizer; the ids themselves when it is not here.
+function Trainer:decode(ids)
+  local tok = tokenizer_of(self)
+  if not tok then return table.concat(ids, ' ') end
+  local known = {}
+  for i, id in ipairs(ids) do known[i] = id < tok.vocab_size and id or tok.eos end
+  return tok:decode(known)
+end
+
+-- The same for a terminal: bytes that are not printable ASCII (a model early in training makes
+-- stray UTF-8 pieces, and a tokenizer's EOS reads as itself) become '?'; newlines stay.
+function Trainer:printable(ids)
+  return (self:decode(ids):gsub('[^\n\32-\126]', '?'))
+end
+
+-- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token.
+function Trainer:sample(n)
+  local seq, V = self.model_config.seq_len, self.model_config.vocab
+  local ids = { self.loader:eos() }
+  local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
+  local function uniform()
+    state = state * PARK_MILLER_A % PARK_MILLER_M
+    return state / PARK_MILLER_M
+  end
+  local out = {}
+  for _ = 1, n do
+    local context = {}
+    for i = math.max(1, #ids - seq + 1), #ids do context[#context + 1] = ids[i] end
+    local idx = T.new({ context }, 'i32')
+    local logits = self.model:forward(idx)
+    local last = logits:narrow(2, #context, 1):float()
+    local values = last:totable()[1][1]
+    last:free()
+    idx:free()
+    local top, weights, sum = -math.huge, {}, 0
+    for v = 1, V do top = math.max(top, values[v]) end
+    for v = 1, V do
+      weights[v] = math.exp((values[v] - top) / SAMPLE_TEMPERATURE)
+      sum = sum + weights[v]
+    end
+    local r, pick = uniform() * sum, V
+    for v = 1, V do
+      r = r - weights[v]
+      if r <= 0 then pick = v; break end
+    end
+    ids[#ids + 1] = pick - 1
+    out[#out + 1] = pick - 1
+  end
+  return out
+end
+
+function Trainer:close()
+  if self.log_file then self.log_file:close() end
+  self.log_file = nil
+  if self.loader then self.loader:close() end
+  if self.dp then self.dp:free() end
+  if self.model then self.model:free() end
+  if self.opt then self.opt:free() end
+  if self.flag then self.flag:free() end
+  if self.tokenizer then self.tokenizer:close() end
+  if self.dist then self.dist:close() end
+  self.loader, self.dp, self.model, self.opt, self.flag, self.dist, self.tokenizer = nil, nil, nil, nil, nil, nil, nil
+end
+
+-- wick.train(recipe_table [, args]) from a script: checks, trains, closes; returns the losses.
+function train.run(job)
+  local trainer = train.new(job)
+  local ok, err = pcall(trainer.run, trainer)
+  local losses = trainer.history
+  trainer:close()
+  if not ok then error(err, 0) end
+  return losses
+end
+
+return setmetatable(train, {
+  __call = function(_, raw, args)
+    local info = debug.getinfo(2, 'S')
+    local path = info.source:sub(1, 1) == '@' and info.source:sub(2) or 'recipe'
+    return train.run(recipe.load(path, raw, args or {}))
+  end,
+})

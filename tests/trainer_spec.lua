@@ -1,0 +1,478 @@
+-- Recipes and the trainer, end to end through `run`: the recipe schema and its overrides, the
+-- trainer's loop, accumulation schedules, callbacks, checkpoints and exact resume after SIGKILL
+-- (2 ranks, and onto 1 and 4), the resume diff, the dry run and the REPL of a built recipe. Every
+-- run is a real `run` process (ranks through the launcher) on a real converted dataset.
+local ffi = require 'ffi'
+local helper = require 'helper'
+local data_helper = require 'data_helper'
+local core = require 'wick.core'
+local q = helper.shell_quote
+
+pcall(ffi.cdef, 'int usleep(unsigned int usec);')
+
+local POLL_US = 20000
+local WAIT_POLLS = 1500 -- 30 s
+local DRY_RUN_SECONDS = 5
+
+-- A recipe file of a tiny GPT on `dataset`, with `extra` fields (Lua source) added to its table.
+local function write_recipe(path, dataset, extra)
+  return helper.write_file(path, ([[
+local wick = require 'wick'
+return {
+  model = { layers = 1, heads = 2, dim = 16 },
+  data = { sources = { %q }, seq_len = 32 },
+  batch = { global = 8, micro = 2 },
+  optim = { lr = 3e-3, warmup = 2, clip = 1.0 },
+  steps = 8, seed = 3, timeout = 30,
+  %s
+}
+]]):format(dataset, extra or ''))
+end
+
+-- step -> the JSON text of its loss (the shortest text of the double: equal text, equal double),
+-- the last record of a step winning (a resumed run appends to the killed run's log).
+local function losses(path)
+  local out = {}
+  for line in helper.read_file(path):gmatch('[^\n]+') do
+    out[tonumber(line:match('"step":(%d+)'))] = line:match('"loss":([^,}]+)')
+  end
+  return out
+end
+
+local function field(path, name)
+  local out = {}
+  for line in helper.read_file(path):gmatch('[^\n]+') do
+    out[tonumber(line:match('"step":(%d+)'))] = line:match('"' .. name .. '":([^,}]+)')
+  end
+  return out
+end
+
+local function wait_for(path)
+  for _ = 1, WAIT_POLLS do
+    if io.open(path) then return true end
+    ffi.C.usleep(POLL_US)
+  end
+  return false
+end
+
+describe('recipes', function()
+  local root, dataset, held_out, recipe
+  setup(function()
+    root = helper.tmpdir()
+    dataset = data_helper.make_dataset(root .. '/data', data_helper.documents(400, 40, 6), { shard_size = 4096 })
+    held_out = data_helper.make_dataset(root .. '/held', data_helper.documents(60, 40, 9), { shard_size = 4096 })
+    recipe = write_recipe(root .. '/recipe.lua', dataset)
+  end)
+  teardown(function() helper.rmtree(root) end)
+
+  describe('the schema', function()
+    it('refuses an unknown key with its path and the nearest name', function()
+      local bad = write_recipe(root .. '/typo.lua', dataset, 'eval = { evrey = 2 },')
+      local r = helper.run(q(bad))
+      assert.are.equal(2, r.rc, r.err)
+      assert.matches('typo.lua: eval.evrey: unknown key (did you mean eval.every?)', r.err, 1, true)
+    end)
+
+    it('refuses a wrong type with its path', function()
+      local bad = write_recipe(root .. '/type.lua', dataset, "checkpoint = { keep = 'two' },")
+      local r = helper.run(q(bad))
+      assert.are.equal(2, r.rc)
+      assert.matches('checkpoint.keep = "two": must be a number', r.err, 1, true)
+    end)
+
+    it('types overrides by the schema and refuses unknown keys and bad values, naming the key', function()
+      local cases = {
+        ['--batch.mciro=4'] = '--batch.mciro: unknown key (did you mean batch.micro?)',
+        ['--steps=ten'] = "--steps: cannot read 'ten' as integer",
+        ['--steps=0'] = 'steps = 0: must be within [1, ',
+        ['--checkpoint.every=-1'] = 'checkpoint.every = -1: must be within [0, ',
+        ['--precision=fp8'] = 'precision = "fp8": is not a precision policy',
+        ['--data.seq_len=2.5'] = 'data.seq_len = 2.5: must be a whole number',
+        ['--batch=3'] = '--batch: is a table of options',
+        ['--callbacks=x'] = '--callbacks: cannot be set from the command line',
+        ['--resume=yes'] = '--resume takes no value',
+      }
+      for args, message in pairs(cases) do
+        local r = helper.run(q(recipe) .. ' ' .. args)
+        assert.are.equal(2, r.rc, args .. ': ' .. r.err)
+        assert.matches(message, r.err, 1, true)
+        assert.are.equal(1, #helper.lines(r.err), args .. ': one line: ' .. r.err)
+      end
+    end)
+
+    it('lists every field, generated from the schema, for --help', function()
+      local r = helper.run(q(recipe) .. ' --help')
+      assert.are.equal(0, r.rc, r.err)
+      for _, path in ipairs({ 'batch.global', 'batch.micro', 'batch.schedule', 'checkpoint.every', 'checkpoint.dir',
+        'checkpoint.keep', 'data.seq_len', 'optim.scale_lr', 'precision', 'steps', 'seed', 'callbacks' }) do
+        assert.matches('\n  ' .. path .. ' ', r.out, 1, true)
+      end
+    end)
+  end)
+
+  describe('the trainer', function()
+    it('trains with overrides: the loss falls and the JSONL log has a record per step', function()
+      local log = root .. '/train.jsonl'
+      local r = helper.run(('%s --steps=40 --data.seq_len=16 --batch.micro=4 --optim.lr=0.01 --log=%s'):format(q(recipe),
+        q(log)))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('step 40/40', r.out, 1, true)
+      local lines = helper.lines(helper.read_file(log))
+      assert.are.equal(40, #lines)
+      for _, key in ipairs({ 'step', 'loss', 'lr', 'tokens', 'tokens_per_s', 'data_wait', 'grad_norm', 'loss_scale',
+        'fingerprint', 'ranks' }) do
+        assert.matches('"' .. key .. '":', lines[1], 1, true)
+      end
+      assert.matches('"micro_batch":4', lines[1], 1, true)
+      local l = losses(log)
+      assert.is_true(tonumber(l[40]) < 0.8 * tonumber(l[1]), l[1] .. ' -> ' .. l[40])
+    end)
+
+    it('wick.train(table, args) trains from any script and returns the losses', function()
+      local script = helper.write_file(root .. '/script.lua', ([[
+local wick = require 'wick'
+local losses = wick.train(dofile(%q), { '--steps=3', '--log.every=1' })
+print('losses', #losses, losses[3] < losses[1] + 1)
+]]):format(recipe))
+      local r = helper.run(q(script))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('step 3/3', r.out, 1, true)
+      assert.matches('losses\t3\ttrue', r.out, 1, true)
+    end)
+
+    it('schedules the learning rate: warmup, constant, linear and cosine decay, scaled by batch or world', function()
+      local train = require 'wick.train'
+      local function close(a, b) return math.abs(a - b) <= 1e-12 * math.max(1, math.abs(b)) end
+      local base = { lr = 1e-3, warmup = 10, min_lr = 1e-4, base_batch = 256, scale_lr = 'none' }
+      local function with(t)
+        local o = {}
+        for k, v in pairs(base) do o[k] = v end
+        for k, v in pairs(t) do o[k] = v end
+        return o
+      end
+      local cosine = train.lr_schedule(with { schedule = 'cosine' }, 110, 256, 1)
+      assert.is_true(close(cosine(5), 5e-4) and close(cosine(10), 1e-3))
+      assert.is_true(close(cosine(60), 1e-4 + 0.5 * 9e-4) and close(cosine(110), 1e-4))
+      local linear = train.lr_schedule(with { schedule = 'linear' }, 110, 256, 1)
+      assert.is_true(close(linear(60), 1e-4 + 0.5 * 9e-4) and close(linear(110), 1e-4))
+      assert.is_true(close(train.lr_schedule(with { schedule = 'constant' }, 110, 256, 1)(100), 1e-3))
+      local function peak(scale, global, world)
+        return train.lr_schedule(with { schedule = 'constant', scale_lr = scale }, 110, global, world)(50)
+      end
+      assert.is_true(close(peak('linear', 1024, 1), 4e-3) and close(peak('sqrt', 1024, 1), 2e-3))
+      assert.is_true(close(peak('world', 1024, 8), 8e-3) and close(peak('none', 1024, 8), 1e-3))
+    end)
+
+    it('runs train_step in compiled traces, with no NYI aborts once warm (in process)', function()
+      local job = require('wick.recipe').load(recipe, dofile(recipe), { '--steps=200' })
+      local trainer = require('wick.train').new(job)
+      for _ = 1, 30 do trainer:train_step() end -- buffers allocated, traces recorded
+      local log = os.tmpname()
+      local jit_v = require 'jit.v'
+      jit_v.on(log)
+      for _ = 1, 100 do assert(trainer:train_step().micro_steps == 4) end
+      jit_v.off()
+      local text = helper.read_file(log)
+      os.remove(log)
+      trainer:close()
+      assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
+    end)
+
+    it('evaluates on the held-out source every N steps', function()
+      local log = root .. '/eval.jsonl'
+      local r = helper.run(('%s --steps=4 --eval.source=%s --eval.every=2 --log=%s'):format(q(recipe), q(held_out), q(log)))
+      assert.are.equal(0, r.rc, r.err)
+      local evals = field(log, 'eval_loss')
+      assert.is_nil(evals[1])
+      assert.is_true(tonumber(evals[2]) > 0 and tonumber(evals[4]) > 0)
+      assert.matches('eval %d+%.%d+', r.out)
+    end)
+
+    it('turns epochs into steps: passes over the sources, over the global batch', function()
+      local path = helper.write_file(root .. '/epochs.lua', ('local r = dofile(%q); r.steps = nil; r.epochs = 0.1; return r')
+        :format(recipe))
+      local r = helper.run(q(path) .. ' --log=' .. q(root .. '/epochs.jsonl'))
+      assert.are.equal(0, r.rc, r.err)
+      local total = tonumber(r.out:match(', (%d+) steps of 8 samples'))
+      local epoch = require('wick').data.loader { data = dataset, seq_len = 32, global_batch = 8, world_size = 1, rank = 0 }
+      assert.are.equal(math.ceil(0.1 * epoch:epoch_length(1) / 8), total)
+      epoch:close()
+      assert.are.equal(total, #helper.lines(helper.read_file(root .. '/epochs.jsonl')))
+    end)
+
+    it('changes the accumulation at the step the schedule says, over the same samples', function()
+      local plain = write_recipe(root .. '/plain.lua', dataset, ("data = { sources = { %q }, seq_len = 32, audit = %q },")
+        :format(dataset, root .. '/plain.audit'))
+      local scheduled = write_recipe(root .. '/scheduled.lua', dataset,
+        ("data = { sources = { %q }, seq_len = 32, audit = %q }, batch = { global = 8, schedule = { {1, 4}, {4, 2} } },")
+        :format(dataset, root .. '/scheduled.audit'))
+      local a = helper.run(('%s --steps=6 --batch.micro=8 --log=%s'):format(q(plain), q(root .. '/plain.jsonl')))
+      local b = helper.run(('%s --steps=6 --log=%s'):format(q(scheduled), q(root .. '/scheduled.jsonl')))
+      assert.are.equal(0, a.rc, a.err)
+      assert.are.equal(0, b.rc, b.err)
+      local micro = field(root .. '/scheduled.jsonl', 'micro_batch')
+      assert.are.same({ '2', '2', '2', '4', '4', '4' }, micro)
+      local function samples(path)
+        local out = {}
+        for line in helper.read_file(path):gmatch('[^\n]+') do
+          out[#out + 1] = line:match('step=(%d+)') .. ' ' .. line:match('id=(%S+)')
+        end
+        table.sort(out)
+        return out
+      end
+      assert.are.same(samples(root .. '/plain.audit'), samples(root .. '/scheduled.audit'))
+      local la, lb = losses(root .. '/plain.jsonl'), losses(root .. '/scheduled.jsonl')
+      for step = 1, 6 do
+        assert.is_true(math.abs(tonumber(la[step]) - tonumber(lb[step])) < 1e-5 * tonumber(la[step]), step .. '')
+      end
+    end)
+
+    it('lets a callback stop training, on every rank at the same step', function()
+      local stopping = write_recipe(root .. '/stop.lua', dataset, [[
+callbacks = {
+  { on_step_end = function(t, m) if t.rank == 1 and m.step == 3 then t:stop('rank 1 had enough') end end },
+  { on_train_end = function(t, info) print(('rank %d ended after step %d'):format(t.rank, info.step)) end },
+},]])
+      local r = helper.run('--nproc-per-node 2 ' .. q(stopping) .. ' --log=' .. q(root .. '/stop.jsonl'))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('[rank0] rank 0 ended after step 3', r.out, 1, true)
+      assert.matches('[rank1] rank 1 ended after step 3', r.out, 1, true)
+      assert.matches('stopped after step 3', r.out, 1, true)
+      assert.are.equal(3, #helper.lines(helper.read_file(root .. '/stop.jsonl')))
+    end)
+  end)
+
+  describe('checkpoints', function()
+    local KILLABLE = [[
+callbacks = { on_checkpoint = function(t, info)
+  local mark = os.getenv('KILL_MARK')
+  if mark and info.step == 4 and t.rank == 0 then
+    local f = assert(io.open(mark, 'w')); f:write('checkpointed'); f:close()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int usleep(unsigned int usec);')
+    for _ = 1, 600 do ffi.C.usleep(100000) end -- until the test kills the job
+  end
+end },
+checkpoint = { every = 2, keep = 2 },]]
+
+    it('resumes exactly after kill -9 on 2 ranks, and onto 1 and 4 ranks at the same global batch', function()
+      local path = write_recipe(root .. '/killable.lua', dataset, KILLABLE)
+      local straight = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s'):format(q(path),
+        q(root .. '/ck-straight'), q(root .. '/straight.jsonl')))
+      assert.are.equal(0, straight.rc, straight.err)
+      local dir, mark = root .. '/ck', root .. '/killed.mark'
+      local pid = helper.sh(('KILL_MARK=%s setsid %s --nproc-per-node 2 %s --checkpoint.dir=%s --log=%s ' ..
+        '>/dev/null 2>&1 & echo $!'):format(q(mark), q(helper.RUN), q(path), q(dir), q(root .. '/killed.jsonl'))).out
+      assert.is_true(wait_for(mark), 'the job never reached its checkpoint at step 4')
+      pid = assert(pid:match('%d+'), 'no pid')
+      os.execute('kill -9 -' .. pid) -- the launcher's process group: the launcher and both ranks
+      for _ = 1, WAIT_POLLS do
+        if os.execute('kill -0 -' .. pid .. ' 2>/dev/null') ~= 0 then break end
+        ffi.C.usleep(POLL_US)
+      end
+      assert.are_not.equal(0, os.execute('kill -0 -' .. pid .. ' 2>/dev/null'), 'the job is gone')
+      local killed = losses(root .. '/killed.jsonl')
+      assert.is_nil(killed[5], 'killed after step 4')
+      os.execute(('cp -r %s %s && cp -r %s %s'):format(q(dir), q(dir .. '1'), q(dir), q(dir .. '4')))
+      local want = losses(root .. '/straight.jsonl')
+      local resumed = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s --resume'):format(q(path), q(dir),
+        q(root .. '/killed.jsonl')))
+      assert.are.equal(0, resumed.rc, resumed.err)
+      assert.matches('resume: from ' .. dir .. '/step-00000004 (step 4)', resumed.out, 1, true)
+      assert.are.same(want, losses(root .. '/killed.jsonl'))  -- all 8 steps, bit for bit
+      for _, ranks in ipairs({ 1, 4 }) do
+        local log = ('%s/onto%d.jsonl'):format(root, ranks)
+        local r = helper.run(('--nproc-per-node %d %s --checkpoint.dir=%s%d --log=%s --resume'):format(ranks, q(path), q(dir),
+          ranks, q(log)))
+        assert.are.equal(0, r.rc, r.err)
+        local got = losses(log)
+        for step = 5, 8 do
+          local a, b = tonumber(want[step]), tonumber(got[step])
+          assert.is_true(math.abs(a - b) < 1e-5 * a, ('%d ranks, step %d: %s vs %s'):format(ranks, step, want[step], got[step]))
+        end
+      end
+    end)
+
+    it('keeps the last K, ignores a checkpoint killed mid-write, and writes provenance', function()
+      local path = write_recipe(root .. '/kept.lua', dataset, 'checkpoint = { every = 2, keep = 2 },')
+      local dir = root .. '/kept'
+      local r = helper.run(('%s --checkpoint.dir=%s --steps=6 --log=%s'):format(q(path), q(dir), q(root .. '/kept.jsonl')))
+      assert.are.equal(0, r.rc, r.err)
+      local listing = helper.sh('ls -a ' .. q(dir)).out
+      assert.are.same({ '.', '..', 'step-00000004', 'step-00000006' }, helper.lines(listing))
+      local provenance = helper.read_file(dir .. '/step-00000006/provenance.json')
+      for _, key in ipairs({ '"recipe_hash":', '"overrides":"checkpoint.dir=' .. dir .. '\\nsteps=6"', '"version":', '"cursor":"wick-cursor/', '"data":' }) do
+        assert.matches(key, provenance, 1, true)
+      end
+      assert.are.equal(helper.read_file(path), helper.read_file(dir .. '/step-00000006/recipe.lua'))
+      local weights = require('wick.safetensors').load(dir .. '/step-00000006/model.safetensors')
+      assert.is_not_nil(weights['transformer.wte.weight'])
+      -- What a writer killed mid-write leaves: its temporary directory, a partial file, no DONE;
+      -- and a directory that never got its DONE.
+      os.execute(('cp -r %s/step-00000006 %s/.step-00000008.tmp-999 && head -c 100 %s/step-00000006/model.safetensors > ' ..
+        '%s/.step-00000008.tmp-999/model.safetensors && rm %s/.step-00000008.tmp-999/DONE && cp -r %s/step-00000006 ' ..
+        '%s/step-00000010 && rm %s/step-00000010/DONE'):format(dir, dir, dir, dir, dir, dir, dir, dir))
+      local resumed = helper.run(('%s --checkpoint.dir=%s --steps=8 --resume --log=%s'):format(q(path), q(dir),
+        q(root .. '/kept.jsonl')))
+      assert.are.equal(0, resumed.rc, resumed.err)
+      assert.matches('resume: from ' .. dir .. '/step-00000006 (step 6)', resumed.out, 1, true)
+      assert.is_nil(io.open(dir .. '/.step-00000008.tmp-999/DONE'), 'the stale temporary directory is cleared')
+      assert.is_not_nil(io.open(dir .. '/step-00000008/DONE'))
+    end)
+
+    it('prints what changed since the checkpoint: a mix weight is allowed, batch.global refused', function()
+      local two = write_recipe(root .. '/two.lua', dataset, ("data = { sources = { %q, { %q, name = 'held' } }, seq_len = 32 }," ..
+        "checkpoint = { every = 2 },"):format(dataset, held_out))
+      local dir = root .. '/diff'
+      local r = helper.run(('%s --checkpoint.dir=%s --steps=2'):format(q(two), q(dir)))
+      assert.are.equal(0, r.rc, r.err)
+      local changed = helper.run(('%s --checkpoint.dir=%s --steps=4 --data.mix.held=0.25 --resume'):format(q(two), q(dir)))
+      assert.are.equal(0, changed.rc, changed.err)
+      assert.matches('changed since the checkpoint: data.mix.held: 1 -> 0.25 (allowed: only future draws change)',
+        changed.out, 1, true)
+      assert.matches('changed since the checkpoint: steps: 2 -> 4', changed.out, 1, true)
+      local refused = helper.run(('%s --checkpoint.dir=%s --steps=6 --batch.global=16 --resume'):format(q(two), q(dir)))
+      assert.are.equal(2, refused.rc)
+      assert.matches('batch.global: 8 -> 16: refused: the data order and the cursor count steps of this global batch',
+        refused.err, 1, true)
+    end)
+  end)
+
+  describe('--dry-run', function()
+    local function timed(args, env)
+      local start = core.now()
+      local r = helper.sh((env or '') .. ' ' .. q(helper.RUN) .. ' ' .. args)
+      r.seconds = core.now() - start
+      return r
+    end
+
+    it('plans a recipe for another world: divisibility, parameters, memory per rank', function()
+      local r = timed('--dry-run --nproc-per-node 4 ' .. q(recipe))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('dry run for 4 ranks', r.out, 1, true)
+      assert.matches('batch: 8 samples a step = 4 ranks x 1 micro-steps x 2 rows', r.out, 1, true)
+      assert.matches('index read, 13 shards, 0.0535M tokens, tokenizer bytes, vocabulary 257, eos 256', r.out, 1, true)
+      assert.matches('parameters', r.out, 1, true)
+      assert.matches('memory per rank (fp32, micro batch 2): weights ', r.out, 1, true)
+      assert.matches('dry run: ok', r.out, 1, true)
+      local env = timed(q(recipe) .. ' --dry-run', 'WORLD_SIZE=2')
+      assert.are.equal(0, env.rc, env.err)
+      assert.matches('dry run for 2 ranks', env.out, 1, true)
+    end)
+
+    it('catches a batch that does not divide and an unreachable source in under 5 s', function()
+      local r = timed('--dry-run --nproc-per-node 3 ' .. q(recipe) .. ' --data.sources=' .. q(root .. '/missing'))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches('batch.global 8 is not divisible by world size 3', r.err, 1, true)
+      assert.matches('source ' .. root .. '/missing: ', r.err, 1, true)
+      assert.matches('dry run: 2 problems', r.out, 1, true)
+      assert.is_true(r.seconds < DRY_RUN_SECONDS, r.seconds .. ' s')
+    end)
+
+    it('refuses sources converted with different tokenizers', function()
+      local other = root .. '/other-tokenizer'
+      os.execute(('cp -r %s %s'):format(q(dataset), q(other)))
+      local index = helper.read_file(other .. '/index.json')
+      helper.write_file(other .. '/index.json', (index:gsub('"tokenizer": "bytes"', '"tokenizer": "gpt2.tiktoken"')))
+      local two = write_recipe(root .. '/two-tokenizers.lua', dataset, ('data = { sources = { %q, %q }, seq_len = 32 },')
+        :format(dataset, other))
+      local r = timed('--dry-run ' .. q(two))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches(('sources tokenized differently: %s by bytes, %s by gpt2.tiktoken'):format(dataset, other), r.err, 1, true)
+    end)
+
+    it('passes for the shipped GPU recipe, gpt2_124m.lua, planned for 8 ranks', function()
+      local r = timed('--dry-run --nproc-per-node 8 ' .. q(helper.ROOT .. '/recipes/gpt2_124m.lua'),
+        'WICK_GPT2_DATA=' .. q(dataset))
+      assert.are.equal(0, r.rc, r.out .. r.err)
+      assert.matches('124.%d+M%)', r.out)
+      assert.matches('dry run: ok', r.out, 1, true)
+    end)
+  end)
+
+  describe('pausing at a step boundary', function()
+    it('--repl-at pauses both ranks after the step; the REPL on rank 0 changes the lr for every rank', function()
+      local log = root .. '/paused.jsonl'
+      local r = helper.run(('--nproc-per-node 2 %s --steps=6 --repl-at=3 --log=%s'):format(q(recipe), q(log)), { stdin =
+        'print("at", trainer.step, metrics.step, metrics.loss > 0)\nset_lr(0.5)\ncontinue()\nprint("not read")\n' })
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('[rank0] paused after step 3 on 2 ranks', r.out, 1, true)
+      assert.matches('[rank1] paused after step 3: rank 0 has the REPL', r.out, 1, true)
+      assert.matches('[rank0] at\t3\t3\ttrue', r.out, 1, true)
+      assert.is_nil(r.out:find('not read', 1, true))
+      local straight = root .. '/unpaused.jsonl'
+      assert.are.equal(0, helper.run(('%s --steps=6 --log=%s'):format(q(recipe), q(straight))).rc)
+      local lr, want = field(log, 'lr'), field(straight, 'lr')
+      for step = 1, 6 do
+        local expected = tonumber(want[step]) * (step > 3 and 0.5 or 1)
+        assert.is_true(math.abs(tonumber(lr[step]) - expected) <= 1e-12 * expected, step .. ': ' .. lr[step])
+      end
+    end)
+
+    it('opens the REPL on the terminal of rank 0 of 2 launched ranks (tmux)', function()
+      local session = 'wick_pause_' .. root:match('[^/]+$'):gsub('[^%w]', '_')
+      local function tmux(args) return helper.sh('tmux ' .. args) end
+      local function wait_screen(text)
+        for _ = 1, WAIT_POLLS do
+          local screen = tmux('capture-pane -p -t ' .. session).out
+          if screen:find(text, 1, true) then return true end
+          ffi.C.usleep(POLL_US)
+        end
+        error('not on screen: ' .. text .. '\n' .. tmux('capture-pane -p -t ' .. session).out)
+      end
+      local cmd = ('env HOME=%s %s --nproc-per-node 2 %s --steps=5 --repl-at=3; echo "exit status $?"; sleep 30'):format(
+        q(root), q(helper.RUN), q(recipe))
+      assert.are.equal(0, tmux('new-session -d -x 150 -y 30 -s ' .. session .. ' ' .. q(cmd)).rc)
+      local ok, err = pcall(function()
+        wait_screen('[rank1] paused after step 3: rank 0 has the REPL')
+        tmux('send-keys -t ' .. session .. ' ' .. q('print(trainer.step * 10 .. "/" .. trainer.world_size)') .. ' Enter')
+        wait_screen('[rank0] 30/2')
+        tmux('send-keys -t ' .. session .. ' ' .. q('continue()') .. ' Enter')
+        wait_screen('step 5/5')
+        wait_screen('exit status 0')
+      end)
+      tmux('kill-session -t ' .. session)
+      assert(ok, err)
+    end)
+
+    it('kill -USR1 of one rank pauses every rank after the same step; stop() there ends the run', function()
+      local path = write_recipe(root .. '/usr1.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if t.rank == 1 and m.step == 2 then
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int getpid(void);')
+    os.execute('kill -USR1 ' .. ffi.C.getpid())
+  end
+end },]])
+      local r = helper.run('--nproc-per-node 2 ' .. q(path) .. ' --log=' .. q(root .. '/usr1.jsonl'),
+        { stdin = 'stop("enough")\ncontinue()\n' })
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('[rank0] paused after step 2 on 2 ranks', r.out, 1, true)
+      assert.matches('[rank1] paused after step 2: rank 0 has the REPL', r.out, 1, true)
+      assert.matches('stopped after step 2: enough', r.out, 1, true)
+      assert.are.equal(2, #helper.lines(helper.read_file(root .. '/usr1.jsonl')))
+    end)
+  end)
+
+  it('run -i builds a recipe without training and its helpers work on piped input', function()
+    local r = helper.run('-i ' .. q(recipe) .. ' --steps=3', { stdin = table.concat({
+      'print(recipe.steps, trainer.step, model:parameter_count() > 0)',
+      'peek(1)',
+      'print(decode({104, 105}))',
+      'm = step()',
+      'print(m.step, trainer.step)',
+      's = stats(model:named_parameters()["transformer.wte.weight"])',
+      'print(s.numel, s.nonfinite, s.std > 0)',
+      'print(cursor():match("step=(%d+)"))',
+    }, '\n') .. '\n' })
+    assert.are.equal(0, r.rc, r.err)
+    local lines = helper.lines(r.out)
+    assert.are.equal('3\t0\ttrue', lines[1])
+    assert.matches('^step 1 row 0: ".+"$', lines[2])
+    assert.are.equal('hi', lines[3])
+    assert.matches('^step 1 loss %d', lines[4])
+    assert.are.equal('1\t1', lines[5])
+    assert.are.equal(257 * 16 .. '\t0\ttrue', lines[6])
+    assert.are.equal('1', lines[7])
+  end)
+end)
