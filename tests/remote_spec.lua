@@ -165,3 +165,108 @@ describe('a remote dataset over HTTPS', function()
     helper.rmtree(cache)
   end)
 end)
+
+describe('the node-shared disk cache', function()
+  local root, server, zstd, dataset_bytes
+  setup(function()
+    root = helper.tmpdir()
+    zstd = data_helper.make_dataset(root .. '/ds', data_helper.documents(2400, 60, 3),
+      { shard_size = 24000, block_size = 512, compression = 'zstd' })
+    dataset_bytes = tonumber(helper.sh('cat ' .. q(zstd) .. '/*.wks | wc -c').out)
+    server = nginx.start(root)
+  end)
+  teardown(function()
+    if server then server:stop() end
+    helper.rmtree(root)
+  end)
+
+  -- Streams with tests/helpers/remote_rank.lua on `nproc` local ranks; returns the sorted audit lines and
+  -- each rank's counters.
+  local function stream(data, cache, nproc, budget, extra)
+    local audit = root .. '/audit-' .. math.random(1e9)
+    local r = helper.run(('--nproc-per-node %d %s/tests/helpers/remote_rank.lua %s %s %s %d %s'):format(nproc,
+      helper.ROOT, q(data), q(audit), q(cache), budget or 2 ^ 40, extra or ''))
+    assert.are.equal(0, r.rc, r.out .. r.err)
+    local lines = helper.lines(helper.read_file(audit))
+    table.sort(lines)
+    os.remove(audit)
+    local counters = {}
+    for line in r.out:gmatch('[^\n]+') do
+      local c = {}
+      for k, v in line:gmatch('([%w_]+)=(%d+)') do c[k] = tonumber(v) end
+      counters[#counters + 1] = c
+    end
+    return lines, counters
+  end
+
+  local function data_requests()
+    local seen, count, bytes, repeated = {}, 0, 0, 0
+    for _, request in ipairs(server:requests()) do
+      if not request.uri:match('index%.json$') then
+        local key = request.uri .. ' ' .. tostring(request.range)
+        if seen[key] then repeated = repeated + 1 end
+        seen[key] = true
+        count, bytes = count + 1, bytes + request.bytes
+      end
+    end
+    return count, bytes, repeated
+  end
+
+  local function index_requests()
+    local n = 0
+    for _, request in ipairs(server:requests()) do
+      if request.uri:match('index%.json$') then n = n + 1 end
+    end
+    return n
+  end
+
+  it('lets two local ranks download each range once, the index once, and deliver the local samples', function()
+    local cache = helper.tmpdir()
+    local here = stream(zstd, cache, 2)
+    server:clear_log()
+    local there = stream(server.url .. '/ds', cache, 2)
+    assert.are.same(here, there)
+    local _, bytes, repeated = data_requests()
+    assert.are.equal(0, repeated, 'a range was downloaded twice')
+    assert.are.equal(1, index_requests(), 'the index is fetched once per node')
+    -- every byte of the shards at most once: headers, tables and blocks, not all the alignment padding
+    -- between blocks (64-byte aligned blocks of ~220 bytes here: up to a fifth of the file)
+    assert.is_true(bytes <= dataset_bytes and bytes > 0.8 * dataset_bytes,
+      ('downloaded %d bytes of a %d-byte dataset'):format(bytes, dataset_bytes))
+    helper.rmtree(cache)
+  end)
+
+  it('needs no data request when warm, and sees a changed remote dataset by its index', function()
+    local cache = helper.tmpdir()
+    stream(server.url .. '/ds', cache, 1)
+    server:clear_log()
+    local warm, counters = stream(server.url .. '/ds', cache, 1)
+    assert.are.equal(0, (data_requests()), 'a warm cache asked for data')
+    assert.are.equal(1, index_requests())
+    assert.are.equal(304, server:requests()[1].status)
+    assert.are.equal(0, counters[1].misses)
+    assert.are.same(stream(zstd, cache, 1), warm)
+    -- another dataset under the same URL: its own samples, none of the cached ones
+    local changed = root .. '/changed'
+    data_helper.make_dataset(changed, data_helper.documents(1500, 50, 99), { shard_size = 24000, block_size = 512,
+      compression = 'zstd' })
+    assert(os.execute(('mv %s %s/old && mv %s %s'):format(q(zstd), q(root), q(changed), q(zstd))) == 0)
+    local new_here, new_there = stream(zstd, cache, 1), stream(server.url .. '/ds', cache, 1)
+    assert(os.execute(('rm -rf %s && mv %s/old %s'):format(q(zstd), q(root), q(zstd))) == 0)
+    assert.are.same(new_here, new_there)
+    assert.are_not.same(warm, new_there)
+    helper.rmtree(cache)
+  end)
+
+  it('keeps its files under a budget smaller than the dataset for a whole epoch', function()
+    local cache = helper.tmpdir()
+    local budget = math.floor(dataset_bytes / 3)
+    local here = stream(zstd, cache, 1)
+    local there, counters = stream(server.url .. '/ds', cache, 1, budget, 'nil watch')
+    assert.are.same(here, there)
+    assert.is_true(counters[1].largest <= budget, ('%d bytes on disk, budget %d'):format(counters[1].largest, budget))
+    assert.is_true(counters[1].largest > budget / 2, 'the cache was used')
+    assert.is_true(counters[1].evicted > 0)
+    helper.rmtree(cache)
+  end)
+end)

@@ -165,7 +165,11 @@ static void scan_dir(Scan *s, const char *dir, int depth) {
       scan_dir(s, path, depth + 1);
       continue;
     }
-    if (!S_ISREG(st.st_mode) || (depth == 0 && strcmp(e->d_name, USAGE_FILE) == 0)) continue;
+    if (!S_ISREG(st.st_mode)) continue;
+    if (depth == 0 && strcmp(e->d_name, USAGE_FILE) == 0) { /* counted too, at the size it is about to have */
+      s->total += USAGE_BYTES;
+      continue;
+    }
     if (has_suffix(e->d_name, CLAIM_SUFFIX)) continue;
     if (has_suffix(e->d_name, TEMP_SUFFIX)) {
       if (temp_is_orphan(e->d_name) && unlink(path) == 0) continue;

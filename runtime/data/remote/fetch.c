@@ -32,7 +32,8 @@
 
 enum {
   POLL_MS = 20,                 /* the engine wakes at least this often (stalls, retries due) */
-  MERGE_GAP_BYTES = 4096,       /* a gap this small between two prefetches is fetched with them */
+  MERGE_GAP_BYTES = 256,        /* a gap between two prefetches no larger than a request's own headers
+                                   (a shard's alignment padding) is fetched with them */
   MERGE_MAX_PARTS = 64,
   MERGE_MAX_BYTES = 8 << 20,    /* one merged request's range */
   POOL_HANDLES = 16,            /* easy handles kept for reuse */

@@ -42,7 +42,8 @@
  * node-local leader: there is nothing to elect or hand over when a rank dies, and ranks of different jobs
  * that share the cache coordinate the same way.
  *
- * Budget: usage counts every file's bytes (entries and the temporaries being written); it is changed
+ * Budget: usage counts the bytes of every file (entries, temporaries being written, the counter itself;
+ * not directories); it is changed
  * only under the usage lock, and a temporary is created at its full size before the lock is dropped,
  * so the sum of the files is never above cache_disk_bytes. Making room evicts, oldest first, entries
  * already read (their file mode loses the write bit when first read: "passed", ctime the last read),
