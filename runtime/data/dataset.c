@@ -187,8 +187,11 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   }
   status = wk_shard_view_open(s->blob, s->path, &s->v);
   if (status == WK_ERR_FORMAT && s->blob->forget) { /* a remote copy: fetch header and tables anew, once */
+    wk_logf(WK_LOG_WARN, "%s; fetching it again", wk_last_error());
     s->blob->forget(s->blob, 0, s->blob->size);
     status = wk_shard_view_open(s->blob, s->path, &s->v);
+    if (status == WK_ERR_FORMAT)
+      wk_error_context("corrupt on the server (also when fetched anew: re-upload the shard)");
   }
   if (status != WK_OK) goto fail;
   const WkShardHeader *h = &s->v.h;
@@ -304,17 +307,18 @@ static void shard_release(WkDataset *ds, Shard *s) {
  * local blob has no other copy: the first failure stands. */
 static WkStatus refetch_block(Shard *s, uint32_t b, const WkBlockEntry *e, uint8_t *stored, uint8_t *dst) {
   if (!s->blob->forget) return WK_ERR_FORMAT;
-  char first[256];
-  snprintf(first, sizeof first, "%s", wk_last_error());
-  wk_logf(WK_LOG_WARN, "%s; fetching it again", first);
+  wk_logf(WK_LOG_WARN, "%s; fetching it again", wk_last_error());
   s->blob->forget(s->blob, e->offset, e->stored_bytes);
   WkStatus status = s->blob->read_at(s->blob, e->offset, e->stored_bytes, stored);
   if (status == WK_OK)
     status = stored == dst ? wk_block_verify(e, b, stored, s->path) : wk_block_decode(&s->v.h, e, b, stored, dst, s->path);
-  if (status == WK_ERR_FORMAT)
+  if (status == WK_ERR_FORMAT) {
+    char again[256]; /* copied: the message below is written where this one is */
+    snprintf(again, sizeof again, "%s", wk_last_error());
     return WK_FAIL(WK_ERR_FORMAT, "'%s' bytes %llu-%llu (block %u) are corrupt on the server: %s, also when fetched "
                    "anew (re-upload the shard)", s->path, (unsigned long long)e->offset,
-                   (unsigned long long)(e->offset + e->stored_bytes - 1), b, wk_last_error());
+                   (unsigned long long)(e->offset + e->stored_bytes - 1), b, again);
+  }
   return status;
 }
 
