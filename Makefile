@@ -186,8 +186,11 @@ build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) -Iruntime -o $@ $< build/libwick.a $(LDFLAGS_EXTRA) $(LIBS)
 
+# The S3 tests' moto server comes from PyPI (a pinned venv under build/test/venv); without PyPI the
+# tests that need it say they were skipped.
 deps:
 	@third_party/deps.sh build test
+	@third_party/test-venv.sh || echo "deps: the test venv (moto) is unavailable; the S3 tests will be skipped"
 
 # The baselines of make bench: Debian's python3-torch, and a venv of pinned PyPI packages (Hugging Face
 # datasets) under build/bench/venv.

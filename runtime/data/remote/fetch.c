@@ -552,10 +552,12 @@ static void on_done(WkFetch *f, Transfer *t, CURLcode code) {
   char code_text[128];
   error_code(t, code_text, sizeof code_text);
   WkRetryCause cause = wk_retry_classify(CURLE_OK, t->status, retry_after > 0);
-  snprintf(why, sizeof why, "HTTP %ld%s%s", t->status, code_text,
-           t->status == 403 ? ": access denied (check the credentials, and the bucket's or server's permissions)"
-           : t->status == 404 ? ": not found (check the URL; was the dataset moved or deleted?)"
-                              : "");
+  const char *hint = t->status == 404 ? ": not found (check the URL; was the dataset moved or deleted?)"
+                     : t->status != 403 ? ""
+                     : t->target->s3 ? ": access denied by the bucket (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                                       "AWS_SESSION_TOKEN and the bucket's policy)"
+                                     : ": access denied (check the server's permissions)";
+  snprintf(why, sizeof why, "HTTP %ld%s%s", t->status, code_text, hint);
   retry_or_fail(f, t, cause, why);
 }
 
