@@ -69,16 +69,25 @@ describe('a remote dataset over HTTP', function()
   it('reads by range: the index once, each shard header and tables, then only the blocks drawn', function()
     local cache = helper.tmpdir()
     server:clear_log()
-    local r = inspect(server.url .. '/zstd', '--world 1 --steps 1 --threads 1', with_cache(cache))
+    local r = inspect(server.url .. '/zstd', '--world 1 --steps 1 --threads 1 --stats', with_cache(cache))
     assert.are.equal(0, r.rc, r.err)
-    local requests, whole, index = server:requests(), 0, 0
+    local requests, whole, index, bytes = server:requests(), 0, 0, 0
     for _, request in ipairs(requests) do
       if request.uri:match('index%.json$') then index = index + 1
       elseif not request.range then whole = whole + 1 end
       assert.are.equal(request.range and 206 or 200, request.status)
+      bytes = bytes + request.bytes
     end
     assert.are.equal(1, index)
     assert.are.equal(0, whole, 'no shard is downloaded whole')
+    -- inspect --stats counts what the server logged
+    local stats = {}
+    for k, v in r.out:match('stats remote: ([^\n]*)'):gmatch('([%w_]+)=(%d+)') do stats[k] = tonumber(v) end
+    assert.are.equal(#requests, stats.requests)
+    assert.are.equal(bytes, stats.bytes_fetched)
+    assert.is_true(stats.cache_misses > 0 and stats.wait_ns > 0)
+    assert.are.equal(0, stats.retries_reset + stats.retries_server + stats.retries_timeout)
+    assert.is_true(stats.disk_bytes > 0)
     helper.rmtree(cache)
   end)
 
