@@ -88,6 +88,25 @@ describe('an S3 dataset', function()
     helper.rmtree(cache)
   end)
 
+  it("runs the README's s3:// command as written", function()
+    local readme = require 'helpers.readme'
+    local cache = helper.tmpdir()
+    local ran = 0
+    for _, line in ipairs(readme.commands('Remote datasets')) do
+      if line:find('s3://', 1, true) then
+        line = readme.substitute(line, { ['./run'] = q(helper.RUN),
+                                         ['https://minio.example.org'] = 'http://127.0.0.1:' .. server.port,
+                                         ['s3://team-bucket/web'] = ('s3://%s/corpus/web'):format(BUCKET) })
+        local r = helper.sh(env(cache) .. ' ' .. line)
+        assert.are.equal(0, r.rc, line .. '\n' .. r.out .. r.err)
+        assert.matches('^step=0 ', r.out)
+        ran = ran + 1
+      end
+    end
+    assert.are.equal(1, ran)
+    helper.rmtree(cache)
+  end)
+
   it('refuses bad AWS variables by name', function()
     local cache = helper.tmpdir()
     for _, case in ipairs {
