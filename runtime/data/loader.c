@@ -577,12 +577,16 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
     Source *source = &loader->sources[slot->source];
     WK_TRY(wk_order_locate(source->order, epoch, slot->draw % epoch_length, &b->locs[r]));
     if (source->ahead_from == NO_BUFFER || b->locs[r].buffer_from > source->ahead_from) {
-      source->ahead_from = b->locs[r].buffer_from; /* this row starts a buffer: ask for the next one */
-      WkUnitRef units[AHEAD_CAPACITY];
-      uint32_t n = 0;
-      WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, units,
-                                  AHEAD_CAPACITY - b->ahead_count, &n));
-      for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+      /* This row starts a buffer: ask for the next one (and for this one too when it is the stream's first,
+       * so that its blocks come in parallel, not one read at a time). */
+      for (uint32_t ahead = source->ahead_from == NO_BUFFER ? 0 : 1; ahead <= 1; ahead++) {
+        WkUnitRef units[AHEAD_CAPACITY];
+        uint32_t n = 0;
+        WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, ahead, units,
+                                    AHEAD_CAPACITY - b->ahead_count, &n));
+        for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+      }
+      source->ahead_from = b->locs[r].buffer_from;
     }
     info->source = slot->source;
     info->shard = b->locs[r].shard;
