@@ -31,6 +31,8 @@
 #include "shard.h"
 
 enum {
+  OPENER_THREADS_MAX = 8,    /* remote shards opened at once for read-ahead (two round trips each) */
+  ADVICE_QUEUE = 4096,       /* read-ahead waiting for its shard to open; more is dropped (a hint) */
   DEFAULT_CACHE_BYTES = 64 << 20,
   DEFAULT_MAX_OPEN_SHARDS = 64,
   MAX_INDEX_BYTES = 1 << 30,
@@ -62,6 +64,9 @@ struct WkDataset {
   atomic_uint_fast64_t blocks_decoded, blocks_verified;
   WkRemote *remote;        /* NULL for a local dataset */
   char identity[33];       /* a remote index's hash: its shards' directory in the cache */
+  WkQueue *advice;         /* read-ahead of remote shards not open yet (started at the first) */
+  pthread_t openers[OPENER_THREADS_MAX];
+  uint32_t opener_count, opener_limit; /* started; at most: max_transfers, capped (more only queue) */
 };
 
 /* ---- opening the index ------------------------------------------------------------------------ */
@@ -103,6 +108,8 @@ static WkStatus read_index(WkDataset *ds, const char *index_path, const WkRemote
                            size_t *length) {
   if (!wk_blob_is_remote(index_path)) return read_whole(index_path, text, length);
   WK_TRY(wk_remote_open(remote, &ds->remote));
+  int64_t transfers = remote ? remote->max_transfers : WK_REMOTE_MAX_TRANSFERS_DEFAULT;
+  ds->opener_limit = transfers < OPENER_THREADS_MAX ? (uint32_t)transfers : OPENER_THREADS_MAX;
   return wk_remote_fetch_index(ds->remote, index_path, MAX_INDEX_BYTES, text, length, ds->identity);
 }
 
@@ -530,7 +537,7 @@ WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, 
   return status;
 }
 
-WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
   const WkShardHeader *h = &s->v.h;
@@ -545,10 +552,78 @@ WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64
   return WK_OK;
 }
 
+/* ---- read-ahead of remote shards not open yet ---------------------------------------------------------
+ * Opening a remote shard costs two round trips (its header, then its tables), so a reader's read-ahead
+ * does not wait for them: the advice for a shard not open yet goes to a few threads (one per parallel
+ * transfer, up to OPENER_THREADS_MAX: more would only wait in the fetch engine), which open such shards in
+ * parallel and then pass the advice on to the blob (its prefetch). Advice is a hint: when the queue is
+ * full or a thread cannot start it is dropped (the read itself fetches what it needs), and closing the
+ * dataset drops what is queued, then waits for the shards being opened. */
+
+typedef struct {
+  uint32_t shard;
+  uint64_t begin, end;
+} Advice;
+
+static void *opener_main(void *arg) {
+  WkDataset *ds = arg;
+  void *item;
+  while (wk_queue_pop(ds->advice, &item, -1) == WK_OK) {
+    const Advice *a = item;
+    if (advise_open(ds, a->shard, a->begin, a->end, WK_ADVICE_WILLNEED) != WK_OK)
+      wk_logf(WK_LOG_DEBUG, "read-ahead of shard %u: %s (its read will report it)", a->shard, wk_last_error());
+    free(item);
+  }
+  return NULL;
+}
+
+/* Queues the advice for the openers (starting them); false when it cannot (then advise in place). */
+static bool advise_later(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end) {
+  pthread_mutex_lock(&ds->lock);
+  if (!ds->advice && (ds->advice = wk_queue_new(ADVICE_QUEUE)))
+    for (; ds->opener_count < ds->opener_limit; ds->opener_count++) {
+      int rc = pthread_create(&ds->openers[ds->opener_count], NULL, opener_main, ds);
+      if (rc != 0) {
+        wk_logf(WK_LOG_DEBUG, "dataset '%s': read-ahead thread %u not started (%s); reads fetch for themselves",
+                ds->path, ds->opener_count, strerror(rc));
+        break;
+      }
+    }
+  bool ready = ds->advice && ds->opener_count > 0;
+  pthread_mutex_unlock(&ds->lock);
+  if (!ready) return false;
+  Advice *a = malloc(sizeof *a);
+  if (!a) return true; /* a hint: dropped */
+  *a = (Advice){shard, begin, end};
+  if (wk_queue_push(ds->advice, a, 0) != WK_OK) free(a); /* full: dropped */
+  return true;
+}
+
+static void stop_openers(WkDataset *ds) {
+  if (!ds->advice) return;
+  void *item;
+  while (wk_queue_pop(ds->advice, &item, 0) == WK_OK) free(item);
+  wk_queue_close(ds->advice);
+  for (uint32_t t = 0; t < ds->opener_count; t++) pthread_join(ds->openers[t], NULL);
+  wk_queue_free(ds->advice);
+  ds->advice = NULL;
+}
+
+WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+  if (ds->remote && advice == WK_ADVICE_WILLNEED && shard < ds->index.shard_count) {
+    pthread_mutex_lock(&ds->lock);
+    bool open = ds->shards[shard] != NULL;
+    pthread_mutex_unlock(&ds->lock);
+    if (!open && advise_later(ds, shard, begin, end)) return WK_OK;
+  }
+  return advise_open(ds, shard, begin, end, advice);
+}
+
 /* ---- the rest of the API ------------------------------------------------------------------------ */
 
 void wk_dataset_close(WkDataset *ds) {
   if (!ds) return;
+  stop_openers(ds);
   if (ds->shards)
     for (uint32_t i = 0; i < ds->index.shard_count; i++) shard_close(ds->shards[i]);
   free(ds->shards);
