@@ -10,7 +10,10 @@ line "MODE [ARGUMENT]":
 
     pass                  forward everything as it is
     cut N                 every Nth new request: headers and half the body, then close the connection
-    reset N               every Nth new request: close the connection without an answer
+    reset N               every Nth new request: close the connection without an answer; in this mode every
+                          answer says "Connection: close", so that each request comes on a fresh connection
+                          (curl itself retries a request whose reused connection closed unanswered, once,
+                          unseen by its caller: the fault would not reach the code under test)
     503 N                 every Nth new request: 503 with Retry-After: 1
     429 N                 every Nth new request: 429 without Retry-After
     stall N SECONDS       every Nth new request: headers and half the body, then nothing for SECONDS
@@ -136,6 +139,9 @@ class Handler(socketserver.StreamRequestHandler):
         for name, value in response.getheaders():
             if name.lower() not in HOP_BY_HOP and name.lower() != 'content-length':
                 head += '%s: %s\r\n' % (name, value)
+        close = words[0] == 'reset'
+        if close:
+            head += 'Connection: close\r\n'
         head += 'Content-Length: %d\r\n\r\n' % len(body)
         log(path, byte_range, response.status, fault)
         if fault in ('cut', 'stall'):
@@ -146,7 +152,7 @@ class Handler(socketserver.StreamRequestHandler):
             return False
         self.wfile.write(head.encode() + body)
         self.wfile.flush()
-        return True
+        return not close
 
 
 class Server(socketserver.ThreadingTCPServer):
