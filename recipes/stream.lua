@@ -6,21 +6,26 @@ local cli = require 'wick.cli'
 local core = require 'wick.core'
 local data = require 'wick.data'
 
+local LOADER = data.LOADER_OPTIONS
+local MAX_SLEEP_MS = 4294967 -- usleep takes unsigned 32-bit microseconds
+local EXACT_INTEGER = 2 ^ 53
+
 local spec = {
   name = 'recipes/stream.lua',
   options = {
-    { 'data', 'dir', required = true, help = 'dataset directory' },
-    { 'seq_len', 'number', default = 256, help = 'tokens per sample minus one' },
-    { 'global_batch', 'number', default = 64, help = 'samples per step over all ranks' },
-    { 'micro_batch', 'number', default = 8, help = 'rows per micro-batch' },
-    { 'steps', 'number', default = 200, help = 'global steps to stream' },
-    { 'threads', 'number', default = 2, help = 'reader threads per rank' },
-    { 'seed', 'number', default = 0, help = 'shuffle seed' },
-    { 'samples', 'number', default = 2, help = 'decoded samples to print at the end' },
-    { 'compute_ms', 'number', default = 2, help = 'simulated compute per micro-step (stands in for the GPU)' },
-    { 'resume', 'file', help = 'start from the cursor saved in this file' },
-    { 'save_cursor', 'file', help = 'rank 0 writes the cursor to this file at the end' },
-    { 'audit', 'file', help = 'append one line per sample to this file (all ranks)' },
+    { 'data', 'path', value = 'DIR', required = true, help = 'dataset directory' },
+    cli.from(LOADER, 'seq_len', { default = 256, help = 'tokens per sample minus one' }),
+    cli.from(LOADER, 'global_batch', { default = 64, help = 'samples per step over all ranks' }),
+    cli.from(LOADER, 'micro_batch', { default = 8, help = 'rows per micro-batch' }),
+    { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 200, help = 'global steps to stream' },
+    cli.from(LOADER, 'threads', { default = 2, help = 'reader threads per rank' }),
+    cli.from(LOADER, 'seed', { default = 0, help = 'shuffle seed' }),
+    { 'samples', 'integer', min = 0, max = EXACT_INTEGER, default = 2, help = 'decoded samples to print at the end' },
+    { 'compute_ms', 'number', min = 0, max = MAX_SLEEP_MS, default = 2,
+      help = 'simulated compute per micro-step (stands in for the GPU)' },
+    { 'resume', 'path', value = 'FILE', help = 'start from the cursor saved in this file' },
+    { 'save_cursor', 'path', value = 'FILE', help = 'rank 0 writes the cursor to this file at the end' },
+    { 'audit', 'path', value = 'FILE', help = 'append one line per sample to this file (all ranks)' },
   },
 }
 local opts = cli.parse(spec, { ... })
@@ -31,7 +36,8 @@ local REPORTS = 10        -- progress lines over the run
 local SHOWN_CHARS = 160   -- of each decoded sample
 
 local function read_cursor(path)
-  local f = assert(io.open(path, 'rb'))
+  local f, err = io.open(path, 'rb')
+  if not f then cli.fail(('%s: cannot read the cursor: %s'):format(spec.name, err), cli.EXIT_DATA) end
   local cursor = f:read('*a'):gsub('%s+$', '')
   f:close()
   return cursor
@@ -44,9 +50,10 @@ local loader = data.loader {
 
 local function decode(batch, row)
   local width = batch.seq_len + 1
+  local tokens = ffi.cast('int32_t *', batch.tokens:data())  -- a CPU loader's i32 tokens, read in place
   local chars = {}
   for t = 0, math.min(width, SHOWN_CHARS) - 1 do
-    local token = batch.tokens[row * width + t]
+    local token = tokens[row * width + t]
     chars[#chars + 1] = token < 256 and string.char(token) or '<eos>'
   end
   -- one line per sample: newlines and tabs shown as escapes
@@ -77,7 +84,8 @@ if rank == 0 then
   end
   print('cursor: ' .. loader:state())
   if opts.save_cursor then
-    local f = assert(io.open(opts.save_cursor, 'wb'))
+    local f, err = io.open(opts.save_cursor, 'wb')
+    if not f then cli.fail(('%s: cannot save the cursor: %s'):format(spec.name, err), cli.EXIT_DATA) end
     f:write(loader:state(), '\n')
     f:close()
   end

@@ -186,6 +186,63 @@ WK_API void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out);
 WK_API uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
 WK_API uint64_t wk_mix64(uint64_t a, uint64_t b);
 
+/* ---- tokenizers (runtime/data/tokenizer.c, runtime/data/tokenizer/) ------------------------------ */
+
+/* Text <-> token ids. Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen style)
+ * or a tiktoken rank file (r50k/gpt2, p50k, cl100k, o200k), or the built-in "bytes". Encoding is
+ * thread-safe; free a tokenizer after the threads that encoded with it are done. */
+typedef struct WkTokenizer WkTokenizer;
+
+/* source: "bytes", a tokenizer.json, or a .tiktoken rank file. pattern: the encoding of a rank file
+ * ("r50k" (= "gpt2"), "p50k", "cl100k", "o200k"), NULL to take it from the file's name
+ * (cl100k_base.tiktoken); NULL for the others. NULL on failure, with a message naming the file and
+ * the unsupported component or the bad line. */
+WK_API WkTokenizer *wk_tokenizer_open(const char *source, const char *pattern);
+WK_API void wk_tokenizer_free(WkTokenizer *t);
+WK_API const char *wk_tokenizer_name(const WkTokenizer *t);       /* "bytes", "llama3/tokenizer.json", ... */
+WK_API uint32_t wk_tokenizer_vocab_size(const WkTokenizer *t);     /* every id is below it */
+WK_API uint32_t wk_tokenizer_eos(const WkTokenizer *t);            /* 0xFFFFFFFF when it names none */
+WK_API uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t);    /* identity: a hash of the file (+ pattern) */
+
+typedef enum {
+  WK_TOKENIZER_SPECIAL = 0,  /* 1: special tokens written in text become their ids; 0 (default): plain
+                                text, as tiktoken's encode_ordinary */
+  WK_TOKENIZER_EOS = 1       /* the EOS id (default: tokenizer_config.json's eos_token beside a
+                                tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+} WkTokenizerParam;
+WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
+
+/* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
+ * 0xFFFFFFFF. */
+WK_API uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length);
+
+/* UTF-8 text -> ids in out[0 .. *count). When they do not fit in capacity, WK_ERR_INVALID_ARG with
+ * *count = how many there are (2 * length + 1 fits unless NFC lengthens the text). Invalid UTF-8 is
+ * WK_ERR_FORMAT. */
+WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out,
+                                    size_t capacity, size_t *count);
+/* ids -> the bytes they stand for (UTF-8 when the ids came from text and are whole), in
+ * out[0 .. *length); too small a capacity is WK_ERR_INVALID_ARG with *length = the size needed. */
+WK_API WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_t count, char *out,
+                                    size_t capacity, size_t *length);
+
+/* JSONL <-> JSONL on all cores, output in input order (run -m wick.tokenize): encoding reads the
+ * string member `field` of each line's object and writes one JSON array of ids per line; decoding
+ * reads one array per line and writes {"<field>": "text"} (bytes that are not UTF-8 become U+FFFD,
+ * as Python's decode(errors="replace") does). input and output are paths, "-" for stdin / stdout.
+ * A bad line fails the run with "file:line: reason". */
+typedef struct {
+  uint64_t lines;        /* lines read */
+  uint64_t text_bytes;   /* bytes of text encoded or decoded (UTF-8) */
+  uint64_t tokens;       /* ids written or read */
+  double seconds;        /* wall time of the run */
+  double cpu_seconds;    /* CPU time of the workers, summed */
+  uint32_t threads;      /* workers used */
+} WkTokenizeStats;
+
+WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
+                                  int decode, int threads, WkTokenizeStats *stats);
+
 /* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
  * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give
  * byte-identical shards and index whatever the thread count. */
@@ -266,6 +323,9 @@ typedef enum {
   WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per source, shared by the node's local
                                   ranks (default 64 MiB; at least two buffers plus a window's edges) */
   WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
+  WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
+                                  cuda:N, copied from the ring on the loader's copy stream (refused when this
+                                  machine has no such device) */
   /* Remote sources (WkRemoteOptions has their meaning and defaults; the cache directory is set by
    * wk_loader_set_cache_dir): */
   WK_LOADER_CACHE_DISK_BYTES,
@@ -278,12 +338,22 @@ typedef enum {
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 
+enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */
+
+/* A micro-batch as tensors of the loader (wk_tensor_* reads them; never free them): made once per
+ * slot of its ring, on its device (WK_LOADER_DEVICE), so `slot` names the same tensors every time.
+ * They stay valid until the next wk_loader_next that starts another step (the micro-batches of one
+ * step can be held together), and until wk_loader_free; a view of them keeps their memory alive
+ * but not their contents. On a device they are ready for work queued on the calling thread's
+ * current stream (it waits for the copy; the host does not). */
 typedef struct {
-  void *tokens;          /* [rows, seq_len + 1] of int32 or int64 (token_bytes 4 or 8: WK_LOADER_DTYPE) */
-  uint32_t token_bytes;
-  uint8_t *loss_mask;    /* [rows, seq_len]: 1 where target tokens[:, t + 1] counts */
-  int32_t *doc_ids;      /* [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
-  int32_t *positions;    /* [rows, seq_len + 1] or NULL */
+  struct WkTensor *tokens;     /* [rows, seq_len + 1] i32 or i64 (WK_LOADER_DTYPE) */
+  struct WkTensor *inputs;     /* tokens[:, :-1], a view: the model's input ids */
+  struct WkTensor *targets;    /* tokens[:, 1:], a view: the next-token targets */
+  struct WkTensor *loss_mask;  /* u8 [rows, seq_len]: 1 where targets[:, t] counts */
+  struct WkTensor *doc_ids;    /* i32 [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
+  struct WkTensor *positions;  /* i32 [rows, seq_len + 1] or NULL */
+  uint32_t slot;         /* the ring slot these tensors belong to: 0 .. buffers - 1 */
   uint32_t rows;
   uint32_t seq_len;
   uint64_t step;         /* global step this micro-batch belongs to */
@@ -335,12 +405,24 @@ WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const do
                                      const double *weights, uint32_t points);
 WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
 WK_API WkStatus wk_loader_start(WkLoader *loader);
-/* The next micro-batch of this rank; valid until the next call. WK_ERR_CLOSED at the end. */
+/* The next micro-batch of this rank (see WkBatch for how long it stays valid). WK_ERR_CLOSED at the end. */
 WK_API WkStatus wk_loader_next(WkLoader *loader, WkBatch *out);
+/* The tensor fields (and slot) of ring slot `slot` (0 .. WkLoaderStats.buffers - 1), the very tensors
+ * wk_loader_next hands out with that slot: for a binding that makes its handles on them once, at
+ * start. Their contents are whatever the slot last held. Known once the loader has started. */
+WK_API WkStatus wk_loader_slot(WkLoader *loader, uint32_t slot, WkBatch *out);
 /* Cursor after the last batch returned by wk_loader_next (text, a few hundred bytes). */
 WK_API WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t *length);
 WK_API WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out);
 WK_API WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64_t *out);
+/* What a model needs from the data, read from the sources' indexes (no start needed): the largest
+ * vocabulary of the sources (every token id is below it) and the EOS id that pads rows (the first
+ * source's). WK_ERR_INVALID_ARG for a loader without sources. */
+WK_API WkStatus wk_loader_vocab(const WkLoader *loader, uint32_t *vocab_size, uint32_t *eos);
+WK_API uint32_t wk_loader_source_count(const WkLoader *loader);
+/* Samples drawn from a source for the batches returned so far, as the cursor counts them (a restored
+ * cursor's included): the realized proportions of a mix. Known once the loader has started. */
+WK_API WkStatus wk_loader_source_draws(WkLoader *loader, uint32_t source, uint64_t *out);
 WK_API void wk_loader_stats(WkLoader *loader, WkLoaderStats *out);
 /* Audit mode: from now on, appends one line per sample returned by wk_loader_next to path:
  * "step=S micro=M rank=R row=I id=SOURCE:SHARD:OFFSET epoch=E hash=H status=ok|skipped|padding".
@@ -382,12 +464,15 @@ WK_API WkTensor *wk_tensor_empty(WkDType dtype, int ndim, const int64_t *shape, 
                                  int device_index);
 /* Same, in page-locked host memory (fast async copies) when CUDA is usable, else ordinary memory. */
 WK_API WkTensor *wk_tensor_empty_pinned(WkDType dtype, int ndim, const int64_t *shape);
-/* A contiguous CPU tensor over memory Wick does not own (a loader's batch buffer): no copy, and
+/* A contiguous CPU tensor over memory Wick does not own (another library's buffer): no copy, and
  * freeing the tensor leaves the memory alone, so the caller keeps it alive while the tensor is used. */
 WK_API WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *shape);
 /* A view of t's storage: offset and strides in elements, checked against the storage's extent. */
 WK_API WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int64_t *shape,
                                 const int64_t *strides);
+/* A new handle with t's dtype, shape, strides and offset, holding its own reference to t's storage:
+ * how a binding owns a tensor that C code owns (a loader batch's). NULL on failure. */
+WK_API WkTensor *wk_tensor_share(const WkTensor *t);
 WK_API void wk_tensor_free(WkTensor *t);  /* NULL is fine */
 
 WK_API WkDType wk_tensor_dtype(const WkTensor *t);

@@ -166,6 +166,23 @@ describe('CUDA agrees with the CPU #gpu', function()
     end)
   end)
 
+  it('embedding and cross-entropy on strided views of a token batch', function()
+    if not gpu_or_skip() then return end
+    agree('strided indices', function(device)
+      local tokens = T.new({ { 0, 4, 10, 2, 2, 6 }, { 1, 1, 3, 9, 7, 10 } }, 'i32', device)
+      local inputs, targets = tokens:narrow(2, 1, TT), tokens:narrow(2, 2, TT)
+      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
+      check(C.wk_op_embedding(out, inputs, wte, wpe))
+      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
+      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), inputs))
+      local logits, losses, sum = randn({ B, TT, V }, 18, device), T.empty({ B, TT }, 'f32', device), ffi.new('double[1]')
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, N, sum))
+      local dlogits = T.zeros({ B, TT, V }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, N, 1))
+      return { out, dwte, dwpe, losses, dlogits, T.new({ sum[0] }) }
+    end)
+  end)
+
   it('adamw', function()
     if not gpu_or_skip() then return end
     agree('adamw', function(device)
@@ -204,5 +221,62 @@ describe('CUDA agrees with the CPU #gpu', function()
     end
     assert.is_true(relative_error(results[DEVICE].params, results.cpu.params) < 1e-3)
     assert.are.equal(results[DEVICE].allocs[2], results[DEVICE].allocs[3])
+  end)
+end)
+
+describe('a loader on the GPU #gpu', function()
+  local helper = require 'helper'
+  local data_helper = require 'data_helper'
+  local SEQ = 16
+  local root, corpus
+
+  setup(function()
+    root = helper.tmpdir()
+    corpus = data_helper.make_dataset(root .. '/corpus', data_helper.documents(400, 40, 1), { shard_size = 1024 })
+  end)
+  teardown(function() helper.rmtree(root) end)
+
+  local function loader(opts)
+    local o = { data = corpus, seq_len = SEQ, global_batch = 8, micro_batch = 2, world_size = 1, rank = 0, seed = 7,
+      document_ids = true }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return wick.data.loader(o)
+  end
+
+  it('hands out device tensors holding the very batches of a CPU loader', function()
+    if not gpu_or_skip() then return end
+    local cpu, gpu = loader(), loader { device = DEVICE }
+    for _ = 1, 60 do
+      local a, b = cpu:next(), gpu:next()
+      for _, key in ipairs({ 'tokens', 'inputs', 'targets', 'loss_mask', 'doc_ids', 'positions' }) do
+        assert.are.equal(DEVICE, b[key].device, key)
+        local host = b[key]:to('cpu')
+        assert.are.same(a[key]:totable(), host:totable(), key)
+        host:free()
+      end
+      assert.are.equal(a.fingerprint, b.fingerprint)
+    end
+    assert.are.equal(cpu:state(), gpu:state())
+    cpu:close()
+    gpu:close()
+  end)
+
+  it('feeds a model on the device in place, with the copies ordered before the ops that read them', function()
+    if not gpu_or_skip() then return end
+    local l = loader { device = DEVICE }
+    local model = wick.nn.gpt { vocab = 257, seq_len = SEQ, layers = 1, heads = 2, dim = 8, seed = 3, device = DEVICE }
+    local reference = loader()
+    local cpu_model = wick.nn.gpt { vocab = 257, seq_len = SEQ, layers = 1, heads = 2, dim = 8, seed = 3 }
+    for _ = 1, 8 do
+      local batch, expected = l:next(), reference:next()
+      local loss = model:forward(batch.inputs, batch.targets, batch.loss_mask)
+      assert.are.equal(batch.inputs:data(), model.idx:data())
+      local want = cpu_model:forward(expected.inputs, expected.targets, expected.loss_mask)
+      assert.is_true(math.abs(loss - want) / want < REL_TOL, ('loss %g vs %g'):format(loss, want))
+    end
+    model:free()
+    cpu_model:free()
+    l:close()
+    reference:close()
   end)
 end)

@@ -4,6 +4,15 @@ local q = helper.shell_quote
 
 local data_helper = {}
 
+local POINTER_TYPES = { i32 = 'int32_t *', i64 = 'int64_t *', u8 = 'uint8_t *' }
+
+-- The elements of a contiguous CPU tensor (a loader batch's tokens, mask, ...) as a 0-based C array
+-- of its dtype, read in place.
+function data_helper.values(t)
+  assert(t:is_contiguous() and t.device == 'cpu', 'data_helper.values: a contiguous CPU tensor')
+  return require('ffi').cast(POINTER_TYPES[t.dtype], t:data())
+end
+
 local WORDS = { 'the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'wick', 'keeps', 'gpus',
   'fed', 'stream', 'shard', 'token', 'epoch', 'rank', 'batch' }
 

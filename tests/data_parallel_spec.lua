@@ -126,7 +126,7 @@ describe('data parallelism', function()
   it('runs its step in compiled traces, with no NYI aborts once warm (a world of 1, in process)', function()
     local dist = wick.dist.init { timeout = 10 }
     local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
-    local vocab = assert(wick.dataset.open(dataset)).vocab_size
+    local vocab = loader:vocab_size()
     local model = wick.nn.gpt { vocab = vocab, seq_len = 16, layers = 1, heads = 2, dim = 16, seed = 1 }
     local opt = wick.optim.adamw { lr = 1e-3 }
     local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = SMALL_BUCKETS })

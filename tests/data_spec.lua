@@ -361,13 +361,15 @@ describe('packing', function()
     assert.are.equal('doc1', table.concat(text))
     -- the second row continues where the first one ended (overlap of one token)
     assert.are.equal(tokens[width], l:row_tokens(1)[1])
-    for t = 0, SEQ - 1 do assert.are.equal(1, batch.loss_mask[t]) end
+    local mask, doc_ids, positions = data_helper.values(batch.loss_mask), data_helper.values(batch.doc_ids),
+      data_helper.values(batch.positions)
+    for t = 0, SEQ - 1 do assert.are.equal(1, mask[t]) end
     -- doc ids count EOS tokens; positions restart after each
     local row = l:row_tokens(1)
     local doc, position = 0, 0
     for t = 0, width - 1 do
-      assert.are.equal(doc, batch.doc_ids[width + t])
-      assert.are.equal(position, batch.positions[width + t])
+      assert.are.equal(doc, doc_ids[width + t])
+      assert.are.equal(position, positions[width + t])
       position = position + 1
       if row[t + 1] == 256 then doc, position = doc + 1, 0 end
     end
@@ -384,14 +386,16 @@ describe('packing', function()
     assert.are.equal(#doc, s.length)
     for i = 1, #doc do assert.are.equal(doc:byte(i), tokens[i]) end
     for t = #doc + 1, L + 1 do assert.are.equal(256, tokens[t]) end -- EOS, then EOS padding
+    local mask = data_helper.values(batch.loss_mask)
     for t = 0, L - 1 do
-      assert.are.equal(t + 1 <= #doc and 1 or 0, batch.loss_mask[t], 'mask at ' .. t)
+      assert.are.equal(t + 1 <= #doc and 1 or 0, mask[t], 'mask at ' .. t)
     end
     l:close()
     -- A document longer than the row is truncated: every target counts.
     l = loader { mode = 'pad', seq_len = 32, shuffle = false, global_batch = 2 }
     batch = l:next()
-    for t = 0, 31 do assert.are.equal(1, batch.loss_mask[t]) end
+    mask = data_helper.values(batch.loss_mask)
+    for t = 0, 31 do assert.are.equal(1, mask[t]) end
     assert.are.equal(doc:byte(33), l:row_tokens(0)[33])
     l:close()
   end)
@@ -478,7 +482,8 @@ describe('bad data', function()
           skipped_rows = skipped_rows + 1
           -- a sample overlapping block 1 (tokens 256..511), fully masked
           assert.is_true(s.offset + s.length > 256 and s.offset < 512)
-          for t = 0, batch.seq_len - 1 do assert.are.equal(0, batch.loss_mask[row * batch.seq_len + t]) end
+          local mask = data_helper.values(batch.loss_mask)
+          for t = 0, batch.seq_len - 1 do assert.are.equal(0, mask[row * batch.seq_len + t]) end
         end
       end
     end
@@ -518,5 +523,139 @@ describe('memory', function()
     assert.is_true(rows * 129 * 2 > 4 * (CACHE + RING), 'the dataset must be larger than the budgets')
     assert.is_true(stats.buffers * stats.buffer_bytes <= RING)
     assert.is_true(growth < CACHE + RING + 2 * 1024 * 1024, ('anonymous memory grew by %d bytes'):format(growth))
+  end)
+end)
+
+describe('batches as tensors', function()
+  local ffi = require 'ffi'
+  local wick = require 'wick'
+  local T = wick.tensor
+  local C = require('wick.core').C
+
+  local function cpu_allocs()
+    local stats = ffi.new('WkAllocatorStats')
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    return tonumber(stats.device_allocs)
+  end
+
+  it('are tensors made once per ring slot: the same objects whenever a slot comes back, no allocation per next()', function()
+    local l = loader { document_ids = true, prefetch = 3, global_batch = 4 }
+    local batch = l:next()
+    local ring = l:stats().buffers
+    assert.are.same({ 4, SEQ + 1 }, batch.tokens.shape)
+    assert.are.same({ 'i32', 'cpu' }, { batch.tokens.dtype, batch.tokens.device })
+    assert.are.same({ 4, SEQ }, batch.inputs.shape)
+    assert.are.same({ 4, SEQ }, batch.targets.shape)
+    assert.are.same({ 4, SEQ }, batch.loss_mask.shape)
+    assert.are.equal('u8', batch.loss_mask.dtype)
+    assert.are.same({ 4, SEQ + 1 }, batch.doc_ids.shape)
+    assert.are.same({ 4, SEQ + 1 }, batch.positions.shape)
+    -- inputs and targets are views of the tokens, one token apart
+    assert.is_true(C.wk_tensor_same_storage(batch.inputs, batch.tokens) == 1)
+    assert.are.equal(ffi.cast('char *', batch.tokens:data()) + 4, ffi.cast('char *', batch.targets:data()))
+    assert.are.same(l:row_tokens(1), batch.tokens:narrow(1, 2, 1):totable()[1])
+    local first = {}
+    for s = 1, ring do
+      if s > 1 then batch = l:next() end
+      first[s] = { tokens = batch.tokens, inputs = batch.inputs, mask = batch.loss_mask }
+    end
+    local allocs = cpu_allocs()
+    for round = 1, 3 do
+      for s = 1, ring do
+        batch = l:next()
+        assert.is_true(rawequal(first[s].tokens, batch.tokens), 'slot ' .. s .. ', round ' .. round)
+        assert.is_true(rawequal(first[s].inputs, batch.inputs))
+        assert.is_true(rawequal(first[s].mask, batch.loss_mask))
+      end
+    end
+    assert.are.equal(allocs, cpu_allocs())
+    l:close()
+  end)
+
+  it('keep the micro-batches of a step valid together until the next step begins', function()
+    -- 4 micro-batches a step, and readers 2 ahead: they would refill a given-back slot at once.
+    local l = loader { global_batch = 8, micro_batch = 2, prefetch = 2, threads = 2 }
+    local micro, seen = {}, {}
+    for m = 1, 4 do
+      local batch = l:next()
+      assert.are.equal(m - 1, batch.micro_step)
+      micro[m], seen[m] = batch.tokens, batch.tokens:totable()
+    end
+    helper.sh('sleep 0.2')  -- time for the readers to fill whatever they may
+    for m = 1, 4 do assert.are.same(seen[m], micro[m]:totable(), 'micro-batch ' .. m) end
+    assert.are.equal(2 + 3, l:stats().buffers)  -- prefetch, plus three held
+    l:close()
+  end)
+
+  it('feed the model without a copy: the embedding and the loss read the ring slot in place', function()
+    local l = loader { global_batch = 4 }
+    local model = wick.nn.gpt { vocab = 257, seq_len = SEQ, layers = 1, heads = 2, dim = 8, seed = 3 }
+    for step = 1, 3 do
+      local batch = l:next()
+      local before = cpu_allocs()
+      model:zero_grad()
+      model:forward(batch.inputs, batch.targets, batch.loss_mask, batch.rows * SEQ)
+      model:backward()
+      if step > 1 then assert.are.equal(before, cpu_allocs(), 'step ' .. step .. ' allocated') end
+      -- what the ops read is the loader's memory itself
+      assert.are.equal(batch.inputs:data(), model.idx:data())
+      assert.are.equal(batch.targets:data(), model.targets:data())
+      assert.are.equal(batch.loss_mask:data(), model.mask:data())
+      assert.are.equal(ffi.cast('char *', batch.tokens:data()) + 4, ffi.cast('char *', model.targets:data()))
+    end
+    -- forward_tokens (its own two views) gives the same loss as the batch's views
+    local batch = l:next()
+    local a = model:forward(batch.inputs, batch.targets, batch.loss_mask)
+    local b = model:forward_tokens(batch.tokens, batch.loss_mask)
+    assert.are.equal(a, b)
+    assert.are.equal(batch.tokens:data(), model.idx:data())
+    model:free()
+    l:close()
+  end)
+
+  it("refuse device = 'cuda:0' on a machine without one, saying what to do instead", function()
+    if C.wk_cuda_device_count() > 0 then
+      pending('this machine has a CUDA device (tests/cuda_spec.lua covers it)')
+      return
+    end
+    local ok, err = pcall(loader, { device = 'cuda:0' })
+    assert.is_false(ok)
+    assert.matches('loader device cuda:0: this machine has 0 CUDA device(s) (no GPU, no driver, or a libwick built ' ..
+      'without CUDA); leave the loader on the CPU', err, 1, true)
+    ok, err = pcall(loader, { device = 'tpu' })
+    assert.is_false(ok)
+    assert.matches("unknown device 'tpu'", err, 1, true)
+    local l = loader { device = 'cpu' }
+    assert.are.equal('cpu', l:next().tokens.device)
+    l:close()
+  end)
+end)
+
+describe('what the loader tells a recipe', function()
+  local function cursor_draws(cursor)
+    local draws = {}
+    for n in cursor:gmatch(' src=%x+:(%d+):') do draws[#draws + 1] = tonumber(n) end
+    return draws
+  end
+
+  it('gives the vocabulary and EOS of its sources, and per-source draws that agree with the cursor', function()
+    local mix = data.mix { { corpus, weight = 3 }, { other, weight = 1 } }
+    local l = loader { data = mix }
+    assert.are.equal(257, l:vocab_size())  -- the bytes tokenizer: 256 bytes and EOS, before any batch
+    assert.are.equal(256, l:eos())
+    local _, draws = l:proportions()
+    assert.are.same({ 0, 0 }, draws)
+    read_steps(l, 7)
+    local shares
+    shares, draws = l:proportions()
+    local cursor = l:state()
+    assert.are.same(cursor_draws(cursor), draws)
+    assert.are.equal(7 * 8, draws[1] + draws[2])
+    assert.is_true(math.abs(shares[1] - 0.75) <= 1 / (7 * 8), 'share ' .. shares[1])
+    l:close()
+    -- a restored loader counts from the cursor
+    local again = loader { data = mix, cursor = cursor }
+    assert.are.same({ select(2, again:proportions()) }, { draws })
+    again:close()
   end)
 end)

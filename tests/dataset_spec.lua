@@ -175,6 +175,80 @@ describe('wick.dataset', function()
     end
   end)
 
+  -- Opening a FIFO blocks until a writer comes: each case runs in a child under a timeout, so a
+  -- regression fails the test instead of hanging the suite.
+  local HANG_SECONDS = 20
+  local function open_in_child(target, shard)
+    local code = ([[local ds, err = require('wick.dataset').open(%q)
+      if not ds then io.write('open: ', err) return end
+      local _, message = ds:try_read(%d, 0, 1)
+      io.write('read: ', tostring(message))]]):format(target, shard or 0)
+    return helper.sh(('timeout %d %s -e %s'):format(HANG_SECONDS, q(helper.RUN), q(code)))
+  end
+
+  it('refuses an index or shard that is a FIFO, a directory or a device, naming it, without blocking', function()
+    local dir = fresh()
+    local shard = dir .. '/shard-00000.wks'
+    os.rename(shard, dir .. '/saved.wks')
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(shard)).rc)
+    local r = open_in_child(dir)
+    assert.are.equal(0, r.rc, 'timed out or failed: ' .. r.err)
+    assert.matches("read: dataset '" .. dir .. "': '" .. shard .. "' is a FIFO (named pipe), not a regular file", r.out,
+      1, true)
+    os.remove(shard)
+    assert.are.equal(0, helper.sh('mkdir ' .. q(shard)).rc)
+    assert.matches("'" .. shard .. "' is a directory, not a regular file", open_in_child(dir).out, 1, true)
+    helper.rmtree(shard)
+    assert.are.equal(0, helper.sh('ln -s /dev/null ' .. q(shard)).rc)
+    assert.matches("'" .. shard .. "' is a character device, not a regular file", open_in_child(dir).out, 1, true)
+    os.remove(shard)
+    os.rename(dir .. '/saved.wks', shard)
+
+    local index = dir .. '/index.json'
+    os.rename(index, dir .. '/saved.json')
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(index)).rc)
+    for _, target in ipairs { dir, index } do
+      r = open_in_child(target)
+      assert.are.equal(0, r.rc, 'timed out or failed: ' .. r.err)
+      assert.matches("open: dataset '" .. target .. "': '" .. index .. "' is a FIFO (named pipe)", r.out, 1, true)
+    end
+    os.remove(index)
+    os.rename(dir .. '/saved.json', index)
+    assert.matches('read: nil', open_in_child(dir).out, 1, true) -- whole again
+  end)
+
+  it('refuses an index that names a member twice, saying which name and which file', function()
+    local dir = fresh()
+    local path = dir .. '/index.json'
+    local index = helper.read_file(path)
+    local many = {}
+    for i = 1, 40 do many[i] = ('"note%d": %d'):format(i, i) end
+    local cases = {
+      -- Both values agree with the shards, so only the repetition can be wrong (first/last win alike).
+      { (index:gsub('"version": 1,', '"version": 1, "version": 1,')), '"version" appears twice', 'line 3' },
+      { (index:gsub('"tokens": (%d+),\n', '"tokens": %1, "tokens": %1,\n', 1)), '"tokens" appears twice' },
+      { (index:gsub('"checksum": ("[^"]+")', '"checksum": %1, "checksum": %1')), '"checksum" appears twice' },
+      -- A large object (past the linear scan, through the hash table) and a name spelled with an escape.
+      { (index:gsub('"converter": {', '"converter": {' .. table.concat(many, ', ') .. ', "note33": 0, ')),
+        '"note33" appears twice' },
+      { (index:gsub('"version": 1,', '"version": 1, "v\\u0065rsion": 1,')), '"version" appears twice' },
+    }
+    for _, case in ipairs(cases) do
+      assert.are_not.equal(index, case[1])
+      helper.write_file(path, case[1])
+      local ds, err = dataset.open(dir)
+      assert.is_nil(ds, case[2])
+      assert.matches("index '" .. path .. "': invalid JSON at " .. (case[3] or 'line'), err, 1, true)
+      assert.matches(case[2], err, 1, true)
+      assert.are.equal(C.WK_ERR_FORMAT, C.wk_last_status())
+    end
+    -- Forty distinct names are fine.
+    helper.write_file(path, (index:gsub('"converter": {', '"converter": {' .. table.concat(many, ', ') .. ', ')))
+    local ds = assert(dataset.open(dir))
+    assert.are.equal(text:sub(1, 50), ds:text(ds:read(0, 0, 50), 50))
+    ds:close()
+  end)
+
   describe('corruption', function()
     it('a flipped byte in a zstd or raw block fails that block only, naming shard, block and checksum', function()
       for _, mode in ipairs { '--compression zstd', '--compression none' } do

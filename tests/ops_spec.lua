@@ -179,6 +179,57 @@ describe('ops', function()
     assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, 0, sum)) end)
   end)
 
+  -- A loader batch's tokens [B, T + 1] give inputs tokens[:, :-1] and targets tokens[:, 1:]: strided views
+  -- that the embedding and the loss read where they are.
+  it('embedding and cross-entropy read strided index views in place, as their contiguous copies', function()
+    local B, TT, C_, V = 3, 4, 5, 7
+    local rows = {}
+    for b = 1, B do
+      rows[b] = {}
+      for t = 1, TT + 1 do rows[b][t] = (b * 5 + t * 3) % V end
+    end
+    local tokens = T.new(rows, 'i32')
+    local inputs, targets = tokens:narrow(2, 1, TT), tokens:narrow(2, 2, TT)
+    assert.is_false(inputs:is_contiguous())
+    local wte, wpe, weights = randn({ V, C_ }), randn({ TT, C_ }), randn({ B, TT, C_ })
+    local logits, mask = randn({ B, TT, V }), T.new({ { 1, 0, 1, 1 }, { 1, 1, 1, 0 }, { 0, 1, 1, 1 } }, 'u8')
+    local sum = ffi.new('double[1]')
+    local function run(idx, tgt)
+      local out, dwte, dwpe = T.empty({ B, TT, C_ }), T.zeros({ V, C_ }), T.zeros({ TT, C_ })
+      local losses, dlogits = T.empty({ B, TT }), T.zeros({ B, TT, V })
+      check(C.wk_op_embedding(out, idx, wte, wpe))
+      check(C.wk_op_embedding_backward(dwte, dwpe, weights, idx))
+      check(C.wk_op_cross_entropy(losses, logits, tgt, mask, 9, sum))
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, tgt, mask, 9, 1))
+      local result = { out:totable(), dwte:totable(), dwpe:totable(), losses:totable(), sum[0], dlogits:totable() }
+      for _, t in ipairs({ out, dwte, dwpe, losses, dlogits }) do t:free() end
+      return result
+    end
+    local idx, tgt = inputs:contiguous(), targets:contiguous()
+    assert.are.same(run(idx, tgt), run(inputs, targets))
+    -- A transposed view (column-major) is walked as well.
+    local by_column = T.empty({ TT, B }, 'i32')
+    for b = 1, B do for t = 1, TT do by_column:set(t, b, idx:get(b, t)) end end
+    local rows_of_columns = C.wk_tensor_view(by_column, 0, 2, ffi.new('int64_t[2]', B, TT), ffi.new('int64_t[2]', 1, B))
+    assert.are.same(run(idx, tgt), run(ffi.gc(rows_of_columns, C.wk_tensor_free), tgt))
+    -- A bad token is named by its place in the view and its value.
+    tokens:set(2, 3, V)
+    local out = T.empty({ B, TT, C_ })
+    assert.has_error(function() check(C.wk_op_embedding(out, inputs, wte, wpe)) end,
+      'embedding: idx[6] = 7 is outside [0, 7) (tokenizer and model vocab disagree?)')
+    assert.has_error(function() check(C.wk_op_cross_entropy(T.empty({ B, TT }), logits, targets, mask, 9, sum)) end,
+      'cross_entropy: targets[5] = 7 is outside [0, 7) (tokenizer and model vocab disagree?)')
+    -- Three strided dims cannot be walked as rows.
+    local cube = T.zeros({ 2, 3, 4 }, 'i32')
+    local sliced = cube:narrow(3, 1, 2)
+    local ok, err = pcall(check, C.wk_op_cross_entropy(T.empty({ 12 }), randn({ 12, V }), sliced, nil, 1, sum))
+    assert.is_false(ok)
+    assert.matches('cross_entropy: targets: [2, 3, 2] i32 cpu (strided) cannot be read in place as rows', err, 1, true)
+    for _, t in ipairs({ tokens, inputs, targets, idx, tgt, by_column, out, cube, sliced, wte, wpe, weights, logits, mask }) do
+      t:free()
+    end
+  end)
+
   it('adamw follows the decoupled-weight-decay update', function()
     local p, g = T.new({ 1, -2 }), T.new({ 0.5, 4 })
     local m, v = T.zeros({ 2 }), T.zeros({ 2 })

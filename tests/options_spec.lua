@@ -180,3 +180,43 @@ describe('optimizer options', function()
     assert.are.equal(0.1, adamw({ weight_decay = 0.1 }).weight_decay)
   end)
 end)
+
+describe('model options', function()
+  local gpt = require('wick').nn.gpt
+  local function config(extra)
+    local cfg = { vocab = 10, seq_len = 4, layers = 1, heads = 2, dim = 8 }
+    for k, v in pairs(extra) do cfg[k] = v end
+    return cfg
+  end
+  local function refuse(extra, pattern)
+    local ok, err = pcall(gpt, config(extra))
+    assert.is_false(ok, 'accepted ' .. pattern)
+    assert.matches(pattern, err, 1, true)
+  end
+
+  it('are checked by nn.gpt: unknown keys, whole numbers in range, required sizes, seeds', function()
+    refuse({ sed = 1 }, "unknown nn.gpt option 'sed' (did you mean 'seed'?)")
+    refuse({ vocab = 10.5 }, 'nn.gpt option vocab = 10.5 must be a whole number')
+    refuse({ layers = 0 }, 'nn.gpt option layers = 0 must be within')
+    refuse({ dim = 0 / 0 }, 'nn.gpt option dim = nan')
+    refuse({ heads = 3 }, 'nn.gpt: dim 8 is not divisible by heads 3')
+    refuse({ seed = -1 }, 'nn.gpt option seed = -1 must be within [0, 4294967295]')
+    local ok, err = pcall(gpt, { vocab = 10, seq_len = 4, layers = 1, heads = 2 })
+    assert.is_false(ok)
+    assert.matches('nn.gpt option dim is required', err, 1, true)
+    local model = gpt(config { seed = 7 })
+    assert.are.equal(8, model.config.dim)
+    model:free()
+  end)
+
+  it('check the precision policy and its loss-scaling options', function()
+    refuse({ precision = 'fp8' }, "unknown precision 'fp8' (fp32, bf16 or fp16)")
+    refuse({ precision = { 'bf16', scale = 4 } }, 'precision bf16 has no loss scaling')
+    refuse({ precision = { 'fp16', scale = 0 / 0 } }, 'fp16 precision option scale = nan must be finite')
+    refuse({ precision = { 'fp16', growth = 3 } }, "unknown fp16 precision option 'growth'")
+    local model = gpt(config { precision = { 'fp16', scale = 8, growth_interval = 3 } })
+    assert.are.equal(8, model.policy.scaler.scale)
+    assert.are.equal(3, model.policy.scaler.growth_interval)
+    model:free()
+  end)
+end)

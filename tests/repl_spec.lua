@@ -22,6 +22,47 @@ describe('run -i with piped input', function()
     assert.are.equal('after\n', r.out)
   end)
 
+  it('continues an input that ends early as an expression, such as 1 +', function()
+    local r = helper.run('-i', { stdin = '1 +\n2\nx = {\n}\n"a" ..\n"b"\n' })
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('3\n"ab"\n', r.out)
+  end)
+
+  it("reports an error at stdin:LINE, with the typed code's frames only", function()
+    local stdin = table.concat({
+      'function check(n) if n < 0 then error("negative", 2) end return n end',
+      'check(1)',
+      'check(-1)',                             -- line 3: blamed by level 2, through the expression form
+      'local t = check(-2)',                   -- line 4: the statement form
+      'function outer() local v = inner() return v end',
+      'function inner() local x = nil; return x.y end',
+      'print("before")',
+      'outer()',                               -- line 8
+      'for i = 1,',
+      '  2 do nosuch() end',                   -- line 10: line numbers count the session's input
+    }, '\n') .. '\n'
+    local r = helper.run('-i', { stdin = stdin })
+    assert.are.equal(1, r.rc)
+    assert.are.equal('1\nbefore\n', r.out)
+    assert.matches('stdin:3: negative\nstack traceback:\n\t[C]: in function \'error\'\n\tstdin:1: in function \'check\'\n' ..
+      '\tstdin:3: in main chunk\n', r.err, 1, true)
+    assert.matches('stdin:4: negative\n', r.err, 1, true)
+    assert.matches("stdin:6: attempt to index local 'x' (a nil value)\nstack traceback:\n\tstdin:6: in function " ..
+      "'inner'\n\tstdin:5: in function 'outer'\n\tstdin:8: in main chunk\n", r.err, 1, true)
+    assert.matches("stdin:10: attempt to call global 'nosuch' (a nil value)\nstack traceback:\n\tstdin:10: in main " ..
+      'chunk\n', r.err, 1, true)
+    assert.is_nil(r.err:find('repl.lua', 1, true), r.err)
+    assert.is_nil(r.err:find('xpcall', 1, true), r.err)
+    assert.is_nil(r.err:find('interruptible', 1, true), r.err)
+  end)
+
+  it('keeps the whole traceback at WICK_LOG=debug', function()
+    local r = helper.sh('WICK_LOG=debug ' .. q(helper.RUN) .. ' -i', { stdin = 'error("oops")\n' })
+    assert.are.equal(1, r.rc)
+    assert.matches('stdin:1: oops', r.err, 1, true)
+    assert.matches('repl.lua', r.err, 1, true)
+  end)
+
   it('runs a script first and keeps its globals and return value', function()
     local dir = helper.tmpdir()
     local script = helper.write_file(dir .. '/recipe.lua', 'steps = 7\nreturn { lr = 0.5 }\n')
@@ -39,8 +80,9 @@ describe('run -i with piped input', function()
 end)
 
 describe('run -i on a terminal', function()
-  local session = 'wick_repl_' .. tostring(os.time()) .. '_' .. tostring(math.random(1e6))
-  local home
+  -- One session per test, named after its temporary home: unique even when other suites run this
+  -- one at the same second on the same tmux server (math.random is unseeded, so the same everywhere).
+  local session, home
 
   local function tmux(args) return helper.sh('tmux ' .. args) end
   local function keys(...) return tmux('send-keys -t ' .. session .. ' ' .. table.concat({ ... }, ' ')) end
@@ -61,6 +103,7 @@ describe('run -i on a terminal', function()
 
   before_each(function()
     home = helper.tmpdir()
+    session = 'wick_repl_' .. home:match('[^/]+$'):gsub('[^%w]', '_')
     local cmd = string.format('env HOME=%s %s -i', q(home), q(helper.RUN))
     local r = tmux('new-session -d -x 100 -y 20 -s ' .. session .. ' ' .. q(cmd))
     assert.are.equal(0, r.rc, 'tmux could not start: ' .. r.err)

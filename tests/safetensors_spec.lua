@@ -64,6 +64,19 @@ describe('safetensors', function()
     assert.matches("tensor 'x' has dtype F64", err)
   end)
 
+  it('refuses a FIFO or a directory by name instead of waiting for a writer', function()
+    local pipe = dir .. '/pipe.safetensors'
+    assert.are.equal(0, helper.sh('mkfifo ' .. helper.shell_quote(pipe)).rc)
+    -- In a child under a timeout: a regression hangs there and fails here.
+    local code = ('local ok, err = require("wick").safetensors.load(%q) io.write(tostring(err))'):format(pipe)
+    local r = helper.sh(('timeout 20 %s -e %s'):format(helper.shell_quote(helper.RUN), helper.shell_quote(code)))
+    assert.are.equal(0, r.rc, 'timed out or failed: ' .. r.err)
+    assert.matches("'" .. pipe .. "' is a FIFO (named pipe), not a regular file (checkpoints", r.out, 1, true)
+    local ok, err = st.load(dir)
+    assert.is_nil(ok)
+    assert.matches('is a directory, not a regular file', err, 1, true)
+  end)
+
   it('decodes JSON escapes in names and metadata, and rejects malformed headers by file name', function()
     local header = '{"__metadata__":{"k\\u00e9":"v\\n"},"b\\n\\"q":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
     header = header .. string.rep(' ', (8 - #header % 8) % 8)

@@ -53,7 +53,7 @@ describe('wick.shard converter', function()
     ds = open(root .. '/l')
     assert.are.same({ 'First para', 'still first', 'Third', '  indented' }, corpus.documents(ds))
     ds:close()
-    assert.are.equal(1, corpus.convert(q(root .. '/t.txt') .. ' -o ' .. q(root .. '/x') .. ' --split words').rc)
+    assert.are.equal(2, corpus.convert(q(root .. '/t.txt') .. ' -o ' .. q(root .. '/x') .. ' --split words').rc) -- a usage error
   end)
 
   it('reads only files matching --include when walking directories', function()
@@ -147,6 +147,15 @@ describe('wick.shard converter', function()
     ds:close()
   end)
 
+  it('takes the first of a repeated --field in a .jsonl line, as FORMAT.md says', function()
+    helper.write_file(root .. '/d.jsonl', '{"text": "first", "id": 1, "id": 2, "text": "second"}\n{"text": "x"}\n')
+    local r = corpus.convert(q(root .. '/d.jsonl') .. ' -o ' .. q(root .. '/out') .. ' --strict')
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/out')
+    assert.are.same({ 'first', 'x' }, corpus.documents(ds))
+    ds:close()
+  end)
+
   it('numbers lines across chunks, and takes CRLF, a last line without newline and a multi-MB line', function()
     local lines = {}
     for i = 1, 40000 do lines[i] = '{"text": "line ' .. i .. ' ' .. string.rep('x', i % 50) .. '"}' end
@@ -228,6 +237,7 @@ describe('wick.shard converter', function()
     local r = corpus.convert(q(root .. '/bad.bin') .. ' -o ' .. q(root .. '/x'))
     assert.are.equal(1, r.rc)
     assert.matches('60000', r.err, 1, true)
+    assert.matches("bad.bin': token 60000 at byte 4 is outside", r.err, 1, true) -- the file's offset
     local data = corpus.llmc_bin { 1, 2, 3, 4 }
     helper.write_file(root .. '/short.bin', data:sub(1, #data - 2))
     r = corpus.convert(q(root .. '/short.bin') .. ' -o ' .. q(root .. '/y'))
@@ -308,6 +318,142 @@ describe('wick.shard converter', function()
     assert.is_true(before > 3)
   end)
 
+  it('refuses an input that is a FIFO or a device, named or met in a directory, without blocking', function()
+    corpus.tree(root, { ['in/a.txt'] = 'alpha', ['in/b.jsonl'] = '{"text": "beta"}\n' })
+    assert.are.equal(0, helper.sh('mkfifo ' .. q(root .. '/in/pipe.jsonl') .. ' ' .. q(root .. '/pipe.txt')).rc)
+    local cases = {
+      { q(root .. '/in'), root .. "/in/pipe.jsonl' is a FIFO (named pipe)" },
+      { q(root .. '/pipe.txt'), root .. "/pipe.txt' is a FIFO (named pipe)" },
+      { '/dev/null', "'/dev/null' is a character device" },
+    }
+    for _, case in ipairs(cases) do
+      local r = helper.sh(('timeout 20 %s -m wick.shard %s -o %s'):format(q(helper.RUN), case[1], q(root .. '/out')))
+      assert.are.equal(1, r.rc, case[1] .. ': ' .. r.err)
+      assert.matches(case[2], r.err, 1, true)
+      assert.matches('only regular files and directories', r.err, 1, true)
+    end
+    os.remove(root .. '/in/pipe.jsonl')
+    assert.are.equal(0, corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out')).rc)
+  end)
+
+  -- Names the converter keeps next to an output directory (runtime/data/convert/output.c).
+  local function beside(out, suffix) return out:gsub('([^/]+)$', '.%1.' .. suffix) end
+  local function listing(dir) return helper.sh('ls -1A ' .. q(dir)).out end
+
+  describe('replacing an existing dataset', function()
+    local out, before
+    before_each(function()
+      corpus.tree(root, { ['old/a.txt'] = corpus.text(1, 3000), ['old/b.txt'] = corpus.text(2, 100) })
+      out = root .. '/out'
+      assert.are.equal(0, corpus.convert(q(root .. '/old') .. ' -o ' .. q(out) .. ' --shard-size 1K').rc)
+      before = corpus.files(out)
+    end)
+
+    local function assert_old_intact()
+      assert.are.same(before, corpus.files(out))
+      local ds = open(out)
+      assert.are.same({ corpus.text(1, 3000), corpus.text(2, 100) }, corpus.documents(ds))
+      ds:close()
+    end
+
+    it('leaves it whole when the new conversion fails, before or after writing shards', function()
+      local lines = {}
+      for i = 1, 400 do lines[i] = '{"text": ' .. corpus.json_string(corpus.text(i, 20)) .. '}' end
+      -- The bad line comes in the second input, after the first one's shards are written.
+      corpus.tree(root, { ['late/1.jsonl'] = table.concat(lines, '\n') .. '\n', ['late/2.jsonl'] = '{"txt": 1}\n' })
+      helper.write_file(root .. '/early.jsonl', '{"txt": "bad"}\n')
+      for _, input in ipairs { 'early.jsonl', 'late' } do
+        local r = corpus.convert(q(root .. '/' .. input) .. ' -o ' .. q(out) .. ' --shard-size 256 --strict')
+        assert.are.equal(1, r.rc, input)
+        assert.matches(":%d+: missing field 'text'", r.err)
+        assert_old_intact()
+        assert.are.equal('', listing(beside(out, 'lock')))
+      end
+      -- The failed run's finished shards wait in the staging directory for --resume; temporaries are gone.
+      local staging = listing(beside(out, 'converting'))
+      assert.matches('shard%-00000%.wks', staging)
+      assert.is_nil(staging:find('.tmp', 1, true))
+      os.remove(root .. '/late/2.jsonl')
+      local r = corpus.convert(q(root .. '/late') .. ' -o ' .. q(out) .. ' --shard-size 256 --strict --resume')
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('%d+ reused', r.out)
+      local ds = open(out)
+      assert.are.equal(400, ds.documents)
+      ds:close()
+      assert.is_nil(listing(root):find('.out.', 1, true)) -- no staging, lock or old dataset left
+    end)
+
+    it('keeps files it did not write, and finishes a replacement a killed run left half done', function()
+      helper.write_file(out .. '/README', 'my notes')
+      assert.are.equal(0, helper.sh('chmod 750 ' .. q(out)).rc)
+      corpus.tree(root, { ['new/c.txt'] = 'gamma' })
+      assert.are.equal(0, corpus.convert(q(root .. '/new') .. ' -o ' .. q(out)).rc)
+      assert.are.equal('750\n', helper.sh('stat -c %a ' .. q(out)).out) -- the new directory keeps the old mode
+      assert.are.same({ 'README', 'index.json', 'shard-00000.wks' }, (function()
+        local names = helper.lines(listing(out))
+        table.sort(names)
+        return names
+      end)())
+      assert.are.equal('my notes', helper.read_file(out .. '/README'))
+      os.remove(out .. '/README')
+      before = nil
+      -- Killed between the two renames of a swap: the output is missing, the whole old one is aside.
+      assert.are.equal(0, corpus.convert(q(root .. '/old') .. ' -o ' .. q(out) .. ' --shard-size 1K').rc)
+      before = corpus.files(out)
+      assert.is_true(os.rename(out, beside(out, 'old')))
+      helper.write_file(root .. '/bad.jsonl', '{"txt": 1}\n')
+      assert.are.equal(1, corpus.convert(q(root .. '/bad.jsonl') .. ' -o ' .. q(out) .. ' --strict').rc)
+      assert_old_intact()
+      -- Killed after the swap, before the old one was removed: the next run removes it.
+      helper.sh('cp -r ' .. q(out) .. ' ' .. q(beside(out, 'old')))
+      assert.are.equal(0, corpus.convert(q(root .. '/new') .. ' -o ' .. q(out)).rc)
+      assert.are.equal('', listing(beside(out, 'old')))
+      assert.is_nil(listing(root):find('.out.', 1, true))
+    end)
+
+    it('refuses a second converter at once, naming its pid; a kill -9 mid-run leaves the old one readable', function()
+      local files = {}
+      for i = 1, 40 do files[('big/%02d.txt'):format(i)] = corpus.text(100 + i, 2000) end
+      corpus.tree(root, files)
+      local args = q(root .. '/big') .. ' -o ' .. q(out) .. ' --shard-size 16K --compression zstd:19 --threads 1'
+      local pid = tonumber(helper.sh(('%s -m wick.shard %s > %s 2>&1 & echo $!'):format(q(helper.RUN), args,
+        q(root .. '/first.log'))).out)
+      assert.is_number(pid)
+      local staging = beside(out, 'converting')
+      local function running() return helper.sh('kill -0 ' .. pid .. ' && ! grep -q "^State:.*Z" /proc/' .. pid ..
+        '/status').rc == 0 end
+      -- Wait for its first finished shard, then freeze it there.
+      for _ = 1, 2000 do
+        if helper.read_file(staging .. '/shard-00001.wks') ~= '' or not running() then break end
+        helper.sh('sleep 0.01')
+      end
+      assert.are.equal(0, helper.sh('kill -STOP ' .. pid).rc)
+      assert.is_true(running(), 'the first converter ended too soon: ' .. helper.read_file(root .. '/first.log'))
+      local started = os.time()
+      local r = corpus.convert(args)
+      assert.are.equal(1, r.rc)
+      assert.matches("output '" .. out .. "' is being written by another converter (pid " .. pid .. ',', r.err, 1, true)
+      assert.is_true(os.time() - started < 10)
+      assert_old_intact() -- readable while another run is under way
+      assert.are.equal(0, helper.sh('kill -9 ' .. pid).rc)
+      for _ = 1, 500 do
+        if not running() then break end
+        helper.sh('sleep 0.01')
+      end
+      assert.is_false(running())
+      assert_old_intact()
+      -- The rerun takes the stale lock, reuses what the killed run finished, and replaces the dataset.
+      r = corpus.convert(args .. ' --resume')
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('%d+ reused', r.out)
+      local ds = open(out)
+      assert.are.equal(40, ds.documents)
+      for s = 0, ds.shards - 1 do assert.is_true((ds:check(s))) end
+      ds:close()
+      assert.is_nil(listing(root):find('.out.', 1, true))
+    end)
+  end)
+
   describe('command line', function()
     it('prints help generated from its option table', function()
       local r = corpus.convert('--help')
@@ -325,11 +471,11 @@ describe('wick.shard converter', function()
       end
     end)
 
-    it('reports bad option values and missing inputs as errors (exit code 1)', function()
+    it('reports bad option values as usage errors (exit code 2) and missing inputs as errors (exit code 1)', function()
       helper.write_file(root .. '/a.txt', 'x')
       for _, extra in ipairs { '--compression lz4', '--shard-size 12Q', '--tokenizer nope', '--threads 0' } do
         local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' ' .. extra)
-        assert.are.equal(1, r.rc, extra)
+        assert.are.equal(2, r.rc, extra)
       end
       local r = corpus.convert(q(root .. '/missing.txt') .. ' -o ' .. q(root .. '/o'))
       assert.are.equal(1, r.rc)

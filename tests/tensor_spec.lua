@@ -409,3 +409,76 @@ describe('tensor dtype conversion on the CPU', function()
     end)
   end
 end)
+
+-- The layering the next subsystems rely on: tensors (with the CUDA module's table and its device half)
+-- below ops, and the module's entry points declared in one list.
+describe('the tensor layer', function()
+  local helper = require 'helper'
+
+  local function files_under(dir, pattern)
+    local found = helper.sh(('find %s -type f -name %s | sort'):format(helper.shell_quote(dir), helper.shell_quote(pattern)))
+    return helper.lines(found.out)
+  end
+
+  -- The folder of path, resolved: a/b/../c -> a/c.
+  local function normalize(path)
+    local parts = {}
+    for part in path:gmatch('[^/]+') do
+      if part == '..' then parts[#parts] = nil elseif part ~= '.' then parts[#parts + 1] = part end
+    end
+    return table.concat(parts, '/')
+  end
+
+  it('includes nothing from runtime/ops', function()
+    local root = helper.ROOT .. '/runtime/tensor'
+    local files, offenders = files_under(root, '*.*'), {}
+    assert.is_true(#files >= 8, 'runtime/tensor lists ' .. #files .. ' files')
+    for _, path in ipairs(files) do
+      local dir = path:match('^(.*)/[^/]+$')
+      for included in helper.read_file(path):gmatch('#include "([^"]+)"') do
+        local target = normalize(dir .. '/' .. included)
+        if target:find('/runtime/ops/', 1, true) then offenders[#offenders + 1] = path:sub(#root + 2) .. ' -> ' .. included end
+      end
+    end
+    assert.are.same({}, offenders)
+  end)
+
+  it('calls nothing defined in runtime/ops (the objects of this build, by their symbols)', function()
+    local mode = helper.sh('ls ' .. helper.shell_quote(helper.ROOT .. '/build') .. ' | grep "^mode-"').out:match('mode%-(%S+)')
+    assert.is_string(mode, 'no build/mode-* stamp: build first')
+    local obj = helper.ROOT .. '/build/obj/' .. mode .. '/runtime'
+    -- Objects of sources that still exist (a build directory keeps those of deleted files).
+    local function symbols(dir, flag)
+      local objects = {}
+      for _, object in ipairs(files_under(dir, '*.o')) do
+        local source = helper.ROOT .. '/runtime' .. object:sub(#obj + 1):gsub('%.cu%.o$', '.cu'):gsub('%.o$', '.c')
+        if io.open(source) then objects[#objects + 1] = helper.shell_quote(object) end
+      end
+      local out = helper.sh(('nm %s --format=posix %s'):format(flag, table.concat(objects, ' '))).out
+      local set = {}
+      for line in out:gmatch('[^\n]+') do
+        local name = line:match('^(%S+) ')
+        if name and not line:match(':$') then set[name] = true end
+      end
+      return set
+    end
+    local ops_defines, used = symbols(obj .. '/ops', '--defined-only'), symbols(obj .. '/tensor', '--undefined-only')
+    assert.is_true(next(ops_defines) ~= nil and next(used) ~= nil, 'no objects under ' .. obj)
+    local offenders = {}
+    for name in pairs(used) do if ops_defines[name] then offenders[#offenders + 1] = name end end
+    table.sort(offenders)
+    assert.are.same({}, offenders)
+  end)
+
+  it('declares the CUDA module entry points once: no other header names a cuda_ function', function()
+    local offenders = {}
+    for _, path in ipairs(files_under(helper.ROOT .. '/runtime', '*.h')) do
+      if not path:find('/runtime/tensor/cuda_module.h', 1, true) then
+        for line in helper.read_file(path):gmatch('[^\n]+') do
+          if line:match('[%w_%*]+%s+%*?cuda_[%w_]+%s*%(') then offenders[#offenders + 1] = path .. ': ' .. line end
+        end
+      end
+    end
+    assert.are.same({}, offenders)
+  end)
+end)

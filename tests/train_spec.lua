@@ -1,5 +1,5 @@
--- The data loader feeding the model: a tiny GPT trains on batches of a real converted dataset,
--- borrowed as tensors without copying (tokens int32 [rows, T+1], loss mask u8 [rows, T]).
+-- The data loader feeding the model: a tiny GPT trains on batches of a real converted dataset, the
+-- loader's own tensors read in place (tokens int32 [rows, T+1], loss mask u8 [rows, T]).
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local wick = require 'wick'
@@ -14,21 +14,17 @@ describe('training from the data loader', function()
 
   it('lowers the loss of a small GPT over a few steps of real batches', function()
     local corpus = data_helper.make_dataset(root .. '/corpus', data_helper.documents(60, 10, 4), { shard_size = 1024 })
-    local vocab = assert(wick.dataset.open(corpus)).vocab_size
     local loader = wick.data.loader { data = corpus, seq_len = SEQ, global_batch = 4, world_size = 1, rank = 0, seed = 1 }
+    local vocab = loader:vocab_size()
     local model = wick.nn.gpt { vocab = vocab, seq_len = SEQ, layers = 1, heads = 2, dim = 16, seed = 1 }
     local opt = wick.optim.adamw { lr = 3e-3, weight_decay = 0 }
     local losses = {}
     for step = 1, 40 do
       local batch = assert(loader:next())
-      local tokens = T.borrow(batch.tokens, { batch.rows, SEQ + 1 }, 'i32', batch)
-      local mask = T.borrow(batch.loss_mask, { batch.rows, SEQ }, 'u8', batch)
       model:zero_grad()
-      losses[step] = model:forward_tokens(tokens, mask)
+      losses[step] = model:forward_tokens(batch.tokens, batch.loss_mask)
       model:backward()
       opt:step(model)
-      tokens:free()
-      mask:free()
     end
     loader:close()
     local function mean(first, last)

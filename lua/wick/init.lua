@@ -4,7 +4,7 @@
 local core = require 'wick.core'
 
 local SUBMODULES = {
-  log = true, data = true, schedule = true, cli = true, dataset = true,
+  log = true, data = true, schedule = true, cli = true, dataset = true, tokenizer = true,
   tensor = true, nn = true, optim = true, safetensors = true, precision = true, dist = true,
 }
 

@@ -5,8 +5,8 @@ local main = {}
 -- is also a library may return a table with main(args); its return value becomes the exit code.
 function main.run_module(name, ...)
   local path, searched = package.searchpath(name, package.path)
-  if not path then
-    error(string.format("run: no module named '%s'; searched:%s", name, searched), 0)
+  if not path then -- the user's mistake: its message, without a traceback of this file
+    require('wick.cli').fail(string.format("run: no module named '%s'; searched:%s", name, searched), 1)
   end
   local chunk = assert(loadfile(path))
   arg[0] = path

@@ -7,6 +7,8 @@
 -- On the CPU backend the low-precision values are stored back into f32 buffers after rounding
 -- (wk_op_round), which reproduces the values and the overflow behaviour of bf16/f16 storage while
 -- the arithmetic of each op stays f32, as the tensor cores' f32 accumulation does.
+local schema = require 'wick.schema'
+
 local precision = {}
 
 local POLICIES = { fp32 = 'f32', bf16 = 'bf16', fp16 = 'f16' }
@@ -45,12 +47,36 @@ function precision.scaler(opts)
   }, Scaler)
 end
 
+local SCALER_OPTIONS = schema.define('fp16 precision option', {
+  { 'scale', 'number', min = MIN_SCALE, max = 2 ^ 64, help = 'the first loss scale (default 2^16)' },
+  { 'growth_interval', 'integer', min = 1, max = 2 ^ 31, help = 'good steps before the scale doubles (default 2000)' },
+})
+
+-- The policy's name and its scaler's options, checked: 'bf16' or { 'fp16', scale = 1024, growth_interval = 100 }.
+local function parse(spec, level)
+  local name, given = spec, {}
+  if type(spec) == 'table' then
+    name = spec[1] == nil and 'fp32' or spec[1]
+    for k, v in pairs(spec) do if k ~= 1 then given[k] = v end end
+  end
+  if not POLICIES[name] then error("unknown precision '" .. tostring(name) .. "' (fp32, bf16 or fp16)", level) end
+  local opts = SCALER_OPTIONS:check(given, level)
+  if name ~= 'fp16' and next(opts) then
+    error(('precision %s has no loss scaling: scale and growth_interval belong to fp16'):format(name), level)
+  end
+  return name, opts
+end
+
+-- For option schemas: ok, why.
+function precision.check(spec)
+  local ok, err = pcall(parse, spec, 0)
+  return ok, not ok and 'is not a precision policy: ' .. err or nil
+end
+
 -- policy('bf16') or policy{ 'fp16', scale = 1024, growth_interval = 100 }
 function precision.policy(spec)
-  local opts = type(spec) == 'table' and spec or { spec }
-  local name = opts[1] or 'fp32'
+  local name, opts = parse(spec == nil and 'fp32' or spec, 2)
   local dtype = POLICIES[name]
-  if not dtype then error("unknown precision '" .. tostring(name) .. "' (fp32, bf16 or fp16)", 2) end
   return {
     name = name,
     dtype = dtype,          -- what weights and activations are rounded to

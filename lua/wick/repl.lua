@@ -1,14 +1,17 @@
 -- wick.repl: the interactive loop of `run -i`.
 --
 -- Each input is first tried as an expression (`return <input>`) so values print, then as a
--- statement; an input that ends early (`<eof>` error) keeps reading lines. Chunks run in the global
--- environment, so globals of the script run before the REPL stay inspectable. Line editing and
--- history come from wick.host (libedit); piped input works the same without prompts.
+-- statement; an input that ends early in either form (`<eof>` error: `for i = 1, 3 do`, `1 +`)
+-- keeps reading lines. Errors name stdin:LINE (lines counted over the session's input) and their
+-- traceback stops at the input's chunk. Chunks run in the global environment, so globals of the
+-- script run before the REPL stay inspectable. Line editing and history come from wick.host
+-- (libedit); piped input works the same without prompts.
 local host = require 'wick.host'
 
 local repl = {}
 
 local HISTORY_FILE = (os.getenv('HOME') or '.') .. '/.wick_history'
+local THIS_FILE = debug.getinfo(1, 'S').short_src -- its frames are cut from a traceback
 local MAX_TABLE_ITEMS = 16  -- a printed table shows at most this many entries
 
 local function render_scalar(value)
@@ -46,31 +49,54 @@ local function print_results(n, ...)
   io.write(table.concat(parts, '\t'), '\n')
 end
 
+-- An error's traceback, cut to the user's frames: from where it was raised down to the input's
+-- own chunk (`stdin:LINE: in main chunk`); the REPL's frames below it are left out, except at
+-- WICK_LOG=debug.
 local function traceback(message)
-  return debug.traceback(tostring(message), 2)
+  local text = debug.traceback(tostring(message), 2)
+  if require('wick.log').level() == 'debug' then return text end
+  local kept = {}
+  for line in text:gmatch('[^\n]+') do
+    if line:match('^\t%[C%]: in function \'xpcall\'$') or line:find(THIS_FILE, 1, true) then break end
+    kept[#kept + 1] = line
+    if line:match('^\tstdin:%d+: in main chunk$') then break end
+  end
+  return table.concat(kept, '\n')
 end
 
--- Compiles input as an expression or statement: chunk, or nil + error, incomplete flag.
-local function compile(source)
-  local chunk = loadstring('return ' .. source, '=stdin')
+local function ends_early(message) return message ~= nil and message:find("<eof>['\"]?$") ~= nil end
+
+-- Compiles one input, first as an expression (so that its values print), then as a statement. The
+-- chunk is named stdin and numbered by the session's input lines, so messages and tracebacks say
+-- stdin:LINE. Returns the chunk, or nil, the message and whether the input only ended early (more
+-- lines may complete it: `for i = 1, 3 do`, `1 +`).
+local function compile(source, first_line)
+  local padding = ('\n'):rep(first_line - 1)
+  local chunk, expression_error = loadstring(padding .. 'return ' .. source, '=stdin')
+  if chunk then
+    -- The values go through a call instead of being returned, so that a function the input calls
+    -- is not a tail call: an error it raises at level 2 then points at stdin, not at the REPL.
+    return loadstring(padding .. 'return (function(...) return ... end)(' .. source .. '\n)', '=stdin') or chunk
+  end
+  local statement_error
+  chunk, statement_error = loadstring(padding .. source, '=stdin')
   if chunk then return chunk end
-  local err
-  chunk, err = loadstring(source, '=stdin')
-  if chunk then return chunk end
-  return nil, err, err:find("<eof>['\"]?$") ~= nil
+  return nil, statement_error, ends_early(statement_error) or ends_early(expression_error)
 end
 
--- Runs one complete input; returns false if it raised.
-local function execute(chunk)
-  local results = { n = 0 }
-  local function capture(...) results = { n = select('#', ...), ... } end
-  local ok, err = host.interruptible(xpcall, function() capture(chunk()) end, traceback)
+local function finish(ok, ...)
   if not ok then
-    io.stderr:write(err, '\n')
+    io.stderr:write(tostring((...)), '\n')
     return false
   end
-  print_results(results.n, unpack(results, 1, results.n))
+  print_results(select('#', ...), ...)
   return true
+end
+
+-- Runs one complete input, called by xpcall itself (no REPL frame between them); returns false if
+-- it raised.
+local function execute(chunk)
+  return finish(host.interruptible(xpcall, chunk, traceback))
 end
 
 function repl.start(result_count, ...)
@@ -86,6 +112,7 @@ function repl.start(result_count, ...)
     host.ignore_interrupts(true) -- Ctrl-C interrupts running code (see execute), not the session
   end
   local pending, had_error = nil, false
+  local line_number, first_line = 0, 1 -- of the input lines read, and of the pending input's first
   while true do
     local line, interrupted = host.readline(pending and '>> ' or '> ')
     if interrupted then
@@ -93,9 +120,11 @@ function repl.start(result_count, ...)
       pending, line = nil, ''
     end
     if not line then break end
+    line_number = line_number + 1
+    if not pending then first_line = line_number end
     local source = pending and (pending .. '\n' .. line) or line
     if source:match('%S') then
-      local chunk, err, incomplete = compile(source)
+      local chunk, err, incomplete = compile(source, first_line)
       if chunk then
         pending = nil
         if interactive then host.add_history(source) end

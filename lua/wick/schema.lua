@@ -50,6 +50,7 @@ end
 
 local function describe(value)
   if type(value) == 'string' then return ('%q'):format(value) end
+  if type(value) == 'table' then return '{...}' end -- an address would say nothing
   return tostring(value)
 end
 

@@ -1,37 +1,23 @@
 -- wick.shard: the dataset converter's command line.
 --   ./run -m wick.shard INPUTS... -o OUTDIR [options]
 -- Lua only parses arguments and prints the summary; reading, tokenizing, compressing and writing
--- happen on C threads (runtime/data/convert.c). The help text is generated from OPTIONS, the same
--- table the parser reads.
+-- happen on C threads (runtime/data/convert/). The options are declared once (SPEC, wick.cli): the
+-- parser, the checks and the help text come from that table.
+local cli = require 'wick.cli'
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
 
-local OPTIONS = {
-  { long = 'output', short = 'o', value = 'DIR', help = 'dataset directory to write (created; required)' },
-  { long = 'tokenizer', value = 'NAME',
-    help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
-  { long = 'field', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
-  { long = 'split', value = 'file|paragraph|line', default = 'file',
-    help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
-  { long = 'include', value = 'GLOBS',
-    help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
-  { long = 'compression', value = 'zstd[:LEVEL]|none', default = 'zstd:3',
-    help = "block compression; 'none' writes raw, mmap-able blocks" },
-  { long = 'shard-size', value = 'TOKENS', default = '64M',
-    help = 'a shard closes after the document that reaches this many tokens (K, M, G = 2^10, 2^20, 2^30)' },
-  { long = 'block-size', value = 'TOKENS', default = '64K', help = 'tokens per block: the unit of fetch and decode' },
-  { long = 'threads', value = 'N', help = 'worker threads (default: all CPUs)' },
-  { long = 'strict', help = 'fail on the first bad line or document instead of skipping it' },
-  { long = 'resume', help = 'keep shards of an interrupted run that hold exactly what this run would write' },
-  { long = 'progress', help = 'draw a progress bar on stderr (default: when stderr is a terminal)' },
-  { long = 'no-progress', help = 'never draw the progress bar' },
-  { long = 'quiet', short = 'q', help = 'print nothing on success' },
-  { long = 'help', short = 'h', help = 'show this help' },
-}
+-- The converter's own limits (runtime/data/convert/convert.c, runtime/data/shard.h).
+local MAX_THREADS = 64
+local MAX_SHARD_TOKENS = 2 ^ 40
+local MAX_BLOCK_TOKENS = 2 ^ 24
 
-local USAGE = [[
-usage: run -m wick.shard INPUTS... -o OUTDIR [options]
+local function compression_form(v)
+  return type(v) == 'string' and (v == 'none' or v == 'zstd' or v:match('^zstd:%-?%d+$') ~= nil),
+      "must be 'none', 'zstd' or 'zstd:LEVEL'"
+end
 
+local DESCRIPTION = [[
 Converts text to a Wick dataset (index.json + shard-NNNNN.wks; format: runtime/data/FORMAT.md).
 INPUTS are files or directories (walked recursively in sorted order, hidden entries skipped):
   *.jsonl, *.ndjson            one JSON object per line; the document is its --field string
@@ -40,67 +26,39 @@ INPUTS are files or directories (walked recursively in sorted order, hidden entr
                                documents separated by <|endoftext|>
   anything else                text: one document per file (or per paragraph, or line: --split)
 Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line.
-The output is byte-identical for the same inputs and options, whatever --threads.
-]]
+The output is byte-identical for the same inputs and options, whatever --threads.]]
 
-local function help_text()
-  local lines = { USAGE, 'options:' }
-  for _, o in ipairs(OPTIONS) do
-    local names = (o.short and ('-' .. o.short .. ', ') or '    ') .. '--' .. o.long .. (o.value and (' ' .. o.value) or '')
-    local text = o.help .. (o.default and (' (default ' .. o.default .. ')') or '')
-    lines[#lines + 1] = string.format('  %-34s %s', names, text)
-  end
-  return table.concat(lines, '\n') .. '\n'
-end
+local SPEC = cli.spec {
+  name = 'wick.shard',
+  usage = 'INPUTS... -o OUTDIR [options]',
+  positional = 'INPUTS',
+  description = DESCRIPTION,
+  options = {
+    { 'output', 'path', short = 'o', value = 'DIR', required = true, help = 'dataset directory to write (created)' },
+    { 'tokenizer', 'string', value = 'NAME',
+      help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
+    { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+    { 'split', 'enum', values = { 'file', 'paragraph', 'line' }, default = 'file',
+      help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
+    { 'include', 'string', value = 'GLOBS',
+      help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
+    { 'compression', 'string', value = 'zstd[:LEVEL]|none', default = 'zstd:3', check = compression_form,
+      help = "block compression; 'none' writes raw, mmap-able blocks" },
+    { 'shard_size', 'size', value = 'TOKENS', min = 1, max = MAX_SHARD_TOKENS, default = 64 * 2 ^ 20,
+      help = 'a shard closes after the document that reaches this many tokens (K, M, G = 2^10, 2^20, 2^30)' },
+    { 'block_size', 'size', value = 'TOKENS', min = 1, max = MAX_BLOCK_TOKENS, default = 64 * 2 ^ 10,
+      help = 'tokens per block: the unit of fetch and decode' },
+    { 'threads', 'integer', min = 1, max = MAX_THREADS, help = 'worker threads (default: all CPUs, at most 64)' },
+    { 'strict', 'flag', help = 'fail on the first bad line or document instead of skipping it' },
+    { 'resume', 'flag', help = 'keep shards of an interrupted run that hold exactly what this run would write' },
+    { 'progress', 'flag', help = 'draw a progress bar on stderr (default: when stderr is a terminal)' },
+    { 'no_progress', 'flag', help = 'never draw the progress bar' },
+    { 'quiet', 'flag', short = 'q', help = 'print nothing on success' },
+  },
+}
 
-local by_name = {}
-for _, o in ipairs(OPTIONS) do
-  by_name['--' .. o.long] = o
-  if o.short then by_name['-' .. o.short] = o end
-end
-
--- Returns options (keyed by long name) and the inputs, or nil and a message.
-local function parse(args)
-  local opts, inputs = {}, {}
-  for _, o in ipairs(OPTIONS) do opts[o.long] = o.default end
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match('^(%-%-[^=]+)=(.*)$')
-    name = name or a
-    local o = a:sub(1, 1) == '-' and a ~= '-' and by_name[name]
-    if o then
-      if o.value then
-        local v = inline
-        if not v then
-          i = i + 1
-          v = args[i]
-        end
-        if not v then return nil, name .. ' needs a value (' .. o.value .. ')' end
-        opts[o.long] = v
-      else
-        if inline then return nil, name .. ' takes no value' end
-        opts[o.long] = true
-      end
-    elseif a:sub(1, 1) == '-' and a ~= '-' then
-      return nil, "unknown option '" .. a .. "'"
-    else
-      inputs[#inputs + 1] = a
-    end
-    i = i + 1
-  end
-  return opts, inputs
-end
-
-local UNITS = { [''] = 1, K = 2 ^ 10, M = 2 ^ 20, G = 2 ^ 30 }
-
-local function parse_size(text, what)
-  local number, unit = tostring(text):match('^(%d+)([KMG]?)$')
-  if not number then error(string.format("%s '%s' must be a whole number with an optional K, M or G", what, text), 0) end
-  local value = tonumber(number) * UNITS[unit]
-  if value < 1 then error(what .. ' must be at least 1', 0) end
-  return value
-end
+-- Returns options (keyed by Lua name) and the inputs; raises a usage error (wick.cli).
+local function parse(args) return cli.parse(SPEC, args) end
 
 local function human_bytes(n)
   local units = { 'B', 'KB', 'MB', 'GB', 'TB' }
@@ -109,38 +67,41 @@ local function human_bytes(n)
   return string.format(u == 1 and '%d %s' or '%.1f %s', n, units[u])
 end
 
-local M = { OPTIONS = OPTIONS, help = help_text, parse = parse }
+local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.help(SPEC) end, parse = parse }
 
--- Runs the converter; returns the stats table and the list of reported bad lines. Raises on failure.
+-- Runs the converter; returns the stats table and the list of reported bad lines. `opts` holds
+-- the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses
+-- of the options is a usage error; a failure on the inputs, a data error (wick.cli user errors).
 function M.convert(inputs, opts)
-  opts = opts or {}
+  opts = cli.check(SPEC, opts or {}, 2)
+  local function refused_option(status)
+    if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_USAGE) end
+  end
+  local function failed_input(status)
+    if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_DATA) end
+  end
   local cv = C.wk_converter_new(opts.output, opts.tokenizer)
-  if cv == nil then error(core.last_error(), 0) end
+  if cv == nil then refused_option(C.wk_last_status()) end
   cv = ffi.gc(cv, C.wk_converter_free)
-  local function set(param, value) core.check(C.wk_converter_set(cv, param, value), 0) end
-  local compression = opts.compression or 'zstd:3'
-  local level
-  if compression == 'none' then
+  local function set(param, value) refused_option(C.wk_converter_set(cv, param, value)) end
+  if opts.compression == 'none' then
     set(C.WK_CONVERT_COMPRESSION, 0)
   else
-    level = compression:match('^zstd:?(%-?%d*)$')
-    if not level then error("--compression must be 'zstd', 'zstd:LEVEL' or 'none', not '" .. compression .. "'", 0) end
     set(C.WK_CONVERT_COMPRESSION, 1)
-    if level ~= '' then set(C.WK_CONVERT_LEVEL, tonumber(level)) end
+    local level = opts.compression:match('^zstd:(%-?%d+)$')
+    if level then set(C.WK_CONVERT_LEVEL, tonumber(level)) end
   end
-  set(C.WK_CONVERT_SHARD_TOKENS, parse_size(opts['shard-size'] or '64M', '--shard-size'))
-  set(C.WK_CONVERT_BLOCK_TOKENS, parse_size(opts['block-size'] or '64K', '--block-size'))
-  if opts.threads then set(C.WK_CONVERT_THREADS, parse_size(opts.threads, '--threads')) end
+  set(C.WK_CONVERT_SHARD_TOKENS, opts.shard_size)
+  set(C.WK_CONVERT_BLOCK_TOKENS, opts.block_size)
+  if opts.threads then set(C.WK_CONVERT_THREADS, opts.threads) end
   set(C.WK_CONVERT_STRICT, opts.strict and 1 or 0)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
-  local split = splits[opts.split or 'file']
-  if not split then error("--split must be 'file', 'paragraph' or 'line', not '" .. tostring(opts.split) .. "'", 0) end
-  set(C.WK_CONVERT_TEXT_SPLIT, split)
-  core.check(C.wk_converter_set_field(cv, opts.field or 'text'), 0)
-  core.check(C.wk_converter_set_include(cv, opts.include), 0)
-  for _, path in ipairs(inputs) do core.check(C.wk_converter_add_input(cv, path), 0) end
+  set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
+  refused_option(C.wk_converter_set_field(cv, opts.field))
+  refused_option(C.wk_converter_set_include(cv, opts.include))
+  for _, path in ipairs(inputs) do failed_input(C.wk_converter_add_input(cv, path)) end
   local status = C.wk_converter_run(cv)
   local s = ffi.new('WkConvertStats')
   C.wk_converter_stats(cv, s)
@@ -158,8 +119,12 @@ function M.convert(inputs, opts)
     bad[#bad + 1] = ffi.string(line)
     i = i + 1
   end
+  if status ~= 0 then
+    local message = core.last_error()
+    C.wk_converter_free(ffi.gc(cv, nil))
+    cli.fail('wick.shard: ' .. message, cli.EXIT_DATA)
+  end
   C.wk_converter_free(ffi.gc(cv, nil))
-  if status ~= 0 then error(core.last_error(), 0) end
   return stats, bad
 end
 
@@ -167,33 +132,14 @@ local SHOWN_BAD = 20
 
 function M.main(args)
   local opts, inputs = parse(args)
-  if not opts then
-    io.stderr:write('wick.shard: ', inputs, '\n', 'run `run -m wick.shard --help` for usage\n')
-    return 2
-  end
-  if opts.help then
-    io.stdout:write(help_text())
-    return 0
-  end
-  if not opts.output then
-    io.stderr:write('wick.shard: -o OUTDIR is required\n', 'run `run -m wick.shard --help` for usage\n')
-    return 2
-  end
-  if #inputs == 0 then
-    io.stderr:write('wick.shard: no INPUTS given\n', 'run `run -m wick.shard --help` for usage\n')
-    return 2
-  end
-  if opts['no-progress'] then
+  if #inputs == 0 then cli.usage_error(SPEC, 'no INPUTS given') end
+  if opts.no_progress then
     opts.progress = false
   elseif not opts.progress then
     local ok, host = pcall(require, 'wick.host')
     opts.progress = ok and host.isatty(2) and not opts.quiet
   end
-  local ok, stats, bad = pcall(M.convert, inputs, opts)
-  if not ok then
-    io.stderr:write('wick.shard: ', tostring(stats), '\n')
-    return 1
-  end
+  local stats, bad = M.convert(inputs, opts)
   if #bad > 0 then
     for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.shard: skipped ', bad[k], '\n') end
     if stats.bad > SHOWN_BAD then

@@ -2,7 +2,8 @@
 --   t.shape (table), t.dtype ('f32', ...), t.device ('cpu', 'cuda:0'), t:size(d), t:numel(),
 --   t:to(device_or_dtype), t:float(), t:view(shape), t:narrow(dim, first, length), t:copy(src),
 --   t:fill(v), t:get(i, j, ...), t:set(i, j, ..., value), t:totable(), t:free(); print(t) shows it.
--- Constructors: empty, zeros, full, new (from tables), randn, pinned, borrow (foreign memory).
+-- Constructors: empty, zeros, full, new (from tables), randn, pinned, borrow (foreign memory), share
+-- (a handle on a tensor owned by C, such as a loader batch's).
 -- Streams and events: tensor.stream(device), tensor.event(device), t:copy_async(src, stream).
 -- Tensors own their memory: t:free() releases it now (idempotent); the GC is only a backstop, since
 -- it cannot see device memory. Element access is for debugging; math belongs in C ops.
@@ -104,7 +105,7 @@ end
 
 function tensor.zeros(shape, dtype, device) return tensor.full(shape, 0, dtype, device) end
 
--- A tensor over memory owned by someone else (e.g. a loader batch's tokens pointer): no copy.
+-- A tensor over memory owned by someone else (a buffer from another library): no copy.
 -- `owner` (any Lua value) is kept reachable as long as the tensor, so the memory outlives it.
 local borrowed_owners = setmetatable({}, { __mode = 'k' })
 function tensor.borrow(pointer, shape, dtype, owner)
@@ -112,6 +113,13 @@ function tensor.borrow(pointer, shape, dtype, owner)
   local t = own(C.wk_tensor_borrow(pointer, dtype_code(dtype, 2), ndim, shape_buf), 2)
   borrowed_owners[t] = owner
   return t
+end
+
+-- A handle of our own on a tensor owned elsewhere (one of a loader batch's, from C): a view with its
+-- shape, strides and offset that shares, and keeps alive, its storage. Free it like any tensor.
+function tensor.share(handle)
+  if handle == nil then error('tensor.share: the tensor is NULL', 2) end
+  return own(C.wk_tensor_share(handle), 2)
 end
 
 -- Normal(mean, std) from a counter-based generator: the same seed gives the same values anywhere.

@@ -4,7 +4,8 @@
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
  * pipeline stages running on C threads, where optional modules live (module.c), a small JSON reader
- * (json.h), and memory shared by a node's processes (shared.h). It knows nothing about data, tensors
+ * (json.h), opening files that must be regular ones (files.c), and memory shared by a node's processes
+ * (shared.h). It knows nothing about data, tensors
  * or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
@@ -82,6 +83,14 @@ void wk_queue_close(WkQueue *q);
 WkStatus wk_queue_push(WkQueue *q, void *item, int64_t timeout_ms);
 WkStatus wk_queue_pop(WkQueue *q, void **item, int64_t timeout_ms);
 size_t wk_queue_length(WkQueue *q);
+
+/* ---- files ----------------------------------------------------------------------------------- */
+
+/* What a st_mode names, for messages: "a directory", "a FIFO (named pipe)", ... */
+const char *wk_file_kind(unsigned mode);
+/* Opens `path` for reading if it is a regular file (`what` it holds, plural, for the refusal: "datasets
+ * and converter inputs"); anything else is refused before a byte is read, never waited on. */
+WkStatus wk_open_regular(const char *path, const char *what, int *fd, uint64_t *size);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,8 @@
  * Two entry points share one lexer: wk_json_parse builds a tree (index files: small, read once);
  * wk_json_line_field validates a whole line without building anything and decodes one top-level
  * string member (the converter's hot path). Nesting depth is bounded so hostile input cannot
- * exhaust the stack. Numbers are kept as text; callers convert what they need exactly.
+ * exhaust the stack. Numbers are kept as text; callers convert what they need exactly. The tree
+ * parser refuses an object that names a member twice; the line reader takes the first (json.h).
  */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>
@@ -336,6 +337,75 @@ bad:
 
 /* ---- tree parser (index.json) -------------------------------------------------------------- */
 
+/* An object's member names are checked as they are read: by a linear scan of the members while there
+ * are few, through a hash table of them once there are more, so an object with millions of members
+ * still parses in linear time. */
+enum { LINEAR_MEMBERS = 16, SHOWN_NAME_BYTES = 64 };
+
+typedef struct {
+  const WkJson *object;
+  size_t count;
+  const WkJson **table;  /* open addressing; NULL while count <= LINEAR_MEMBERS */
+  size_t table_size;     /* a power of two, more than twice count */
+} Members;
+
+static uint64_t name_hash(const char *s, size_t n) { /* FNV-1a */
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static bool same_name(const WkJson *member, const char *name, size_t n) {
+  return member->key_length == n && memcmp(member->key, name, n) == 0;
+}
+
+/* The slot of name in the table: where it is, or the empty one where it would go. */
+static const WkJson **table_slot(const Members *m, const char *name, size_t n) {
+  size_t mask = m->table_size - 1;
+  for (size_t i = (size_t)name_hash(name, n) & mask;; i = (i + 1) & mask)
+    if (!m->table[i] || same_name(m->table[i], name, n)) return &m->table[i];
+}
+
+/* Rebuilds the table for at least `need` members (all of the object's members so far go in). */
+static bool table_grow(Lexer *lx, Members *m, size_t need) {
+  size_t size = LINEAR_MEMBERS * 4;
+  while (size <= 2 * need) size *= 2;
+  const WkJson **table = calloc(size, sizeof *table);
+  if (!table) return fail(lx, "out of memory");
+  free(m->table);
+  m->table = table;
+  m->table_size = size;
+  for (const WkJson *e = m->object->child; e; e = e->next) *table_slot(m, e->key, e->key_length) = e;
+  return true;
+}
+
+static bool duplicate_name(Lexer *lx, const char *name, size_t n) {
+  char shown[SHOWN_NAME_BYTES + 1];
+  size_t k = 0;
+  for (; k < n && k < SHOWN_NAME_BYTES; k++) shown[k] = name[k] >= 0x20 && name[k] != 0x7f ? name[k] : '?';
+  shown[k] = '\0';
+  snprintf(lx->reason, sizeof lx->reason, "member name \"%s\"%s appears twice in one object (which value is "
+           "meant is ambiguous)", shown, n > SHOWN_NAME_BYTES ? "..." : "");
+  return false;
+}
+
+/* Fails when the object already has a member of this name. */
+static bool members_check(Lexer *lx, const Members *m, const char *name, size_t n) {
+  if (m->table) return *table_slot(m, name, n) ? duplicate_name(lx, name, n) : true;
+  for (const WkJson *e = m->object->child; e; e = e->next)
+    if (same_name(e, name, n)) return duplicate_name(lx, name, n);
+  return true;
+}
+
+/* Records a member appended to the object (after members_check said its name is new). */
+static bool members_add(Lexer *lx, Members *m, const WkJson *member) {
+  m->count++;
+  if (m->count <= LINEAR_MEMBERS) return true;
+  if (!m->table || 2 * m->count >= m->table_size) return table_grow(lx, m, m->count);
+  *table_slot(m, member->key, member->key_length) = member;
+  return true;
+}
+
 static WkJson *new_node(Lexer *lx, WkJsonType type) {
   WkJson *v = calloc(1, sizeof *v);
   if (!v) fail(lx, "out of memory");
@@ -373,12 +443,20 @@ static WkJson *parse_container(Lexer *lx, WkScratch *scratch, bool object) {
     return v;
   }
   WkJson **tail = &v->child;
+  Members members = {.object = v};
   for (;;) {
     char *key = NULL;
+    size_t key_length = 0;
     if (object) {
       skip_ws(lx);
       if (lx->p >= lx->end || *lx->p != '"') { fail(lx, "expected a member name"); break; }
-      if (!parse_string_copy(lx, scratch, &key, NULL)) break;
+      const char *name_at = lx->p;
+      if (!parse_string_copy(lx, scratch, &key, &key_length)) break;
+      if (!members_check(lx, &members, key, key_length)) {
+        lx->p = name_at; /* the error points at the second occurrence */
+        free(key);
+        break;
+      }
       skip_ws(lx);
       if (lx->p >= lx->end || *lx->p != ':') { free(key); fail(lx, "expected ':'"); break; }
       lx->p++;
@@ -386,18 +464,22 @@ static WkJson *parse_container(Lexer *lx, WkScratch *scratch, bool object) {
     WkJson *item = parse_value(lx, scratch);
     if (!item) { free(key); break; }
     item->key = key;
+    item->key_length = key_length;
     *tail = item;
     tail = &item->next;
+    if (object && !members_add(lx, &members, item)) break;
     skip_ws(lx);
     if (lx->p < lx->end && *lx->p == ',') { lx->p++; continue; }
     if (lx->p < lx->end && *lx->p == close) {
       lx->p++;
       lx->depth--;
+      free(members.table);
       return v;
     }
     fail(lx, object ? "expected ',' or '}'" : "expected ',' or ']'");
     break;
   }
+  free(members.table);
   wk_json_free(v);
   return NULL;
 }
@@ -474,8 +556,9 @@ void wk_json_free(WkJson *value) {
 
 const WkJson *wk_json_get(const WkJson *object, const char *key) {
   if (!object || object->type != WK_JSON_OBJECT) return NULL;
+  size_t n = strlen(key);
   for (const WkJson *m = object->child; m; m = m->next)
-    if (strcmp(m->key, key) == 0) return m;
+    if (same_name(m, key, n)) return m;
   return NULL;
 }
 

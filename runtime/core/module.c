@@ -1,7 +1,7 @@
 /*
  * module.c — where optional modules of libwick live: next to the object this code is linked into
  * (build/libwick.so in a checkout, lib/ when installed, or a test binary), unless an environment
- * variable names the file. The CUDA backend (runtime/ops/cuda_backend.c) and the NCCL backend
+ * variable names the file. The CUDA module (runtime/tensor/cuda_module.c) and the NCCL backend
  * (runtime/dist/nccl_loader.c) are found this way, and loaded only when a run needs them.
  */
 #include <dlfcn.h>

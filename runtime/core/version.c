@@ -36,10 +36,6 @@ void wk_build_info(WkBuildInfo *out) {
   out->build_flags = WK_BUILD_FLAGS;
 }
 
-#ifndef WK_HAVE_CUDA
-int wk_cuda_device_count(void) { return 0; }
-#endif
-
 /* ---- ABI layout table ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -86,12 +82,21 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkConvertStats, empty),
     OFFSET_OF(WkConvertStats, seconds),
     OFFSET_OF(WkConvertStats, reused),
+    SIZE_OF(WkTokenizeStats),
+    OFFSET_OF(WkTokenizeStats, lines),
+    OFFSET_OF(WkTokenizeStats, text_bytes),
+    OFFSET_OF(WkTokenizeStats, tokens),
+    OFFSET_OF(WkTokenizeStats, seconds),
+    OFFSET_OF(WkTokenizeStats, cpu_seconds),
+    OFFSET_OF(WkTokenizeStats, threads),
     SIZE_OF(WkBatch),
     OFFSET_OF(WkBatch, tokens),
-    OFFSET_OF(WkBatch, token_bytes),
+    OFFSET_OF(WkBatch, inputs),
+    OFFSET_OF(WkBatch, targets),
     OFFSET_OF(WkBatch, loss_mask),
     OFFSET_OF(WkBatch, doc_ids),
     OFFSET_OF(WkBatch, positions),
+    OFFSET_OF(WkBatch, slot),
     OFFSET_OF(WkBatch, rows),
     OFFSET_OF(WkBatch, seq_len),
     OFFSET_OF(WkBatch, step),

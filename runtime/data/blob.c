@@ -5,13 +5,14 @@
  *
  * The mapping covers the whole file and lives as long as the blob; the kernel pages it in on demand,
  * so what it holds resident is page cache the kernel may drop, not heap.
+ *
+ * Only regular files are opened: the file is opened without blocking and checked before anything is
+ * read, because open(2) on a FIFO waits for a writer forever and a device or directory is no dataset.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>  /* mmap, munmap */
-#include <sys/stat.h>
 #include <unistd.h>    /* pread, close */
 
 #include "data.h"
@@ -85,24 +86,10 @@ WkBlob *wk_blob_open_file(const char *path) {
   fs->base.map = file_map;
   fs->base.advise = file_advise;
   fs->base.close = file_close;
-  fs->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fs->fd < 0) {
-    WK_FAIL_ERRNO("open", path);
+  if (wk_open_regular(path, "datasets and converter inputs", &fs->fd, &fs->base.size) != WK_OK) {
     file_close(&fs->base);
     return NULL;
   }
-  struct stat st;
-  if (fstat(fs->fd, &st) != 0) {
-    WK_FAIL_ERRNO("stat", path);
-    file_close(&fs->base);
-    return NULL;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    WK_FAIL(WK_ERR_IO, "'%s' is not a regular file", path);
-    file_close(&fs->base);
-    return NULL;
-  }
-  fs->base.size = (uint64_t)st.st_size;
   if (fs->base.size > 0) {
     /* Not MAP_POPULATE: that reads the whole file at open (8.7 ms and +135 MB of RSS for a 136 MB
      * shard, before the first sample) and makes resident memory grow with open shards x shard size.

@@ -3,8 +3,8 @@
  *
  * Owns: the shard format (shard.h, FORMAT.md) and the dataset index (index.h), blobs (local files, and
  * HTTP/S3 objects in remote/), the block caches, tokenizers and the converter, the deterministic sample
- * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. It knows
- * nothing about tensors beyond writing int32 or int64 tokens into caller-provided buffers.
+ * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. Of
+ * tensors it knows only the loader's batches (device_copy.c): views of its pinned ring, or copies on a device.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
  *   blob.c      WkBlob: a named run of bytes read by range, optionally mapped (a local file)
@@ -13,9 +13,11 @@
  *   index.c     index.json: parse + validate (safe names), deterministic serialization
  *   cache.c     the decoded-block cache of plain reads (wk_dataset_read): LRU, pinned entries, a budget
  *   dataset.c   WkDataset: an opened index with lazily opened shards; token reads by (shard, offset)
- *   tokenizer.c tokenizers behind one interface (bytes now; BPE later)
+ *   tokenizer.c tokenizers behind one interface (tokenizer.h): bytes, and byte-level BPE from
+ *               tokenizer.json and tiktoken files (tokenizer/, its own layers in tokenizer/bpe.h)
  *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
- *               .jsonl, .jsonl.zst, .bin cut into chunks and documents) and the shard writer
+ *               .jsonl, .jsonl.zst, .bin cut into chunks and documents), its output directory (lock,
+ *               staging directory, swap) and the shard writer
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs
  *   unitcache.c the node's decoded units and straddler edges, shared by its ranks, held by the order
@@ -24,6 +26,7 @@
  *   mix.c       several sources -> one deterministic stream with per-source cursors
  *   cursor.c    the stream's state as a short line of text
  *   loader.c    C threads that read, decode, pack and batch ahead into a bounded ring
+ *   device_copy.c  a ring slot's batch as tensors, and its copy to the loader's device
  *
  * This header is the internal contract between those layers; the FFI-visible API is in wick.h.
  */
@@ -58,6 +61,8 @@ struct WkBlob {
   void (*close)(WkBlob *self);
 };
 
+/* Opens a local regular file; anything else (a FIFO, device, directory, socket) is refused before a
+ * byte is read, with what it is ("'x' is a FIFO (named pipe), not a regular file"). */
 WkBlob *wk_blob_open_file(const char *path);
 /* Opens a local location: a path or file://path. http://, https:// and s3:// are opened through a
  * remote context (remote/remote.h: wk_remote_blob_open), which the dataset owns. */

@@ -15,6 +15,10 @@
  * micro-batches being filled) is passed to its residency whenever a micro-batch is done, so decoded
  * units are let go exactly when the order has passed them.
  *
+ * The consumer takes a micro-batch as tensors made once per ring slot (device_copy.c); with a device,
+ * the reader that filled a slot also queues its copy there. A step's micro-batches stay held (out of
+ * the readers' reach) until the consumer asks for the next step's first, so they can be used together.
+ *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
 #include <fcntl.h>
@@ -26,7 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../tensor/tensor.h" /* wk_host_alloc_pinned */
+#include "device_copy.h"
 #include "residency.h"
 
 enum {
@@ -36,6 +40,7 @@ enum {
   SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
   DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
   MIN_RING = 2,                   /* one micro-batch consumed while the next is filled */
+  MAX_DEVICE_INDEX = 1023,
   AHEAD_CAPACITY = 256,           /* units a micro-batch asks to be read ahead */
 };
 
@@ -74,6 +79,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
     [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
+    [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
     [WK_LOADER_CACHE_DISK_BYTES] = {0, INT64_MAX, WK_REMOTE_CACHE_DISK_BYTES_DEFAULT, "cache_disk_bytes"},
     [WK_LOADER_PREFETCH_BYTES] = {0, WK_REMOTE_PREFETCH_BYTES_MAX, WK_REMOTE_PREFETCH_BYTES_DEFAULT, "prefetch_bytes"},
     [WK_LOADER_MAX_TRANSFERS] = {1, WK_REMOTE_MAX_TRANSFERS_MAX, WK_REMOTE_MAX_TRANSFERS_DEFAULT, "max_transfers"},
@@ -119,7 +125,8 @@ typedef struct {
   uint32_t ahead_count;
   WkSourcePosition before[WK_MIX_MAX_SOURCES]; /* at the start of `step` */
   WkSourcePosition after[WK_MIX_MAX_SOURCES];  /* after `step` */
-  void *memory;
+  WkStorage *storage;   /* pinned: rows, then info */
+  WkBatchTensors tensors;
 } Buffer;
 
 struct WkLoader {
@@ -157,9 +164,11 @@ struct WkLoader {
   Reader readers[MAX_THREADS];
   uint32_t thread_count;
   bool started, stopping;
+  WkDeviceCopy *device_copy;  /* NULL: batches stay on the CPU */
   /* consumer */
   uint64_t consumed;
-  Buffer *held;
+  Buffer *held;               /* the last micro-batch returned */
+  uint64_t held_from;         /* the first micro-batch of its step still held */
   bool failed;
   WkStatus failure;
   char failure_message[BUFFER_ERROR_CAPACITY];
@@ -206,6 +215,7 @@ WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
   if (value < min || value > max)
     return WK_FAIL(WK_ERR_INVALID_ARG, "loader %s=%lld is outside [%lld, %lld]", PARAMS[param].name,
                    (long long)value, (long long)min, (long long)max);
+  if (param == WK_LOADER_DEVICE) WK_TRY(wk_device_copy_check(value));
   loader->params[param] = value;
   return WK_OK;
 }
@@ -413,10 +423,8 @@ static size_t buffer_size(const WkLoader *loader) {
 static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
   size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
   /* Pinned when a GPU is present, so host-to-device copies of a batch run asynchronously. */
-  void *memory = NULL;
-  WK_TRY(wk_host_alloc_pinned(loader->buffer_bytes, &memory));
-  char *p = memory;
-  b->memory = p;
+  WK_TRY(wk_storage_new(MEMORY_PINNED, 0, loader->buffer_bytes, &b->storage));
+  char *p = b->storage->data;
   b->rows.tokens = p;
   b->rows.token_bytes = token_bytes(loader);
   p += align_up(m * (L + 1) * b->rows.token_bytes);
@@ -428,7 +436,13 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
     b->rows.doc_ids = (int32_t *)p;
     b->rows.positions = (int32_t *)(p + align_up(m * (L + 1) * sizeof(int32_t)));
   }
-  return WK_OK;
+  return wk_batch_tensors_new(&b->tensors, b->storage, &b->rows, loader->rows, (uint32_t)L, loader->device_copy);
+}
+
+static void free_buffer(Buffer *b) {
+  wk_batch_tensors_free(&b->tensors);
+  if (b->storage) wk_storage_release(b->storage);
+  b->storage = NULL;
 }
 
 /* Buffers of source i live at once while `ring` micro-batches are in flight: in each partition, those an
@@ -445,17 +459,21 @@ static uint64_t buffers_in_flight(const WkLoader *loader, uint32_t i, uint32_t r
 }
 
 /* The ring: `prefetch` micro-batches (default 4 per thread + 4), fewer when the memory budget or a
- * source's node cache cannot hold what that many in flight need, and never fewer than two. */
+ * source's node cache cannot hold what that many in flight need, and never fewer than two; plus the
+ * earlier micro-batches of a step, held while its later ones are taken (readers never go more than
+ * the prefetch ahead: see ahead_limit). */
 static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
-  uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
+  uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS), held = loader->micro_steps - 1;
   uint32_t n = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
                                                  : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
   int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
-  if (budget > 0 && (uint64_t)n * loader->buffer_bytes > (uint64_t)budget) {
-    n = (uint32_t)((uint64_t)budget / loader->buffer_bytes);
-    if (n < MIN_RING)
-      return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than 2 micro-batches of %zu bytes",
-                     (long long)budget, loader->buffer_bytes);
+  if (budget > 0 && (uint64_t)(n + held) * loader->buffer_bytes > (uint64_t)budget) {
+    uint64_t fit = (uint64_t)budget / loader->buffer_bytes;
+    if (fit < MIN_RING + held)
+      return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than %u micro-batches of %zu bytes (2 in "
+                     "flight, and the %u earlier ones of a step, held while its last is taken)", (long long)budget,
+                     MIN_RING + held, loader->buffer_bytes, held);
+    n = (uint32_t)(fit - held);
   }
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     WkResidency *r = loader->sources[i].residency;
@@ -464,13 +482,13 @@ static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
     uint64_t need = buffers_in_flight(loader, i, n);
     if (need > room)
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %lld holds %llu shuffle buffers of %llu units but "
-                     "%llu are in use at once (2 micro-batches in flight, global batch %u, plus the straddling edges "
+                     "%llu are in use at once (%u micro-batches in flight, global batch %u, plus the straddling edges "
                      "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
                      loader->sources[i].path, (long long)param(loader, WK_LOADER_CACHE_BYTES), (unsigned long long)room,
                      (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
-                     loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
+                     n, loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
   }
-  *count = n;
+  *count = n + held;
   return WK_OK;
 }
 
@@ -489,7 +507,7 @@ static WkStatus allocate_ring(WkLoader *loader) {
     status = allocate_buffer(loader, &buffers[made]);
   }
   if (status != WK_OK) {
-    for (uint32_t j = 0; buffers && j < made; j++) wk_host_free_pinned(buffers[j].memory);
+    for (uint32_t j = 0; buffers && j < made; j++) free_buffer(&buffers[j]);
     free(buffers);
     free(locs);
     return status;
@@ -520,6 +538,7 @@ WkStatus wk_loader_start(WkLoader *loader) {
   WK_TRY(derive_batch_shape(loader));
   WK_TRY(open_orders(loader));
   if (loader->restored) WK_TRY(check_cursor(loader));
+  if (!loader->device_copy) WK_TRY(wk_device_copy_new(param(loader, WK_LOADER_DEVICE), &loader->device_copy));
   WK_TRY(allocate_ring(loader));
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
   for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->positions[i].draws;
@@ -673,6 +692,17 @@ static void fill_rows(WkLoader *loader, const Reader *reader, Buffer *b) {
   }
 }
 
+/* A failure of the copy to the device fails the micro-batch, like a read. */
+static void copy_stage(WkLoader *loader, Buffer *b, WkStatus status) {
+  if (status == WK_OK) return;
+  b->status = status;
+  snprintf(b->error, sizeof b->error, "copy to cuda:%lld: %s", (long long)param(loader, WK_LOADER_DEVICE),
+           wk_last_error());
+}
+
+/* Micro-batches the readers may fill ahead of the consumer: the ring less the room for held ones. */
+static uint32_t ahead_limit(const WkLoader *loader) { return loader->buffer_count - (loader->micro_steps - 1); }
+
 static bool is_ready(const WkLoader *loader, uint64_t seq) {
   const Buffer *b = &loader->buffers[seq % loader->buffer_count];
   return b->state == BUFFER_READY && b->seq == seq;
@@ -708,7 +738,7 @@ static void *reader_thread(void *arg) {
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
     Buffer *b = loader->planning ? NULL : &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (!b || loader->ended || b->state != BUFFER_FREE) {
+    if (!b || loader->ended || b->state != BUFFER_FREE || loader->next_seq >= loader->consumed + ahead_limit(loader)) {
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
@@ -737,7 +767,9 @@ static void *reader_thread(void *arg) {
     pthread_mutex_unlock(&loader->lock);
     for (uint32_t a = 0; a < b->ahead_count; a++)
       wk_residency_read_ahead(loader->sources[b->ahead[a].source].residency, b->ahead[a].unit);
+    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
     if (b->status == WK_OK) fill_rows(loader, reader, b);
+    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
     for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_flush(loader->sources[i].residency, reader->contexts[i]);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
@@ -806,64 +838,97 @@ static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
 /* ---- consuming ----------------------------------------------------------------------------------- */
 
 /* Lock held. Returns a buffer to the readers; a reader only waits when the ring is full, so one
- * free buffer is work for one of them. */
-static void release(WkLoader *loader, Buffer *b) {
+ * free buffer is work for one of them. The consumer's stream marks where it stops reading the
+ * buffer's device tensors. */
+static WkStatus release(WkLoader *loader, Buffer *b) {
   b->state = BUFFER_FREE;
   if (loader->readers_waiting) pthread_cond_signal(&loader->free);
+  return wk_batch_tensors_release(&b->tensors);
 }
 
-static void release_held(WkLoader *loader) {
-  if (loader->held) release(loader, loader->held);
+/* Lock held. Gives back the held micro-batches when the next one starts another step (or always,
+ * at the end); the micro-batches of one step stay valid together. */
+static WkStatus release_held(WkLoader *loader, bool all) {
+  uint64_t absolute = loader->start.step * loader->micro_steps + loader->start.micro + loader->consumed;
+  if (!loader->held || (!all && absolute % loader->micro_steps != 0)) return WK_OK;
+  WkStatus status = WK_OK;
+  for (uint64_t seq = loader->held_from; seq < loader->consumed; seq++) {
+    WkStatus released = release(loader, &loader->buffers[seq % loader->buffer_count]);
+    if (status == WK_OK) status = released;
+  }
+  loader->held_from = loader->consumed;
+  return status;
 }
 
 /* Lock held. Waits for micro-batch `seq`. When it is not ready, the readers are behind: sleep until
- * half the ring is ready (or the end, or a failure) rather than waking for every batch, which
- * costs a context switch per batch and slows the readers it waits for. */
+ * half of the ring they can fill is ready (or the end, or a failure) rather than waking for every
+ * batch, which costs a context switch per batch and slows the readers it waits for. */
 static void wait_for(WkLoader *loader, uint64_t seq) {
   if (is_ready(loader, seq)) return;
   /* The first batch is awaited alone: time to first batch is what a starting job feels. */
   bool first = loader->consumed == 0;
-  loader->wake_consumer_at = seq + (first || loader->buffer_count <= 2 ? 0 : loader->buffer_count / 2 - 1);
+  uint32_t ring = ahead_limit(loader);
+  loader->wake_consumer_at = seq + (first || ring <= 2 ? 0 : ring / 2 - 1);
   while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
+}
+
+/* The consumer cannot go on: every later call reports status with this message. Lock held. */
+static WkStatus fail_consumer(WkLoader *loader, WkStatus status, const char *message) {
+  loader->failed = true;
+  loader->failure = status;
+  snprintf(loader->failure_message, sizeof loader->failure_message, "%s", message);
+  release_held(loader, true);
+  loader->held = NULL;
+  pthread_mutex_unlock(&loader->lock);
+  return WK_FAIL(loader->failure, "%s", loader->failure_message);
 }
 
 WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_loader_next before wk_loader_start");
   if (loader->failed) return WK_FAIL(loader->failure, "%s", loader->failure_message);
   pthread_mutex_lock(&loader->lock);
-  release_held(loader);
+  if (release_held(loader, false) != WK_OK) return fail_consumer(loader, wk_last_status(), wk_last_error());
   Buffer *b = &loader->buffers[loader->consumed % loader->buffer_count];
   uint64_t t0 = wk_now_ns();
   wait_for(loader, loader->consumed);
   uint64_t waited = wk_now_ns() - t0;
   loader->stats.wait_ns += waited;
   if (at_end(loader)) {
+    release_held(loader, true);
     loader->held = NULL;
     pthread_mutex_unlock(&loader->lock);
     return WK_FAIL(WK_ERR_CLOSED, "the data stream has ended (all sources used their epochs)");
   }
   if (b->status != WK_OK) {
-    loader->failed = true;
-    loader->failure = b->status;
-    snprintf(loader->failure_message, sizeof loader->failure_message, "step %llu: %s",
-             (unsigned long long)b->step, b->error);
+    char message[BUFFER_ERROR_CAPACITY + 32];
+    snprintf(message, sizeof message, "step %llu: %s", (unsigned long long)b->step, b->error);
     release(loader, b);
-    loader->held = NULL;
-    pthread_mutex_unlock(&loader->lock);
-    return WK_FAIL(loader->failure, "%s", loader->failure_message);
+    return fail_consumer(loader, b->status, message);
   }
+  if (!loader->held) loader->held_from = loader->consumed;
   loader->held = b;
   loader->consumed++;
+  if (loader->readers_waiting && loader->micro_steps > 1) pthread_cond_signal(&loader->free); /* ahead_limit moved */
   loader->skipped += b->skipped;
   loader->stats.batches++;
   loader->stats.skipped = loader->skipped;
   pthread_mutex_unlock(&loader->lock);
-  *out = (WkBatch){.tokens = b->rows.tokens, .token_bytes = b->rows.token_bytes, .loss_mask = b->rows.loss_mask, .doc_ids = b->rows.doc_ids,
-                   .positions = b->rows.positions, .rows = loader->rows,
+  *out = (WkBatch){.slot = (uint32_t)(b - loader->buffers), .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
+  WK_TRY(wk_batch_tensors_deliver(&b->tensors, out));
   if (loader->audit_fd >= 0) return audit_batch(loader, out);
+  return WK_OK;
+}
+
+WkStatus wk_loader_slot(WkLoader *loader, uint32_t slot, WkBatch *out) {
+  if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "ring slots exist once the loader has started");
+  if (slot >= loader->buffer_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "slot %u is not below the ring's %u", slot, loader->buffer_count);
+  memset(out, 0, sizeof *out);
+  out->slot = slot;
+  wk_batch_tensors_fields(&loader->buffers[slot].tensors, out);
   return WK_OK;
 }
 
@@ -874,7 +939,36 @@ WkStatus wk_loader_source_epoch_length(WkLoader *loader, uint32_t source, uint64
   return WK_OK;
 }
 
+WkStatus wk_loader_vocab(const WkLoader *loader, uint32_t *vocab_size, uint32_t *eos) {
+  if (loader->mix.count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "the loader has no source");
+  uint32_t largest = 0;
+  for (uint32_t i = 0; i < loader->mix.count; i++) {
+    uint32_t v = wk_dataset_vocab_size(loader->sources[i].ds);
+    if (v > largest) largest = v;
+  }
+  *vocab_size = largest;
+  *eos = wk_dataset_eos(loader->sources[0].ds);
+  return WK_OK;
+}
+
+uint32_t wk_loader_source_count(const WkLoader *loader) { return loader->mix.count; }
+
 /* ---- cursor -------------------------------------------------------------------------------------- */
+
+/* Lock held. Where source i stands after the micro-batches returned so far (b: the last of them). */
+static WkSourcePosition consumed_position(const WkLoader *loader, const Buffer *b, uint32_t i) {
+  if (!b) return loader->start_positions[i]; /* nothing consumed yet */
+  return b->micro + 1 < loader->micro_steps ? b->before[i] : b->after[i];
+}
+
+WkStatus wk_loader_source_draws(WkLoader *loader, uint32_t source, uint64_t *out) {
+  if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "draws are known once the loader has started");
+  if (source >= loader->mix.count) return WK_FAIL(WK_ERR_INVALID_ARG, "no source %u", source);
+  pthread_mutex_lock(&loader->lock);
+  *out = consumed_position(loader, loader->held, source).draws;
+  pthread_mutex_unlock(&loader->lock);
+  return WK_OK;
+}
 
 WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t *length) {
   if (!loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "the cursor is defined once the loader has started");
@@ -889,8 +983,7 @@ WkStatus wk_loader_state(WkLoader *loader, char *buffer, size_t capacity, size_t
   const Buffer *b = loader->held;
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     c.fingerprint[i] = wk_order_fingerprint(loader->sources[i].order);
-    if (!b) c.position[i] = loader->start_positions[i]; /* nothing consumed yet */
-    else c.position[i] = b->micro + 1 < loader->micro_steps ? b->before[i] : b->after[i];
+    c.position[i] = consumed_position(loader, b, i);
   }
   if (b) {
     bool step_done = b->micro + 1 == loader->micro_steps;
@@ -936,7 +1029,8 @@ void wk_loader_free(WkLoader *loader) {
   pthread_cond_broadcast(&loader->ready);
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
-  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) wk_host_free_pinned(loader->buffers[i].memory);
+  wk_device_copy_free(loader->device_copy);
+  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free_buffer(&loader->buffers[i]);
   free(loader->buffers);
   free(loader->locs);
   free(loader->slots);

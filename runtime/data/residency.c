@@ -251,7 +251,13 @@ static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLo
       wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
       return WK_OK;
     }
-    /* Nobody on this node decoded the earlier unit (its samples went to other nodes): decode it here. */
+    /* Not saved: the earlier unit is still resident (the edge slots were full while ranks ran far
+     * apart), or nobody on this node decoded it (its samples went to other nodes): decode it here. */
+    if (wk_unit_cache_copy_resident(r->cache, unit_key(loc->shard, use->unit), (begin - unit_begin) * r->token_bytes,
+                                    t->edge, (uint32_t)(count * r->token_bytes))) {
+      wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
+      return WK_OK;
+    }
     Fill fill = {r, loc->shard, use};
     WK_TRY(fill_unit(&fill, t->scratch));
     wk_tokens_widen(t->scratch + (begin - unit_begin) * r->token_bytes, r->token_bytes, count, out, dst_bytes);

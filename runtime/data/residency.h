@@ -68,6 +68,9 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
 void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, const void *data, uint32_t bytes);
 /* Copies an edge of exactly `bytes` into dst; false when no reader of the node saved it. */
 bool wk_unit_cache_take_edge(WkUnitCache *c, uint64_t key, void *dst, uint32_t bytes);
+/* Copies `bytes` at `offset` of a unit still resident (decoded, its slot not yet reused: its hold may be
+ * over) into dst; false when it is not. The fallback of a straddler whose edge was not saved. */
+bool wk_unit_cache_copy_resident(WkUnitCache *c, uint64_t key, uint64_t offset, void *dst, uint32_t bytes);
 void wk_unit_cache_add_decoded(WkUnitCache *c, uint64_t bytes);
 void wk_unit_cache_add_delivered(WkUnitCache *c, uint64_t bytes);
 void wk_unit_cache_stats(WkUnitCache *c, WkNodeCacheStats *out);

@@ -508,4 +508,13 @@ bool wk_unit_cache_take_edge(WkUnitCache *c, uint64_t key, void *dst, uint32_t b
   return found;
 }
 
+bool wk_unit_cache_copy_resident(WkUnitCache *c, uint64_t key, uint64_t offset, void *dst, uint32_t bytes) {
+  lock(c);
+  Entry *e = find(c, key);
+  bool found = e && e->state == ENTRY_READY && offset + bytes <= c->h->unit_bytes;
+  if (found) memcpy(dst, unit_data(c, e) + offset, bytes); /* under the lock: nobody reuses the slot meanwhile */
+  unlock(c);
+  return found;
+}
+
 void wk_unit_cache_add_decoded(WkUnitCache *c, uint64_t bytes) { atomic_fetch_add(&c->h->decoded_bytes, bytes); }

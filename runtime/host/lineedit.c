@@ -1,6 +1,7 @@
 /*
  * lineedit.c — the `wick.host` module the REPL uses for input: line editing and history through
- * libedit (BSD-licensed, readline-compatible) on a terminal, plain fgets when input is piped.
+ * libedit (BSD-licensed, readline-compatible) on a terminal, plain fgets when input is piped. The
+ * module also carries file_kind (files.c).
  * The REPL logic itself (incomplete chunks, printing values) lives in lua/wick/repl.lua.
  */
 #include <editline/readline.h>
@@ -128,5 +129,6 @@ int luaopen_wick_host(lua_State *L) {
   };
   lua_newtable(L);
   luaL_register(L, NULL, functions);
+  host_register_files(L);
   return 1;
 }

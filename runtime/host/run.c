@@ -23,7 +23,9 @@
 #include "../wick.h"
 #include "host.h"
 
-enum { MAX_CHUNKS = 16, DEFAULT_MULTINODE_PORT = 29500, MAX_RANKS_PER_NODE = 1024 };
+enum { MAX_CHUNKS = 16, DEFAULT_MULTINODE_PORT = 29500, MAX_RANKS_PER_NODE = 1024,
+       MESSAGE_WITH_SITE_CAPACITY = 1280, /* the runtime's message (1024) + " [file:line]" */
+       MAX_EXIT_STATUS = 255 };
 
 typedef enum { OPT_EVAL, OPT_MODULE, OPT_INTERACTIVE, OPT_VERSION, OPT_HELP, OPT_NPROC, OPT_NNODES,
                OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_END } OptionId;
@@ -78,7 +80,7 @@ static void print_usage(FILE *out) {
     fprintf(out, "  %-24s %s\n", names, o->help);
   }
   fprintf(out, "\nWithout a script, -e or -m: the REPL on a terminal, else the program read from stdin.\n"
-               "Environment: WICK_LOG=error|warn|info|debug.\n");
+               "Environment: WICK_LOG=error|warn|info|debug (default warn; debug adds tracebacks to one-line errors).\n");
 }
 
 static int usage_error(const char *fmt, const char *detail) {
@@ -171,6 +173,22 @@ static int parse_command(int argc, char **argv, Command *cmd) {
   return -1;
 }
 
+/* WICK_LOG names a level or is unset: `run` sets the level from it before anything runs (so the
+ * library never reads it lazily), and refuses a typo rather than running at a level the user did
+ * not ask for. */
+static int configure_logging(void) {
+  const char *name = getenv("WICK_LOG");
+  WkLogLevel level = WK_LOG_WARN;
+  wk_set_log_level(level);
+  if (name && *name && wk_parse_log_level(name, &level) != WK_OK) {
+    fprintf(stderr, "run: WICK_LOG='%s' is not one of error, warn, info, debug (unset it for the default, warn)\n",
+            name);
+    return EXIT_USAGE;
+  }
+  wk_set_log_level(level);
+  return 0;
+}
+
 /* argv without the launcher's own options: what each rank runs. */
 static char **rank_argv(int argc, char **argv, const char *exe) {
   char **out = calloc((size_t)argc + 1, sizeof *out);
@@ -244,8 +262,82 @@ static void register_host_module(lua_State *L, const char *exe, const char *home
   lua_pop(L, 1);
 }
 
-static int traceback(lua_State *L) {
+/* ---- errors: a user's mistake in one line, a bug with its traceback (host.h) ---------------- */
+
+/* The exit status for the error being reported, chosen by the message handler. */
+static int failure_exit_code = EXIT_LUA_ERROR;
+
+static bool ends_with(const char *text, const char *suffix) {
+  size_t n = strlen(text), k = strlen(suffix);
+  return k > 0 && k <= n && memcmp(text + n - k, suffix, k) == 0;
+}
+
+/* The name of the command-line tool running (wick.host.tool, set by wick.cli), or NULL. */
+static const char *running_tool(lua_State *L) {
+  lua_getglobal(L, "package");
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
+  lua_getfield(L, -1, "loaded");
+  if (!lua_istable(L, -1)) { lua_pop(L, 2); return NULL; }
+  lua_getfield(L, -1, "wick.host");
+  const char *tool = NULL;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "tool");
+    tool = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL; /* the string stays in wick.host */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 3);
+  return tool;
+}
+
+/* A user error object: a table with a string `message` and an integer `exit_code` (wick.cli).
+ * Pushes the message and returns true, setting *code. */
+static bool push_user_error(lua_State *L, int *code) {
+  if (!lua_istable(L, 1)) return false;
+  lua_getfield(L, 1, "message");
+  lua_getfield(L, 1, "exit_code");
+  lua_Integer status = lua_tointeger(L, -1);
+  bool is_user = lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TNUMBER && status > 0 &&
+                 status <= MAX_EXIT_STATUS;
+  if (is_user) *code = (int)status;
+  lua_pop(L, 1);
+  if (!is_user) lua_pop(L, 1);
+  return is_user;
+}
+
+/* A failure of the runtime raised as a Lua error (its message ends with wk_last_error(), plus the
+ * " [site]" of WICK_LOG=debug) that is the user's: data that cannot be read (WK_ERR_FORMAT,
+ * WK_ERR_IO), or a tool's argument the runtime refused (WK_ERR_INVALID_ARG while a tool runs).
+ * Pushes the runtime's message, named by the tool, and returns true, setting *code. */
+static bool push_runtime_user_error(lua_State *L, int *code) {
   const char *message = lua_tostring(L, 1);
+  const char *last = wk_last_error();
+  if (!message || !last[0]) return false;
+  char with_site[MESSAGE_WITH_SITE_CAPACITY];
+  snprintf(with_site, sizeof with_site, "%s [%s]", last, wk_last_error_site());
+  if (!ends_with(message, last) && !ends_with(message, with_site)) return false;
+  WkStatus status = wk_last_status();
+  const char *tool = running_tool(L);
+  if (status == WK_ERR_FORMAT || status == WK_ERR_IO) {
+    *code = EXIT_DATA_ERROR;
+  } else if (status == WK_ERR_INVALID_ARG && tool) {
+    *code = EXIT_USAGE;
+  } else {
+    return false;
+  }
+  if (tool)
+    lua_pushfstring(L, "%s: %s", tool, last);
+  else
+    lua_pushstring(L, last);
+  return true;
+}
+
+/* The message handler of every protected call: decides the exit status and what is printed. */
+static int message_handler(lua_State *L) {
+  int code = EXIT_LUA_ERROR;
+  bool user = push_user_error(L, &code) || push_runtime_user_error(L, &code);
+  failure_exit_code = code;
+  if (user && wk_log_level() < WK_LOG_DEBUG) return 1;
+  const char *message = user ? lua_tostring(L, -1) : lua_tostring(L, 1);
   if (!message) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
     message = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
@@ -257,8 +349,9 @@ static int traceback(lua_State *L) {
 /* Calls the function sitting below its nargs arguments, with a traceback on error. */
 static int protected_call(lua_State *L, int nargs, int nresults) {
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, message_handler);
   lua_insert(L, base);
+  failure_exit_code = EXIT_LUA_ERROR;
   int rc = lua_pcall(L, nargs, nresults, base);
   lua_remove(L, base);
   return rc;
@@ -269,7 +362,7 @@ static int report(lua_State *L, int rc) {
     const char *message = lua_tostring(L, -1);
     fprintf(stderr, "%s\n", message ? message : "(error without a message)");
     lua_pop(L, 1);
-    return EXIT_LUA_ERROR;
+    return rc == LUA_ERRRUN ? failure_exit_code : EXIT_LUA_ERROR;
   }
   return 0;
 }
@@ -359,6 +452,8 @@ int main(int argc, char **argv) {
   Command cmd = {0};
   int parsed = parse_command(argc, argv, &cmd);
   if (parsed >= 0) return parsed;
+  int log_refused = configure_logging();
+  if (log_refused) return log_refused;
 
   char exe[PATH_MAX];
   ssize_t length = readlink("/proc/self/exe", exe, sizeof exe - 1);

@@ -3,9 +3,10 @@
  *
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
  * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
- * rows split over a small worker pool, cpu/parallel.h, so every core works); cuda/, the same kernels in CUDA (cuBLAS GEMM), compiled
- * only when nvcc exists. Kernels below take raw pointers and sizes and trust their arguments:
- * validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
+ * rows split over a small worker pool, cpu/parallel.h, so every core works); cuda/, the same kernels in
+ * CUDA (cuBLAS GEMM), compiled only when nvcc exists, into the CUDA module whose table
+ * (runtime/tensor/cuda_module.h) lists their signatures. Kernels take raw pointers and sizes and
+ * trust their arguments: validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
  * Gradient outputs are accumulated (+=) by every backward kernel.
  *
  * Not here: tensors, storage and copies (runtime/tensor); module composition (lua/wick/nn/).
@@ -13,7 +14,7 @@
 #ifndef WK_OPS_H
 #define WK_OPS_H
 
-#include "../tensor/tensor.h"
+#include "../tensor/cuda_module.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,11 +34,13 @@ void cpu_axpy(float *y, float alpha, const float *x, size_t n);
 void cpu_round(float *x, size_t n, WkDType dtype);
 double cpu_sumsq(const float *x, size_t n);
 void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std);
-/* Both return the first out-of-range index found (its position n) or -1. */
-int64_t cpu_embedding_forward(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                              size_t B, size_t T, size_t C, size_t V);
+/* Index tensors (idx, targets) are read through their WkIndexLayout (runtime/tensor/tensor.h), so
+ * views such as a loader batch's tokens[:, :-1] need no gather. Both forwards return the first
+ * out-of-range index found (its logical position n) or -1. */
+int64_t cpu_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
+                              const float *wpe, size_t B, size_t T, size_t C, size_t V);
 void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                            size_t B, size_t T, size_t C);
+                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                            const float *bias, size_t N, size_t C, float eps);
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -54,53 +57,16 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, size_t B, s
 WkStatus cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                 size_t B, size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch */
 int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                  const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                  double *loss_sum);
+                                  WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                  float normalizer, double *loss_sum);
 void cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                float dloss);
+                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                float normalizer, float dloss);
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 
-/* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------ */
-
-#ifdef WK_HAVE_CUDA
-WkStatus cuda_fill(void *data, size_t n, size_t elem_size, const void *pattern);
-WkStatus cuda_scale(float *x, size_t n, float alpha);
-WkStatus cuda_add(float *out, const float *a, const float *b, size_t n);
-WkStatus cuda_axpy(float *y, float alpha, const float *x, size_t n);
-WkStatus cuda_round(float *x, size_t n, WkDType dtype);
-WkStatus cuda_sumsq(const float *x, size_t n, double *out);
-WkStatus cuda_embedding_forward(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                                size_t B, size_t T, size_t C, size_t V);
-WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                                 size_t B, size_t T, size_t C);
-WkStatus cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                const float *weight, const float *bias, size_t N, size_t C, float eps);
-WkStatus cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                 const float *inp, const float *weight, const float *mean,
-                                 const float *rstd, size_t N, size_t C);
-WkStatus cuda_matmul_forward(int device_index, float *out, const float *inp, const float *w,
-                             const float *bias, size_t N, size_t C, size_t OC, int transpose_w);
-WkStatus cuda_matmul_backward(int device_index, float *dinp, float *dw, float *dbias, const float *dout,
-                              const float *inp, const float *w, size_t N, size_t C, size_t OC,
-                              int transpose_w);
-WkStatus cuda_gelu_forward(float *out, const float *inp, size_t n);
-WkStatus cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
-WkStatus cuda_attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
-                                size_t NH);
-WkStatus cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                 size_t B, size_t T, size_t C, size_t NH);
-WkStatus cuda_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                    const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                    double *loss_sum);
-WkStatus cuda_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                     const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                     float dloss);
-WkStatus cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                    float grad_scale);
-#endif
+/* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------
+ * Entries of the CUDA module's table, declared once in runtime/tensor/cuda_module.h. */
 
 #ifdef __cplusplus
 }

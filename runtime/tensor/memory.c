@@ -1,38 +1,30 @@
 /*
  * memory.c — storages and the host allocators.
  *
- * CPU memory is 64-byte aligned (posix_memalign). Pinned host memory comes from cudaHostAlloc when
- * the CUDA backend is compiled in and a device is present, else it is ordinary aligned memory, so
- * code that asks for pinned buffers runs unchanged on a CPU machine. Device memory is delegated to
- * the caching allocator of runtime/ops/cuda/memory.cu.
+ * CPU memory is 64-byte aligned (posix_memalign). Pinned host memory comes from cudaHostAlloc when a
+ * CUDA device is present, else it is ordinary aligned memory, so code that asks for pinned buffers
+ * runs unchanged on a CPU machine. Device memory is the caching allocator of the CUDA module
+ * (runtime/tensor/cuda/memory.cu), through its table.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "tensor.h"
+#include "cuda_module.h"
 
 static _Atomic uint64_t host_bytes_in_use, host_allocs;
 
+static bool pinned_by_cuda(MemoryKind kind) { return kind == MEMORY_PINNED && wk_cuda_device_count() > 0; }
+
 static WkStatus host_alloc(MemoryKind kind, size_t bytes, void **out) {
-#ifdef WK_HAVE_CUDA
-  if (kind == MEMORY_PINNED && wk_cuda_device_count() > 0) return wk_cuda_host_alloc(bytes, out);
-#endif
+  if (pinned_by_cuda(kind)) return wk_cuda()->host_alloc(bytes, out);
   *out = wk_aligned_alloc(WK_CPU_ALIGNMENT, bytes, "tensor storage");
   return *out ? WK_OK : wk_last_status();
 }
 
 static void host_free(MemoryKind kind, void *data) {
-#ifdef WK_HAVE_CUDA
-  if (kind == MEMORY_PINNED && wk_cuda_device_count() > 0) {
-    wk_cuda_host_free(data);
-    return;
-  }
-#endif
-  free(data);
+  if (pinned_by_cuda(kind)) wk_cuda()->host_free(data);
+  else free(data);
 }
-
-WkStatus wk_host_alloc_pinned(size_t bytes, void **out) { return host_alloc(MEMORY_PINNED, bytes, out); }
-void wk_host_free_pinned(void *data) { host_free(MEMORY_PINNED, data); }
 
 WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStorage **out) {
   WkStorage *s = wk_calloc(1, sizeof *s, "tensor storage header");
@@ -44,11 +36,8 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
   s->refcount = 1;
   WkStatus status;
   if (kind == MEMORY_CUDA) {
-#ifdef WK_HAVE_CUDA
-    status = wk_cuda_alloc(device_index, bytes, &s->data, &s->reserved);
-#else
-    status = WK_FAIL(WK_ERR_UNSUPPORTED, "cuda:%d tensor: this libwick was built without CUDA (rebuild with nvcc on PATH)", device_index);
-#endif
+    status = wk_cuda()->alloc(device_index, bytes, &s->data, &s->reserved);
+    if (status != WK_OK) wk_error_context("cuda:%d tensor", device_index);
   } else if (kind == MEMORY_BORROWED) {
     status = WK_OK;  /* the caller sets data */
   } else {
@@ -69,9 +58,7 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
 void wk_storage_release(WkStorage *s) {
   if (atomic_fetch_sub((_Atomic int *)&s->refcount, 1) != 1) return;
   if (s->kind == MEMORY_CUDA) {
-#ifdef WK_HAVE_CUDA
-    wk_cuda_release(s->device_index, s->data, s->reserved);
-#endif
+    wk_cuda()->release(s->device_index, s->data, s->reserved);
   } else if (s->kind != MEMORY_BORROWED) {
     host_free(s->kind, s->data);
     atomic_fetch_sub(&host_bytes_in_use, s->bytes);
@@ -86,11 +73,10 @@ void wk_allocator_stats(WkDeviceType device, int device_index, WkAllocatorStats 
     out->device_allocs = atomic_load(&host_allocs);
     return;
   }
-#ifdef WK_HAVE_CUDA
-  wk_cuda_allocator_stats(device_index, out);
-#endif
+  wk_cuda()->allocator_stats(device_index, out);
 }
 
-#ifndef WK_HAVE_CUDA
-WkStatus wk_cuda_empty_cache(int device_index) { return WK_OK; }  /* nothing is ever cached */
-#endif
+/* Without a device nothing is ever cached. */
+WkStatus wk_cuda_empty_cache(int device_index) {
+  return wk_cuda_device_count() > 0 ? wk_cuda()->empty_cache(device_index) : WK_OK;
+}

@@ -158,11 +158,8 @@ static WkStatus parse_header(WkSafetensors *f, const char *text, size_t length) 
 }
 
 static WkStatus open_file(WkSafetensors *f) {
-  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) return WK_FAIL_ERRNO("open", f->path);
-  struct stat st;
-  if (fstat(f->fd, &st) != 0) return WK_FAIL_ERRNO("stat", f->path);
-  uint64_t file_size = (uint64_t)st.st_size;
+  uint64_t file_size;
+  WK_TRY(wk_open_regular(f->path, "checkpoints", &f->fd, &file_size));
   uint8_t prefix[HEADER_LENGTH_BYTES];
   uint64_t header_length = 0;
   if (file_size >= HEADER_LENGTH_BYTES) WK_TRY(read_exactly(f->fd, prefix, sizeof prefix, 0, f->path));

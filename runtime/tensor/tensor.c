@@ -2,15 +2,16 @@
  * tensor.c — tensor handles: creation, views, accessors, copies and casts, debug element access.
  *
  * A WkTensor is small and owned by one caller; its storage is shared by reference count. Copies
- * between devices go through runtime/ops/cuda when it is compiled in; CPU copies that cast or gather
- * run the typed loops of convert.c. Element access (get/set) goes through double, for debugging.
+ * that involve a device go through the CUDA module (runtime/tensor/cuda/copy.cu); CPU copies that
+ * cast or gather run the typed loops of convert.c. Element access (get/set) goes through double, for
+ * debugging.
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tensor.h"
+#include "cuda_module.h"
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */
 
@@ -93,6 +94,26 @@ WkTensor *wk_tensor_borrow(void *data, WkDType dtype, int ndim, const int64_t *s
   return t;
 }
 
+WkTensor *wk_tensor_on_storage(WkStorage *s, size_t byte_offset, WkDType dtype, int ndim, const int64_t *shape) {
+  int64_t numel;
+  if (!dtype_valid(dtype)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
+    return NULL;
+  }
+  if (check_shape(ndim, shape, &numel) != WK_OK) return NULL;
+  size_t size = dtype_sizes[dtype], bytes = (size_t)numel * size;
+  if (byte_offset % size != 0 || byte_offset > s->bytes || bytes > s->bytes - byte_offset) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "%zu bytes of %s at byte %zu do not fit a storage of %zu bytes (or are misaligned)",
+            bytes, dtype_names[dtype], byte_offset, s->bytes);
+    return NULL;
+  }
+  WkTensor *t = tensor_on_storage(s, dtype, ndim, shape);
+  if (!t) return NULL;
+  t->offset = (int64_t)(byte_offset / size);
+  atomic_fetch_add((_Atomic int *)&s->refcount, 1);
+  return t;
+}
+
 WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int64_t *shape, const int64_t *strides) {
   int64_t numel;
   if (check_shape(ndim, shape, &numel) != WK_OK) return NULL;
@@ -114,6 +135,14 @@ WkTensor *wk_tensor_view(const WkTensor *t, int64_t offset, int ndim, const int6
   memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
   atomic_fetch_add((_Atomic int *)&t->storage->refcount, 1);
   return v;
+}
+
+WkTensor *wk_tensor_share(const WkTensor *t) {
+  WkTensor *copy = wk_malloc(sizeof *copy, "tensor");
+  if (!copy) return NULL;
+  *copy = *t;
+  atomic_fetch_add((_Atomic int *)&t->storage->refcount, 1);
+  return copy;
 }
 
 void wk_tensor_free(WkTensor *t) {
@@ -147,6 +176,23 @@ int wk_tensor_is_contiguous(const WkTensor *t) {
     stride *= t->shape[d];
   }
   return 1;
+}
+
+WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out) {
+  int64_t n = wk_tensor_numel(t);
+  if (wk_tensor_is_contiguous(t)) {
+    *out = (WkIndexLayout){.cols = n > 0 ? n : 1, .row_stride = n, .col_stride = 1};
+  } else if (t->ndim == 1) {
+    *out = (WkIndexLayout){.cols = t->shape[0] > 0 ? t->shape[0] : 1, .row_stride = 0, .col_stride = t->strides[0]};
+  } else if (t->ndim == 2) {
+    *out = (WkIndexLayout){.cols = t->shape[1] > 0 ? t->shape[1] : 1, .row_stride = t->strides[0],
+                           .col_stride = t->strides[1]};
+  } else {
+    char got[128];
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s (strided) cannot be read in place as rows of indices: make it contiguous "
+                   "or a view of one or two dims", wk_tensor_describe(t, got, sizeof got));
+  }
+  return WK_OK;
 }
 
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size) {
@@ -249,25 +295,23 @@ static WkStatus check_copy(const WkTensor *dst, const WkTensor *src) {
   return WK_OK;
 }
 
-#ifdef WK_HAVE_CUDA
 /* Crossing devices moves bytes only; a cast or a gather happens first on whichever side has the data. */
 static WkStatus copy_with_device(WkTensor *dst, const WkTensor *src, WkStream *stream) {
   bool same_layout = dst->dtype == src->dtype && wk_tensor_is_contiguous(src);
   if (tensor_device(dst) == WK_DEVICE_CUDA && tensor_device(src) == WK_DEVICE_CUDA && !same_layout)
-    return wk_cuda_copy_convert(dst, src);
+    return wk_cuda()->copy_convert(dst, src);
   if (same_layout)
-    return wk_cuda_memcpy(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+    return wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
   /* Stage in dst's dtype and layout on src's side, then move bytes. */
   WkTensor *staged = wk_tensor_empty(dst->dtype, dst->ndim, dst->shape, tensor_device(src), src->storage->device_index);
   if (!staged) return wk_last_status();
-  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda_copy_convert(staged, src) : (copy_on_cpu(staged, src), WK_OK);
-  if (status == WK_OK) status = wk_cuda_memcpy(tensor_ptr(dst), tensor_ptr(staged), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda()->copy_convert(staged, src) : (copy_on_cpu(staged, src), WK_OK);
+  if (status == WK_OK) status = wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(staged), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
   /* The staging buffer may still be read by a queued copy: wait before releasing it. */
   if (status == WK_OK) status = wk_stream_synchronize(stream);
   wk_tensor_free(staged);
   return status;
 }
-#endif
 
 WkStatus wk_tensor_copy_async(WkTensor *dst, const WkTensor *src, WkStream *stream) {
   WK_TRY(check_copy(dst, src));
@@ -275,11 +319,7 @@ WkStatus wk_tensor_copy_async(WkTensor *dst, const WkTensor *src, WkStream *stre
     copy_on_cpu(dst, src);
     return WK_OK;
   }
-#ifdef WK_HAVE_CUDA
   return copy_with_device(dst, src, stream);
-#else
-  return WK_FAIL(WK_ERR_UNSUPPORTED, "copy to or from a CUDA tensor: this libwick was built without CUDA");
-#endif
 }
 
 WkStatus wk_tensor_copy(WkTensor *dst, const WkTensor *src) {

@@ -2,10 +2,11 @@
  * runtime/tensor — tensors: storage, dtype, shape, strides, device; allocators, streams, copies.
  *
  * Owns: the WkTensor/WkStorage structs, the reference-counted storage and its allocators (aligned
- * CPU memory, pinned host memory, the CUDA caching allocator in runtime/ops/cuda/memory.cu),
- * streams and events, copies and dtype casts between any two tensors, and the scalar conversions
- * bf16/f16 <-> f32 that the CPU backend uses to store low-precision values. It does not own any
- * math: ops live in runtime/ops.
+ * CPU memory, pinned host memory, the CUDA caching allocator in cuda/memory.cu), streams and events,
+ * copies and dtype casts between any two tensors, the scalar conversions bf16/f16 <-> f32 that the CPU
+ * backend uses to store low-precision values, and the CUDA module (cuda_module.h: its loader and the
+ * one list of its entry points; its device half in cuda/). It does not own any math: ops live in
+ * runtime/ops, which builds on this layer and never the other way round.
  *
  * Internal header: runtime/ code includes it; Lua sees only the opaque handles of wick.h.
  */
@@ -62,6 +63,30 @@ struct WkEvent {
 };
 
 WK_INTERNAL_EXPORT WkStream *wk_stream_current(void);  /* the calling thread's stream for ops; NULL = default */
+
+/* Functions that kernels of both devices use (nvcc compiles them for the GPU as well). */
+#ifdef __CUDACC__
+#define WK_HOST_DEVICE __host__ __device__
+#else
+#define WK_HOST_DEVICE
+#endif
+
+/* How a kernel walks an index tensor in place, whatever its strides (token ids and targets are views
+ * of a loader batch: tokens[:, :-1] and tokens[:, 1:]). Logical element n, in row-major order, lies
+ * at data[wk_index_offset(layout, n)] from the tensor's first element. A contiguous tensor of any
+ * shape is one row; a strided one has one or two dims. */
+typedef struct {
+  int64_t cols;        /* elements per row (at least 1) */
+  int64_t row_stride;  /* elements from a row to the next */
+  int64_t col_stride;  /* elements from one element of a row to the next */
+} WkIndexLayout;
+
+WK_HOST_DEVICE static inline int64_t wk_index_offset(WkIndexLayout layout, int64_t n) {
+  return n / layout.cols * layout.row_stride + n % layout.cols * layout.col_stride;
+}
+
+/* t's layout, or WK_ERR_INVALID_ARG for a strided tensor of more than two dims. */
+WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out);
 
 /* Writes "[2, 3] f32 cpu" into buf for error messages. */
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
@@ -142,38 +167,15 @@ static inline uint16_t wk_f32_to_f16(float f) {
   return (uint16_t)(sign | magnitude);
 }
 
-/* ---- allocation (runtime/tensor/memory.c; device memory in runtime/ops/cuda/memory.cu) -------- */
+/* ---- allocation (runtime/tensor/memory.c; device memory in runtime/tensor/cuda/memory.cu) ----- */
 
+/* MEMORY_PINNED is page-locked host memory (cudaHostAlloc) when a CUDA device is present, else 64-byte
+ * aligned memory: for buffers that other subsystems fill and the device copies from (the loader's ring). */
 WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStorage **out);
 void wk_storage_release(WkStorage *s);
-
-/* Page-locked host memory (cudaHostAlloc) when a CUDA device is present, else 64-byte aligned
- * memory: for buffers that other subsystems fill and the device copies from (the loader's ring). */
-WkStatus wk_host_alloc_pinned(size_t bytes, void **out);
-void wk_host_free_pinned(void *data);
-
-#ifdef WK_HAVE_CUDA
-/* Device memory from the caching allocator; *reserved receives the block's real size, which
- * must be passed back to wk_cuda_release. */
-WkStatus wk_cuda_alloc(int device_index, size_t bytes, void **out, size_t *reserved);
-void wk_cuda_release(int device_index, void *ptr, size_t reserved);
-WkStatus wk_cuda_host_alloc(size_t bytes, void **out);
-void wk_cuda_host_free(void *ptr);
-void wk_cuda_allocator_stats(int device_index, WkAllocatorStats *out);
-/* Copies between any two memories by cudaMemcpyAsync on stream (NULL = current stream). */
-WkStatus wk_cuda_memcpy(void *dst, const void *src, size_t bytes, WkStream *stream);
-/* Strided or casting copy whose source and destination are both on the device. */
-WkStatus wk_cuda_copy_convert(WkTensor *dst, const WkTensor *src);
-WkStatus wk_cuda_stream_new(int device_index, void **handle);
-void wk_cuda_stream_free(void *handle);
-WkStatus wk_cuda_stream_synchronize(void *handle);
-WkStatus wk_cuda_device_synchronize(int device_index);
-WkStatus wk_cuda_event_new(int device_index, void **handle);
-void wk_cuda_event_free(void *handle);
-WkStatus wk_cuda_event_record(void *event, void *stream);
-WkStatus wk_cuda_event_synchronize(void *event);
-WkStatus wk_cuda_stream_wait_event(void *stream, void *event);
-#endif
+/* A contiguous tensor over bytes [byte_offset, ...) of s, which holds several arrays laid out by its
+ * owner (a loader's ring slot); takes a reference to s. NULL when it does not fit or is misaligned. */
+WkTensor *wk_tensor_on_storage(WkStorage *s, size_t byte_offset, WkDType dtype, int ndim, const int64_t *shape);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,16 @@
 /*
  * test_tensor.c — scalar conversions and storage ownership of runtime/tensor, checked exhaustively
- * where the domain is small (all 65536 half and bfloat16 patterns).
+ * where the domain is small (all 65536 half and bfloat16 patterns), and the CUDA module's table:
+ * its stand-ins where no module is loaded, and a module that exports every entry of the list.
  */
+#include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
-#include "tensor/tensor.h"
+#include "tensor/cuda_module.h"
 
 static float bits_to_float(uint32_t bits) {
   float f;
@@ -72,10 +76,66 @@ static void test_bad_shapes_and_dtypes_are_refused(void) {
   wk_tensor_free(t);
 }
 
+/* Without an NVIDIA device node nothing is loaded: entries fail with the reason, or report no device. */
+static void test_cuda_table_stands_in_without_a_device(void) {
+  if (access("/dev/nvidiactl", F_OK) == 0) {
+    printf("skipped: this machine has an NVIDIA device node\n");
+    return;
+  }
+  const WkCudaModule *cuda = wk_cuda();
+  CHECK(cuda != NULL && cuda == wk_cuda());
+  CHECK(cuda->device_count() == 0 && wk_cuda_device_count() == 0);
+  void *ptr = NULL;
+  size_t reserved = 0;
+  CHECK(cuda->alloc(0, 16, &ptr, &reserved) == WK_ERR_UNSUPPORTED && ptr == NULL);
+#ifdef WK_HAVE_CUDA
+  CHECK(strstr(wk_last_error(), "the CUDA backend is not available") != NULL);
+#else
+  CHECK(strstr(wk_last_error(), "built without CUDA") != NULL);
+#endif
+  cuda->release(0, NULL, 0); /* a void entry does nothing */
+  int64_t shape[1] = {4};
+  CHECK(wk_tensor_empty(WK_F32, 1, shape, WK_DEVICE_CUDA, 0) == NULL);
+  CHECK(strncmp(wk_last_error(), "cuda:0 tensor: ", strlen("cuda:0 tensor: ")) == 0);
+  CHECK(wk_stream_new(WK_DEVICE_CUDA, 0) == NULL && wk_last_status() == WK_ERR_UNSUPPORTED);
+  CHECK(wk_cuda_empty_cache(0) == WK_OK); /* nothing is cached without a device */
+}
+
+/* The module this build made (build/libwick_cuda.so, next to this test's build/tests/) exports
+ * cuda_NAME for every entry of the list, so the loader can fill the whole table. */
+static void test_cuda_module_exports_every_entry(void) {
+#ifdef WK_HAVE_CUDA
+  char exe[PATH_MAX] = "", path[PATH_MAX + 32];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  CHECK(n > 0);
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = '\0';
+  snprintf(path, sizeof path, "%s/../libwick_cuda.so", exe);
+  void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!module) fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+  CHECK(module != NULL);
+  if (!module) return;
+  int missing = 0;
+#define EXPECT_EXPORT(ret, name, params)                          \
+  if (!dlsym(module, "cuda_" #name)) {                            \
+    fprintf(stderr, "%s lacks cuda_%s\n", path, #name);          \
+    missing++;                                                    \
+  }
+  WK_CUDA_MODULE_FUNCTIONS(EXPECT_EXPORT)
+#undef EXPECT_EXPORT
+  CHECK(missing == 0);
+  /* Left loaded: cudart's and libstdc++'s load-time allocations would read as leaks once unmapped. */
+#else
+  printf("skipped: built without CUDA\n");
+#endif
+}
+
 int main(void) {
   RUN_TEST(test_every_f16_and_bf16_value_round_trips);
   RUN_TEST(test_f16_rounding_is_nearest_even);
   RUN_TEST(test_views_keep_storage_alive);
   RUN_TEST(test_bad_shapes_and_dtypes_are_refused);
+  RUN_TEST(test_cuda_table_stands_in_without_a_device);
+  RUN_TEST(test_cuda_module_exports_every_entry);
   return check_failures ? 1 : 0;
 }

@@ -3,7 +3,8 @@
 -- RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (and a job id) come from the environment. Starts its loader, marks
 -- itself ready in READY_DIR and waits until WORLD_SIZE ranks are (so no rank streams a whole epoch
 -- before the other has joined the node cache), then reads one epoch. With DIE_AFTER it kills itself
--- (SIGKILL) after that many micro-batches, in the middle of the stream. Prints one line of counters.
+-- (SIGKILL) after that many micro-batches, in the middle of the stream. Prints its job id when started and
+-- one line of counters at the end.
 local data = require 'wick.data'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
@@ -16,6 +17,8 @@ local loader = data.loader {
   shuffle = { buffer_tokens = tonumber(buffer_tokens) }, seed = 11,
 }
 loader:start()
+io.stdout:write('job=', os.getenv('WICK_JOB_ID') or '', '\n')
+io.stdout:flush()
 io.open(('%s/%s'):format(ready_dir, os.getenv('RANK')), 'w'):close()
 local deadline = os.time() + 30
 repeat
@@ -35,6 +38,7 @@ for _ = 1, steps do
 end
 local s = loader:stats()
 loader:close()
-print(('steps=%d decoded=%d delivered=%d node_decoded=%d node_delivered=%d private=%d steals=%d'):format(steps,
-  s.decoded_bytes, s.delivered_bytes, s.node_decoded_bytes, s.node_delivered_bytes, s.node_private_decodes,
-  s.node_steals))
+print(('steps=%d decoded=%d delivered=%d node_decoded=%d node_delivered=%d private=%d steals=%d waits=%d ' ..
+  'edges_missing=%d edges_dropped=%d'):format(steps, s.decoded_bytes, s.delivered_bytes, s.node_decoded_bytes,
+  s.node_delivered_bytes, s.node_private_decodes, s.node_steals, s.node_waits, s.node_edges_missing,
+  s.node_edges_dropped))

@@ -5,13 +5,21 @@
 --     data = data.mix { { 'data/web', weight = 0.8 }, { 'data/code', weight = wick.schedule.linear(0.1, 0.3, 1e4) } },
 --     seq_len = 1024, global_batch = 512, micro_batch = 16,   -- world size and rank come from the env
 --   }
---   local batch = loader:next()      -- batch.tokens: int32 (or dtype = 'i64') [rows, seq_len + 1] (cdata), nil at the end
+--   local batch = loader:next()      -- nil at the end; else wick.tensor tensors (and numbers):
+--   -- batch.tokens    i32 (or dtype = 'i64') [rows, seq_len + 1]
+--   -- batch.inputs, batch.targets   views tokens[:, :-1] and tokens[:, 1:], read in place by the model
+--   -- batch.loss_mask u8 [rows, seq_len]; batch.doc_ids, batch.positions (document_ids = true)
 --   local cursor = loader:state()    -- a short string; data.loader{ ..., cursor = cursor } resumes exactly
 --
+-- The tensors are made once per slot of the loader's ring and belong to the loader (do not free
+-- them): they stay valid until a next() that starts another step, so a step's micro-batches can be
+-- used together. With device = 'cuda:0' they live on the GPU, copied there on the loader's own copy
+-- stream; work this thread queues on its current stream waits for the copy, the host does not.
 -- All per-token work happens in C threads (runtime/data); this module only configures them.
 local core = require 'wick.core'
 local schedule = require 'wick.schedule'
 local schema = require 'wick.schema'
+local T = require 'wick.tensor'
 local ffi, C = core.ffi, core.C
 
 local data = {}
@@ -21,7 +29,6 @@ local MODES = { packed = 0, pad = 1 }
 local ON_CORRUPT = { error = 0, skip = 1 }
 local AT_END = { drop = 0, pad = 1 }
 local DTYPES = { i32 = C.WK_I32, i64 = C.WK_I64 }
-local TOKEN_POINTER = { [4] = ffi.typeof('int32_t *'), [8] = ffi.typeof('int64_t *') }
 
 -- An integer option whose range is the C setter's own (wk_loader_param_bounds): one source of truth.
 local function bounded(name, param, help)
@@ -75,6 +82,7 @@ local LOADER = schema.define('loader option', with_remote {
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
   { 'document_ids', 'boolean', help = 'also fill doc_ids and positions' },
   { 'dtype', 'enum', values = { 'i32', 'i64' }, help = 'token type of the rows (default i32)' },
+  { 'device', 'string', help = "where batches live: 'cpu' or 'cuda:N' (default cpu)" },
   { 'cursor', 'string', help = 'resume from this loader:state()' },
   { 'audit', 'string', help = 'append one line per delivered sample to this file' },
 })
@@ -84,6 +92,7 @@ local SHUFFLE = schema.define('shuffle option', {
   bounded('window_tokens', C.WK_LOADER_WINDOW_TOKENS, 'shards holding this many tokens have their units permuted together'),
   bounded('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, 'units holding this many tokens have their samples shuffled together'),
 })
+data.SHUFFLE_OPTIONS = SHUFFLE
 
 local MIX_ENTRY = schema.define('mix source option', {
   { 'weight', 'weight', check = function(v)
@@ -191,6 +200,10 @@ local function configure(handle, opts)
   set(handle, C.WK_LOADER_PAD_LAST, AT_END[o.at_end or 'drop'])
   set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
   if o.cache_dir then core.check(C.wk_loader_set_cache_dir(handle, o.cache_dir), 3) end
+  if o.device ~= nil then
+    local kind, index = T.parse_device(o.device, 3)
+    set(handle, C.WK_LOADER_DEVICE, kind == C.WK_DEVICE_CPU and C.WK_LOADER_ON_CPU or index)
+  end
   local index = ffi.new('uint32_t[1]')
   for _, source in ipairs(mix.sources) do
     core.check(C.wk_loader_add_source(handle, source.path, source.epochs, index), 3)
@@ -214,7 +227,11 @@ function data.loader(opts)
     c_info = ffi.new('WkSampleInfo'),
     c_cursor = ffi.new('char[?]', CURSOR_CAPACITY),
     c_length = ffi.new('size_t[1]'),
+    c_count = ffi.new('uint64_t[1]'),
+    c_vocab = ffi.new('uint32_t[1]'),
+    c_eos = ffi.new('uint32_t[1]'),
     batch = {},
+    slots = {},  -- ring slot + 1 -> its tensors (our handles on the loader's), made at start
   }, Loader)
   local ok, err = pcall(function() self.mix, self.options = configure(handle, opts) end)
   if not ok then
@@ -226,26 +243,48 @@ function data.loader(opts)
   return self
 end
 
+local function share_or_nil(handle)
+  if handle == nil then return nil end
+  return T.share(handle)
+end
+
+-- Our handles on the tensors of each ring slot, made at start: next() only looks them up.
+local function make_slots(self)
+  local b = self.c_batch
+  for s = 0, self:stats().buffers - 1 do
+    core.check(C.wk_loader_slot(self.handle, s, b), 3)
+    local slot = {
+      tokens = T.share(b.tokens), inputs = T.share(b.inputs), targets = T.share(b.targets),
+      loss_mask = T.share(b.loss_mask), doc_ids = share_or_nil(b.doc_ids), positions = share_or_nil(b.positions),
+    }
+    slot.dtype = slot.tokens.dtype
+    self.slots[s + 1] = slot
+  end
+end
+-- Runs once per loader over a dozen slots: a loop the JIT would only start recording and abandon
+-- (an abort inside the caller's step loop).
+jit.off(make_slots)
+
 function Loader:start()
   if not self.started then
     core.check(C.wk_loader_start(self.handle), 2)
     self.started = true
+    make_slots(self)
   end
   return self
 end
 
--- The next micro-batch of this rank, or nil at the end of a finite stream. The returned table
--- and its buffers are reused: they are valid until the next call.
+-- The next micro-batch of this rank, or nil at the end of a finite stream. The returned table is
+-- reused (its tensors are those of the batch's ring slot, see the top of this file).
 function Loader:next()
   if not self.started then self:start() end
   local status = C.wk_loader_next(self.handle, self.c_batch)
   if status == C.WK_ERR_CLOSED then return nil end
   core.check(status, 2)
   local b, out = self.c_batch, self.batch
-  out.tokens = ffi.cast(TOKEN_POINTER[b.token_bytes], b.tokens)
-  out.loss_mask, out.doc_ids, out.positions = b.loss_mask, b.doc_ids, b.positions
-  out.dtype = b.token_bytes == 8 and 'i64' or 'i32'
-  if out.doc_ids == nil then out.doc_ids, out.positions = nil, nil end
+  local slot = self.slots[b.slot + 1]
+  out.tokens, out.inputs, out.targets, out.loss_mask = slot.tokens, slot.inputs, slot.targets, slot.loss_mask
+  out.doc_ids, out.positions, out.dtype = slot.doc_ids, slot.positions, slot.dtype
   out.rows, out.seq_len = b.rows, b.seq_len
   out.step, out.micro_step, out.micro_steps = tonumber(b.step), b.micro_step, b.micro_steps
   out.fingerprint = bit.tohex(b.fingerprint, 16)
@@ -307,28 +346,47 @@ function Loader:stats()
   return out
 end
 
--- Draws per source so far, from the cursor, and each source's share of them.
+-- The largest vocabulary of the sources and the EOS id (the first source's): what a model needs.
+function Loader:vocab_size()
+  core.check(C.wk_loader_vocab(self.handle, self.c_vocab, self.c_eos), 2)
+  return self.c_vocab[0]
+end
+
+function Loader:eos()
+  core.check(C.wk_loader_vocab(self.handle, self.c_vocab, self.c_eos), 2)
+  return self.c_eos[0]
+end
+
+-- Draws per source for the batches returned so far (as the cursor counts them), and each source's
+-- share of them.
 function Loader:proportions()
+  if not self.started then self:start() end
   local draws, total = {}, 0
-  for n in self:state():gmatch(' src=%x+:(%d+):') do
-    draws[#draws + 1] = tonumber(n)
-    total = total + tonumber(n)
+  for i = 1, C.wk_loader_source_count(self.handle) do
+    core.check(C.wk_loader_source_draws(self.handle, i - 1, self.c_count), 2)
+    draws[i] = tonumber(self.c_count[0])
+    total = total + draws[i]
   end
   local shares = {}
   for i, n in ipairs(draws) do shares[i] = total > 0 and n / total or 0 end
   return shares, draws
 end
 
--- Tokens of row `row` (0-based) of the last batch as a Lua table: for debugging only.
+-- Tokens of row `row` (0-based) of the last batch as a Lua table (from any device): for debugging.
 function Loader:row_tokens(row)
-  local b = self.batch
-  local width = b.seq_len + 1
-  local out = {}
-  for t = 0, width - 1 do out[t + 1] = tonumber(b.tokens[row * width + t]) end
-  return out
+  local view = self.batch.tokens:narrow(1, row + 1, 1)
+  local values = view:totable()[1]
+  view:free()
+  return values
 end
 
 function Loader:close()
+  for _, slot in pairs(self.slots) do
+    for _, t in pairs(slot) do
+      if T.is_tensor(t) then t:free() end
+    end
+  end
+  self.slots, self.batch = {}, {}
   if self.handle then
     C.wk_loader_free(ffi.gc(self.handle, nil))
     self.handle = nil

@@ -5,69 +5,103 @@
 -- retries by cause, download rate, time waited on the network).
 -- With --quality (a dataset directory only): how well the order mixes over one epoch (wick.data.quality),
 -- next to Wick 0.1's shard-window order of the same data.
--- --data is a dataset directory, a .lua file returning a data.mix{}, or a Lua expression such as
--- "data.mix{ {'a', weight = 3}, {'b'} }".
+-- --data is a path: a dataset (directory or index.json), or a regular .lua file returning a data.mix{}.
+-- A mix written on the command line needs --mix, e.g. --mix "data.mix{ {'a', weight = 3}, {'b'} }": a
+-- path is never evaluated as Lua, whatever its spelling.
 local cli = require 'wick.cli'
 local data = require 'wick.data'
 
+local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
+
+local EXACT_INTEGER = 2 ^ 53
+local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/data/loader.c)
+
 local spec = {
   name = 'wick.data.inspect',
-  usage = '--data SPEC [options]',
+  usage = '--data PATH | --mix EXPR [options]',
   description = 'Prints one line per sample the given rank would receive: step=S rank=R id=ID hash=H ...',
   options = {
-    { 'data', 'spec', required = true, help = 'dataset directory, mix .lua file, or mix expression' },
-    { 'seq_len', 'number', default = 1024, help = 'tokens per sample minus one' },
-    { 'global_batch', 'number', default = 8, help = 'samples per step over all ranks' },
-    { 'micro_batch', 'number', help = 'rows per micro-batch (default: global batch / world)' },
-    { 'world', 'number', default = 1, help = 'world size' },
-    { 'rank', 'number', default = 0, help = 'the rank to show' },
-    { 'seed', 'number', default = 0, help = 'shuffle seed' },
-    { 'steps', 'number', default = 1, help = 'global steps to print' },
-    { 'mode', 'string', default = 'packed', help = 'packed or pad' },
-    { 'window_tokens', 'number', default = 2 ^ 29, help = 'tokens of the shards whose units are permuted together' },
-    { 'buffer_tokens', 'number', default = 2 ^ 22, help = 'tokens of the units whose samples are shuffled together' },
+    { 'data', 'path', help = 'a dataset (directory or index.json), or a .lua file returning a data.mix{}' },
+    { 'mix', 'string', value = 'EXPR', help = "a Lua expression of a mix, with `data` and `wick` in scope, e.g. \z
+      \"data.mix{ {'a', weight = 3}, {'b'} }\"" },
+    cli.from(LOADER, 'seq_len', { default = 1024, help = 'tokens per sample minus one' }),
+    cli.from(LOADER, 'global_batch', { default = 8, help = 'samples per step over all ranks' }),
+    cli.from(LOADER, 'micro_batch', { help = 'rows per micro-batch (default: global batch / world)' }),
+    cli.from(LOADER, 'world_size', { 'world', default = 1, help = 'world size' }),
+    cli.from(LOADER, 'rank', { default = 0, help = 'the rank to show' }),
+    cli.from(LOADER, 'seed', { default = 0, help = 'shuffle seed' }),
+    { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 1, help = 'global steps to print' },
+    cli.from(LOADER, 'mode', { default = 'packed', help = 'packed windows or one padded document per row' }),
+    cli.from(SHUFFLE, 'window_tokens', { default = DEFAULT_WINDOW_TOKENS }),
+    cli.from(SHUFFLE, 'buffer_tokens', { default = DEFAULT_BUFFER_TOKENS }),
     { 'no_shuffle', 'flag', help = 'stored order instead of the shuffle' },
-    { 'partitions', 'number', default = 1, help = 'canonical partitions' },
-    { 'chunk', 'number', default = 1, help = 'draws per partition turn' },
-    { 'on_corrupt', 'string', default = 'error', help = 'error or skip' },
-    { 'threads', 'number', default = 2, help = 'reader threads' },
-    { 'from', 'file', help = 'start from the cursor saved in this file' },
-    { 'save_cursor', 'file', help = 'write the cursor after the printed steps to this file' },
+    cli.from(LOADER, 'partitions', { default = 1, help = 'canonical partitions' }),
+    cli.from(LOADER, 'chunk', { default = 1, help = 'draws per partition turn' }),
+    cli.from(LOADER, 'on_corrupt', { default = 'error', help = 'stop at corrupt data, or mask and count it' }),
+    cli.from(LOADER, 'threads', { default = 2, help = 'reader threads' }),
+    { 'from', 'path', value = 'FILE', help = 'start from the cursor saved in this file' },
+    { 'save_cursor', 'path', value = 'FILE', help = 'write the cursor after the printed steps to this file' },
     { 'fingerprint', 'flag', help = 'also print one line per step with its order fingerprint' },
     { 'quality', 'flag', help = "print the order's mixing figures over one epoch, next to Wick 0.1's order" },
-    { 'reference_window', 'number', default = 8, help = "Wick 0.1's shuffle window (shards) for --quality" },
+    { 'reference_window', 'integer', min = 1, max = 2 ^ 31, default = 8,
+      help = "Wick 0.1's shuffle window (shards) for --quality" },
     { 'stats', 'flag', help = "after the samples, the loader's counters: decode, and a remote source's fetches" },
   },
 }
--- A remote source's options (cache_dir, cache_disk_bytes, ...), from the loader's own table.
+-- A remote source's options (cache_dir, cache_disk_bytes, ...), from the loader's own declarations.
 for _, option in ipairs(data.REMOTE_OPTIONS.options) do
-  spec.options[#spec.options + 1] = { option[1], option[2] == 'string' and 'string' or 'number', help = option.help }
+  spec.options[#spec.options + 1] = cli.from(data.REMOTE_OPTIONS, option[1])
 end
+spec = cli.spec(spec)
 
 local function read_file(path)
+  local ok, host = pcall(require, 'wick.host') -- inside `run`: a FIFO is refused, not waited on
+  local kind, why = ok and host.file_kind(path) or 'file'
+  if kind ~= 'file' then
+    cli.fail(('%s: cannot read %s'):format(spec.name, why or ("'" .. path .. "': not a regular file")), cli.EXIT_DATA)
+  end
   local f, err = io.open(path, 'rb')
-  if not f then error('cannot read ' .. path .. ': ' .. tostring(err), 0) end
+  if not f then cli.fail(('%s: cannot read %s'):format(spec.name, tostring(err)), cli.EXIT_DATA) end
   local text = f:read('*a')
   f:close()
   return text
 end
 
--- A directory, a .lua file returning a mix, or an expression evaluated with `data` and `wick` in scope.
-local function resolve_data(text)
-  if text:match('%.lua$') then return dofile(text) end
-  if text:match('^%s*[%w_%.]+%s*[%({]') then
-    local env = setmetatable({ data = data, wick = require 'wick' }, { __index = _G })
-    local chunk, err = loadstring('return ' .. text, '=--data')
-    if not chunk then error('--data: ' .. err, 0) end
-    return setfenv(chunk, env)()
+local function write_file(path, text)
+  local f, err = io.open(path, 'wb')
+  if not f then cli.fail(('%s: cannot write %s'):format(spec.name, tostring(err)), cli.EXIT_DATA) end
+  f:write(text)
+  f:close()
+end
+
+local function check_mix(value, where)
+  if type(value) ~= 'string' and not data.is_mix(value) then
+    cli.usage_error(spec, ('%s must give a data.mix{} or a dataset path, not a %s'):format(where, type(value)))
   end
-  return text
+  return value
+end
+
+-- What --data or --mix names: a dataset path (given to the loader as it is: a missing or bad dataset
+-- is the runtime's data error), the mix a regular .lua file returns, or the mix an expression makes.
+local function resolve_data(opts)
+  if opts.data and opts.mix then cli.usage_error(spec, '--data and --mix exclude each other') end
+  if opts.mix then
+    local chunk, err = loadstring('return ' .. opts.mix, '=--mix')
+    if not chunk then cli.usage_error(spec, err) end
+    setfenv(chunk, setmetatable({ data = data, wick = require 'wick' }, { __index = _G }))
+    return check_mix(chunk(), '--mix')
+  end
+  if not opts.data then cli.usage_error(spec, '--data PATH or --mix EXPR is required') end
+  local ok, host = pcall(require, 'wick.host')
+  local kind = ok and host.file_kind(opts.data)
+  if kind == 'file' and opts.data:match('%.lua$') then return check_mix(dofile(opts.data), opts.data) end
+  return opts.data
 end
 
 local function print_quality(opts)
   local quality = require 'wick.data.quality'
   local ds, err = require('wick.dataset').open(opts.data)
-  if not ds then error('--quality needs a dataset directory: ' .. err, 0) end
+  if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
   local this = quality.loader_order {
     data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, seed = opts.seed, mode = opts.mode,
     shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, buffer_tokens = opts.buffer_tokens },
@@ -105,12 +139,14 @@ end
 
 local function main(args)
   local opts = cli.parse(spec, args)
+  local source = resolve_data(opts)
   if opts.quality then
+    if type(source) ~= 'string' then cli.usage_error(spec, '--quality measures one dataset: give --data DIR') end
     print_quality(opts)
     return 0
   end
   local options = {
-    data = resolve_data(opts.data),
+    data = source,
     seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
     world_size = opts.world, rank = opts.rank, seed = opts.seed, mode = opts.mode,
     shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, buffer_tokens = opts.buffer_tokens },
@@ -138,11 +174,7 @@ local function main(args)
     if batch.step == first_step + opts.steps - 1 and batch.micro_step == batch.micro_steps - 1 then break end
   end
   if opts.stats then print_stats(loader) end
-  if opts.save_cursor then
-    local f = assert(io.open(opts.save_cursor, 'wb'))
-    f:write(loader:state(), '\n')
-    f:close()
-  end
+  if opts.save_cursor then write_file(opts.save_cursor, loader:state() .. '\n') end
   loader:close()
   return 0
 end

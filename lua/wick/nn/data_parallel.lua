@@ -9,7 +9,8 @@
 --
 -- At creation the parameters are broadcast from rank 0. A step then:
 --   1. takes this rank's micro-batches of the step from the loader (micro_steps of them: the
---      global batch over world size x micro batch), copies them, and counts their target tokens;
+--      global batch over world size x micro batch; the loader keeps a step's batches valid
+--      together, so they are used in place, not copied), and counts their target tokens;
 --   2. all-reduces that count: every micro-batch's loss is divided by the step's global count
 --      of target tokens, so neither the world size nor the accumulation split nor the padding
 --      changes the gradient (the mean over micro-batch means that bit HF Trainer in 2024 cannot
@@ -20,8 +21,8 @@
 --      finished every parameter in them, overlapping with the rest of the backward;
 --   4. steps the optimizer (the same gradients everywhere, so the same update), and gathers
 --      each rank's time split into data wait, compute and communication.
--- For a loop of your own: dp:global_count(n), then per micro-batch model:forward_tokens(tokens,
--- mask, count) and dp:backward(is_last_micro_step).
+-- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
+-- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
 local ffi = require 'ffi'
 local core = require 'wick.core'
 local T = require 'wick.tensor'
@@ -122,7 +123,7 @@ function DataParallel.new(model, dist, opts)
   self.stats = T.zeros({ STATS }, 'i64')
   self.gathered = T.zeros({ STATS * self.world_size }, 'i64')
   self.scalar = ffi.new('double[1]')
-  self.tokens, self.masks = {}, {}
+  self.micro = {}  -- this step's micro-batches: { inputs =, targets =, mask = } (the loader's tensors)
   return self
 end
 
@@ -165,22 +166,19 @@ function DataParallel:global_count(n)
   return tonumber(self.count_ptr[0])
 end
 
--- The step's buffers for micro-batch m: tokens i32 [rows, seq + 1] and mask u8 [rows, seq].
-local function buffers(self, m, rows, seq)
-  local tokens = self.tokens[m]
-  if not tokens or tokens:size(1) ~= rows or tokens:size(2) ~= seq + 1 then
-    if tokens then tokens:free() self.masks[m]:free() end
-    self.tokens[m], self.masks[m] = T.empty({ rows, seq + 1 }, 'i32'), T.empty({ rows, seq }, 'u8')
-  end
-  if not self.mask_f32 or self.mask_f32:numel() ~= rows * seq then
+-- The number of 1s of a u8 mask, through a reused f32 buffer on the mask's device.
+local function count_targets(self, mask)
+  if not self.mask_f32 or self.mask_f32:numel() ~= mask:numel() or self.mask_f32.device ~= mask.device then
     if self.mask_f32 then self.mask_f32:free() end
-    self.mask_f32 = T.empty({ rows, seq }, 'f32')
+    self.mask_f32 = T.empty(mask.shape, 'f32', mask.device)
   end
-  return self.tokens[m], self.masks[m]
+  self.mask_f32:copy(mask)
+  check(C.wk_op_sumsq(self.mask_f32, self.scalar))  -- a 0/1 mask: its sum of squares counts it
+  return self.scalar[0]
 end
 
--- Copies this rank's micro-batches of the next step out of the loader; returns their count and
--- their target tokens, or nil at the end of the stream.
+-- Takes this rank's micro-batches of the next step from the loader; returns their count and their
+-- target tokens, or nil at the end of the stream.
 local function take_step(self, loader)
   local batch = loader:next()
   if not batch then return nil end
@@ -190,17 +188,10 @@ local function take_step(self, loader)
     if not batch or batch.micro_step ~= m - 1 then
       error('nn.data_parallel: the loader did not deliver micro-step ' .. (m - 1) .. ' of ' .. n .. ' of a step', 3)
     end
-    local rows, seq = batch.rows, batch.seq_len
-    local tokens, mask = buffers(self, m, rows, seq)
-    local borrowed = T.borrow(batch.tokens, { rows, seq + 1 }, 'i32', batch)
-    tokens:copy(borrowed)
-    borrowed:free()
-    borrowed = T.borrow(batch.loss_mask, { rows, seq }, 'u8', batch)
-    mask:copy(borrowed)
-    borrowed:free()
-    self.mask_f32:copy(mask)
-    check(C.wk_op_sumsq(self.mask_f32, self.scalar))  -- a 0/1 mask: its sum of squares counts it
-    targets = targets + self.scalar[0]
+    local micro = self.micro[m] or {}
+    micro.inputs, micro.targets, micro.mask = batch.inputs, batch.targets, batch.loss_mask
+    self.micro[m] = micro
+    targets = targets + count_targets(self, batch.loss_mask)
   end
   return n, targets
 end
@@ -253,7 +244,8 @@ function DataParallel:step(loader, opt)
   if tokens > 0 then  -- an all-padding step has no target to learn from, on every rank alike
     model:zero_grad()
     for m = 1, n do
-      loss_share = loss_share + model:forward_tokens(self.tokens[m], self.masks[m], tokens)
+      local micro = self.micro[m]
+      loss_share = loss_share + model:forward(micro.inputs, micro.targets, micro.mask, tokens)
       self:backward(m == n)
     end
     applied, norm = opt:step(model)
@@ -275,9 +267,8 @@ end
 
 function DataParallel:free()
   for _, b in ipairs(self.buckets) do b.view:free() end
-  for m = 1, #self.tokens do self.tokens[m]:free() self.masks[m]:free() end
   for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
-  self.tokens, self.masks, self.buckets = {}, {}, {}
+  self.micro, self.buckets = {}, {}
 end
 
 return DataParallel.new

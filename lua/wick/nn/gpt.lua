@@ -16,6 +16,7 @@ local T = require 'wick.tensor'
 local nn = require 'wick.nn.modules'
 local precision = require 'wick.precision'
 local safetensors = require 'wick.safetensors'
+local schema = require 'wick.schema'
 
 local C = core.C
 local check = core.check
@@ -37,18 +38,31 @@ local function embedding(rows, dim, device)
   return holder
 end
 
+-- Seeds scale by a prime per parameter (nn.Module.reset); below 2^32 every product stays exact.
+local MAX_SEED = 2 ^ 32 - 1
+
+local OPTIONS = schema.define('nn.gpt option', {
+  { 'vocab', 'integer', min = 1, max = 2 ^ 31 - 1, required = true, help = 'token ids are below this (int32)' },
+  { 'seq_len', 'integer', min = 1, max = 2 ^ 24, required = true, help = 'longest sequence (learned positions)' },
+  { 'layers', 'integer', min = 1, max = 4096, required = true, help = 'transformer blocks' },
+  { 'heads', 'integer', min = 1, max = 4096, required = true, help = 'attention heads per block; divide dim' },
+  { 'dim', 'integer', min = 1, max = 2 ^ 20, required = true, help = 'model width' },
+  { 'precision', 'precision', check = precision.check,
+    help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
+  { 'device', 'string', help = "'cpu' or 'cuda:N' (default cpu)" },
+  { 'seed', 'integer', min = 0, max = MAX_SEED, default = 0, help = 'initialisation seed' },
+})
+gpt.OPTIONS = OPTIONS
+
 local function check_config(cfg)
-  for _, key in ipairs({ 'vocab', 'seq_len', 'layers', 'heads', 'dim' }) do
-    local v = cfg[key]
-    if type(v) ~= 'number' or v < 1 or v % 1 ~= 0 then
-      error('nn.gpt: ' .. key .. ' must be a positive integer, got ' .. tostring(v), 3)
-    end
-  end
+  if type(cfg) ~= 'table' then error('nn.gpt expects a table of options', 3) end
+  cfg = OPTIONS:check(cfg, 3)
   if cfg.dim % cfg.heads ~= 0 then error(string.format('nn.gpt: dim %d is not divisible by heads %d', cfg.dim, cfg.heads), 3) end
+  return cfg
 end
 
 function gpt.new(cfg)
-  check_config(cfg)
+  cfg = check_config(cfg)
   local policy = precision.policy(cfg.precision or 'fp32')
   local self = nn.new(GPT, cfg.device, policy)
   self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
@@ -117,7 +131,7 @@ end
 
 function GPT:free()
   nn.Module.free(self)
-  for _, group in ipairs({ self.flat, self.named, self.named_grads }) do
+  for _, group in ipairs({ self.flat, self.named, self.named_grads, { self.tokens_inputs, self.tokens_targets } }) do
     for _, t in pairs(group) do
       if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
     end
@@ -133,11 +147,13 @@ function GPT:parameter_count() return self.flat.params:numel() end
 
 -- ---- forward and backward ------------------------------------------------------------------------
 
--- t itself when it is already contiguous, of dtype and on the model's device; else a copy kept in
--- a reused buffer.
-local function staged(self, key, t, dtype)
+-- t itself when it is of dtype, on the model's device and laid out as the op reads it; else a copy
+-- into a reused buffer. Index tensors (idx, targets) are read in place with the strides of a view of
+-- at most two dims (a loader batch's tokens[:, :-1] and tokens[:, 1:]); the mask must be contiguous.
+local function staged(self, key, t, dtype, strided)
   if t == nil then return nil end
-  if t.device == self.device and t.dtype == dtype and t:is_contiguous() then return t end
+  local readable = t:is_contiguous() or (strided and t:dim() <= 2)
+  if t.device == self.device and t.dtype == dtype and readable then return t end
   return self:buffer(key, t.shape, dtype):copy(t)
 end
 
@@ -158,15 +174,16 @@ end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
 -- [B, T, V] (a buffer the next forward overwrites) when no targets are given. idx, targets and mask
--- must stay alive until backward() when they are already contiguous on the model's device, since
--- the model then uses them in place instead of copying.
+-- must stay alive until backward() when they are already of the right dtype on the model's device,
+-- since the model then reads them in place instead of copying (idx and targets may be strided
+-- views, see staged).
 function GPT:forward(idx, targets, mask, count)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
   local B, TT = idx:size(1), idx:size(2)
   if TT > cfg.seq_len then error(string.format('gpt:forward: T = %d exceeds seq_len %d', TT, cfg.seq_len), 2) end
   refresh_compute_weights(self)
-  idx = staged(self, 'idx', idx, 'i32')
+  idx = staged(self, 'idx', idx, 'i32', true)
   self.idx = idx
   local body = self.transformer
   local x = self:buffer('embedded', { B, TT, cfg.dim })
@@ -186,7 +203,7 @@ function GPT:forward(idx, targets, mask, count)
     self.targets = nil
     return logits
   end
-  self.targets = staged(self, 'targets', targets, 'i32')
+  self.targets = staged(self, 'targets', targets, 'i32', true)
   self.mask = staged(self, 'mask', mask, 'u8')
   self.count = count or count_selected(self, self.mask, B, TT)
   if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
@@ -195,21 +212,16 @@ function GPT:forward(idx, targets, mask, count)
   return self.loss
 end
 
--- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:].
+-- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:],
+-- views read in place (a loader batch also carries them ready made: batch.inputs, batch.targets).
+-- The views live until the next call, since backward() reads them too.
 function GPT:forward_tokens(tokens, mask, count)
   local width = tokens:size(2) - 1
-  local inputs, shifted = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
-  local idx = staged(self, 'tokens_idx', inputs, 'i32')
-  local targets = staged(self, 'tokens_targets', shifted, 'i32')
-  -- A view used in place (one row is contiguous) must live until backward(): it goes at the next
-  -- call; a view that was copied goes now.
-  for _, key in ipairs({ 'tokens_inputs', 'tokens_targets_view' }) do
+  for _, key in ipairs({ 'tokens_inputs', 'tokens_targets' }) do
     if self[key] then self[key]:free() end
-    self[key] = nil
   end
-  if idx == inputs then self.tokens_inputs = inputs else inputs:free() end
-  if targets == shifted then self.tokens_targets_view = shifted else shifted:free() end
-  return self:forward(idx, targets, mask, count)
+  self.tokens_inputs, self.tokens_targets = tokens:narrow(2, 1, width), tokens:narrow(2, 2, width)
+  return self:forward(self.tokens_inputs, self.tokens_targets, mask, count)
 end
 
 -- The modules whose parameter gradients backward() completes, in the order it completes them: the

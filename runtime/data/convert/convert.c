@@ -13,12 +13,13 @@
  * fixed by the inputs alone and shard boundaries by the document sequence, so the thread count
  * changes nothing in the output bytes.
  *
- * The output directory holds shard-NNNNN.wks and index.json. The old index is removed first and the
- * new one renamed into place last, so a crashed run never leaves an index that lies. With
- * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each existing shard whose
- * verified contents equal what it would write (decoding is much cheaper than compressing).
+ * The output directory holds shard-NNNNN.wks and index.json. A run writes them into a staging
+ * directory next to it and swaps that in at the end (output.c), under a lock, so the dataset already
+ * there stays whole until the new one is, and two converters cannot write one directory. With
+ * WK_CONVERT_RESUME a rerun still reads and tokenizes everything, but keeps each shard (left in the
+ * staging directory by an interrupted run, or in the current dataset) whose verified contents equal
+ * what it would write (decoding is much cheaper than compressing).
  */
-#include <dirent.h>  /* opendir: stale temporaries of an interrupted run */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -271,6 +272,7 @@ typedef struct {
   bool doc_open;        /* a document (of a .bin input) continues into the next chunk */
   uint64_t line_base;   /* lines of the current input before the chunk being consumed */
   uint64_t last_draw_ns, start_ns;
+  ConvertOutput out;
 } Run;
 
 static WkStatus emit_chunk(void *arg, Chunk *c) {
@@ -484,13 +486,35 @@ static bool shard_matches(const char *path, const WkShardWriteOptions *opt, cons
   return same;
 }
 
+/* Resuming: the shard of this name in the staging directory (an interrupted run's) or in the current
+ * dataset (linked into the staging directory) when it holds exactly this job's shard. */
+static bool reusable(Run *r, ShardJob *job, const char *name) {
+  if (shard_matches(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts, job->doc_count,
+                    &job->written))
+    return true;
+  size_t n = strlen(r->out.dir) + strlen(name) + 2;
+  char *current = malloc(n);
+  if (!current) return false;
+  snprintf(current, n, "%s/%s", r->out.dir, name);
+  bool same = shard_matches(current, &r->write_options, job->tokens, job->token_count, job->doc_starts,
+                            job->doc_count, &job->written);
+  free(current);
+  if (same && convert_output_adopt(&r->out, name) != WK_OK) {
+    wk_logf(WK_LOG_DEBUG, "converter: %s (writing the shard instead)", wk_last_error());
+    wk_clear_error();
+    same = false;
+  }
+  return same;
+}
+
 static WkStatus flush_shard(Run *r) {
   if (r->start_count == 0) return WK_OK;
   ShardJob *job = calloc(1, sizeof *job);
   if (!job) return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
   job->index = r->shard_count;
-  size_t n = strlen(r->cv->out_dir) + 32;
-  job->path = malloc(n);
+  char name[32];
+  snprintf(name, sizeof name, "shard-%05u.wks", job->index);
+  job->path = convert_output_path(&r->out, name);
   uint32_t blocks = wk_shard_block_count(&r->write_options, r->buffer_tokens);
   job->piece_count = blocks < r->threads ? blocks : r->threads;
   if (job->piece_count == 0) job->piece_count = 1;
@@ -499,7 +523,6 @@ static WkStatus flush_shard(Run *r) {
     free(job->path), free(job->pieces), free(job);
     return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
   }
-  snprintf(job->path, n, "%s/shard-%05u.wks", r->cv->out_dir, job->index);
   job->tokens = r->buffer;
   job->token_count = r->buffer_tokens;
   job->token_capacity = r->buffer_capacity;
@@ -528,8 +551,7 @@ static WkStatus flush_shard(Run *r) {
     r->shards = grown;
     r->shard_capacity = cap;
   }
-  if (r->cv->resume && shard_matches(job->path, &r->write_options, job->tokens, job->token_count, job->doc_starts,
-                                     job->doc_count, &job->written)) {
+  if (r->cv->resume && reusable(r, job, name)) {
     r->cv->stats.reused++;
     job->done = true;
     job->pieces_left = 0;
@@ -683,31 +705,6 @@ static WkStatus build(Run *r) {
 
 /* ---- output directory and index ----------------------------------------------------------------- */
 
-static WkStatus make_dirs(const char *path) {
-  char *copy = strdup(path);
-  if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
-  WkStatus status = WK_OK;
-  for (char *p = copy + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char saved = *p;
-      *p = '\0';
-      if (mkdir(copy, 0777) != 0 && errno != EEXIST) {
-        status = WK_FAIL_ERRNO("create directory", copy);
-        break;
-      }
-      *p = saved;
-      if (saved == '\0') break;
-    }
-  }
-  free(copy);
-  if (status == WK_OK) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-      status = WK_FAIL(WK_ERR_IO, "output '%s' exists and is not a directory", path);
-  }
-  return status;
-}
-
 static WkStatus write_index(Run *r) {
   WkConverter *cv = r->cv;
   WkIndex index = {
@@ -748,47 +745,19 @@ static WkStatus write_index(Run *r) {
   WkStatus status = wk_index_format(&index, extra, &text, &length);
   free(shards);
   if (status != WK_OK) return status;
-  size_t n = strlen(cv->out_dir) + 32;
-  char *path = malloc(n), *tmp = malloc(n);
+  char *path = convert_output_path(&r->out, "index.json"), *tmp = convert_output_path(&r->out, "index.json.tmp");
   if (!path || !tmp) {
     free(text), free(path), free(tmp);
-    return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+    return WK_ERR_NOMEM;
   }
-  snprintf(path, n, "%s/index.json", cv->out_dir);
-  snprintf(tmp, n, "%s/index.json.tmp", cv->out_dir);
   FILE *f = fopen(tmp, "wb");
   if (!f) status = WK_FAIL_ERRNO("create", tmp);
   if (status == WK_OK && fwrite(text, 1, length, f) != length) status = WK_FAIL_ERRNO("write", tmp);
   if (f && fclose(f) != 0 && status == WK_OK) status = WK_FAIL_ERRNO("close", tmp);
   if (status == WK_OK && rename(tmp, path) != 0) status = WK_FAIL_ERRNO("rename into place", path);
   if (status != WK_OK) unlink(tmp);
-  /* Shards of an earlier, larger conversion into this directory are no longer part of it. */
-  for (uint32_t i = r->shard_count; status == WK_OK; i++) {
-    snprintf(path, n, "%s/shard-%05u.wks", cv->out_dir, i);
-    if (unlink(path) != 0) break;
-  }
   free(text), free(path), free(tmp);
   return status;
-}
-
-/* Temporary files of an interrupted run (shard-*.wks.tmp, index.json.tmp) would otherwise stay. */
-static void remove_stale_temporaries(const char *out_dir) {
-  DIR *dir = opendir(out_dir);
-  if (!dir) return;
-  struct dirent *entry;
-  while ((entry = readdir(dir)) != NULL) {
-    const char *name = entry->d_name;
-    bool stale = strcmp(name, "index.json.tmp") == 0 ||
-                 (strncmp(name, "shard-", 6) == 0 && strlen(name) > 8 && strcmp(name + strlen(name) - 8, ".wks.tmp") == 0);
-    if (!stale) continue;
-    size_t n = strlen(out_dir) + strlen(name) + 2;
-    char *path = malloc(n);
-    if (!path) break;
-    snprintf(path, n, "%s/%s", out_dir, name);
-    if (unlink(path) != 0) wk_logf(WK_LOG_WARN, "converter: cannot remove stale '%s'", path);
-    free(path);
-  }
-  closedir(dir);
 }
 
 static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
@@ -835,18 +804,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
       .codec = cv->compression ? WK_CODEC_ZSTD : WK_CODEC_RAW,
       .level = (int)cv->level,
   };
-  WK_TRY(make_dirs(cv->out_dir));
-  remove_stale_temporaries(cv->out_dir);
-  {
-    size_t n = strlen(cv->out_dir) + 16;
-    char *index_path = malloc(n);
-    if (!index_path) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
-    snprintf(index_path, n, "%s/index.json", cv->out_dir);
-    int rc = unlink(index_path);
-    WkStatus status = rc != 0 && errno != ENOENT ? WK_FAIL_ERRNO("remove old index", index_path) : WK_OK;
-    free(index_path);
-    WK_TRY(status);
-  }
+  WK_TRY(convert_output_open(cv->out_dir, cv->resume != 0, &r.out));
 
   r.ring_size = 2 * (uint64_t)r.threads + 2;
   r.ring = calloc(r.ring_size, sizeof *r.ring);
@@ -854,7 +812,9 @@ WkStatus wk_converter_run(WkConverter *cv) {
   if (!r.ring || !r.jobs) {
     free(r.ring);
     wk_queue_free(r.jobs);
-    return WK_FAIL(WK_ERR_NOMEM, "out of memory starting the converter");
+    WkStatus status = WK_FAIL(WK_ERR_NOMEM, "out of memory starting the converter");
+    convert_output_close(&r.out, true);
+    return status;
   }
   pthread_mutex_init(&r.lock, NULL);
   pthread_cond_init(&r.changed, NULL);
@@ -882,6 +842,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
   for (uint32_t i = 0; i < r.shard_count && status == WK_OK; i++)
     if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
   if (status == WK_OK) status = write_index(&r);
+  if (status == WK_OK) status = convert_output_publish(&r.out, r.shard_count);
+  convert_output_close(&r.out, status != WK_OK);
   for (uint32_t i = 0; i < r.shard_count; i++) {
     free_shard_inputs(NULL, r.shards[i]);
     free(r.shards[i]->pieces);

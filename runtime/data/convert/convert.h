@@ -39,6 +39,7 @@ typedef struct {
   bool first, last;      /* first/last chunk of its input */
   uint8_t *data;         /* owned bytes (lines, or .bin tokens); NULL for a text file (read by the worker) */
   size_t length;
+  uint64_t offset;       /* .bin: where data starts in the file (for messages) */
   uint64_t input_bytes;  /* progress made when this chunk is consumed */
   /* results */
   bool done;
@@ -69,9 +70,44 @@ void convert_chunk_free(Chunk *chunk);
 typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
+/* The same for a .jsonl, .jsonl.zst or .bin input already open as blob, cut into pieces of about
+ * sizes (the converter's: 1 MiB of lines, 1 Mi tokens; tests/fuzz/fuzz_inputs.c cuts tiny ones so
+ * that every chunk boundary is reached). */
+typedef struct {
+  size_t line_bytes;  /* .jsonl: a chunk ends at the last newline before this many bytes (>= 1) */
+  size_t bin_tokens;  /* .bin: tokens per chunk (>= 1) */
+  size_t max_line_bytes; /* .jsonl: a line found longer than this fails the input (memory stays bounded) */
+} ChunkSizes;
+WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                          void *arg, const atomic_bool *stop);
+
 /* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
  * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */
 WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
                              size_t *count, size_t *capacity);
+
+/* The output directory (output.c): locked for the run, written through a staging directory next to
+ * it, published by a swap. */
+typedef struct {
+  char *dir;        /* the output directory, absolute and resolved */
+  char *staging;    /* where this run writes: <parent>/.<name>.converting */
+  char *old;        /* the replaced dataset until it is removed: <parent>/.<name>.old */
+  char *lock_path;  /* <parent>/.<name>.lock */
+  int lock_fd;      /* -1 unless held */
+  bool published;
+} ConvertOutput;
+
+/* Resolves and locks out_dir (failing at once, naming the holder's pid, when another converter has
+ * it), finishes the cleanup a killed run left, and prepares the staging directory: emptied, or with
+ * resume only of its temporaries (its shards are candidates for reuse). */
+WkStatus convert_output_open(const char *out_dir, bool resume, ConvertOutput *o);
+/* The path of name in the staging directory (malloc'd; NULL when out of memory). */
+char *convert_output_path(const ConvertOutput *o, const char *name);
+/* Resuming: makes the current dataset's file name part of the staging directory too (a hard link). */
+WkStatus convert_output_adopt(const ConvertOutput *o, const char *name);
+/* Swaps the staging directory (holding shards 0..shards-1 and index.json) in for the output. */
+WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
+/* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
+void convert_output_close(ConvertOutput *o, bool failed);
 
 #endif /* WK_DATA_CONVERT_H */

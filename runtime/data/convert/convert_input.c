@@ -24,12 +24,13 @@
 #include "convert.h"
 
 enum {
-  CHUNK_BYTES = 1 << 20,        /* lines are cut into ~1 MiB chunks */
+  LINE_CHUNK_BYTES = 1 << 20,   /* lines are cut into ~1 MiB chunks */
   BIN_CHUNK_TOKENS = 1 << 20,   /* .bin files into 1 Mi-token chunks */
   LLMC_HEADER_INTS = 256,
   LLMC_MAGIC_GPT2 = 20240520,
   LLMC_MAGIC_LLAMA3 = 20240801,
   MAX_WALK_DEPTH = 64,
+  MAX_LINE_BYTES = 1 << 30,     /* a longer .jsonl line is refused rather than buffered */
 };
 
 /* ---- listing -------------------------------------------------------------------------------- */
@@ -89,7 +90,9 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
     (*inputs)[(*count)++] = (Input){.path = copy, .kind = kind_of(path), .size = (uint64_t)st.st_size};
     return WK_OK;
   }
-  if (!S_ISDIR(st.st_mode)) return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is neither a file nor a directory", path);
+  if (!S_ISDIR(st.st_mode))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is %s: only regular files and directories can be converted", path,
+                   wk_file_kind((unsigned)st.st_mode));
   if (depth > MAX_WALK_DEPTH)
     return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s': directories nested deeper than %d (a symlink loop?)", path,
                    MAX_WALK_DEPTH);
@@ -133,8 +136,10 @@ WkStatus convert_list_inputs(const char *path, const char *const *patterns, cons
 
 /* ---- cutting: a byte stream, plain or zstd ---------------------------------------------------- */
 
+/* Inputs are read through WkBlob (blob.c), which refuses anything but a regular file before reading:
+ * a file replaced by a FIFO after listing fails instead of blocking. */
 typedef struct {
-  FILE *f;
+  WkBlob *blob;
   const char *path;
   ZSTD_DStream *zstd;   /* NULL for plain files */
   uint8_t *in;
@@ -145,15 +150,20 @@ typedef struct {
   bool eof;
 } Stream;
 
+/* Up to capacity bytes of the file at s->consumed (0 at its end). */
+static WkStatus file_read(Stream *s, uint8_t *dst, size_t capacity, size_t *got) {
+  uint64_t left = s->blob->size - s->consumed;
+  size_t n = left < capacity ? (size_t)left : capacity;
+  *got = 0;
+  if (n) WK_TRY(s->blob->read_at(s->blob, s->consumed, n, dst));
+  s->consumed += n;
+  *got = n;
+  return WK_OK;
+}
+
 static WkStatus stream_read(Stream *s, uint8_t *dst, size_t capacity, size_t *got) {
   *got = 0;
-  if (!s->zstd) {
-    size_t n = fread(dst, 1, capacity, s->f);
-    if (n < capacity && ferror(s->f)) return WK_FAIL_ERRNO("read", s->path);
-    s->consumed += n;
-    *got = n;
-    return WK_OK;
-  }
+  if (!s->zstd) return file_read(s, dst, capacity, got);
   ZSTD_outBuffer output = {dst, capacity, 0};
   while (output.pos == 0) {
     if (s->input.pos == s->input.size) {
@@ -162,10 +172,9 @@ static WkStatus stream_read(Stream *s, uint8_t *dst, size_t capacity, size_t *go
           return WK_FAIL(WK_ERR_FORMAT, "'%s': zstd stream ends inside a frame (file truncated?)", s->path);
         break;
       }
-      size_t n = fread(s->in, 1, s->in_capacity, s->f);
-      if (n < s->in_capacity && ferror(s->f)) return WK_FAIL_ERRNO("read", s->path);
+      size_t n = 0;
+      WK_TRY(file_read(s, s->in, s->in_capacity, &n));
       if (n == 0) { s->eof = true; continue; }
-      s->consumed += n;
       s->input = (ZSTD_inBuffer){s->in, n, 0};
     }
     size_t r = ZSTD_decompressStream(s->zstd, &output, &s->input);
@@ -188,11 +197,10 @@ static WkStatus new_chunk(uint32_t input, uint8_t *data, size_t length, Chunk **
   return WK_OK;
 }
 
-/* Emits newline-terminated pieces of about CHUNK_BYTES (a longer line makes a longer chunk). */
-static WkStatus cut_lines(const Input *in, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
-  Stream s = {.path = in->path};
-  s.f = fopen(in->path, "rb");
-  if (!s.f) return WK_FAIL_ERRNO("open", in->path);
+/* Emits newline-terminated pieces of about sizes->line_bytes (a longer line makes a longer chunk). */
+static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                          void *arg, const atomic_bool *stop) {
+  Stream s = {.blob = blob, .path = in->path};
   WkStatus status = WK_OK;
   if (in->kind == INPUT_JSONL_ZST) {
     s.zstd = ZSTD_createDStream();
@@ -200,13 +208,13 @@ static WkStatus cut_lines(const Input *in, uint32_t i, ChunkEmit emit, void *arg
     s.in = malloc(s.in_capacity);
     if (!s.zstd || !s.in) status = WK_FAIL(WK_ERR_NOMEM, "out of memory opening '%s'", in->path);
   }
-  size_t capacity = 2 * CHUNK_BYTES, have = 0;
+  size_t capacity = 2 * sizes->line_bytes, have = 0;
   uint8_t *buffer = malloc(capacity);
   if (!buffer && status == WK_OK) status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path);
-  uint64_t reported = 0;
+  uint64_t reported = 0, emitted = 0;
   bool first = true, eof = false;
   while (status == WK_OK && !atomic_load(stop)) {
-    while (!eof && have < CHUNK_BYTES) {
+    while (!eof && have < sizes->line_bytes) {
       size_t got = 0;
       if ((status = stream_read(&s, buffer + have, capacity - have, &got)) != WK_OK) break;
       if (got == 0) eof = true;
@@ -218,6 +226,12 @@ static WkStatus cut_lines(const Input *in, uint32_t i, ChunkEmit emit, void *arg
     if (!eof) {
       while (cut > 0 && buffer[cut - 1] != '\n') cut--;
       if (cut == 0) { /* one line longer than the buffer: grow and read on */
+        if (have >= sizes->max_line_bytes) {
+          status = WK_FAIL(WK_ERR_FORMAT, "'%s': the line starting at byte %llu%s is longer than %zu bytes (is "
+                           "it line-delimited JSON?)", in->path, (unsigned long long)emitted,
+                           s.zstd ? " of the decompressed stream" : "", sizes->max_line_bytes);
+          break;
+        }
         capacity *= 2;
         uint8_t *grown = realloc(buffer, capacity);
         if (!grown) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory: a line of '%s' is over %zu bytes", in->path, have); break; }
@@ -241,58 +255,55 @@ static WkStatus cut_lines(const Input *in, uint32_t i, ChunkEmit emit, void *arg
     first = false;
     buffer = rest;
     have -= cut;
+    emitted += cut;
     if ((status = emit(arg, c)) != WK_OK) break;
     if (eof && have == 0) break;
   }
   free(buffer);
   free(s.in);
   ZSTD_freeDStream(s.zstd);
-  fclose(s.f);
   return status;
 }
 
 /* llm.c (header) or nanoGPT (headerless) uint16 GPT-2 tokens. */
-static WkStatus cut_tokens(const Input *in, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
-  FILE *f = fopen(in->path, "rb");
-  if (!f) return WK_FAIL_ERRNO("open", in->path);
+static WkStatus cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                           void *arg, const atomic_bool *stop) {
   WkStatus status = WK_OK;
-  uint64_t offset = 0, tokens = 0;
+  uint64_t size = blob->size, offset = 0, tokens = 0;
   int32_t header[LLMC_HEADER_INTS];
-  size_t got = fread(header, 1, sizeof header, f);
-  if (got == sizeof header && header[0] == LLMC_MAGIC_GPT2) {
+  bool has_header = size >= sizeof header;
+  if (has_header) WK_TRY(blob->read_at(blob, 0, sizeof header, header));
+  if (has_header && header[0] == LLMC_MAGIC_GPT2) {
     if (header[1] != 1)
       status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c token file version %d; only version 1 (GPT-2, uint16) is "
                        "supported", in->path, header[1]);
-    else if (header[2] < 0 || (uint64_t)header[2] * 2 + sizeof header != in->size)
+    else if (header[2] < 0 || (uint64_t)header[2] * 2 + sizeof header != size)
       status = WK_FAIL(WK_ERR_FORMAT, "'%s': llm.c header says %d tokens (%llu bytes) but the file has %llu bytes "
-                       "(truncated?)", in->path, header[2], (unsigned long long)header[2] * 2 + sizeof header,
-                       (unsigned long long)in->size);
+                       "(truncated?)", in->path, header[2], (unsigned long long)(int64_t)header[2] * 2 + sizeof header,
+                       (unsigned long long)size);
     offset = sizeof header;
     tokens = (uint64_t)(header[2] < 0 ? 0 : header[2]);
-  } else if (got == sizeof header && header[0] == LLMC_MAGIC_LLAMA3) {
+  } else if (has_header && header[0] == LLMC_MAGIC_LLAMA3) {
     status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c Llama-3 token file (uint32 tokens); only GPT-2 files are "
                      "supported so far", in->path);
   } else {
-    if (in->size % 2 != 0)
+    if (size % 2 != 0)
       status = WK_FAIL(WK_ERR_FORMAT, "'%s': %llu bytes is not a whole number of uint16 tokens (a nanoGPT .bin "
-                       "file is uint16 tokens without header)", in->path, (unsigned long long)in->size);
-    tokens = in->size / 2;
+                       "file is uint16 tokens without header)", in->path, (unsigned long long)size);
+    tokens = size / 2;
   }
-  if (status == WK_OK && fseeko(f, (off_t)offset, SEEK_SET) != 0) status = WK_FAIL_ERRNO("seek", in->path);
   bool first = true;
   for (uint64_t done = 0; status == WK_OK && !atomic_load(stop) && (done < tokens || first);) {
-    size_t n = tokens - done < BIN_CHUNK_TOKENS ? (size_t)(tokens - done) : BIN_CHUNK_TOKENS;
+    size_t n = tokens - done < sizes->bin_tokens ? (size_t)(tokens - done) : sizes->bin_tokens;
     uint8_t *data = malloc(n * 2 + 1);
     if (!data) { status = WK_FAIL(WK_ERR_NOMEM, "out of memory reading '%s'", in->path); break; }
-    if (fread(data, 2, n, f) != n) {
+    if (n && (status = blob->read_at(blob, offset + done * 2, n * 2, data)) != WK_OK) {
       free(data);
-      status = ferror(f) ? WK_FAIL_ERRNO("read", in->path)
-                         : WK_FAIL(WK_ERR_FORMAT, "'%s': ends before its %llu tokens (truncated?)", in->path,
-                                   (unsigned long long)tokens);
       break;
     }
     Chunk *c = NULL;
     if ((status = new_chunk(i, data, n * 2, &c)) != WK_OK) { free(data); break; }
+    c->offset = offset + done * 2;
     c->first = first;
     c->last = done + n == tokens;
     c->input_bytes = n * 2 + (first ? offset : 0);
@@ -300,25 +311,37 @@ static WkStatus cut_tokens(const Input *in, uint32_t i, ChunkEmit emit, void *ar
     done += n;
     status = emit(arg, c);
   }
-  fclose(f);
   return status;
+}
+
+static const ChunkSizes CHUNK_SIZES = {.line_bytes = LINE_CHUNK_BYTES, .bin_tokens = BIN_CHUNK_TOKENS,
+                                       .max_line_bytes = MAX_LINE_BYTES};
+
+WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                          void *arg, const atomic_bool *stop) {
+  switch (in->kind) {
+    case INPUT_JSONL:
+    case INPUT_JSONL_ZST: return cut_lines(in, i, blob, sizes, emit, arg, stop);
+    case INPUT_TOKENS_BIN: return cut_tokens(in, i, blob, sizes, emit, arg, stop);
+    case INPUT_TEXT: break;
+  }
+  return WK_FAIL(WK_ERR_INTERNAL, "input kind %d is not cut from a blob", (int)in->kind);
 }
 
 WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
   const Input *in = &inputs[i];
-  switch (in->kind) {
-    case INPUT_TEXT: {
-      Chunk *c = NULL;
-      WK_TRY(new_chunk(i, NULL, 0, &c));
-      c->first = c->last = true;
-      c->input_bytes = in->size;
-      return emit(arg, c);
-    }
-    case INPUT_JSONL:
-    case INPUT_JSONL_ZST: return cut_lines(in, i, emit, arg, stop);
-    case INPUT_TOKENS_BIN: return cut_tokens(in, i, emit, arg, stop);
+  if (in->kind == INPUT_TEXT) { /* one chunk: the worker reads the file */
+    Chunk *c = NULL;
+    WK_TRY(new_chunk(i, NULL, 0, &c));
+    c->first = c->last = true;
+    c->input_bytes = in->size;
+    return emit(arg, c);
   }
-  return WK_FAIL(WK_ERR_INTERNAL, "unknown input kind %d", (int)in->kind);
+  WkBlob *blob = wk_blob_open_file(in->path);
+  if (!blob) return wk_last_status();
+  WkStatus status = convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
+  blob->close(blob);
+  return status;
 }
 
 /* ---- processing (worker threads) ------------------------------------------------------------- */
@@ -456,8 +479,8 @@ static WkStatus process_tokens(const ChunkContext *ctx, const Input *in, Chunk *
     if (t == eos) {
       WK_TRY(end_document(c));
     } else if (t >= vocab) {
-      return WK_FAIL(WK_ERR_FORMAT, "'%s': token %u in a chunk at byte %llu is outside the %s vocabulary (%u); not "
-                     "GPT-2 tokens?", in->path, t, (unsigned long long)k * 2, ctx->tokenizer->name, vocab);
+      return WK_FAIL(WK_ERR_FORMAT, "'%s': token %u at byte %llu is outside the %s vocabulary (%u); not GPT-2 "
+                     "tokens?", in->path, t, (unsigned long long)(c->offset + k * 2), ctx->tokenizer->name, vocab);
     } else {
       c->tokens.data[c->tokens.length++] = t;
     }

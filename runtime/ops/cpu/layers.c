@@ -15,6 +15,7 @@ static size_t row_grain(size_t work_per_row) { return work_per_row >= PARALLEL_G
 typedef struct {
   float *out;
   const int32_t *idx;
+  WkIndexLayout at;
   const float *wte, *wpe;
   size_t T, C;
 } EmbeddingJob;
@@ -22,25 +23,28 @@ typedef struct {
 static void embedding_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   EmbeddingJob *j = ctx;
   for (size_t n = begin; n < end; n++) {
-    const float *token = j->wte + (size_t)j->idx[n] * j->C, *position = j->wpe + (n % j->T) * j->C;
+    int32_t id = j->idx[wk_index_offset(j->at, (int64_t)n)];
+    const float *token = j->wte + (size_t)id * j->C, *position = j->wpe + (n % j->T) * j->C;
     for (size_t c = 0; c < j->C; c++) j->out[n * j->C + c] = token[c] + position[c];
   }
 }
 
-int64_t cpu_embedding_forward(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                              size_t B, size_t T, size_t C, size_t V) {
-  for (size_t n = 0; n < B * T; n++)
-    if (idx[n] < 0 || (size_t)idx[n] >= V) return (int64_t)n;
-  EmbeddingJob job = {out, idx, wte, wpe, T, C};
+int64_t cpu_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
+                              const float *wpe, size_t B, size_t T, size_t C, size_t V) {
+  for (size_t n = 0; n < B * T; n++) {
+    int32_t id = idx[wk_index_offset(idx_layout, (int64_t)n)];
+    if (id < 0 || (size_t)id >= V) return (int64_t)n;
+  }
+  EmbeddingJob job = {out, idx, idx_layout, wte, wpe, T, C};
   parallel_for(B * T, row_grain(C), embedding_rows, &job);
   return -1;
 }
 
 /* Serial: rows scatter into shared token rows, and this is a small part of a step. */
 void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                            size_t B, size_t T, size_t C) {
+                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
   for (size_t n = 0; n < B * T; n++) {
-    float *token = dwte + (size_t)idx[n] * C, *position = dwpe + (n % T) * C;
+    float *token = dwte + (size_t)idx[wk_index_offset(idx_layout, (int64_t)n)] * C, *position = dwpe + (n % T) * C;
     for (size_t c = 0; c < C; c++) {
       token[c] += dout[n * C + c];
       position[c] += dout[n * C + c];

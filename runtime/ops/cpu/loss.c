@@ -12,6 +12,7 @@ typedef struct {
   float *losses, *dlogits;
   const float *logits;
   const int32_t *targets;
+  WkIndexLayout at;
   const uint8_t *mask;
   size_t V;
   float normalizer, dloss;
@@ -28,24 +29,26 @@ static float log_sum_exp(const float *row, size_t V) {
 }
 
 static bool counted(const LossJob *j, size_t n) { return !j->mask || j->mask[n]; }
+static int32_t target(const LossJob *j, size_t n) { return j->targets[wk_index_offset(j->at, (int64_t)n)]; }
 
 static void loss_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   LossJob *j = ctx;
   double sum = 0.0;
   for (size_t n = begin; n < end; n++) {
     const float *row = j->logits + n * j->V;
-    j->losses[n] = counted(j, n) ? (log_sum_exp(row, j->V) - row[j->targets[n]]) / j->normalizer : 0.0f;
+    j->losses[n] = counted(j, n) ? (log_sum_exp(row, j->V) - row[target(j, n)]) / j->normalizer : 0.0f;
     sum += j->losses[n];
   }
   j->partial[chunk] = sum;
 }
 
 int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                  const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                  double *loss_sum) {
+                                  WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                  float normalizer, double *loss_sum) {
+  LossJob job = {.losses = losses, .logits = logits, .targets = targets, .at = targets_layout, .mask = mask, .V = V,
+                 .normalizer = normalizer};
   for (size_t n = 0; n < N; n++)  /* masked-out targets may hold anything (padding, -1) */
-    if ((!mask || mask[n]) && (targets[n] < 0 || (size_t)targets[n] >= V)) return (int64_t)n;
-  LossJob job = {.losses = losses, .logits = logits, .targets = targets, .mask = mask, .V = V, .normalizer = normalizer};
+    if (counted(&job, n) && (target(&job, n) < 0 || (size_t)target(&job, n) >= V)) return (int64_t)n;
   size_t grain = V >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / V, chunks = parallel_chunks(N, grain);
   parallel_for(N, grain, loss_rows, &job);
   double sum = 0.0;
@@ -61,17 +64,18 @@ static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk
     if (!counted(j, n)) continue;
     const float *row = j->logits + n * j->V;
     float lse = log_sum_exp(row, j->V);
+    size_t t = (size_t)target(j, n);
     for (size_t v = 0; v < j->V; v++) {
       float p = expf(row[v] - lse);
-      j->dlogits[n * j->V + v] += weight * (p - ((size_t)j->targets[n] == v ? 1.0f : 0.0f));
+      j->dlogits[n * j->V + v] += weight * (p - (t == v ? 1.0f : 0.0f));
     }
   }
 }
 
 void cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                float dloss) {
-  LossJob job = {.dlogits = dlogits, .logits = logits, .targets = targets, .mask = mask, .V = V,
+                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                float normalizer, float dloss) {
+  LossJob job = {.dlogits = dlogits, .logits = logits, .targets = targets, .at = targets_layout, .mask = mask, .V = V,
                  .normalizer = normalizer, .dloss = dloss};
   parallel_for(N, V >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / V, loss_backward_rows, &job);
 }

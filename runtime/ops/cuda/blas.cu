@@ -10,13 +10,11 @@
 
 #include "common.cuh"
 
-enum { MAX_BLAS_DEVICES = 16 };
-static cublasHandle_t handles[MAX_BLAS_DEVICES];
+static cublasHandle_t handles[MAX_DEVICES];
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static WkStatus handle_for(int device, cublasHandle_t *out) {
-  if (device < 0 || device >= MAX_BLAS_DEVICES)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "cuBLAS: device index %d out of range", device);
+  WK_TRY(check_device(device));
   pthread_mutex_lock(&handles_lock);
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   if (!handles[device]) {

@@ -1,7 +1,7 @@
 /*
- * common.cuh — what every CUDA file of runtime/ops/cuda shares: checked calls that turn CUDA and
- * cuBLAS errors into WkStatus with the decoded message and call site, the current stream, launch
- * sizes, and warp reductions.
+ * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
+ * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, and
+ * device scratch scalars for results read back by the host.
  */
 #ifndef WK_CUDA_COMMON_CUH
 #define WK_CUDA_COMMON_CUH
@@ -9,19 +9,11 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
+#include "../../tensor/cuda/cuda.cuh"
 #include "../ops.h"
 
-enum { THREADS = 256, WARP = 32, WARPS_PER_BLOCK = THREADS / WARP };
-
-#define CUDA_TRY(call)                                                                        \
-  do {                                                                                        \
-    cudaError_t cuda_err_ = (call);                                                           \
-    if (cuda_err_ != cudaSuccess)                                                             \
-      return WK_FAIL(WK_ERR_DEVICE, "%s: %s (%s)", #call, cudaGetErrorString(cuda_err_),      \
-                     cudaGetErrorName(cuda_err_));                                            \
-  } while (0)
+enum { WARP = 32, WARPS_PER_BLOCK = THREADS / WARP };
 
 #define CUBLAS_TRY(call)                                                                      \
   do {                                                                                        \
@@ -29,20 +21,6 @@ enum { THREADS = 256, WARP = 32, WARPS_PER_BLOCK = THREADS / WARP };
     if (cublas_err_ != CUBLAS_STATUS_SUCCESS)                                                 \
       return WK_FAIL(WK_ERR_DEVICE, "%s: %s", #call, cublasGetStatusString(cublas_err_));     \
   } while (0)
-
-/* After a kernel launch: reports a bad configuration or an earlier asynchronous fault. */
-#define LAUNCH_CHECK() CUDA_TRY(cudaGetLastError())
-
-static inline cudaStream_t current_stream(void) {
-  WkStream *s = wk_stream_current();
-  return s && s->device == WK_DEVICE_CUDA ? (cudaStream_t)s->handle : (cudaStream_t)0;
-}
-
-static inline unsigned blocks_for(size_t n, unsigned per_block) {
-  size_t blocks = (n + per_block - 1) / per_block;
-  const size_t limit = 65535u * 16u;  /* grid-stride loops cover the rest */
-  return (unsigned)(blocks == 0 ? 1 : blocks < limit ? blocks : limit);
-}
 
 __device__ inline float warp_sum(float v) {
   for (int offset = WARP / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -63,7 +41,7 @@ struct DeviceScalar {
 
 static inline WkStatus scalar_new(DeviceScalar *s, size_t bytes) {
   CUDA_TRY(cudaGetDevice(&s->device));
-  WK_TRY(wk_cuda_alloc(s->device, bytes, &s->ptr, &s->reserved));
+  WK_TRY(cuda_alloc(s->device, bytes, &s->ptr, &s->reserved));
   CUDA_TRY(cudaMemsetAsync(s->ptr, 0, bytes, current_stream()));
   return WK_OK;
 }
@@ -72,7 +50,7 @@ static inline WkStatus scalar_new(DeviceScalar *s, size_t bytes) {
 static inline WkStatus scalar_read(DeviceScalar *s, void *out, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(out, s->ptr, bytes, cudaMemcpyDeviceToHost, current_stream());
   if (err == cudaSuccess) err = cudaStreamSynchronize(current_stream());
-  wk_cuda_release(s->device, s->ptr, s->reserved);
+  cuda_release(s->device, s->ptr, s->reserved);
   if (err != cudaSuccess) return WK_FAIL(WK_ERR_DEVICE, "reading a device scalar: %s", cudaGetErrorString(err));
   return WK_OK;
 }

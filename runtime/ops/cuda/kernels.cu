@@ -1,4 +1,7 @@
 /*
+ * runtime/ops/cuda — the ops half of the CUDA module: kernels (here) and cuBLAS matmuls (blas.cu),
+ * entered through the module's table (runtime/tensor/cuda_module.h) after ops.c checked the arguments.
+ *
  * kernels.cu — the CUDA mirror of runtime/ops/cpu, kernel for kernel, in fp32 arithmetic.
  *
  * Kept deliberately plain (grid-stride loops, a warp per row for the row reductions, one thread
@@ -90,7 +93,7 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
     sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      wk_cuda_release(sum.device, sum.ptr, sum.reserved);
+      cuda_release(sum.device, sum.ptr, sum.reserved);
       return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -141,11 +144,11 @@ extern "C" WkStatus cuda_adamw(float *param, const float *grad, float *m, float 
 
 /* ---- embedding and layernorm ------------------------------------------------------------------------ */
 
-__global__ static void embedding_forward_kernel(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                                                size_t T, size_t C, size_t V, size_t n, int *bad) {
+__global__ static void embedding_forward_kernel(float *out, const int32_t *idx, WkIndexLayout at, const float *wte,
+                                                const float *wpe, size_t T, size_t C, size_t V, size_t n, int *bad) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
-    int32_t token = idx[row];
+    int32_t token = idx[wk_index_offset(at, (int64_t)row)];
     if (token < 0 || (size_t)token >= V) {
       *bad = 1;
       out[i] = 0.0f;
@@ -163,16 +166,17 @@ static WkStatus check_flag(DeviceScalar *flag, const char *what) {
   return WK_OK;
 }
 
-extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, const float *wte, const float *wpe, size_t B,
-                                           size_t T, size_t C, size_t V) {
+extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
+                                           const float *wpe, size_t B, size_t T, size_t C, size_t V) {
   size_t n = B * T * C;
   DeviceScalar flag;
   WK_TRY(scalar_new(&flag, sizeof(int)));
   if (n) {
-    embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(out, idx, wte, wpe, T, C, V, n, (int *)flag.ptr);
+    embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
+        out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      wk_cuda_release(flag.device, flag.ptr, flag.reserved);
+      cuda_release(flag.device, flag.ptr, flag.reserved);
       return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -180,18 +184,18 @@ extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, const
 }
 
 __global__ static void embedding_backward_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                                                 size_t T, size_t C, size_t n) {
+                                                 WkIndexLayout at, size_t T, size_t C, size_t n) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
-    atomicAdd(&dwte[(size_t)idx[row] * C + c], dout[i]);
+    atomicAdd(&dwte[(size_t)idx[wk_index_offset(at, (int64_t)row)] * C + c], dout[i]);
     atomicAdd(&dwpe[(row % T) * C + c], dout[i]);
   }
 }
 
-extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx, size_t B,
-                                            size_t T, size_t C) {
+extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
+                                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
   size_t n = B * T * C;
-  if (n) LAUNCH(embedding_backward_kernel, n, dwte, dwpe, dout, idx, T, C, n);
+  if (n) LAUNCH(embedding_backward_kernel, n, dwte, dwpe, dout, idx, idx_layout, T, C, n);
   return WK_OK;
 }
 
@@ -337,11 +341,11 @@ __device__ static float row_log_sum_exp(const float *row, size_t V) {
 }
 
 __global__ static void cross_entropy_forward_kernel(float *losses, const float *logits, const int32_t *targets,
-                                                    const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                                    double *loss_sum, int *bad) {
+                                                    WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
+                                                    float normalizer, double *loss_sum, int *bad) {
   size_t n = warp_row();
   if (n >= N) return;
-  int32_t target = targets[n];
+  int32_t target = targets[wk_index_offset(at, (int64_t)n)];
   bool counted = !mask || mask[n];
   if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
     if (lane() == 0) {
@@ -358,18 +362,18 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const float *
 }
 
 extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                               const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                               double *loss_sum) {
+                                               WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                               float normalizer, double *loss_sum) {
   DeviceScalar sum, flag;
   WK_TRY(scalar_new(&sum, sizeof(double)));
   WkStatus status = scalar_new(&flag, sizeof(int));
   if (status != WK_OK) {
-    wk_cuda_release(sum.device, sum.ptr, sum.reserved);
+    cuda_release(sum.device, sum.ptr, sum.reserved);
     return status;
   }
   if (N) {
     cross_entropy_forward_kernel<<<blocks_for(N, WARPS_PER_BLOCK), THREADS, 0, current_stream()>>>(
-        losses, logits, targets, mask, N, V, normalizer, (double *)sum.ptr, (int *)flag.ptr);
+        losses, logits, targets, targets_layout, mask, N, V, normalizer, (double *)sum.ptr, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) status = WK_FAIL(WK_ERR_DEVICE, "cross_entropy kernel: %s", cudaGetErrorString(err));
   }
@@ -379,18 +383,21 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
 }
 
 __global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits, const int32_t *targets,
-                                                     const uint8_t *mask, size_t N, size_t V, float scale) {
+                                                     WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
+                                                     float scale) {
   size_t n = warp_row();
   if (n >= N || (mask && !mask[n])) return;
   const float *row = logits + n * V;
   float lse = row_log_sum_exp(row, V);
+  size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
   for (size_t v = lane(); v < V; v += WARP)
-    dlogits[n * V + v] += scale * (expf(row[v] - lse) - ((size_t)targets[n] == v ? 1.0f : 0.0f));
+    dlogits[n * V + v] += scale * (expf(row[v] - lse) - (target == v ? 1.0f : 0.0f));
 }
 
 extern "C" WkStatus cuda_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                                const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                                float dloss) {
-  if (N) LAUNCH_ROWS(cross_entropy_backward_kernel, N, dlogits, logits, targets, mask, N, V, dloss / normalizer);
+                                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                                float normalizer, float dloss) {
+  if (N) LAUNCH_ROWS(cross_entropy_backward_kernel, N, dlogits, logits, targets, targets_layout, mask, N, V,
+                     dloss / normalizer);
   return WK_OK;
 }

@@ -83,8 +83,7 @@ if not made then
 end
 local batch = loader:next()
 local first_batch = core.now() - t0
-local token_bytes = ffi.istype('int64_t *', batch.tokens) and 8 or ffi.istype('int32_t *', batch.tokens) and 4
-  or error('data_rank.lua: tokens of an unknown type ' .. tostring(ffi.typeof(batch.tokens)))
+local token_bytes = TOKEN_BYTES[batch.dtype] or error('data_rank.lua: tokens of an unknown dtype ' .. tostring(batch.dtype))
 if options.dtype and TOKEN_BYTES[options.dtype] ~= token_bytes then
   print(('unsupported=dtype the loader hands out %d-byte tokens'):format(token_bytes))
   loader:close()

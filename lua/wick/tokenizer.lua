@@ -1,0 +1,129 @@
+-- wick.tokenizer: text <-> token ids, with the C tokenizers of runtime/data/tokenizer/ (Hugging Face
+-- tokenizer.json and tiktoken rank files: byte-level BPE) and the built-in 'bytes'.
+--   local tok = assert(wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' }))
+--   local tok = wick.tokenizer.open('cl100k_base.tiktoken')            -- the encoding from the name
+--   local tok = wick.tokenizer.open('ranks.tiktoken', { pattern = 'o200k' })
+--   tok.name, tok.vocab_size, tok.eos (nil when none), tok.fingerprint (16 hex digits)
+--   local ids, n = tok:encode(text)    -- uint32_t[n] cdata (a reused buffer: copy what you keep)
+--   tok:ids(text)                      -- the same as a Lua table, for the REPL and tests
+--   tok:decode(ids, n) / tok:decode { 1, 2, 3 }  -> string (bytes; UTF-8 when the ids are whole)
+--   tok:token_id('<|endoftext|>')      -- the id of exactly that token, or nil
+--   tok:close()
+local core = require 'wick.core'
+local schema = require 'wick.schema'
+local ffi, C = core.ffi, core.C
+
+local NONE = 0xFFFFFFFF
+local PATTERNS = { 'r50k', 'r50k_base', 'gpt2', 'p50k', 'p50k_base', 'cl100k', 'cl100k_base', 'o200k', 'o200k_base' }
+
+local OPTIONS = schema.define('tokenizer option', {
+  { 'special', 'boolean', default = false,
+    help = 'special tokens written in text become their ids (default: plain text, as encode_ordinary)' },
+  { 'pattern', 'enum', values = PATTERNS, help = "a tiktoken rank file's encoding, when its name does not say" },
+  { 'eos', types = { 'string', 'integer' }, min = 0, max = NONE - 1, help = 'the EOS token, by text or id' },
+})
+
+local Tokenizer = {}
+Tokenizer.__index = Tokenizer
+
+local M = { OPTIONS = OPTIONS }
+
+-- Opens a built-in name or a file. Returns the tokenizer, or nil and a message naming the file and
+-- what is wrong with it; bad options raise.
+function M.open(source, options)
+  if type(source) ~= 'string' then error('wick.tokenizer.open: source must be a string (a file or "bytes")', 2) end
+  local opts = OPTIONS:check(options or {}, 2)
+  local handle = C.wk_tokenizer_open(source, opts.pattern)
+  if handle == nil then return nil, core.last_error() end
+  handle = ffi.gc(handle, C.wk_tokenizer_free)
+  local self = setmetatable({ handle = handle, capacity = 0 }, Tokenizer)
+  if opts.special then core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_SPECIAL, 1), 2) end
+  if opts.eos ~= nil then
+    local id = opts.eos
+    if type(id) == 'string' then
+      id = self:token_id(id)
+      if not id then error(('wick.tokenizer.open: eos %q is not a token of %s'):format(opts.eos, source), 2) end
+    end
+    core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_EOS, id), 2)
+  end
+  self.name = ffi.string(C.wk_tokenizer_name(handle))
+  self.vocab_size = tonumber(C.wk_tokenizer_vocab_size(handle))
+  local eos = tonumber(C.wk_tokenizer_eos(handle))
+  self.eos = eos ~= NONE and eos or nil
+  self.fingerprint = ('%016x'):format(C.wk_tokenizer_fingerprint(handle))
+  return self
+end
+
+local function live(self)
+  if not self.handle then error('wick.tokenizer: the tokenizer is closed', 3) end
+  return self.handle
+end
+
+function Tokenizer:close()
+  if self.handle then
+    C.wk_tokenizer_free(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
+
+local count_box = ffi.new('size_t[1]')
+
+local function reserve(self, n)
+  if self.capacity < n then self.buffer, self.capacity = ffi.new('uint32_t[?]', n), n end
+end
+
+-- ids of text as uint32_t[n] (this tokenizer's buffer, reused by the next call) and n.
+function Tokenizer:encode(text)
+  if type(text) ~= 'string' then error('wick.tokenizer: encode needs a string', 2) end
+  local handle = live(self)
+  reserve(self, 2 * #text + 1) -- enough unless NFC lengthens the text (wick.h)
+  local status = C.wk_tokenizer_encode(handle, text, #text, self.buffer, self.capacity, count_box)
+  if status ~= 0 and tonumber(count_box[0]) > self.capacity then
+    reserve(self, tonumber(count_box[0]))
+    status = C.wk_tokenizer_encode(handle, text, #text, self.buffer, self.capacity, count_box)
+  end
+  core.check(status, 2)
+  return self.buffer, tonumber(count_box[0])
+end
+
+function Tokenizer:ids(text)
+  local buffer, n = self:encode(text)
+  local out = {}
+  for i = 1, n do out[i] = buffer[i - 1] end
+  return out
+end
+
+-- Bytes of ids: a uint32_t array with its count, or a Lua table of numbers.
+function Tokenizer:decode(ids, n)
+  local handle = live(self)
+  if type(ids) == 'table' then
+    n = #ids
+    local array = ffi.new('uint32_t[?]', math.max(n, 1))
+    for i = 1, n do
+      local id = ids[i]
+      if type(id) ~= 'number' or id < 0 or id >= NONE or id ~= math.floor(id) then
+        error(('wick.tokenizer: decode: ids[%d] = %s is not a token id'):format(i, tostring(id)), 2)
+      end
+      array[i - 1] = id
+    end
+    ids = array
+  elseif type(n) ~= 'number' then
+    error('wick.tokenizer: decode needs a table of ids, or a uint32_t array and its count', 2)
+  end
+  local capacity = 64 * n + 64
+  for _ = 1, 2 do
+    local out = ffi.new('char[?]', capacity)
+    local status = C.wk_tokenizer_decode(handle, ids, n, out, capacity, count_box)
+    if status == 0 then return ffi.string(out, count_box[0]) end
+    if tonumber(count_box[0]) <= capacity then core.check(status, 2) end
+    capacity = tonumber(count_box[0])
+  end
+  error('wick.tokenizer: decode: the output kept growing', 2)
+end
+
+function Tokenizer:token_id(text)
+  local id = tonumber(C.wk_tokenizer_token_id(live(self), text, #text))
+  return id ~= NONE and id or nil
+end
+
+return M

@@ -1,0 +1,95 @@
+/*
+ * cuda_module.c — loads the CUDA module (build/libwick_cuda.so) on first use and fills its table.
+ *
+ * wk_cuda_device_count() is the gate: without an NVIDIA device node (/dev/nvidiactl) or with
+ * WICK_CUDA=0 nothing is loaded, so CPU runs never map cudart or cuBLAS. Otherwise the module is
+ * opened from next to libwick.so (or WICK_CUDA_LIB) and every entry of cuda_module.h is resolved
+ * once; a module that lacks one is not used at all. A missing module or driver is a device count of
+ * 0 with the reason logged at info level. In a build without nvcc the same table holds only the
+ * stand-ins, so callers need no #ifdef.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_module.h"
+
+#ifdef WK_HAVE_CUDA
+static const char MODULE_NAME[] = "libwick_cuda.so";
+#endif
+
+/* Callers add what they were doing ("cuda:0 tensor: ..."). */
+static WkStatus unavailable(void) {
+#ifdef WK_HAVE_CUDA
+  return WK_FAIL(WK_ERR_UNSUPPORTED, "the CUDA backend is not available (no NVIDIA device, WICK_CUDA=0, or %s "
+                 "could not be loaded; WICK_LOG=info says why)", MODULE_NAME);
+#else
+  return WK_FAIL(WK_ERR_UNSUPPORTED, "this libwick was built without CUDA (rebuild with nvcc on PATH)");
+#endif
+}
+
+/* The stand-ins, one per entry: fail, report no device, or do nothing, by the return type. */
+#define STAND_IN_RESULT_WkStatus(name) return unavailable();
+#define STAND_IN_RESULT_int(name) return 0;
+#define STAND_IN_RESULT_void(name)
+#define DEFINE_STAND_IN(ret, name, params) \
+  static ret stand_in_##name params { STAND_IN_RESULT_##ret(#name) }
+WK_CUDA_MODULE_FUNCTIONS(DEFINE_STAND_IN)
+#undef DEFINE_STAND_IN
+
+static WkCudaModule table = {
+#define STAND_IN_ENTRY(ret, name, params) .name = stand_in_##name,
+    WK_CUDA_MODULE_FUNCTIONS(STAND_IN_ENTRY)
+#undef STAND_IN_ENTRY
+};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+#ifdef WK_HAVE_CUDA
+static const char DEVICE_NODE[] = "/dev/nvidiactl";
+enum { SYMBOL_CAPACITY = 64 };
+
+static bool resolve(void *module, const char *name, void **out) {
+  char symbol[SYMBOL_CAPACITY];
+  snprintf(symbol, sizeof symbol, "cuda_%s", name);
+  *out = dlsym(module, symbol);
+  if (!*out) wk_logf(WK_LOG_WARN, "CUDA module lacks %s: using the CPU backend (rebuild: make)", symbol);
+  return *out != NULL;
+}
+
+static void load_module(void) {
+  const char *env = getenv("WICK_CUDA");
+  if (env && strcmp(env, "0") == 0) return;
+  if (access(DEVICE_NODE, F_OK) != 0) return; /* no NVIDIA driver: nothing to load */
+  char path[PATH_MAX];
+  wk_module_path(MODULE_NAME, "WICK_CUDA_LIB", path, sizeof path);
+  void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!module) {
+    wk_logf(WK_LOG_INFO, "CUDA backend not loaded (%s): using the CPU backend", dlerror());
+    return;
+  }
+  WkCudaModule found;
+  bool ok = true;
+#define RESOLVE(ret, name, params) ok = ok && resolve(module, #name, (void **)&found.name);
+  WK_CUDA_MODULE_FUNCTIONS(RESOLVE)
+#undef RESOLVE
+  if (!ok) {
+    dlclose(module);
+    return;
+  }
+  table = found; /* the module stays loaded for the life of the process */
+}
+#else
+static void load_module(void) {}
+#endif
+
+const WkCudaModule *wk_cuda(void) {
+  pthread_once(&load_once, load_module);
+  return &table;
+}
+
+int wk_cuda_device_count(void) { return wk_cuda()->device_count(); }

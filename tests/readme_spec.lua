@@ -1,0 +1,91 @@
+-- Every shell command the README shows runs as written: each line of its ```sh blocks, in the
+-- order they appear, from the checkout, must exit 0. Commands a test machine cannot run are skipped,
+-- each named here with the reason.
+local helper = require 'helper'
+local q = helper.shell_quote
+
+local SKIPPED = {
+  { '^make test$', 'runs this suite: it would run itself' },
+  { '^%./run %-%-nnodes 2 ', 'needs a second host (tests/multinode_spec.lua runs two in network namespaces)' },
+  -- The remote recipe: tests/remote_spec.lua and tests/s3_spec.lua run these lines against a real nginx
+  -- and moto, with the example hosts and the reader's corpus/ replaced by theirs.
+  { '^%./run %-m wick%.shard corpus/ ', "converts the reader's own corpus/ (remote_spec.lua: a generated one)" },
+  { 'https://data%.example%.org', 'needs the example server (remote_spec.lua: a local nginx)' },
+  { 's3://team%-bucket', 'needs the example bucket (s3_spec.lua: moto)' },
+}
+
+-- The line without a trailing `# comment` (a # after a space, outside quotes).
+local function strip_comment(line)
+  local quote
+  for i = 1, #line do
+    local c = line:sub(i, i)
+    if quote then
+      if c == quote then quote = nil end
+    elseif c == "'" or c == '"' then
+      quote = c
+    elseif c == '#' and (i == 1 or line:sub(i - 1, i - 1):match('%s')) then
+      return line:sub(1, i - 1)
+    end
+  end
+  return line
+end
+
+-- The commands of the README's sh code blocks, in order; a line ending in \ continues.
+local function commands(readme)
+  local found, block, pending = {}, nil, ''
+  for line in (readme .. '\n'):gmatch('([^\n]*)\n') do
+    local fence, info = line:match('^%s*(```+)%s*(%S*)')
+    if fence then
+      block = not block and info or nil
+    elseif block == 'sh' then
+      local text = strip_comment(line):gsub('^%s+', ''):gsub('%s+$', '')
+      if text:sub(-1) == '\\' then
+        pending = pending .. text:sub(1, -2)
+      elseif pending .. text ~= '' then
+        found[#found + 1] = pending .. text
+        pending = ''
+      end
+    end
+  end
+  return found
+end
+
+local function skip_of(command)
+  for _, skip in ipairs(SKIPPED) do
+    if command:match(skip[1]) then return skip end
+  end
+end
+
+describe('README', function()
+  local readme = helper.read_file(helper.ROOT .. '/README.md')
+
+  it('finds the commands of its sh blocks (and only shell in them)', function()
+    local list = commands(readme)
+    assert.is_true(#list >= 10, #list .. ' commands')
+    for _, command in ipairs(list) do
+      assert.matches('^[%./]*[%w]', command) -- a program, not a prompt, output or placeholder
+      assert.is_nil(command:find('[<>%[%]]%u') or command:find('%f[%w]N%f[%W]'), 'placeholder in: ' .. command)
+    end
+  end)
+
+  it('runs every command as written, from the checkout (the skipped ones named above)', function()
+    -- `make demo` builds what later commands read (build/demo/data), with the build under test's
+    -- switches: the suite's make passes them down, and a direct run of the suite gets them here.
+    local sanitize = require('wick').build_info().build_flags:find('asan') and 'SANITIZE=1 ' or ''
+    local home = helper.tmpdir()
+    local ran, used = 0, {}
+    for _, command in ipairs(commands(readme)) do
+      local skip = skip_of(command)
+      if skip then
+        used[skip] = true
+      else
+        local r = helper.sh(('cd %s && env HOME=%s %s%s < /dev/null'):format(q(helper.ROOT), q(home), sanitize, command))
+        assert.are.equal(0, r.rc, ('`%s` exited %s:\n%s'):format(command, tostring(r.rc), r.err:sub(-2000)))
+        ran = ran + 1
+      end
+    end
+    helper.rmtree(home)
+    for _, skip in ipairs(SKIPPED) do assert.is_true(used[skip], 'no README command is skipped for ' .. skip[1]) end
+    assert.is_true(ran >= 10, ran .. ' commands ran')
+  end)
+end)
