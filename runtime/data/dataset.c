@@ -108,8 +108,12 @@ static WkStatus read_index(WkDataset *ds, const char *index_path, const WkRemote
                            size_t *length) {
   if (!wk_blob_is_remote(index_path)) return read_whole(index_path, text, length);
   WK_TRY(wk_remote_open(remote, &ds->remote));
-  int64_t transfers = remote ? remote->max_transfers : WK_REMOTE_MAX_TRANSFERS_DEFAULT;
-  ds->opener_limit = transfers < OPENER_THREADS_MAX ? (uint32_t)transfers : OPENER_THREADS_MAX;
+  WkRemoteOptions defaults;
+  wk_remote_options_default(&defaults);
+  const WkRemoteOptions *o = remote ? remote : &defaults;
+  /* No prefetch budget, no read-ahead: the openers would open shards only for the blob to drop it. */
+  int64_t openers = o->prefetch_bytes == 0 ? 0 : o->max_transfers;
+  ds->opener_limit = openers < OPENER_THREADS_MAX ? (uint32_t)openers : OPENER_THREADS_MAX;
   return wk_remote_fetch_index(ds->remote, index_path, MAX_INDEX_BYTES, text, length, ds->identity);
 }
 
@@ -558,7 +562,8 @@ static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint6
  * transfer, up to OPENER_THREADS_MAX: more would only wait in the fetch engine), which open such shards in
  * parallel and then pass the advice on to the blob (its prefetch). Advice is a hint: when the queue is
  * full or a thread cannot start it is dropped (the read itself fetches what it needs), and closing the
- * dataset drops what is queued, then waits for the shards being opened. */
+ * dataset drops what is queued, then waits for the shards being opened. With prefetch_bytes 0 there is
+ * no read-ahead of remote data at all. */
 
 typedef struct {
   uint32_t shard;
@@ -614,7 +619,7 @@ WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64
     pthread_mutex_lock(&ds->lock);
     bool open = ds->shards[shard] != NULL;
     pthread_mutex_unlock(&ds->lock);
-    if (!open && advise_later(ds, shard, begin, end)) return WK_OK;
+    if (!open && (ds->opener_limit == 0 || advise_later(ds, shard, begin, end))) return WK_OK;
   }
   return advise_open(ds, shard, begin, end, advice);
 }
