@@ -5,8 +5,13 @@
  *
  * Locks: the usage counter is changed under an in-process mutex plus an flock on v1/usage (flock
  * alone does not exclude threads sharing one open file). Nothing under that lock waits on the network.
- * Claims are flocks on files of their own, one open file per claim, so they exclude threads of one
- * process as well as other processes. The cache directory must be on a local file system (flock).
+ * Claims are write locks on one byte each of v1/claims (open file description locks, F_OFD_SETLK: the
+ * byte is a hash of the entry's key, far past the file's end, so the file stays empty), one open file
+ * per claim, so they exclude threads of one process as well as other processes, and the kernel drops
+ * them when their holder dies. No file is created or removed per claim: on a busy ext4, allocating an
+ * inode costs more than fetching a block over loopback, and a claim file per range doubled that (two
+ * keys hashing to one byte only make one wait for the other's download). The cache directory must be on
+ * a local file system (flock, record locks).
  *
  * Not fsync'ed: a crash of the process never exposes a partial entry (rename), and after a power loss a
  * damaged entry fails its block checksum, is forgotten and fetched again.
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../core/shared.h" /* wk_process_alive */
+#include "../shard.h"          /* wk_hash64 */
 #include "remote.h"
 
 #define EVICT_LOW_WATER 0.9        /* an eviction frees down to this share of the budget */
@@ -32,18 +38,20 @@
 #define WAIT_MAX_NS 10000000ull    /* ... up to 10 ms */
 enum {
   USAGE_BYTES = 8,                 /* v1/usage: a little-endian u64 */
-  CLAIM_ATTEMPTS = 8,              /* a claim file replaced under us is retried this often */
   SCAN_DEPTH = 8,                  /* v1/data/<hash>/<shard>/<entry>: deeper is not ours */
 };
 static const char LAYOUT[] = "v1";
 static const char USAGE_FILE[] = "usage";
-static const char CLAIM_SUFFIX[] = ".claim";
+static const char CLAIMS_FILE[] = "claims";
+#define CLAIM_SLOTS (1ull << 62)   /* bytes of v1/claims a key may hash to (below OFF_MAX) */
 static const char TEMP_SUFFIX[] = ".tmp";
 
 struct WkDiskCache {
   char root[WK_DISK_PATH_CAPACITY];
+  char claims_path[WK_DISK_PATH_CAPACITY];
   uint64_t budget;
   int usage_fd;
+  int claims_fd;        /* v1/claims, for asking whether a claim is held (never locked through) */
   pthread_mutex_t lock;
   uint64_t full_at;     /* the counter after a scan found nothing it may evict (0: none) */
   _Atomic uint64_t evicted, temp_serial;
@@ -170,7 +178,7 @@ static void scan_dir(Scan *s, const char *dir, int depth) {
       s->total += USAGE_BYTES;
       continue;
     }
-    if (has_suffix(e->d_name, CLAIM_SUFFIX)) continue;
+    if (depth == 0 && strcmp(e->d_name, CLAIMS_FILE) == 0) continue; /* empty: its locks are the claims */
     if (has_suffix(e->d_name, TEMP_SUFFIX)) {
       if (temp_is_orphan(e->d_name) && unlink(path) == 0) continue;
       s->total += (uint64_t)st.st_size; /* being written: counted, never evicted */
@@ -232,18 +240,23 @@ WkStatus wk_disk_cache_open(const char *dir, uint64_t budget, WkDiskCache **out)
   *out = NULL;
   WkDiskCache *c = wk_calloc(1, sizeof *c, "disk cache");
   if (!c) return wk_last_status();
-  c->usage_fd = -1;
+  c->usage_fd = c->claims_fd = -1;
   c->budget = budget;
   pthread_mutex_init(&c->lock, NULL);
   WkStatus status = WK_OK;
   char usage_path[WK_DISK_PATH_CAPACITY];
   int n = snprintf(c->root, sizeof c->root, "%s/%s", dir, LAYOUT);
-  if (n < 0 || n >= (int)sizeof c->root || snprintf(usage_path, sizeof usage_path, "%s/%s", c->root, USAGE_FILE) >= (int)sizeof usage_path)
+  if (n < 0 || n >= (int)sizeof c->root || snprintf(usage_path, sizeof usage_path, "%s/%s", c->root, USAGE_FILE) >= (int)sizeof usage_path ||
+      snprintf(c->claims_path, sizeof c->claims_path, "%s/%s", c->root, CLAIMS_FILE) >= (int)sizeof c->claims_path)
     status = WK_FAIL(WK_ERR_INVALID_ARG, "cache_dir '%s' is too long", dir);
   if (status == WK_OK) status = make_parents(usage_path);
   if (status == WK_OK) {
     c->usage_fd = open(usage_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->usage_fd < 0) status = WK_FAIL_ERRNO("open the cache's usage file (is cache_dir writable?)", usage_path);
+  }
+  if (status == WK_OK) {
+    c->claims_fd = open(c->claims_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->claims_fd < 0) status = WK_FAIL_ERRNO("open the cache's claims file (is cache_dir writable?)", c->claims_path);
   }
   if (status == WK_OK) {
     lock_usage(c);
@@ -265,6 +278,7 @@ WkStatus wk_disk_cache_open(const char *dir, uint64_t budget, WkDiskCache **out)
 void wk_disk_cache_close(WkDiskCache *c) {
   if (!c) return;
   if (c->usage_fd >= 0) close(c->usage_fd);
+  if (c->claims_fd >= 0) close(c->claims_fd);
   pthread_mutex_destroy(&c->lock);
   free(c);
 }
@@ -292,52 +306,47 @@ bool wk_disk_cache_has(WkDiskCache *c, const char *key) {
   return entry_path(c, key, NULL, path) == WK_OK && access(path, F_OK) == 0;
 }
 
+/* The byte of v1/claims that stands for key. */
+static struct flock claim_byte(const char *key, short type) {
+  return (struct flock){.l_type = type, .l_whence = SEEK_SET,
+                        .l_start = (off_t)(wk_hash64(key, strlen(key)) % CLAIM_SLOTS), .l_len = 1};
+}
+
 WkStatus wk_disk_cache_claim(WkDiskCache *c, const char *key, WkDiskClaim *claim, bool *owned) {
   *owned = false;
   claim->fd = -1;
-  WK_TRY(entry_path(c, key, CLAIM_SUFFIX, claim->path));
-  WK_TRY(make_parents(claim->path));
-  for (int attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-    int fd = open(claim->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return WK_FAIL_ERRNO("create cache claim", claim->path);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      int e = errno;
-      close(fd);
-      if (e == EWOULDBLOCK) return WK_OK; /* someone downloads it */
-      errno = e;
-      return WK_FAIL_ERRNO("lock cache claim", claim->path);
-    }
-    /* The holder before us unlinks the file when done: the lock must be on the file the name is now. */
-    struct stat held, named;
-    if (fstat(fd, &held) == 0 && stat(claim->path, &named) == 0 && held.st_ino == named.st_ino &&
-        held.st_dev == named.st_dev) {
-      claim->fd = fd;
-      *owned = true;
-      return WK_OK;
-    }
+  if (!key_is_safe(key)) return WK_FAIL(WK_ERR_INTERNAL, "cache key '%s' is not a plain relative name", key);
+  int fd = open(c->claims_path, O_RDWR | O_CLOEXEC); /* its own open file: a lock apart from every other */
+  if (fd < 0) return WK_FAIL_ERRNO("open the cache's claims file", c->claims_path);
+  struct flock lock = claim_byte(key, F_WRLCK);
+  if (fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    int e = errno;
     close(fd);
+    if (e == EAGAIN || e == EACCES) return WK_OK; /* someone downloads it */
+    errno = e;
+    return WK_FAIL_ERRNO("lock a byte of the cache's claims file (F_OFD_SETLK)", c->claims_path);
   }
-  return WK_OK; /* it keeps changing hands: treat as held */
+  claim->fd = fd;
+  *owned = true;
+  return WK_OK;
 }
 
 void wk_disk_cache_release(WkDiskCache *c, WkDiskClaim *claim) {
   (void)c;
   if (claim->fd < 0) return;
-  unlink(claim->path);
-  close(claim->fd);
+  close(claim->fd); /* drops the lock */
   claim->fd = -1;
 }
 
 bool wk_disk_cache_wait(WkDiskCache *c, const char *key, uint64_t deadline_ns) {
-  char path[WK_DISK_PATH_CAPACITY];
-  if (entry_path(c, key, CLAIM_SUFFIX, path) != WK_OK) return true;
   uint64_t sleep_ns = WAIT_FIRST_NS;
   for (;;) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return true; /* released (unlinked) */
-    bool free_now = flock(fd, LOCK_SH | LOCK_NB) == 0; /* or its holder died */
-    close(fd);
-    if (free_now) return true;
+    struct flock lock = claim_byte(key, F_WRLCK);
+    if (fcntl(c->claims_fd, F_OFD_GETLK, &lock) != 0) {
+      wk_logf(WK_LOG_DEBUG, "cache claims '%s': F_OFD_GETLK: %s (not waiting)", c->claims_path, strerror(errno));
+      return true;
+    }
+    if (lock.l_type == F_UNLCK) return true; /* released, or its holder died */
     if (wk_now_ns() >= deadline_ns) return false;
     struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)sleep_ns};
     nanosleep(&ts, NULL);

@@ -26,6 +26,7 @@
  *
  * The on-disk cache (diskcache.c). Layout under cache_dir:
  *   v1/usage                        the bytes the cache holds (a counter), flock'ed by whoever changes it
+ *   v1/claims                       empty; its bytes' record locks are the download claims (below)
  *   v1/index/<hash of URL>          an index as last fetched, with its ETag / Last-Modified
  *   v1/data/<index hash>/<shard>/<offset>-<length>   the bytes [offset, offset+length) of a shard
  * Data is content-addressed by the dataset's identity, the XXH3-128 of its index text: another version
@@ -35,10 +36,12 @@
  * pid) and renamed into place: a crash never leaves a partial file under an entry's name.
  *
  * Sharing: the local ranks of a node share one cache directory and download each range once. Before a
- * download, a process claims the range: it creates `<entry>.claim` and takes an exclusive flock on it
- * (non-blocking). A process that finds the claim taken waits (polling, bounded by the request's time
- * budget) until the holder releases it or dies (the kernel drops a dead process's locks), then reads the
- * entry the holder stored. A claim is dropped after the entry is renamed into place. Why flock and not a
+ * download, a process claims the range: it takes a write lock, without waiting, on the byte of
+ * v1/claims that a hash of the entry's key names (an open file description lock: it excludes other
+ * threads too, and no file is made per claim). A process that finds the claim taken waits (polling,
+ * bounded by the request's time budget) until the holder releases it or dies (the kernel drops a dead
+ * process's locks), then reads the entry the holder stored. A claim is dropped after the entry is
+ * renamed into place. Why flock and not a
  * node-local leader: there is nothing to elect or hand over when a rank dies, and ranks of different jobs
  * that share the cache coordinate the same way.
  *
@@ -216,8 +219,7 @@ enum { WK_DISK_PATH_CAPACITY = 4096 };
 
 typedef struct WkDiskCache WkDiskCache;
 typedef struct {
-  int fd;
-  char path[WK_DISK_PATH_CAPACITY];
+  int fd;  /* an open file of v1/claims holding the key's lock byte; -1: none */
 } WkDiskClaim;
 
 /* Opens (creating) the cache under dir with a budget in bytes. */
