@@ -236,6 +236,7 @@ tokenizers: all
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
   $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c convert/convert_input.c) \
+  runtime/data/convert/remote_input.c $(sort $(wildcard runtime/data/remote/*.c)) \
   $(sort $(wildcard runtime/data/tokenizer/*.c)) $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)

@@ -175,6 +175,50 @@ describe("the README's remote commands", function()
   end)
 end)
 
+describe('converter inputs at URLs', function()
+  it('are streamed by range and make the same shards as the local files; a missing one is named', function()
+    local root = helper.tmpdir()
+    assert(os.execute(('mkdir -p %s/in'):format(q(root))) == 0)
+    -- ~3 MB of lines: the converter reads them in 1 MiB pieces, so by several Range requests
+    local lines = {}
+    for i, doc in ipairs(data_helper.documents(6000, 500, 5)) do
+      lines[i] = ('{"text": "%s"}'):format(doc:gsub('[\\"]', ''):gsub('%c', ' '))
+    end
+    helper.write_file(root .. '/in/a.jsonl', table.concat(lines, '\n') .. '\n')
+    helper.write_file(root .. '/in/b.txt', data_helper.documents(1, 3000, 6)[1])
+    local server = nginx.start(root)
+    local cache = helper.tmpdir()
+    local function convert(a, b, out)
+      return helper.sh(('%s %s -m wick.shard %s %s -o %s --shard-size 200000 -q'):format(with_cache(cache),
+        q(helper.RUN), q(a), q(b), q(root .. '/' .. out)))
+    end
+    local here = convert(root .. '/in/a.jsonl', root .. '/in/b.txt', 'local')
+    assert.are.equal(0, here.rc, here.err)
+    server:clear_log()
+    local there = convert(server.url .. '/in/a.jsonl', server.url .. '/in/b.txt', 'remote')
+    assert.are.equal(0, there.rc, there.err)
+    local shards = helper.sh(('cd %s/local && ls *.wks'):format(q(root))).out
+    assert.is_true(#helper.lines(shards) > 2, shards)
+    for _, name in ipairs(helper.lines(shards)) do
+      assert.are.equal(helper.read_file(root .. '/local/' .. name), helper.read_file(root .. '/remote/' .. name), name)
+    end
+    local ranges = 0
+    for _, request in ipairs(server:requests()) do
+      assert.is_truthy(request.range, 'no input is fetched whole: ' .. request.uri)
+      assert.are.equal(206, request.status)
+      if request.uri == '/in/a.jsonl' then ranges = ranges + 1 end
+    end
+    assert.is_true(ranges >= 4, ranges .. ' requests for a.jsonl') -- its size, then its pieces
+    local missing = convert(server.url .. '/in/a.jsonl', server.url .. '/in/nothing.jsonl', 'missing')
+    assert.are_not.equal(0, missing.rc)
+    assert.matches(server.url .. '/in/nothing.jsonl', missing.err, 1, true)
+    assert.matches('HTTP 404', missing.err, 1, true)
+    server:stop()
+    helper.rmtree(cache)
+    helper.rmtree(root)
+  end)
+end)
+
 describe('a remote dataset over HTTPS', function()
   local root, server
   setup(function()

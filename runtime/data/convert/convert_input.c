@@ -40,7 +40,7 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static InputKind kind_of(const char *path) {
+InputKind convert_input_kind(const char *path) {
   if (ends_with(path, ".jsonl.zst") || ends_with(path, ".ndjson.zst")) return INPUT_JSONL_ZST;
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return INPUT_JSONL;
   if (ends_with(path, ".bin")) return INPUT_TOKENS_BIN;
@@ -87,7 +87,7 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
     }
     char *copy = strdup(path);
     if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory listing inputs");
-    (*inputs)[(*count)++] = (Input){.path = copy, .kind = kind_of(path), .size = (uint64_t)st.st_size};
+    (*inputs)[(*count)++] = (Input){.path = copy, .kind = convert_input_kind(path), .size = (uint64_t)st.st_size};
     return WK_OK;
   }
   if (!S_ISDIR(st.st_mode))
@@ -337,7 +337,7 @@ WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void
     c->input_bytes = in->size;
     return emit(arg, c);
   }
-  WkBlob *blob = wk_blob_open_file(in->path);
+  WkBlob *blob = convert_open_input(in);
   if (!blob) return wk_last_status();
   WkStatus status = convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
   blob->close(blob);
@@ -422,7 +422,7 @@ static WkStatus split_text(const ChunkContext *ctx, Chunk *c, const uint8_t *tex
 }
 
 static WkStatus process_text(const ChunkContext *ctx, const Input *in, Chunk *c) {
-  WkBlob *src = wk_blob_open_file(in->path);
+  WkBlob *src = convert_open_input(in);
   if (!src) return wk_last_status();
   WkStatus status = WK_OK;
   uint8_t *copy = NULL;

@@ -574,6 +574,23 @@ WkBlob *wk_remote_blob_open(WkRemote *r, const char *location, uint64_t size, co
   return &b->base;
 }
 
+/* ---- an object's size ---------------------------------------------------------------------------- */
+
+WkStatus wk_remote_object_size(WkRemote *r, const char *location, uint64_t *size) {
+  Target *t = NULL;
+  WK_TRY(target_new(r, location, WK_FETCH_SIZE_UNKNOWN, &t));
+  uint8_t first;
+  WkFetchRequest request = {.target = &t->target, .offset = 0, .length = 1, .dst = &first};
+  WkStatus status = wk_fetch_run(r->fetch, &request);
+  if (status != WK_OK) status = WK_FAIL(status, "%s", request.error);
+  else if (request.total == WK_FETCH_SIZE_UNKNOWN)
+    status = WK_FAIL(WK_ERR_NETWORK, "GET '%s' bytes 0-0: the answer gave no size (Content-Range 'bytes 0-0/*'); "
+                                     "the server must report an object's size to read it by range", t->target.name);
+  else *size = request.total;
+  target_unref(r, t);
+  return status;
+}
+
 /* ---- the index ------------------------------------------------------------------------------------ */
 
 typedef struct {

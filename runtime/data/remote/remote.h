@@ -61,7 +61,8 @@
  * remote index has another hash, so its shards are cached apart. When the server cannot be reached at
  * all, a cached index is used with a warning, so a warm cache runs without a network.
  *
- * Internal header of runtime/data/remote; dataset.c and the converter are its users.
+ * Internal header of runtime/data/remote; dataset.c and the converter (convert/remote_input.c) are its
+ * users.
  */
 #ifndef WK_DATA_REMOTE_H
 #define WK_DATA_REMOTE_H
@@ -260,6 +261,9 @@ WkStatus wk_remote_fetch_index(WkRemote *r, const char *location, uint64_t max_b
  * relative directory such as "data/<identity>/<shard>"), or uncached when cache_key is NULL. */
 WkBlob *wk_remote_blob_open(WkRemote *r, const char *location, uint64_t size, const char *cache_key);
 void wk_remote_stats(WkRemote *r, WkRemoteStats *out);
+/* The size of the object at `location` (http, https or s3), from the Content-Range of a one-byte Range
+ * request (an empty object cannot be read by range: the server's 416 is the error). */
+WkStatus wk_remote_object_size(WkRemote *r, const char *location, uint64_t *size);
 
 #ifdef __cplusplus
 }
