@@ -26,6 +26,11 @@ describe('an S3 dataset', function()
     assert(os.execute('mkdir -p ' .. q(root .. '/upload/corpus')) == 0)
     data_helper.make_dataset(root .. '/upload/corpus/web', data_helper.documents(1200, 60, 5),
       { shard_size = 20000, block_size = 512, compression = 'zstd' })
+    -- converter inputs: two text files and a hidden one (skipped, as in a directory)
+    assert(os.execute('mkdir -p ' .. q(root .. '/upload/inputs/sub')) == 0)
+    helper.write_file(root .. '/upload/inputs/a.txt', data_helper.documents(1, 4000, 3)[1])
+    helper.write_file(root .. '/upload/inputs/sub/b.txt', data_helper.documents(1, 4000, 4)[1])
+    helper.write_file(root .. '/upload/inputs/.hidden.txt', 'not an input')
     local r = helper.sh(('%s %s/tests/helpers/s3_server.py %s %s %s > %s/server.log 2>&1 & echo $!'):format(q(PYTHON),
       q(helper.ROOT), q(root .. '/ready'), BUCKET, q(root .. '/upload'), q(root)))
     pid = tonumber(r.out:match('%d+'))
@@ -104,6 +109,22 @@ describe('an S3 dataset', function()
       end
     end
     assert.are.equal(1, ran)
+    helper.rmtree(cache)
+  end)
+
+  it('converts every object under an s3:// prefix, as the same files in a directory', function()
+    local cache = helper.tmpdir()
+    local here = helper.run(('-m wick.shard %s -o %s -q'):format(q(root .. '/upload/inputs'), q(root .. '/conv-local')))
+    assert.are.equal(0, here.rc, here.err)
+    local there = helper.sh(('%s %s -m wick.shard s3://%s/inputs/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
+      q(root .. '/conv-s3')))
+    assert.are.equal(0, there.rc, there.err)
+    local shard = '/shard-00000.wks'
+    assert.are.equal(helper.read_file(root .. '/conv-local' .. shard), helper.read_file(root .. '/conv-s3' .. shard))
+    local empty = helper.sh(('%s %s -m wick.shard s3://%s/nothing/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
+      q(root .. '/conv-none')))
+    assert.are_not.equal(0, empty.rc)
+    assert.matches(('s3://%s/nothing/'):format(BUCKET) .. "': no objects under this prefix", empty.err, 1, true)
     helper.rmtree(cache)
   end)
 

@@ -170,7 +170,8 @@ WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
   if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
   size_t before = cv->input_count;
   if (wk_blob_is_remote(path))
-    WK_TRY(convert_add_remote_input(&cv->remote, path, &cv->inputs, &cv->input_count, &cv->input_capacity));
+    WK_TRY(convert_add_remote_input(&cv->remote, path, (const char *const *)cv->include, &cv->inputs, &cv->input_count,
+                                    &cv->input_capacity));
   else
     WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, cv->out_dir, &cv->inputs, &cv->input_count,
                                &cv->input_capacity));

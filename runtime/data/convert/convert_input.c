@@ -58,7 +58,7 @@ typedef struct {
 
 /* Files met while walking a directory are kept when their name matches one of the patterns (all
  * are kept without patterns); files named on the command line always are. */
-static bool wanted(const char *path, const char *const *patterns) {
+bool convert_input_wanted(const char *path, const char *const *patterns) {
   if (!patterns || !patterns[0]) return true;
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
@@ -77,7 +77,7 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
     return WK_OK;
   }
   if (S_ISREG(st.st_mode)) {
-    if (depth > 0 && !wanted(path, opt->patterns)) return WK_OK;
+    if (depth > 0 && !convert_input_wanted(path, opt->patterns)) return WK_OK;
     if (*count == *capacity) {
       size_t cap = *capacity ? *capacity * 2 : 64;
       Input *grown = realloc(*inputs, cap * sizeof *grown);

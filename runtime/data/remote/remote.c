@@ -205,6 +205,18 @@ static void target_unref(WkRemote *r, Target *t) {
   free(t);
 }
 
+/* The S3 configuration, read from the environment at the first s3:// location. */
+static WkStatus load_s3(WkRemote *r) {
+  WkStatus status = WK_OK;
+  pthread_mutex_lock(&r->lock);
+  if (!r->s3_loaded) {
+    status = wk_s3_config_from_env(&r->s3);
+    r->s3_loaded = status == WK_OK;
+  }
+  pthread_mutex_unlock(&r->lock);
+  return status;
+}
+
 /* The HTTP(S) request for a location (an s3:// one mapped through the S3 configuration). */
 static WkStatus target_new(WkRemote *r, const char *location, uint64_t size, Target **out) {
   WkUrl url;
@@ -215,12 +227,7 @@ static WkStatus target_new(WkRemote *r, const char *location, uint64_t size, Tar
   if (status == WK_OK && (url.scheme == WK_URL_FILE))
     status = WK_FAIL(WK_ERR_INVALID_ARG, "'%s' is not a remote location", location);
   if (status == WK_OK && url.scheme == WK_URL_S3) {
-    pthread_mutex_lock(&r->lock);
-    if (!r->s3_loaded) {
-      status = wk_s3_config_from_env(&r->s3);
-      r->s3_loaded = status == WK_OK;
-    }
-    pthread_mutex_unlock(&r->lock);
+    status = load_s3(r);
     if (status == WK_OK) {
       t->target.s3 = &r->s3;
       t->target.url = wk_s3_object_url(&r->s3, url.host, url.path);
@@ -588,6 +595,16 @@ WkStatus wk_remote_object_size(WkRemote *r, const char *location, uint64_t *size
                                      "the server must report an object's size to read it by range", t->target.name);
   else *size = request.total;
   target_unref(r, t);
+  return status;
+}
+
+WkStatus wk_remote_list(WkRemote *r, const char *location, WkS3Each each, void *ctx) {
+  WkUrl url;
+  WK_TRY(wk_url_parse(location, &url));
+  WkStatus status = url.scheme == WK_URL_S3 ? load_s3(r)
+                                            : WK_FAIL(WK_ERR_INVALID_ARG, "'%s': only s3:// prefixes are listed", location);
+  if (status == WK_OK) status = wk_s3_list(r->fetch, &r->s3, url.host, url.path, each, ctx);
+  wk_url_free(&url);
   return status;
 }
 

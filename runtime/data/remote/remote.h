@@ -264,6 +264,8 @@ void wk_remote_stats(WkRemote *r, WkRemoteStats *out);
 /* The size of the object at `location` (http, https or s3), from the Content-Range of a one-byte Range
  * request (an empty object cannot be read by range: the server's 416 is the error). */
 WkStatus wk_remote_object_size(WkRemote *r, const char *location, uint64_t *size);
+/* The objects under an s3://bucket/prefix (ListObjectsV2, byte-wise sorted): each(ctx, key, size). */
+WkStatus wk_remote_list(WkRemote *r, const char *location, WkS3Each each, void *ctx);
 
 #ifdef __cplusplus
 }
