@@ -31,7 +31,8 @@ static WkStatus add_input(WkRemote *remote, char *location, uint64_t size, Input
     *inputs = grown;
     *capacity = grown_capacity;
   }
-  (*inputs)[(*count)++] = (Input){.path = location, .kind = convert_input_kind(location), .size = size, .remote = remote};
+  (*inputs)[(*count)++] =
+      (Input){.path = location, .kind = convert_input_kind(location), .size = size, .remote = remote};
   return WK_OK;
 }
 
@@ -47,7 +48,8 @@ static WkStatus add_listed(void *ctx, const char *key, uint64_t size) {
   const Listing *l = ctx;
   const char *slash = strrchr(key, '/');
   const char *base = slash ? slash + 1 : key;
-  if (base[0] == '\0' || base[0] == '.' || !convert_input_wanted(key, l->patterns)) return WK_OK; /* a folder marker, hidden */
+  /* a folder marker, a hidden name, or one no pattern matches */
+  if (base[0] == '\0' || base[0] == '.' || !convert_input_wanted(key, l->patterns)) return WK_OK;
   size_t n = strlen(S3_SCHEME) + strlen(l->bucket) + strlen(key) + 2;
   char *location = wk_malloc(n, "input location");
   if (!location) return wk_last_status();

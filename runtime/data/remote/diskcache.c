@@ -246,7 +246,8 @@ WkStatus wk_disk_cache_open(const char *dir, uint64_t budget, WkDiskCache **out)
   WkStatus status = WK_OK;
   char usage_path[WK_DISK_PATH_CAPACITY];
   int n = snprintf(c->root, sizeof c->root, "%s/%s", dir, LAYOUT);
-  if (n < 0 || n >= (int)sizeof c->root || snprintf(usage_path, sizeof usage_path, "%s/%s", c->root, USAGE_FILE) >= (int)sizeof usage_path ||
+  if (n < 0 || n >= (int)sizeof c->root ||
+      snprintf(usage_path, sizeof usage_path, "%s/%s", c->root, USAGE_FILE) >= (int)sizeof usage_path ||
       snprintf(c->claims_path, sizeof c->claims_path, "%s/%s", c->root, CLAIMS_FILE) >= (int)sizeof c->claims_path)
     status = WK_FAIL(WK_ERR_INVALID_ARG, "cache_dir '%s' is too long", dir);
   if (status == WK_OK) status = make_parents(usage_path);

@@ -601,8 +601,9 @@ WkStatus wk_remote_object_size(WkRemote *r, const char *location, uint64_t *size
 WkStatus wk_remote_list(WkRemote *r, const char *location, WkS3Each each, void *ctx) {
   WkUrl url;
   WK_TRY(wk_url_parse(location, &url));
-  WkStatus status = url.scheme == WK_URL_S3 ? load_s3(r)
-                                            : WK_FAIL(WK_ERR_INVALID_ARG, "'%s': only s3:// prefixes are listed", location);
+  WkStatus status = url.scheme == WK_URL_S3
+                        ? load_s3(r)
+                        : WK_FAIL(WK_ERR_INVALID_ARG, "'%s': only s3:// prefixes are listed", location);
   if (status == WK_OK) status = wk_s3_list(r->fetch, &r->s3, url.host, url.path, each, ctx);
   wk_url_free(&url);
   return status;
