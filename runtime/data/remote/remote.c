@@ -8,13 +8,16 @@
  * range (remote.h: sharing), fetches it as an urgent Range request straight into the caller's buffer and
  * stores it; when a local peer holds the claim it waits for the peer's entry instead. advise(WILLNEED)
  * queues a prefetch (dropped when the range is cached, in flight, or claimed by a peer when it starts);
- * the engine stores what arrives. forget removes cached copies of a range found corrupt, so the next
+ * what arrives is copied and written to the cache by a store thread, so that the engine's thread, which
+ * drives every transfer, never waits on the file system (on a busy disk, making a file can take longer
+ * than fetching its bytes over a fast link). forget removes cached copies of a range found corrupt, so the next
  * read fetches it anew.
  *
  * Prefetches outlive the blob that asked for them (a shard may close while its read-ahead is in flight):
  * each holds a reference to the blob's fetch target, freed with the last holder.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 
 enum {
   MAX_PREFETCHES = 4096,       /* queued or in transfer per dataset; more read-ahead is dropped */
+  STORE_QUEUE = 64,            /* prefetched ranges waiting for the store thread (then the engine waits) */
   KEY_CAPACITY = 512,
   JOB_CAPACITY = 256,
   INDEX_HEADER_LINES = 5,      /* magic, hash, etag, modified, job; then an empty line and the body */
@@ -61,6 +65,9 @@ struct WkRemote {
   char job[JOB_CAPACITY];
   bool has_job;
   _Atomic uint64_t hits, misses, wait_ns, prefetched, corrupt;
+  WkQueue *stores;             /* prefetches whose bytes the store thread writes to the cache */
+  pthread_t storer;
+  bool storer_started;
 };
 
 struct Prefetch {
@@ -69,6 +76,8 @@ struct Prefetch {
   Target *target;
   char key[KEY_CAPACITY];
   WkDiskClaim claim;
+  uint8_t *body;               /* what arrived, for the store thread (NULL: failed or not kept) */
+  uint64_t body_length;
   bool done;
   uint32_t waiters;
   Prefetch *next;
@@ -83,6 +92,8 @@ typedef struct {
   Extent *known;               /* entries this process read or stored, sorted by offset */
   uint32_t known_count, known_capacity;
 } RemoteBlob;
+
+static void *storer_main(void *arg); /* the store thread (prefetch, below) */
 
 /* ---- options ------------------------------------------------------------------------------------ */
 
@@ -173,6 +184,12 @@ WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out) {
   r->patience_ns = wk_fetch_patience_ns(&r->fetch_config);
   WkStatus status = resolve_cache_dir(options->cache_dir, r->cache_dir);
   if (status == WK_OK) status = wk_disk_cache_open(r->cache_dir, (uint64_t)options->cache_disk_bytes, &r->disk);
+  if (status == WK_OK && !(r->stores = wk_queue_new(STORE_QUEUE))) status = wk_last_status();
+  if (status == WK_OK) {
+    int rc = pthread_create(&r->storer, NULL, storer_main, r);
+    if (rc != 0) status = WK_FAIL(WK_ERR_INTERNAL, "cannot start the cache's store thread: %s", strerror(rc));
+    r->storer_started = rc == 0;
+  }
   if (status == WK_OK) status = wk_fetch_new(&r->fetch_config, &r->fetch);
   if (status != WK_OK) {
     wk_remote_close(r);
@@ -185,6 +202,11 @@ WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out) {
 void wk_remote_close(WkRemote *r) {
   if (!r) return;
   wk_fetch_free(r->fetch); /* finishes every prefetch (their done() runs now) */
+  if (r->stores) {
+    wk_queue_close(r->stores); /* the store thread writes what is queued, then ends */
+    if (r->storer_started) pthread_join(r->storer, NULL);
+    wk_queue_free(r->stores);
+  }
   wk_disk_cache_close(r->disk);
   wk_s3_config_free(&r->s3);
   pthread_cond_destroy(&r->changed);
@@ -471,19 +493,43 @@ static bool prefetch_start(WkFetchRequest *request) {
   return true;
 }
 
+/* Writes a prefetch's bytes to the cache (the store thread), drops its claim and wakes its waiters. */
+static void store_prefetch(Prefetch *p) {
+  WkRemote *r = p->remote;
+  if (p->body) {
+    bool stored = false;
+    if (wk_disk_cache_store(r->disk, p->key, p->body, p->body_length, false, false, &stored) == WK_OK && stored)
+      atomic_fetch_add_explicit(&r->prefetched, 1, memory_order_relaxed);
+    free(p->body);
+    p->body = NULL;
+  }
+  wk_disk_cache_release(r->disk, &p->claim);
+  finish_prefetch(p);
+}
+
+static void *storer_main(void *arg) {
+  WkRemote *r = arg;
+  void *item;
+  while (wk_queue_pop(r->stores, &item, -1) == WK_OK) store_prefetch(item);
+  return NULL;
+}
+
 static void prefetch_done(WkFetchRequest *request) {
   Prefetch *p = request->ctx;
   WkRemote *r = p->remote;
   if (request->status == WK_OK) {
-    bool stored = false;
-    if (wk_disk_cache_store(r->disk, p->key, request->body, request->body_length, false, false, &stored) == WK_OK &&
-        stored)
-      atomic_fetch_add_explicit(&r->prefetched, 1, memory_order_relaxed);
+    p->body = malloc(request->body_length ? (size_t)request->body_length : 1); /* the engine's copy ends here */
+    if (p->body) {
+      memcpy(p->body, request->body, (size_t)request->body_length);
+      p->body_length = request->body_length;
+    } else {
+      wk_logf(WK_LOG_DEBUG, "prefetch of '%s': no memory to keep %llu bytes (the read will fetch them)",
+              request->target->name, (unsigned long long)request->body_length);
+    }
   } else {
     wk_logf(WK_LOG_DEBUG, "prefetch failed (the read will try again): %s", request->error);
   }
-  wk_disk_cache_release(r->disk, &p->claim);
-  finish_prefetch(p);
+  if (wk_queue_push(r->stores, p, -1) != WK_OK) store_prefetch(p); /* closing: write it here */
 }
 
 static void remote_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvice advice) {
