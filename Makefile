@@ -186,8 +186,11 @@ build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) -Iruntime -o $@ $< build/libwick.a $(LDFLAGS_EXTRA) $(LIBS)
 
+# The S3 tests' moto server comes from PyPI (a pinned venv under build/test/venv); without PyPI the
+# tests that need it say they were skipped.
 deps:
 	@third_party/deps.sh build test
+	@third_party/test-venv.sh || echo "deps: the test venv (moto) is unavailable; the S3 tests will be skipped"
 
 # The baselines of make bench: Debian's python3-torch, and a venv of pinned PyPI packages (Hugging Face
 # datasets) under build/bench/venv.
@@ -233,6 +236,7 @@ tokenizers: all
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
   $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c convert/convert_input.c) \
+  runtime/data/convert/remote_input.c $(sort $(wildcard runtime/data/remote/*.c)) \
   $(sort $(wildcard runtime/data/tokenizer/*.c)) $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)

@@ -91,8 +91,47 @@ typedef struct {
   uint64_t bytes;       /* shard file size */
 } WkShardInfo;
 
-/* path is a dataset directory (holding index.json) or the index file itself. NULL on failure. */
+/* path is a dataset directory (holding index.json) or the index file itself: a local path, file://,
+ * http://, https:// or s3://bucket/prefix. NULL on failure. Remote datasets are read by range through
+ * an on-disk cache shared by the node's processes; wk_dataset_open uses the default options. */
 WK_API WkDataset *wk_dataset_open(const char *path);
+
+/* How remote datasets are fetched and cached (runtime/data/remote). Start from the defaults. */
+typedef struct {
+  const char *cache_dir;        /* NULL: WICK_CACHE_DIR, else $XDG_CACHE_HOME/wick, else $HOME/.cache/wick */
+  int64_t cache_disk_bytes;     /* the cache directory's budget, all datasets together (16 GiB; 0 caches
+                                   nothing) */
+  int64_t prefetch_bytes;       /* read-ahead queued or in transfer at once, per dataset (64 MiB) */
+  int64_t max_transfers;        /* parallel transfers per dataset (16) */
+  int64_t connect_timeout_ms;   /* a connection not made by then is retried (10 s) */
+  int64_t stall_timeout_ms;     /* a transfer that receives nothing this long is cut and retried (30 s) */
+  int64_t request_timeout_ms;   /* one attempt's whole time (10 min) */
+  int64_t retries;              /* attempts after the first, with backoff; 403/404 are never retried (5) */
+} WkRemoteOptions;
+WK_API void wk_remote_options_default(WkRemoteOptions *out);
+/* wk_dataset_open with remote options (NULL: the defaults); a local dataset ignores them. */
+WK_API WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote);
+
+/* Counters of a remote dataset's fetches (zeros for a local one). */
+typedef struct {
+  uint64_t requests;           /* HTTP requests sent, retries and the index check included */
+  uint64_t bytes_fetched;      /* response bytes received */
+  uint64_t cache_hits;         /* reads served by the on-disk cache */
+  uint64_t cache_misses;       /* reads that waited for a download (this process's or a local peer's) */
+  uint64_t prefetched;         /* ranges stored ahead of their first read */
+  uint64_t prefetch_dropped;   /* read-ahead not fetched: already claimed by a peer, or no room */
+  uint64_t retries_connect;    /* by cause: connection errors */
+  uint64_t retries_reset;      /* resets and bodies cut short (resumed by Range) */
+  uint64_t retries_timeout;    /* stalls and request timeouts */
+  uint64_t retries_server;     /* 5xx */
+  uint64_t retries_throttle;   /* 429 and 503 with Retry-After */
+  uint64_t retries_corrupt;    /* blocks fetched again after a checksum mismatch */
+  uint64_t rate_bytes_per_s;   /* download rate over the last second */
+  uint64_t wait_ns;            /* time readers waited for the network */
+  uint64_t disk_bytes;         /* the cache directory's usage now (every process using it) */
+  uint64_t evicted_bytes;      /* evicted by this process to stay within the budget */
+} WkRemoteStats;
+WK_API void wk_dataset_remote_stats(WkDataset *ds, WkRemoteStats *out);
 WK_API void wk_dataset_close(WkDataset *ds);
 
 WK_API const char *wk_dataset_name(const WkDataset *ds);         /* the path it was opened from */
@@ -287,6 +326,15 @@ typedef enum {
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
+  /* Remote sources (WkRemoteOptions has their meaning and defaults; the cache directory is set by
+   * wk_loader_set_cache_dir): */
+  WK_LOADER_CACHE_DISK_BYTES,
+  WK_LOADER_PREFETCH_BYTES,
+  WK_LOADER_MAX_TRANSFERS,
+  WK_LOADER_CONNECT_TIMEOUT_MS,
+  WK_LOADER_STALL_TIMEOUT_MS,
+  WK_LOADER_REQUEST_TIMEOUT_MS,
+  WK_LOADER_RETRIES,
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 
@@ -341,12 +389,15 @@ typedef struct {
   uint64_t node_edges_saved, node_edges_used, node_edges_missing, node_edges_dropped;
   uint64_t node_waits;     /* reads that waited for another rank's decode or for room */
   uint64_t node_steals;    /* slots the slowest rank took from units needed later (re-decoded then) */
+  WkRemoteStats remote;    /* remote sources' fetches, summed (disk_bytes: the largest cache's usage) */
 } WkLoaderStats;
 
 WK_API WkLoader *wk_loader_new(void);
 WK_API void wk_loader_free(WkLoader *loader);
 WK_API WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value);
 WK_API WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max);
+/* The on-disk cache of remote sources added after this (NULL: the default, see WkRemoteOptions). */
+WK_API WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir);
 /* max_epochs 0: the source starts a new epoch (new shuffle) whenever it runs out. */
 WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index);
 /* Piecewise-linear weight over steps (points sorted by step); one point = a constant. */

@@ -86,17 +86,24 @@ describe('wick.dataset', function()
     assert.has_error(function() ds:read(0, 0, 1) end)
   end)
 
-  it('names what is missing, and says remote locations are not supported yet', function()
+  it('names what is missing, and the URL of a remote location it cannot reach', function()
     local ds, err = dataset.open(root .. '/nowhere')
     assert.is_nil(ds)
     assert.matches("nowhere': No such file or directory", err, 1, true)
     assert.are.equal(C.WK_ERR_IO, C.wk_last_status())
-    for _, url in ipairs { 'https://data.example/fineweb/index.json', 's3://bucket/prefix' } do
-      ds, err = dataset.open(url)
+    local cache = root .. '/remote-cache'
+    for _, case in ipairs { { 'https://data.example/fineweb/index.json', 'https://data.example/fineweb/index.json' },
+                            { 's3://bucket/prefix', 'prefix/index.json' } } do
+      ds, err = dataset.open(case[1], { cache_dir = cache, retries = 0 })
       assert.is_nil(ds)
-      assert.matches('not supported', err, 1, true)
-      assert.are.equal(C.WK_ERR_UNSUPPORTED, C.wk_last_status())
+      assert.matches(case[2], err, 1, true)
+      assert.matches('attempt', err, 1, true)
+      assert.are.equal(C.WK_ERR_NETWORK, C.wk_last_status())
     end
+    assert.has_error(function() dataset.open('https://data.example/x', { retries = -1 }) end,
+      'remote option retries = -1 must be within [0, 100]')
+    assert.has_error(function() dataset.open('https://data.example/x', { cache_dri = cache }) end,
+      "unknown remote option 'cache_dri' (did you mean 'cache_dir'?)")
   end)
 
   it('reads any range, across blocks, equal to the source text', function()

@@ -1,11 +1,12 @@
 -- wick.dataset: a thin handle over a converted dataset (runtime/data, format in runtime/data/FORMAT.md).
---   local ds = require('wick.dataset').open('data/shakespeare')
+--   local ds = require('wick.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
+--   require('wick.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
 --   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
 --   ds:text(tokens, count) -> string (the 'bytes' tokenizer only)
---   ds:set('cache_bytes', n) / ds:set('max_open_shards', n); ds:stats(); ds:close()
+--   ds:set('cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
 -- Sampling, packing and loading live above this, in wick.data.
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
@@ -17,15 +18,31 @@ local PARAMS = { cache_bytes = C.WK_DATASET_CACHE_BYTES, max_open_shards = C.WK_
 
 local M = {}
 
--- Opens a dataset directory (or its index.json). Returns the handle, or nil, message on failure.
-function M.open(path)
+-- The options of a remote dataset (wick.data.REMOTE_OPTIONS: cache_dir, cache_disk_bytes, ...) as C's struct.
+local function remote_options(opts)
+  local checked = require('wick.data').REMOTE_OPTIONS:check(opts, 3)
+  local c = ffi.new('WkRemoteOptions')
+  C.wk_remote_options_default(c)
+  for name, value in pairs(checked) do
+    if name ~= 'cache_dir' then c[name] = value end
+  end
+  c.cache_dir = checked.cache_dir -- a Lua string: alive for the open call below
+  return c, checked.cache_dir
+end
+
+-- Opens a dataset directory (or its index.json): a path, file://, http(s):// or s3://bucket/prefix.
+-- opts (remote datasets): wick.data.REMOTE_OPTIONS. Returns the handle, or nil, message on failure.
+function M.open(path, opts)
   if type(path) ~= 'string' then error('wick.dataset.open: path must be a string', 2) end
-  local handle = C.wk_dataset_open(path)
-  if handle == nil then return nil, core.last_error() end
+  local c_opts, cache_dir = nil, nil
+  if opts ~= nil then c_opts, cache_dir = remote_options(opts) end
+  local handle = C.wk_dataset_open_with(path, c_opts)
+  if handle == nil then return nil, core.last_error(), cache_dir end -- cache_dir: the string C read, kept alive
   handle = ffi.gc(handle, C.wk_dataset_close)
   return setmetatable({
     handle = handle,
     path = path,
+    cache_dir = cache_dir,
     shards = C.wk_dataset_shard_count(handle),
     tokens = tonumber(C.wk_dataset_token_count(handle)),
     documents = tonumber(C.wk_dataset_document_count(handle)),
@@ -120,6 +137,10 @@ function Dataset:stats()
                             'blocks_decoded', 'blocks_verified', 'open_shards' } do
     out[field] = tonumber(s[field])
   end
+  local r = ffi.new('WkRemoteStats')
+  C.wk_dataset_remote_stats(live(self), r)
+  out.remote = {}
+  for _, field in ipairs(require('wick.data').REMOTE_STAT_FIELDS) do out.remote[field] = tonumber(r[field]) end
   return out
 end
 

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>  /* getenv, atoi */
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -189,3 +190,16 @@ void wk_shared_wait(WkSharedLock *lock, uint32_t seen, uint32_t timeout_ms) {
 }
 
 bool wk_process_alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+bool wk_node_job_id(char *out, size_t capacity) {
+  const char *local = getenv("LOCAL_WORLD_SIZE");
+  if (!local || atoi(local) < 2) return false;
+  const char *id = getenv("WICK_JOB_ID");
+  if (!id) id = getenv("TORCHELASTIC_RUN_ID");
+  if (id) return snprintf(out, capacity, "%s", id) < (int)capacity;
+  const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+  if (slurm) return snprintf(out, capacity, "slurm-%s.%s", slurm, step ? step : "0") < (int)capacity;
+  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  if (addr && port) return snprintf(out, capacity, "%s:%s", addr, port) < (int)capacity;
+  return false;
+}

@@ -56,4 +56,9 @@ void wk_shared_wake(WkSharedLock *lock);
 
 bool wk_process_alive(int32_t pid);
 
+/* The job this process is a local rank of, when it has local peers (LOCAL_WORLD_SIZE > 1): the
+ * launcher's WICK_JOB_ID, torchrun's TORCHELASTIC_RUN_ID, SLURM's job and step, or the rendezvous
+ * address as the last resort. The node's shared caches are named by it. */
+bool wk_node_job_id(char *out, size_t capacity);
+
 #endif /* WK_CORE_SHARED_H */

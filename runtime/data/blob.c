@@ -1,7 +1,7 @@
 /*
  * blob.c — WkBlob, a named run of bytes read by range: a local file here (pread for copies, one
- * read-only mmap for zero-copy views), an HTTP resource or S3 object later (the same struct, NULL from
- * map); wk_blob_open picks one by the location's scheme.
+ * read-only mmap for zero-copy views); HTTP resources and S3 objects are the same struct (NULL from
+ * map), made by remote/remote.c. wk_blob_open opens local locations (a path or file://).
  *
  * The mapping covers the whole file and lives as long as the blob; the kernel pages it in on demand,
  * so what it holds resident is page cache the kernel may drop, not heap.
@@ -115,8 +115,8 @@ WkBlob *wk_blob_open(const char *location) {
     return NULL;
   }
   if (wk_blob_is_remote(location)) {
-    WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': remote datasets (HTTP, S3) are not supported by this build yet; copy the "
-            "dataset to a local directory", location);
+    WK_FAIL(WK_ERR_INTERNAL, "'%s': a remote location is opened through a remote context (remote/remote.h), "
+            "not as a local blob", location);
     return NULL;
   }
   if (strncmp(location, "file://", 7) == 0) location += 7;

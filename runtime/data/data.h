@@ -1,13 +1,14 @@
 /*
  * runtime/data — datasets, from bytes on disk (or a server) to tensor-ready batches.
  *
- * Owns: the shard format (shard.h, FORMAT.md) and the dataset index (index.h), blobs (a local file now,
- * HTTP/S3 objects later), the block caches, tokenizers and the converter, the deterministic sample
+ * Owns: the shard format (shard.h, FORMAT.md) and the dataset index (index.h), blobs (local files, and
+ * HTTP/S3 objects in remote/), the block caches, tokenizers and the converter, the deterministic sample
  * order, the node cache that follows it, packing, mixing, the loader threads and the cursor. Of
  * tensors it knows only the loader's batches (device_copy.c): views of its pinned ring, or copies on a device.
  *
  * Layers, bottom up (each only calls the ones above it in this list):
- *   blob.c      WkBlob: a named run of bytes read by range, optionally mapped (a local file now)
+ *   blob.c      WkBlob: a named run of bytes read by range, optionally mapped (a local file)
+ *   remote/     remote blobs: HTTP(S) and S3 objects read by range through a node-shared disk cache
  *   shard.c     shard header, block table, document index: validation, block verify + decode
  *   index.c     index.json: parse + validate (safe names), deterministic serialization
  *   cache.c     the decoded-block cache of plain reads (wk_dataset_read): LRU, pinned entries, a budget
@@ -54,17 +55,33 @@ struct WkBlob {
   /* A hint about [offset, offset+length): soon needed (read ahead) or done with (let its pages go, so
    * resident memory does not grow with what has been read). Never fails; a source may ignore it. */
   void (*advise)(WkBlob *self, uint64_t offset, uint64_t length, WkAdvice advice);
+  /* Drops any cached copy of [offset, offset+length), found corrupt, so the next read fetches it from
+   * its origin. NULL for sources that are their own origin (local files). */
+  void (*forget)(WkBlob *self, uint64_t offset, uint64_t length);
   void (*close)(WkBlob *self);
 };
 
 /* Opens a local regular file; anything else (a FIFO, device, directory, socket) is refused before a
  * byte is read, with what it is ("'x' is a FIFO (named pipe), not a regular file"). */
 WkBlob *wk_blob_open_file(const char *path);
-/* Opens a location by its scheme: a local path (or file://) now; http://, https:// and s3:// report
- * WK_ERR_UNSUPPORTED until the remote sources exist. The dataset reader opens everything through
- * this, so remote datasets need no change above it. */
+/* Opens a local location: a path or file://path. http://, https:// and s3:// are opened through a
+ * remote context (remote/remote.h: wk_remote_blob_open), which the dataset owns. */
 WkBlob *wk_blob_open(const char *location);
 bool wk_blob_is_remote(const char *location);
+
+/* ---- remote sources: option defaults and ranges (remote/remote.c checks them; the loader's parameter
+ * table hands the same ones to Lua) ------------------------------------------------------------------ */
+#define WK_REMOTE_CACHE_DISK_BYTES_DEFAULT (16ll << 30)
+#define WK_REMOTE_PREFETCH_BYTES_DEFAULT (64ll << 20)
+#define WK_REMOTE_PREFETCH_BYTES_MAX (1ll << 40)
+#define WK_REMOTE_MAX_TRANSFERS_DEFAULT 16
+#define WK_REMOTE_MAX_TRANSFERS_MAX 256
+#define WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT 10000
+#define WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT 30000
+#define WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT 600000
+#define WK_REMOTE_TIMEOUT_MS_MAX (24ll * 3600 * 1000)
+#define WK_REMOTE_RETRIES_DEFAULT 5
+#define WK_REMOTE_RETRIES_MAX 100
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 
@@ -87,8 +104,10 @@ WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, ui
 /* Verifies and decodes the blocks holding tokens [begin, end) of a shard (begin on a block boundary)
  * into dst, in the stored width, bypassing the block cache and the file mapping. */
 WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst);
-/* Passes an advice about the bytes holding tokens [begin, end) of a shard to its blob. */
+/* Passes an advice about the bytes holding tokens [begin, end) of a shard to its blob, block by block. */
 WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);
+/* Adds a dataset's remote counters to sum (disk_bytes: the largest, as sources share a directory). */
+void wk_remote_stats_add(WkRemoteStats *sum, WkDataset *ds);
 
 #ifdef __cplusplus
 }

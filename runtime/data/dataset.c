@@ -9,6 +9,12 @@
  * open; the least recently used unpinned one is closed when another opens. So memory is bounded by
  * configuration (open shards' block tables + the cache budget), never by the dataset's size.
  *
+ * Remote datasets (http://, https://, s3://) open their index and shards through a remote context
+ * (remote/remote.h): the index through the node's disk cache (its hash names the dataset there), each
+ * shard as a blob of the size the index gives, cached under data/<index hash>/<shard number>. A block
+ * (or a shard's header and tables) whose checksum fails on a remote blob is forgotten and read once
+ * more, then reported with its URL and offset.
+ *
  * Thread safety: one mutex guards the table of open shards (held only for pointer updates); shard
  * state is immutable once open, pinned by readers while they use it; the cache has its own lock.
  */
@@ -21,12 +27,16 @@
 
 #include "cache.h"
 #include "index.h"
+#include "remote/remote.h"
 #include "shard.h"
 
 enum {
+  OPENER_THREADS_MAX = 8,    /* remote shards opened at once for read-ahead (two round trips each) */
+  ADVICE_QUEUE = 4096,       /* read-ahead waiting for its shard to open; more is dropped (a hint) */
   DEFAULT_CACHE_BYTES = 64 << 20,
   DEFAULT_MAX_OPEN_SHARDS = 64,
   MAX_INDEX_BYTES = 1 << 30,
+  SHARD_KEY_CAPACITY = 128,  /* "data/<32 hex>/<shard number>" */
 };
 
 typedef struct {
@@ -52,11 +62,17 @@ struct WkDataset {
   int64_t cache_budget;
   uint32_t block_tokens;   /* of the first shard opened; every other shard must agree */
   atomic_uint_fast64_t blocks_decoded, blocks_verified;
+  WkRemote *remote;        /* NULL for a local dataset */
+  char identity[33];       /* a remote index's hash: its shards' directory in the cache */
+  WkQueue *advice;         /* read-ahead of remote shards not open yet (started at the first) */
+  pthread_t openers[OPENER_THREADS_MAX];
+  uint32_t opener_count, opener_limit; /* started; at most: max_transfers, capped (more only queue) */
 };
 
 /* ---- opening the index ------------------------------------------------------------------------ */
 
 static char *join_path(const char *dir, const char *name) {
+  if (wk_blob_is_remote(dir)) return wk_url_join(dir, name); /* names percent-encoded */
   size_t n = strlen(dir) + strlen(name) + 2;
   char *p = wk_malloc(n, "path");
   if (p) snprintf(p, n, "%s/%s", dir, name);
@@ -86,17 +102,34 @@ static WkStatus read_whole(const char *path, char **out, size_t *length) {
   return status;
 }
 
-WkDataset *wk_dataset_open(const char *path) {
+WkDataset *wk_dataset_open(const char *path) { return wk_dataset_open_with(path, NULL); }
+
+static WkStatus read_index(WkDataset *ds, const char *index_path, const WkRemoteOptions *remote, char **text,
+                           size_t *length) {
+  if (!wk_blob_is_remote(index_path)) return read_whole(index_path, text, length);
+  WK_TRY(wk_remote_open(remote, &ds->remote));
+  WkRemoteOptions defaults;
+  wk_remote_options_default(&defaults);
+  const WkRemoteOptions *o = remote ? remote : &defaults;
+  /* No prefetch budget, no read-ahead: the openers would open shards only for the blob to drop it. */
+  int64_t openers = o->prefetch_bytes == 0 ? 0 : o->max_transfers;
+  ds->opener_limit = openers < OPENER_THREADS_MAX ? (uint32_t)openers : OPENER_THREADS_MAX;
+  return wk_remote_fetch_index(ds->remote, index_path, MAX_INDEX_BYTES, text, length, ds->identity);
+}
+
+WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote) {
   if (!path) {
     WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_open: path is NULL");
     return NULL;
   }
+  const char *given = path;
+  if (strncmp(path, "file://", 7) == 0) path += 7;
   WkDataset *ds = wk_calloc(1, sizeof *ds, "dataset");
   if (!ds) return NULL;
   pthread_mutex_init(&ds->lock, NULL);
   ds->max_open = DEFAULT_MAX_OPEN_SHARDS;
   ds->cache_budget = DEFAULT_CACHE_BYTES;
-  ds->path = strdup(path);
+  ds->path = strdup(given);
   struct stat st;
   char *index_path = NULL;
   size_t length = strlen(path);
@@ -117,8 +150,8 @@ WkDataset *wk_dataset_open(const char *path) {
     if (wk_last_status() != WK_ERR_NOMEM) WK_FAIL(WK_ERR_NOMEM, "out of memory opening dataset '%s'", path);
     goto fail;
   }
-  if (read_whole(index_path, &text, &text_length) != WK_OK) {
-    wk_error_context("dataset '%s'", path);
+  if (read_index(ds, index_path, remote, &text, &text_length) != WK_OK) {
+    wk_error_context("dataset '%s'", given);
     goto fail;
   }
   if (wk_index_parse(text, text_length, index_path, &ds->index) != WK_OK) goto fail;
@@ -152,7 +185,9 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   WkStatus status = WK_OK;
   s->path = join_path(ds->dir, ix->name);
   if (!s->path) { status = WK_ERR_NOMEM; goto fail; }
-  s->blob = wk_blob_open(s->path);
+  char key[SHARD_KEY_CAPACITY];
+  snprintf(key, sizeof key, "data/%s/%u", ds->identity, i);
+  s->blob = ds->remote ? wk_remote_blob_open(ds->remote, s->path, ix->bytes, key) : wk_blob_open(s->path);
   if (!s->blob) { status = wk_error_context("dataset '%s'", ds->path); goto fail; }
   if (s->blob->size != ix->bytes) {
     status = WK_FAIL(WK_ERR_FORMAT,
@@ -161,7 +196,15 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
                      s->path, (unsigned long long)ix->bytes, (unsigned long long)s->blob->size);
     goto fail;
   }
-  if ((status = wk_shard_view_open(s->blob, s->path, &s->v)) != WK_OK) goto fail;
+  status = wk_shard_view_open(s->blob, s->path, &s->v);
+  if (status == WK_ERR_FORMAT && s->blob->forget) { /* a remote copy: fetch header and tables anew, once */
+    wk_logf(WK_LOG_WARN, "%s; fetching it again", wk_last_error());
+    s->blob->forget(s->blob, 0, s->blob->size);
+    status = wk_shard_view_open(s->blob, s->path, &s->v);
+    if (status == WK_ERR_FORMAT)
+      wk_error_context("corrupt on the server (also when fetched anew: re-upload the shard)");
+  }
+  if (status != WK_OK) goto fail;
   const WkShardHeader *h = &s->v.h;
   if (h->header_hash != ix->checksum || h->tokens != ix->tokens || h->documents != ix->documents) {
     status = WK_FAIL(WK_ERR_FORMAT,
@@ -270,6 +313,26 @@ static void shard_release(WkDataset *ds, Shard *s) {
 
 /* ---- reads -------------------------------------------------------------------------------------- */
 
+/* After a block read through a remote blob failed its checks (WK_ERR_FORMAT): forgets the cached copy,
+ * reads the block once more into `stored` and verifies (raw: stored is dst) or decodes it into dst. A
+ * local blob has no other copy: the first failure stands. */
+static WkStatus refetch_block(Shard *s, uint32_t b, const WkBlockEntry *e, uint8_t *stored, uint8_t *dst) {
+  if (!s->blob->forget) return WK_ERR_FORMAT;
+  wk_logf(WK_LOG_WARN, "%s; fetching it again", wk_last_error());
+  s->blob->forget(s->blob, e->offset, e->stored_bytes);
+  WkStatus status = s->blob->read_at(s->blob, e->offset, e->stored_bytes, stored);
+  if (status == WK_OK)
+    status = stored == dst ? wk_block_verify(e, b, stored, s->path) : wk_block_decode(&s->v.h, e, b, stored, dst, s->path);
+  if (status == WK_ERR_FORMAT) {
+    char again[256]; /* copied: the message below is written where this one is */
+    snprintf(again, sizeof again, "%s", wk_last_error());
+    return WK_FAIL(WK_ERR_FORMAT, "'%s' bytes %llu-%llu (block %u) are corrupt on the server: %s, also when fetched "
+                   "anew (re-upload the shard)", s->path, (unsigned long long)e->offset,
+                   (unsigned long long)(e->offset + e->stored_bytes - 1), b, again);
+  }
+  return status;
+}
+
 /* Copies tokens [within, within+count) of block b of shard i into out, widened to out_bytes. */
 static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
                            uint8_t *out, uint32_t out_bytes) {
@@ -305,6 +368,7 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   WkStatus status = decoded ? WK_OK : WK_ERR_NOMEM;
   if (status == WK_OK) status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
   if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, decoded, s->path);
+  if (status == WK_ERR_FORMAT && copy) status = refetch_block(s, b, &e, copy, decoded);
   free(copy);
   if (status != WK_OK) {
     if (entry) wk_cache_abandon(ds->cache, entry);
@@ -447,9 +511,11 @@ static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t 
     if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the tokens: read them in place */
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, dst);
       if (status == WK_OK) status = wk_block_verify(&e, b, dst, s->path);
+      if (status == WK_ERR_FORMAT) status = refetch_block(s, b, &e, dst, dst);
     } else if (status == WK_OK) {
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, stored);
       if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
+      if (status == WK_ERR_FORMAT) status = refetch_block(s, b, &e, stored, dst);
     }
     if (status != WK_OK) break;
     atomic_fetch_add(&ds->blocks_verified, 1);
@@ -475,31 +541,99 @@ WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, 
   return status;
 }
 
-WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
   const WkShardHeader *h = &s->v.h;
   if (end > h->tokens) end = h->tokens;
-  if (begin < end) {
-    /* From the first block's stored bytes to the last's: raw blocks are the tokens themselves. */
-    WkBlockEntry first, last;
-    uint32_t b0 = (uint32_t)(begin / h->block_tokens), b1 = (uint32_t)((end - 1) / h->block_tokens);
-    if (wk_block_entry_parse(s->v.table, h, b0, s->path, &first) == WK_OK &&
-        wk_block_entry_parse(s->v.table, h, b1, s->path, &last) == WK_OK && last.offset >= first.offset)
-      s->blob->advise(s->blob, first.offset, last.offset + last.stored_bytes - first.offset, advice);
+  /* Block by block, each its stored bytes: the ranges a remote blob caches and later reads are the same. */
+  for (uint64_t b = begin / h->block_tokens; begin < end && b <= (end - 1) / h->block_tokens; b++) {
+    WkBlockEntry e;
+    if (wk_block_entry_parse(s->v.table, h, (uint32_t)b, s->path, &e) == WK_OK)
+      s->blob->advise(s->blob, e.offset, e.stored_bytes, advice);
   }
   shard_release(ds, s);
   return WK_OK;
+}
+
+/* ---- read-ahead of remote shards not open yet ---------------------------------------------------------
+ * Opening a remote shard costs two round trips (its header, then its tables), so a reader's read-ahead
+ * does not wait for them: the advice for a shard not open yet goes to a few threads (one per parallel
+ * transfer, up to OPENER_THREADS_MAX: more would only wait in the fetch engine), which open such shards in
+ * parallel and then pass the advice on to the blob (its prefetch). Advice is a hint: when the queue is
+ * full or a thread cannot start it is dropped (the read itself fetches what it needs), and closing the
+ * dataset drops what is queued, then waits for the shards being opened. With prefetch_bytes 0 there is
+ * no read-ahead of remote data at all. */
+
+typedef struct {
+  uint32_t shard;
+  uint64_t begin, end;
+} Advice;
+
+static void *opener_main(void *arg) {
+  WkDataset *ds = arg;
+  void *item;
+  while (wk_queue_pop(ds->advice, &item, -1) == WK_OK) {
+    const Advice *a = item;
+    if (advise_open(ds, a->shard, a->begin, a->end, WK_ADVICE_WILLNEED) != WK_OK)
+      wk_logf(WK_LOG_DEBUG, "read-ahead of shard %u: %s (its read will report it)", a->shard, wk_last_error());
+    free(item);
+  }
+  return NULL;
+}
+
+/* Queues the advice for the openers (starting them); false when it cannot (then advise in place). */
+static bool advise_later(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end) {
+  pthread_mutex_lock(&ds->lock);
+  if (!ds->advice && (ds->advice = wk_queue_new(ADVICE_QUEUE)))
+    for (; ds->opener_count < ds->opener_limit; ds->opener_count++) {
+      int rc = pthread_create(&ds->openers[ds->opener_count], NULL, opener_main, ds);
+      if (rc != 0) {
+        wk_logf(WK_LOG_DEBUG, "dataset '%s': read-ahead thread %u not started (%s); reads fetch for themselves",
+                ds->path, ds->opener_count, strerror(rc));
+        break;
+      }
+    }
+  bool ready = ds->advice && ds->opener_count > 0;
+  pthread_mutex_unlock(&ds->lock);
+  if (!ready) return false;
+  Advice *a = malloc(sizeof *a);
+  if (!a) return true; /* a hint: dropped */
+  *a = (Advice){shard, begin, end};
+  if (wk_queue_push(ds->advice, a, 0) != WK_OK) free(a); /* full: dropped */
+  return true;
+}
+
+static void stop_openers(WkDataset *ds) {
+  if (!ds->advice) return;
+  void *item;
+  while (wk_queue_pop(ds->advice, &item, 0) == WK_OK) free(item);
+  wk_queue_close(ds->advice);
+  for (uint32_t t = 0; t < ds->opener_count; t++) pthread_join(ds->openers[t], NULL);
+  wk_queue_free(ds->advice);
+  ds->advice = NULL;
+}
+
+WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+  if (ds->remote && advice == WK_ADVICE_WILLNEED && shard < ds->index.shard_count) {
+    pthread_mutex_lock(&ds->lock);
+    bool open = ds->shards[shard] != NULL;
+    pthread_mutex_unlock(&ds->lock);
+    if (!open && (ds->opener_limit == 0 || advise_later(ds, shard, begin, end))) return WK_OK;
+  }
+  return advise_open(ds, shard, begin, end, advice);
 }
 
 /* ---- the rest of the API ------------------------------------------------------------------------ */
 
 void wk_dataset_close(WkDataset *ds) {
   if (!ds) return;
+  stop_openers(ds);
   if (ds->shards)
     for (uint32_t i = 0; i < ds->index.shard_count; i++) shard_close(ds->shards[i]);
   free(ds->shards);
   free(ds->open);
+  wk_remote_close(ds->remote); /* after its shards' blobs */
   wk_cache_free(ds->cache);
   wk_index_free(&ds->index);
   pthread_mutex_destroy(&ds->lock);
@@ -570,4 +704,21 @@ void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out) {
   pthread_mutex_lock(&ds->lock);
   out->open_shards = ds->open_count;
   pthread_mutex_unlock(&ds->lock);
+}
+
+void wk_dataset_remote_stats(WkDataset *ds, WkRemoteStats *out) {
+  memset(out, 0, sizeof *out);
+  if (ds && ds->remote) wk_remote_stats(ds->remote, out);
+}
+
+_Static_assert(sizeof(WkRemoteStats) % sizeof(uint64_t) == 0, "WkRemoteStats is summed as an array of counters");
+
+void wk_remote_stats_add(WkRemoteStats *sum, WkDataset *ds) {
+  WkRemoteStats r;
+  wk_dataset_remote_stats(ds, &r);
+  uint64_t *to = &sum->requests;
+  const uint64_t *from = &r.requests;
+  for (size_t f = 0; f < sizeof r / sizeof r.requests; f++)
+    if (&to[f] != &sum->disk_bytes) to[f] += from[f];
+  if (r.disk_bytes > sum->disk_bytes) sum->disk_bytes = r.disk_bytes; /* one directory, seen by each source */
 }

@@ -80,6 +80,13 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
+    [WK_LOADER_CACHE_DISK_BYTES] = {0, INT64_MAX, WK_REMOTE_CACHE_DISK_BYTES_DEFAULT, "cache_disk_bytes"},
+    [WK_LOADER_PREFETCH_BYTES] = {0, WK_REMOTE_PREFETCH_BYTES_MAX, WK_REMOTE_PREFETCH_BYTES_DEFAULT, "prefetch_bytes"},
+    [WK_LOADER_MAX_TRANSFERS] = {1, WK_REMOTE_MAX_TRANSFERS_MAX, WK_REMOTE_MAX_TRANSFERS_DEFAULT, "max_transfers"},
+    [WK_LOADER_CONNECT_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT, "connect_timeout_ms"},
+    [WK_LOADER_STALL_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT, "stall_timeout_ms"},
+    [WK_LOADER_REQUEST_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT, "request_timeout_ms"},
+    [WK_LOADER_RETRIES] = {0, WK_REMOTE_RETRIES_MAX, WK_REMOTE_RETRIES_DEFAULT, "retries"},
 };
 
 typedef struct {
@@ -171,6 +178,7 @@ struct WkLoader {
   char last_skip_reason[BUFFER_ERROR_CAPACITY];
   int audit_fd;  /* -1 unless wk_loader_audit */
   char *audit_path;
+  char *cache_dir;  /* remote sources' disk cache; NULL: the default */
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -212,11 +220,32 @@ WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
   return WK_OK;
 }
 
+WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir) {
+  WK_TRY(require_not_started(loader, "cache_dir"));
+  char *copy = dir ? strdup(dir) : NULL;
+  if (dir && !copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for cache_dir");
+  free(loader->cache_dir);
+  loader->cache_dir = copy;
+  return WK_OK;
+}
+
+static WkRemoteOptions remote_options(const WkLoader *loader) {
+  return (WkRemoteOptions){.cache_dir = loader->cache_dir,
+                           .cache_disk_bytes = loader->params[WK_LOADER_CACHE_DISK_BYTES],
+                           .prefetch_bytes = loader->params[WK_LOADER_PREFETCH_BYTES],
+                           .max_transfers = loader->params[WK_LOADER_MAX_TRANSFERS],
+                           .connect_timeout_ms = loader->params[WK_LOADER_CONNECT_TIMEOUT_MS],
+                           .stall_timeout_ms = loader->params[WK_LOADER_STALL_TIMEOUT_MS],
+                           .request_timeout_ms = loader->params[WK_LOADER_REQUEST_TIMEOUT_MS],
+                           .retries = loader->params[WK_LOADER_RETRIES]};
+}
+
 WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index) {
   WK_TRY(require_not_started(loader, "add_source"));
   uint32_t i = loader->mix.count;
   if (i == WK_MIX_MAX_SOURCES) return WK_FAIL(WK_ERR_INVALID_ARG, "a mix holds at most %d sources", WK_MIX_MAX_SOURCES);
-  WkDataset *ds = wk_dataset_open(path);
+  WkRemoteOptions remote = remote_options(loader);
+  WkDataset *ds = wk_dataset_open_with(path, &remote);
   if (!ds) return wk_last_status();
   char *copy = strdup(path);
   if (!copy) {
@@ -567,12 +596,16 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
     Source *source = &loader->sources[slot->source];
     WK_TRY(wk_order_locate(source->order, epoch, slot->draw % epoch_length, &b->locs[r]));
     if (source->ahead_from == NO_BUFFER || b->locs[r].buffer_from > source->ahead_from) {
-      source->ahead_from = b->locs[r].buffer_from; /* this row starts a buffer: ask for the next one */
-      WkUnitRef units[AHEAD_CAPACITY];
-      uint32_t n = 0;
-      WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, units,
-                                  AHEAD_CAPACITY - b->ahead_count, &n));
-      for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+      /* This row starts a buffer: ask for the next one (and for this one too when it is the stream's first,
+       * so that its blocks come in parallel, not one read at a time). */
+      for (uint32_t ahead = source->ahead_from == NO_BUFFER ? 0 : 1; ahead <= 1; ahead++) {
+        WkUnitRef units[AHEAD_CAPACITY];
+        uint32_t n = 0;
+        WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, ahead, units,
+                                    AHEAD_CAPACITY - b->ahead_count, &n));
+        for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+      }
+      source->ahead_from = b->locs[r].buffer_from;
     }
     info->source = slot->source;
     info->shard = b->locs[r].shard;
@@ -982,6 +1015,7 @@ void wk_loader_stats(WkLoader *loader, WkLoaderStats *out) {
     out->node_edges_dropped += r.node.edges_dropped;
     out->node_waits += r.node.waits;
     out->node_steals += r.node.steals;
+    wk_remote_stats_add(&out->remote, loader->sources[i].ds);
   }
 }
 
@@ -1010,6 +1044,7 @@ void wk_loader_free(WkLoader *loader) {
   }
   if (loader->audit_fd >= 0) close(loader->audit_fd);
   free(loader->audit_path);
+  free(loader->cache_dir);
   pthread_cond_destroy(&loader->ready);
   pthread_cond_destroy(&loader->free);
   pthread_mutex_destroy(&loader->lock);

@@ -575,14 +575,15 @@ WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc
   return WK_OK;
 }
 
-WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, WkUnitRef *out, uint32_t capacity,
-                              uint32_t *count) {
+WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, uint32_t ahead, WkUnitRef *out,
+                              uint32_t capacity, uint32_t *count) {
   Place at;
   *count = 0;
   WK_TRY(find_buffer(order, epoch, c, &at));
   const Window *w = &order->parts[at.k].window;
-  uint64_t end = at.end_slot + order->buffer_units < w->units ? at.end_slot + order->buffer_units : w->units;
-  for (uint64_t slot = at.end_slot; slot < end && *count < capacity; slot++) {
+  uint64_t first = at.first_slot + (uint64_t)ahead * order->buffer_units;
+  uint64_t end = first + order->buffer_units < w->units ? first + order->buffer_units : w->units;
+  for (uint64_t slot = first; slot < end && *count < capacity; slot++) {
     const UnitInfo *u = &w->info[w->unit_at[slot]];
     out[(*count)++] = (WkUnitRef){.shard = u->shard, .unit = u->unit};
   }

@@ -82,21 +82,6 @@ static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t tok
 
 /* ---- sharing ------------------------------------------------------------------------------------- */
 
-/* The job this process is a local rank of, when it has local peers: the launcher's WICK_JOB_ID,
- * torchrun's run id, SLURM's job and step, or the rendezvous address as the last resort. */
-static bool node_job_id(char *out, size_t capacity) {
-  const char *local = getenv("LOCAL_WORLD_SIZE");
-  if (!local || atoi(local) < 2) return false;
-  const char *id = getenv("WICK_JOB_ID");
-  if (!id) id = getenv("TORCHELASTIC_RUN_ID");
-  if (id) return snprintf(out, capacity, "%s", id) < (int)capacity;
-  const char *slurm = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-  if (slurm) return snprintf(out, capacity, "slurm-%s.%s", slurm, step ? step : "0") < (int)capacity;
-  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-  if (addr && port) return snprintf(out, capacity, "%s:%s", addr, port) < (int)capacity;
-  return false;
-}
-
 static uint64_t hash_text(const char *text) {
   uint64_t h = 0x77636b;
   for (const char *p = text; *p; p++) h = wk_mix64(h, (uint8_t)*p);
@@ -116,7 +101,7 @@ static bool plain_name(const char *text) {
 static WkStatus open_cache(WkResidency *r) {
   char job[JOB_ID_CAPACITY], name[WK_SHARED_NAME_CAPACITY], hashed[17];
   const char *shared = NULL;
-  if (node_job_id(job, sizeof job)) {
+  if (wk_node_job_id(job, sizeof job)) {
     snprintf(hashed, sizeof hashed, "%016" PRIx64, hash_text(job));
     snprintf(name, sizeof name, "/wick-%u-%s-%016" PRIx64, (unsigned)getuid(), plain_name(job) ? job : hashed,
              r->cfg.identity);

@@ -267,32 +267,28 @@ WkStatus wk_doc_index_span(const WkShardHeader *h, const uint8_t *entry, const u
 
 /* ---- a verified shard through a blob ------------------------------------------------- */
 
-static WkStatus check_doc_index(WkShardView *v) {
+/* The document index's checksum, over the mapping, or over `tail` (the block table and document index
+ * read in one piece from a blob that cannot map: one request for a remote shard). */
+static WkStatus check_doc_index(WkShardView *v, const uint8_t *tail) {
   const WkShardHeader *h = &v->h;
   uint64_t length = h->documents * WK_SHARD_DOC_ENTRY_BYTES;
-  const uint8_t *mapped = length ? v->blob->map(v->blob, h->doc_index_offset, (size_t)length) : NULL;
-  uint64_t hash;
-  if (mapped || length == 0) {
-    hash = wk_hash64(mapped, (size_t)length);
-    v->doc_index = mapped;
-  } else { /* remote: hash it in pieces, keep none of it */
-    enum { PIECE = 1 << 16 };
-    XXH3_state_t *state = XXH3_createState();
-    uint8_t *piece = malloc(PIECE);
-    WkStatus status = WK_OK;
-    if (!state || !piece) status = WK_FAIL(WK_ERR_NOMEM, "out of memory checking shard '%s'", v->name);
-    if (status == WK_OK) XXH3_64bits_reset(state);
-    for (uint64_t done = 0; status == WK_OK && done < length;) {
-      size_t n = length - done < PIECE ? (size_t)(length - done) : PIECE;
-      status = v->blob->read_at(v->blob, h->doc_index_offset + done, n, piece);
-      if (status == WK_OK) XXH3_64bits_update(state, piece, n);
-      done += n;
-    }
-    hash = status == WK_OK ? XXH3_64bits_digest(state) : 0;
-    XXH3_freeState(state);
-    free(piece);
+  const uint8_t *mapped = length && !tail ? v->blob->map(v->blob, h->doc_index_offset, (size_t)length) : NULL;
+  if (mapped) v->doc_index = mapped;
+  /* Not kept from the tail: entries are read on demand (a remote blob serves them from its cached tail). */
+  const uint8_t *bytes = tail ? tail + (h->doc_index_offset - h->block_table_offset) : mapped;
+  if (length > 0 && !bytes) {
+    uint8_t *copy = wk_malloc((size_t)length, "document index");
+    if (!copy) return wk_last_status();
+    WkStatus status = v->blob->read_at(v->blob, h->doc_index_offset, (size_t)length, copy);
+    uint64_t hash = wk_hash64(copy, (size_t)length);
+    free(copy);
     WK_TRY(status);
+    if (hash != h->doc_index_hash)
+      return BAD("shard '%s' document index: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", v->name,
+                 (unsigned long long)hash, (unsigned long long)h->doc_index_hash);
+    return WK_OK;
   }
+  uint64_t hash = wk_hash64(bytes, (size_t)length);
   if (hash != h->doc_index_hash)
     return BAD("shard '%s' document index: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", v->name,
                (unsigned long long)hash, (unsigned long long)h->doc_index_hash);
@@ -312,14 +308,22 @@ WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
   const WkShardHeader *h = &v->h;
   size_t table_bytes = (size_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
   v->table = table_bytes ? blob->map(blob, h->block_table_offset, table_bytes) : NULL;
-  if (!v->table) {
-    v->table_copy = wk_malloc(table_bytes, "block table");
-    if (!v->table_copy) return WK_ERR_NOMEM;
-    WkStatus status = blob->read_at(blob, h->block_table_offset, table_bytes, v->table_copy);
+  uint8_t *tail = NULL;
+  if (!v->table) { /* block table and document index in one read, the table kept */
+    size_t tail_bytes = (size_t)(blob->size - h->block_table_offset);
+    tail = wk_malloc(tail_bytes ? tail_bytes : 1, "block table and document index");
+    if (!tail) return WK_ERR_NOMEM;
+    WkStatus status = blob->read_at(blob, h->block_table_offset, tail_bytes, tail);
     if (status != WK_OK) {
-      wk_shard_view_release(v);
+      free(tail);
       return status;
     }
+    v->table_copy = wk_malloc(table_bytes ? table_bytes : 1, "block table");
+    if (!v->table_copy) {
+      free(tail);
+      return WK_ERR_NOMEM;
+    }
+    memcpy(v->table_copy, tail, table_bytes);
     v->table = v->table_copy;
   }
   WkStatus status = WK_OK;
@@ -331,7 +335,8 @@ WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
     WkBlockEntry e;
     status = wk_block_entry_parse(v->table, h, b, name, &e);
   }
-  if (status == WK_OK) status = check_doc_index(v);
+  if (status == WK_OK) status = check_doc_index(v, tail);
+  free(tail);
   if (status != WK_OK) wk_shard_view_release(v);
   return status;
 }

@@ -76,13 +76,13 @@ void wk_order_free(WkOrder *order);
 uint64_t wk_order_epoch_length(const WkOrder *order);
 /* The c-th sample (0 <= c < epoch length) of epoch `epoch`. Not thread-safe (caches the epoch). */
 WkStatus wk_order_locate(WkOrder *order, uint64_t epoch, uint64_t c, WkSampleLoc *out);
-/* The units of the buffer drawn after the one holding draw c, in the same window (none at a window's
- * end): what read-ahead asks for. Writes at most capacity. */
+/* The units of the buffer `ahead` buffers after the one holding draw c (0: that buffer itself), in the
+ * same window (none past a window's end): what read-ahead asks for. Writes at most capacity. */
 typedef struct {
   uint32_t shard, unit;
 } WkUnitRef;
-WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, WkUnitRef *out, uint32_t capacity,
-                              uint32_t *count);
+WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, uint32_t ahead, WkUnitRef *out,
+                              uint32_t capacity, uint32_t *count);
 /* Item `item` of a shard (its place, without residency), for tools and tests. */
 WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLoc *out);
 /* Identifies the dataset's content (shard names and sizes, block size): part of every shuffle key. */

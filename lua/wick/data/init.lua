@@ -38,11 +38,30 @@ local function bounded(name, param, help)
            param = param, help = help }
 end
 
+-- Remote sources' options (http://, https://, s3://; wick.dataset.open takes them too).
+local REMOTE = {
+  { 'cache_dir', 'string', help = 'on-disk cache of remote data, shared by the node (default WICK_CACHE_DIR, '
+    .. 'else $XDG_CACHE_HOME/wick, else ~/.cache/wick)' },
+  bounded('cache_disk_bytes', C.WK_LOADER_CACHE_DISK_BYTES, 'bytes the cache directory may hold (default 16 GiB)'),
+  bounded('prefetch_bytes', C.WK_LOADER_PREFETCH_BYTES, 'read-ahead queued or in transfer, per source (default 64 MiB)'),
+  bounded('max_transfers', C.WK_LOADER_MAX_TRANSFERS, 'parallel transfers per source (default 16)'),
+  bounded('connect_timeout_ms', C.WK_LOADER_CONNECT_TIMEOUT_MS, 'connection timeout, then retried (default 10 s)'),
+  bounded('stall_timeout_ms', C.WK_LOADER_STALL_TIMEOUT_MS, 'a transfer receiving nothing this long is retried (default 30 s)'),
+  bounded('request_timeout_ms', C.WK_LOADER_REQUEST_TIMEOUT_MS, 'one attempt of one request at most (default 10 min)'),
+  bounded('retries', C.WK_LOADER_RETRIES, 'attempts after the first, with backoff (default 5)'),
+}
+data.REMOTE_OPTIONS = schema.define('remote option', REMOTE)
+
+local function with_remote(options)
+  for _, option in ipairs(REMOTE) do options[#options + 1] = option end
+  return options
+end
+
 -- The loader's options (a mix may carry them too: see data.mix).
-local LOADER = schema.define('loader option', {
+local LOADER = schema.define('loader option', with_remote {
   { 'data', 'dataset', check = function(v)
       return type(v) == 'string' or data.is_mix(v), 'must be a dataset path or a data.mix{}'
-    end, help = 'a dataset (directory or index.json) or a data.mix{}' },
+    end, help = 'a dataset (directory or index.json; a path, file://, http(s):// or s3://) or a data.mix{}' },
   bounded('seq_len', C.WK_LOADER_SEQ_LEN, 'tokens per sample minus one (default 1024)'),
   bounded('global_batch', C.WK_LOADER_GLOBAL_BATCH, 'samples per optimizer step over all ranks (default 8)'),
   { 'micro_batch', 'integer', min = 1, max = 2 ^ 24, param = C.WK_LOADER_MICRO_BATCH,
@@ -180,6 +199,7 @@ local function configure(handle, opts)
   set(handle, C.WK_LOADER_ON_CORRUPT, ON_CORRUPT[o.on_corrupt or 'error'])
   set(handle, C.WK_LOADER_PAD_LAST, AT_END[o.at_end or 'drop'])
   set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
+  if o.cache_dir then core.check(C.wk_loader_set_cache_dir(handle, o.cache_dir), 3) end
   if o.device ~= nil then
     local kind, index = T.parse_device(o.device, 3)
     set(handle, C.WK_LOADER_DEVICE, kind == C.WK_DEVICE_CPU and C.WK_LOADER_ON_CPU or index)
@@ -311,13 +331,18 @@ end
 local STAT_FIELDS = { 'batches', 'wait_ns', 'skipped', 'buffers', 'buffer_bytes', 'decoded_bytes', 'delivered_bytes',
   'node_decoded_bytes', 'node_delivered_bytes', 'node_private_decodes', 'node_edges_saved', 'node_edges_used',
   'node_edges_missing', 'node_edges_dropped', 'node_waits', 'node_steals' }
+data.REMOTE_STAT_FIELDS = { 'requests', 'bytes_fetched', 'cache_hits', 'cache_misses', 'prefetched', 'prefetch_dropped',
+  'retries_connect', 'retries_reset', 'retries_timeout', 'retries_server', 'retries_throttle', 'retries_corrupt',
+  'rate_bytes_per_s', 'wait_ns', 'disk_bytes', 'evicted_bytes' }
 
--- Counters; decode amplification is decoded_bytes / delivered_bytes (node_*: all local ranks).
+-- Counters; decode amplification is decoded_bytes / delivered_bytes (node_*: all local ranks); `remote`
+-- holds the remote sources' fetches (bytes, cache hits, retries by cause, rate, network wait).
 function Loader:stats()
   local s = ffi.new('WkLoaderStats')
   C.wk_loader_stats(self.handle, s)
-  local out = {}
+  local out = { remote = {} }
   for _, field in ipairs(STAT_FIELDS) do out[field] = tonumber(s[field]) end
+  for _, field in ipairs(data.REMOTE_STAT_FIELDS) do out.remote[field] = tonumber(s.remote[field]) end
   return out
 end
 

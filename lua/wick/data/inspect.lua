@@ -1,6 +1,8 @@
 -- wick.data.inspect: prints the samples one rank would receive, without starting other ranks.
 --   run -m wick.data.inspect --data DIR --seq-len 256 --global-batch 32 --micro-batch 4 --world 4 --rank 1 --steps 2
--- One line per sample: `step=S rank=R id=SOURCE:SHARD:OFFSET hash=H micro=M row=I epoch=E len=N status=ok`.
+-- One line per sample: `step=S rank=R id=SOURCE:SHARD:OFFSET hash=H micro=M row=I epoch=E len=N status=ok`;
+-- with --stats, then the loader's counters (a remote source's fetches: bytes, cache hits and misses,
+-- retries by cause, download rate, time waited on the network).
 -- With --quality (a dataset directory only): how well the order mixes over one epoch (wick.data.quality),
 -- next to Wick 0.1's shard-window order of the same data.
 -- --data is a path: a dataset (directory or index.json), or a regular .lua file returning a data.mix{}.
@@ -14,7 +16,7 @@ local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
 local EXACT_INTEGER = 2 ^ 53
 local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/data/loader.c)
 
-local spec = cli.spec {
+local spec = {
   name = 'wick.data.inspect',
   usage = '--data PATH | --mix EXPR [options]',
   description = 'Prints one line per sample the given rank would receive: step=S rank=R id=ID hash=H ...',
@@ -43,8 +45,14 @@ local spec = cli.spec {
     { 'quality', 'flag', help = "print the order's mixing figures over one epoch, next to Wick 0.1's order" },
     { 'reference_window', 'integer', min = 1, max = 2 ^ 31, default = 8,
       help = "Wick 0.1's shuffle window (shards) for --quality" },
+    { 'stats', 'flag', help = "after the samples, the loader's counters: decode, and a remote source's fetches" },
   },
 }
+-- A remote source's options (cache_dir, cache_disk_bytes, ...), from the loader's own declarations.
+for _, option in ipairs(data.REMOTE_OPTIONS.options) do
+  spec.options[#spec.options + 1] = cli.from(data.REMOTE_OPTIONS, option[1])
+end
+spec = cli.spec(spec)
 
 local function read_file(path)
   local ok, host = pcall(require, 'wick.host') -- inside `run`: a FIFO is refused, not waited on
@@ -116,6 +124,19 @@ local function print_quality(opts)
   ds:close()
 end
 
+-- Counters as one line each: "stats: name=value ..." and "stats remote: name=value ...".
+local function print_stats(loader)
+  local s = loader:stats()
+  local fields = { 'batches', 'wait_ns', 'skipped', 'decoded_bytes', 'delivered_bytes', 'node_decoded_bytes',
+                   'node_delivered_bytes' }
+  local parts = {}
+  for _, field in ipairs(fields) do parts[#parts + 1] = ('%s=%d'):format(field, s[field]) end
+  print('stats: ' .. table.concat(parts, ' '))
+  parts = {}
+  for _, field in ipairs(data.REMOTE_STAT_FIELDS) do parts[#parts + 1] = ('%s=%d'):format(field, s.remote[field]) end
+  print('stats remote: ' .. table.concat(parts, ' '))
+end
+
 local function main(args)
   local opts = cli.parse(spec, args)
   local source = resolve_data(opts)
@@ -124,7 +145,7 @@ local function main(args)
     print_quality(opts)
     return 0
   end
-  local loader = data.loader {
+  local options = {
     data = source,
     seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
     world_size = opts.world, rank = opts.rank, seed = opts.seed, mode = opts.mode,
@@ -133,6 +154,8 @@ local function main(args)
     on_corrupt = opts.on_corrupt, threads = opts.threads,
     cursor = opts.from and read_file(opts.from):gsub('%s+$', ''),
   }
+  for _, option in ipairs(data.REMOTE_OPTIONS.options) do options[option[1]] = opts[option[1]] end
+  local loader = data.loader(options)
   local first_step
   while true do
     local batch = loader:next()
@@ -150,6 +173,7 @@ local function main(args)
     end
     if batch.step == first_step + opts.steps - 1 and batch.micro_step == batch.micro_steps - 1 then break end
   end
+  if opts.stats then print_stats(loader) end
   if opts.save_cursor then write_file(opts.save_cursor, loader:state() .. '\n') end
   loader:close()
   return 0

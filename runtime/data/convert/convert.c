@@ -49,6 +49,7 @@ struct WkConverter {
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
+  WkRemote *remote;  /* opened at the first URL input (remote_input.c) */
   uint64_t total_input_bytes;
   WkConvertStats stats;
   char **bad_lines;
@@ -96,6 +97,7 @@ void wk_converter_free(WkConverter *cv) {
   free_include(cv);
   for (size_t i = 0; i < cv->input_count; i++) free(cv->inputs[i].path);
   free(cv->inputs);
+  convert_remote_close(cv->remote);
   for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
   free(cv->bad_lines);
   free(cv->out_dir);
@@ -167,8 +169,12 @@ WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
 WkStatus wk_converter_add_input(WkConverter *cv, const char *path) {
   if (!cv || !path) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_input: NULL argument");
   size_t before = cv->input_count;
-  WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, cv->out_dir, &cv->inputs, &cv->input_count,
-                             &cv->input_capacity));
+  if (wk_blob_is_remote(path))
+    WK_TRY(convert_add_remote_input(&cv->remote, path, (const char *const *)cv->include, &cv->inputs, &cv->input_count,
+                                    &cv->input_capacity));
+  else
+    WK_TRY(convert_list_inputs(path, (const char *const *)cv->include, cv->out_dir, &cv->inputs, &cv->input_count,
+                               &cv->input_capacity));
   for (size_t i = before; i < cv->input_count; i++) cv->total_input_bytes += cv->inputs[i].size;
   return WK_OK;
 }

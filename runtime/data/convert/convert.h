@@ -18,10 +18,13 @@
 
 typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN } InputKind;
 
+typedef struct WkRemote WkRemote;
+
 typedef struct {
   char *path;
   InputKind kind;
   uint64_t size;
+  WkRemote *remote;  /* the converter's remote context for a URL (remote_input.c); NULL: a local file */
 } Input;
 
 typedef struct {
@@ -109,5 +112,23 @@ WkStatus convert_output_adopt(const ConvertOutput *o, const char *name);
 WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
 /* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
 void convert_output_close(ConvertOutput *o, bool failed);
+
+/* An input's kind, by its name's suffix (convert_input.c). */
+InputKind convert_input_kind(const char *path);
+/* Whether a file found in a directory (or under a prefix) is read: its name matches a pattern (or none
+ * are set). */
+bool convert_input_wanted(const char *path, const char *const *patterns);
+
+/* ---- remote_input.c ---- */
+
+/* Lists a http(s):// or s3:// input: one object (its size asked of the server), or for an
+ * s3://bucket/prefix/ (ending in '/') every object under it, byte-wise sorted, like a directory's files
+ * (hidden names and names no pattern matches skipped). *remote is the converter's remote context,
+ * opened at its first URL (close it with convert_remote_close). */
+WkStatus convert_add_remote_input(WkRemote **remote, const char *location, const char *const *patterns,
+                                  Input **inputs, size_t *count, size_t *capacity);
+/* An input's bytes: a local file, or a remote object read by range (not cached, read once). */
+WkBlob *convert_open_input(const Input *in);
+void convert_remote_close(WkRemote *remote);
 
 #endif /* WK_DATA_CONVERT_H */

@@ -40,7 +40,7 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static InputKind kind_of(const char *path) {
+InputKind convert_input_kind(const char *path) {
   if (ends_with(path, ".jsonl.zst") || ends_with(path, ".ndjson.zst")) return INPUT_JSONL_ZST;
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return INPUT_JSONL;
   if (ends_with(path, ".bin")) return INPUT_TOKENS_BIN;
@@ -58,7 +58,7 @@ typedef struct {
 
 /* Files met while walking a directory are kept when their name matches one of the patterns (all
  * are kept without patterns); files named on the command line always are. */
-static bool wanted(const char *path, const char *const *patterns) {
+bool convert_input_wanted(const char *path, const char *const *patterns) {
   if (!patterns || !patterns[0]) return true;
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
@@ -77,7 +77,7 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
     return WK_OK;
   }
   if (S_ISREG(st.st_mode)) {
-    if (depth > 0 && !wanted(path, opt->patterns)) return WK_OK;
+    if (depth > 0 && !convert_input_wanted(path, opt->patterns)) return WK_OK;
     if (*count == *capacity) {
       size_t cap = *capacity ? *capacity * 2 : 64;
       Input *grown = realloc(*inputs, cap * sizeof *grown);
@@ -87,7 +87,7 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
     }
     char *copy = strdup(path);
     if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory listing inputs");
-    (*inputs)[(*count)++] = (Input){.path = copy, .kind = kind_of(path), .size = (uint64_t)st.st_size};
+    (*inputs)[(*count)++] = (Input){.path = copy, .kind = convert_input_kind(path), .size = (uint64_t)st.st_size};
     return WK_OK;
   }
   if (!S_ISDIR(st.st_mode))
@@ -337,7 +337,7 @@ WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void
     c->input_bytes = in->size;
     return emit(arg, c);
   }
-  WkBlob *blob = wk_blob_open_file(in->path);
+  WkBlob *blob = convert_open_input(in);
   if (!blob) return wk_last_status();
   WkStatus status = convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
   blob->close(blob);
@@ -422,7 +422,7 @@ static WkStatus split_text(const ChunkContext *ctx, Chunk *c, const uint8_t *tex
 }
 
 static WkStatus process_text(const ChunkContext *ctx, const Input *in, Chunk *c) {
-  WkBlob *src = wk_blob_open_file(in->path);
+  WkBlob *src = convert_open_input(in);
   if (!src) return wk_last_status();
   WkStatus status = WK_OK;
   uint8_t *copy = NULL;

@@ -1,0 +1,153 @@
+-- Remote datasets through a fault-injecting proxy (tests/helpers/fault_proxy.py) in front of a real
+-- nginx: connections cut mid-body, reset, 503 with Retry-After, 429, stalls longer than the stall timeout,
+-- flipped bytes, 404. Each case either delivers exactly the samples of local reading or stops with a
+-- clear error (URL, status, attempts, offset) within a bounded time.
+local helper = require 'helper'
+local data_helper = require 'data_helper'
+local nginx = require 'helpers.nginx'
+local core = require 'wick.core'
+local q = helper.shell_quote
+
+local PYTHON = '/usr/bin/python3'
+-- Fast failures for the test: three retries, stalls detected after 0.4 s.
+local OPTIONS = '{ retries = 3, stall_timeout_ms = 400, connect_timeout_ms = 2000, max_transfers = 4 }'
+local STEPS = 32 -- global steps of 8 samples: 4 shuffle buffers, a third of an epoch
+
+if not nginx.binary() or helper.sh('test -x ' .. PYTHON).rc ~= 0 then
+  describe('remote faults', function() pending('need nginx and ' .. PYTHON .. ' (make deps installs them)') end)
+  return
+end
+
+local Proxy = {}
+Proxy.__index = Proxy
+
+local function start_proxy(upstream_port)
+  local dir = helper.tmpdir()
+  local self = setmetatable({ dir = dir, control = dir .. '/control', log = dir .. '/log' }, Proxy)
+  helper.write_file(self.control, 'pass\n')
+  local r = helper.sh(('%s %s/tests/helpers/fault_proxy.py %d %s %s %s > %s/out 2>&1 & echo $!'):format(PYTHON,
+    q(helper.ROOT), upstream_port, q(dir .. '/port'), q(self.control), q(self.log), q(dir)))
+  self.pid = tonumber(r.out:match('%d+'))
+  for _ = 1, 250 do
+    local port = tonumber(helper.read_file(dir .. '/port'):match('%d+'))
+    if port then
+      self.url = ('http://127.0.0.1:%d'):format(port)
+      return self
+    end
+    helper.sh('sleep 0.02')
+  end
+  error('the fault proxy did not start: ' .. helper.read_file(dir .. '/out'))
+end
+
+function Proxy:set(mode) helper.write_file(self.control, mode .. '\n') end
+
+function Proxy:faults()
+  local n = 0
+  for line in helper.read_file(self.log):gmatch('[^\n]+') do
+    if not line:match(' %-$') then n = n + 1 end
+  end
+  return n
+end
+
+function Proxy:stop()
+  helper.sh(('kill %d; sleep 0.05; kill -9 %d 2>/dev/null'):format(self.pid, self.pid))
+  helper.rmtree(self.dir)
+end
+
+describe('a remote dataset through faults', function()
+  local root, server, proxy, local_lines
+  -- the shard of the n-th sample read: one the stream certainly reaches
+  local function shard_of(n) return ('shard-%05d'):format(tonumber(local_lines[n]:match(' id=%d+:(%d+):'))) end
+  local function stream(data, cache)
+    local audit = root .. '/audit-' .. math.random(1e9)
+    local started = core.now()
+    local r = helper.run(('%s/tests/helpers/remote_rank.lua %s %s %s %d %d - %s'):format(helper.ROOT, q(data),
+      q(audit), q(cache), 2 ^ 40, STEPS, q(OPTIONS)))
+    local lines = helper.lines(helper.read_file(audit))
+    os.remove(audit)
+    local counters = {}
+    for k, v in r.out:gmatch('([%w_]+)=(%d+)') do counters[k] = tonumber(v) end
+    return { rc = r.rc, err = r.err, lines = lines, counters = counters, seconds = core.now() - started }
+  end
+
+  setup(function()
+    root = helper.tmpdir()
+    data_helper.make_dataset(root .. '/ds', data_helper.documents(900, 60, 17),
+      { shard_size = 20000, block_size = 1024, compression = 'zstd' })
+    server = nginx.start(root)
+    proxy = start_proxy(server.port)
+    local cache = helper.tmpdir()
+    local_lines = stream(root .. '/ds', cache).lines
+    helper.rmtree(cache)
+    assert.are.equal(STEPS * 8, #local_lines)
+  end)
+  teardown(function()
+    if proxy then proxy:stop() end
+    if server then server:stop() end
+    helper.rmtree(root)
+  end)
+
+  local cases = {
+    { mode = 'cut 3', counter = 'reset', what = 'connections cut mid-body (resumed by Range)' },
+    { mode = 'reset 3', counter = 'reset', what = 'connections closed without an answer' },
+    { mode = '503 8', counter = 'throttle', what = '503 with Retry-After' },
+    { mode = '429 3', counter = 'throttle', what = '429' },
+    { mode = 'stall 6 3', counter = 'timeout', what = 'stalls longer than the stall timeout' },
+    { mode = 'flip 3', counter = 'corrupt', what = 'flipped bytes (checksums fail, fetched again)' },
+  }
+  for _, case in ipairs(cases) do
+    it('delivers exactly the local samples through ' .. case.what, function()
+      local cache = helper.tmpdir()
+      proxy:set(case.mode)
+      local faults = proxy:faults()
+      local r = stream(proxy.url .. '/ds', cache)
+      proxy:set('pass')
+      assert.are.equal(0, r.rc, r.err)
+      assert.are.same(local_lines, r.lines)
+      assert.is_true(proxy:faults() > faults, 'the proxy injected faults')
+      assert.is_true(r.counters[case.counter] > 0, case.counter .. ' retries counted: ' .. r.err)
+      assert.is_true(r.seconds < 30, ('took %.1f s'):format(r.seconds))
+      helper.rmtree(cache)
+    end)
+  end
+
+  it('stops with the URL and offset when a block is corrupt on the server, fetched twice', function()
+    local cache = helper.tmpdir()
+    local shard = shard_of(math.floor(#local_lines / 2))
+    proxy:set('flip-always ' .. shard)
+    local r = stream(proxy.url .. '/ds', cache)
+    proxy:set('pass')
+    assert.are_not.equal(0, r.rc)
+    assert.matches(proxy.url .. '/ds/' .. shard .. '.wks', r.err, 1, true)
+    assert.matches("%.wks' bytes %d+%-%d+ %(block %d+%) are corrupt on the server: .*checksum", r.err)
+    assert.matches('fetched anew', r.err, 1, true)
+    assert.is_true(r.seconds < 20, ('took %.1f s'):format(r.seconds))
+    helper.rmtree(cache)
+  end)
+
+  it('stops at once on a 404 for one shard, naming its URL, the status and the attempt', function()
+    local cache = helper.tmpdir()
+    local shard = shard_of(#local_lines)
+    proxy:set('404 ' .. shard)
+    local r = stream(proxy.url .. '/ds', cache)
+    proxy:set('pass')
+    assert.are_not.equal(0, r.rc)
+    assert.matches(proxy.url .. '/ds/' .. shard .. '.wks', r.err, 1, true)
+    assert.matches('HTTP 404', r.err, 1, true)
+    assert.matches('attempt 1', r.err, 1, true)
+    assert.is_true(r.seconds < 20, ('took %.1f s'):format(r.seconds))
+    helper.rmtree(cache)
+  end)
+
+  it('gives up on a server that always stalls within the retries and their timeouts', function()
+    local cache = helper.tmpdir()
+    proxy:set('stall-always ' .. shard_of(1) .. ' 30')
+    local r = stream(proxy.url .. '/ds', cache)
+    proxy:set('pass')
+    assert.are_not.equal(0, r.rc)
+    assert.matches('stalled', r.err, 1, true)
+    assert.matches('gave up after 4 attempts', r.err, 1, true)
+    assert.is_true(r.seconds < 20, ('took %.1f s'):format(r.seconds))
+    helper.rmtree(cache)
+  end)
+end)

@@ -1,0 +1,20 @@
+#!/bin/sh
+# A venv of pinned PyPI packages on Debian's /usr/bin/python3 (python3-venv), never the system Python:
+#   third_party/python-venv.sh NAME REQUIREMENTS VENV
+# Kept while it was made from the same requirements (a copy of them is its stamp), so a second run is
+# instant. bench-venv.sh (make bench's Hugging Face baseline) and test-venv.sh (the S3 tests' moto) use it.
+set -eu
+name="$1" requirements="$2" venv="$3"
+stamp="$venv/requirements.txt"
+
+if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$stamp"; then
+  echo "$name venv: $venv is up to date"
+  exit 0
+fi
+[ -x /usr/bin/python3 ] || { echo "$name venv: no /usr/bin/python3 (make deps installs python3-venv)" >&2; exit 1; }
+echo "$name venv: creating $venv from $requirements"
+rm -rf "$venv"
+/usr/bin/python3 -m venv "$venv" || { echo "$name venv: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" ||
+  { echo "$name venv: pip install failed (is PyPI reachable?)" >&2; rm -rf "$venv"; exit 1; }
+cp "$requirements" "$stamp"
