@@ -103,6 +103,9 @@ WK_API uint32_t wk_dataset_vocab_size(const WkDataset *ds);
 WK_API uint32_t wk_dataset_eos(const WkDataset *ds);             /* the EOS token id separating documents */
 WK_API uint32_t wk_dataset_token_bytes(const WkDataset *ds);     /* stored width: 2 or 4 */
 WK_API const char *wk_dataset_tokenizer(const WkDataset *ds);    /* "bytes", "gpt2", ... */
+/* The identity of the tokenizer that made the ids (wk_tokenizer_fingerprint); 0 when unknown (an index
+ * from before it was recorded, made with a tokenizer file). */
+WK_API uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds);
 WK_API WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
 
 /* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
@@ -241,8 +244,13 @@ typedef struct {
   uint64_t reused;          /* shards kept from an earlier run (WK_CONVERT_RESUME) */
 } WkConvertStats;
 
-/* tokenizer: "bytes" (default when NULL) or "gpt2" (pre-tokenized .bin inputs only). */
+/* tokenizer: "bytes" (default for text when NULL), "gpt2" (pre-tokenized .bin inputs only; their
+ * default), or a tokenizer.json / .tiktoken file, opened here (a bad file fails here). The index
+ * records its name, fingerprint, vocabulary and EOS; text needs a tokenizer with an EOS. */
 WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer);
+/* Encodes with t instead (one opened with options: wk_tokenizer_set), borrowed: keep it open until
+ * the run returns. NULL goes back to the default. */
+WK_API WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *t);
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
@@ -287,6 +295,8 @@ typedef enum {
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
+  WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
+                                  or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 

@@ -1,6 +1,6 @@
 -- wick.dataset: a thin handle over a converted dataset (runtime/data, format in runtime/data/FORMAT.md).
 --   local ds = require('wick.dataset').open('data/shakespeare')
---   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer
+--   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
@@ -23,6 +23,7 @@ function M.open(path)
   local handle = C.wk_dataset_open(path)
   if handle == nil then return nil, core.last_error() end
   handle = ffi.gc(handle, C.wk_dataset_close)
+  local fingerprint = C.wk_dataset_tokenizer_fingerprint(handle)
   return setmetatable({
     handle = handle,
     path = path,
@@ -33,6 +34,8 @@ function M.open(path)
     eos = C.wk_dataset_eos(handle),
     token_bytes = C.wk_dataset_token_bytes(handle),
     tokenizer = ffi.string(C.wk_dataset_tokenizer(handle)),
+    -- 16 hex digits, as wick.tokenizer's tok.fingerprint; nil when the index does not say
+    tokenizer_fingerprint = fingerprint ~= 0 and ('%016x'):format(fingerprint) or nil,
   }, Dataset)
 end
 

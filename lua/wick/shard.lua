@@ -5,6 +5,7 @@
 -- parser, the checks and the help text come from that table.
 local cli = require 'wick.cli'
 local core = require 'wick.core'
+local TOKENIZER = require 'wick.tokenizer'
 local ffi, C = core.ffi, core.C
 
 -- The converter's own limits (runtime/data/convert/convert.c, runtime/data/shard.h).
@@ -35,8 +36,14 @@ local SPEC = cli.spec {
   description = DESCRIPTION,
   options = {
     { 'output', 'path', short = 'o', value = 'DIR', required = true, help = 'dataset directory to write (created)' },
-    { 'tokenizer', 'string', value = 'NAME',
-      help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
+    { 'tokenizer', 'string', value = 'NAME|FILE',
+      help = "a tokenizer.json or .tiktoken rank file, 'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin " ..
+             "token files); default: bytes for text, gpt2 for .bin" },
+    cli.from(TOKENIZER.OPTIONS, 'pattern', { value = 'ENCODING',
+      help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" }),
+    { 'special', 'flag', help = 'special tokens written in the text become their ids (default: plain text)' },
+    { 'eos', 'string', value = 'TOKEN',
+      help = "the token ending each document, by text or id (default: the tokenizer's own EOS)" },
     { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
     { 'split', 'enum', values = { 'file', 'paragraph', 'line' }, default = 'file',
       help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
@@ -80,9 +87,23 @@ function M.convert(inputs, opts)
   local function failed_input(status)
     if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_DATA) end
   end
-  local cv = C.wk_converter_new(opts.output, opts.tokenizer)
+  -- gpt2 only describes .bin tokens; any other tokenizer is opened here, with its options, and lent
+  -- to the converter for the run.
+  local tok
+  local file = opts.tokenizer and opts.tokenizer ~= 'gpt2'
+  if file then
+    local eos = opts.eos and (opts.eos:match('^%d+$') and tonumber(opts.eos) or opts.eos)
+    local ok, opened, err = pcall(TOKENIZER.open, opts.tokenizer, { pattern = opts.pattern, special = opts.special,
+                                                                   eos = eos })
+    if not ok or not opened then cli.fail('wick.shard: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
+    tok = opened
+  elseif opts.pattern or opts.special or opts.eos then
+    cli.fail('wick.shard: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
+  end
+  local cv = C.wk_converter_new(opts.output, not file and opts.tokenizer or nil)
   if cv == nil then refused_option(C.wk_last_status()) end
   cv = ffi.gc(cv, C.wk_converter_free)
+  if tok then refused_option(C.wk_converter_use_tokenizer(cv, tok.handle)) end
   local function set(param, value) refused_option(C.wk_converter_set(cv, param, value)) end
   if opts.compression == 'none' then
     set(C.WK_CONVERT_COMPRESSION, 0)
@@ -119,12 +140,10 @@ function M.convert(inputs, opts)
     bad[#bad + 1] = ffi.string(line)
     i = i + 1
   end
-  if status ~= 0 then
-    local message = core.last_error()
-    C.wk_converter_free(ffi.gc(cv, nil))
-    cli.fail('wick.shard: ' .. message, cli.EXIT_DATA)
-  end
+  local message = status ~= 0 and core.last_error()
   C.wk_converter_free(ffi.gc(cv, nil))
+  if tok then tok:close() end
+  if message then cli.fail('wick.shard: ' .. message, cli.EXIT_DATA) end
   return stats, bad
 end
 

@@ -43,7 +43,8 @@ enum {
 
 struct WkConverter {
   char *out_dir;
-  char *tokenizer_name;  /* NULL: decided by the inputs */
+  const WkTokenizer *tokenizer;  /* NULL: decided by the inputs (bytes for text, gpt2 for .bin) */
+  WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
   int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
@@ -62,12 +63,19 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
     WK_FAIL(WK_ERR_INVALID_ARG, "converter: an output directory is required");
     return NULL;
   }
-  if (tokenizer && !wk_tokenizer_find(tokenizer)) {
-    WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s' (known: bytes, gpt2)", tokenizer);
-    return NULL;
-  }
   WkConverter *cv = wk_calloc(1, sizeof *cv, "converter");
   if (!cv) return NULL;
+  /* A built-in describes, a file is opened here: its errors are the caller's at once, not the run's. */
+  cv->tokenizer = tokenizer ? wk_tokenizer_find(tokenizer) : NULL;
+  if (tokenizer && !cv->tokenizer) {
+    cv->owned = wk_tokenizer_open(tokenizer, NULL);
+    if (!cv->owned) {
+      wk_error_context("converter: tokenizer");
+      free(cv);
+      return NULL;
+    }
+    cv->tokenizer = cv->owned;
+  }
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cv->threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : cpus;
   cv->shard_tokens = DEFAULT_SHARD_TOKENS;
@@ -76,8 +84,7 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
   cv->level = DEFAULT_LEVEL;
   cv->out_dir = strdup(out_dir);
   cv->field = strdup("text");
-  cv->tokenizer_name = tokenizer ? strdup(tokenizer) : NULL;
-  if (!cv->out_dir || !cv->field || (tokenizer && !cv->tokenizer_name)) {
+  if (!cv->out_dir || !cv->field) {
     wk_converter_free(cv);
     WK_FAIL(WK_ERR_NOMEM, "out of memory creating the converter");
     return NULL;
@@ -99,7 +106,7 @@ void wk_converter_free(WkConverter *cv) {
   for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
   free(cv->bad_lines);
   free(cv->out_dir);
-  free(cv->tokenizer_name);
+  wk_tokenizer_free(cv->owned);
   free(cv->field);
   free(cv);
 }
@@ -127,6 +134,14 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter %s %lld is out of range %lld..%lld", what, (long long)value,
                    (long long)lo, (long long)hi);
   *slot = value;
+  return WK_OK;
+}
+
+WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *tokenizer) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_use_tokenizer: converter is NULL");
+  wk_tokenizer_free(cv->owned);
+  cv->owned = NULL;
+  cv->tokenizer = tokenizer;
   return WK_OK;
 }
 
@@ -710,6 +725,7 @@ static WkStatus write_index(Run *r) {
   WkIndex index = {
       .version = WK_INDEX_VERSION,
       .tokenizer = (char *)r->tokenizer->name,
+      .tokenizer_fingerprint = r->tokenizer->fingerprint,
       .vocab_size = r->tokenizer->vocab_size,
       .eos = r->tokenizer->eos,
       .token_bytes = r->write_options.token_bytes,
@@ -770,15 +786,17 @@ static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
   if (bins && text_example)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: token files ('%s') and text ('%s') cannot share a dataset; "
                    "convert them separately", bin_example, text_example);
-  const char *name = cv->tokenizer_name ? cv->tokenizer_name : bins ? "gpt2" : "bytes";
-  const WkTokenizer *t = wk_tokenizer_find(name);
-  if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s'", name);
-  if (bins && strcmp(t->name, "gpt2") != 0)
+  const WkTokenizer *gpt2 = wk_tokenizer_find("gpt2");
+  const WkTokenizer *t = cv->tokenizer ? cv->tokenizer : bins ? gpt2 : wk_tokenizer_find("bytes");
+  if (bins && t != gpt2)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds GPT-2 tokens; use --tokenizer gpt2 (not %s)",
                    bin_example, t->name);
   if (!bins && !t->encode)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "converter: tokenizer '%s' cannot encode text yet (only pre-tokenized .bin "
-                   "inputs); use --tokenizer bytes", t->name);
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' only describes pre-tokenized .bin inputs; to "
+                   "encode text give a tokenizer.json or a .tiktoken rank file (or bytes)", t->name);
+  if (t->eos == WK_TOKENIZER_NONE)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' names no EOS token to end documents with; name "
+                   "one (wick.shard --eos TEXT, wk_tokenizer_set WK_TOKENIZER_EOS)", t->name);
   *out = t;
   return WK_OK;
 }
