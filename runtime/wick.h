@@ -207,8 +207,9 @@ typedef struct {
 WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
                                   int decode, int threads, WkTokenizeStats *stats);
 
-/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
- * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give
+/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst,
+ * llm.c/nanoGPT token .bin files, Parquet (.parquet) and WebDataset tar shards (.tar, .tar.gz,
+ * .tgz) -> a dataset directory. Deterministic: the same inputs give
  * byte-identical shards and index whatever the thread count. */
 typedef struct WkConverter WkConverter;
 
@@ -242,6 +243,7 @@ typedef struct {
   uint64_t empty;           /* empty documents skipped */
   double seconds;
   uint64_t reused;          /* shards kept from an earlier run (WK_CONVERT_RESUME) */
+  uint64_t nulls;           /* null rows (Parquet) skipped */
 } WkConvertStats;
 
 /* tokenizer: "bytes" (default for text when NULL), "gpt2" (pre-tokenized .bin inputs only; their
@@ -253,7 +255,11 @@ WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer)
 WK_API WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *t);
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
-WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
+/* The text of each document, default "text": the string member of a .jsonl line, the column of a
+ * .parquet file, the member extension of a WebDataset .tar sample ("txt", or "json": see below). */
+WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);
+/* The string member of a tar sample's .json member when the field is "json" (default "text"). */
+WK_API WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field);
 /* Comma-separated fnmatch globs ("*.py,*.txt") a file found in a directory must match to be read
  * (files named directly always are); NULL or "" for all. Applies to inputs added after it. */
 WK_API WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns);

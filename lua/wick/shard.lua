@@ -25,8 +25,13 @@ INPUTS are files or directories (walked recursively in sorted order, hidden entr
   *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed
   *.bin                        llm.c (magic 20240520) or nanoGPT uint16 GPT-2 tokens,
                                documents separated by <|endoftext|>
+  *.parquet                    the strings of the --field column, one document per row (null rows
+                               are counted and skipped); snappy, gzip, zstd; data pages v1 and v2
+  *.tar, *.tar.gz, *.tgz       WebDataset shards: each sample's member with extension --field (txt,
+                               or json with --json-field naming its string)
   anything else                text: one document per file (or per paragraph, or line: --split)
-Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line.
+Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line (for
+Parquet and tar: file:row and file:sample).
 The output is byte-identical for the same inputs and options, whatever --threads.]]
 
 local SPEC = cli.spec {
@@ -44,7 +49,10 @@ local SPEC = cli.spec {
     { 'special', 'flag', help = 'special tokens written in the text become their ids (default: plain text)' },
     { 'eos', 'string', value = 'TOKEN',
       help = "the token ending each document, by text or id (default: the tokenizer's own EOS)" },
-    { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+    { 'field', 'string', value = 'NAME', default = 'text',
+      help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
+    { 'json_field', 'string', value = 'NAME', default = 'text',
+      help = "the string member of a tar sample's .json member (with --field json)" },
     { 'split', 'enum', values = { 'file', 'paragraph', 'line' }, default = 'file',
       help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
     { 'include', 'string', value = 'GLOBS',
@@ -121,6 +129,7 @@ function M.convert(inputs, opts)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
+  refused_option(C.wk_converter_set_json_field(cv, opts.json_field))
   refused_option(C.wk_converter_set_include(cv, opts.include))
   for _, path in ipairs(inputs) do failed_input(C.wk_converter_add_input(cv, path)) end
   local status = C.wk_converter_run(cv)
@@ -128,7 +137,7 @@ function M.convert(inputs, opts)
   C.wk_converter_stats(cv, s)
   local stats = {}
   for _, f in ipairs { 'inputs', 'input_bytes', 'documents', 'tokens', 'shards', 'output_bytes', 'bad', 'empty',
-                       'reused' } do
+                       'reused', 'nulls' } do
     stats[f] = tonumber(s[f])
   end
   stats.seconds = tonumber(s.seconds)
@@ -169,10 +178,11 @@ function M.main(args)
     local seconds = math.max(stats.seconds, 1e-9)
     io.stdout:write(string.format(
       '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s%s) in %.2f s (%s/s in, %.1f M tokens/s); ' ..
-      '%d bad, %d empty skipped\n',
+      '%d bad, %d empty%s skipped\n',
       opts.output, stats.inputs, human_bytes(stats.input_bytes), stats.documents, stats.tokens, stats.shards,
       human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
-      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty))
+      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty,
+      stats.nulls > 0 and string.format(', %d null', stats.nulls) or ''))
   end
   return 0
 end

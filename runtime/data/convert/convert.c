@@ -46,6 +46,7 @@ struct WkConverter {
   const WkTokenizer *tokenizer;  /* NULL: decided by the inputs (bytes for text, gpt2 for .bin) */
   WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
+  char *json_field;
   int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
@@ -84,7 +85,8 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
   cv->level = DEFAULT_LEVEL;
   cv->out_dir = strdup(out_dir);
   cv->field = strdup("text");
-  if (!cv->out_dir || !cv->field) {
+  cv->json_field = strdup("text");
+  if (!cv->out_dir || !cv->field || !cv->json_field) {
     wk_converter_free(cv);
     WK_FAIL(WK_ERR_NOMEM, "out of memory creating the converter");
     return NULL;
@@ -108,6 +110,7 @@ void wk_converter_free(WkConverter *cv) {
   free(cv->out_dir);
   wk_tokenizer_free(cv->owned);
   free(cv->field);
+  free(cv->json_field);
   free(cv);
 }
 
@@ -145,13 +148,23 @@ WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *tokenize
   return WK_OK;
 }
 
-WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
-  if (!cv || !field || !field[0]) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the JSON field name is empty");
-  char *copy = strdup(field);
+static WkStatus set_name(char **slot, const char *value, const char *what) {
+  if (!value || !value[0]) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the %s is empty", what);
+  char *copy = strdup(value);
   if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
-  free(cv->field);
-  cv->field = copy;
+  free(*slot);
+  *slot = copy;
   return WK_OK;
+}
+
+WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_field: converter is NULL");
+  return set_name(&cv->field, field, "field name");
+}
+
+WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_json_field: converter is NULL");
+  return set_name(&cv->json_field, field, "JSON field name");
 }
 
 WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
@@ -312,7 +325,7 @@ static void *producer_main(void *arg) {
   pthread_setname_np(pthread_self(), "wick-cv-read");
   WkStatus status = WK_OK;
   for (uint32_t i = 0; i < r->cv->input_count && status == WK_OK && !atomic_load(&r->stop); i++)
-    status = convert_cut_input(r->cv->inputs, i, emit_chunk, r, &r->stop);
+    status = convert_cut_input(&r->context, i, emit_chunk, r, &r->stop);
   pthread_mutex_lock(&r->lock);
   r->producer_done = true;
   if (status != WK_OK && status != WK_ERR_CLOSED) {
@@ -627,6 +640,7 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
     WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
   }
   r->line_base += c->lines;
+  cv->stats.nulls += c->nulls;
   const uint8_t *stored = (const uint8_t *)c->tokens.data;
   uint32_t width = r->write_options.token_bytes;
   uint64_t position = 0;
@@ -752,10 +766,10 @@ static WkStatus write_index(Run *r) {
   else snprintf(compression, sizeof compression, "none");
   snprintf(extra, sizeof extra,
            "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"split\": \"%s\", "
-           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
+           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64 ", \"nulls\": %" PRIu64,
            compression, (long long)cv->block_tokens, (long long)cv->shard_tokens,
            cv->split == WK_TEXT_SPLIT_LINE ? "line" : cv->split == WK_TEXT_SPLIT_PARAGRAPH ? "paragraph" : "file",
-           cv->input_count, cv->stats.bad, cv->stats.empty);
+           cv->input_count, cv->stats.bad, cv->stats.empty, cv->stats.nulls);
   char *text = NULL;
   size_t length = 0;
   WkStatus status = wk_index_format(&index, extra, &text, &length);
@@ -812,7 +826,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
-  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .split = (WkTextSplit)cv->split,
+  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .json_field = cv->json_field,
+                             .split = (WkTextSplit)cv->split,
                              .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
