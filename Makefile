@@ -222,7 +222,8 @@ demo: deps
 .PHONY: fuzz
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
-  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c convert/convert_input.c) \
+  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c) \
+  $(addprefix runtime/data/convert/,convert_input.c records.c input_parquet.c input_tar.c) \
   $(sort $(wildcard runtime/data/tokenizer/*.c runtime/data/convert/parquet/*.c)) $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)

@@ -99,6 +99,7 @@ WkStatus convert_chunk_end_document(Chunk *c) {
 /* ---- worker side ---------------------------------------------------------------------------------- */
 
 WkStatus convert_process_records(const ChunkContext *ctx, const Input *in, Chunk *c) {
+  if (c->length == 0) return WK_OK; /* a last chunk that only reports progress (its data may be NULL) */
   bool json = in->kind == INPUT_TAR && strcmp(ctx->field, "json") == 0;
   WkScratch scratch = {0};
   WkStatus status = WK_OK;
