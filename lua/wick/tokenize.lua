@@ -26,7 +26,7 @@ local OPTIONS = schema.define(NAME .. ' option', {
 
 -- The command line's spec for wick.cli, from OPTIONS: booleans are flags, the rest take a value.
 local CLI_TYPES = { boolean = 'flag', integer = 'number' }
-local spec = { name = NAME, usage = '--tokenizer FILE [options] INPUT.jsonl (or - for stdin)',
+local spec = { name = NAME, usage = '--tokenizer FILE [options] INPUT.jsonl (or - for stdin)', positional = 'INPUT',
                description = 'Writes one JSON array of token ids per line of text (or, with --decode, text per array).',
                options = {} }
 for _, option in ipairs(OPTIONS.options) do

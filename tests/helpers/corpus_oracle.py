@@ -14,6 +14,8 @@ tokenizers for a tokenizer.json. Runs in the venv of third_party/tokenizer-pytho
   tokenizer OUT CORPUS...    OUT/llama3/tokenizer.json (Split + ByteLevel, trained on CORPUS as
                              tests/helpers/tokenizer_oracle.py trains it) and OUT/gpt2.tiktoken
   offsets FILE               "OFFSET LENGTH" of the text column's chunk in each row group
+  parquet_of JSONL OUT       the "text" of each JSONL line as a Parquet file as FineWeb's are written
+                             (snappy, pyarrow's defaults, row groups of 10000 rows); prints its text bytes
   read FILE SECONDS          MB/s of pyarrow reading the text column (best of runs within SECONDS)
 """
 import io
@@ -120,6 +122,14 @@ def offsets(path):
         print(start, c.total_compressed_size)
 
 
+def parquet_of(source, out):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    texts = tokenizer_oracle.read_texts(source)
+    pq.write_table(pa.table({"text": texts}), out, compression="snappy", row_group_size=10000)
+    print(sum(len(t.encode("utf-8")) for t in texts))
+
+
 def read(path, seconds):
     """pyarrow decoding the text column into Arrow strings, one thread: MB of text per second."""
     import pyarrow.compute as pc
@@ -147,6 +157,8 @@ def main(argv):
         tokenizer(argv[1], argv[2:])
     elif len(argv) == 2 and argv[0] == "offsets":
         offsets(argv[1])
+    elif len(argv) == 3 and argv[0] == "parquet_of":
+        parquet_of(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "read":
         read(argv[1], argv[2])
     else:
