@@ -133,7 +133,7 @@ describe('wick.tokenize', function()
                             '--tokenizer bytes --pattern p99k x', '--tokenizer bytes a b' } do
       local r = tokenize(args)
       assert.are.equal(2, r.rc, args .. ': ' .. r.err)
-      assert.matches('^wick%.tokenize: [^\n]+\nusage: ', r.err, 1, false, args)
+      assert.matches('^wick%.tokenize: [^\n]+ %(see run %-m wick%.tokenize %-%-help%)\n$', r.err, 1, false, args)
     end
   end)
 
@@ -264,8 +264,8 @@ describe('tokenizer files', function()
       { replace('"byte_fallback": false', '"byte_fallback": true'), 'model.byte_fallback is not supported' },
       { replace('"merges": %[', '"merges": ["zzz zzz", '),
         'model.merges[0] ("zzz" + "zzz"): the left side is not in the vocabulary' },
-      { replace('"vocab": {', '"vocab": {"x": -1, '), 'model.vocab["x"] is not a token id' },
-      { replace('"added_tokens": %[{', '"added_tokens": [{"single_word": true, '), 'single_word is not supported' },
+      { replace('"vocab": {', '"vocab": {"wicknotatoken": -1, '), 'model.vocab["wicknotatoken"] is not a token id' },
+      { replace('"single_word": false', '"single_word": true'), 'single_word is not supported' },
     }
     for _, case in ipairs(cases) do
       local err, path = open_edited(case[1])
