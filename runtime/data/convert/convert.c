@@ -2,7 +2,9 @@
  * convert.c — the converter pipeline: inputs -> chunks -> documents -> shards -> index.json.
  *
  *   producer thread   cuts the inputs, in order, into numbered chunks (convert_input.c)
- *   worker threads    tokenize chunks; compress and write finished shards (shard_writer.c)
+ *   worker threads    tokenize chunks, all with the one tokenizer of the run (a file's BPE encodes
+ *                     thread-safely, each thread keeping its own caches); compress and write finished
+ *                     shards (shard_writer.c)
  *   calling thread    the builder: takes chunk results in number order, appends documents to the
  *                     current shard, hands a shard to the workers once it reaches the shard size,
  *                     reports bad lines as file:line, draws the progress bar, writes the index last
