@@ -12,10 +12,11 @@
 
 enum { RECORD_CHUNK_BYTES = 1 << 20 };
 
-/* The converter's bounds: FineWeb's footers are a few hundred KB and its pages about 1 MB. */
+/* The converter's bounds: FineWeb's footers are a few hundred KB and its pages about 1 MB. A footer's
+ * parsed schema can take ~40 bytes per byte of it, so its bound is the tighter one. */
 const RecordLimits CONVERT_RECORD_LIMITS = {
     .chunk_bytes = RECORD_CHUNK_BYTES,
-    .max_footer_bytes = 1ull << 30,
+    .max_footer_bytes = 64ull << 20,
     .max_page_bytes = 1ull << 30,
     .max_member_bytes = 1ull << 30,
 };
