@@ -114,6 +114,18 @@ describe('converting Parquet', function()
     assert.matches("has no top-level column 'body' (it has: id, meta, text)", r.err, 1, true)
     r = convert(q(file) .. ' -o ' .. q(dir .. '/o') .. ' --field id')
     assert.matches("column 'id': values of Parquet type 2, not BYTE_ARRAY", r.err, 1, true)
+    r = convert(q(file) .. ' -o ' .. q(dir .. '/o') .. ' --field meta')
+    assert.matches("column 'meta' is a group", r.err, 1, true)
+    -- What it does not read: named, with the file, the column and where.
+    for _, case in ipairs {
+      { 'compression=lz4', "column 'text', page at byte %d+: compression LZ4_RAW %(7%) is not supported" },
+      { 'dictionary=0 encoding=DELTA_BYTE_ARRAY', "column 'text', page at byte %d+: values encoded DELTA_BYTE_ARRAY are not supported" },
+    } do
+      python(WRITER, ('parquet %s %s %s'):format(q(root .. '/rows.json'), q(dir .. '/other.parquet'), case[1]))
+      r = convert(q(dir .. '/other.parquet') .. ' -o ' .. q(dir .. '/o'))
+      assert.are.equal(1, r.rc, case[1])
+      assert.matches("^wick.shard: '" .. dir:gsub('%p', '%%%0') .. "/other.parquet' " .. case[2], r.err)
+    end
     -- Truncated: the footer is gone.
     helper.write_file(dir .. '/cut.parquet', bytes:sub(1, #bytes - 100))
     r = convert(q(dir .. '/cut.parquet') .. ' -o ' .. q(dir .. '/o'))

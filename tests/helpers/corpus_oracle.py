@@ -8,7 +8,8 @@ tokenizers for a tokenizer.json. Runs in the venv of third_party/tokenizer-pytho
   parquet ROWS OUT [k=v...]  a Parquet file of ROWS (rows.json) in column "text", after an int column
                              and a struct column: compression=snappy|zstd|gzip|none,
                              dictionary=0|1, page_version=1.0|2.0, row_group=N rows, page=N bytes,
-                             required=1 (a non-nullable column; ROWS without nulls)
+                             required=1 (a non-nullable column; ROWS without nulls),
+                             encoding=DELTA_BYTE_ARRAY (the text column's; with dictionary=0)
   tar ROWS OUT [gz]          a WebDataset shard: per row a sample KEY.txt, KEY.json ({"caption": ...})
                              and KEY.jpg; a null row has no .txt (a bad sample), keys in nested folders
   tokenizer OUT CORPUS...    OUT/llama3/tokenizer.json (Split + ByteLevel, trained on CORPUS as
@@ -72,13 +73,14 @@ def parquet(rows_path, out, options):
     table = pa.table({"id": list(range(n)),
                       "meta": [{"score": i / 7, "lang": "en"} for i in range(n)],
                       "text": rows}, schema=schema)
-    compression = o.get("compression", "snappy")
+    compression = o.get("compression", "snappy")  # also lz4, brotli: what the reader refuses
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     pq.write_table(table, out, compression=None if compression == "none" else compression,
                    use_dictionary=o.get("dictionary", "1") == "1",
                    data_page_version=o.get("page_version", "1.0"),
                    row_group_size=int(o.get("row_group", "100")),
-                   data_page_size=int(o.get("page", "4096")))
+                   data_page_size=int(o.get("page", "4096")),
+                   column_encoding={"text": o["encoding"]} if "encoding" in o else None)
 
 
 def tar(rows_path, out, gz):
