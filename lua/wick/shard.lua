@@ -5,6 +5,7 @@
 -- parser, the checks and the help text come from that table.
 local cli = require 'wick.cli'
 local core = require 'wick.core'
+local TOKENIZER = require 'wick.tokenizer'
 local ffi, C = core.ffi, core.C
 
 -- The converter's own limits (runtime/data/convert/convert.c, runtime/data/shard.h).
@@ -24,8 +25,13 @@ INPUTS are files or directories (walked recursively in sorted order, hidden entr
   *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed
   *.bin                        llm.c (magic 20240520) or nanoGPT uint16 GPT-2 tokens,
                                documents separated by <|endoftext|>
+  *.parquet                    the strings of the --field column, one document per row (null rows
+                               are counted and skipped); snappy, gzip, zstd; data pages v1 and v2
+  *.tar, *.tar.gz, *.tgz       WebDataset shards: each sample's member with extension --field (txt,
+                               or json with --json-field naming its string)
   anything else                text: one document per file (or per paragraph, or line: --split)
-Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line.
+Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line (for
+Parquet and tar: file:row and file:sample).
 The output is byte-identical for the same inputs and options, whatever --threads.]]
 
 local SPEC = cli.spec {
@@ -35,9 +41,18 @@ local SPEC = cli.spec {
   description = DESCRIPTION,
   options = {
     { 'output', 'path', short = 'o', value = 'DIR', required = true, help = 'dataset directory to write (created)' },
-    { 'tokenizer', 'string', value = 'NAME',
-      help = "'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin token files); default: by the inputs" },
-    { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text in .jsonl' },
+    { 'tokenizer', 'string', value = 'NAME|FILE',
+      help = "a tokenizer.json or .tiktoken rank file, 'bytes' (bytes 0..255 + EOS 256) or 'gpt2' (.bin " ..
+             "token files); default: bytes for text, gpt2 for .bin" },
+    cli.from(TOKENIZER.OPTIONS, 'pattern', { value = 'ENCODING',
+      help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" }),
+    { 'special', 'flag', help = 'special tokens written in the text become their ids (default: plain text)' },
+    { 'eos', 'string', value = 'TOKEN',
+      help = "the token ending each document, by text or id (default: the tokenizer's own EOS)" },
+    { 'field', 'string', value = 'NAME', default = 'text',
+      help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
+    { 'json_field', 'string', value = 'NAME', default = 'text',
+      help = "the string member of a tar sample's .json member (with --field json)" },
     { 'split', 'enum', values = { 'file', 'paragraph', 'line' }, default = 'file',
       help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
     { 'include', 'string', value = 'GLOBS',
@@ -80,9 +95,23 @@ function M.convert(inputs, opts)
   local function failed_input(status)
     if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_DATA) end
   end
-  local cv = C.wk_converter_new(opts.output, opts.tokenizer)
+  -- gpt2 only describes .bin tokens; any other tokenizer is opened here, with its options, and lent
+  -- to the converter for the run.
+  local tok
+  local file = opts.tokenizer and opts.tokenizer ~= 'gpt2'
+  if file then
+    local eos = opts.eos and (opts.eos:match('^%d+$') and tonumber(opts.eos) or opts.eos)
+    local ok, opened, err = pcall(TOKENIZER.open, opts.tokenizer, { pattern = opts.pattern, special = opts.special,
+                                                                   eos = eos })
+    if not ok or not opened then cli.fail('wick.shard: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
+    tok = opened
+  elseif opts.pattern or opts.special or opts.eos then
+    cli.fail('wick.shard: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
+  end
+  local cv = C.wk_converter_new(opts.output, not file and opts.tokenizer or nil)
   if cv == nil then refused_option(C.wk_last_status()) end
   cv = ffi.gc(cv, C.wk_converter_free)
+  if tok then refused_option(C.wk_converter_use_tokenizer(cv, tok.handle)) end
   local function set(param, value) refused_option(C.wk_converter_set(cv, param, value)) end
   if opts.compression == 'none' then
     set(C.WK_CONVERT_COMPRESSION, 0)
@@ -100,6 +129,7 @@ function M.convert(inputs, opts)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
+  refused_option(C.wk_converter_set_json_field(cv, opts.json_field))
   refused_option(C.wk_converter_set_include(cv, opts.include))
   for _, path in ipairs(inputs) do failed_input(C.wk_converter_add_input(cv, path)) end
   local status = C.wk_converter_run(cv)
@@ -107,7 +137,7 @@ function M.convert(inputs, opts)
   C.wk_converter_stats(cv, s)
   local stats = {}
   for _, f in ipairs { 'inputs', 'input_bytes', 'documents', 'tokens', 'shards', 'output_bytes', 'bad', 'empty',
-                       'reused' } do
+                       'reused', 'nulls' } do
     stats[f] = tonumber(s[f])
   end
   stats.seconds = tonumber(s.seconds)
@@ -119,12 +149,10 @@ function M.convert(inputs, opts)
     bad[#bad + 1] = ffi.string(line)
     i = i + 1
   end
-  if status ~= 0 then
-    local message = core.last_error()
-    C.wk_converter_free(ffi.gc(cv, nil))
-    cli.fail('wick.shard: ' .. message, cli.EXIT_DATA)
-  end
+  local message = status ~= 0 and core.last_error()
   C.wk_converter_free(ffi.gc(cv, nil))
+  if tok then tok:close() end
+  if message then cli.fail('wick.shard: ' .. message, cli.EXIT_DATA) end
   return stats, bad
 end
 
@@ -150,10 +178,11 @@ function M.main(args)
     local seconds = math.max(stats.seconds, 1e-9)
     io.stdout:write(string.format(
       '%s: %d inputs (%s) -> %d documents, %d tokens in %d shards (%s%s) in %.2f s (%s/s in, %.1f M tokens/s); ' ..
-      '%d bad, %d empty skipped\n',
+      '%d bad, %d empty%s skipped\n',
       opts.output, stats.inputs, human_bytes(stats.input_bytes), stats.documents, stats.tokens, stats.shards,
       human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
-      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty))
+      stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty,
+      stats.nulls > 0 and string.format(', %d null', stats.nulls) or ''))
   end
   return 0
 end

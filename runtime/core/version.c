@@ -82,6 +82,7 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkConvertStats, empty),
     OFFSET_OF(WkConvertStats, seconds),
     OFFSET_OF(WkConvertStats, reused),
+    OFFSET_OF(WkConvertStats, nulls),
     SIZE_OF(WkTokenizeStats),
     OFFSET_OF(WkTokenizeStats, lines),
     OFFSET_OF(WkTokenizeStats, text_bytes),

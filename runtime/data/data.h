@@ -16,7 +16,8 @@
  *   tokenizer.c tokenizers behind one interface (tokenizer.h): bytes, and byte-level BPE from
  *               tokenizer.json and tiktoken files (tokenizer/, its own layers in tokenizer/bpe.h)
  *   convert/    the converter: its pipeline (threads, ordering, shards, progress), its inputs (.txt,
- *               .jsonl, .jsonl.zst, .bin cut into chunks and documents), its output directory (lock,
+ *               .jsonl, .jsonl.zst, .bin cut into chunks and documents; Parquet through its own reader
+ *               in convert/parquet/, WebDataset tar through libarchive), its output directory (lock,
  *               staging directory, swap) and the shard writer
  *   order.c     the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
  *               shards, buffers of units (blocks) and samples, with the residency each sample needs

@@ -650,6 +650,7 @@ uint32_t wk_dataset_vocab_size(const WkDataset *ds) { return ds->index.vocab_siz
 uint32_t wk_dataset_eos(const WkDataset *ds) { return ds->index.eos; }
 uint32_t wk_dataset_token_bytes(const WkDataset *ds) { return ds->index.token_bytes; }
 const char *wk_dataset_tokenizer(const WkDataset *ds) { return ds->index.tokenizer; }
+uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds) { return ds->index.tokenizer_fingerprint; }
 
 WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out) {
   if (!ds || !out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_shard_info: NULL argument");

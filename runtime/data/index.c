@@ -14,6 +14,7 @@
 #include "../core/json.h"
 #include "index.h"
 #include "shard.h"  /* WK_SHARD_HEADER_BYTES: the smallest shard */
+#include "tokenizer.h"  /* the built-ins' fingerprints, for indexes written before it was recorded */
 
 #define INDEX_FORMAT_NAME "wick-dataset"
 #define BAD(...) (wk_fail_at(__FILE__, __LINE__, WK_ERR_FORMAT, __VA_ARGS__))
@@ -47,10 +48,15 @@ static bool get_u64(const WkJson *object, const char *key, uint64_t *out) {
   return wk_json_u64(wk_json_get(object, key), out);
 }
 
-static bool parse_checksum(const WkJson *v, uint64_t *out) {
-  if (!v || v->type != WK_JSON_STRING || v->length != 5 + 16 || strncmp(v->string, "xxh3:", 5) != 0) return false;
+enum { HEX64_DIGITS = 16 };
+
+/* A string of prefix + 16 lowercase hex digits. */
+static bool parse_hex64(const WkJson *v, const char *prefix, uint64_t *out) {
+  size_t skip = strlen(prefix);
+  if (!v || v->type != WK_JSON_STRING || v->length != skip + HEX64_DIGITS || strncmp(v->string, prefix, skip) != 0)
+    return false;
   uint64_t x = 0;
-  for (int i = 5; i < 21; i++) {
+  for (size_t i = skip; i < skip + HEX64_DIGITS; i++) {
     char c = v->string[i];
     int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
     if (d < 0) return false;
@@ -81,6 +87,12 @@ static WkStatus parse_tree(const WkJson *root, const char *name, WkIndex *ix) {
     return BAD("index '%s': missing \"tokenizer\"", name);
   ix->tokenizer = strdup(tokenizer->string);
   if (!ix->tokenizer) return WK_FAIL(WK_ERR_NOMEM, "out of memory reading index '%s'", name);
+  /* Older indexes lack the fingerprint: a built-in's name still says which it is. */
+  const WkJson *fingerprint = wk_json_get(root, "tokenizer_fingerprint");
+  const WkTokenizer *builtin = wk_tokenizer_find(ix->tokenizer);
+  if (fingerprint && !parse_hex64(fingerprint, "", &ix->tokenizer_fingerprint))
+    return BAD("index '%s': \"tokenizer_fingerprint\" must be a string of 16 hex digits", name);
+  if (!fingerprint && builtin) ix->tokenizer_fingerprint = builtin->fingerprint;
   if (!get_u64(root, "vocab_size", &vocab) || !get_u64(root, "eos", &eos) || !get_u64(root, "token_bytes", &width) ||
       !get_u64(root, "tokens", &ix->tokens) || !get_u64(root, "documents", &ix->documents))
     return BAD("index '%s': \"vocab_size\", \"eos\", \"token_bytes\", \"tokens\" and \"documents\" must be "
@@ -115,7 +127,7 @@ static WkStatus parse_tree(const WkJson *root, const char *name, WkIndex *ix) {
     ix->shard_count = i + 1; /* so wk_index_free releases what is parsed so far */
     if (!sh->name) return WK_FAIL(WK_ERR_NOMEM, "out of memory reading index '%s'", name);
     if (!get_u64(s, "tokens", &sh->tokens) || !get_u64(s, "documents", &sh->documents) ||
-        !get_u64(s, "bytes", &sh->bytes) || !parse_checksum(wk_json_get(s, "checksum"), &sh->checksum))
+        !get_u64(s, "bytes", &sh->bytes) || !parse_hex64(wk_json_get(s, "checksum"), "xxh3:", &sh->checksum))
       return BAD("index '%s' shard '%s': needs integer \"tokens\", \"documents\", \"bytes\" and a "
                  "\"checksum\" like \"xxh3:0123456789abcdef\"",
                  name, sh->name);
@@ -204,6 +216,7 @@ WkStatus wk_index_format(const WkIndex *ix, const char *extra, char **out, size_
   Buffer b = {0};
   append(&b, "{\n  \"format\": \"" INDEX_FORMAT_NAME "\",\n  \"version\": %d,\n  \"tokenizer\": ", WK_INDEX_VERSION);
   append_string(&b, ix->tokenizer);
+  if (ix->tokenizer_fingerprint) append(&b, ",\n  \"tokenizer_fingerprint\": \"%016" PRIx64 "\"", ix->tokenizer_fingerprint);
   append(&b, ",\n  \"vocab_size\": %u,\n  \"eos\": %u,\n  \"token_bytes\": %u,\n", ix->vocab_size, ix->eos,
          ix->token_bytes);
   append(&b, "  \"tokens\": %" PRIu64 ",\n  \"documents\": %" PRIu64 ",\n", ix->tokens, ix->documents);

@@ -26,6 +26,8 @@ typedef struct {
 typedef struct {
   uint32_t version;
   char *tokenizer;
+  uint64_t tokenizer_fingerprint;  /* identity of the ids' meaning (WkTokenizer.fingerprint); 0: unknown
+                                      (an index written before it was recorded, by a tokenizer file) */
   uint32_t vocab_size;
   uint32_t eos;
   uint32_t token_bytes;

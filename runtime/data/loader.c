@@ -87,6 +87,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_STALL_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT, "stall_timeout_ms"},
     [WK_LOADER_REQUEST_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT, "request_timeout_ms"},
     [WK_LOADER_RETRIES] = {0, WK_REMOTE_RETRIES_MAX, WK_REMOTE_RETRIES_DEFAULT, "retries"},
+    [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
 };
 
 typedef struct {
@@ -532,9 +533,32 @@ static WkStatus make_reader(WkLoader *loader, Reader *reader) {
   return WK_OK;
 }
 
+/* The ids of every source mean the same text: one tokenizer (by fingerprint; by name where an old
+ * index has none), one vocabulary, one EOS. Otherwise only when told (WK_LOADER_MIXED_TOKENIZERS). */
+static WkStatus check_tokenizers(const WkLoader *loader) {
+  if (param(loader, WK_LOADER_MIXED_TOKENIZERS)) return WK_OK;
+  const Source *first = &loader->sources[0];
+  for (uint32_t i = 1; i < loader->mix.count; i++) {
+    const Source *s = &loader->sources[i];
+    uint64_t a = wk_dataset_tokenizer_fingerprint(first->ds), b = wk_dataset_tokenizer_fingerprint(s->ds);
+    bool same = a && b ? a == b : strcmp(wk_dataset_tokenizer(first->ds), wk_dataset_tokenizer(s->ds)) == 0;
+    same = same && wk_dataset_vocab_size(first->ds) == wk_dataset_vocab_size(s->ds) &&
+           wk_dataset_eos(first->ds) == wk_dataset_eos(s->ds);
+    if (!same)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "sources '%s' (tokenizer %s, fingerprint %016llx, vocabulary %u, EOS %u) and "
+                     "'%s' (tokenizer %s, fingerprint %016llx, vocabulary %u, EOS %u) were made by different tokenizers: "
+                     "the same id would mean different text; convert them with one tokenizer, or allow it "
+                     "(mixed_tokenizers = true)", first->path, wk_dataset_tokenizer(first->ds), (unsigned long long)a,
+                     wk_dataset_vocab_size(first->ds), wk_dataset_eos(first->ds), s->path, wk_dataset_tokenizer(s->ds),
+                     (unsigned long long)b, wk_dataset_vocab_size(s->ds), wk_dataset_eos(s->ds));
+  }
+  return WK_OK;
+}
+
 WkStatus wk_loader_start(WkLoader *loader) {
   WK_TRY(require_not_started(loader, "start"));
   if (loader->mix.count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "the loader has no source");
+  WK_TRY(check_tokenizers(loader));
   WK_TRY(derive_batch_shape(loader));
   WK_TRY(open_orders(loader));
   if (loader->restored) WK_TRY(check_cursor(loader));

@@ -81,6 +81,8 @@ local LOADER = schema.define('loader option', with_remote {
   { 'on_corrupt', 'enum', values = { 'error', 'skip' }, help = 'stop at corrupt data, or mask and count it' },
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
   { 'document_ids', 'boolean', help = 'also fill doc_ids and positions' },
+  { 'mixed_tokenizers', 'boolean',
+    help = 'allow sources made by different tokenizers (fingerprint, vocabulary or EOS) in one mix' },
   { 'dtype', 'enum', values = { 'i32', 'i64' }, help = 'token type of the rows (default i32)' },
   { 'device', 'string', help = "where batches live: 'cpu' or 'cuda:N' (default cpu)" },
   { 'cursor', 'string', help = 'resume from this loader:state()' },
@@ -200,6 +202,7 @@ local function configure(handle, opts)
   set(handle, C.WK_LOADER_PAD_LAST, AT_END[o.at_end or 'drop'])
   set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
   if o.cache_dir then core.check(C.wk_loader_set_cache_dir(handle, o.cache_dir), 3) end
+  set(handle, C.WK_LOADER_MIXED_TOKENIZERS, o.mixed_tokenizers and 1 or 0)
   if o.device ~= nil then
     local kind, index = T.parse_device(o.device, 3)
     set(handle, C.WK_LOADER_DEVICE, kind == C.WK_DEVICE_CPU and C.WK_LOADER_ON_CPU or index)

@@ -2,7 +2,9 @@
  * convert.c — the converter pipeline: inputs -> chunks -> documents -> shards -> index.json.
  *
  *   producer thread   cuts the inputs, in order, into numbered chunks (convert_input.c)
- *   worker threads    tokenize chunks; compress and write finished shards (shard_writer.c)
+ *   worker threads    tokenize chunks, all with the one tokenizer of the run (a file's BPE encodes
+ *                     thread-safely, each thread keeping its own caches); compress and write finished
+ *                     shards (shard_writer.c)
  *   calling thread    the builder: takes chunk results in number order, appends documents to the
  *                     current shard, hands a shard to the workers once it reaches the shard size,
  *                     reports bad lines as file:line, draws the progress bar, writes the index last
@@ -43,8 +45,10 @@ enum {
 
 struct WkConverter {
   char *out_dir;
-  char *tokenizer_name;  /* NULL: decided by the inputs */
+  const WkTokenizer *tokenizer;  /* NULL: decided by the inputs (bytes for text, gpt2 for .bin) */
+  WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
+  char *json_field;
   int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
@@ -63,12 +67,19 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
     WK_FAIL(WK_ERR_INVALID_ARG, "converter: an output directory is required");
     return NULL;
   }
-  if (tokenizer && !wk_tokenizer_find(tokenizer)) {
-    WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s' (known: bytes, gpt2)", tokenizer);
-    return NULL;
-  }
   WkConverter *cv = wk_calloc(1, sizeof *cv, "converter");
   if (!cv) return NULL;
+  /* A built-in describes, a file is opened here: its errors are the caller's at once, not the run's. */
+  cv->tokenizer = tokenizer ? wk_tokenizer_find(tokenizer) : NULL;
+  if (tokenizer && !cv->tokenizer) {
+    cv->owned = wk_tokenizer_open(tokenizer, NULL);
+    if (!cv->owned) {
+      wk_error_context("converter: tokenizer");
+      free(cv);
+      return NULL;
+    }
+    cv->tokenizer = cv->owned;
+  }
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cv->threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : cpus;
   cv->shard_tokens = DEFAULT_SHARD_TOKENS;
@@ -77,8 +88,8 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
   cv->level = DEFAULT_LEVEL;
   cv->out_dir = strdup(out_dir);
   cv->field = strdup("text");
-  cv->tokenizer_name = tokenizer ? strdup(tokenizer) : NULL;
-  if (!cv->out_dir || !cv->field || (tokenizer && !cv->tokenizer_name)) {
+  cv->json_field = strdup("text");
+  if (!cv->out_dir || !cv->field || !cv->json_field) {
     wk_converter_free(cv);
     WK_FAIL(WK_ERR_NOMEM, "out of memory creating the converter");
     return NULL;
@@ -101,8 +112,9 @@ void wk_converter_free(WkConverter *cv) {
   for (size_t i = 0; i < cv->bad_kept; i++) free(cv->bad_lines[i]);
   free(cv->bad_lines);
   free(cv->out_dir);
-  free(cv->tokenizer_name);
+  wk_tokenizer_free(cv->owned);
   free(cv->field);
+  free(cv->json_field);
   free(cv);
 }
 
@@ -132,13 +144,31 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
   return WK_OK;
 }
 
-WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
-  if (!cv || !field || !field[0]) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the JSON field name is empty");
-  char *copy = strdup(field);
-  if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
-  free(cv->field);
-  cv->field = copy;
+WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *tokenizer) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_use_tokenizer: converter is NULL");
+  wk_tokenizer_free(cv->owned);
+  cv->owned = NULL;
+  cv->tokenizer = tokenizer;
   return WK_OK;
+}
+
+static WkStatus set_name(char **slot, const char *value, const char *what) {
+  if (!value || !value[0]) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the %s is empty", what);
+  char *copy = strdup(value);
+  if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory");
+  free(*slot);
+  *slot = copy;
+  return WK_OK;
+}
+
+WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_field: converter is NULL");
+  return set_name(&cv->field, field, "field name");
+}
+
+WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_json_field: converter is NULL");
+  return set_name(&cv->json_field, field, "JSON field name");
 }
 
 WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {
@@ -303,7 +333,7 @@ static void *producer_main(void *arg) {
   pthread_setname_np(pthread_self(), "wick-cv-read");
   WkStatus status = WK_OK;
   for (uint32_t i = 0; i < r->cv->input_count && status == WK_OK && !atomic_load(&r->stop); i++)
-    status = convert_cut_input(r->cv->inputs, i, emit_chunk, r, &r->stop);
+    status = convert_cut_input(&r->context, i, emit_chunk, r, &r->stop);
   pthread_mutex_lock(&r->lock);
   r->producer_done = true;
   if (status != WK_OK && status != WK_ERR_CLOSED) {
@@ -618,6 +648,7 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
     WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
   }
   r->line_base += c->lines;
+  cv->stats.nulls += c->nulls;
   const uint8_t *stored = (const uint8_t *)c->tokens.data;
   uint32_t width = r->write_options.token_bytes;
   uint64_t position = 0;
@@ -716,6 +747,7 @@ static WkStatus write_index(Run *r) {
   WkIndex index = {
       .version = WK_INDEX_VERSION,
       .tokenizer = (char *)r->tokenizer->name,
+      .tokenizer_fingerprint = r->tokenizer->fingerprint,
       .vocab_size = r->tokenizer->vocab_size,
       .eos = r->tokenizer->eos,
       .token_bytes = r->write_options.token_bytes,
@@ -742,10 +774,10 @@ static WkStatus write_index(Run *r) {
   else snprintf(compression, sizeof compression, "none");
   snprintf(extra, sizeof extra,
            "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"split\": \"%s\", "
-           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64,
+           "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64 ", \"nulls\": %" PRIu64,
            compression, (long long)cv->block_tokens, (long long)cv->shard_tokens,
            cv->split == WK_TEXT_SPLIT_LINE ? "line" : cv->split == WK_TEXT_SPLIT_PARAGRAPH ? "paragraph" : "file",
-           cv->input_count, cv->stats.bad, cv->stats.empty);
+           cv->input_count, cv->stats.bad, cv->stats.empty, cv->stats.nulls);
   char *text = NULL;
   size_t length = 0;
   WkStatus status = wk_index_format(&index, extra, &text, &length);
@@ -776,15 +808,17 @@ static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
   if (bins && text_example)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: token files ('%s') and text ('%s') cannot share a dataset; "
                    "convert them separately", bin_example, text_example);
-  const char *name = cv->tokenizer_name ? cv->tokenizer_name : bins ? "gpt2" : "bytes";
-  const WkTokenizer *t = wk_tokenizer_find(name);
-  if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: unknown tokenizer '%s'", name);
-  if (bins && strcmp(t->name, "gpt2") != 0)
+  const WkTokenizer *gpt2 = wk_tokenizer_find("gpt2");
+  const WkTokenizer *t = cv->tokenizer ? cv->tokenizer : bins ? gpt2 : wk_tokenizer_find("bytes");
+  if (bins && t != gpt2)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds GPT-2 tokens; use --tokenizer gpt2 (not %s)",
                    bin_example, t->name);
   if (!bins && !t->encode)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "converter: tokenizer '%s' cannot encode text yet (only pre-tokenized .bin "
-                   "inputs); use --tokenizer bytes", t->name);
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' only describes pre-tokenized .bin inputs; to "
+                   "encode text give a tokenizer.json or a .tiktoken rank file (or bytes)", t->name);
+  if (t->eos == WK_TOKENIZER_NONE)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' names no EOS token to end documents with; name "
+                   "one (wick.shard --eos TEXT, wk_tokenizer_set WK_TOKENIZER_EOS)", t->name);
   *out = t;
   return WK_OK;
 }
@@ -800,7 +834,8 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
-  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .split = (WkTextSplit)cv->split,
+  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .json_field = cv->json_field,
+                             .split = (WkTextSplit)cv->split,
                              .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,

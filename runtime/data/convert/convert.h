@@ -4,6 +4,11 @@
  * The converter turns inputs into a sequence of chunks with consecutive numbers. Worker threads turn
  * each chunk into tokens and document ends independently; the builder consumes chunk results in
  * number order, so the document sequence, and with it every shard, depends only on the inputs.
+ *
+ *   convert_input.c   listing inputs; cutting .txt, .jsonl(.zst) and .bin; turning chunks into tokens
+ *   records.c         chunks of records (one text per row or sample), for the readers below
+ *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
+ *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
  */
 #ifndef WK_DATA_CONVERT_H
 #define WK_DATA_CONVERT_H
@@ -16,7 +21,7 @@
 #include "../tokenizer.h"
 #include "shard_writer.h"
 
-typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN } InputKind;
+typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN, INPUT_PARQUET, INPUT_TAR } InputKind;
 
 typedef struct WkRemote WkRemote;
 
@@ -51,7 +56,8 @@ typedef struct {
   WkTokenVec tokens;
   uint64_t *doc_ends;    /* exclusive ends in tokens; the part after the last end continues (.bin) */
   size_t doc_count, doc_capacity;
-  uint64_t lines;        /* lines in the chunk, for numbering the next one */
+  uint64_t lines;        /* lines (rows, samples) in the chunk, for numbering the next one */
+  uint64_t nulls;        /* Parquet: null rows skipped */
   BadLine *bad;
   size_t bad_count, bad_capacity;
 } Chunk;
@@ -59,19 +65,24 @@ typedef struct {
 /* Settings a worker needs. */
 typedef struct {
   const WkTokenizer *tokenizer;
-  const char *field;
+  const char *field;       /* .jsonl: the string member; Parquet: the column; tar: the member extension */
+  const char *json_field;  /* tar: the string member of a .json member (field "json") */
   WkTextSplit split;
   const Input *inputs;
 } ChunkContext;
 
 /* Worker side: fills the chunk's results (never fails the thread: errors go into status/message). */
 void convert_process_chunk(const ChunkContext *ctx, Chunk *chunk);
+/* What workers collect into a chunk (records.c): a bad line (line numbered within the chunk), the end
+ * of a document at the chunk's current token count. */
+WkStatus convert_bad_add(BadLine **bad, size_t *count, size_t *capacity, uint64_t line, const char *reason);
+WkStatus convert_chunk_end_document(Chunk *c);
 void convert_chunk_free(Chunk *chunk);
 
 /* Producer side: cuts input i into chunks, handing each to emit (which may block for backpressure
  * and returns non-OK to stop). */
 typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
-WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
+WkStatus convert_cut_input(const ChunkContext *ctx, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
 
 /* The same for a .jsonl, .jsonl.zst or .bin input already open as blob, cut into pieces of about
  * sizes (the converter's: 1 MiB of lines, 1 Mi tokens; tests/fuzz/fuzz_inputs.c cuts tiny ones so
@@ -83,6 +94,48 @@ typedef struct {
 } ChunkSizes;
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop);
+
+/* ---- records (records.c): chunks of Parquet rows and tar samples ------------------------------- */
+
+/* A chunk's data is a run of records: u64 row (within the chunk, from 0), u32 length, the bytes. The
+ * reader adds rows; a full chunk is emitted at once. */
+typedef struct {
+  uint32_t input;
+  ChunkEmit emit;
+  void *arg;
+  size_t chunk_bytes;   /* a chunk is emitted once its records reach this */
+  WkByteVec data;
+  uint64_t rows, nulls;
+  BadLine *bad;
+  size_t bad_count, bad_capacity;
+  bool first;
+  uint64_t progress, reported;  /* input bytes read so far, and those reported with chunks */
+} RecordCutter;
+
+void record_cutter_init(RecordCutter *rc, uint32_t input, size_t chunk_bytes, ChunkEmit emit, void *arg);
+WkStatus record_cutter_add(RecordCutter *rc, const uint8_t *text, size_t length);
+WkStatus record_cutter_nulls(RecordCutter *rc, uint64_t count);
+/* A row that has no document, for a reason the reader found (reported as file:row: reason). */
+WkStatus record_cutter_bad(RecordCutter *rc, const char *reason);
+/* Emits what is held (an empty last chunk too, so the input's progress is counted). */
+WkStatus record_cutter_flush(RecordCutter *rc, bool last);
+void record_cutter_free(RecordCutter *rc);
+
+/* Worker side: each record -> a document (UTF-8 checked; a tar .json member's json_field taken). */
+WkStatus convert_process_records(const ChunkContext *ctx, const Input *in, Chunk *c);
+
+/* The readers (producer thread): the chunks of a Parquet file or a WebDataset tar open as blob. */
+typedef struct {
+  size_t chunk_bytes;        /* records per chunk, in bytes */
+  uint64_t max_footer_bytes; /* Parquet: a longer footer is refused */
+  uint64_t max_page_bytes;   /* Parquet: a larger page is refused */
+  uint64_t max_member_bytes; /* tar: a larger member is refused */
+} RecordLimits;
+WkStatus convert_cut_parquet(const ChunkContext *ctx, uint32_t i, WkBlob *blob, const RecordLimits *limits,
+                             ChunkEmit emit, void *arg);
+WkStatus convert_cut_tar(const ChunkContext *ctx, uint32_t i, WkBlob *blob, const RecordLimits *limits, ChunkEmit emit,
+                         void *arg);
+extern const RecordLimits CONVERT_RECORD_LIMITS;  /* the converter's */
 
 /* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
  * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */

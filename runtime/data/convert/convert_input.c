@@ -8,6 +8,10 @@
  *   *.bin                       GPT-2 tokens: llm.c files (256 x int32 header, magic 20240520, version
  *                               1, token count; then uint16 tokens) or headerless nanoGPT uint16
  *                               files; documents are separated by <|endoftext|> (50256)
+ *   *.parquet                   the strings of the --field column, one document per row; null rows are
+ *                               counted and skipped (input_parquet.c)
+ *   *.tar, *.tar.gz, *.tgz      WebDataset shards: the --field member (by extension) of each sample
+ *                               (input_tar.c)
  *   anything else               text: the whole file is one document (source trees, books), or
  *                               with --split each paragraph or each line is
  * Directories are walked recursively in byte-wise sorted order, skipping hidden entries and, when
@@ -44,6 +48,8 @@ InputKind convert_input_kind(const char *path) {
   if (ends_with(path, ".jsonl.zst") || ends_with(path, ".ndjson.zst")) return INPUT_JSONL_ZST;
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return INPUT_JSONL;
   if (ends_with(path, ".bin")) return INPUT_TOKENS_BIN;
+  if (ends_with(path, ".parquet")) return INPUT_PARQUET;
+  if (ends_with(path, ".tar") || ends_with(path, ".tar.gz") || ends_with(path, ".tgz")) return INPUT_TAR;
   return INPUT_TEXT;
 }
 
@@ -323,13 +329,15 @@ WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const Chunk
     case INPUT_JSONL:
     case INPUT_JSONL_ZST: return cut_lines(in, i, blob, sizes, emit, arg, stop);
     case INPUT_TOKENS_BIN: return cut_tokens(in, i, blob, sizes, emit, arg, stop);
-    case INPUT_TEXT: break;
+    case INPUT_TEXT:
+    case INPUT_PARQUET:
+    case INPUT_TAR: break;
   }
   return WK_FAIL(WK_ERR_INTERNAL, "input kind %d is not cut from a blob", (int)in->kind);
 }
 
-WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
-  const Input *in = &inputs[i];
+WkStatus convert_cut_input(const ChunkContext *ctx, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
+  const Input *in = &ctx->inputs[i];
   if (in->kind == INPUT_TEXT) { /* one chunk: the worker reads the file */
     Chunk *c = NULL;
     WK_TRY(new_chunk(i, NULL, 0, &c));
@@ -339,37 +347,19 @@ WkStatus convert_cut_input(const Input *inputs, uint32_t i, ChunkEmit emit, void
   }
   WkBlob *blob = convert_open_input(in);
   if (!blob) return wk_last_status();
-  WkStatus status = convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
+  WkStatus status = in->kind == INPUT_PARQUET ? convert_cut_parquet(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg)
+                    : in->kind == INPUT_TAR   ? convert_cut_tar(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg)
+                                              : convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
   blob->close(blob);
   return status;
 }
 
 /* ---- processing (worker threads) ------------------------------------------------------------- */
 
-static WkStatus end_document(Chunk *c) {
-  if (c->doc_count == c->doc_capacity) {
-    size_t cap = c->doc_capacity ? c->doc_capacity * 2 : 256;
-    uint64_t *grown = realloc(c->doc_ends, cap * sizeof *grown);
-    if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory collecting documents");
-    c->doc_ends = grown;
-    c->doc_capacity = cap;
-  }
-  c->doc_ends[c->doc_count++] = c->tokens.length;
-  return WK_OK;
-}
+static WkStatus end_document(Chunk *c) { return convert_chunk_end_document(c); }
 
 static WkStatus bad_line(Chunk *c, uint64_t line, const char *reason) {
-  if (c->bad_count == c->bad_capacity) {
-    size_t cap = c->bad_capacity ? c->bad_capacity * 2 : 16;
-    BadLine *grown = realloc(c->bad, cap * sizeof *grown);
-    if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory collecting bad lines");
-    c->bad = grown;
-    c->bad_capacity = cap;
-  }
-  BadLine *b = &c->bad[c->bad_count++];
-  b->line = line;
-  snprintf(b->reason, sizeof b->reason, "%s", reason);
-  return WK_OK;
+  return convert_bad_add(&c->bad, &c->bad_count, &c->bad_capacity, line, reason);
 }
 
 /* One text document, checked for UTF-8 (a bad one is skipped and reported at its line). */
@@ -496,6 +486,8 @@ void convert_process_chunk(const ChunkContext *ctx, Chunk *c) {
     case INPUT_JSONL:
     case INPUT_JSONL_ZST: status = process_lines(ctx, c); break;
     case INPUT_TOKENS_BIN: status = process_tokens(ctx, in, c); break;
+    case INPUT_PARQUET:
+    case INPUT_TAR: status = convert_process_records(ctx, in, c); break;
     default: status = WK_FAIL(WK_ERR_INTERNAL, "unknown input kind %d", (int)in->kind);
   }
   c->status = status;
