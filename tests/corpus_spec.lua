@@ -2,7 +2,7 @@
 -- tar shards written by Python's tarfile, and texts encoded with a tokenizer.json or .tiktoken file,
 -- each checked against an independent reference: the same texts as JSONL (decoded documents equal),
 -- and the Hugging Face tokenizers / tiktoken oracles (ids equal). The writers and oracles run in the
--- venv of third_party/tokenizer-python.txt (build/tokenizer-venv, tests/helpers/corpus_oracle.py);
+-- venv of third_party/test-python.txt (build/test/venv, tests/helpers/corpus_oracle.py);
 -- without it those tests are pending. The index's tokenizer identity and the loader's refusal to mix
 -- tokenizers need no venv.
 local helper = require 'helper'
@@ -10,7 +10,7 @@ local corpus = require 'helpers.corpus'
 local dataset = require 'wick.dataset'
 local q = helper.shell_quote
 
-local VENV = helper.ROOT .. '/build/tokenizer-venv'
+local VENV = helper.ROOT .. '/build/test/venv'
 local PYTHON = VENV .. '/bin/python'
 local WRITER = helper.ROOT .. '/tests/helpers/corpus_oracle.py'
 local ORACLE = helper.ROOT .. '/tests/helpers/tokenizer_oracle.py'
@@ -37,8 +37,7 @@ local function documents(dir)
 end
 
 setup(function()
-  local r = helper.sh(('sh %s %s %s'):format(q(helper.ROOT .. '/third_party/bench-venv.sh'), q(VENV),
-    q(helper.ROOT .. '/third_party/tokenizer-python.txt')))
+  local r = helper.sh(('sh %s %s'):format(q(helper.ROOT .. '/third_party/test-venv.sh'), q(VENV)))
   if r.rc ~= 0 then
     venv_error = 'the test venv could not be made (is PyPI reachable?): ' .. (r.err ~= '' and r.err or r.out)
     return

@@ -1,5 +1,5 @@
 -- Tokenizers (runtime/data/tokenizer/) against independent oracles: Hugging Face `tokenizers` and
--- tiktoken, installed from PyPI into build/tokenizer-venv (third_party/tokenizer-python.txt, kept
+-- tiktoken, installed from PyPI into build/test/venv (third_party/test-python.txt, kept
 -- across runs). tests/helpers/tokenizer_oracle.py trains two small byte-level BPE tokenizers on this
 -- machine's text (GPT-2, Llama 3 and Qwen 2 style), writes GPT-2's and cl100k's rank files from
 -- packages that bundle them and the same vocabularies as tokenizer.json files, and the test texts (code, licenses, many scripts, emoji, CRLF, runs of
@@ -9,7 +9,7 @@
 local helper = require 'helper'
 local q = helper.shell_quote
 
-local VENV = helper.ROOT .. '/build/tokenizer-venv'
+local VENV = helper.ROOT .. '/build/test/venv'
 local PYTHON = VENV .. '/bin/python'
 local ORACLE = helper.ROOT .. '/tests/helpers/tokenizer_oracle.py'
 -- Text every Debian machine has: Python's sources and the license texts.
@@ -28,8 +28,7 @@ local function tokenize(args)
 end
 
 setup(function()
-  local r = helper.sh(('sh %s %s %s'):format(q(helper.ROOT .. '/third_party/bench-venv.sh'), q(VENV),
-    q(helper.ROOT .. '/third_party/tokenizer-python.txt')))
+  local r = helper.sh(('sh %s %s'):format(q(helper.ROOT .. '/third_party/test-venv.sh'), q(VENV)))
   if r.rc ~= 0 then
     venv_error = 'the oracle venv could not be made (is PyPI reachable?): ' .. (r.err ~= '' and r.err or r.out)
     return

@@ -2,7 +2,7 @@
 # A venv of pinned PyPI packages on Debian's /usr/bin/python3 (python3-venv), never the system Python:
 #   third_party/python-venv.sh NAME REQUIREMENTS VENV
 # Kept while it was made from the same requirements (a copy of them is its stamp), so a second run is
-# instant. bench-venv.sh (make bench's Hugging Face baseline) and test-venv.sh (the S3 tests' moto) use it.
+# instant. bench-venv.sh (make bench's Hugging Face baseline) and test-venv.sh (the tests' moto, tokenizer oracles and pyarrow) use it.
 set -eu
 name="$1" requirements="$2" venv="$3"
 stamp="$venv/requirements.txt"

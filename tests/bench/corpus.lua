@@ -21,7 +21,7 @@ package.path = host.home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
 
 local RUN = "'" .. host.exe .. "'"
-local VENV = host.home .. '/build/tokenizer-venv'
+local VENV = host.home .. '/build/test/venv'
 local PYTHON = VENV .. '/bin/python'
 local WRITER = host.home .. '/tests/helpers/corpus_oracle.py'
 local ORACLE = host.home .. '/tests/helpers/tokenizer_oracle.py'
@@ -46,8 +46,7 @@ local function must(cmd, what)
   return out
 end
 
-local venv_out, venv_ok = capture(('sh %s %s %s'):format(q(host.home .. '/third_party/bench-venv.sh'), q(VENV),
-  q(host.home .. '/third_party/tokenizer-python.txt')))
+local venv_out, venv_ok = capture(('sh %s %s'):format(q(host.home .. '/third_party/test-venv.sh'), q(VENV)))
 io.write(venv_out)
 if not venv_ok then
   report.na('Parquet to shards', 'no test venv (is PyPI reachable?): pyarrow writes the corpus and is the baseline')

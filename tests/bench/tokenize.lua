@@ -2,7 +2,7 @@
 -- GPT-2 and a Llama 3 style tokenizer, next to tiktoken and Hugging Face tokenizers measured in the
 -- same run on the same text, and how wick.tokenize scales over this machine's cores.
 --   ./run tests/bench/tokenize.lua     (make bench runs it; about a minute, plus ~30 s the first time
---                                       for build/tokenizer-venv and build/bench/tokenize/)
+--                                       for build/test/venv and build/bench/tokenize/)
 --
 -- The text is build/bench/tokenize/corpus.jsonl: CORPUS_MB of this machine's Python sources and
 -- license texts, one document per file. The tokenizers (tests/helpers/tokenizer_oracle.py prepare):
@@ -23,7 +23,7 @@ package.path = host.home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
 
 local RUN = "'" .. host.exe .. "'"
-local VENV = host.home .. '/build/tokenizer-venv'
+local VENV = host.home .. '/build/test/venv'
 local PYTHON = VENV .. '/bin/python'
 local ORACLE = host.home .. '/tests/helpers/tokenizer_oracle.py'
 local DIR = host.home .. '/build/bench/tokenize'
@@ -48,8 +48,7 @@ local function cores()
   return tonumber(out:match('%d+')) or 1
 end
 
-local venv_out, venv_ok = capture(('sh %s %s %s'):format(q(host.home .. '/third_party/bench-venv.sh'), q(VENV),
-  q(host.home .. '/third_party/tokenizer-python.txt')))
+local venv_out, venv_ok = capture(('sh %s %s'):format(q(host.home .. '/third_party/test-venv.sh'), q(VENV)))
 io.write(venv_out)
 if not venv_ok then
   report.na('tokenizer throughput', 'no tokenizer venv (is PyPI reachable?): the tokenizers and baselines are made there')

@@ -1,6 +1,6 @@
 """Inputs for the converter's corpus tests (tests/corpus_spec.lua, tests/bench/corpus.lua), written by
 independent writers: pyarrow for Parquet, Python's tarfile for WebDataset shards, Hugging Face
-tokenizers for a tokenizer.json. Runs in the venv of third_party/tokenizer-python.txt.
+tokenizers for a tokenizer.json. Runs in the venv of third_party/test-python.txt.
 
   texts OUT                  OUT/texts.jsonl: the test texts (many scripts, emoji, CRLF, empty, long),
                              one {"text": ...} per line, and OUT/rows.json: the same with nulls mixed in

