@@ -19,6 +19,7 @@
 local host = require 'wick.host'
 package.path = host.home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
+local capture = report.capture
 
 local RUN = "'" .. host.exe .. "'"
 local VENV = host.home .. '/build/test/venv'
@@ -33,12 +34,6 @@ local SCALING_GOAL_PER_CORE = 0.9
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
-local function capture(cmd)
-  local pipe = io.popen(cmd .. ' 2>&1')
-  local out = pipe:read('*a')
-  local ok = pipe:close()
-  return out, ok
-end
 
 local function must(cmd, what)
   local out, ok = capture(cmd)

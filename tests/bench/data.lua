@@ -26,6 +26,7 @@
 local host = require 'wick.host'
 package.path = host.home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
+local capture = report.capture
 local data_corpus = require 'data_corpus'
 local page_cache = require 'page_cache'
 local wick_dataset = require 'wick.dataset'
@@ -54,12 +55,6 @@ local OPTIONS = {
 
 local started = report.now()
 
-local function capture(cmd)
-  local pipe = io.popen(cmd .. ' 2>&1')
-  local out = pipe:read('*a')
-  pipe:close()
-  return out
-end
 
 local function load_average()
   local f = io.open('/proc/loadavg')

@@ -29,6 +29,8 @@ local host = require 'wick.host'
 package.path = host.home .. '/tests/?.lua;' .. host.home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
 local nginx = require 'helpers.nginx'
+local exists, capture = report.exists, report.capture
+local function sh(cmd, quiet) report.sh('remote bench', cmd, quiet) end
 
 local RUN = "'" .. host.exe .. "'"
 local DIR = host.home .. '/build/bench/remote'
@@ -41,24 +43,8 @@ local REPEATS = 3
 local NODE_CACHE_BYTES = 24 * 2 ^ 20 -- the zstd dataset decodes to ~80 MB; the least is 2 buffers (17 MB)
 local TMPFS = '/dev/shm'
 
-local function exists(path)
-  local f = io.open(path)
-  if f then f:close() end
-  return f ~= nil
-end
 
-local function sh(cmd)
-  print('  $ ' .. cmd)
-  local ok = os.execute(cmd)
-  if ok ~= 0 and ok ~= true then error('remote bench: command failed: ' .. cmd, 0) end
-end
 
-local function capture(cmd)
-  local pipe = io.popen(cmd .. ' 2>&1')
-  local out = pipe:read('*a')
-  pipe:close()
-  return out
-end
 
 local function parse(text)
   local fields = {}
@@ -128,7 +114,7 @@ end
 -- A new cache directory under `under` (one per run: the last run's is removed first).
 local function fresh_cache(under)
   local cache = (under or DIR) .. '/wick-bench-cache'
-  sh('rm -rf ' .. cache)
+  sh('rm -rf ' .. cache, true)
   return cache
 end
 
@@ -138,7 +124,7 @@ local function wick_run(data, steps, opts)
   local cache = fresh_cache(opts.under)
   local launcher = opts.nproc and ('--nproc-per-node %d '):format(opts.nproc) or ''
   local out = capture(('%s %s%s %s %s %d %s'):format(RUN, launcher, RANK, data, cache, steps, opts.options or ''))
-  sh('rm -rf ' .. cache)
+  sh('rm -rf ' .. cache, true)
   local ranks = {}
   for line in out:gmatch('[^\n]+') do
     if line:match('first_s=') then ranks[#ranks + 1] = parse(line) end
@@ -150,14 +136,14 @@ end
 -- curl: every shard file once, in order, on one connection, into files under `under`.
 local function curl_run(url, info, under)
   local out = (under or DIR) .. '/wick-bench-curl'
-  sh('rm -rf ' .. out .. ' && mkdir -p ' .. out)
+  sh('rm -rf ' .. out .. ' && mkdir -p ' .. out, true)
   local args = {}
   for i, name in ipairs(info.names) do args[#args + 1] = ('-o %s/%d %s/%s'):format(out, i, url, name) end
   local t0 = report.now()
   local ok = os.execute('curl -s --fail ' .. table.concat(args, ' '))
   local seconds = report.now() - t0
   if ok ~= 0 and ok ~= true then error('remote bench: curl failed', 0) end
-  sh('rm -rf ' .. out)
+  sh('rm -rf ' .. out, true)
   return seconds
 end
 

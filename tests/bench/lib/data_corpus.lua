@@ -15,6 +15,9 @@
 local host = require 'wick.host'
 local wick_dataset = require 'wick.dataset'
 local ffi = require 'ffi'
+local report = require 'report'
+local exists = report.exists
+local function sh(cmd) report.sh('data corpus', cmd) end
 
 local M = {}
 
@@ -29,17 +32,7 @@ local CORPUS_PY = host.home .. '/tests/bench/lib/corpus.py'
 
 local HEADER_BYTES, TABLE_ENTRY_BYTES, CODEC_ZSTD = 128, 24, 1
 
-local function exists(path)
-  local f = io.open(path)
-  if f then f:close() end
-  return f ~= nil
-end
 
-local function sh(cmd)
-  print('  $ ' .. cmd)
-  local ok = os.execute(cmd)
-  if ok ~= 0 and ok ~= true then error('data corpus: command failed: ' .. cmd, 0) end
-end
 
 local function convert(jsonl, dir, compression)
   if exists(dir .. '/index.json') then return end

@@ -1,4 +1,4 @@
--- Shared by the bench files: timing and the one row format every bench prints.
+-- Shared by the bench files: timing, the one row format every bench prints, and running commands.
 local ffi = require 'ffi'
 pcall(ffi.cdef, [[
   typedef struct { long tv_sec; long tv_nsec; } wick_bench_timespec;
@@ -37,6 +37,29 @@ end
 -- A row that cannot be measured here, and why (a counter or option the code under test lacks).
 function report.na(what, why)
   print(('%-44s %12s          | %s'):format(what, 'n/a', why))
+end
+
+-- ---- commands and files ---------------------------------------------------------------------------
+
+function report.exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- Runs a shell command; its output (stdout and stderr) and whether it exited 0.
+function report.capture(cmd)
+  local pipe = io.popen(cmd .. ' 2>&1')
+  local out = pipe:read('*a')
+  local ok = pipe:close()
+  return out, ok == true or ok == 0
+end
+
+-- Runs a shell command that must succeed, printed first unless `quiet`; raises naming `who` if it fails.
+function report.sh(who, cmd, quiet)
+  if not quiet then print('  $ ' .. cmd) end
+  local ok = os.execute(cmd)
+  if ok ~= 0 and ok ~= true then error(who .. ': command failed: ' .. cmd, 0) end
 end
 
 return report
