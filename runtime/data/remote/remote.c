@@ -31,6 +31,7 @@
 enum {
   MAX_PREFETCHES = 4096,       /* queued or in transfer per dataset; more read-ahead is dropped */
   STORE_QUEUE = 64,            /* prefetched ranges waiting for the store thread (then the engine waits) */
+  WAIT_SLICE_NS = 50 * 1000 * 1000, /* a waiter rechecks its deadline at least this often */
   KEY_CAPACITY = 512,
   JOB_CAPACITY = 256,
   INDEX_HEADER_LINES = 5,      /* magic, hash, etag, modified, job; then an empty line and the body */
@@ -49,6 +50,13 @@ typedef struct {
 
 typedef struct Prefetch Prefetch;
 
+/* A read of this process fetching a range the cache lacks (on its thread's stack): the other threads of the
+ * process that need the range wait on the remote's condition variable for it, not by polling the claim. */
+typedef struct Reading {
+  const char *key;
+  struct Reading *next;
+} Reading;
+
 struct WkRemote {
   WkRemoteOptions options;
   char cache_dir[WK_DISK_PATH_CAPACITY];
@@ -56,9 +64,10 @@ struct WkRemote {
   WkFetch *fetch;
   WkDiskCache *disk;
   uint64_t patience_ns;        /* the longest a download can take: how long to wait for a peer's */
-  pthread_mutex_t lock;        /* prefetches, targets' refs, the S3 configuration */
-  pthread_cond_t changed;      /* a prefetch finished */
+  pthread_mutex_t lock;        /* prefetches, readings, targets' refs, the S3 configuration */
+  pthread_cond_t changed;      /* a prefetch or a reading ended */
   Prefetch *prefetches;
+  Reading *readings;
   uint32_t prefetch_count;
   WkS3Config s3;
   bool s3_loaded;
@@ -402,22 +411,87 @@ static void reap_prefetch(WkRemote *r, Prefetch *p) {
   }
 }
 
-/* Waits (bounded) for this process's prefetch of key, when one is in flight. */
-static void wait_prefetch(WkRemote *r, const char *key, uint64_t deadline) {
+/* Remote lock held: one bounded wait on `changed` (at most WAIT_SLICE_NS, never past the deadline). */
+static void wait_changed(WkRemote *r, uint64_t deadline) {
+  uint64_t at = wk_now_ns() + WAIT_SLICE_NS;
+  if (at > deadline) at = deadline;
+  struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull), .tv_nsec = (long)(at % 1000000000ull)};
+  pthread_cond_timedwait(&r->changed, &r->lock, &ts); /* changed is on CLOCK_MONOTONIC */
+}
+
+/* Waits (bounded) for this process's prefetch of key, when one is in flight; true when it waited. */
+static bool wait_prefetch(WkRemote *r, const char *key, uint64_t deadline) {
   pthread_mutex_lock(&r->lock);
   Prefetch *p = find_prefetch(r, key);
+  bool waited = p && !p->done;
   if (p) {
     p->waiters++;
-    while (!p->done && wk_now_ns() < deadline) {
-      uint64_t at = wk_now_ns() + 50 * 1000000ull;
-      if (at > deadline) at = deadline;
-      struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull), .tv_nsec = (long)(at % 1000000000ull)};
-      pthread_cond_timedwait(&r->changed, &r->lock, &ts); /* changed is on CLOCK_MONOTONIC */
-    }
+    while (!p->done && wk_now_ns() < deadline) wait_changed(r, deadline);
     p->waiters--;
     reap_prefetch(r, p);
   }
   pthread_mutex_unlock(&r->lock);
+  return waited;
+}
+
+static bool find_reading(WkRemote *r, const char *key) {
+  for (Reading *g = r->readings; g; g = g->next)
+    if (strcmp(g->key, key) == 0) return true;
+  return false;
+}
+
+/* Makes this thread the one of its process that fetches key (true), or, when another thread is fetching it,
+ * waits (bounded) until that one is done and returns false: look in the cache again. */
+static bool reading_begin(WkRemote *r, Reading *me, const char *key, uint64_t deadline) {
+  pthread_mutex_lock(&r->lock);
+  bool other = find_reading(r, key);
+  if (other) {
+    while (find_reading(r, key) && wk_now_ns() < deadline) wait_changed(r, deadline);
+  } else {
+    *me = (Reading){.key = key, .next = r->readings};
+    r->readings = me;
+  }
+  pthread_mutex_unlock(&r->lock);
+  return !other;
+}
+
+static void reading_end(WkRemote *r, Reading *me) {
+  pthread_mutex_lock(&r->lock);
+  for (Reading **g = &r->readings; *g; g = &(*g)->next)
+    if (*g == me) {
+      *g = me->next;
+      break;
+    }
+  pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
+}
+
+/* One attempt at a range the cache lacks: claim it for the node and fetch and store it, or wait (bounded) for
+ * the process that claimed it; after the deadline, fetch it without the cache. *served: dst holds it. */
+static WkStatus read_claimed(RemoteBlob *b, const char *key, uint64_t offset, size_t length, void *dst,
+                             uint64_t deadline, bool *served) {
+  WkRemote *r = b->remote;
+  WkDiskClaim claim;
+  bool owned = false;
+  WK_TRY(wk_disk_cache_claim(r->disk, key, &claim, &owned));
+  WkStatus status = WK_OK;
+  if (owned) {
+    if (serve_cached(b, offset, length, dst)) { /* stored while we claimed */
+      wk_disk_cache_release(r->disk, &claim);
+      *served = true;
+      return WK_OK;
+    }
+    status = fetch_into(b, offset, length, dst);
+    bool stored = false;
+    if (status == WK_OK) status = wk_disk_cache_store(r->disk, key, dst, length, true, true, &stored);
+    if (stored) known_add(b, offset, length);
+    wk_disk_cache_release(r->disk, &claim);
+    *served = status == WK_OK;
+  } else if (!wk_disk_cache_wait(r->disk, key, deadline) || wk_now_ns() >= deadline) {
+    status = fetch_into(b, offset, length, dst); /* the peer took too long: fetch without the cache */
+    *served = status == WK_OK;
+  }
+  return status;
 }
 
 static WkStatus remote_read_at(WkBlob *self, uint64_t offset, size_t length, void *dst) {
@@ -438,32 +512,19 @@ static WkStatus remote_read_at(WkBlob *self, uint64_t offset, size_t length, voi
   entry_key(b, offset, length, key);
   WkStatus status = WK_OK;
   bool served = false;
-  wait_prefetch(r, key, deadline);
   while (!served && status == WK_OK) {
     if (serve_cached(b, offset, length, dst)) {
       served = true;
       break;
     }
-    WkDiskClaim claim;
-    bool owned = false;
-    status = wk_disk_cache_claim(r->disk, key, &claim, &owned);
-    if (status != WK_OK) break;
-    if (owned) {
-      if (serve_cached(b, offset, length, dst)) { /* stored while we claimed */
-        wk_disk_cache_release(r->disk, &claim);
-        served = true;
-        break;
-      }
-      status = fetch_into(b, offset, length, dst);
-      bool stored = false;
-      if (status == WK_OK) status = wk_disk_cache_store(r->disk, key, dst, length, true, true, &stored);
-      if (stored) known_add(b, offset, length);
-      wk_disk_cache_release(r->disk, &claim);
-      served = status == WK_OK;
-    } else if (!wk_disk_cache_wait(r->disk, key, deadline) || wk_now_ns() >= deadline) {
-      status = fetch_into(b, offset, length, dst); /* the peer took too long: fetch without the cache */
-      served = status == WK_OK;
+    Reading me;
+    bool mine = false;
+    if (wk_now_ns() < deadline) {
+      if (wait_prefetch(r, key, deadline)) continue;          /* our prefetch of it is over: look again */
+      if (!(mine = reading_begin(r, &me, key, deadline))) continue; /* so is another thread's read */
     }
+    status = read_claimed(b, key, offset, length, dst, deadline, &served);
+    if (mine) reading_end(r, &me);
   }
   atomic_fetch_add_explicit(&r->wait_ns, wk_now_ns() - t0, memory_order_relaxed);
   return status;
