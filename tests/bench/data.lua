@@ -121,7 +121,7 @@ print(('  payload.zst %.1f M tokens in the zstd shards\' frames as stored, %.1f 
   mib(select(2, page_cache.resident { c.payload }))))
 print(('%d ranks at once, seq_len %d, micro batch %d, global batch %d, %.0f M tokens a rank a run, best of %d, ' ..
   'interleaved; load average %s (%d cores)'):format(RANKS, SEQ_LEN, MICRO_BATCH, GLOBAL_BATCH, TOKENS_PER_RANK / 1e6,
-  REPEATS, load_average(), tonumber(capture('nproc')) or 0))
+  REPEATS, load_average(), tonumber((capture('nproc'))) or 0))
 
 -- ---- contenders ---------------------------------------------------------------------------------
 
