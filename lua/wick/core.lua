@@ -77,6 +77,23 @@ function core.check_handle(handle, level)
   return handle
 end
 
+local NOT_A_FILE = { directory = 'a directory', other = 'a FIFO, socket or device' } -- wick.host.file_kind's
+
+-- The whole of a regular file: its bytes, or nil and a message naming it. Inside `run` a FIFO or a
+-- device is refused at once (wick.host.file_kind) instead of blocking the read.
+function core.read_file(path)
+  local in_run, host = pcall(require, 'wick.host')
+  if in_run then
+    local kind = host.file_kind(path) -- nil when missing: io.open says why
+    if kind and kind ~= 'file' then return nil, ("'%s': not a regular file (%s)"):format(path, NOT_A_FILE[kind]) end
+  end
+  local f, err = io.open(path, 'rb')
+  if not f then return nil, err end
+  local text = f:read('*a')
+  f:close()
+  return text
+end
+
 -- Monotonic time in seconds (for timing steps and throughput).
 function core.now()
   return tonumber(C.wk_now_ns()) * 1e-9

@@ -12,6 +12,7 @@
 --   -- job.config (checked, defaults filled), job.flags { resume, log, dry_run }, job.overrides,
 --   -- job.text and job.hash (the file's), job.name
 local ffi = require 'ffi'
+local core = require 'wick.core'
 local schema = require 'wick.schema'
 local has_host, host = pcall(require, 'wick.host') -- absent in a Lua embedding other than `run`
 
@@ -442,14 +443,6 @@ function recipe.include(name)
   return included[path]
 end
 
-local function read_text(path)
-  local f = io.open(path, 'rb')
-  if not f then return '' end
-  local text = f:read('*a')
-  f:close()
-  return text
-end
-
 -- Whether a script's returned table is a recipe: it names at least one of the recipe's fields (a
 -- script may return other tables; a recipe with a typo still names most of its fields).
 function recipe.is_recipe(value)
@@ -481,7 +474,11 @@ function recipe.load(path, raw, args)
   local resolved_raw, applied = recipe.apply(name, raw, overrides)
   if flags.log then resolved_raw.log = resolved_raw.log or {}; resolved_raw.log.file = flags.log end
   local config = recipe.check(resolved_raw, name)
-  local text = read_text(path)
+  local text, err = core.read_file(path)
+  if not text then
+    local cli = require 'wick.cli'
+    cli.fail(('%s: cannot read it for its provenance: %s'):format(name, err), cli.EXIT_DATA)
+  end
   return { name = name, path = path, config = config, flags = flags, overrides = applied, text = text,
     hash = recipe.hash(text) }
 end

@@ -182,13 +182,8 @@ local function manifests(config)
   if config.eval.source then sources[#sources + 1] = config.eval.source end
   for _, path in ipairs(sources) do
     local index = path:match('%.json$') and path or (path .. '/index.json')
-    local f = io.open(index, 'rb')
-    if f then
-      out[path] = recipe.hash(f:read('*a'))
-      f:close()
-    else
-      out[path] = 'unreadable'
-    end
+    local text = core.read_file(index)
+    out[path] = text and recipe.hash(text) or 'unreadable'
   end
   return out
 end

@@ -9,6 +9,7 @@
 -- A mix written on the command line needs --mix, e.g. --mix "data.mix{ {'a', weight = 3}, {'b'} }": a
 -- path is never evaluated as Lua, whatever its spelling.
 local cli = require 'wick.cli'
+local core = require 'wick.core'
 local data = require 'wick.data'
 
 local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
@@ -55,15 +56,8 @@ end
 spec = cli.spec(spec)
 
 local function read_file(path)
-  local ok, host = pcall(require, 'wick.host') -- inside `run`: a FIFO is refused, not waited on
-  local kind, why = ok and host.file_kind(path) or 'file'
-  if kind ~= 'file' then
-    cli.fail(('%s: cannot read %s'):format(spec.name, why or ("'" .. path .. "': not a regular file")), cli.EXIT_DATA)
-  end
-  local f, err = io.open(path, 'rb')
-  if not f then cli.fail(('%s: cannot read %s'):format(spec.name, tostring(err)), cli.EXIT_DATA) end
-  local text = f:read('*a')
-  f:close()
+  local text, err = core.read_file(path)
+  if not text then cli.fail(('%s: cannot read %s'):format(spec.name, err), cli.EXIT_DATA) end
   return text
 end
 
