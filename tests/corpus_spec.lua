@@ -10,8 +10,7 @@ local corpus = require 'helpers.corpus'
 local dataset = require 'wick.dataset'
 local q = helper.shell_quote
 
-local VENV = helper.ROOT .. '/build/test/venv'
-local PYTHON = VENV .. '/bin/python'
+local PYTHON = helper.TEST_PYTHON
 local WRITER = helper.ROOT .. '/tests/helpers/corpus_oracle.py'
 local ORACLE = helper.ROOT .. '/tests/helpers/tokenizer_oracle.py'
 local TRAINING = '/usr/lib/python3.11/email /usr/lib/python3.11/json /usr/share/common-licenses'
@@ -37,9 +36,9 @@ local function documents(dir)
 end
 
 setup(function()
-  local r = helper.sh(('sh %s %s'):format(q(helper.ROOT .. '/third_party/test-venv.sh'), q(VENV)))
-  if r.rc ~= 0 then
-    venv_error = 'the test venv could not be made (is PyPI reachable?): ' .. (r.err ~= '' and r.err or r.out)
+  local made, why = helper.test_python()
+  if not made then
+    venv_error = why
     return
   end
   root = helper.tmpdir()

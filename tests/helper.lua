@@ -46,6 +46,19 @@ function helper.sh(command, opts)
   return result
 end
 
+-- The pinned test venv (third_party/test-venv.sh: moto, the tokenizer oracles, pyarrow), made when it is
+-- missing or stale: its python, or nil and why it cannot be had (no PyPI).
+helper.TEST_PYTHON = helper.ROOT .. '/build/test/venv/bin/python'
+function helper.test_python()
+  local q = helper.shell_quote
+  local r = helper.sh(('sh %s %s'):format(q(helper.ROOT .. '/third_party/test-venv.sh'),
+    q(helper.ROOT .. '/build/test/venv')))
+  if r.rc ~= 0 then
+    return nil, 'the test venv could not be made (is PyPI reachable?): ' .. (r.err ~= '' and r.err or r.out)
+  end
+  return helper.TEST_PYTHON
+end
+
 -- Runs the `run` program with a string of (already quoted) arguments.
 function helper.run(args, opts)
   return helper.sh(helper.shell_quote(helper.RUN) .. ' ' .. args, opts)

@@ -7,7 +7,7 @@ local data_helper = require 'data_helper'
 local core = require 'wick.core'
 local q = helper.shell_quote
 
-local PYTHON = helper.ROOT .. '/build/test/venv/bin/python'
+local PYTHON = helper.TEST_PYTHON
 local BUCKET = 'wick-test-data'
 local INSPECT = '-m wick.data.inspect --seq-len 64 --global-batch 8 --buffer-tokens 4096 --window-tokens 40000'
 local READY_POLLS = 600 -- x 50 ms: moto takes a few seconds to import and start

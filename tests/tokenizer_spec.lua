@@ -9,8 +9,7 @@
 local helper = require 'helper'
 local q = helper.shell_quote
 
-local VENV = helper.ROOT .. '/build/test/venv'
-local PYTHON = VENV .. '/bin/python'
+local PYTHON = helper.TEST_PYTHON
 local ORACLE = helper.ROOT .. '/tests/helpers/tokenizer_oracle.py'
 -- Text every Debian machine has: Python's sources and the license texts.
 local CORPUS = '/usr/lib/python3.11/email /usr/lib/python3.11/json /usr/lib/python3.11/http ' ..
@@ -28,9 +27,9 @@ local function tokenize(args)
 end
 
 setup(function()
-  local r = helper.sh(('sh %s %s'):format(q(helper.ROOT .. '/third_party/test-venv.sh'), q(VENV)))
-  if r.rc ~= 0 then
-    venv_error = 'the oracle venv could not be made (is PyPI reachable?): ' .. (r.err ~= '' and r.err or r.out)
+  local made, why = helper.test_python()
+  if not made then
+    venv_error = why
     return
   end
   root = helper.tmpdir()

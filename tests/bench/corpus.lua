@@ -22,8 +22,6 @@ local report = require 'report'
 local capture = report.capture
 
 local RUN = "'" .. host.exe .. "'"
-local VENV = host.home .. '/build/test/venv'
-local PYTHON = VENV .. '/bin/python'
 local WRITER = host.home .. '/tests/helpers/corpus_oracle.py'
 local ORACLE = host.home .. '/tests/helpers/tokenizer_oracle.py'
 local DIR = host.home .. '/build/bench/corpus'
@@ -41,12 +39,8 @@ local function must(cmd, what)
   return out
 end
 
-local venv_out, venv_ok = capture(('sh %s %s'):format(q(host.home .. '/third_party/test-venv.sh'), q(VENV)))
-io.write(venv_out)
-if not venv_ok then
-  report.na('Parquet to shards', 'no test venv (is PyPI reachable?): pyarrow writes the corpus and is the baseline')
-  os.exit(0)
-end
+local PYTHON = report.test_python('Parquet to shards', 'pyarrow writes the corpus and is the baseline')
+if not PYTHON then os.exit(0) end
 
 -- The corpus, its Parquet twin and GPT-2's ranks, made once (delete build/bench/corpus to remake them).
 if not io.open(DIR .. '/bytes.txt') then

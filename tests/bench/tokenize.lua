@@ -24,8 +24,6 @@ local report = require 'report'
 local capture = report.capture
 
 local RUN = "'" .. host.exe .. "'"
-local VENV = host.home .. '/build/test/venv'
-local PYTHON = VENV .. '/bin/python'
 local ORACLE = host.home .. '/tests/helpers/tokenizer_oracle.py'
 local DIR = host.home .. '/build/bench/tokenize'
 local CORPUS_MB = 16
@@ -43,12 +41,8 @@ local function cores()
   return tonumber(out:match('%d+')) or 1
 end
 
-local venv_out, venv_ok = capture(('sh %s %s'):format(q(host.home .. '/third_party/test-venv.sh'), q(VENV)))
-io.write(venv_out)
-if not venv_ok then
-  report.na('tokenizer throughput', 'no tokenizer venv (is PyPI reachable?): the tokenizers and baselines are made there')
-  os.exit(0)
-end
+local PYTHON = report.test_python('tokenizer throughput', 'the tokenizers and baselines are made there')
+if not PYTHON then os.exit(0) end
 
 -- The tokenizers and the corpus, made once (delete build/bench/tokenize to remake them).
 if not io.open(DIR .. '/corpus.jsonl') then

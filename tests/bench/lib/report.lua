@@ -47,12 +47,25 @@ function report.exists(path)
   return f ~= nil
 end
 
+local STATUS_MARK = '\nWICK_BENCH_EXIT=' -- LuaJIT's pipe:close() does not give the exit status: the shell prints it
+
 -- Runs a shell command; its output (stdout and stderr) and whether it exited 0.
 function report.capture(cmd)
-  local pipe = io.popen(cmd .. ' 2>&1')
+  local pipe = io.popen('( ' .. cmd .. ' ) 2>&1; echo "' .. STATUS_MARK .. '$?"')
   local out = pipe:read('*a')
-  local ok = pipe:close()
-  return out, ok == true or ok == 0
+  pipe:close()
+  local body, status = out:match('^(.-)' .. STATUS_MARK .. '(%d+)\n$')
+  return body or out, tonumber(status) == 0
+end
+
+-- The pinned test venv (third_party/test-venv.sh), made when missing or stale: its python; or, when it
+-- cannot be made (no PyPI), nil after printing `row` as n/a with `why` it is needed.
+function report.test_python(row, why)
+  local home = require('wick.host').home
+  local out, ok = report.capture(("sh '%s/third_party/test-venv.sh' '%s/build/test/venv'"):format(home, home))
+  io.write(out)
+  if ok then return home .. '/build/test/venv/bin/python' end
+  report.na(row, 'no test venv (is PyPI reachable?): ' .. why)
 end
 
 -- Runs a shell command that must succeed, printed first unless `quiet`; raises naming `who` if it fails.
