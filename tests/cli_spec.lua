@@ -136,6 +136,15 @@ describe('tool options', function()
     assert_one_line(cursor, 1, 'no-cursor.txt: No such file or directory')
   end)
 
+  it('reports a server that does not answer in one line naming the URL and the attempts (exit 1)', function()
+    local free = helper.sh([[python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));]] ..
+      [[ print(s.getsockname()[1])']]) -- a port nothing listens on
+    local url = ('http://127.0.0.1:%d/data'):format(tonumber(free.out))
+    local r = inspect(('--data %s --seq-len 16 --retries 0 --cache-dir %s'):format(url, q(root .. '/cache')))
+    assert_one_line(r, 1, "GET '" .. url .. "/index.json': Couldn't connect to server")
+    assert.matches('gave up after 1 attempt (last HTTP status 0)', r.err, 1, true)
+  end)
+
   it('reports what the converter refuses: options in one line (exit 2), inputs in one line (exit 1)', function()
     helper.write_file(root .. '/a.txt', 'some text')
     local function shard(args) return helper.run('-m wick.shard ' .. q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. args) end

@@ -323,7 +323,9 @@ static bool push_user_error(lua_State *L, int *code) {
 
 /* A failure of the runtime raised as a Lua error (its message ends with wk_last_error(), plus the
  * " [site]" of WICK_LOG=debug) that is the user's: data that cannot be read (WK_ERR_FORMAT,
- * WK_ERR_IO), or a tool's argument the runtime refused (WK_ERR_INVALID_ARG while a tool runs).
+ * WK_ERR_IO), a server or peer that failed or did not answer in time (WK_ERR_NETWORK,
+ * WK_ERR_TIMEOUT: the message names it, and a script's keeps the line that waited), or a tool's
+ * argument the runtime refused (WK_ERR_INVALID_ARG while a tool runs).
  * Pushes the runtime's message, named by the tool, and returns true, setting *code. */
 static bool push_runtime_user_error(lua_State *L, int *code) {
   const char *message = lua_tostring(L, 1);
@@ -334,7 +336,8 @@ static bool push_runtime_user_error(lua_State *L, int *code) {
   if (!ends_with(message, last) && !ends_with(message, with_site)) return false;
   WkStatus status = wk_last_status();
   const char *tool = running_tool(L);
-  if (status == WK_ERR_FORMAT || status == WK_ERR_IO) {
+  bool peer = status == WK_ERR_NETWORK || status == WK_ERR_TIMEOUT;
+  if (status == WK_ERR_FORMAT || status == WK_ERR_IO || peer) {
     *code = EXIT_DATA_ERROR;
   } else if (status == WK_ERR_INVALID_ARG && tool) {
     *code = EXIT_USAGE;
@@ -343,6 +346,8 @@ static bool push_runtime_user_error(lua_State *L, int *code) {
   }
   if (tool)
     lua_pushfstring(L, "%s: %s", tool, last);
+  else if (peer)
+    lua_pushvalue(L, 1); /* a script's line that waited on the peer stays in front */
   else
     lua_pushstring(L, last);
   return true;
