@@ -86,7 +86,7 @@ NVCCFLAGS += -Xcompiler -fno-omit-frame-pointer
 endif
 CFLAGS_BASE += $(CFLAGS)
 CXXFLAGS_BASE += $(CXXFLAGS)
-LIBS := -Wl,--as-needed -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
+LIBS := -Wl,--as-needed -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lopenblas -lgloo -lstdc++ -lpthread -lm -ldl
 ifeq ($(WITH_CUDA),1)
 CFLAGS_BASE += -DWK_HAVE_CUDA
 NVCCFLAGS += -DWK_HAVE_CUDA
@@ -245,7 +245,7 @@ build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lpthread -lm
+	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
