@@ -27,6 +27,17 @@ describe('safetensors', function()
     end
   end)
 
+  it('gives each tensor\'s dtype and shape and the metadata from the header', function()
+    local path = dir .. '/h.safetensors'
+    st.save(path, { a = T.new({ { 1, 2, 3 }, { 4, 5, 6 } }, 'i32'), b = T.new({ 1.5 }, 'bf16') }, { step = 4 })
+    local header, metadata = st.header(path)
+    assert.are.same({ a = { dtype = 'i32', shape = { 2, 3 } }, b = { dtype = 'bf16', shape = { 1 } } }, header)
+    assert.are.same({ step = '4' }, metadata)
+    local missing, why = st.header(dir .. '/none.safetensors')
+    assert.is_nil(missing)
+    assert.matches(dir .. '/none.safetensors', why, 1, true)
+  end)
+
   it('reads a file laid out by the specification', function()
     local header = '{"b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]},"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}'
     local bytes = string.char(#header, 0, 0, 0, 0, 0, 0, 0) .. header

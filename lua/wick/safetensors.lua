@@ -2,6 +2,7 @@
 -- The format is read and written in C (runtime/tensor/safetensors.c): each tensor goes straight
 -- between the file and its memory, never through a Lua string.
 --   load(path) -> { name = tensor, ... }, metadata      (CPU tensors; nil, message on failure)
+--   header(path) -> { name = { dtype =, shape = } }, metadata   (the header alone: no tensor read)
 --   save(path, { name = tensor, ... }, metadata?)       (any device and layout; written in name order)
 local ffi = require 'ffi'
 local core = require 'wick.core'
@@ -13,36 +14,63 @@ local safetensors = {}
 local entry = ffi.new('WkSafetensorsEntry')
 local key, value = ffi.new('const char *[1]'), ffi.new('const char *[1]')
 
+-- The dtype and shape of entry i of an open file, and its name.
+local function describe(file, i)
+  core.check(C.wk_safetensors_entry(file, i, entry))
+  local shape = {}
+  for d = 0, entry.ndim - 1 do shape[d + 1] = tonumber(entry.shape[d]) end
+  return ffi.string(entry.name), { dtype = ffi.string(C.wk_dtype_name(entry.dtype)), shape = shape }
+end
+
+local function read_metadata(file)
+  local metadata = {}
+  for i = 0, C.wk_safetensors_metadata_count(file) - 1 do
+    core.check(C.wk_safetensors_metadata(file, i, key, value))
+    metadata[ffi.string(key[0])] = ffi.string(value[0])
+  end
+  return metadata
+end
+
 local function read_all(file)
-  local tensors, metadata = {}, {}
+  local tensors = {}
   for i = 0, C.wk_safetensors_count(file) - 1 do
-    core.check(C.wk_safetensors_entry(file, i, entry))
-    local shape = {}
-    for d = 0, entry.ndim - 1 do shape[d + 1] = tonumber(entry.shape[d]) end
-    local t = T.empty(shape, ffi.string(C.wk_dtype_name(entry.dtype)))
+    local name, info = describe(file, i)
+    local t = T.empty(info.shape, info.dtype)
     local ok, err = core.try(C.wk_safetensors_read(file, i, t))
     if not ok then
       t:free()
       error(err, 0)
     end
-    tensors[ffi.string(entry.name)] = t
+    tensors[name] = t
   end
-  for i = 0, C.wk_safetensors_metadata_count(file) - 1 do
-    core.check(C.wk_safetensors_metadata(file, i, key, value))
-    metadata[ffi.string(key[0])] = ffi.string(value[0])
+  return tensors, read_metadata(file)
+end
+
+local function read_header(file)
+  local infos = {}
+  for i = 0, C.wk_safetensors_count(file) - 1 do
+    local name, info = describe(file, i)
+    infos[name] = info
   end
-  return tensors, metadata
+  return infos, read_metadata(file)
+end
+
+-- reader(file) on the open file at path: its two results, or nil and a message naming the file.
+local function with_file(path, reader)
+  local file = C.wk_safetensors_open(path)
+  if file == nil then return nil, core.last_error() end
+  local ok, first, second = pcall(reader, file)
+  C.wk_safetensors_close(file)
+  if not ok then return nil, first end
+  return first, second
 end
 
 -- Returns tensors by name and the metadata table, or nil and a message naming the file.
-function safetensors.load(path)
-  local file = C.wk_safetensors_open(path)
-  if file == nil then return nil, core.last_error() end
-  local ok, tensors, metadata = pcall(read_all, file)
-  C.wk_safetensors_close(file)
-  if not ok then return nil, tensors end
-  return tensors, metadata
-end
+function safetensors.load(path) return with_file(path, read_all) end
+
+-- Each tensor's dtype and shape by name and the metadata, read from the header only (a check before
+-- reading gigabytes), or nil and a message naming the file.
+function safetensors.header(path) return with_file(path, read_header) end
 
 function safetensors.save(path, tensors, metadata)
   if type(tensors) ~= 'table' then error('safetensors.save(path, tensors): tensors must be a table', 2) end
