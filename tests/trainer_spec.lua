@@ -299,7 +299,7 @@ checkpoint = { every = 2, keep = 2 },]]
       local r = helper.run(('%s --checkpoint.dir=%s --steps=6 --log=%s'):format(q(path), q(dir), q(root .. '/kept.jsonl')))
       assert.are.equal(0, r.rc, r.err)
       local listing = helper.sh('ls -a ' .. q(dir)).out
-      assert.are.same({ '.', '..', 'step-00000004', 'step-00000006' }, helper.lines(listing))
+      assert.are.same({ '.', '..', 'LOCK', 'step-00000004', 'step-00000006' }, helper.lines(listing))
       local provenance = helper.read_file(dir .. '/step-00000006/provenance.json')
       for _, key in ipairs({ '"recipe_hash":', '"overrides":"checkpoint.dir=' .. dir .. '\\nsteps=6"', '"version":', '"cursor":"wick-cursor/', '"data":' }) do
         assert.matches(key, provenance, 1, true)
@@ -335,6 +335,218 @@ checkpoint = { every = 2, keep = 2 },]]
       assert.are.equal(2, refused.rc)
       assert.matches('batch.global: 8 -> 16: refused: the data order and the cursor count steps of this global batch',
         refused.err, 1, true)
+    end)
+  end)
+
+  describe('checkpoints are input', function()
+    local safetensors = require 'wick.safetensors'
+    local base, kept -- a run's checkpoints at steps 2 and 4, copied by each case
+    setup(function()
+      kept = write_recipe(root .. '/input.lua', dataset, 'checkpoint = { every = 2, keep = 2 },')
+      base = root .. '/input-base'
+      local r = helper.run(('%s --checkpoint.dir=%s --steps=4'):format(q(kept), q(base)))
+      assert(r.rc == 0, r.err)
+    end)
+
+    local case = 0
+    -- A copy of base whose step-4/`file` went through edit(tensors, metadata); the resumed run.
+    local function resume_edited(file, edit)
+      case = case + 1
+      local dir = ('%s/input-%d'):format(root, case)
+      assert(os.execute(('cp -r %s %s'):format(q(base), q(dir))) == 0)
+      local path = dir .. '/step-00000004/' .. file
+      local tensors, metadata = assert(safetensors.load(path))
+      edit(tensors, metadata)
+      safetensors.save(path, tensors, metadata)
+      for _, t in pairs(tensors) do t:free() end
+      return helper.run(('%s --checkpoint.dir=%s --steps=6 --resume'):format(q(kept), q(dir))), path
+    end
+
+    -- One line on stderr naming the file, exit 1, no step trained.
+    local function assert_refused(r, path, message)
+      assert.are.equal(1, r.rc, r.out .. r.err)
+      assert.are.equal('checkpoint: ' .. path .. ': ' .. message .. '\n', r.err)
+      assert.is_nil(r.out:find('step 5/', 1, true), r.out)
+    end
+
+    it('refuses each bad field of state.safetensors in one line naming the file and the field, exit 1', function()
+      local cases = {
+        { 'step', 'abc', 'step = "abc": must be a number' },
+        { 'step', '-3', 'step = -3: must be within [0, ' },
+        { 'step', '1e300', 'step = 1e+300: must be within [0, ' },
+        { 'step', '2', 'step 2 but its cursor is at step 4 (resuming would skip or repeat data)' },
+        { 'step', '4.5', 'step = 4.5: must be a whole number' },
+        { 'lr_scale', '-1', 'lr_scale = -1: must be within [0, inf]' },
+        { 'lr_scale', 'inf', 'lr_scale = inf: must be finite' },
+        { 'seed', '4', 'seed 4 but its recipe.seed is 3' },
+        { 'seed', '-1', 'seed = -1: must be within [0, ' },
+        { 'world_size', '0', 'world_size = 0: must be within [1, ' },
+        { 'cursor', 'somewhere', 'cursor = "somewhere": must be a loader cursor' },
+        { 'cursor', false, 'cursor: required' },
+        { 'recipe_hash', 'x', 'recipe_hash = "x": must be 16 hex digits' },
+        { 'stpe', '4', 'stpe: unknown key (did you mean step?)' },
+      }
+      for _, c in ipairs(cases) do
+        local key, value, message = c[1], c[2], c[3]
+        local r, path = resume_edited('state.safetensors', function(_, metadata) metadata[key] = value or nil end)
+        assert.are.equal(1, r.rc, key .. '=' .. tostring(value) .. ': ' .. r.out .. r.err)
+        assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ': ' .. message:gsub('%p', '%%%0') .. '[^\n]*\n$', r.err)
+        assert.is_nil(r.out:find('step 5/', 1, true), r.out)
+      end
+      -- A cursor edited past its checksum: the loader's reason, naming the state's file.
+      local r, path = resume_edited('state.safetensors', function(_, metadata)
+        metadata.cursor = metadata.cursor:gsub('seq=32', 'seq=33')
+      end)
+      assert.are.equal(1, r.rc, r.err)
+      assert.matches('checkpoint: ' .. path .. ': cursor: cursor checksum does not match', r.err, 1, true)
+    end)
+
+    it('refuses an optimizer step count of -1 or above the step, and moments of another shape or dtype', function()
+      local r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata.step_count = '-1' end)
+      assert.are.equal(1, r.rc, r.err)
+      assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ': step_count = %-1: must be within %[0, [^\n]*\n$', r.err)
+      r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata.step_count = '5' end)
+      assert_refused(r, path, "step_count 5 is above the checkpoint's step 4")
+      r, path = resume_edited('optimizer.safetensors', function(tensors)
+        local m = tensors.m
+        tensors.m = m:narrow(1, 1, m:numel() - 1):contiguous()
+        m:free()
+      end)
+      assert.are.equal(1, r.rc, r.err)
+      assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ": m is f32 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
+      r, path = resume_edited('optimizer.safetensors', function(tensors)
+        local v = tensors.v
+        tensors.v = v:to('f16')
+        v:free()
+      end)
+      assert.are.equal(1, r.rc, r.err)
+      assert.matches(": v is f16 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
+    end)
+
+    it('refuses a weight file of another dtype or shape, naming the tensor', function()
+      local r, path = resume_edited('model.safetensors', function(tensors)
+        local wte = tensors['transformer.wte.weight']
+        tensors['transformer.wte.weight'] = wte:to('i32')
+        wte:free()
+      end)
+      assert_refused(r, path, "transformer.wte.weight is i32 [257, 16], the model's is f32 [257, 16]")
+      r, path = resume_edited('model.safetensors', function(tensors)
+        local wpe = tensors['transformer.wpe.weight']
+        tensors['transformer.wpe.weight'] = wpe:narrow(1, 1, 16):contiguous()
+        wpe:free()
+      end)
+      assert_refused(r, path, "transformer.wpe.weight is f32 [16, 16], the model's is f32 [32, 16]")
+    end)
+
+    it('lets one run at a time write a directory: a second is refused at start naming the pid of the first', function()
+      local path = write_recipe(root .. '/held.lua', dataset, [[
+callbacks = { on_checkpoint = function(t, info) -- rank 0 (the writer) says its pid, then waits for the test
+  if info.step ~= 2 or t.rank ~= 0 then return end
+  local ffi = require 'ffi'
+  pcall(ffi.cdef, 'int getpid(void); int usleep(unsigned int usec);')
+  local f = assert(io.open(os.getenv('HELD_MARK'), 'w')); f:write(ffi.C.getpid()); f:close()
+  for _ = 1, 600 do
+    if io.open(os.getenv('HELD_RELEASE')) then return end
+    ffi.C.usleep(100000)
+  end
+end },
+checkpoint = { every = 2, keep = 2 },]])
+      local dir, mark, release, status = root .. '/held', root .. '/held.mark', root .. '/held.release', root .. '/held.rc'
+      helper.sh(('(HELD_MARK=%s HELD_RELEASE=%s %s --nproc-per-node 2 %s --checkpoint.dir=%s >/dev/null 2>&1; ' ..
+        'echo $? > %s) >/dev/null 2>&1 &'):format(q(mark), q(release), q(helper.RUN), q(path), q(dir), q(status)))
+      assert.is_true(wait_for(mark), 'the first run never reached its checkpoint at step 2')
+      ffi.C.usleep(POLL_US) -- the mark's write is done when its pid is there
+      local pid = helper.read_file(mark)
+      local second = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s'):format(q(path), q(dir)))
+      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s'):format(q(path), q(dir)))
+      helper.write_file(release, '')
+      assert.is_true(wait_for(status), 'the first run did not end')
+      ffi.C.usleep(POLL_US)
+      assert.are.equal(2, second.rc, second.out .. second.err)
+      local refusal = ("checkpoint.dir '%s' is in use by another run (pid %s holds %s/LOCK): wait for it to end, " ..
+        'or set another checkpoint.dir'):format(dir, pid, dir)
+      assert.matches(refusal, second.err, 1, true)
+      assert.is_nil(second.out:find('step 1/', 1, true), second.out)
+      assert.are.equal(2, planned.rc, planned.out .. planned.err)
+      assert.matches(refusal, planned.err, 1, true)
+      assert.are.equal('0', helper.read_file(status):match('%d+'), 'the first run finished')
+      assert.is_not_nil(io.open(dir .. '/step-00000008/DONE'))
+    end)
+
+    it("refuses a fresh run on another recipe's checkpoints, naming the directory and both remedies", function()
+      local dir = root .. '/foreign'
+      assert.are.equal(0, helper.run(('%s --checkpoint.dir=%s --steps=4'):format(q(kept), q(dir))).rc)
+      local other = helper.write_file(root .. '/other-recipe.lua', helper.read_file(kept) .. '-- another recipe\n')
+      local r = helper.run(('%s --checkpoint.dir=%s --steps=2'):format(q(other), q(dir)))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches(("checkpoint.dir '%s' holds another recipe's checkpoints (%s/step-00000004: recipe "):format(dir, dir),
+        r.err, 1, true)
+      assert.matches('pass --resume to continue from them, or set another checkpoint.dir', r.err, 1, true)
+      assert.is_nil(r.out:find('step 1/', 1, true), r.out)
+      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s'):format(q(other), q(dir)))
+      assert.are.equal(2, planned.rc, planned.out)
+      assert.matches("holds another recipe's checkpoints", planned.err, 1, true)
+      local resumed = helper.run(('%s --checkpoint.dir=%s --steps=6 --resume'):format(q(other), q(dir)))
+      assert.are.equal(0, resumed.rc, resumed.err)
+      assert.matches('resume: from ' .. dir .. '/step-00000004 (step 4)', resumed.out, 1, true)
+    end)
+
+    it('finds a directory that cannot be created or written before the first step, and in the dry run', function()
+      local file = helper.write_file(root .. '/not-a-dir', 'x')
+      local r = helper.run(('%s --checkpoint.dir=%s/sub'):format(q(kept), q(file)))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches(("checkpoint.dir: '%s' is not a directory"):format(file), r.err, 1, true)
+      assert.is_nil(r.out:find('step 1/', 1, true), r.out)
+      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s/sub'):format(q(kept), q(file)))
+      assert.are.equal(2, planned.rc, planned.out)
+      assert.matches(("checkpoint.dir '%s/sub' cannot be created or written: '%s' is not a directory"):format(file, file),
+        planned.err, 1, true)
+      -- A read-only file system: a bind mount in a mount namespace of the run's own.
+      local ro = root .. '/read-only'
+      assert(os.execute('mkdir -p ' .. q(ro)) == 0)
+      local function on_read_only(args)
+        return helper.sh(('unshare -m sh -c %s'):format(q(('mount --bind -o ro %s %s && %s %s'):format(q(ro), q(ro),
+          q(helper.RUN), args))))
+      end
+      if on_read_only('-e ""').rc ~= 0 then
+        pending('no read-only bind mount here (unshare -m and mount need root)')
+        return
+      end
+      r = on_read_only(('%s --checkpoint.dir=%s/ck'):format(q(kept), q(ro)))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches(("cannot create '%s/ck': Read-only file system"):format(ro), r.err, 1, true)
+      assert.is_nil(r.out:find('step 1/', 1, true), r.out)
+      planned = on_read_only(('--dry-run %s --checkpoint.dir=%s/ck'):format(q(kept), q(ro)))
+      assert.are.equal(2, planned.rc, planned.out)
+      assert.matches(("checkpoint.dir '%s/ck' cannot be created or written: '%s': Read-only file system"):format(ro, ro),
+        planned.err, 1, true)
+    end)
+
+    it('fsyncs every file, then DONE, then the directory, before the rename, and the parent after it', function()
+      if os.execute('strace -V >/dev/null 2>&1') ~= 0 then
+        pending('strace is not installed')
+        return
+      end
+      local dir, trace = root .. '/synced', root .. '/synced.trace'
+      local r = helper.sh(('strace -f -y -qq -e trace=fsync,rename -o %s %s %s --checkpoint.dir=%s --steps=2'):format(
+        q(trace), q(helper.RUN), q(kept), q(dir)))
+      assert.are.equal(0, r.rc, r.err)
+      local calls = {}
+      for line in helper.read_file(trace):gmatch('[^\n]+') do
+        local path = line:match('fsync%(%d+<([^>]*)>%) = 0') or
+          (line:match('rename%("[^"]*", "([^"]*)"%) = 0') == dir .. '/step-00000002' and 'rename')
+        if path then calls[#calls + 1] = path end
+      end
+      local tmp = ('%s/.step-00000002.tmp-'):format(dir)
+      local order = {}
+      for i, call in ipairs(calls) do
+        local name = call == 'rename' and 'rename' or call == dir and 'parent' or
+          (call:sub(1, #tmp) == tmp and (call:match('^[^/]*/(.+)$', #tmp) or 'tmp'))
+        if name then order[#order + 1] = name end
+        assert(i < 100, 'a bounded trace')
+      end
+      assert.are.same({ 'model.safetensors', 'optimizer.safetensors', 'provenance.json', 'recipe.lua', 'state.safetensors',
+        'DONE', 'tmp', 'rename', 'parent' }, order)
     end)
   end)
 

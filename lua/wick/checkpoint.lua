@@ -1,34 +1,109 @@
--- wick.checkpoint: the trainer's checkpoints on disk. One directory per step:
+-- wick.checkpoint: the trainer's checkpoints on disk, and the checks of everything read back from
+-- them (a checkpoint is input: it may be edited, truncated, or another run's). One directory per step:
 --
+--   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a
+--                            run) for its whole lifetime; it holds that process's pid
 --   DIR/step-00000040/
 --     model.safetensors      the weights, Hugging Face GPT-2 names (loadable by transformers)
 --     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler
---     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the recipe's
---                            text and hash, every field of the checked recipe, the overrides, the
---                            runtime version, each source's index.json hash
+--     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
+--                            recipe's text and hash, every field of the checked recipe, the
+--                            overrides, the runtime version, each source's index.json hash
 --     recipe.lua             the recipe's text, and provenance.json (the same metadata, for people)
 --     DONE                   written last
 --
--- A checkpoint is written into DIR/.step-00000040.tmp-PID, DONE last, then renamed into place, so
--- a process killed while writing leaves a temporary directory (removed by the next save) and the
--- previous checkpoints untouched; only directories holding DONE count. After a save the oldest
--- complete ones beyond `keep` are removed. It does not fsync: it survives a killed process, not a
--- lost machine.
+-- A checkpoint is written into DIR/.step-00000040.tmp-PID; every file is fsynced, then DONE is
+-- written and fsynced, the directory fsynced, renamed into place and DIR fsynced: it survives a lost
+-- machine, not only a killed process. A writer killed mid-write leaves a temporary directory
+-- (removed by the next save) and the previous checkpoints untouched; only directories holding DONE
+-- count. After a save the oldest complete ones beyond `keep` are removed.
+--
+-- Reading back, every metadata field is checked for type, integrality, finiteness and range
+-- (wick.schema) and against the others; tensors by dtype and shape from the header before any is
+-- read. A bad checkpoint is one line naming the file and the field (exit 1).
 local ffi = require 'ffi'
-local safetensors = require 'wick.safetensors'
+local cli = require 'wick.cli'
+local core = require 'wick.core'
 local json = require 'wick.json'
+local recipe = require 'wick.recipe'
+local safetensors = require 'wick.safetensors'
+local schema = require 'wick.schema'
 
 local checkpoint = {}
 
 local NAME = 'step-%08d'
 local DONE = 'DONE'
+local LOCK = 'LOCK'
 
-pcall(ffi.cdef, 'int getpid(void);')
+-- ---- libc: directories, the lock, fsync ------------------------------------------------------------
+
+for _, declaration in ipairs({ 'int getpid(void);', 'int open(const char *path, int flags, ...);',
+  'int close(int fd);', 'int flock(int fd, int operation);', 'int fsync(int fd);',
+  'int ftruncate(int fd, int64_t length);', 'ssize_t write(int fd, const void *buffer, size_t count);',
+  'int mkdir(const char *path, unsigned int mode);', 'int access(const char *path, int mode);',
+  'char *strerror(int errnum);' }) do
+  pcall(ffi.cdef, declaration) -- another module may have declared it already
+end
+local C = ffi.C
+
+-- Linux's values (x86-64 and AArch64 share them).
+local O_RDONLY, O_RDWR, O_CREAT, O_CLOEXEC = 0, 2, 0x40, 0x80000
+local LOCK_SH, LOCK_EX, LOCK_NB = 1, 2, 4
+local F_OK, X_OK, W_OK = 0, 1, 2
+local EEXIST, EWOULDBLOCK = 17, 11
+local FILE_MODE, DIRECTORY_MODE = tonumber('644', 8), tonumber('755', 8)
+local SLASH = ('/'):byte()
+
+local function strerror(errno) return ffi.string(C.strerror(errno)) end
+
+local function fail(fmt, ...) cli.fail(('checkpoint: ' .. fmt):format(...), cli.EXIT_DATA) end
+
+-- The fd of path opened with flags, or nil and why not (naming it).
+local function open(path, flags, mode)
+  local fd = C.open(path, flags, ffi.new('int', mode or 0))
+  if fd < 0 then return nil, ("'%s': %s"):format(path, strerror(ffi.errno())) end
+  return fd
+end
+
+local function close(fd, path)
+  if C.close(fd) ~= 0 then fail("cannot close '%s': %s", path, strerror(ffi.errno())) end
+end
+
+-- Flushes a file or a directory (its entries) to the disk.
+local function sync(path)
+  local fd, why = open(path, O_RDONLY + O_CLOEXEC)
+  if not fd then fail('cannot open %s to fsync it', why) end
+  if C.fsync(fd) ~= 0 then
+    local errno = ffi.errno()
+    C.close(fd) -- the fsync's failure is the one to report
+    fail("cannot fsync '%s': %s", path, strerror(errno))
+  end
+  close(fd, path)
+end
+
+local function is_directory(path) return C.access(path .. '/.', F_OK) == 0 end -- 'file/.' does not resolve
+
+-- mkdir -p: true, or nil and why not.
+local function make_directories(path)
+  for i = 1, #path do
+    if (path:byte(i) == SLASH and i > 1) or i == #path then
+      local prefix = path:byte(i) == SLASH and path:sub(1, i - 1) or path
+      if C.mkdir(prefix, DIRECTORY_MODE) ~= 0 then
+        local errno = ffi.errno()
+        if errno ~= EEXIST then return nil, ("cannot create '%s': %s"):format(prefix, strerror(errno)) end
+        if not is_directory(prefix) then return nil, ("'%s' is not a directory"):format(prefix) end
+      end
+    end
+  end
+  return true
+end
+
+-- ---- writing ---------------------------------------------------------------------------------------
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 local function sh(command, what)
-  if os.execute(command) ~= 0 then error(('checkpoint: cannot %s (%s)'):format(what, command), 3) end
+  if os.execute(command) ~= 0 then fail('cannot %s (%s)', what, command) end
 end
 
 local function exists(path)
@@ -39,16 +114,18 @@ end
 
 local function write_file(path, text)
   local f, why = io.open(path, 'wb')
-  if not f then error('checkpoint: cannot write ' .. why, 3) end
+  if not f then fail('cannot write %s', why) end
   local ok, werr = f:write(text)
-  f:close()
-  if not ok then error(('checkpoint: cannot write %s: %s'):format(path, werr), 3) end
+  local closed, cerr = f:close()
+  if not ok or not closed then fail('cannot write %s: %s', path, werr or cerr) end
 end
 
 local function entries(dir)
   local out = {}
   local listing = io.popen('ls -a ' .. quote(dir) .. ' 2>/dev/null')
-  for name in listing:lines() do out[#out + 1] = name end
+  for name in listing:lines() do
+    if name ~= '.' and name ~= '..' then out[#out + 1] = name end
+  end
   listing:close()
   return out
 end
@@ -72,33 +149,32 @@ end
 -- Writes a checkpoint of `step` into dir through a temporary directory. `parts(tmp)` writes the
 -- files; metadata is the state's. Returns the checkpoint's path.
 function checkpoint.save(dir, step, metadata, parts, keep)
-  sh('mkdir -p ' .. quote(dir), 'create the checkpoint directory')
-  for _, name in ipairs(entries(dir)) do -- what killed writers left
+  local made, why = make_directories(dir)
+  if not made then fail('checkpoint.dir: %s', why) end
+  for _, name in ipairs(entries(dir)) do -- what killed writers left (the lock keeps out live ones)
     if name:match('^%.step%-%d+%.tmp%-%d+$') then sh('rm -rf ' .. quote(dir .. '/' .. name), 'remove ' .. name) end
   end
   local final = dir .. '/' .. NAME:format(step)
-  local tmp = ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), ffi.C.getpid())
-  sh('mkdir -p ' .. quote(tmp), 'create ' .. tmp)
+  local tmp = ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), C.getpid())
+  made, why = make_directories(tmp)
+  if not made then fail('%s', why) end
   parts(tmp)
   safetensors.save(tmp .. '/state.safetensors', {}, metadata)
   write_file(tmp .. '/recipe.lua', metadata.recipe_text or '')
   local readable = {}
   for k, v in pairs(metadata) do if k ~= 'recipe_text' then readable[k] = v end end
   write_file(tmp .. '/provenance.json', json.encode(readable) .. '\n')
+  for _, name in ipairs(entries(tmp)) do sync(tmp .. '/' .. name) end
   write_file(tmp .. '/' .. DONE, ('%d\n'):format(step))
+  sync(tmp .. '/' .. DONE)
+  sync(tmp)
   if exists(final) then sh('rm -rf ' .. quote(final), 'replace ' .. final) end
-  local ok, why = os.rename(tmp, final)
-  if not ok then error(('checkpoint: cannot rename %s to %s: %s'):format(tmp, final, why), 2) end
+  local ok, rename_error = os.rename(tmp, final)
+  if not ok then fail('cannot rename %s to %s: %s', tmp, final, rename_error) end
+  sync(dir)
   local list = checkpoint.list(dir)
   for i = 1, #list - keep do sh('rm -rf ' .. quote(list[i].path), 'remove an old checkpoint') end
   return final
-end
-
--- The state's metadata of a checkpoint (a table of strings), or raises naming the file.
-function checkpoint.state(path)
-  local tensors, metadata = safetensors.load(path .. '/state.safetensors')
-  if not tensors then error('checkpoint: ' .. metadata, 2) end
-  return metadata
 end
 
 -- The optimizer's part: AdamW's moments and counters, and the loss scaler.
@@ -113,32 +189,227 @@ function checkpoint.save_optimizer(path, opt, model)
   })
 end
 
-local function integer_field(meta, key, path)
-  local v = tonumber(meta[key])
-  if not v or v < 0 or v % 1 ~= 0 then error(('checkpoint: %s has no whole %s (got %s)'):format(path, key, tostring(meta[key])), 3) end
-  return v
+-- ---- one writer a directory ------------------------------------------------------------------------
+
+local function in_use(dir, path)
+  local text = core.read_file(path)
+  return ("checkpoint.dir '%s' is in use by another run (pid %s holds %s): wait for it to end, or set another " ..
+    'checkpoint.dir'):format(dir, text and text:match('%d+') or 'unknown', path)
 end
 
-function checkpoint.load_optimizer(path, opt, model)
-  local tensors, meta = safetensors.load(path)
-  if not tensors then error('checkpoint: ' .. meta, 2) end
-  opt:build(model)
-  for _, key in ipairs({ 'm', 'v' }) do
-    local t = tensors[key]
-    if not t or t:numel() ~= opt[key]:numel() then
-      error(('checkpoint: %s: %s does not fit this model (%s values, the model has %d)'):format(path, key,
-        t and t:numel() or 'no', opt[key]:numel()), 2)
+-- Takes dir's lock (creating dir) for as long as this process lives or until checkpoint.unlock:
+-- the lock, or nil and why not (naming the pid of the run that holds it). A directory that cannot be
+-- created or written is found here, before any step.
+function checkpoint.lock(dir)
+  local made, why = make_directories(dir)
+  if not made then return nil, 'checkpoint.dir: ' .. why end
+  local path = dir .. '/' .. LOCK
+  local fd, err = open(path, O_RDWR + O_CREAT + O_CLOEXEC, FILE_MODE)
+  if not fd then return nil, ("checkpoint.dir '%s' cannot be written: %s"):format(dir, err) end
+  if C.flock(fd, LOCK_EX + LOCK_NB) ~= 0 then
+    local errno = ffi.errno()
+    close(fd, path)
+    if errno == EWOULDBLOCK then return nil, in_use(dir, path) end
+    return nil, ("cannot lock '%s': %s"):format(path, strerror(errno))
+  end
+  local pid = ('%d\n'):format(C.getpid())
+  if C.ftruncate(fd, 0) ~= 0 or C.write(fd, pid, #pid) ~= #pid then
+    local errno = ffi.errno()
+    close(fd, path)
+    return nil, ("checkpoint.dir '%s' cannot be written: '%s': %s"):format(dir, path, strerror(errno))
+  end
+  return { fd = fd, path = path }
+end
+
+function checkpoint.unlock(lock)
+  if lock and lock.fd then
+    close(lock.fd, lock.path)
+    lock.fd = nil
+  end
+end
+
+-- ---- reading back ----------------------------------------------------------------------------------
+
+local MAX_STEPS = recipe.SCHEMA:find('steps').max
+local MAX_WORLD = 2 ^ 31
+local HASH_DIGITS = 16
+
+local function cursor_step(cursor) return tonumber(cursor:match('^wick%-cursor/%d+ step=(%d+) ')) end
+
+local function is_cursor(v)
+  return type(v) == 'string' and cursor_step(v) ~= nil, 'must be a loader cursor (wick-cursor/N step=S ...)'
+end
+local function is_hash(v) return type(v) == 'string' and #v == HASH_DIGITS and v:match('^%x+$') ~= nil, 'must be 16 hex digits' end
+local function is_positive(v)
+  return type(v) == 'number' and v > 0 and v < math.huge, 'must be a finite number > 0'
+end
+
+local seed = schema.from(recipe.SCHEMA, 'seed', { required = true })
+seed.default = nil -- a state without its seed is refused, not given the recipe's default
+
+local STATE = schema.define('checkpoint state', {
+  { 'step', 'integer', min = 0, max = MAX_STEPS, required = true },
+  { 'cursor', 'cursor', check = is_cursor, required = true },
+  seed,
+  { 'lr_scale', 'number', min = 0, required = true }, -- set_lr's range: a negative one would ascend
+  { 'world_size', 'integer', min = 1, max = MAX_WORLD, required = true },
+  { 'recipe_hash', 'hash', check = is_hash, required = true },
+  { 'recipe_text', 'string', required = true },
+  { 'recipe_name', 'string' }, { 'overrides', 'string' }, { 'version', 'string' }, { 'data', 'string' },
+})
+
+local OPTIMIZER = schema.define('optimizer state', {
+  { 'step_count', 'integer', min = 0, max = MAX_STEPS, required = true },
+  { 'scale', 'loss scale', check = is_positive },
+  { 'good_steps', 'integer', min = 0, max = MAX_STEPS },
+  { 'skipped', 'integer', min = 0, max = MAX_STEPS },
+})
+
+-- metadata (strings) checked by `set`, numbers where the set declares them; keys matching `elsewhere`
+-- are left to their own check (the recipe's fields: wick.recipe.diff). Raises naming file and field.
+local function checked(set, metadata, path, elsewhere)
+  local given = {}
+  for key, text in pairs(metadata) do
+    if not (elsewhere and key:match(elsewhere)) then
+      local option = set:option(key)
+      local numeric = option and (option[2] == 'integer' or option[2] == 'number' or option[2] == 'loss scale')
+      given[key] = numeric and tonumber(text) or text
     end
-    opt[key]:copy(t)
-    t:free()
   end
-  opt.step_count = integer_field(meta, 'step_count', path)
+  local out, why = set:check_tree(given)
+  if not out then fail('%s: %s', path, why) end
+  return out
+end
+
+-- The state of a checkpoint, checked: its fields typed, the recipe's as `recipe.PATH` texts. Raises
+-- naming the file and the field.
+function checkpoint.state(dir)
+  local path = dir .. '/state.safetensors'
+  local tensors, metadata = safetensors.header(path)
+  if not tensors then fail('%s', metadata) end
+  if next(tensors) then fail('%s: holds tensors; a state holds metadata only', path) end
+  local state = checked(STATE, metadata, path, '^recipe%.')
+  local at = cursor_step(state.cursor)
+  if at ~= state.step then
+    fail('%s: step %d but its cursor is at step %d (resuming would skip or repeat data)', path, state.step, at)
+  end
+  local recipe_seed = metadata['recipe.seed']
+  if recipe_seed and tonumber(recipe_seed) ~= state.seed then
+    fail('%s: seed %d but its recipe.seed is %s', path, state.seed, recipe_seed)
+  end
+  for key, text in pairs(metadata) do
+    if key:match('^recipe%.') then state[key] = text end
+  end
+  return state
+end
+
+local function shape_text(shape) return '[' .. table.concat(shape, ', ') .. ']' end
+
+-- Refuses tensors of path whose dtype or shape differ from `expected` (name -> tensor), from the
+-- header, naming the tensor; `required` names must be present. Returns the file's metadata.
+local function check_tensors(path, expected, required)
+  local header, metadata = safetensors.header(path)
+  if not header then fail('%s', metadata) end
+  local names = {}
+  for name in pairs(expected) do names[#names + 1] = name end
+  table.sort(names) -- the same first problem every run
+  for _, name in ipairs(names) do
+    local got, want = header[name], expected[name]
+    if not got and required then fail('%s: has no tensor %s', path, name) end
+    if got and (got.dtype ~= want.dtype or shape_text(got.shape) ~= shape_text(want.shape)) then
+      fail("%s: %s is %s %s, the model's is %s %s", path, name, got.dtype, shape_text(got.shape), want.dtype,
+        shape_text(want.shape))
+    end
+  end
+  return metadata
+end
+
+-- The weights of a checkpoint into model: every tensor of the model's dtype and shape.
+function checkpoint.load_model(path, model)
+  check_tensors(path, model:named_parameters(), false) -- a missing or unexpected name: gpt:load says
+  local ok, err = pcall(model.load, model, path)
+  if not ok then fail('%s', tostring(err)) end
+end
+
+-- The optimizer's counters, checked: its step count cannot be above the checkpoint's step.
+local function optimizer_counts(metadata, path, step)
+  local counts = checked(OPTIMIZER, metadata, path)
+  for _, key in ipairs({ 'step_count', 'skipped' }) do
+    if counts[key] and counts[key] > step then
+      fail("%s: %s %d is above the checkpoint's step %d", path, key, counts[key], step)
+    end
+  end
+  if counts.scale and not (counts.good_steps and counts.skipped) then
+    fail('%s: a loss scale needs good_steps and skipped', path)
+  end
+  return counts
+end
+
+-- The optimizer's state into opt (built for model) and the model's loss scaler; `step` is the
+-- checkpoint's.
+function checkpoint.load_optimizer(path, opt, model, step)
+  opt:build(model)
+  local counts = optimizer_counts(check_tensors(path, { m = opt.m, v = opt.v }, true), path, step)
+  local tensors, why = safetensors.load(path)
+  if not tensors then fail('%s', why) end
+  for _, key in ipairs({ 'm', 'v' }) do opt[key]:copy(tensors[key]) end
+  for _, t in pairs(tensors) do t:free() end
+  opt.step_count = counts.step_count
   local scaler = model.policy.scaler
-  if scaler and meta.scale then
-    scaler.scale = tonumber(meta.scale)
-    scaler.good_steps = integer_field(meta, 'good_steps', path)
-    scaler.skipped = integer_field(meta, 'skipped', path)
+  if scaler and counts.scale then
+    scaler.scale, scaler.good_steps, scaler.skipped = counts.scale, counts.good_steps, counts.skipped
   end
+end
+
+-- ---- the dry run -----------------------------------------------------------------------------------
+
+-- The nearest existing directory at or above path, or nil and why not.
+local function writable_base(path)
+  while C.access(path, F_OK) ~= 0 do
+    local parent = path:match('^(.*)/[^/]*$')
+    path = parent == nil and '.' or (parent == '' and '/' or parent)
+  end
+  if not is_directory(path) then return nil, ("'%s' is not a directory"):format(path) end
+  if C.access(path, W_OK + X_OK) ~= 0 then return nil, ("'%s': %s"):format(path, strerror(ffi.errno())) end
+  return path
+end
+
+-- Whether another process holds dir's lock (probed with a shared lock, released at once).
+local function held(dir)
+  local path = dir .. '/' .. LOCK
+  local fd = open(path, O_RDONLY + O_CLOEXEC)
+  if not fd then return false end
+  local busy = C.flock(fd, LOCK_SH + LOCK_NB) ~= 0 and ffi.errno() == EWOULDBLOCK
+  close(fd, path)
+  return busy and in_use(dir, path)
+end
+
+-- Refuses, for a run without --resume, a directory that holds another recipe's checkpoints: nil, or
+-- the problem naming the directory and both remedies.
+function checkpoint.foreign(dir, hash)
+  local latest = checkpoint.latest(dir)
+  if not latest then return nil end
+  local theirs = checkpoint.state(latest.path).recipe_hash
+  if theirs == hash then return nil end
+  return ("checkpoint.dir '%s' holds another recipe's checkpoints (%s: recipe %s; this recipe is %s): pass --resume " ..
+    'to continue from them, or set another checkpoint.dir'):format(dir, latest.path, theirs, hash)
+end
+
+-- What a run would find wrong with dir, taking and creating nothing (run --dry-run): a list of
+-- problems. With `resume` the newest checkpoint's state is checked.
+function checkpoint.problems(dir, hash, resume)
+  local base, why = writable_base(dir)
+  if not base then return { ("checkpoint.dir '%s' cannot be created or written: %s"):format(dir, why) } end
+  local problems = {}
+  local busy = held(dir)
+  if busy then problems[#problems + 1] = busy end
+  local ok, problem = pcall(function()
+    if not resume then return checkpoint.foreign(dir, hash) end
+    local latest = checkpoint.latest(dir)
+    if latest then checkpoint.state(latest.path) end
+  end)
+  if not ok or problem then problems[#problems + 1] = tostring(problem) end
+  return problems
 end
 
 return checkpoint

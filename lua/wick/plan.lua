@@ -57,6 +57,14 @@ local function probe(config, path, world, micro)
   return info
 end
 
+-- What a run would find wrong with its checkpoint directory (wick.checkpoint.problems): one that
+-- cannot be written, another run's lock, another recipe's checkpoints, a bad state to resume from.
+local function checkpoint_problems(job)
+  local c = job.config
+  if c.checkpoint.every == 0 and not job.flags.resume then return {} end
+  return require('wick.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
+end
+
 -- Checks and prints the plan; returns whether the recipe can run on `world` ranks.
 function plan.report(job, world)
   local c = job.config
@@ -113,6 +121,7 @@ function plan.report(job, world)
   end
   if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end
   if c.checkpoint.every > 0 then add('checkpoints: every %d steps into %s, keeping %d', c.checkpoint.every, c.checkpoint.dir, c.checkpoint.keep) end
+  for _, p in ipairs(checkpoint_problems(job)) do problems[#problems + 1] = p end
   for _, line in ipairs(lines) do print(line) end
   for _, p in ipairs(problems) do io.stderr:write(job.name .. ': ' .. p .. '\n') end
   print(#problems == 0 and 'dry run: ok' or ('dry run: %d problem%s'):format(#problems, #problems == 1 and '' or 's'))

@@ -188,6 +188,45 @@ local function manifests(config)
   return out
 end
 
+-- Rank 0 writes the checkpoints: it holds checkpoint.dir's lock from the start (a second run on it
+-- is refused, and a directory that cannot be written is found before any step), and a fresh run
+-- refuses a directory of another recipe's checkpoints. Nil, or why not.
+local function take_checkpoint_dir(self)
+  local dir = self.config.checkpoint.dir
+  local lock, why = checkpoint.lock(dir)
+  if not lock then return why end
+  self.checkpoint_lock = lock
+  return not self.job.flags.resume and checkpoint.foreign(dir, self.job.hash) or nil
+end
+
+-- At the start, on every rank: rank 0's verdict reaches the others through the store, so every rank
+-- ends at once with its message (rank 0 alone leaving would hold the others until their timeout).
+local CLAIM_KEY = 'wick/train/checkpoint_dir'
+local function claim_checkpoints(self)
+  local why = self.rank == 0 and take_checkpoint_dir(self) or nil
+  if self.world_size > 1 then
+    local store = self.dist.store
+    if self.rank == 0 then
+      store:set(CLAIM_KEY, why or '')
+    else
+      local verdict, err = store:get(CLAIM_KEY)
+      if not verdict then fail(self, 'rank 0 never said whether checkpoint.dir is usable: ' .. err) end
+      why = verdict ~= '' and verdict or nil
+    end
+  end
+  if why then fail(self, why) end
+end
+
+-- The loader at a checkpoint's cursor: a cursor the loader refuses names the state's file.
+local function open_loader_at(self, micro, cursor)
+  if not cursor then return open_loader(self, micro) end
+  local ok, err = pcall(open_loader, self, micro, cursor)
+  if not ok then
+    cli.fail(('checkpoint: %s/state.safetensors: cursor: %s'):format(self.resumed_from, (tostring(err):gsub('^.-:%d+: ', ''))),
+      cli.EXIT_DATA)
+  end
+end
+
 function train.new(job)
   local config = job.config
   local w = wick()
@@ -200,6 +239,7 @@ function train.new(job)
   local why
   self.micro_at, why = train.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
+  if config.checkpoint.every > 0 then claim_checkpoints(self) end
   local state
   if job.flags.resume then
     local latest = checkpoint.latest(config.checkpoint.dir)
@@ -207,13 +247,13 @@ function train.new(job)
       self.resumed_from = latest.path
       state = checkpoint.state(latest.path)
       check_resume(self, state)
-      self.step = tonumber(state.step)
+      self.step = state.step
     else
       say(self, 'resume: no complete checkpoint in %s: starting from step 0', config.checkpoint.dir)
     end
   end
   self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
-  open_loader(self, self.micro_at(self.step + 1), state and state.cursor)
+  open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
   local vocab = self.loader:vocab_size()
   local m = config.model
@@ -231,13 +271,12 @@ function train.new(job)
   self.model = w.nn.gpt(mc)
   self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
-  self.lr_scale = state and tonumber(state.lr_scale) or 1 -- set_lr() of a paused run's REPL
+  self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
     weight_decay = o.weight_decay, clip = o.clip }
   if state then
-    local ok, err = pcall(self.model.load, self.model, self.resumed_from .. '/model.safetensors')
-    if not ok then error(err, 0) end
-    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model)
+    checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model)
+    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
   self.dp = w.nn.data_parallel(self.model, self.dist)
@@ -328,6 +367,8 @@ function Trainer:save()
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
   local path
   if self.rank == 0 then
+    local why = not self.checkpoint_lock and take_checkpoint_dir(self) -- a save() with checkpoint.every 0
+    if why then fail(self, why) end
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
     path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
@@ -528,6 +569,7 @@ function Trainer:close()
   if self.flag then self.flag:free() end
   if self.tokenizer then self.tokenizer:close() end
   if self.dist then self.dist:close() end
+  checkpoint.unlock(self.checkpoint_lock)
   self.loader, self.dp, self.model, self.opt, self.flag, self.dist, self.tokenizer = nil, nil, nil, nil, nil, nil, nil
 end
 
