@@ -399,6 +399,11 @@ checkpoint = { every = 2, keep = 2 },]]
       end)
       assert.are.equal(1, r.rc, r.err)
       assert.matches('checkpoint: ' .. path .. ': cursor: cursor checksum does not match', r.err, 1, true)
+      -- The dry run of a resume checks the state it would resume from.
+      _, path = resume_edited('state.safetensors', function(_, metadata) metadata.lr_scale = '-1' end)
+      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s --resume'):format(q(kept), q(path:match('^(.*)/step'))))
+      assert.are.equal(2, planned.rc, planned.out .. planned.err)
+      assert.matches('checkpoint: ' .. path .. ': lr_scale = -1: must be within [0, inf]', planned.err, 1, true)
     end)
 
     it('refuses an optimizer step count of -1 or above the step, and moments of another shape or dtype', function()
@@ -520,6 +525,21 @@ checkpoint = { every = 2, keep = 2 },]])
       assert.are.equal(2, planned.rc, planned.out)
       assert.matches(("checkpoint.dir '%s/ck' cannot be created or written: '%s': Read-only file system"):format(ro, ro),
         planned.err, 1, true)
+    end)
+
+    it('reports a disk that fills during a save in one line naming the file, exit 1', function()
+      local full = root .. '/full'
+      assert(os.execute('mkdir -p ' .. q(full)) == 0)
+      -- 64 KiB of tmpfs in a mount namespace of the run's own: the lock fits, the moments (62 KiB) do not.
+      local r = helper.sh(('unshare -m sh -c %s'):format(q(('mount -t tmpfs -o size=64k tmpfs %s && %s %s ' ..
+        '--checkpoint.dir=%s/ck --steps=2'):format(q(full), q(helper.RUN), q(kept), q(full)))))
+      if r.rc ~= 1 and not r.out:find('step 1/', 1, true) then
+        pending('no tmpfs mount here (unshare -m and mount need root): ' .. r.err)
+        return
+      end
+      assert.are.equal(1, r.rc, r.out .. r.err)
+      assert.matches(("^checkpoint: write '%s/ck/%%.step%%-00000002%%.tmp%%-%%d+/[%%w.]+': No space left on device\n$")
+        :format(full:gsub('%p', '%%%0')), r.err)
     end)
 
     it('fsyncs every file, then DONE, then the directory, before the rename, and the parent after it', function()

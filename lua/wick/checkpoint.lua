@@ -158,8 +158,11 @@ function checkpoint.save(dir, step, metadata, parts, keep)
   local tmp = ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), C.getpid())
   made, why = make_directories(tmp)
   if not made then fail('%s', why) end
-  parts(tmp)
-  safetensors.save(tmp .. '/state.safetensors', {}, metadata)
+  local written, err = pcall(function() -- a full disk is one line naming the file, not a traceback
+    parts(tmp)
+    safetensors.save(tmp .. '/state.safetensors', {}, metadata)
+  end)
+  if not written then fail('%s', (tostring(err):gsub('^.-:%d+: ', ''))) end
   write_file(tmp .. '/recipe.lua', metadata.recipe_text or '')
   local readable = {}
   for k, v in pairs(metadata) do if k ~= 'recipe_text' then readable[k] = v end end
