@@ -72,7 +72,7 @@ end
 -- Flushes a file or a directory (its entries) to the disk.
 local function sync(path)
   local fd, why = open(path, O_RDONLY + O_CLOEXEC)
-  if not fd then fail('cannot open %s to fsync it', why) end
+  if not fd then fail('cannot fsync %s', why) end
   if C.fsync(fd) ~= 0 then
     local errno = ffi.errno()
     C.close(fd) -- the fsync's failure is the one to report

@@ -188,10 +188,12 @@ local function manifests(config)
   return out
 end
 
--- Rank 0 writes the checkpoints: it holds checkpoint.dir's lock from the start (a second run on it
--- is refused, and a directory that cannot be written is found before any step), and a fresh run
--- refuses a directory of another recipe's checkpoints. Nil, or why not.
+-- Rank 0 writes the checkpoints: it holds checkpoint.dir's lock from the start of run() (a second
+-- run on it is refused, and a directory that cannot be written is found before any step; `run -i`
+-- builds a trainer without taking it), and a fresh run refuses a directory of another recipe's
+-- checkpoints. Nil, or why not.
 local function take_checkpoint_dir(self)
+  if self.checkpoint_lock then return nil end
   local dir = self.config.checkpoint.dir
   local lock, why = checkpoint.lock(dir)
   if not lock then return why end
@@ -199,7 +201,7 @@ local function take_checkpoint_dir(self)
   return not self.job.flags.resume and checkpoint.foreign(dir, self.job.hash) or nil
 end
 
--- At the start, on every rank: rank 0's verdict reaches the others through the store, so every rank
+-- At the start of run(), on every rank: rank 0's verdict reaches the others through the store, so every rank
 -- ends at once with its message (rank 0 alone leaving would hold the others until their timeout).
 local CLAIM_KEY = 'wick/train/checkpoint_dir'
 local function claim_checkpoints(self)
@@ -239,7 +241,6 @@ function train.new(job)
   local why
   self.micro_at, why = train.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
-  if config.checkpoint.every > 0 then claim_checkpoints(self) end
   local state
   if job.flags.resume then
     local latest = checkpoint.latest(config.checkpoint.dir)
@@ -367,7 +368,7 @@ function Trainer:save()
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
   local path
   if self.rank == 0 then
-    local why = not self.checkpoint_lock and take_checkpoint_dir(self) -- a save() with checkpoint.every 0
+    local why = take_checkpoint_dir(self) -- taken already, unless a save() with checkpoint.every 0
     if why then fail(self, why) end
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
@@ -445,6 +446,7 @@ end
 
 function Trainer:run()
   local c = self.config
+  if c.checkpoint.every > 0 then claim_checkpoints(self) end
   if self.rank == 0 and c.log.file then
     local f, why = io.open(c.log.file, self.resumed_from and 'ab' or 'wb')
     if not f then cli.fail(('%s: cannot open the log: %s'):format(self.job.name, why), cli.EXIT_DATA) end
