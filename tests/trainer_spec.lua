@@ -1,6 +1,7 @@
 -- Recipes and the trainer, end to end through `run`: the recipe schema and its overrides, the
 -- trainer's loop, accumulation schedules, callbacks, checkpoints and exact resume after SIGKILL
--- (2 ranks, and onto 1 and 4), the resume diff, the dry run and the REPL of a built recipe. Every
+-- (2 ranks, and onto 1 and 4), checkpoints as input (every field checked, one writer a directory,
+-- fsync), the resume diff, the dry run and the REPL of a built recipe. Every
 -- run is a real `run` process (ranks through the launcher) on a real converted dataset.
 local ffi = require 'ffi'
 local helper = require 'helper'
@@ -362,6 +363,8 @@ checkpoint = { every = 2, keep = 2 },]]
       return helper.run(('%s --checkpoint.dir=%s --steps=6 --resume'):format(q(kept), q(dir))), path
     end
 
+    local function literal(text) return (text:gsub('%p', '%%%0')) end -- a Lua pattern matching text
+
     -- One line on stderr naming the file, exit 1, no step trained.
     local function assert_refused(r, path, message)
       assert.are.equal(1, r.rc, r.out .. r.err)
@@ -390,7 +393,7 @@ checkpoint = { every = 2, keep = 2 },]]
         local key, value, message = c[1], c[2], c[3]
         local r, path = resume_edited('state.safetensors', function(_, metadata) metadata[key] = value or nil end)
         assert.are.equal(1, r.rc, key .. '=' .. tostring(value) .. ': ' .. r.out .. r.err)
-        assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ': ' .. message:gsub('%p', '%%%0') .. '[^\n]*\n$', r.err)
+        assert.matches('^checkpoint: ' .. literal(path .. ': ' .. message) .. '[^\n]*\n$', r.err)
         assert.is_nil(r.out:find('step 5/', 1, true), r.out)
       end
       -- A cursor edited past its checksum: the loader's reason, naming the state's file.
@@ -401,7 +404,8 @@ checkpoint = { every = 2, keep = 2 },]]
       assert.matches('checkpoint: ' .. path .. ': cursor: cursor checksum does not match', r.err, 1, true)
       -- The dry run of a resume checks the state it would resume from.
       _, path = resume_edited('state.safetensors', function(_, metadata) metadata.lr_scale = '-1' end)
-      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s --resume'):format(q(kept), q(path:match('^(.*)/step'))))
+      local planned = helper.run(('--dry-run %s --checkpoint.dir=%s --resume'):format(q(kept),
+        q(path:match('^(.*)/step'))))
       assert.are.equal(2, planned.rc, planned.out .. planned.err)
       assert.matches('checkpoint: ' .. path .. ': lr_scale = -1: must be within [0, inf]', planned.err, 1, true)
     end)
@@ -409,7 +413,7 @@ checkpoint = { every = 2, keep = 2 },]]
     it('refuses an optimizer step count of -1 or above the step, and moments of another shape or dtype', function()
       local r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata.step_count = '-1' end)
       assert.are.equal(1, r.rc, r.err)
-      assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ': step_count = %-1: must be within %[0, [^\n]*\n$', r.err)
+      assert.matches('^checkpoint: ' .. literal(path .. ': step_count = -1: must be within [0, ') .. '[^\n]*\n$', r.err)
       r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata.step_count = '5' end)
       assert_refused(r, path, "step_count 5 is above the checkpoint's step 4")
       r, path = resume_edited('optimizer.safetensors', function(tensors)
@@ -418,7 +422,7 @@ checkpoint = { every = 2, keep = 2 },]]
         m:free()
       end)
       assert.are.equal(1, r.rc, r.err)
-      assert.matches('^checkpoint: ' .. path:gsub('%p', '%%%0') .. ": m is f32 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
+      assert.matches('^checkpoint: ' .. literal(path) .. ": m is f32 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
       r, path = resume_edited('optimizer.safetensors', function(tensors)
         local v = tensors.v
         tensors.v = v:to('f16')
@@ -456,7 +460,8 @@ callbacks = { on_checkpoint = function(t, info) -- rank 0 (the writer) says its 
   end
 end },
 checkpoint = { every = 2, keep = 2 },]])
-      local dir, mark, release, status = root .. '/held', root .. '/held.mark', root .. '/held.release', root .. '/held.rc'
+      local dir = root .. '/held'
+      local mark, release, status = dir .. '.mark', dir .. '.release', dir .. '.rc'
       helper.sh(('(HELD_MARK=%s HELD_RELEASE=%s %s --nproc-per-node 2 %s --checkpoint.dir=%s >/dev/null 2>&1; ' ..
         'echo $? > %s) >/dev/null 2>&1 &'):format(q(mark), q(release), q(helper.RUN), q(path), q(dir), q(status)))
       assert.is_true(wait_for(mark), 'the first run never reached its checkpoint at step 2')
@@ -464,7 +469,8 @@ checkpoint = { every = 2, keep = 2 },]])
       local pid = helper.read_file(mark)
       local second = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s'):format(q(path), q(dir)))
       local planned = helper.run(('--dry-run %s --checkpoint.dir=%s'):format(q(path), q(dir)))
-      local inspected = helper.run(('-i %s --checkpoint.dir=%s'):format(q(path), q(dir)), { stdin = 'print(trainer.step)\n' })
+      local inspected = helper.run(('-i %s --checkpoint.dir=%s'):format(q(path), q(dir)),
+        { stdin = 'print(trainer.step)\n' })
       helper.write_file(release, '')
       assert.is_true(wait_for(status), 'the first run did not end')
       ffi.C.usleep(POLL_US)
@@ -541,8 +547,8 @@ checkpoint = { every = 2, keep = 2 },]])
         return
       end
       assert.are.equal(1, r.rc, r.out .. r.err)
-      assert.matches(("^checkpoint: write '%s/ck/%%.step%%-00000002%%.tmp%%-%%d+/[%%w.]+': No space left on device\n$")
-        :format(full:gsub('%p', '%%%0')), r.err)
+      assert.matches("^checkpoint: write '" .. literal(full .. '/ck/.step-00000002.tmp-') ..
+        "%d+/[%w.]+': No space left on device\n$", r.err)
     end)
 
     it('fsyncs every file, then DONE, then the directory, before the rename, and the parent after it', function()

@@ -242,7 +242,9 @@ local function cursor_step(cursor) return tonumber(cursor:match('^wick%-cursor/%
 local function is_cursor(v)
   return type(v) == 'string' and cursor_step(v) ~= nil, 'must be a loader cursor (wick-cursor/N step=S ...)'
 end
-local function is_hash(v) return type(v) == 'string' and #v == HASH_DIGITS and v:match('^%x+$') ~= nil, 'must be 16 hex digits' end
+local function is_hash(v)
+  return type(v) == 'string' and #v == HASH_DIGITS and v:match('^%x+$') ~= nil, 'must be 16 hex digits'
+end
 local function is_positive(v)
   return type(v) == 'number' and v > 0 and v < math.huge, 'must be a finite number > 0'
 end

@@ -224,8 +224,8 @@ local function open_loader_at(self, micro, cursor)
   if not cursor then return open_loader(self, micro) end
   local ok, err = pcall(open_loader, self, micro, cursor)
   if not ok then
-    cli.fail(('checkpoint: %s/state.safetensors: cursor: %s'):format(self.resumed_from, (tostring(err):gsub('^.-:%d+: ', ''))),
-      cli.EXIT_DATA)
+    local why = tostring(err):gsub('^.-:%d+: ', '')
+    cli.fail(('checkpoint: %s/state.safetensors: cursor: %s'):format(self.resumed_from, why), cli.EXIT_DATA)
   end
 end
 
