@@ -1,8 +1,8 @@
 -- Recipes and the trainer, end to end through `run`: the recipe schema and its overrides, the
 -- trainer's loop, accumulation schedules, callbacks, checkpoints and exact resume after SIGKILL
 -- (2 ranks, and onto 1 and 4), checkpoints as input (every field checked, one writer a directory,
--- fsync), the resume diff, the dry run and the REPL of a built recipe. Every
--- run is a real `run` process (ranks through the launcher) on a real converted dataset.
+-- fsync), the resume diff, the dry run and the REPL of a built recipe. Every run is a real `run`
+-- process (ranks through the launcher) on a real converted dataset.
 local ffi = require 'ffi'
 local helper = require 'helper'
 local data_helper = require 'data_helper'
