@@ -341,26 +341,32 @@ checkpoint = { every = 2, keep = 2 },]]
 
   describe('checkpoints are input', function()
     local safetensors = require 'wick.safetensors'
-    local base, kept -- a run's checkpoints at steps 2 and 4, copied by each case
+    local base, kept -- a run's checkpoints at steps 2 and 4, copied by each case (fp32, and fp16's)
     setup(function()
       kept = write_recipe(root .. '/input.lua', dataset, 'checkpoint = { every = 2, keep = 2 },')
-      base = root .. '/input-base'
-      local r = helper.run(('%s --checkpoint.dir=%s --steps=4'):format(q(kept), q(base)))
-      assert(r.rc == 0, r.err)
+      base = {}
+      for _, precision in ipairs({ 'fp32', 'fp16' }) do
+        base[precision] = root .. '/input-base-' .. precision
+        local r = helper.run(('%s --checkpoint.dir=%s --steps=4 --precision=%s'):format(q(kept), q(base[precision]),
+          precision))
+        assert(r.rc == 0, r.err)
+      end
     end)
 
     local case = 0
     -- A copy of base whose step-4/`file` went through edit(tensors, metadata); the resumed run.
-    local function resume_edited(file, edit)
+    local function resume_edited(file, edit, precision)
+      precision = precision or 'fp32'
       case = case + 1
       local dir = ('%s/input-%d'):format(root, case)
-      assert(os.execute(('cp -r %s %s'):format(q(base), q(dir))) == 0)
+      assert(os.execute(('cp -r %s %s'):format(q(base[precision]), q(dir))) == 0)
       local path = dir .. '/step-00000004/' .. file
       local tensors, metadata = assert(safetensors.load(path))
       edit(tensors, metadata)
       safetensors.save(path, tensors, metadata)
       for _, t in pairs(tensors) do t:free() end
-      return helper.run(('%s --checkpoint.dir=%s --steps=6 --resume'):format(q(kept), q(dir))), path
+      return helper.run(('%s --checkpoint.dir=%s --steps=6 --resume --precision=%s'):format(q(kept), q(dir), precision)),
+        path
     end
 
     local function literal(text) return (text:gsub('%p', '%%%0')) end -- a Lua pattern matching text
@@ -430,6 +436,26 @@ checkpoint = { every = 2, keep = 2 },]]
       end)
       assert.are.equal(1, r.rc, r.err)
       assert.matches(": v is f16 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
+    end)
+
+    it("refuses a loss scale that is not finite and > 0, and a scaler's counts that do not fit the step", function()
+      local cases = {
+        { 'scale', '0', 'scale = 0: must be a finite number > 0' },
+        { 'scale', '-65536', 'scale = -65536: must be a finite number > 0' },
+        { 'scale', 'inf', 'scale = inf: must be a finite number > 0' },
+        { 'skipped', '5', "skipped 5 is above the checkpoint's step 4" },
+        { 'good_steps', '-1', 'good_steps = -1: must be within [0, ' },
+        { 'good_steps', false, 'a loss scale needs good_steps and skipped' },
+      }
+      for _, c in ipairs(cases) do
+        local key, value, message = c[1], c[2], c[3]
+        local r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata[key] = value or nil end,
+          'fp16')
+        assert.are.equal(1, r.rc, key .. '=' .. tostring(value) .. ': ' .. r.out .. r.err)
+        assert.matches('^checkpoint: ' .. literal(path .. ': ' .. message) .. '[^\n]*\n$', r.err)
+      end
+      local r = resume_edited('optimizer.safetensors', function() end, 'fp16')
+      assert.are.equal(0, r.rc, r.err) -- the unedited copy resumes
     end)
 
     it('refuses a weight file of another dtype or shape, naming the tensor', function()
