@@ -14,6 +14,9 @@ local PEEK_ROWS = 2
 local PEEK_TOKENS = 64  -- tokens of each row shown
 
 function inspector.stats(t)
+  if not T.is_tensor(t) then
+    require('wick.repl').argument_error(('stats(t): t must be a tensor, got %s'):format(type(t)), 2)
+  end
   local values = t:float()
   local list = values:view({ values:numel() }):totable()
   values:free()
