@@ -61,4 +61,37 @@ return {
       'stdin:2: set_mix{ name = weight, ... } takes a table, got number', 'stdin:3: set_mix: no source is named nosuch',
       'stdin:4: set_mix: data must be a finite number >= 0, got inf' })
   end)
+  it('a cyclic recipe table is refused naming the keys of the cycle, not a stack overflow (exit 2)', function()
+    local cyclic = helper.write_file(root .. '/cyclic.lua', ('local r = dofile(%q)\nr.data.back = r.data\nreturn r\n')
+      :format(recipe))
+    assert_one_line(helper.run(q(cyclic)), 2, 'cyclic.lua: data.back refers back to data (a recipe is a tree of tables')
+    assert_one_line(helper.run('--dry-run ' .. q(cyclic)), 2, 'data.back refers back to data')
+  end)
+
+  it('an infinite mix weight in --mix is one line naming the source and the weight (exit 2)', function()
+    local r = helper.run(('-m wick.data.inspect --seq-len 16 --mix %s'):format(
+      q(("data.mix{ { %q, weight = math.huge } }"):format(dataset))))
+    assert_one_line(r, 2, 'wick.data.inspect: --mix: data.mix source 1 (' .. dataset .. '): weight inf at step 0 must be')
+    assert_one_line(helper.run('-m wick.data.inspect --mix "nil + 1"'), 2, '--mix: attempt to perform arithmetic')
+  end)
+
+  it('a recipe that returns nothing or a non-table is refused (exit 2); a module returning a table is not', function()
+    local none = helper.write_file(root .. '/none.lua', 'local unused = 1\n')
+    local number = helper.write_file(root .. '/number.lua', 'return 5\n')
+    local module = helper.write_file(root .. '/module.lua', 'return { answer = 42 }\n')
+    assert_one_line(helper.run('--dry-run ' .. q(none)), 2, 'none.lua: --dry-run plans a recipe, and the script returned nothing')
+    assert_one_line(helper.run('--dry-run ' .. q(module)), 2, 'module.lua: --dry-run plans a recipe, and the script returned a table')
+    assert_one_line(helper.run(q(number)), 2, 'number.lua: the script returned a number, not a recipe')
+    assert.are.equal(0, helper.run(q(none)).rc)
+    assert.are.equal(0, helper.run(q(module)).rc)
+  end)
+
+  it('--repl-at beyond the last step is a usage error of the run and a problem of the dry run', function()
+    assert_one_line(helper.run(q(recipe) .. ' --repl-at=5', { stdin = '' }), 2,
+      '--repl-at=5 is not a step of this run (it trains steps 1 to 4)')
+    local plan = helper.run('--dry-run ' .. q(recipe) .. ' --repl-at=5')
+    assert.are.equal(2, plan.rc, plan.out .. plan.err)
+    assert.matches('--repl-at=5 is beyond the last step 4', plan.err, 1, true)
+    assert.are.equal(0, helper.run(q(recipe) .. ' --repl-at=4', { stdin = 'continue()\n' }).rc)
+  end)
 end)

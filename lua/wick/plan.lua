@@ -112,6 +112,9 @@ function plan.report(job, world)
       micro, gib(mem.weights), gib(mem.grads), gib(mem.optimizer), gib(mem.activations), gib(mem.total))
   end
   if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end
+  if c.steps and job.flags.repl_at and job.flags.repl_at > c.steps then
+    problems[#problems + 1] = ('--repl-at=%d is beyond the last step %d'):format(job.flags.repl_at, c.steps)
+  end
   if c.checkpoint.every > 0 then add('checkpoints: every %d steps into %s, keeping %d', c.checkpoint.every, c.checkpoint.dir, c.checkpoint.keep) end
   for _, line in ipairs(lines) do print(line) end
   for _, p in ipairs(problems) do io.stderr:write(job.name .. ': ' .. p .. '\n') end

@@ -188,6 +188,14 @@ local function manifests(config)
   return out
 end
 
+-- --repl-at names a step this run trains: after the one it resumes from, at most the last.
+local function check_repl_at(self, step)
+  if step and (step > self.total or step <= self.step) then
+    fail(self, ('--repl-at=%d is not a step of this run (it trains steps %d to %d)'):format(step, self.step + 1,
+      self.total))
+  end
+end
+
 function train.new(job)
   local config = job.config
   local w = wick()
@@ -215,6 +223,7 @@ function train.new(job)
   self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
   open_loader(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
+  check_repl_at(self, job.flags.repl_at)
   local vocab = self.loader:vocab_size()
   local m = config.model
   if m.vocab and m.vocab < vocab then
