@@ -421,6 +421,10 @@ WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const do
                                      const double *weights, uint32_t points);
 WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
 WK_API WkStatus wk_loader_start(WkLoader *loader);
+/* What wk_loader_start would refuse (the batch shape, a source too small for one epoch, the cursor,
+ * a source cache too small for the ring), found without allocating the ring or starting a thread: a
+ * dry run's check. *ring_bytes: the memory the ring of micro-batches would take. */
+WK_API WkStatus wk_loader_check(WkLoader *loader, uint64_t *ring_bytes);
 /* The next micro-batch of this rank (see WkBatch for how long it stays valid). WK_ERR_CLOSED at the end. */
 WK_API WkStatus wk_loader_next(WkLoader *loader, WkBatch *out);
 /* The tensor fields (and slot) of ring slot `slot` (0 .. WkLoaderStats.buffers - 1), the very tensors

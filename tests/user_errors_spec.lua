@@ -94,4 +94,35 @@ return {
     assert.matches('--repl-at=5 is beyond the last step 4', plan.err, 1, true)
     assert.are.equal(0, helper.run(q(recipe) .. ' --repl-at=4', { stdin = 'continue()\n' }).rc)
   end)
+  describe('the dry run refuses what the run would refuse at its start', function()
+    local function dry(args)
+      local r = helper.run('--dry-run ' .. q(recipe) .. ' ' .. args)
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.is_nil(r.out:find('dry run: ok', 1, true), r.out)
+      return r
+    end
+
+    it('a data.seq_len no sample of the source is long enough for, and its memory beyond the machine', function()
+      local r = dry('--data.seq_len=16777216')
+      assert.matches("source '" .. dataset .. "' is too small for one epoch: it needs at least one sample of 16777217",
+        r.err, 1, true)
+      assert.matches('the memory estimate per rank, ', r.err, 1, true)
+      assert.matches('of this machine (device cpu)', r.err, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --data.seq_len=16777216'), 2, 'is too small for one epoch')
+    end)
+
+    it('a data.cache_bytes too small for the ring of micro-batches', function()
+      local r = dry('--data.cache_bytes=65536')
+      assert.matches("source '" .. dataset .. "': cache_bytes 65536 holds 0 shuffle buffers", r.err, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --data.cache_bytes=65536'), 2, 'cache_bytes 65536 holds 0 shuffle buffers')
+    end)
+
+    it("a model whose memory estimate is above this machine's memory", function()
+      local r = dry('--model.dim=65536 --model.heads=2')
+      assert.matches('the memory estimate per rank, [%d.]+ GiB, is above the [%d.]+ GiB of this machine', r.err)
+      local ok = helper.run('--dry-run ' .. q(recipe))
+      assert.are.equal(0, ok.rc, ok.out .. ok.err)
+      assert.matches(', data ring [%d.]+ KiB: total ', ok.out)
+    end)
+  end)
 end)

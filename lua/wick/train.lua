@@ -155,11 +155,22 @@ local function emit(self, event, metrics)
   end
 end
 
+-- A loader the run cannot start (a source too small for data.seq_len, a cache too small for the
+-- ring) is the recipe's mistake: one usage line (exit 2), as the dry run reports it; a shard that
+-- cannot be read stays the data error it is.
+local function start_loader(self)
+  local ok, err = pcall(self.loader.start, self.loader)
+  if ok then return end
+  if core.C.wk_last_status() == core.C.WK_ERR_INVALID_ARG then fail(self, (tostring(err):gsub('^.-:%d+: ', ''))) end
+  error(err, 0)
+end
+
 local function open_loader(self, micro, cursor)
   local o = train.loader_options(self.config, self.world_size, self.rank, micro, self.horizon)
   o.cursor = cursor
   self.loader = wick().data.loader(o)
   self.micro = micro
+  start_loader(self)
 end
 
 -- The recipe since the checkpoint: printed; a change that cannot resume is refused.
