@@ -262,7 +262,9 @@ typedef enum {
   WK_CONVERT_PROGRESS = 6,      /* 1: draw a progress bar on stderr */
   WK_CONVERT_RESUME = 7,        /* 1: keep shards already in the output that hold exactly the tokens
                                    this run would write there (an interrupted run resumes) */
-  WK_CONVERT_TEXT_SPLIT = 8     /* a WkTextSplit: how text files become documents (default FILE) */
+  WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
+  WK_CONVERT_HEADERLESS_BIN = 9 /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
+                                   llm.c files, and a file without llm.c's magic is refused */
 } WkConvertParam;
 
 typedef enum {

@@ -49,7 +49,7 @@ struct WkConverter {
   WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
   char *json_field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split, headerless_bin;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -135,6 +135,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
     case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
     case WK_CONVERT_TEXT_SPLIT: slot = &cv->split, lo = 0, hi = 2, what = "text split"; break;
+    case WK_CONVERT_HEADERLESS_BIN: slot = &cv->headerless_bin, lo = 0, hi = 1, what = "headerless bin"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -831,6 +832,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
   cv->bad_kept = 0;
   memset(&cv->stats, 0, sizeof cv->stats);
   cv->stats.inputs = cv->input_count;
+  for (size_t i = 0; i < cv->input_count; i++) cv->inputs[i].headerless = cv->headerless_bin != 0;
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
