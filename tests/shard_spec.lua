@@ -273,6 +273,29 @@ describe('wick.shard converter', function()
     ds:close()
   end)
 
+  it('writes no dataset from inputs that hold no document, saying why (exit 1), and keeps the one there', function()
+    corpus.tree(root, { ['none/bad.jsonl'] = '{"x": 1}\nnot json\n', ['none/tar/a.json'] = '{"text": "hi"}' })
+    helper.sh(('tar -cf %s -C %s a.json'):format(q(root .. '/none/s.tar'), q(root .. '/none/tar')))
+    for input, why in pairs {
+      ['bad.jsonl'] = "(2 bad, 0 empty, 0 null skipped): the first skipped, " .. root .. "/none/bad.jsonl:1: missing field 'text'",
+      ['s.tar'] = "(1 bad, 0 empty, 0 null skipped): the first skipped, " .. root .. "/none/s.tar:1: sample 'a' has no .text member",
+    } do
+      local out = root .. '/none-' .. input
+      local r = corpus.convert(q(root .. '/none/' .. input) .. ' -o ' .. q(out))
+      assert.are.equal(1, r.rc, r.out .. r.err)
+      assert.are.equal(1, #helper.lines(r.err), r.err)
+      assert.matches('wick.shard: converter: no document in 1 input ' .. why, r.err, 1, true)
+      assert.matches("'" .. out .. "' is not written", r.err, 1, true)
+      assert.is_nil(io.open(out .. '/index.json'), 'no dataset written')
+    end
+    -- A dataset already in the output stays as it was.
+    corpus.tree(root, { ['some/a.txt'] = corpus.text(1, 100) })
+    assert.are.equal(0, corpus.convert(q(root .. '/some') .. ' -o ' .. q(root .. '/kept')).rc)
+    local before = helper.read_file(root .. '/kept/index.json')
+    assert.are.equal(1, corpus.convert(q(root .. '/none/bad.jsonl') .. ' -o ' .. q(root .. '/kept')).rc)
+    assert.are.equal(before, helper.read_file(root .. '/kept/index.json'))
+  end)
+
   it('writes raw blocks with --compression none and zstd blocks by default, same tokens', function()
     corpus.tree(root, { ['in/a.txt'] = corpus.text(5, 20000) })
     local a = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/raw') .. ' --compression none')
