@@ -296,6 +296,27 @@ describe('wick.shard converter', function()
     assert.are.equal(before, helper.read_file(root .. '/kept/index.json'))
   end)
 
+  it('skips an earlier converter output inside its input, refuses one named as input, and -o equal to it', function()
+    corpus.tree(root, { ['tree/a.txt'] = corpus.text(3, 200) })
+    local earlier = root .. '/tree/dataset'
+    assert.are.equal(0, corpus.convert(q(root .. '/tree') .. ' -o ' .. q(earlier) .. ' -q').rc)
+    local r = corpus.convert(q(root .. '/tree') .. ' -o ' .. q(root .. '/again'))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches("skipping '" .. earlier .. "': it holds a Wick dataset", r.err, 1, true)
+    assert.is_nil(r.err:find('skipped', 1, true), r.err) -- its shards were not read as text
+    local ds = open(root .. '/again')
+    assert.are.equal(1, ds.documents) -- a.txt alone: not the index.json
+    ds:close()
+    r = corpus.convert(q(earlier) .. ' -o ' .. q(root .. '/of-dataset'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("input '" .. earlier .. "' is a Wick dataset (its index.json says so)", r.err, 1, true)
+    r = corpus.convert(q(root .. '/tree') .. ' -o ' .. q(root .. '/tree'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("input '" .. root .. "/tree' is the output directory (-o)", r.err, 1, true)
+  end)
+
   it('writes raw blocks with --compression none and zstd blocks by default, same tokens', function()
     corpus.tree(root, { ['in/a.txt'] = corpus.text(5, 20000) })
     local a = corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/raw') .. ' --compression none')

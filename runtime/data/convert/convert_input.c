@@ -22,9 +22,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <limits.h>  /* PATH_MAX */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>  /* read, close */
 #include <zstd.h>  /* ZSTD_decompressStream for .jsonl.zst */
 
 #include "convert.h"
@@ -37,6 +39,7 @@ enum {
   LLMC_MAGIC_LLAMA3 = 20240801,
   MAX_WALK_DEPTH = 64,
   MAX_LINE_BYTES = 1 << 30,     /* a longer .jsonl line is refused rather than buffered */
+  INDEX_HEAD_BYTES = 256,       /* where an index.json says its format (the converter writes it first) */
 };
 
 /* ---- listing -------------------------------------------------------------------------------- */
@@ -75,12 +78,30 @@ bool convert_input_wanted(const char *path, const char *const *patterns) {
   return false;
 }
 
+/* Whether a directory holds a Wick dataset: an index.json that says so where the converter writes its
+ * format. A dataset's index and shards are no text to convert. */
+static bool holds_dataset(const char *dir) {
+  char index[PATH_MAX];
+  struct stat st;
+  if (snprintf(index, sizeof index, "%s/index.json", dir) >= (int)sizeof index) return false;
+  if (stat(index, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd;
+  uint64_t size;
+  if (wk_open_regular(index, "dataset indexes", &fd, &size) != WK_OK) return false;
+  char head[INDEX_HEAD_BYTES];
+  ssize_t n = read(fd, head, sizeof head);
+  close(fd);
+  return n > 0 && memmem(head, (size_t)n, "\"format\": \"wick-dataset\"", sizeof "\"format\": \"wick-dataset\"" - 1);
+}
+
 static WkStatus add_path(const char *path, int depth, const ListOptions *opt, Input **inputs, size_t *count,
                          size_t *capacity) {
   struct stat st;
   if (stat(path, &st) != 0) return WK_FAIL_ERRNO("input", path);
   /* Never read the converter's own output (a rerun into a folder under its input). */
   if (opt->skip_dir && st.st_dev == opt->skip_dir->st_dev && st.st_ino == opt->skip_dir->st_ino) {
+    if (depth == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is the output directory (-o): write the dataset elsewhere", path);
     wk_logf(WK_LOG_INFO, "converter: not reading '%s': it is the output directory", path);
     return WK_OK;
   }
@@ -104,6 +125,13 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
   if (depth > MAX_WALK_DEPTH)
     return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s': directories nested deeper than %d (a symlink loop?)", path,
                    MAX_WALK_DEPTH);
+  if (holds_dataset(path)) { /* an earlier converter output */
+    if (depth == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is a Wick dataset (its index.json says so): it is converted "
+                     "already; name the inputs it was made from", path);
+    wk_logf(WK_LOG_WARN, "converter: skipping '%s': it holds a Wick dataset (an earlier converter output)", path);
+    return WK_OK;
+  }
   DIR *dir = opendir(path);
   if (!dir) return WK_FAIL_ERRNO("open directory", path);
   char **names = NULL;
