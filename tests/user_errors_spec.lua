@@ -48,11 +48,15 @@ return {
   end)
 
   it("the REPL's helpers refuse bad arguments in one line at the typed line: stats(nil), set_lr, set_mix", function()
-    local built = helper.run('-i ' .. q(recipe), { stdin = 'stats(nil)\nx = stats(3)\nprint("still here")\n' })
+    local built = helper.run('-i ' .. q(recipe), { stdin = 'stats(nil)\nx = stats(3)\ndecode(nil)\nstep("x")\n' ..
+      'peek(0)\nprint("still here", decode({ 104, 105 }))\n' })
     assert.are.equal(1, built.rc)
-    assert.matches('still here', built.out, 1, true)
+    assert.matches('still here\thi', built.out, 1, true)
     assert_repl_lines(built, { 'stdin:1: stats(t): t must be a tensor, got nil',
-      'stdin:2: stats(t): t must be a tensor, got number' })
+      'stdin:2: stats(t): t must be a tensor, got number',
+      'stdin:3: decode(ids): ids must be a tensor or a list of token ids, got nil',
+      'stdin:4: step(n): n must be a whole number from 1 to 2^31, got x',
+      'stdin:5: peek(n): n must be a whole number from 1 to 2^31, got 0' })
     local paused = helper.run(q(recipe) .. ' --steps=2 --repl-at=1', { stdin =
       'set_lr(-1)\nset_mix(3)\nset_mix{ nosuch = 1 }\nset_mix{ data = 1 / 0 }\ncontinue()\n' })
     assert.are.equal(0, paused.rc, paused.err)
