@@ -77,6 +77,14 @@ return {
       q(("data.mix{ { %q, weight = math.huge } }"):format(dataset))))
     assert_one_line(r, 2, 'wick.data.inspect: --mix: data.mix source 1 (' .. dataset .. '): weight inf at step 0 must be')
     assert_one_line(helper.run('-m wick.data.inspect --mix "nil + 1"'), 2, '--mix: attempt to perform arithmetic')
+    -- A recipe's weight function that is infinite at some step: the run and the dry run say so.
+    local infinite = helper.write_file(root .. '/infinite.lua', ('local r = dofile(%q)\n' ..
+      'r.data.mix = { data = function(step) return step > 2 and math.huge or 1 end }\nreturn r\n'):format(recipe))
+    local says = 'infinite.lua: data.mix source 1 (' .. dataset .. '): weight inf at step 3 must be a finite number >= 0'
+    assert_one_line(helper.run(q(infinite)), 2, says)
+    local plan = helper.run('--dry-run ' .. q(infinite))
+    assert.are.equal(2, plan.rc, plan.out .. plan.err)
+    assert.matches(says, plan.err, 1, true)
   end)
 
   it('a recipe that returns nothing or a non-table is refused (exit 2); a module returning a table is not', function()

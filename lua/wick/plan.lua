@@ -47,9 +47,11 @@ end
 -- The loader of the run (every source, rank 0 of `world`) checked as its start would check it:
 -- the bytes of its ring, or nil and what the run would refuse.
 local function check_loader(config, world, micro)
-  local o = train.loader_options(config, world, 0, micro, config.steps)
-  o.audit, o.device = nil, nil
-  local ok, loader = pcall(require('wick.data').loader, o)
+  local ok, loader = pcall(function()
+    local o = train.loader_options(config, world, 0, micro, config.steps) -- the mix's weights checked here
+    o.audit, o.device = nil, nil
+    return require('wick.data').loader(o)
+  end)
   if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
   local checked, bytes = pcall(loader.check, loader)
   loader:close()

@@ -165,8 +165,16 @@ local function start_loader(self)
   error(err, 0)
 end
 
+-- The loader options of this rank; a mix weight the data cannot take (a function whose value is
+-- infinite at some step) is the recipe's mistake: one usage line (exit 2).
+local function rank_loader_options(self, micro)
+  local ok, o = pcall(train.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
+  if not ok then fail(self, (tostring(o):gsub('^.-:%d+: ', ''))) end
+  return o
+end
+
 local function open_loader(self, micro, cursor)
-  local o = train.loader_options(self.config, self.world_size, self.rank, micro, self.horizon)
+  local o = rank_loader_options(self, micro)
   o.cursor = cursor
   self.loader = wick().data.loader(o)
   self.micro = micro
