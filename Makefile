@@ -1,5 +1,6 @@
 # Wick — plain make.
-#   make            libwick.so, libwick.a and ./run (CUDA backend when nvcc is found)
+#   make            libwick.so, libwick.a and ./run (CUDA backend when nvcc is found); without the
+#                   build packages it stops naming them (make deps installs them)
 #   make test       install missing Debian packages, build, run the whole test suite
 #   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
@@ -62,6 +63,28 @@ endif
 
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+
+# ---- build dependencies ---------------------------------------------------------------------------
+# On a machine without the build's Debian packages (third_party/debian-packages.txt) the build stops
+# with one line naming the missing ones and `make deps`, instead of a compiler error on the first
+# header. One preprocessor run over the libraries' headers checks it on every build (tens of ms); the
+# manifest is read only when one is missing. A plain make does not install them itself: apt-get needs
+# root and the network, which a build should not take unasked (make test, demo and bench do, through
+# make deps, as they say).
+BUILD_HEADERS := zstd.h xxhash.h curl/curl.h openssl/hmac.h cblas.h pcre2.h uninorm.h snappy-c.h zlib.h archive.h \
+  archive_entry.h editline/readline.h lua.h lauxlib.h gloo/allreduce.h
+HASH := \#
+ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)
+MISSING_HEADER := $(shell command -v $(CXX) >/dev/null || echo '$(CXX)'; \
+  printf '$(foreach h,$(BUILD_HEADERS),$(HASH)include <$(h)>\n)' | \
+  $(CXX) -x c++ -E -DPCRE2_CODE_UNIT_WIDTH=8 $(LUAJIT_CFLAGS) - 2>&1 >/dev/null | \
+  sed -n 's/.*fatal error: \([^:]*\): No such file.*/\1/p')
+ifneq ($(strip $(MISSING_HEADER)),)
+$(error $(firstword $(MISSING_HEADER)) not found; missing build packages: $(or $(shell third_party/deps.sh \
+  --missing build),none (all of third_party/debian-packages.txt are installed: is $(CXX) looking elsewhere?)); \
+  'make deps' installs them)
+endif
+endif
 
 # Printed by the make that builds (test, bench and demo build through a sub-make).
 ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)

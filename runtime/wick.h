@@ -262,7 +262,9 @@ typedef enum {
   WK_CONVERT_PROGRESS = 6,      /* 1: draw a progress bar on stderr */
   WK_CONVERT_RESUME = 7,        /* 1: keep shards already in the output that hold exactly the tokens
                                    this run would write there (an interrupted run resumes) */
-  WK_CONVERT_TEXT_SPLIT = 8     /* a WkTextSplit: how text files become documents (default FILE) */
+  WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
+  WK_CONVERT_HEADERLESS_BIN = 9 /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
+                                   llm.c files, and a file without llm.c's magic is refused */
 } WkConvertParam;
 
 typedef enum {
@@ -421,6 +423,10 @@ WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const do
                                      const double *weights, uint32_t points);
 WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
 WK_API WkStatus wk_loader_start(WkLoader *loader);
+/* What wk_loader_start would refuse (the batch shape, a source too small for one epoch, the cursor,
+ * a source cache too small for the ring), found without allocating the ring or starting a thread: a
+ * dry run's check. *ring_bytes: the memory the ring of micro-batches would take. */
+WK_API WkStatus wk_loader_check(WkLoader *loader, uint64_t *ring_bytes);
 /* The next micro-batch of this rank (see WkBatch for how long it stays valid). WK_ERR_CLOSED at the end. */
 WK_API WkStatus wk_loader_next(WkLoader *loader, WkBatch *out);
 /* The tensor fields (and slot) of ring slot `slot` (0 .. WkLoaderStats.buffers - 1), the very tensors

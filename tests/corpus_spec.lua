@@ -305,7 +305,7 @@ describe('tokenizer identity', function()
     local text = make('a.txt', '', corpus.text(1, 400))
     local tokens = {}
     for i = 1, 300 do tokens[i] = i % 50000 end
-    local bin = make('t.bin', '--tokenizer gpt2', corpus.nanogpt_bin(tokens))
+    local bin = make('t.bin', '--tokenizer gpt2 --headerless-bin', corpus.nanogpt_bin(tokens))
     local ok, err = loader_of { text, bin }
     assert.is_false(ok)
     assert.matches('made by different tokenizers', tostring(err), 1, true)

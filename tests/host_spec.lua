@@ -167,6 +167,24 @@ describe('run', function()
     assert.matches('^Wick %d+%.%d+%.%d+ %(', r.out)
   end)
 
+  it('plain make on a machine without a build package stops with one line naming it and make deps', function()
+    -- The Makefile and its manifest, with one package this machine cannot have and the header it would bring.
+    local dir = helper.tmpdir()
+    assert.are.equal(0, helper.sh(('cp %s %s && cp -r %s %s'):format(q(helper.ROOT .. '/Makefile'), q(dir),
+      q(helper.ROOT .. '/third_party'), q(dir))).rc)
+    local manifest = dir .. '/third_party/debian-packages.txt'
+    helper.write_file(manifest, helper.read_file(manifest) .. 'build     wick-no-such-package    0    a test\n')
+    local r = helper.sh(('make -C %s BUILD_HEADERS="zstd.h wick_no_such_header.h"'):format(q(dir)))
+    assert.are.equal(2, r.rc, r.out .. r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("wick_no_such_header.h not found; missing build packages: wick-no-such-package; 'make deps' " ..
+      'installs them', r.err, 1, true)
+    assert.are.equal(0, helper.sh(('make -n -C %s deps BUILD_HEADERS=wick_no_such_header.h'):format(q(dir))).rc)
+    helper.rmtree(dir)
+    local here = helper.sh('make -n -C ' .. q(helper.ROOT) .. ' all')
+    assert.are.equal(0, here.rc, here.err)
+  end)
+
   it('works after make install into a prefix', function()
     local prefix = helper.tmpdir()
     local install = helper.sh('make -s -C ' .. q(helper.ROOT) .. ' install PREFIX=' .. q(prefix))

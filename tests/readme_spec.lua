@@ -50,6 +50,17 @@ local function commands(readme)
   return found
 end
 
+-- Commands that need the pinned test venv (PyPI): `make example` and what reads the files it makes.
+-- Without the venv they are skipped and the test says so, as the other venv tests do.
+local NEED_VENV = { '^make example$', 'build/example/' }
+
+local function needs_venv(command)
+  for _, pattern in ipairs(NEED_VENV) do
+    if command:match(pattern) then return true end
+  end
+  return false
+end
+
 -- Commands run with a change, each with the reason.
 local REWRITTEN = {
   { '^make demo$', 'make demo DEMO_ARGS=--steps=30', 'the default job trains for minutes; 30 steps prove it runs' },
@@ -85,11 +96,14 @@ describe('README', function()
     -- switches: the suite's make passes them down, and a direct run of the suite gets them here.
     local sanitize = require('wick').build_info().build_flags:find('asan') and 'SANITIZE=1 ' or ''
     local home = helper.tmpdir()
-    local ran, used = 0, {}
+    local ran, used, without_venv = 0, {}, {}
+    local venv, venv_error = helper.test_python()
     for _, command in ipairs(commands(readme)) do
       local skip = skip_of(command)
       if skip then
         used[skip] = true
+      elseif not venv and needs_venv(command) then
+        without_venv[#without_venv + 1] = command
       else
         local r = helper.sh(('cd %s && env HOME=%s %s%s < /dev/null'):format(q(helper.ROOT), q(home), sanitize,
           rewritten(command)))
@@ -100,6 +114,10 @@ describe('README', function()
     helper.rmtree(home)
     for _, skip in ipairs(SKIPPED) do assert.is_true(used[skip], 'no README command is skipped for ' .. skip[1]) end
     assert.is_true(ran >= 10, ran .. ' commands ran')
+    if #without_venv > 0 then
+      pending(('skipped %d commands that need the test venv (%s): %s'):format(#without_venv,
+        table.concat(without_venv, '; '), venv_error))
+    end
   end)
 
   it("lists the recipe's fields as the schema declares them", function()

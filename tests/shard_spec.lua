@@ -221,9 +221,9 @@ describe('wick.shard converter', function()
     local tokens = { EOT, 15496, 995, 13, EOT, 40, 1101, 50255, 0, EOT, 7, 8, 9 }
     helper.write_file(root .. '/train_000001.bin', corpus.llmc_bin(tokens))
     helper.write_file(root .. '/nano.bin', corpus.nanogpt_bin(tokens))
-    for _, name in ipairs { 'train_000001.bin', 'nano.bin' } do
+    for name, flags in pairs { ['train_000001.bin'] = '', ['nano.bin'] = ' --headerless-bin' } do
       local out = root .. '/out-' .. name
-      local r = corpus.convert(q(root .. '/' .. name) .. ' -o ' .. q(out))
+      local r = corpus.convert(q(root .. '/' .. name) .. ' -o ' .. q(out) .. flags)
       assert.are.equal(0, r.rc, r.err)
       local ds = open(out)
       assert.are.equal('gpt2', ds.tokenizer)
@@ -234,7 +234,7 @@ describe('wick.shard converter', function()
     end
     -- A token beyond GPT-2's vocabulary, and a header that lies about the size, are errors.
     helper.write_file(root .. '/bad.bin', corpus.nanogpt_bin { 1, 2, 60000 })
-    local r = corpus.convert(q(root .. '/bad.bin') .. ' -o ' .. q(root .. '/x'))
+    local r = corpus.convert(q(root .. '/bad.bin') .. ' -o ' .. q(root .. '/x') .. ' --headerless-bin')
     assert.are.equal(1, r.rc)
     assert.matches('60000', r.err, 1, true)
     assert.matches("bad.bin': token 60000 at byte 4 is outside", r.err, 1, true) -- the file's offset
@@ -245,9 +245,76 @@ describe('wick.shard converter', function()
     assert.matches('truncated', r.err, 1, true)
     -- Token files and text do not mix.
     helper.write_file(root .. '/t.txt', 'text')
-    r = corpus.convert(q(root .. '/nano.bin') .. ' ' .. q(root .. '/t.txt') .. ' -o ' .. q(root .. '/z'))
+    r = corpus.convert(q(root .. '/nano.bin') .. ' ' .. q(root .. '/t.txt') .. ' -o ' .. q(root .. '/z') ..
+      ' --headerless-bin')
     assert.are.equal(1, r.rc)
     assert.matches('separately', r.err, 1, true)
+  end)
+
+  it('refuses a .bin without llm.c\'s magic naming the file and the magic, unless asked for headerless tokens', function()
+    local tokens = {}
+    for i = 1, 101 do tokens[i] = i end
+    local damaged = '\0\0\0\0' .. corpus.llmc_bin(tokens):sub(5) -- the magic zeroed
+    helper.write_file(root .. '/damaged.bin', damaged)
+    local r = corpus.convert(q(root .. '/damaged.bin') .. ' -o ' .. q(root .. '/d'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("damaged.bin' offset 0: magic 0 is not llm.c's 20240520", r.err, 1, true)
+    assert.matches('--headerless-bin', r.err, 1, true)
+    assert.is_nil(io.open(root .. '/d/index.json'), 'no dataset written')
+    helper.write_file(root .. '/tiny.bin', corpus.nanogpt_bin { 1, 2, 3 })
+    r = corpus.convert(q(root .. '/tiny.bin') .. ' -o ' .. q(root .. '/t'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.matches("tiny.bin': 6 bytes is shorter than llm.c's 1024-byte header", r.err, 1, true)
+    r = corpus.convert(q(root .. '/damaged.bin') .. ' -o ' .. q(root .. '/h') .. ' --headerless-bin')
+    assert.are.equal(0, r.rc, r.err)
+    local ds = open(root .. '/h')
+    assert.are.equal((#damaged / 2) + 1, ds.tokens) -- every uint16 of the file, and the EOS
+    ds:close()
+  end)
+
+  it('writes no dataset from inputs that hold no document, saying why (exit 1), and keeps the one there', function()
+    corpus.tree(root, { ['none/bad.jsonl'] = '{"x": 1}\nnot json\n', ['none/tar/a.json'] = '{"text": "hi"}' })
+    helper.sh(('tar -cf %s -C %s a.json'):format(q(root .. '/none/s.tar'), q(root .. '/none/tar')))
+    for input, why in pairs {
+      ['bad.jsonl'] = "(2 bad, 0 empty, 0 null skipped): the first skipped, " .. root .. "/none/bad.jsonl:1: missing field 'text'",
+      ['s.tar'] = "(1 bad, 0 empty, 0 null skipped): the first skipped, " .. root .. "/none/s.tar:1: sample 'a' has no .text member",
+    } do
+      local out = root .. '/none-' .. input
+      local r = corpus.convert(q(root .. '/none/' .. input) .. ' -o ' .. q(out))
+      assert.are.equal(1, r.rc, r.out .. r.err)
+      assert.are.equal(1, #helper.lines(r.err), r.err)
+      assert.matches('wick.shard: converter: no document in 1 input ' .. why, r.err, 1, true)
+      assert.matches("'" .. out .. "' is not written", r.err, 1, true)
+      assert.is_nil(io.open(out .. '/index.json'), 'no dataset written')
+    end
+    -- A dataset already in the output stays as it was.
+    corpus.tree(root, { ['some/a.txt'] = corpus.text(1, 100) })
+    assert.are.equal(0, corpus.convert(q(root .. '/some') .. ' -o ' .. q(root .. '/kept')).rc)
+    local before = helper.read_file(root .. '/kept/index.json')
+    assert.are.equal(1, corpus.convert(q(root .. '/none/bad.jsonl') .. ' -o ' .. q(root .. '/kept')).rc)
+    assert.are.equal(before, helper.read_file(root .. '/kept/index.json'))
+  end)
+
+  it('skips an earlier converter output inside its input, refuses one named as input, and -o equal to it', function()
+    corpus.tree(root, { ['tree/a.txt'] = corpus.text(3, 200) })
+    local earlier = root .. '/tree/dataset'
+    assert.are.equal(0, corpus.convert(q(root .. '/tree') .. ' -o ' .. q(earlier) .. ' -q').rc)
+    local r = corpus.convert(q(root .. '/tree') .. ' -o ' .. q(root .. '/again'))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches("skipping '" .. earlier .. "': it holds a Wick dataset", r.err, 1, true)
+    assert.is_nil(r.err:find('skipped', 1, true), r.err) -- its shards were not read as text
+    local ds = open(root .. '/again')
+    assert.are.equal(1, ds.documents) -- a.txt alone: not the index.json
+    ds:close()
+    r = corpus.convert(q(earlier) .. ' -o ' .. q(root .. '/of-dataset'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("input '" .. earlier .. "' is a Wick dataset (its index.json says so)", r.err, 1, true)
+    r = corpus.convert(q(root .. '/tree') .. ' -o ' .. q(root .. '/tree'))
+    assert.are.equal(1, r.rc, r.err)
+    assert.are.equal(1, #helper.lines(r.err), r.err)
+    assert.matches("input '" .. root .. "/tree' is the output directory (-o)", r.err, 1, true)
   end)
 
   it('writes raw blocks with --compression none and zstd blocks by default, same tokens', function()

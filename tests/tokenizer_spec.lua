@@ -274,6 +274,38 @@ describe('tokenizer files', function()
     end
   end)
 
+  it('refuse an added token that reuses the id of another vocabulary string, naming both', function()
+    if not need_oracles() then return end
+    local plain = assert(tokenizer.open(root .. '/gpt2/tokenizer.json'))
+    local taken = plain:decode({ 5 }) -- what id 5 stands for in the vocabulary
+    plain:close()
+    local err, path = open_edited(replace('"added_tokens": %[', '"added_tokens": [{"id": 5, "content": "<dup>", ' ..
+      '"single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}, '))
+    assert.are.equal(('%s: added_tokens[0] "<dup>" has id 5, which model.vocab gives to "%s" (one id, two strings)')
+      :format(path, taken), err)
+  end)
+
+  it('split as Hugging Face does with a Split pattern that matches the empty string', function()
+    if not need_oracles() then return end
+    local texts = helper.write_file(dir .. '/texts.jsonl', table.concat({ '{"text": "say \\"hi\\" to a cab"}',
+      '{"text": "aaa bab  x\\ny"}', '{"text": "\\u00e9t\\u00e9 a \\u4e2d\\u6587"}' }, '\n') .. '\n')
+    local text = helper.read_file(root .. '/gpt2/tokenizer.json')
+    for _, pattern in ipairs { '{"Regex": ""}', '{"Regex": "x*"}', '{"Regex": "(?=a)"}', '{"Regex": "\\\\b"}',
+      '{"Regex": "a|"}', '{"String": ""}' } do
+      local path = helper.write_file(dir .. '/tokenizer.json', (text:gsub('"pre_tokenizer": %b{}', function()
+        return ('"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": %s, ' ..
+          '"behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, ' ..
+          '"trim_offsets": true, "use_regex": false}]}'):format(pattern)
+      end, 1)))
+      local ours, theirs = dir .. '/ids.wick', dir .. '/ids.oracle'
+      local r = tokenize(('--tokenizer %s --output %s %s'):format(q(path), q(ours), q(texts)))
+      assert.are.equal(0, r.rc, pattern .. ': ' .. r.err)
+      local o = oracle(('encode hf %s %s %s'):format(q(path), q(texts), q(theirs)))
+      assert.are.equal(0, o.rc, o.err)
+      assert.are.equal(helper.read_file(theirs), helper.read_file(ours), pattern)
+    end
+  end)
+
   it('give one clear error for a bad tiktoken file', function()
     if not need_oracles() then return end
     local path = helper.write_file(dir .. '/cl100k_base.tiktoken', 'IQ== 0\nIg== one\n')

@@ -1,8 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages of the given groups (build, test, bench) listed in
 # third_party/debian-packages.txt, but only those missing, so a second `make deps` is instant.
+# With --missing first, only prints the missing packages of the groups (the Makefile's message).
 set -eu
 manifest="$(dirname "$0")/debian-packages.txt"
+list_only=0
+if [ "${1:-}" = "--missing" ]; then list_only=1; shift; fi
 groups="${*:-build test}"
 
 missing=""
@@ -13,6 +16,11 @@ for group in $groups; do
     fi
   done
 done
+
+if [ "$list_only" = 1 ]; then
+  echo "${missing# }"
+  exit 0
+fi
 
 if [ -z "$missing" ]; then
   echo "deps: all packages of [$groups] are installed"

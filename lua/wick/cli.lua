@@ -35,6 +35,9 @@ function cli.fail(message, exit_code)
   error(setmetatable({ message = message, exit_code = exit_code or cli.EXIT_DATA }, UserError), 0)
 end
 
+-- Whether an error value is a user error (raised by cli.fail).
+function cli.is_user_error(e) return getmetatable(e) == UserError end
+
 -- How to ask a program for its help: recipes are files, tools are modules.
 local function command_of(spec)
   if spec.name:find('/', 1, true) or spec.name:match('%.lua$') then return 'run ' .. spec.name end

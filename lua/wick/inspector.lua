@@ -6,14 +6,38 @@
 --   step([n])       n optimizer steps (default 1); prints and returns the last metrics
 --   stats(t)        numel, mean, std, min, max and non-finite count of a tensor
 --   cursor()        the loader's cursor (what a checkpoint saves)
+-- A helper given an argument it cannot take says so in one line at the typed line (wick.repl).
 local T = require 'wick.tensor'
 
 local inspector = {}
 
 local PEEK_ROWS = 2
 local PEEK_TOKENS = 64  -- tokens of each row shown
+local MAX_COUNT = 2 ^ 31 -- of steps or rows a helper is asked for
+
+-- A helper's refusal of its arguments, blamed on the typed line `level` frames up (wick.repl).
+local function argument_error(message, level) require('wick.repl').argument_error(message, level + 1) end
+
+-- A helper's optional count (`what(n)`): nil, or a whole number in [1, MAX_COUNT]; raised at the
+-- input that called the helper.
+local function check_count(what, n)
+  if n ~= nil and (type(n) ~= 'number' or n % 1 ~= 0 or n < 1 or n > MAX_COUNT) then
+    argument_error(('%s(n): n must be a whole number from 1 to 2^31, got %s'):format(what, tostring(n)), 3)
+  end
+end
+
+-- Token ids as decode takes them: a tensor, or a list (of whole numbers >= 0, or one such list).
+local function check_ids(ids)
+  if T.is_tensor(ids) then return end
+  local list = type(ids) == 'table' and type(ids[1]) == 'table' and ids[1] or ids
+  local ok = type(list) == 'table'
+  for _, id in ipairs(ok and list or {}) do ok = ok and type(id) == 'number' and id >= 0 and id % 1 == 0 end
+  if not ok then argument_error(('decode(ids): ids must be a tensor or a list of token ids, got %s'):format(
+    type(ids)), 3) end
+end
 
 function inspector.stats(t)
+  if not T.is_tensor(t) then argument_error(('stats(t): t must be a tensor, got %s'):format(type(t)), 2) end
   local values = t:float()
   local list = values:view({ values:numel() }):totable()
   values:free()
@@ -34,11 +58,13 @@ end
 function inspector.expose(job)
   local trainer = require('wick.train').new(job)
   local function decode(ids)
+    check_ids(ids)
     if T.is_tensor(ids) then ids = ids:totable() end
     if type(ids[1]) == 'table' then ids = ids[1] end
     return trainer:decode(ids)
   end
   local function peek(rows)
+    check_count('peek', rows)
     local o = require('wick.train').loader_options(trainer.config, trainer.world_size, trainer.rank, trainer.micro,
       trainer.horizon)
     o.cursor, o.audit = trainer.loader:state(), nil
@@ -57,6 +83,7 @@ function inspector.expose(job)
     print(#out > 0 and table.concat(out, '\n') or '(the data has ended)')
   end
   local function step(n)
+    check_count('step', n)
     local m
     for _ = 1, n or 1 do m = trainer:train_step() end
     if m then print(('step %d loss %.4f lr %.3e grad norm %.4f'):format(m.step, m.loss, m.lr, m.grad_norm or 0)) end

@@ -13,11 +13,17 @@ local function planned_world(host)
   return n
 end
 
--- run recipe.lua [--key=value ...]: the script returned a table; a recipe (wick.recipe.is_recipe)
--- is trained, or with --dry-run (run's or the recipe's) checked and planned.
+-- run recipe.lua [--key=value ...]: the script returned a value; a recipe (wick.recipe.is_recipe)
+-- is trained, or with --dry-run (run's or the recipe's) checked and planned. Another table is a
+-- module's and left alone, except for --dry-run; anything else is no recipe at all.
 function main.run_recipe(path, raw, ...)
-  if not require('wick.recipe').is_recipe(raw) then return end -- some other table
   local host = require 'wick.host'
+  if not require('wick.recipe').is_recipe(raw) then
+    if type(raw) == 'table' and not host.dry_run then return end -- some other table: a module's
+    require('wick.cli').fail(("%s: %s returned %s, not a recipe (a table of model, data, batch, steps, ...)")
+      :format(path, host.dry_run and '--dry-run plans a recipe, and the script' or 'the script',
+      raw == nil and 'nothing' or ('a ' .. type(raw))), require('wick.cli').EXIT_USAGE)
+  end
   local job = require('wick.recipe').load(path, raw, { ... })
   if host.dry_run or job.flags.dry_run then
     local ok = require('wick.plan').report(job, planned_world(host))

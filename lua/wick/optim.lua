@@ -97,8 +97,11 @@ function AdamW:step(model)
   local finite = norm == norm and norm ~= math.huge
   if scaler then
     if not scaler:update(finite) then return false, norm end
-  elseif not finite then
-    error(string.format('optim.adamw: gradient norm is %s (a diverged loss or bad data; lower the lr)', tostring(norm)), 2)
+  elseif not finite then -- the run's failure, not a bug here: one line (exit 1), no traceback
+    local cli = require 'wick.cli'
+    local lr = type(self.lr) == 'function' and self.lr(self.step_count + 1) or self.lr
+    cli.fail(('optim.adamw: gradient norm is %s at step %d, lr %.3g (a diverged loss or bad data; lower the lr)')
+      :format(tostring(norm), self.step_count + 1, lr), cli.EXIT_DATA)
   end
   local coef = 1
   if self.clip and norm > self.clip then coef = self.clip / (norm + CLIP_EPS) end

@@ -44,14 +44,20 @@ local function helpers(trainer, changes)
   for _, entry in ipairs(trainer.config.data.sources) do names[require('wick.recipe').source_name(entry)] = true end
   return {
     set_lr = function(scale)
-      if not is_weight(scale) then error('set_lr(scale): a finite number >= 0', 2) end
+      if not is_weight(scale) then
+        repl.argument_error(('set_lr(scale): scale must be a finite number >= 0, got %s'):format(tostring(scale)), 2)
+      end
       changes.lr_scale = scale
     end,
     set_mix = function(weights)
-      if type(weights) ~= 'table' then error('set_mix{ name = weight, ... }', 2) end
+      if type(weights) ~= 'table' then
+        repl.argument_error(('set_mix{ name = weight, ... } takes a table, got %s'):format(type(weights)), 2)
+      end
       for name, w in pairs(weights) do
-        if not names[name] then error(('set_mix: no source is named %s'):format(tostring(name)), 2) end
-        if not is_weight(w) then error(('set_mix: %s must be a finite number >= 0'):format(name), 2) end
+        if not names[name] then repl.argument_error(('set_mix: no source is named %s'):format(tostring(name)), 2) end
+        if not is_weight(w) then
+          repl.argument_error(('set_mix: %s must be a finite number >= 0, got %s'):format(name, tostring(w)), 2)
+        end
         changes.mix[name] = w
       end
     end,

@@ -4,6 +4,7 @@
 -- divisibility of the batch (global by world x micro, for each accumulation of batch.schedule),
 -- the parameter count and a memory estimate per rank. It starts no rank, reads no shard and
 -- allocates no model.
+local core = require 'wick.core'
 local recipe = require 'wick.recipe'
 local train = require 'wick.train'
 
@@ -25,6 +26,37 @@ local function gib(bytes)
     if bytes >= unit[2] then return ('%.2f %s'):format(bytes / unit[2], unit[1]) end
   end
   return ('%d bytes'):format(bytes)
+end
+
+-- The memory of this machine, which a CPU rank's estimate must fit: MemTotal of /proc/meminfo, or
+-- the cgroup's limit where lower (v2's memory.max, v1's memory.limit_in_bytes); nil when unknown.
+local MEMORY_LIMIT_FILES = { '/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes' }
+local KIB = 1024
+
+function plan.machine_memory()
+  local meminfo = core.read_file('/proc/meminfo')
+  local total = meminfo and tonumber(meminfo:match('MemTotal:%s*(%d+) kB'))
+  total = total and total * KIB
+  for _, path in ipairs(MEMORY_LIMIT_FILES) do
+    local limit = tonumber((core.read_file(path) or ''):match('^(%d+)')) -- 'max': no limit
+    if limit and (not total or limit < total) then total = limit end
+  end
+  return total
+end
+
+-- The loader of the run (every source, rank 0 of `world`) checked as its start would check it:
+-- the bytes of its ring, or nil and what the run would refuse.
+local function check_loader(config, world, micro)
+  local ok, loader = pcall(function()
+    local o = train.loader_options(config, world, 0, micro, config.steps) -- the mix's weights checked here
+    o.audit, o.device = nil, nil
+    return require('wick.data').loader(o)
+  end)
+  if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
+  local checked, bytes = pcall(loader.check, loader)
+  loader:close()
+  if not checked then return nil, tostring(bytes):gsub('^.-:%d+: ', '') end
+  return bytes
 end
 
 -- Memory per rank: weights, gradients, optimizer state, activations at the micro batch.
@@ -110,16 +142,32 @@ function plan.report(job, world)
   if m.seq_len < c.data.seq_len then
     problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, c.data.seq_len)
   end
+  local ring_bytes = 0
+  if #problems == 0 then
+    local bytes, why = check_loader(c, world, micro)
+    if bytes then ring_bytes = bytes else problems[#problems + 1] = why end
+  end
   if m.vocab > 0 then
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
     local mem = plan.memory(m, micro, policy)
     add('model: %d layers, %d heads, dim %d, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
       m.layers, m.heads, m.dim, m.vocab, m.seq_len, train.parameter_count(m), train.parameter_count(m) / 1e6,
       train.flops_per_token(m) / 1e9)
-    add('memory per rank (%s, micro batch %d): weights %s, grads %s, optimizer %s, activations %s: total %s', policy,
-      micro, gib(mem.weights), gib(mem.grads), gib(mem.optimizer), gib(mem.activations), gib(mem.total))
+    local total = mem.total + ring_bytes
+    add('memory per rank (%s, micro batch %d): weights %s, grads %s, optimizer %s, activations %s, data ring %s: ' ..
+      'total %s', policy, micro, gib(mem.weights), gib(mem.grads), gib(mem.optimizer), gib(mem.activations),
+      gib(ring_bytes), gib(total))
+    local device = c.model.device or 'cpu'
+    local machine = device == 'cpu' and plan.machine_memory()
+    if machine and total > machine then
+      problems[#problems + 1] = ('the memory estimate per rank, %s, is above the %s of this machine (device cpu): ' ..
+        'lower batch.micro, data.seq_len or the model'):format(gib(total), gib(machine))
+    end
   end
   if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end
+  if c.steps and job.flags.repl_at and job.flags.repl_at > c.steps then
+    problems[#problems + 1] = ('--repl-at=%d is beyond the last step %d'):format(job.flags.repl_at, c.steps)
+  end
   if c.checkpoint.every > 0 then add('checkpoints: every %d steps into %s, keeping %d', c.checkpoint.every, c.checkpoint.dir, c.checkpoint.keep) end
   for _, p in ipairs(checkpoint_problems(job)) do problems[#problems + 1] = p end
   for _, line in ipairs(lines) do print(line) end

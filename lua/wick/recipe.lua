@@ -283,9 +283,35 @@ function recipe.parse_args(name, args)
   return flags, overrides
 end
 
+-- A deep copy of plain tables (functions, cdata and tables with a metatable are shared), or nil
+-- and the path of a table that holds one of the tables around it (a cycle would recurse forever).
+-- `open` maps the tables being copied to their paths.
+local function copy_tree(t, path, open)
+  if type(t) ~= 'table' or getmetatable(t) then return t end
+  if open[t] then return nil, ('%s refers back to %s'):format(path, open[t]) end
+  open[t] = path
+  local out = {}
+  for k, v in pairs(t) do
+    local copy, why = copy_tree(v, path == '' and tostring(k) or (path .. '.' .. tostring(k)), open)
+    if why then return nil, why end
+    out[k] = copy
+  end
+  open[t] = nil
+  return out
+end
+
+local CYCLE_HINT = '(a recipe is a tree of tables: a cycle cannot be checked)'
+
+function recipe.copy(t)
+  local copy, why = copy_tree(t, '', {})
+  if why then error(('recipe.copy: %s %s'):format(why, CYCLE_HINT), 2) end
+  return copy
+end
+
 -- Applies overrides to a copy of the raw recipe: each value converted by its declaration.
 function recipe.apply(name, raw, overrides)
-  local copy = recipe.copy(raw)
+  local copy, cycle = copy_tree(raw, '', {})
+  if cycle then fail(name, cycle .. ' ' .. CYCLE_HINT) end
   local applied = {}
   for _, o in ipairs(overrides) do
     local path, text = o[1], o[2]
@@ -305,14 +331,6 @@ function recipe.apply(name, raw, overrides)
     applied[#applied + 1] = path .. '=' .. text
   end
   return copy, applied
-end
-
--- A deep copy of plain tables (functions, cdata and tables with a metatable are shared).
-function recipe.copy(t)
-  if type(t) ~= 'table' or getmetatable(t) then return t end
-  local out = {}
-  for k, v in pairs(t) do out[k] = recipe.copy(v) end
-  return out
 end
 
 -- ---- text, hashes, flattening ----------------------------------------------------------------------

@@ -55,6 +55,7 @@ end
 local function traceback(message)
   local text = debug.traceback(tostring(message), 2)
   if require('wick.log').level() == 'debug' then return text end
+  if require('wick.cli').is_user_error(message) then return message.message end -- a helper's one line
   local kept = {}
   for line in text:gmatch('[^\n]+') do
     if line:match('^\t%[C%]: in function \'xpcall\'$') or line:find(THIS_FILE, 1, true) then break end
@@ -97,6 +98,16 @@ end
 -- it raised.
 local function execute(chunk)
   return finish(host.interruptible(xpcall, chunk, traceback))
+end
+
+-- Raises a helper's refusal of its arguments as a user error: one line, positioned like
+-- error(message, level) at the input that called the helper, and shown without a traceback (the
+-- helper's own frames say nothing to the user who typed the call).
+function repl.argument_error(message, level)
+  local caller = debug.getinfo((level or 1) + 1, 'Sl')
+  local where = caller and caller.currentline > 0 and ('%s:%d: '):format(caller.short_src, caller.currentline) or ''
+  local cli = require 'wick.cli'
+  cli.fail(where .. message, cli.EXIT_USAGE)
 end
 
 local leaving = false

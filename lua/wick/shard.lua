@@ -23,8 +23,8 @@ Converts text to a Wick dataset (index.json + shard-NNNNN.wks; format: runtime/d
 INPUTS are files or directories (walked recursively in sorted order, hidden entries skipped):
   *.jsonl, *.ndjson            one JSON object per line; the document is its --field string
   *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed
-  *.bin                        llm.c (magic 20240520) or nanoGPT uint16 GPT-2 tokens,
-                               documents separated by <|endoftext|>
+  *.bin                        llm.c (magic 20240520) GPT-2 tokens, or headerless nanoGPT uint16
+                               tokens with --headerless-bin; documents separated by <|endoftext|>
   *.parquet                    the strings of the --field column, one document per row (null rows
                                are counted and skipped); snappy, gzip, zstd; data pages v1 and v2
   *.tar, *.tar.gz, *.tgz       WebDataset shards: each sample's member with extension --field (txt,
@@ -53,6 +53,8 @@ local SPEC = cli.spec {
       help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
     { 'json_field', 'string', value = 'NAME', default = 'text',
       help = "the string member of a tar sample's .json member (with --field json)" },
+    { 'headerless_bin', 'flag',
+      help = ".bin inputs are nanoGPT's uint16 tokens without a header (default: llm.c files, magic checked)" },
     { 'split', 'enum', values = { 'file', 'paragraph', 'line' }, default = 'file',
       help = 'how a text file becomes documents: whole, per blank-line-separated paragraph, or per line' },
     { 'include', 'string', value = 'GLOBS',
@@ -126,6 +128,7 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_STRICT, opts.strict and 1 or 0)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
+  set(C.WK_CONVERT_HEADERLESS_BIN, opts.headerless_bin and 1 or 0)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))

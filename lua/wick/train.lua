@@ -155,11 +155,30 @@ local function emit(self, event, metrics)
   end
 end
 
+-- A loader the run cannot start (a source too small for data.seq_len, a cache too small for the
+-- ring) is the recipe's mistake: one usage line (exit 2), as the dry run reports it; a shard that
+-- cannot be read stays the data error it is.
+local function start_loader(self)
+  local ok, err = pcall(self.loader.start, self.loader)
+  if ok then return end
+  if core.C.wk_last_status() == core.C.WK_ERR_INVALID_ARG then fail(self, (tostring(err):gsub('^.-:%d+: ', ''))) end
+  error(err, 0)
+end
+
+-- The loader options of this rank; a mix weight the data cannot take (a function whose value is
+-- infinite at some step) is the recipe's mistake: one usage line (exit 2).
+local function rank_loader_options(self, micro)
+  local ok, o = pcall(train.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
+  if not ok then fail(self, (tostring(o):gsub('^.-:%d+: ', ''))) end
+  return o
+end
+
 local function open_loader(self, micro, cursor)
-  local o = train.loader_options(self.config, self.world_size, self.rank, micro, self.horizon)
+  local o = rank_loader_options(self, micro)
   o.cursor = cursor
   self.loader = wick().data.loader(o)
   self.micro = micro
+  start_loader(self)
 end
 
 -- The recipe since the checkpoint: printed; a change that cannot resume is refused.
@@ -223,9 +242,18 @@ end
 local function open_loader_at(self, micro, cursor)
   if not cursor then return open_loader(self, micro) end
   local ok, err = pcall(open_loader, self, micro, cursor)
+  if not ok and cli.is_user_error(err) then error(err, 0) end -- the recipe's mistake, not the cursor's
   if not ok then
     local why = tostring(err):gsub('^.-:%d+: ', '')
     cli.fail(('checkpoint: %s/state.safetensors: cursor: %s'):format(self.resumed_from, why), cli.EXIT_DATA)
+  end
+end
+
+-- --repl-at names a step this run trains: after the one it resumes from, at most the last.
+local function check_repl_at(self, step)
+  if step and (step > self.total or step <= self.step) then
+    fail(self, ('--repl-at=%d is not a step of this run (it trains steps %d to %d)'):format(step, self.step + 1,
+      self.total))
   end
 end
 
@@ -256,6 +284,7 @@ function train.new(job)
   self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
   open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
+  check_repl_at(self, job.flags.repl_at)
   local vocab = self.loader:vocab_size()
   local m = config.model
   if m.vocab and m.vocab < vocab then

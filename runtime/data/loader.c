@@ -555,13 +555,29 @@ static WkStatus check_tokenizers(const WkLoader *loader) {
   return WK_OK;
 }
 
-WkStatus wk_loader_start(WkLoader *loader) {
-  WK_TRY(require_not_started(loader, "start"));
+/* What start checks and opens before it allocates anything of the ring (again after a failed start
+ * or a check: each step keeps what it opened). */
+static WkStatus prepare(WkLoader *loader, const char *what) {
+  WK_TRY(require_not_started(loader, what));
   if (loader->mix.count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "the loader has no source");
   WK_TRY(check_tokenizers(loader));
   WK_TRY(derive_batch_shape(loader));
   WK_TRY(open_orders(loader));
   if (loader->restored) WK_TRY(check_cursor(loader));
+  return WK_OK;
+}
+
+WkStatus wk_loader_check(WkLoader *loader, uint64_t *ring_bytes) {
+  WK_TRY(prepare(loader, "check"));
+  loader->buffer_bytes = buffer_size(loader);
+  uint32_t count = 0;
+  WK_TRY(ring_size(loader, &count));
+  *ring_bytes = (uint64_t)count * loader->buffer_bytes;
+  return WK_OK;
+}
+
+WkStatus wk_loader_start(WkLoader *loader) {
+  WK_TRY(prepare(loader, "start"));
   if (!loader->device_copy) WK_TRY(wk_device_copy_new(param(loader, WK_LOADER_DEVICE), &loader->device_copy));
   WK_TRY(allocate_ring(loader));
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);

@@ -9,7 +9,8 @@
  *   run --dry-run recipe.lua [args...]    check a recipe and plan it for the world named by
  *                                         --nproc-per-node x --nnodes (or WORLD_SIZE); no ranks start
  *
- * A script that returns a table is a recipe: wick.main.run_recipe trains it (wick.train).
+ * A script that returns a table is a recipe: wick.main.run_recipe trains it (wick.train); a value
+ * other than a table, or no recipe for --dry-run, is a usage error.
  *
  * The option table below is the single source of both the parser and the help text.
  */
@@ -462,9 +463,11 @@ static int run_command(lua_State *L, const Command *cmd, const char *exe) {
     lua_pushinteger(L, script_results); /* the REPL keeps a script's return value as `recipe` */
     lua_insert(L, -1 - script_results);
     rc = call_main_entry(L, "repl", 1 + script_results);
-  } else if (rc == 0 && script_results > 0 && lua_istable(L, -script_results)) {
-    /* a recipe: wick.main.run_recipe(path, recipe, args...) */
-    lua_pop(L, script_results - 1);
+  } else if (rc == 0 && (cmd->dry_run || (script_results > 0 && !lua_isnil(L, -script_results)))) {
+    /* a recipe, or what a script meant as one returned (nothing for --dry-run, a number):
+     * wick.main.run_recipe(path, value, args...) trains it or says what is wrong with it */
+    if (script_results == 0) lua_pushnil(L);
+    else lua_pop(L, script_results - 1);
     lua_pushstring(L, script);
     lua_insert(L, -2);
     rc = call_main_entry(L, "run_recipe", 2 + push_args(L, cmd->args, cmd->arg_count));

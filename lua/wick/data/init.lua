@@ -268,6 +268,14 @@ end
 -- (an abort inside the caller's step loop).
 jit.off(make_slots)
 
+-- What start would refuse, raised the same way, without allocating the ring or reading a shard (a
+-- dry run's check); returns the bytes the ring of micro-batches would take.
+function Loader:check()
+  local bytes = ffi.new('uint64_t[1]')
+  core.check(C.wk_loader_check(self.handle, bytes), 2)
+  return tonumber(bytes[0])
+end
+
 function Loader:start()
   if not self.started then
     core.check(C.wk_loader_start(self.handle), 2)

@@ -83,7 +83,9 @@ local function resolve_data(opts)
     local chunk, err = loadstring('return ' .. opts.mix, '=--mix')
     if not chunk then cli.usage_error(spec, err) end
     setfenv(chunk, setmetatable({ data = data, wick = require 'wick' }, { __index = _G }))
-    return check_mix(chunk(), '--mix')
+    local ok, mix = pcall(chunk) -- what it raises is about the command line (a weight of inf, say)
+    if not ok then cli.usage_error(spec, '--mix: ' .. tostring(mix):gsub('^[^\n]-:%d+: ', '')) end
+    return check_mix(mix, '--mix')
   end
   if not opts.data then cli.usage_error(spec, '--data PATH or --mix EXPR is required') end
   local ok, host = pcall(require, 'wick.host')

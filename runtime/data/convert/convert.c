@@ -49,7 +49,7 @@ struct WkConverter {
   WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
   char *json_field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split;
+  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split, headerless_bin;
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -135,6 +135,7 @@ WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) 
     case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
     case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
     case WK_CONVERT_TEXT_SPLIT: slot = &cv->split, lo = 0, hi = 2, what = "text split"; break;
+    case WK_CONVERT_HEADERLESS_BIN: slot = &cv->headerless_bin, lo = 0, hi = 1, what = "headerless bin"; break;
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
   }
   if (value < lo || value > hi)
@@ -742,6 +743,18 @@ static WkStatus build(Run *r) {
 
 /* ---- output directory and index ----------------------------------------------------------------- */
 
+/* A run that found no document writes no dataset: an empty one would only fail later, in the loader
+ * ("partitions must be between 1 and the shard count (0)"). Why is the inputs': the first line
+ * skipped says it. */
+static WkStatus require_documents(const WkConverter *cv) {
+  if (cv->stats.documents > 0) return WK_OK;
+  return WK_FAIL(WK_ERR_FORMAT, "converter: no document in %llu input%s (%llu bad, %llu empty, %llu null skipped)%s%s; "
+                 "'%s' is not written", (unsigned long long)cv->stats.inputs, cv->stats.inputs == 1 ? "" : "s",
+                 (unsigned long long)cv->stats.bad, (unsigned long long)cv->stats.empty,
+                 (unsigned long long)cv->stats.nulls, cv->bad_kept ? ": the first skipped, " : "",
+                 cv->bad_kept ? cv->bad_lines[0] : "", cv->out_dir);
+}
+
 static WkStatus write_index(Run *r) {
   WkConverter *cv = r->cv;
   WkIndex index = {
@@ -831,6 +844,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
   cv->bad_kept = 0;
   memset(&cv->stats, 0, sizeof cv->stats);
   cv->stats.inputs = cv->input_count;
+  for (size_t i = 0; i < cv->input_count; i++) cv->inputs[i].headerless = cv->headerless_bin != 0;
 
   Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
@@ -882,6 +896,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
   for (uint64_t s = r.consumed; s < r.produced; s++) convert_chunk_free(r.ring[s % r.ring_size]);
   for (uint32_t i = 0; i < r.shard_count && status == WK_OK; i++)
     if (r.shards[i]->status != WK_OK) status = WK_FAIL(r.shards[i]->status, "%s", r.shards[i]->message);
+  if (status == WK_OK) status = require_documents(cv);
   if (status == WK_OK) status = write_index(&r);
   if (status == WK_OK) status = convert_output_publish(&r.out, r.shard_count);
   convert_output_close(&r.out, status != WK_OK);

@@ -30,6 +30,7 @@ typedef struct {
   InputKind kind;
   uint64_t size;
   WkRemote *remote;  /* the converter's remote context for a URL (remote_input.c); NULL: a local file */
+  bool headerless;   /* .bin: nanoGPT's uint16 tokens, no llm.c header (WK_CONVERT_HEADERLESS_BIN) */
 } Input;
 
 typedef struct {

@@ -6,8 +6,10 @@
  *   *.jsonl, *.ndjson           one JSON object per line; the document is its string field (--field)
  *   *.jsonl.zst, *.ndjson.zst   the same, zstd-compressed (any number of frames)
  *   *.bin                       GPT-2 tokens: llm.c files (256 x int32 header, magic 20240520, version
- *                               1, token count; then uint16 tokens) or headerless nanoGPT uint16
- *                               files; documents are separated by <|endoftext|> (50256)
+ *                               1, token count; then uint16 tokens), or headerless nanoGPT uint16
+ *                               files when asked (a file without the magic is refused otherwise: read
+ *                               as tokens, a damaged header would be silently wrong data); documents
+ *                               are separated by <|endoftext|> (50256)
  *   *.parquet                   the strings of the --field column, one document per row; null rows are
  *                               counted and skipped (input_parquet.c)
  *   *.tar, *.tar.gz, *.tgz      WebDataset shards: the --field member (by extension) of each sample
@@ -20,9 +22,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <limits.h>  /* PATH_MAX */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>  /* read, close */
 #include <zstd.h>  /* ZSTD_decompressStream for .jsonl.zst */
 
 #include "convert.h"
@@ -35,6 +39,7 @@ enum {
   LLMC_MAGIC_LLAMA3 = 20240801,
   MAX_WALK_DEPTH = 64,
   MAX_LINE_BYTES = 1 << 30,     /* a longer .jsonl line is refused rather than buffered */
+  INDEX_HEAD_BYTES = 256,       /* where an index.json says its format (the converter writes it first) */
 };
 
 /* ---- listing -------------------------------------------------------------------------------- */
@@ -73,12 +78,30 @@ bool convert_input_wanted(const char *path, const char *const *patterns) {
   return false;
 }
 
+/* Whether a directory holds a Wick dataset: an index.json that says so where the converter writes its
+ * format. A dataset's index and shards are no text to convert. */
+static bool holds_dataset(const char *dir) {
+  char index[PATH_MAX];
+  struct stat st;
+  if (snprintf(index, sizeof index, "%s/index.json", dir) >= (int)sizeof index) return false;
+  if (stat(index, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd;
+  uint64_t size;
+  if (wk_open_regular(index, "dataset indexes", &fd, &size) != WK_OK) return false;
+  char head[INDEX_HEAD_BYTES];
+  ssize_t n = read(fd, head, sizeof head);
+  close(fd);
+  return n > 0 && memmem(head, (size_t)n, "\"format\": \"wick-dataset\"", sizeof "\"format\": \"wick-dataset\"" - 1);
+}
+
 static WkStatus add_path(const char *path, int depth, const ListOptions *opt, Input **inputs, size_t *count,
                          size_t *capacity) {
   struct stat st;
   if (stat(path, &st) != 0) return WK_FAIL_ERRNO("input", path);
   /* Never read the converter's own output (a rerun into a folder under its input). */
   if (opt->skip_dir && st.st_dev == opt->skip_dir->st_dev && st.st_ino == opt->skip_dir->st_ino) {
+    if (depth == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is the output directory (-o): write the dataset elsewhere", path);
     wk_logf(WK_LOG_INFO, "converter: not reading '%s': it is the output directory", path);
     return WK_OK;
   }
@@ -102,6 +125,13 @@ static WkStatus add_path(const char *path, int depth, const ListOptions *opt, In
   if (depth > MAX_WALK_DEPTH)
     return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s': directories nested deeper than %d (a symlink loop?)", path,
                    MAX_WALK_DEPTH);
+  if (holds_dataset(path)) { /* an earlier converter output */
+    if (depth == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "input '%s' is a Wick dataset (its index.json says so): it is converted "
+                     "already; name the inputs it was made from", path);
+    wk_logf(WK_LOG_WARN, "converter: skipping '%s': it holds a Wick dataset (an earlier converter output)", path);
+    return WK_OK;
+  }
   DIR *dir = opendir(path);
   if (!dir) return WK_FAIL_ERRNO("open directory", path);
   char **names = NULL;
@@ -271,33 +301,42 @@ static WkStatus cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chunk
   return status;
 }
 
-/* llm.c (header) or nanoGPT (headerless) uint16 GPT-2 tokens. */
+/* Where the tokens of an llm.c file start and how many there are, from its header. */
+static WkStatus read_llmc_header(const Input *in, WkBlob *blob, uint64_t *offset, uint64_t *tokens) {
+  int32_t header[LLMC_HEADER_INTS];
+  uint64_t size = blob->size;
+  if (size < sizeof header)
+    return WK_FAIL(WK_ERR_FORMAT, "'%s': %llu bytes is shorter than llm.c's %zu-byte header (a headerless nanoGPT "
+                   "file? convert it with --headerless-bin)", in->path, (unsigned long long)size, sizeof header);
+  WK_TRY(blob->read_at(blob, 0, sizeof header, header));
+  if (header[0] == LLMC_MAGIC_LLAMA3)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c Llama-3 token file (uint32 tokens); only GPT-2 files are "
+                   "supported so far", in->path);
+  if (header[0] != LLMC_MAGIC_GPT2)
+    return WK_FAIL(WK_ERR_FORMAT, "'%s' offset 0: magic %d is not llm.c's %d (a damaged file, or a headerless "
+                   "nanoGPT file: convert it with --headerless-bin)", in->path, header[0], LLMC_MAGIC_GPT2);
+  if (header[1] != 1)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c token file version %d; only version 1 (GPT-2, uint16) is "
+                   "supported", in->path, header[1]);
+  if (header[2] < 0 || (uint64_t)header[2] * 2 + sizeof header != size)
+    return WK_FAIL(WK_ERR_FORMAT, "'%s': llm.c header says %d tokens (%llu bytes) but the file has %llu bytes "
+                   "(truncated?)", in->path, header[2], (unsigned long long)(int64_t)header[2] * 2 + sizeof header,
+                   (unsigned long long)size);
+  *offset = sizeof header;
+  *tokens = (uint64_t)header[2];
+  return WK_OK;
+}
+
+/* llm.c (header) or, when asked, nanoGPT (headerless) uint16 GPT-2 tokens. */
 static WkStatus cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                            void *arg, const atomic_bool *stop) {
   WkStatus status = WK_OK;
-  uint64_t size = blob->size, offset = 0, tokens = 0;
-  int32_t header[LLMC_HEADER_INTS];
-  bool has_header = size >= sizeof header;
-  if (has_header) WK_TRY(blob->read_at(blob, 0, sizeof header, header));
-  if (has_header && header[0] == LLMC_MAGIC_GPT2) {
-    if (header[1] != 1)
-      status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c token file version %d; only version 1 (GPT-2, uint16) is "
-                       "supported", in->path, header[1]);
-    else if (header[2] < 0 || (uint64_t)header[2] * 2 + sizeof header != size)
-      status = WK_FAIL(WK_ERR_FORMAT, "'%s': llm.c header says %d tokens (%llu bytes) but the file has %llu bytes "
-                       "(truncated?)", in->path, header[2], (unsigned long long)(int64_t)header[2] * 2 + sizeof header,
-                       (unsigned long long)size);
-    offset = sizeof header;
-    tokens = (uint64_t)(header[2] < 0 ? 0 : header[2]);
-  } else if (has_header && header[0] == LLMC_MAGIC_LLAMA3) {
-    status = WK_FAIL(WK_ERR_UNSUPPORTED, "'%s': llm.c Llama-3 token file (uint32 tokens); only GPT-2 files are "
-                     "supported so far", in->path);
-  } else {
-    if (size % 2 != 0)
-      status = WK_FAIL(WK_ERR_FORMAT, "'%s': %llu bytes is not a whole number of uint16 tokens (a nanoGPT .bin "
-                       "file is uint16 tokens without header)", in->path, (unsigned long long)size);
-    tokens = size / 2;
-  }
+  uint64_t size = blob->size, offset = 0, tokens = size / 2;
+  if (!in->headerless)
+    WK_TRY(read_llmc_header(in, blob, &offset, &tokens));
+  else if (size % 2 != 0)
+    return WK_FAIL(WK_ERR_FORMAT, "'%s': %llu bytes is not a whole number of uint16 tokens (a nanoGPT .bin file is "
+                   "uint16 tokens without header)", in->path, (unsigned long long)size);
   bool first = true;
   for (uint64_t done = 0; status == WK_OK && !atomic_load(stop) && (done < tokens || first);) {
     size_t n = tokens - done < sizes->bin_tokens ? (size_t)(tokens - done) : sizes->bin_tokens;

@@ -190,7 +190,7 @@ static WkStatus read_split(Loader *ld, const WkJson *node) {
   char what[NAME_BYTES];
   snprintf(what, sizeof what, "%s: pre_tokenizer Split", ld->path);
   if (regex && regex->type == WK_JSON_STRING) return pretokenizer_add(&ld->bpe->pre, regex->string, regex->length, what);
-  if (literal && literal->type == WK_JSON_STRING && literal->length > 0)
+  if (literal && literal->type == WK_JSON_STRING) /* "" matches empty everywhere: every character a piece */
     return pretokenizer_add_literal(&ld->bpe->pre, literal->string, literal->length, what);
   return BAD(ld, "pre_tokenizer Split has no pattern {\"Regex\": ...} or {\"String\": ...}");
 }
@@ -230,6 +230,17 @@ static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t positio
 
 /* ---- the rest -------------------------------------------------------------------------------------- */
 
+/* An added token may be a token of the vocabulary, by the same id; an id the vocabulary gives to
+ * other bytes would make one id two strings (decoding would write the added one for both). */
+static WkStatus check_added_id(Loader *ld, size_t k, uint32_t id, const WkJson *content) {
+  if (!vocab_has(&ld->bpe->vocab, id)) return WK_OK;
+  size_t length;
+  const uint8_t *bytes = vocab_bytes(&ld->bpe->vocab, id, &length);
+  if (length == content->length && memcmp(bytes, content->string, length) == 0) return WK_OK;
+  return BAD(ld, "added_tokens[%zu] \"%.100s\" has id %u, which model.vocab gives to \"%.*s\" (one id, two strings)", k,
+             content->string, id, (int)(length < 100 ? length : 100), (const char *)bytes);
+}
+
 static WkStatus read_added(Loader *ld, const WkJson *list) {
   if (is_null(list)) return WK_OK;
   if (list->type != WK_JSON_ARRAY) return BAD(ld, "added_tokens is not an array");
@@ -246,6 +257,7 @@ static WkStatus read_added(Loader *ld, const WkJson *list) {
       WK_TRY(want_bool(ld, t, *key, "added_tokens[]"));
     if (flag(t, "single_word", false))
       return UNSUPPORTED(ld, "added_tokens[%zu] (\"%.100s\"): single_word is not supported", k, content->string);
+    WK_TRY(check_added_id(ld, k, (uint32_t)value, content));
     bool special = flag(t, "special", false);
     bool normalized = flag(t, "normalized", !special);
     WK_TRY(added_add(&ld->bpe->added[normalized ? 1 : 0], (uint32_t)value, (const uint8_t *)content->string,

@@ -11,8 +11,10 @@
  * letters or numbers here.
  *
  * Every match is a piece, and so is the unmatched text between matches (Hugging Face's "Isolated"
- * split; tiktoken's patterns match everything). Empty matches split nothing. For the patterns of
- * ascii.c, each match that ASCII characters decide is found there, without PCRE2.
+ * split; tiktoken's patterns match everything). An empty match cuts the text where it is, as
+ * Hugging Face's does (a pattern that matches the empty string everywhere splits every character,
+ * `(?=a)` cuts before each a). For the patterns of ascii.c, each match that ASCII characters decide
+ * is found there, without PCRE2.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -216,8 +218,10 @@ static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int lev
     }
     const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match);
     size_t start = ov[0], end = ov[1];
-    if (end == start) { /* empty: no split here; look again one character on */
+    if (end == start) { /* empty: a cut here (Hugging Face's Isolated split); look again one character on */
       if (start >= length) break;
+      if (start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
+      done = start;
       at = start + char_length(text[start]);
       continue;
     }

@@ -1,0 +1,140 @@
+-- A user's mistake is one line: exit 2 for usage, exit 1 for data, no Lua traceback; and the dry
+-- run refuses what the run itself would refuse at its start. Every case is a real `run` process on
+-- a real converted dataset.
+local helper = require 'helper'
+local data_helper = require 'data_helper'
+local q = helper.shell_quote
+
+-- One line on stderr naming `text`, nothing of Lua's internals, exit `rc`.
+local function assert_one_line(r, rc, text)
+  assert.are.equal(rc, r.rc, r.out .. r.err)
+  assert.are.equal(1, #helper.lines(r.err), r.err)
+  assert.matches(text, r.err, 1, true)
+  assert.is_nil(r.err:find('traceback', 1, true), r.err)
+  assert.is_nil(r.err:find('%.lua:%d+'), r.err)
+end
+
+-- The REPL's errors: each `text` on a line of its own, no traceback, no frame of wick's own files.
+local function assert_repl_lines(r, texts)
+  for _, text in ipairs(texts) do assert.matches('\n' .. text .. '\n', '\n' .. r.err, 1, true) end
+  assert.are.equal(#texts, #helper.lines(r.err), r.err)
+  assert.is_nil(r.err:find('traceback', 1, true), r.err)
+  assert.is_nil(r.err:find('wick/', 1, true), r.err)
+end
+
+describe('user errors', function()
+  local root, dataset, recipe
+  setup(function()
+    root = helper.tmpdir()
+    dataset = data_helper.make_dataset(root .. '/data', data_helper.documents(200, 40, 5), { shard_size = 4096 })
+    recipe = helper.write_file(root .. '/recipe.lua', ([[
+return {
+  model = { layers = 1, heads = 2, dim = 16 },
+  data = { sources = { %q }, seq_len = 32 },
+  batch = { global = 8, micro = 2 },
+  steps = 4, seed = 3, timeout = 30,
+}
+]]):format(dataset))
+  end)
+  teardown(function() helper.rmtree(root) end)
+
+  it('a diverged loss (--optim.lr=1e30) is one line naming the step and the lr, on every rank (exit 1)', function()
+    local r = helper.run(q(recipe) .. ' --optim.lr=1e30')
+    assert_one_line(r, 1, 'optim.adamw: gradient norm is nan at step 2, lr ')
+    local two = helper.run('--nproc-per-node 2 ' .. q(recipe) .. ' --optim.lr=1e30')
+    assert.are.equal(1, two.rc, two.err)
+    assert.matches('[rank1] optim.adamw: gradient norm is nan at step 2', two.out .. two.err, 1, true)
+    assert.is_nil((two.out .. two.err):find('traceback', 1, true), two.err)
+  end)
+
+  it("the REPL's helpers refuse bad arguments in one line at the typed line: stats(nil), set_lr, set_mix", function()
+    local built = helper.run('-i ' .. q(recipe), { stdin = 'stats(nil)\nx = stats(3)\ndecode(nil)\nstep("x")\n' ..
+      'peek(0)\nprint("still here", decode({ 104, 105 }))\n' })
+    assert.are.equal(1, built.rc)
+    assert.matches('still here\thi', built.out, 1, true)
+    assert_repl_lines(built, { 'stdin:1: stats(t): t must be a tensor, got nil',
+      'stdin:2: stats(t): t must be a tensor, got number',
+      'stdin:3: decode(ids): ids must be a tensor or a list of token ids, got nil',
+      'stdin:4: step(n): n must be a whole number from 1 to 2^31, got x',
+      'stdin:5: peek(n): n must be a whole number from 1 to 2^31, got 0' })
+    local paused = helper.run(q(recipe) .. ' --steps=2 --repl-at=1', { stdin =
+      'set_lr(-1)\nset_mix(3)\nset_mix{ nosuch = 1 }\nset_mix{ data = 1 / 0 }\ncontinue()\n' })
+    assert.are.equal(0, paused.rc, paused.err)
+    assert.matches('step 2/2', paused.out, 1, true)
+    assert_repl_lines(paused, { 'stdin:1: set_lr(scale): scale must be a finite number >= 0, got -1',
+      'stdin:2: set_mix{ name = weight, ... } takes a table, got number', 'stdin:3: set_mix: no source is named nosuch',
+      'stdin:4: set_mix: data must be a finite number >= 0, got inf' })
+  end)
+  it('a cyclic recipe table is refused naming the keys of the cycle, not a stack overflow (exit 2)', function()
+    local cyclic = helper.write_file(root .. '/cyclic.lua', ('local r = dofile(%q)\nr.data.back = r.data\nreturn r\n')
+      :format(recipe))
+    assert_one_line(helper.run(q(cyclic)), 2, 'cyclic.lua: data.back refers back to data (a recipe is a tree of tables')
+    assert_one_line(helper.run('--dry-run ' .. q(cyclic)), 2, 'data.back refers back to data')
+  end)
+
+  it('an infinite mix weight in --mix is one line naming the source and the weight (exit 2)', function()
+    local r = helper.run(('-m wick.data.inspect --seq-len 16 --mix %s'):format(
+      q(("data.mix{ { %q, weight = math.huge } }"):format(dataset))))
+    assert_one_line(r, 2, 'wick.data.inspect: --mix: data.mix source 1 (' .. dataset .. '): weight inf at step 0 must be')
+    assert_one_line(helper.run('-m wick.data.inspect --mix "nil + 1"'), 2, '--mix: attempt to perform arithmetic')
+    -- A recipe's weight function that is infinite at some step: the run and the dry run say so.
+    local infinite = helper.write_file(root .. '/infinite.lua', ('local r = dofile(%q)\n' ..
+      'r.data.mix = { data = function(step) return step > 2 and math.huge or 1 end }\nreturn r\n'):format(recipe))
+    local says = 'infinite.lua: data.mix source 1 (' .. dataset .. '): weight inf at step 3 must be a finite number >= 0'
+    assert_one_line(helper.run(q(infinite)), 2, says)
+    local plan = helper.run('--dry-run ' .. q(infinite))
+    assert.are.equal(2, plan.rc, plan.out .. plan.err)
+    assert.matches(says, plan.err, 1, true)
+  end)
+
+  it('a recipe that returns nothing or a non-table is refused (exit 2); a module returning a table is not', function()
+    local none = helper.write_file(root .. '/none.lua', 'local unused = 1\n')
+    local number = helper.write_file(root .. '/number.lua', 'return 5\n')
+    local module = helper.write_file(root .. '/module.lua', 'return { answer = 42 }\n')
+    assert_one_line(helper.run('--dry-run ' .. q(none)), 2, 'none.lua: --dry-run plans a recipe, and the script returned nothing')
+    assert_one_line(helper.run('--dry-run ' .. q(module)), 2, 'module.lua: --dry-run plans a recipe, and the script returned a table')
+    assert_one_line(helper.run(q(number)), 2, 'number.lua: the script returned a number, not a recipe')
+    assert.are.equal(0, helper.run(q(none)).rc)
+    assert.are.equal(0, helper.run(q(module)).rc)
+  end)
+
+  it('--repl-at beyond the last step is a usage error of the run and a problem of the dry run', function()
+    assert_one_line(helper.run(q(recipe) .. ' --repl-at=5', { stdin = '' }), 2,
+      '--repl-at=5 is not a step of this run (it trains steps 1 to 4)')
+    local plan = helper.run('--dry-run ' .. q(recipe) .. ' --repl-at=5')
+    assert.are.equal(2, plan.rc, plan.out .. plan.err)
+    assert.matches('--repl-at=5 is beyond the last step 4', plan.err, 1, true)
+    assert.are.equal(0, helper.run(q(recipe) .. ' --repl-at=4', { stdin = 'continue()\n' }).rc)
+  end)
+  describe('the dry run refuses what the run would refuse at its start', function()
+    local function dry(args)
+      local r = helper.run('--dry-run ' .. q(recipe) .. ' ' .. args)
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.is_nil(r.out:find('dry run: ok', 1, true), r.out)
+      return r
+    end
+
+    it('a data.seq_len no sample of the source is long enough for, and its memory beyond the machine', function()
+      local r = dry('--data.seq_len=16777216')
+      assert.matches("source '" .. dataset .. "' is too small for one epoch: it needs at least one sample of 16777217",
+        r.err, 1, true)
+      assert.matches('the memory estimate per rank, ', r.err, 1, true)
+      assert.matches('of this machine (device cpu)', r.err, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --data.seq_len=16777216'), 2, 'is too small for one epoch')
+    end)
+
+    it('a data.cache_bytes too small for the ring of micro-batches', function()
+      local r = dry('--data.cache_bytes=65536')
+      assert.matches("source '" .. dataset .. "': cache_bytes 65536 holds 0 shuffle buffers", r.err, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --data.cache_bytes=65536'), 2, 'cache_bytes 65536 holds 0 shuffle buffers')
+    end)
+
+    it("a model whose memory estimate is above this machine's memory", function()
+      local r = dry('--model.dim=65536 --model.heads=2')
+      assert.matches('the memory estimate per rank, [%d.]+ GiB, is above the [%d.]+ GiB of this machine', r.err)
+      local ok = helper.run('--dry-run ' .. q(recipe))
+      assert.are.equal(0, ok.rc, ok.out .. ok.err)
+      assert.matches(', data ring [%d.]+ KiB: total ', ok.out)
+    end)
+  end)
+end)
