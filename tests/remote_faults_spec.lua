@@ -1,6 +1,6 @@
 -- Remote datasets through a fault-injecting proxy (tests/helpers/fault_proxy.py) in front of a real
 -- nginx: connections cut mid-body, reset, 503 with Retry-After, 429, stalls longer than the stall timeout,
--- answers dripped slower than the low-speed limit, headers without end, flipped bytes, 404.
+-- answers dripped slower than the low-speed limit, headers without end, a huge header, flipped bytes, 404.
 -- Each case either delivers exactly the samples of local reading or stops with a clear error (URL, status,
 -- attempts, offset, the rate seen) within a bounded time.
 local helper = require 'helper'
@@ -231,6 +231,21 @@ describe('a remote dataset through faults', function()
       .. 'its attempts, and the next could not start before it ends, waiting as the server asked %(Retry%-After: '
       .. '100000 s, honoured up to 60 s%)', r.err)
     assert.is_true(r.seconds < 5, ('took %.1f s'):format(r.seconds))
+    helper.rmtree(cache)
+  end)
+
+  it('names a response header too large for libcurl instead of running out of memory', function()
+    local cache = helper.tmpdir()
+    local shard = shard_of(1)
+    proxy:set('huge-header ' .. shard .. ' 200000')
+    local r = stream(proxy.url .. '/ds', cache)
+    proxy:set('pass')
+    assert.are_not.equal(0, r.rc)
+    assert.matches(proxy.url .. '/ds/' .. shard .. '.wks', r.err, 1, true)
+    assert.matches("the response's headers are too large: a header line longer than libcurl's limit", r.err, 1, true)
+    assert.matches('HTTP status 206; not retried', r.err, 1, true)
+    assert.not_matches('Out of memory', r.err, 1, true)
+    assert.is_true(r.seconds < 20, ('took %.1f s'):format(r.seconds))
     helper.rmtree(cache)
   end)
 end)

@@ -25,6 +25,8 @@ line "MODE [ARGUMENT]":
     drip-always TEXT RATE every request for a path containing TEXT: the same
     endless-head TEXT RATE  every request for a path containing TEXT: a status line, then header lines
                           without end at RATE bytes/s (a server that is never slow enough to cut for its rate)
+    huge-header TEXT BYTES  every request for a path containing TEXT: the answer with one header line of
+                          BYTES bytes more
     404 TEXT              every request for a path containing TEXT: 404
 
 "New" means the first time the proxy sees a (path, Range) pair since the mode was set: the fault is
@@ -87,7 +89,7 @@ def choose_fault(path, byte_range):
         return 'stall', [mode, words[1], words[2]]
     if mode == 'drip-always' and words[1] in path:
         return 'drip', [mode, words[1], words[2]]
-    if mode in ('404', 'endless-head') and words[1] in path:
+    if mode in ('404', 'endless-head', 'huge-header') and words[1] in path:
         return mode, words
     return None, words
 
@@ -168,6 +170,8 @@ class Handler(socketserver.StreamRequestHandler):
         close = words[0] == 'reset'
         if close:
             head += 'Connection: close\r\n'
+        if fault == 'huge-header':
+            head += 'X-Huge: %s\r\n' % ('h' * int(words[2]))
         head += 'Content-Length: %d\r\n\r\n' % len(body)
         log(path, byte_range, response.status, fault)
         if fault == 'drip':

@@ -85,6 +85,7 @@ struct Transfer {
   uint64_t last_byte_ns;
   uint64_t attempt_start_ns;
   uint64_t attempt_bytes;       /* header and body bytes of this attempt */
+  uint64_t header_bytes;        /* of this attempt's responses (a huge one is named) */
   uint64_t window_start_ns, window_bytes; /* the low-speed window: since when, attempt_bytes then */
   uint64_t asked;               /* the bytes this attempt waits for (its deadline) */
   /* across attempts */
@@ -353,6 +354,7 @@ static size_t on_header(char *line, size_t size, size_t count, void *ctx) {
   size_t n = size * count;
   t->last_byte_ns = wk_now_ns();
   t->attempt_bytes += n;
+  t->header_bytes += n;
   if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) { /* a new response (after a redirect or 100) */
     long status = 0;
     if (sscanf(line, "HTTP/%*s %ld", &status) == 1) t->last_status = status; /* named if its headers fail */
@@ -405,7 +407,7 @@ static void begin_attempt(WkFetch *f, Transfer *t) {
   atomic_fetch_add_explicit(&f->requests, 1, memory_order_relaxed);
   t->status = 0;
   t->checked = t->discarding = t->fatal = t->cut = false;
-  t->attempt_bytes = t->window_bytes = 0;
+  t->attempt_bytes = t->header_bytes = t->window_bytes = 0;
   t->asked = t->whole ? 0 : t->end - t->begin - t->received; /* a whole object: from its headers */
   t->have_range = t->range_total_known = false;
   t->error_body_length = 0;
@@ -574,6 +576,12 @@ static void on_done(WkFetch *f, Transfer *t, CURLcode code) {
   }
   if (t->cut) {
     retry_or_fail(f, t, WK_RETRY_TIMEOUT, t->reason);
+    return;
+  }
+  if (code == CURLE_OUT_OF_MEMORY && !t->checked) { /* what libcurl says of a header line over its limit */
+    snprintf(why, sizeof why, "the response's headers are too large: a header line longer than libcurl's limit of "
+             "%d bytes, after %llu bytes of headers", CURL_MAX_HTTP_HEADER, (unsigned long long)t->header_bytes);
+    fail_fatal(f, t, why);
     return;
   }
   if (code != CURLE_OK) {
