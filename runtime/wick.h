@@ -105,8 +105,13 @@ typedef struct {
   int64_t max_transfers;        /* parallel transfers per dataset (16) */
   int64_t connect_timeout_ms;   /* a connection not made by then is retried (10 s) */
   int64_t stall_timeout_ms;     /* a transfer that receives nothing this long is cut and retried (30 s) */
-  int64_t request_timeout_ms;   /* one attempt's whole time (10 min) */
+  int64_t request_timeout_ms;   /* one request's whole time, all its attempts and the waits between them
+                                   (10 min) */
   int64_t retries;              /* attempts after the first, with backoff; 403/404 are never retried (5) */
+  int64_t low_speed_bytes_per_s; /* a transfer receiving less than this over a window is cut and retried;
+                                    an attempt's deadline is its bytes at this rate plus the connect timeout
+                                    and one window (1024) */
+  int64_t low_speed_window_ms;  /* the window of low_speed_bytes_per_s (30 s) */
 } WkRemoteOptions;
 WK_API void wk_remote_options_default(WkRemoteOptions *out);
 /* wk_dataset_open with remote options (NULL: the defaults); a local dataset ignores them. */
@@ -351,6 +356,8 @@ typedef enum {
   WK_LOADER_STALL_TIMEOUT_MS,
   WK_LOADER_REQUEST_TIMEOUT_MS,
   WK_LOADER_RETRIES,
+  WK_LOADER_LOW_SPEED_BYTES_PER_S,
+  WK_LOADER_LOW_SPEED_WINDOW_MS,
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
                                   or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
   WK_LOADER_PARAM_COUNT

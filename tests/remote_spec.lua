@@ -261,8 +261,8 @@ describe('the node-shared disk cache', function()
     helper.rmtree(root)
   end)
 
-  -- Streams with tests/helpers/remote_rank.lua on `nproc` local ranks; returns the sorted audit lines and
-  -- each rank's counters.
+  -- Streams with tests/helpers/remote_rank.lua on `nproc` local ranks; returns the sorted audit lines,
+  -- each rank's counters and what the ranks wrote to stderr.
   local function stream(data, cache, nproc, budget, extra)
     local audit = root .. '/audit-' .. math.random(1e9)
     local r = helper.run(('--nproc-per-node %d %s/tests/helpers/remote_rank.lua %s %s %s %d %s'):format(nproc,
@@ -277,7 +277,7 @@ describe('the node-shared disk cache', function()
       for k, v in line:gmatch('([%w_]+)=(%d+)') do c[k] = tonumber(v) end
       counters[#counters + 1] = c
     end
-    return lines, counters
+    return lines, counters, r.err
   end
 
   local function data_requests()
@@ -349,5 +349,33 @@ describe('the node-shared disk cache', function()
     assert.is_true(counters[1].largest > budget / 2, 'the cache was used')
     assert.is_true(counters[1].evicted > 0)
     helper.rmtree(cache)
+  end)
+
+  it('reads through without caching when the cache file system fills up, with one warning', function()
+    local cache = helper.tmpdir()
+    if helper.sh('mount -t tmpfs -o size=1M tmpfs ' .. q(cache)).rc ~= 0 then
+      helper.rmtree(cache)
+      pending('cannot mount a 1 MiB tmpfs here (the test needs root)')
+      return
+    end
+    -- 192 KiB left: room for a few dozen ranges (a page each), far less than the epoch reads
+    local room = 192 * 1024
+    assert.are.equal(0, helper.sh(('head -c %d /dev/zero > %s/filler'):format(1024 * 1024 - room, q(cache))).rc)
+    local local_cache = helper.tmpdir()
+    local here = stream(zstd, local_cache, 1)
+    helper.rmtree(local_cache)
+    local ok, there, counters, err = pcall(stream, server.url .. '/ds', cache, 1, 2 ^ 40, 'all')
+    local entries = tonumber(helper.sh('find ' .. q(cache .. '/v1/data') .. ' -type f | wc -l').out)
+    local full = tonumber(helper.sh('df --output=avail -B1 ' .. q(cache) .. ' | tail -1').out)
+    helper.sh('umount ' .. q(cache))
+    helper.rmtree(cache)
+    assert.is_true(ok, tostring(there))
+    assert.are.same(here, there)
+    assert.is_true(entries > 0, 'ranges were cached until the file system was full')
+    assert.is_true(full < 8192, full .. ' bytes still free: the file system never filled')
+    local warnings = select(2, err:gsub("wick%S* warn: cache '[^\n]*': the file system has no room %([^\n]*No space left on "
+      .. 'device%): reading through without caching', ''))
+    assert.are.equal(1, warnings, err)
+    assert.is_true(counters[1].misses > entries, 'reads went past the full cache')
   end)
 end)

@@ -157,6 +157,8 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkRemoteOptions, stall_timeout_ms),
     OFFSET_OF(WkRemoteOptions, request_timeout_ms),
     OFFSET_OF(WkRemoteOptions, retries),
+    OFFSET_OF(WkRemoteOptions, low_speed_bytes_per_s),
+    OFFSET_OF(WkRemoteOptions, low_speed_window_ms),
 
     /* tensors and ops (runtime/tensor, runtime/ops) */
     SIZE_OF(WkSafetensorsEntry),

@@ -83,6 +83,9 @@ bool wk_blob_is_remote(const char *location);
 #define WK_REMOTE_TIMEOUT_MS_MAX (24ll * 3600 * 1000)
 #define WK_REMOTE_RETRIES_DEFAULT 5
 #define WK_REMOTE_RETRIES_MAX 100
+#define WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT 1024
+#define WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX (1ll << 30)
+#define WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT 30000
 
 /* ---- datasets ----------------------------------------------------------------------------------- */
 

@@ -87,6 +87,10 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_STALL_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT, "stall_timeout_ms"},
     [WK_LOADER_REQUEST_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT, "request_timeout_ms"},
     [WK_LOADER_RETRIES] = {0, WK_REMOTE_RETRIES_MAX, WK_REMOTE_RETRIES_DEFAULT, "retries"},
+    [WK_LOADER_LOW_SPEED_BYTES_PER_S] = {1, WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX, WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT,
+                                         "low_speed_bytes_per_s"},
+    [WK_LOADER_LOW_SPEED_WINDOW_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT,
+                                       "low_speed_window_ms"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
 };
 
@@ -238,7 +242,9 @@ static WkRemoteOptions remote_options(const WkLoader *loader) {
                            .connect_timeout_ms = loader->params[WK_LOADER_CONNECT_TIMEOUT_MS],
                            .stall_timeout_ms = loader->params[WK_LOADER_STALL_TIMEOUT_MS],
                            .request_timeout_ms = loader->params[WK_LOADER_REQUEST_TIMEOUT_MS],
-                           .retries = loader->params[WK_LOADER_RETRIES]};
+                           .retries = loader->params[WK_LOADER_RETRIES],
+                           .low_speed_bytes_per_s = loader->params[WK_LOADER_LOW_SPEED_BYTES_PER_S],
+                           .low_speed_window_ms = loader->params[WK_LOADER_LOW_SPEED_WINDOW_MS]};
 }
 
 WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index) {

@@ -14,13 +14,19 @@ line "MODE [ARGUMENT]":
                           answer says "Connection: close", so that each request comes on a fresh connection
                           (curl itself retries a request whose reused connection closed unanswered, once,
                           unseen by its caller: the fault would not reach the code under test)
-    503 N                 every Nth new request: 503 with Retry-After: 1
+    503 N [SECONDS]       every Nth new request: 503 with Retry-After: SECONDS (default 1)
     429 N                 every Nth new request: 429 without Retry-After
     stall N SECONDS       every Nth new request: headers and half the body, then nothing for SECONDS
     flip N                every Nth new request for a byte range: one body byte flipped
     flip-always TEXT      every request for a byte range of a path containing TEXT, but a shard's first and
                           last (its header, its tables): one byte flipped
     stall-always TEXT S   every request for a path containing TEXT: headers and half the body, then S s
+    drip N RATE           every Nth new request: the whole answer, headers and body, at RATE bytes/s
+    drip-always TEXT RATE every request for a path containing TEXT: the same
+    endless-head TEXT RATE  every request for a path containing TEXT: a status line, then header lines
+                          without end at RATE bytes/s (a server that is never slow enough to cut for its rate)
+    huge-header TEXT BYTES  every request for a path containing TEXT: the answer with one header line of
+                          BYTES bytes more
     404 TEXT              every request for a path containing TEXT: 404
 
 "New" means the first time the proxy sees a (path, Range) pair since the mode was set: the fault is
@@ -72,7 +78,7 @@ def choose_fault(path, byte_range):
         if first:
             new_count[0] += 1
         nth = new_count[0]
-    if mode in ('cut', 'reset', '503', '429', 'stall', 'flip'):
+    if mode in ('cut', 'reset', '503', '429', 'stall', 'flip', 'drip'):
         every = int(words[1])
         if not first or nth % every != 0 or (mode == 'flip' and not byte_range):
             return None, words
@@ -81,9 +87,27 @@ def choose_fault(path, byte_range):
         return mode, words
     if mode == 'stall-always' and words[1] in path:
         return 'stall', [mode, words[1], words[2]]
-    if mode == '404' and words[1] in path:
+    if mode == 'drip-always' and words[1] in path:
+        return 'drip', [mode, words[1], words[2]]
+    if mode in ('404', 'endless-head', 'huge-header') and words[1] in path:
         return mode, words
     return None, words
+
+
+def drip(wfile, data, rate):
+    """Writes data at rate bytes/s, in twentieths of a second (until the client goes)."""
+    chunk = max(1, int(rate) // 20)
+    for at in range(0, len(data), chunk):
+        wfile.write(data[at:at + chunk])
+        wfile.flush()
+        time.sleep(chunk / float(rate))
+
+
+def endless_head(wfile, rate):
+    line = b'X-Drip: ' + b'a' * 64 + b'\r\n'
+    drip(wfile, b'HTTP/1.1 206 Partial Content\r\n', rate)
+    while True:
+        drip(wfile, line, rate)
 
 
 class Handler(socketserver.StreamRequestHandler):
@@ -114,10 +138,14 @@ class Handler(socketserver.StreamRequestHandler):
         if fault == 'reset':
             log(path, byte_range, 0, fault)
             return False
+        if fault == 'endless-head':
+            log(path, byte_range, 206, fault)
+            endless_head(self.wfile, float(words[2]))
+            return False
         if fault in ('503', '429', '404'):
             status = int(fault)
             reason = {503: 'Service Unavailable', 429: 'Too Many Requests', 404: 'Not Found'}[status]
-            extra = 'Retry-After: 1\r\n' if status == 503 else ''
+            extra = 'Retry-After: %s\r\n' % (words[2] if len(words) > 2 else '1') if status == 503 else ''
             body = reason.encode()
             self.wfile.write(('HTTP/1.1 %d %s\r\n%sContent-Length: %d\r\n\r\n' % (status, reason, extra,
                                                                                   len(body))).encode() + body)
@@ -142,8 +170,13 @@ class Handler(socketserver.StreamRequestHandler):
         close = words[0] == 'reset'
         if close:
             head += 'Connection: close\r\n'
+        if fault == 'huge-header':
+            head += 'X-Huge: %s\r\n' % ('h' * int(words[2]))
         head += 'Content-Length: %d\r\n\r\n' % len(body)
         log(path, byte_range, response.status, fault)
+        if fault == 'drip':
+            drip(self.wfile, head.encode() + body, float(words[2]))
+            return False
         if fault in ('cut', 'stall'):
             self.wfile.write(head.encode() + body[:len(body) // 2])
             self.wfile.flush()

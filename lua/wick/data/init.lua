@@ -47,8 +47,13 @@ local REMOTE = {
   bounded('max_transfers', C.WK_LOADER_MAX_TRANSFERS, 'parallel transfers per source (default 16)'),
   bounded('connect_timeout_ms', C.WK_LOADER_CONNECT_TIMEOUT_MS, 'connection timeout, then retried (default 10 s)'),
   bounded('stall_timeout_ms', C.WK_LOADER_STALL_TIMEOUT_MS, 'a transfer receiving nothing this long is retried (default 30 s)'),
-  bounded('request_timeout_ms', C.WK_LOADER_REQUEST_TIMEOUT_MS, 'one attempt of one request at most (default 10 min)'),
+  bounded('request_timeout_ms', C.WK_LOADER_REQUEST_TIMEOUT_MS,
+    'one request at most, all its attempts and the waits between them (default 10 min)'),
   bounded('retries', C.WK_LOADER_RETRIES, 'attempts after the first, with backoff (default 5)'),
+  bounded('low_speed_bytes_per_s', C.WK_LOADER_LOW_SPEED_BYTES_PER_S,
+    'a transfer receiving less over low_speed_window_ms is retried; it also sizes each attempt\'s deadline '
+    .. '(default 1024)'),
+  bounded('low_speed_window_ms', C.WK_LOADER_LOW_SPEED_WINDOW_MS, 'the window of low_speed_bytes_per_s (default 30 s)'),
 }
 data.REMOTE_OPTIONS = schema.define('remote option', REMOTE)
 

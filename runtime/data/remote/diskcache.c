@@ -15,6 +15,10 @@
  *
  * Not fsync'ed: a crash of the process never exposes a partial entry (rename), and after a power loss a
  * damaged entry fails its block checksum, is forgotten and fetched again.
+ *
+ * A file system that fills up before the budget does (ENOSPC, or the user's quota: EDQUOT) is not the
+ * job's failure: the entry is not stored, its reader has the bytes already, and the first time a cache sees
+ * it, one warning says that ranges are read through without caching.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -55,6 +59,7 @@ struct WkDiskCache {
   pthread_mutex_t lock;
   uint64_t full_at;     /* the counter after a scan found nothing it may evict (0: none) */
   _Atomic uint64_t evicted, temp_serial;
+  atomic_bool warned_full;  /* the file system's lack of room was logged */
 };
 
 /* ---- paths ---------------------------------------------------------------------------------------- */
@@ -76,8 +81,8 @@ static WkStatus entry_path(const WkDiskCache *c, const char *key, const char *su
   return WK_OK;
 }
 
-/* mkdir -p of path's directory (path itself is a file). */
-static WkStatus make_parents(const char *path) {
+/* mkdir -p of path's directory (path itself is a file). On failure *error is mkdir's errno. */
+static WkStatus make_parents(const char *path, int *error) {
   char dir[WK_DISK_PATH_CAPACITY];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
@@ -87,7 +92,10 @@ static WkStatus make_parents(const char *path) {
     if (*p == '/' || *p == '\0') {
       char saved = *p;
       *p = '\0';
-      if (mkdir(dir, 0755) != 0 && errno != EEXIST) return WK_FAIL_ERRNO("create cache directory", dir);
+      if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        *error = errno;
+        return WK_FAIL_ERRNO("create cache directory", dir);
+      }
       *p = saved;
       if (saved == '\0') break;
     }
@@ -250,7 +258,8 @@ WkStatus wk_disk_cache_open(const char *dir, uint64_t budget, WkDiskCache **out)
       snprintf(usage_path, sizeof usage_path, "%s/%s", c->root, USAGE_FILE) >= (int)sizeof usage_path ||
       snprintf(c->claims_path, sizeof c->claims_path, "%s/%s", c->root, CLAIMS_FILE) >= (int)sizeof c->claims_path)
     status = WK_FAIL(WK_ERR_INVALID_ARG, "cache_dir '%s' is too long", dir);
-  if (status == WK_OK) status = make_parents(usage_path);
+  int error = 0; /* a full file system here is the open's failure: nothing could be cached */
+  if (status == WK_OK) status = make_parents(usage_path, &error);
   if (status == WK_OK) {
     c->usage_fd = open(usage_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->usage_fd < 0) status = WK_FAIL_ERRNO("open the cache's usage file (is cache_dir writable?)", usage_path);
@@ -355,17 +364,16 @@ bool wk_disk_cache_wait(WkDiskCache *c, const char *key, uint64_t deadline_ns) {
   }
 }
 
-WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, uint64_t length, bool passed,
-                             bool evict_unread, bool *stored) {
-  *stored = false;
-  char path[WK_DISK_PATH_CAPACITY], temp[WK_DISK_PATH_CAPACITY];
-  WK_TRY(entry_path(c, key, NULL, path));
+/* wk_disk_cache_store; on a failed system call *error is its errno. */
+static WkStatus store_entry(WkDiskCache *c, const char *path, const void *data, uint64_t length, bool passed,
+                            bool evict_unread, bool *stored, int *error) {
+  char temp[WK_DISK_PATH_CAPACITY];
   uint64_t serial = atomic_fetch_add(&c->temp_serial, 1);
   if (snprintf(temp, sizeof temp, "%s.%d-%llu%s", path, (int)getpid(), (unsigned long long)serial, TEMP_SUFFIX) >=
       (int)sizeof temp)
     return WK_FAIL(WK_ERR_INVALID_ARG, "cache path '%s' is too long", path);
   if (length > c->budget) return WK_OK; /* never fits */
-  WK_TRY(make_parents(path));
+  WK_TRY(make_parents(path, error));
   /* Reserve: the temporary exists at its full size before the lock is dropped. */
   lock_usage(c);
   uint64_t usage = 0;
@@ -376,6 +384,7 @@ WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, 
   if (fits) {
     fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 || ftruncate(fd, (off_t)length) != 0) {
+      *error = errno;
       status = WK_FAIL_ERRNO("create cache entry", temp);
       if (fd >= 0) close(fd), unlink(temp);
       fd = -1;
@@ -388,11 +397,18 @@ WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, 
   for (uint64_t done = 0; status == WK_OK && done < length;) {
     ssize_t n = pwrite(fd, (const uint8_t *)data + done, (size_t)(length - done), (off_t)done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) status = WK_FAIL_ERRNO("write cache entry", temp);
-    else done += (uint64_t)n;
+    if (n <= 0) {
+      *error = errno;
+      status = WK_FAIL_ERRNO("write cache entry", temp);
+    } else {
+      done += (uint64_t)n;
+    }
   }
   mode_t mode = passed ? (S_IRUSR | S_IRGRP | S_IROTH) : (S_IRUSR | S_IWUSR | S_IRGRP | S_IROTH);
-  if (status == WK_OK && fchmod(fd, mode) != 0) status = WK_FAIL_ERRNO("set the mode of cache entry", temp);
+  if (status == WK_OK && fchmod(fd, mode) != 0) {
+    *error = errno;
+    status = WK_FAIL_ERRNO("set the mode of cache entry", temp);
+  }
   close(fd);
   lock_usage(c);
   uint64_t now_usage = 0;
@@ -401,6 +417,7 @@ WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, 
     struct stat old;
     uint64_t replaced = stat(path, &old) == 0 ? (uint64_t)old.st_size : 0;
     if (rename(temp, path) != 0) {
+      *error = errno;
       status = WK_FAIL_ERRNO("rename cache entry into place", path);
     } else {
       write_counter(c, now_usage >= replaced ? now_usage - replaced : 0);
@@ -413,6 +430,20 @@ WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, 
   }
   unlock_usage(c);
   return status;
+}
+
+WkStatus wk_disk_cache_store(WkDiskCache *c, const char *key, const void *data, uint64_t length, bool passed,
+                             bool evict_unread, bool *stored) {
+  *stored = false;
+  char path[WK_DISK_PATH_CAPACITY];
+  WK_TRY(entry_path(c, key, NULL, path));
+  int error = 0;
+  WkStatus status = store_entry(c, path, data, length, passed, evict_unread, stored, &error);
+  if (status == WK_OK || (error != ENOSPC && error != EDQUOT)) return status;
+  if (!atomic_exchange(&c->warned_full, true))
+    wk_logf(WK_LOG_WARN, "cache '%s': the file system has no room (%s): reading through without caching what does "
+            "not fit (free space there, or set cache_disk_bytes below what it can hold)", c->root, wk_last_error());
+  return WK_OK;
 }
 
 void wk_disk_cache_remove(WkDiskCache *c, const char *key) {

@@ -10,10 +10,16 @@
  * A range response must be 206 (or 200, which some S3-compatible stores send) with a Content-Range
  * equal to the bytes asked for and, when the object's size is known, that size: anything else is
  * refused before its body is kept. A body cut short is resumed by a Range request for what is missing.
- * Every attempt is bounded: a connect timeout, a stall timeout (no byte for stall_timeout_ms, checked
- * here at least every POLL_MS), a whole-attempt timeout, and at most 1 + retries attempts with the
- * backoff of retry.c between them; then the request fails with its URL, range, last HTTP status, the
- * attempt count and the last reason.
+ * Every attempt is bounded, checked here at least every POLL_MS: a connect timeout (libcurl's), a stall
+ * timeout (no byte for stall_timeout_ms), a low-speed limit (fewer than low_speed_bytes_per_s over each
+ * low_speed_window_ms, header bytes included: a server that drips is cut like one that is silent) and a
+ * deadline sized to what is asked: the connect timeout, one low-speed window (the first judgement of the
+ * rate) and the bytes asked for at the low-speed limit, so a shard's header gets seconds and a large range
+ * minutes (a whole object counts its Content-Length, the most it may be without one, nothing before its
+ * headers). The request as a whole, all its attempts and the waits between them, ends at
+ * request_timeout_ms, and it makes at most 1 + retries attempts with the backoff of retry.c between them;
+ * then it fails with its URL, range, last HTTP status, the attempt count and the last reason (the rate
+ * seen, when it was too slow). A wait of LONG_WAIT_NS or more before an attempt logs one line saying why.
  *
  * HTTP: keep-alive through the multi handle's connection cache, HTTP/2 over TLS when the server offers
  * it (multiplexed, PIPEWAIT), TLS verification always on (WICK_CA_BUNDLE or the system's CAs), redirects
@@ -43,6 +49,8 @@ enum {
   RATE_BUCKET_MS = 100,
 };
 #define NS_PER_MS 1000000ull
+#define NS_PER_S 1000000000ull
+#define LONG_WAIT_NS (3 * NS_PER_S) /* a wait before a retry this long is logged, not only at info level */
 #define TEXT(x) #x
 #define VERSION_TEXT(a, b, c) TEXT(a) "." TEXT(b) "." TEXT(c)
 static const char USER_AGENT[] = "wick/" VERSION_TEXT(WK_VERSION_MAJOR, WK_VERSION_MINOR, WK_VERSION_PATCH);
@@ -65,7 +73,8 @@ struct Transfer {
   char range[64];
   /* the current attempt's response */
   long status;
-  bool checked, discarding, fatal, stalled;
+  bool checked, discarding, fatal;
+  bool cut;                     /* a bound of ours ended the attempt (stall, low speed, deadline): t->reason */
   bool have_range;
   uint64_t range_first, range_last, range_total;
   bool range_total_known;
@@ -74,7 +83,13 @@ struct Transfer {
   size_t error_body_length;
   char curl_error[CURL_ERROR_SIZE];
   uint64_t last_byte_ns;
+  uint64_t attempt_start_ns;
+  uint64_t attempt_bytes;       /* header and body bytes of this attempt */
+  uint64_t header_bytes;        /* of this attempt's responses (a huge one is named) */
+  uint64_t window_start_ns, window_bytes; /* the low-speed window: since when, attempt_bytes then */
+  uint64_t asked;               /* the bytes this attempt waits for (its deadline) */
   /* across attempts */
+  uint64_t request_start_ns, request_deadline_ns;
   uint32_t attempts;
   long last_status;
   char reason[WK_REMOTE_ERROR_CAPACITY];
@@ -100,6 +115,7 @@ struct WkFetch {
   CURL *pool[POOL_HANDLES];
   uint32_t pooled;
   uint64_t rng;
+  uint64_t quiet_until_ns;      /* a long wait was logged; waits until then are not logged again */
   /* statistics */
   _Atomic uint64_t requests, bytes, dropped, retries[WK_RETRY_CAUSES];
   _Atomic uint64_t rate_bytes[RATE_BUCKETS], rate_epoch[RATE_BUCKETS];
@@ -250,6 +266,7 @@ static void check_response(Transfer *t) {
   if (t->discarding) return;
   char why[WK_REMOTE_ERROR_CAPACITY];
   if (t->whole) {
+    if (t->asked == 0) t->asked = t->end; /* no Content-Length: the most it may be */
     if (t->status != 200) {
       snprintf(why, sizeof why, "HTTP %ld to a request for the whole object", t->status);
       snprintf(t->reason, sizeof t->reason, "%s", why);
@@ -283,6 +300,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *ctx) {
   size_t n = size * count;
   uint64_t now = wk_now_ns();
   t->last_byte_ns = now;
+  t->attempt_bytes += n;
   count_rate(t->fetch, now, n);
   if (!t->checked) check_response(t);
   if (t->fatal) return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
@@ -335,9 +353,20 @@ static size_t on_header(char *line, size_t size, size_t count, void *ctx) {
   Transfer *t = ctx;
   size_t n = size * count;
   t->last_byte_ns = wk_now_ns();
+  t->attempt_bytes += n;
+  t->header_bytes += n;
   if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) { /* a new response (after a redirect or 100) */
+    long status = 0;
+    if (sscanf(line, "HTTP/%*s %ld", &status) == 1) t->last_status = status; /* named if its headers fail */
     t->have_range = t->range_total_known = false;
     t->etag[0] = t->last_modified[0] = '\0';
+    if (t->whole) t->asked = 0;
+  } else if (t->whole && header_is(line, n, "content-length")) {
+    char value[32];
+    copy_value(line + 15, n - 15, value, sizeof value);
+    char *end;
+    unsigned long long length = strtoull(value, &end, 10);
+    if (end != value && *end == '\0') t->asked = length < t->end ? length : t->end;
   } else if (header_is(line, n, "content-range")) {
     char value[128];
     copy_value(line + 14, n - 14, value, sizeof value);
@@ -377,7 +406,9 @@ static void begin_attempt(WkFetch *f, Transfer *t) {
   t->attempts++;
   atomic_fetch_add_explicit(&f->requests, 1, memory_order_relaxed);
   t->status = 0;
-  t->checked = t->discarding = t->fatal = t->stalled = false;
+  t->checked = t->discarding = t->fatal = t->cut = false;
+  t->attempt_bytes = t->header_bytes = t->window_bytes = 0;
+  t->asked = t->whole ? 0 : t->end - t->begin - t->received; /* a whole object: from its headers */
   t->have_range = t->range_total_known = false;
   t->error_body_length = 0;
   t->error_body[0] = t->curl_error[0] = '\0';
@@ -407,7 +438,6 @@ static void begin_attempt(WkFetch *f, Transfer *t) {
   SETOPT(CURLOPT_ERRORBUFFER, t->curl_error);
   SETOPT(CURLOPT_NOSIGNAL, 1L);
   SETOPT(CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms);
-  SETOPT(CURLOPT_TIMEOUT_MS, (long)c->request_timeout_ms);
   SETOPT(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
   SETOPT(CURLOPT_PIPEWAIT, 1L);
   SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
@@ -455,7 +485,7 @@ static void begin_attempt(WkFetch *f, Transfer *t) {
     SETOPT(CURLOPT_AWS_SIGV4, s3->sigv4);
     SETOPT(CURLOPT_USERPWD, s3->userpwd);
   }
-  t->last_byte_ns = wk_now_ns();
+  t->last_byte_ns = t->attempt_start_ns = t->window_start_ns = wk_now_ns();
   CURLMcode added = curl_multi_add_handle(f->multi, easy);
   if (added != CURLM_OK) {
     snprintf(why, sizeof why, "curl_multi_add_handle: %s", curl_multi_strerror(added));
@@ -470,28 +500,58 @@ fail:
 }
 #undef SETOPT
 
-/* A retryable failure: schedule the next attempt (resuming a range where it stopped), or give up. */
+/* Why the next attempt waits `delay`: the server's Retry-After (honoured up to retry.c's cap) or backoff. */
+static void wait_reason(const Transfer *t, int64_t retry_after_s, uint64_t delay, char *out, size_t capacity) {
+  if (retry_after_s > 0 && (uint64_t)retry_after_s * NS_PER_S > delay)
+    snprintf(out, capacity, "as the server asked (Retry-After: %lld s, honoured up to %.0f s)", (long long)retry_after_s,
+             (double)wk_retry_max_delay_ns() / 1e9);
+  else if (retry_after_s > 0) snprintf(out, capacity, "as the server asked (Retry-After: %lld s)", (long long)retry_after_s);
+  else snprintf(out, capacity, "backing off after %u failed attempt%s", t->attempts, t->attempts == 1 ? "" : "s");
+}
+
+/* Logs the wait before the next attempt: at info level, or one warning line when it is long (one per such
+ * wait of the engine's, not one per transfer waiting alike). */
+static void log_wait(WkFetch *f, const Transfer *t, const char *what, const char *why, int64_t retry_after_s,
+                     uint64_t delay, uint64_t now) {
+  char because[160];
+  wait_reason(t, retry_after_s, delay, because, sizeof because);
+  bool warn = delay >= LONG_WAIT_NS && now >= f->quiet_until_ns;
+  if (warn) f->quiet_until_ns = now + delay;
+  wk_logf(warn ? WK_LOG_WARN : WK_LOG_INFO, "waiting %.1f s before attempt %u of %s, %s: %s", (double)delay / 1e9,
+          t->attempts + 1, what, because, why);
+}
+
+/* A retryable failure: schedule the next attempt (resuming a range where it stopped), or give up when the
+ * attempts are spent or the next could not start before the request's deadline. */
 static void retry_or_fail(WkFetch *f, Transfer *t, WkRetryCause cause, const char *why) {
   char what[WK_REMOTE_ERROR_CAPACITY];
   describe(t, what, sizeof what);
-  snprintf(t->reason, sizeof t->reason, "%s", why);
+  if (why != t->reason) snprintf(t->reason, sizeof t->reason, "%s", why);
   if (cause == WK_RETRY_FATAL) {
     fail_fatal(f, t, why);
     return;
   }
-  if (t->attempts > (uint32_t)f->config.retries) {
-    char message[WK_REMOTE_ERROR_CAPACITY];
-    snprintf(message, sizeof message, "%s: %s; gave up after %u attempt%s (last HTTP status %ld)", what, why,
-             t->attempts, t->attempts == 1 ? "" : "s", t->last_status);
-    finish(f, t, cause == WK_RETRY_TIMEOUT ? WK_ERR_TIMEOUT : WK_ERR_NETWORK, message);
-    return;
-  }
-  atomic_fetch_add_explicit(&f->retries[cause], 1, memory_order_relaxed);
+  uint64_t now = wk_now_ns();
   curl_off_t retry_after = 0;
   if (t->easy) curl_easy_getinfo(t->easy, CURLINFO_RETRY_AFTER, &retry_after);
   uint64_t delay = wk_retry_delay_ns(t->attempts + 1, (int64_t)retry_after, &f->rng);
-  wk_logf(WK_LOG_INFO, "%s: %s; attempt %u in %.2f s", what, why, t->attempts + 1, (double)delay / 1e9);
-  t->due_ns = wk_now_ns() + delay;
+  bool out_of_attempts = t->attempts > (uint32_t)f->config.retries;
+  if (out_of_attempts || now + delay >= t->request_deadline_ns) {
+    char limit[320] = "", because[160], message[WK_REMOTE_ERROR_CAPACITY];
+    wait_reason(t, (int64_t)retry_after, delay, because, sizeof because);
+    if (!out_of_attempts)
+      snprintf(limit, sizeof limit, " in %.1f s: request_timeout_ms=%lld bounds a request with all its attempts%s%s",
+               (double)(now - t->request_start_ns) / 1e9, (long long)f->config.request_timeout_ms,
+               now < t->request_deadline_ns ? ", and the next could not start before it ends, waiting " : "",
+               now < t->request_deadline_ns ? because : "");
+    snprintf(message, sizeof message, "%s: %s; gave up after %u attempt%s%s (last HTTP status %ld)", what, why,
+             t->attempts, t->attempts == 1 ? "" : "s", limit, t->last_status);
+    finish(f, t, cause == WK_RETRY_TIMEOUT || !out_of_attempts ? WK_ERR_TIMEOUT : WK_ERR_NETWORK, message);
+    return;
+  }
+  atomic_fetch_add_explicit(&f->retries[cause], 1, memory_order_relaxed);
+  log_wait(f, t, what, why, (int64_t)retry_after, delay, now);
+  t->due_ns = now + delay;
   t->next = f->waiting;
   f->waiting = t;
 }
@@ -514,9 +574,14 @@ static void on_done(WkFetch *f, Transfer *t, CURLcode code) {
     fail_fatal(f, t, t->reason);
     return;
   }
-  if (t->stalled) {
-    snprintf(why, sizeof why, "no data for %lld ms (stalled)", (long long)f->config.stall_timeout_ms);
-    retry_or_fail(f, t, WK_RETRY_TIMEOUT, why);
+  if (t->cut) {
+    retry_or_fail(f, t, WK_RETRY_TIMEOUT, t->reason);
+    return;
+  }
+  if (code == CURLE_OUT_OF_MEMORY && !t->checked) { /* what libcurl says of a header line over its limit */
+    snprintf(why, sizeof why, "the response's headers are too large: a header line longer than libcurl's limit of "
+             "%d bytes, after %llu bytes of headers", CURL_MAX_HTTP_HEADER, (unsigned long long)t->header_bytes);
+    fail_fatal(f, t, why);
     return;
   }
   if (code != CURLE_OK) {
@@ -634,6 +699,8 @@ static void start_transfer(WkFetch *f, WkFetchRequest *r) {
     }
   }
   if (!t->urgent && !t->whole) f->prefetch_in_flight += t->end - t->begin;
+  t->request_start_ns = wk_now_ns();
+  t->request_deadline_ns = t->request_start_ns + (uint64_t)f->config.request_timeout_ms * NS_PER_MS;
   begin_attempt(f, t);
 }
 
@@ -673,13 +740,55 @@ static void start_due(WkFetch *f, uint64_t now) {
 
 /* ---- the engine thread -------------------------------------------------------------------------------- */
 
-static void check_stalls(WkFetch *f, uint64_t now) {
-  uint64_t limit = (uint64_t)f->config.stall_timeout_ms * NS_PER_MS;
+/* When this attempt must be over: the connect timeout, one low-speed window and the bytes asked for at the
+ * low-speed limit after its start, and never after the request's deadline. */
+static uint64_t attempt_deadline_ns(const WkFetch *f, const Transfer *t) {
+  const WkFetchConfig *c = &f->config;
+  double at_limit_ns = (double)t->asked / (double)c->low_speed_bytes_per_s * 1e9;
+  double deadline = (double)t->attempt_start_ns + (double)(c->connect_timeout_ms + c->low_speed_window_ms) * 1e6 +
+                    at_limit_ns;
+  return deadline < (double)t->request_deadline_ns ? (uint64_t)deadline : t->request_deadline_ns;
+}
+
+/* Whether an active transfer has run past one of its bounds; if so, why, in t->reason. */
+static bool past_bounds(WkFetch *f, Transfer *t, uint64_t now) {
+  const WkFetchConfig *c = &f->config;
+  if (now > t->last_byte_ns && now - t->last_byte_ns > (uint64_t)c->stall_timeout_ms * NS_PER_MS) {
+    snprintf(t->reason, sizeof t->reason, "no data for %lld ms (stalled)", (long long)c->stall_timeout_ms);
+    return true;
+  }
+  uint64_t window = now - t->window_start_ns;
+  if (now > t->window_start_ns && window >= (uint64_t)c->low_speed_window_ms * NS_PER_MS) {
+    uint64_t bytes = t->attempt_bytes - t->window_bytes;
+    double window_rate = (double)bytes * 1e9 / (double)window;
+    if (window_rate < (double)c->low_speed_bytes_per_s) {
+      snprintf(t->reason, sizeof t->reason, "too slow: %llu bytes in %.1f s (%.0f B/s), under the low-speed limit "
+               "of %lld B/s over %lld ms (low_speed_bytes_per_s, low_speed_window_ms)", (unsigned long long)bytes,
+               (double)window / 1e9, window_rate, (long long)c->low_speed_bytes_per_s,
+               (long long)c->low_speed_window_ms);
+      return true;
+    }
+    t->window_start_ns = now;
+    t->window_bytes = t->attempt_bytes;
+  }
+  uint64_t deadline = attempt_deadline_ns(f, t);
+  if (now >= deadline) {
+    uint64_t since = now - t->attempt_start_ns;
+    double rate = since ? (double)t->attempt_bytes * 1e9 / (double)since : 0;
+    snprintf(t->reason, sizeof t->reason, "not done by %s deadline, %.1f s after it began (%llu bytes asked for; %llu "
+             "bytes of headers and body came, %.0f B/s)", deadline == t->request_deadline_ns ? "the request's" : "this "
+             "attempt's", (double)since / 1e9, (unsigned long long)t->asked, (unsigned long long)t->attempt_bytes, rate);
+    return true;
+  }
+  return false;
+}
+
+static void check_progress(WkFetch *f, uint64_t now) {
   for (bool again = true; again;) {
     again = false;
     for (Transfer *t = f->active; t; t = t->next) {
-      if (now - t->last_byte_ns > limit && now > t->last_byte_ns) {
-        t->stalled = true;
+      if (past_bounds(f, t, now)) {
+        t->cut = true;
         on_done(f, t, CURLE_OPERATION_TIMEDOUT);
         again = true;
         break;
@@ -740,7 +849,7 @@ static void *engine_main(void *arg) {
     if (mc != CURLM_OK) wk_logf(WK_LOG_WARN, "curl_multi_perform: %s", curl_multi_strerror(mc));
     collect_done(f);
     uint64_t now = wk_now_ns();
-    check_stalls(f, now);
+    check_progress(f, now);
     start_due(f, now);
     start_new(f); /* a handle just added makes the poll below return at once */
     int timeout = POLL_MS;
@@ -856,6 +965,5 @@ void wk_fetch_stats(WkFetch *f, WkFetchStats *out) {
 }
 
 uint64_t wk_fetch_patience_ns(const WkFetchConfig *config) {
-  uint64_t attempts = (uint64_t)config->retries + 1;
-  return attempts * (uint64_t)config->request_timeout_ms * NS_PER_MS + (attempts - 1) * wk_retry_max_delay_ns();
+  return ((uint64_t)config->request_timeout_ms + POLL_MS) * NS_PER_MS; /* the engine sees a deadline within POLL_MS */
 }

@@ -114,7 +114,9 @@ void wk_remote_options_default(WkRemoteOptions *out) {
                            .connect_timeout_ms = WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT,
                            .stall_timeout_ms = WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT,
                            .request_timeout_ms = WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT,
-                           .retries = WK_REMOTE_RETRIES_DEFAULT};
+                           .retries = WK_REMOTE_RETRIES_DEFAULT,
+                           .low_speed_bytes_per_s = WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT,
+                           .low_speed_window_ms = WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT};
 }
 
 static WkStatus check_options(const WkRemoteOptions *o) {
@@ -129,6 +131,8 @@ static WkStatus check_options(const WkRemoteOptions *o) {
       {"stall_timeout_ms", o->stall_timeout_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
       {"request_timeout_ms", o->request_timeout_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
       {"retries", o->retries, 0, WK_REMOTE_RETRIES_MAX},
+      {"low_speed_bytes_per_s", o->low_speed_bytes_per_s, 1, WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX},
+      {"low_speed_window_ms", o->low_speed_window_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
   };
   for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
     if (checks[i].value < checks[i].min || checks[i].value > checks[i].max)
@@ -188,6 +192,8 @@ WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out) {
                                     .stall_timeout_ms = options->stall_timeout_ms,
                                     .request_timeout_ms = options->request_timeout_ms,
                                     .retries = options->retries,
+                                    .low_speed_bytes_per_s = options->low_speed_bytes_per_s,
+                                    .low_speed_window_ms = options->low_speed_window_ms,
                                     .prefetch_bytes = options->prefetch_bytes,
                                     .ca_bundle = ca && *ca ? ca : NULL};
   r->patience_ns = wk_fetch_patience_ns(&r->fetch_config);

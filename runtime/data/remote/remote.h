@@ -15,7 +15,8 @@
  *   fetch.c     the engine: one thread driving a libcurl multi handle, a bounded number of parallel
  *               transfers (keep-alive, HTTP/2 where offered, TLS verified), Range requests checked
  *               against Content-Range, adjacent prefetches merged, a cut transfer resumed by Range,
- *               every wait bounded (connect, stall, whole-request timeouts, attempts)
+ *               every wait bounded (connect and stall timeouts, a low-speed limit, a deadline per attempt
+ *               sized to its bytes, one over all of a request's attempts, a number of attempts)
  *   diskcache.c the node-shared on-disk cache (below)
  *   remote.c    a remote dataset's context (options, engine, cache, statistics), its index fetched
  *               through the cache (a conditional request), and the remote blob: read_at from the cache
@@ -132,7 +133,7 @@ char *wk_s3_canonical_query(const char *const *names, const char *const *values,
 typedef enum {
   WK_RETRY_CONNECT = 0,   /* connection refused, name resolution, TLS handshake */
   WK_RETRY_RESET = 1,     /* connection reset or closed, a body cut short */
-  WK_RETRY_TIMEOUT = 2,   /* no byte for the stall timeout, or the request's whole time */
+  WK_RETRY_TIMEOUT = 2,   /* no byte for the stall timeout, too slow, an attempt's deadline */
   WK_RETRY_SERVER = 3,    /* 5xx */
   WK_RETRY_THROTTLE = 4,  /* 429, or 503 with Retry-After */
   WK_RETRY_CORRUPT = 5,   /* a block whose checksum failed, fetched again (counted by remote.c) */
@@ -153,6 +154,7 @@ const char *wk_retry_cause_name(WkRetryCause cause);
 
 typedef struct {
   int64_t max_transfers, connect_timeout_ms, stall_timeout_ms, request_timeout_ms, retries;
+  int64_t low_speed_bytes_per_s, low_speed_window_ms;
   int64_t prefetch_bytes;   /* bytes of non-urgent requests in transfer at once */
   const char *ca_bundle;    /* CA certificates (WICK_CA_BUNDLE), NULL: the system's */
 } WkFetchConfig;
@@ -210,8 +212,8 @@ void wk_fetch_submit(WkFetch *fetch, WkFetchRequest *request);
 /* Runs a request as urgent and waits for it (done and ctx are the engine's); returns its status. */
 WkStatus wk_fetch_run(WkFetch *fetch, WkFetchRequest *request);
 void wk_fetch_stats(WkFetch *fetch, WkFetchStats *out);
-/* The longest a request can take with all its attempts: what a waiter for another process's download
- * waits at most. */
+/* The longest a request can take with all its attempts (request_timeout_ms): what a waiter for another
+ * process's download waits at most. */
 uint64_t wk_fetch_patience_ns(const WkFetchConfig *config);
 
 /* ---- diskcache.c -------------------------------------------------------------------------------- */

@@ -2,9 +2,10 @@
  * retry.c — which failed requests are tried again, and after how long.
  *
  * Retried: connection failures (refused, reset, name resolution, TLS handshake), bodies cut short,
- * stalls and timeouts, 5xx, 408, 429 (and 503 with Retry-After, counted as throttling). Not retried: any
- * other 4xx (403 and 404 above all: the URL is wrong or access is denied, waiting changes nothing), a
- * certificate that does not verify, a response that does not match the Range asked for.
+ * stalls, transfers under the low-speed limit or past their deadline (fetch.c), 5xx, 408, 429 (and 503
+ * with Retry-After, counted as throttling). Not retried: any other 4xx (403 and 404 above all: the URL is
+ * wrong or access is denied, waiting changes nothing), a certificate that does not verify, a response that
+ * does not match the Range asked for, response headers too large for libcurl.
  *
  * The wait before attempt n is BASE x 2^(n-2), capped at MAX, times a uniform jitter in [1/2, 1] so
  * that ranks failing together do not retry together; a server's Retry-After is a floor (capped too).
