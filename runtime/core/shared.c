@@ -372,6 +372,22 @@ void wk_shared_wait(WkSharedLock *lock, uint32_t seen, uint32_t timeout_ms) {
 
 bool wk_process_alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
+uint64_t wk_process_start_time(int32_t pid) {
+  char path[32], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  /* "pid (name) state ... starttime ...": the name may hold anything, so fields count from its ')';
+   * the start time is field 22. */
+  const char *p = strrchr(text, ')');
+  for (int field = 2; p && field < 22; field++) p = strchr(p + 1, ' ');
+  return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
 bool wk_node_job_id(char *out, size_t capacity) {
   const char *local = getenv("LOCAL_WORLD_SIZE");
   if (!local || atoi(local) < 2) return false;

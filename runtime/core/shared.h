@@ -57,6 +57,9 @@ void wk_shared_wait(WkSharedLock *lock, uint32_t seen, uint32_t timeout_ms);
 void wk_shared_wake(WkSharedLock *lock);
 
 bool wk_process_alive(int32_t pid);
+/* When process pid started (clock ticks since boot, /proc/PID/stat): recorded beside a pid, it tells
+ * the process from a later one the kernel gave the same pid. 0 when it cannot be read. */
+uint64_t wk_process_start_time(int32_t pid);
 
 /* The name of this job's region `what` ("/wick-UID-JOBTAG-TAG": keyed hashes of the job's secret, the
  * user and the job's id, so another user cannot predict it). *shared is false when the process has no

@@ -11,7 +11,8 @@
  * entry needed furthest in the future among those no reader can be reading (its buffer starts past
  * every reader's high water, the last draw it may be reading now), or else decodes privately, so the
  * node always makes progress. A dead reader or decoder (kill -9) is noticed and cleared while others
- * wait.
+ * wait: it is recorded by pid and start time, so a pid the kernel gave to another process since does
+ * not keep it.
  *
  * Layout: header, reader table, `units + edges` entries (hash chains and free lists threaded through
  * them by index), bucket heads, then the unit slots and the edge slots. All changes happen under the
@@ -33,7 +34,7 @@
 #include "residency.h"
 
 enum {
-  CACHE_VERSION = 1,
+  CACHE_VERSION = 2,          /* 2: readers and decoders recorded with their start times */
   MAX_READERS = 256,          /* loaders of one stream on one node (ranks x loaders per rank) */
   DATA_ALIGNMENT = 64,
   WAIT_SLICE_MS = 50,         /* a waiter re-checks dead peers this often */
@@ -61,12 +62,14 @@ typedef struct {
   int32_t next;               /* hash chain, or free list */
   uint32_t state;
   int32_t owner;              /* pid decoding it while LOADING */
+  uint32_t owner_started;     /* and its start time (see still_running) */
   uint32_t bytes;             /* edges: bytes saved */
   uint32_t backed;            /* its data's pages are reserved (wk_shared_reserve) */
 } Entry;
 
 typedef struct {
   _Atomic int32_t pid;        /* 0: unused */
+  _Atomic uint32_t started;   /* the reader's start time (see still_running) */
   _Atomic uint64_t low_water, high_water;
 } Reader;
 
@@ -94,6 +97,7 @@ struct WkUnitCache {
   Header layout;              /* this process's copy of the layout, checked against the region's at open */
   bool corrupt;               /* a bad index was read from the region: the next get fails */
   uint32_t reader;            /* this loader's slot in the reader table */
+  uint32_t started;           /* this process's start time, recorded beside its pid */
   char what[256];             /* the source, for messages */
 };
 
@@ -201,6 +205,15 @@ static Entry *find(WkUnitCache *c, uint64_t key) {
   return NULL;
 }
 
+/* A recorded process still runs: its pid is alive and started when it did (the low 32 bits of the start
+ * time tell it from a later process the kernel gave the same pid; they keep Entry and Reader as small as
+ * they were). A start time of 0, or one we may not read, checks the pid alone. */
+static bool still_running(int32_t pid, uint32_t started) {
+  if (!wk_process_alive(pid)) return false;
+  uint32_t now = started ? (uint32_t)wk_process_start_time(pid) : 0;
+  return now == 0 || now == started;
+}
+
 /* Lock held. Rebuilds chains and free lists from the entries' states (after a holder died). */
 static void rebuild(WkUnitCache *c) {
   Header *h = c->h;
@@ -208,7 +221,7 @@ static void rebuild(WkUnitCache *c) {
   h->free_units = h->free_edges = -1;
   for (uint32_t i = entry_count(c); i-- > 0;) {
     Entry *e = &c->entries[i];
-    if (e->state == ENTRY_LOADING && !wk_process_alive(e->owner)) e->state = ENTRY_FREE;
+    if (e->state == ENTRY_LOADING && !still_running(e->owner, e->owner_started)) e->state = ENTRY_FREE;
     if (e->state == ENTRY_FREE) push_free(c, i);
     else link_entry(c, i);
   }
@@ -220,7 +233,7 @@ static bool clear_dead(WkUnitCache *c) {
   bool changed = false;
   for (uint32_t r = 0; r < MAX_READERS; r++) {
     int32_t pid = atomic_load(&h->readers[r].pid);
-    if (pid != 0 && !wk_process_alive(pid)) {
+    if (pid != 0 && !still_running(pid, atomic_load(&h->readers[r].started))) {
       atomic_store(&h->readers[r].pid, 0);
       h->attached--;
       changed = true;
@@ -228,7 +241,7 @@ static bool clear_dead(WkUnitCache *c) {
   }
   for (uint32_t i = 0; i < entry_count(c); i++) {
     Entry *e = &c->entries[i];
-    if (e->state == ENTRY_LOADING && !wk_process_alive(e->owner)) {
+    if (e->state == ENTRY_LOADING && !still_running(e->owner, e->owner_started)) {
       unlink_entry(c, i);
       push_free(c, i);
       changed = true;
@@ -340,6 +353,7 @@ static WkStatus attach(WkUnitCache *c, uint64_t first_draw) {
     if (atomic_load(&c->h->readers[r].pid) != 0) continue;
     atomic_store(&c->h->readers[r].low_water, first_draw);
     atomic_store(&c->h->readers[r].high_water, first_draw);
+    atomic_store(&c->h->readers[r].started, c->started);
     atomic_store(&c->h->readers[r].pid, (int32_t)getpid());
     c->h->attached++;
     c->reader = r;
@@ -360,6 +374,7 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
   if (!c) return wk_last_status();
   snprintf(c->what, sizeof c->what, "%s", cfg->what);
   c->layout = want;
+  c->started = (uint32_t)wk_process_start_time(getpid());
   WkStatus status = wk_shared_open(cfg->shared_name, region_bytes(&want), want.unit_data_at, init_region, &want,
                                    &c->region);
   if (status == WK_OK) {
@@ -504,7 +519,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
     TRY_UNLOCKED(c, back_entry(c, slot));
     e = &c->entries[slot];
     *e = (Entry){.key = key, .hold_from = hold.from, .hold_until = hold.until, .state = ENTRY_LOADING,
-                 .owner = (int32_t)getpid(), .backed = 1};
+                 .owner = (int32_t)getpid(), .owner_started = c->started, .backed = 1};
     link_entry(c, (uint32_t)slot);
     unlock(c);
     WkStatus status = fill(ctx, unit_data(c, e));

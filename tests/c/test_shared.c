@@ -1,7 +1,8 @@
 /*
  * test_shared.c — the node's shared memory as an outside value: a region that is not this user's with
  * mode 0600 is refused (core/shared.c), and a node cache whose shared header or links another process
- * corrupted fails with a message instead of reading outside the region or looping (data/unitcache.c).
+ * corrupted fails with a message instead of reading outside the region or looping (data/unitcache.c),
+ * and a reader whose pid now names another process is cleared like a dead one.
  *
  * unitcache.c is included, not linked: the tests corrupt its private layout the way another process
  * mapping the region could.
@@ -93,10 +94,39 @@ static void test_corrupted_links_fail_the_read(void) {
   }
 }
 
+static void test_a_process_is_its_pid_and_start_time(void) {
+  uint32_t started = (uint32_t)wk_process_start_time(getpid());
+  CHECK(started > 0);
+  CHECK(still_running(getpid(), started));
+  CHECK(still_running(getpid(), 0)); /* recorded without a start time: the pid alone */
+  CHECK(!still_running(getpid(), started + 1));
+}
+
+static void test_a_reader_whose_pid_was_reused_is_cleared(void) {
+  char name[64];
+  snprintf(name, sizeof name, "/wick-test-reuse-%d", (int)getpid());
+  WkUnitCacheConfig cfg = cache_config_for(name);
+  WkUnitCache *first = NULL, *second = NULL;
+  CHECK(wk_unit_cache_open(&cfg, 0, &first) == WK_OK);
+  if (!first) return;
+  /* A reader that died, whose pid the kernel has given to a live process (our parent) since. */
+  Reader *gone = &first->h->readers[first->reader + 1];
+  atomic_store(&gone->started, (uint32_t)wk_process_start_time(getppid()) + 1);
+  atomic_store(&gone->pid, (int32_t)getppid());
+  first->h->attached++;
+  CHECK(wk_unit_cache_open(&cfg, 0, &second) == WK_OK); /* attaching clears dead readers */
+  CHECK(atomic_load(&gone->pid) == 0 || atomic_load(&gone->pid) == (int32_t)getpid()); /* freed, maybe retaken */
+  CHECK(first->h->attached == 2);
+  wk_unit_cache_close(second);
+  wk_unit_cache_close(first);
+}
+
 int main(void) {
   alarm(HANG_LIMIT_S);
   RUN_TEST(test_refuses_a_region_of_this_user_that_others_may_open);
   RUN_TEST(test_a_joiner_checks_the_whole_layout);
   RUN_TEST(test_corrupted_links_fail_the_read);
+  RUN_TEST(test_a_process_is_its_pid_and_start_time);
+  RUN_TEST(test_a_reader_whose_pid_was_reused_is_cleared);
   return check_failures == 0 ? 0 : 1;
 }
