@@ -59,13 +59,13 @@ function data_helper.corrupt_payload(shard_path, offset)
 end
 
 -- The node caches (/dev/shm names) that ranks run with WICK_LOG=debug say they use in their output,
--- and those of them still in /dev/shm.
+-- and their sizes by name; and those of them still in /dev/shm.
 function data_helper.node_caches(output)
-  local names, seen = {}, {}
-  for name in output:gmatch('node cache (/dev/shm/[%w%-]+)') do
-    if not seen[name] then names[#names + 1], seen[name] = name, true end
+  local names, bytes = {}, {}
+  for name, size in output:gmatch('node cache (/dev/shm/[%w%-]+) %((%d+) bytes') do
+    if not bytes[name] then names[#names + 1], bytes[name] = name, tonumber(size) end
   end
-  return names
+  return names, bytes
 end
 
 function data_helper.node_caches_left(names)

@@ -10,15 +10,22 @@ local q = helper.shell_quote
 local SEQ, BUFFER, CACHE = 32, 2048, 600 * 1024
 local SECRET = 'shared-memory-spec-secret-0123456789'
 
+local NO_STRANGER = 'no second user: needs root, useradd and runuser, and a checkout other users may run'
 local root, data, stranger
 setup(function()
   root = helper.tmpdir()
   os.execute('chmod 755 ' .. q(root))
   data = data_helper.make_dataset(root .. '/zstd', data_helper.documents(1500, 60, 9),
     { shard_size = 8192, block_size = 512, compression = 'zstd' })
-  -- A throwaway user, when we may make one (root, useradd): the other user of the tests below.
+  -- A throwaway user, when we may make one (root, useradd) and it may run this checkout (runuser).
   local name = 'wkshm' .. helper.read_file('/proc/sys/kernel/random/uuid'):gsub('%W', ''):sub(1, 8)
-  if helper.sh('useradd --no-create-home --shell /bin/false ' .. name).rc == 0 then stranger = name end
+  if helper.sh('useradd --no-create-home --shell /bin/false ' .. name).rc == 0 then
+    if helper.sh(('runuser -u %s -- %s -e "return 0"'):format(name, q(helper.RUN))).rc == 0 then
+      stranger = name
+    else
+      os.execute('userdel ' .. name)
+    end
+  end
 end)
 teardown(function()
   if stranger then os.execute('userdel ' .. stranger .. ' 2>/dev/null') end
@@ -33,15 +40,17 @@ end
 -- another user and with the job's secret; waits for both; returns their outputs and exit statuses, and
 -- the node caches they name (WICK_LOG=debug, unless opts.quiet: a user's error is then one line).
 local function run_pair(opts)
-  local job, ready = opts.job or unique('j'), root .. '/' .. unique('ready')
+  -- Logs of their own: a job id may be run again, and an old log's exit line must not be read as theirs.
+  local job, run = opts.job or unique('j'), root .. '/' .. unique('run')
+  local ready = run .. '-ready'
   os.execute('mkdir -p ' .. q(ready) .. ' && chmod 777 ' .. q(ready))
-  local pids = {}
+  local logs = {}
   for rank = 0, 1 do
-    local log = ('%s/%s-%d.log'):format(root, job, rank)
+    local log = ('%s-%d.log'):format(run, rank)
     local env = ('RANK=%d WORLD_SIZE=2 LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 WICK_JOB_ID=%s WICK_LOG=%s %s'):format(
       rank, rank, job, opts.quiet and 'warn' or 'debug', opts.secret and ('WICK_STORE_SECRET=' .. q(opts.secret)) or '')
     local as = opts.user and ('runuser -u ' .. opts.user .. ' -- ') or ''
-    pids[rank] = log
+    logs[rank] = log
     os.execute(('( %senv %s %s %s/tests/helpers/stream_rank.lua %s %d 16 %d %d %s %s %s > %s 2>&1; echo "exit=$?" >> %s ) &')
       :format(as, env, q(helper.RUN), helper.ROOT, q(data), SEQ, BUFFER, CACHE, q(ready), opts.die_after or '',
         opts.how or '', q(log), q(log)))
@@ -50,27 +59,30 @@ local function run_pair(opts)
   local deadline = os.time() + 120
   for rank = 0, 1 do
     repeat
-      outputs[rank] = helper.read_file(pids[rank])
+      outputs[rank] = helper.read_file(logs[rank])
       codes[rank] = tonumber(outputs[rank]:match('exit=(%d+)\n$'))
       if not codes[rank] then os.execute('sleep 0.1') end
     until codes[rank] or os.time() > deadline
     assert.is_truthy(codes[rank], ('rank %d did not finish in 120 s:\n%s'):format(rank, outputs[rank]))
   end
-  return { out = outputs[0] .. outputs[1], codes = codes, names = data_helper.node_caches(outputs[0] .. outputs[1]) }
+  local names, bytes = data_helper.node_caches(outputs[0] .. outputs[1])
+  return { out = outputs[0] .. outputs[1], codes = codes, names = names, bytes = bytes }
 end
 
--- The name a job's node cache gets, learnt from a run of it that ends normally (and removes it).
+-- The name a job's node cache gets and its size, learnt from a run of it that ends normally (and
+-- removes it).
 local function name_of(opts)
   local r = run_pair(opts)
   assert.are.same({ [0] = 0, [1] = 0 }, r.codes, r.out)
   assert.are.equal(1, #r.names, r.out)
   assert.are.same({}, data_helper.node_caches_left(r.names))
-  return r.names[1]
+  return r.names[1], r.bytes[r.names[1]]
 end
 
-local function plant(name, user)
+-- A region of the size the job expects, readable and writable by anyone, as `user` (nil: root).
+local function plant(name, bytes, user)
   local as = user and ('runuser -u ' .. user .. ' -- ') or ''
-  local r = helper.sh(as .. 'sh -c ' .. q('umask 0 && head -c 4096 /dev/zero > ' .. name))
+  local r = helper.sh(as .. 'sh -c ' .. q(('umask 0 && truncate -s %d %s'):format(bytes, name)))
   assert.are.equal(0, r.rc, r.err)
 end
 
@@ -87,10 +99,10 @@ end
 
 describe('a region planted under a job\'s name', function()
   it('is refused, naming the file and its owner, when another user planted it', function()
-    if not stranger then pending('cannot make a throwaway user (useradd failed): needs root') return end
+    if not stranger then pending(NO_STRANGER) return end
     local job = unique('j')
-    local name = name_of { job = job, secret = SECRET }
-    plant(name, stranger)
+    local name, bytes = name_of { job = job, secret = SECRET }
+    plant(name, bytes, stranger)
     local r = run_pair { job = job, secret = SECRET, quiet = true }
     local left = data_helper.node_caches_left({ name }) -- another user's file: not ours to remove
     os.remove(name)
@@ -99,10 +111,10 @@ describe('a region planted under a job\'s name', function()
   end)
 
   it('is refused by a job of another user when root planted it (the owner check, not permissions)', function()
-    if not stranger then pending('cannot make a throwaway user (useradd failed): needs root') return end
+    if not stranger then pending(NO_STRANGER) return end
     local job = unique('j')
-    local name = name_of { job = job, secret = SECRET, user = stranger }
-    plant(name) -- root's, mode 0666: the stranger may open it, and must not map it
+    local name, bytes = name_of { job = job, secret = SECRET, user = stranger }
+    plant(name, bytes) -- root's, mode 0666: the stranger may open it, and must not map it
     local r = run_pair { job = job, secret = SECRET, user = stranger, quiet = true }
     os.remove(name)
     assert_refused(r, name, 'root')
@@ -111,7 +123,7 @@ end)
 
 describe('the names of a job\'s regions', function()
   it('differ with the job\'s secret and with the user, for the same job id', function()
-    if not stranger then pending('cannot make a throwaway user (useradd failed): needs root') return end
+    if not stranger then pending(NO_STRANGER) return end
     local job = unique('j')
     local with_secret = name_of { job = job, secret = SECRET }
     local other_secret = name_of { job = job, secret = SECRET .. '-other' }

@@ -88,7 +88,6 @@ static WkStatus open_cache(WkResidency *r) {
                                       shared ? name : NULL);
   WkUnitCache *cache = NULL;
   WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &cache));
-  if (shared) wk_logf(WK_LOG_DEBUG, "%s: node cache /dev/shm%s", r->what, name);
   wk_unit_cache_set_high_water(cache, r->high_water);
   atomic_store_explicit(&r->cache, cache, memory_order_release);
   return WK_OK;

@@ -387,6 +387,9 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
     status = check_layout(c->h, &want, c->region.name);
   }
   if (status == WK_OK) status = attach(c, first_draw);
+  if (status == WK_OK && c->region.name[0])
+    wk_logf(WK_LOG_DEBUG, "%s: node cache /dev/shm%s (%zu bytes, %s)", c->what, c->region.name, c->region.bytes,
+            c->region.created ? "made here" : "joined");
   if (status != WK_OK) {
     wk_shared_close(&c->region);
     free(c);
