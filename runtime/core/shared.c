@@ -274,10 +274,11 @@ WkStatus wk_shared_job_name(const char *what, char out[WK_SHARED_NAME_CAPACITY],
   return WK_OK;
 }
 
-WkStatus wk_shared_remove_job(const char *job, int *removed) {
+WkStatus wk_shared_remove_job(const char *job) {
   char prefix[64];
+  int removed;
   WK_TRY(job_prefix(job, prefix, sizeof prefix));
-  return scan_regions(prefix, remove_own, removed);
+  return scan_regions(prefix, remove_own, &removed);
 }
 
 /* ---- regions -------------------------------------------------------------------------------------- */

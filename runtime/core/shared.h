@@ -67,7 +67,7 @@ uint64_t wk_process_start_time(int32_t pid);
 WkStatus wk_shared_job_name(const char *what, char out[WK_SHARED_NAME_CAPACITY], bool *shared);
 /* Removes this user's regions of job `job` (a WICK_JOB_ID), whoever still maps them: the launcher's
  * clean-up when the job is over. Reads the job's secret as the ranks do (wk_job_secret). */
-WK_INTERNAL_EXPORT WkStatus wk_shared_remove_job(const char *job, int *removed);
+WK_INTERNAL_EXPORT WkStatus wk_shared_remove_job(const char *job);
 
 /* The job this process is a local rank of, when it has local peers (LOCAL_WORLD_SIZE > 1): the
  * launcher's WICK_JOB_ID, torchrun's TORCHELASTIC_RUN_ID, SLURM's job and step, or the rendezvous

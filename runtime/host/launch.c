@@ -106,8 +106,7 @@ static void make_job_id(char out[17]) {
  * without closing their loaders. Their names are keyed by the job's secret, which this process reads
  * from the environment the ranks inherited. */
 static void remove_job_regions(const char *job) {
-  int removed = 0;
-  if (wk_shared_remove_job(job, &removed) != WK_OK)
+  if (wk_shared_remove_job(job) != WK_OK)
     fprintf(stderr, "run: the job's shared memory in /dev/shm is left: %s\n", wk_last_error());
 }
 
