@@ -58,6 +58,25 @@ function data_helper.corrupt_payload(shard_path, offset)
   helper.write_file(shard_path, bytes:sub(1, at - 1) .. flipped .. bytes:sub(at + 1))
 end
 
+-- The node caches (/dev/shm names) that ranks run with WICK_LOG=debug say they use in their output,
+-- and their sizes by name; and those of them still in /dev/shm.
+function data_helper.node_caches(output)
+  local names, bytes = {}, {}
+  for name, size in output:gmatch('node cache (/dev/shm/[%w%-]+) %((%d+) bytes') do
+    if not bytes[name] then names[#names + 1], bytes[name] = name, tonumber(size) end
+  end
+  return names, bytes
+end
+
+function data_helper.node_caches_left(names)
+  local left = {}
+  for _, name in ipairs(names) do
+    local f = io.open(name, 'rb')
+    if f then f:close() left[#left + 1] = name end
+  end
+  return left
+end
+
 -- Anonymous resident memory of this process in bytes (file-backed mappings excluded: mmap'd
 -- shards are page cache the kernel can drop, not memory the loader holds).
 function data_helper.anon_rss()

@@ -2,7 +2,8 @@
  * shared.h — memory shared by the processes of one node: a region named in /dev/shm (or anonymous),
  * a robust process-shared lock, and futex waits on the lock's generation counter (shared.c).
  *
- * Internal header: the node-wide caches of runtime/data use it.
+ * Internal header: the node-wide caches of runtime/data use it, and the launcher (runtime/host) removes
+ * its job's regions through it.
  */
 #ifndef WK_CORE_SHARED_H
 #define WK_CORE_SHARED_H
@@ -25,9 +26,10 @@ typedef struct {
 /* Initializes a fresh region (all zero) before other processes may see it. */
 typedef WkStatus (*WkSharedInit)(void *ctx, void *base);
 
-/* name NULL: an anonymous region for this process alone. Otherwise creates /dev/shm<name> of exactly
- * `bytes` with its first `reserved` bytes backed, or maps the one another process created (waiting for
- * it to be ready). */
+/* name NULL: an anonymous region for this process alone. Otherwise ("/wick-...", from wk_shared_job_name)
+ * creates /dev/shm<name> of exactly `bytes` with its first `reserved` bytes backed, or maps the one
+ * another process of this user created (waiting for it to be ready); one made by another user, or not
+ * with mode 0600, is refused. The process's first call removes this user's regions nobody holds. */
 WkStatus wk_shared_open(const char *name, size_t bytes, size_t reserved, WkSharedInit init, void *ctx,
                         WkSharedRegion *out);
 /* Backs [offset, offset + length) with pages before its first use (a clear error when /dev/shm is too
@@ -55,6 +57,17 @@ void wk_shared_wait(WkSharedLock *lock, uint32_t seen, uint32_t timeout_ms);
 void wk_shared_wake(WkSharedLock *lock);
 
 bool wk_process_alive(int32_t pid);
+/* When process pid started (clock ticks since boot, /proc/PID/stat): recorded beside a pid, it tells
+ * the process from a later one the kernel gave the same pid. 0 when it cannot be read. */
+uint64_t wk_process_start_time(int32_t pid);
+
+/* The name of this job's region `what` ("/wick-UID-JOBTAG-TAG": keyed hashes of the job's secret, the
+ * user and the job's id, so another user cannot predict it). *shared is false when the process has no
+ * local peers (wk_node_job_id): its caches are then private. Fails on a bad job secret. */
+WkStatus wk_shared_job_name(const char *what, char out[WK_SHARED_NAME_CAPACITY], bool *shared);
+/* Removes this user's regions of job `job` (a WICK_JOB_ID), whoever still maps them: the launcher's
+ * clean-up when the job is over. Reads the job's secret as the ranks do (wk_job_secret). */
+WK_INTERNAL_EXPORT WkStatus wk_shared_remove_job(const char *job);
 
 /* The job this process is a local rank of, when it has local peers (LOCAL_WORLD_SIZE > 1): the
  * launcher's WICK_JOB_ID, torchrun's TORCHELASTIC_RUN_ID, SLURM's job and step, or the rendezvous

@@ -13,9 +13,9 @@
  *
  * Sharing: when the process is one of several local ranks of a job (LOCAL_WORLD_SIZE > 1 and a job id
  * from the launcher, torchrun or SLURM), the unit cache is a region in /dev/shm named by the job and the
- * stream, so all local ranks read each unit once between them; otherwise it is private.
+ * stream (wk_shared_job_name), so all local ranks read each unit once between them; otherwise it is
+ * private.
  */
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../core/shared.h"
 #include "shard.h"    /* wk_tokens_widen */
@@ -31,8 +30,6 @@
 
 enum {
   MEMO_ENTRIES = 256,         /* per thread: more than the units of a buffer or two */
-  JOB_ID_CAPACITY = 256,
-  JOB_NAME_MAX = 32,          /* longest job id used as it is in a region's name */
 };
 
 struct WkResidency {
@@ -82,32 +79,13 @@ static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t tok
 
 /* ---- sharing ------------------------------------------------------------------------------------- */
 
-static uint64_t hash_text(const char *text) {
-  uint64_t h = 0x77636b;
-  for (const char *p = text; *p; p++) h = wk_mix64(h, (uint8_t)*p);
-  return h;
-}
-
-/* A job id that can stand in a file name as it is (the launcher's WICK_JOB_ID is hex), so a launcher can
- * find its job's regions; any other id is hashed. */
-static bool plain_name(const char *text) {
-  size_t n = strlen(text);
-  if (n == 0 || n > JOB_NAME_MAX) return false;
-  for (size_t i = 0; i < n; i++)
-    if (!isalnum((unsigned char)text[i])) return false;
-  return true;
-}
-
 static WkStatus open_cache(WkResidency *r) {
-  char job[JOB_ID_CAPACITY], name[WK_SHARED_NAME_CAPACITY], hashed[17];
-  const char *shared = NULL;
-  if (wk_node_job_id(job, sizeof job)) {
-    snprintf(hashed, sizeof hashed, "%016" PRIx64, hash_text(job));
-    snprintf(name, sizeof name, "/wick-%u-%s-%016" PRIx64, (unsigned)getuid(), plain_name(job) ? job : hashed,
-             r->cfg.identity);
-    shared = name;
-  }
-  WkUnitCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what, shared);
+  char what[32], name[WK_SHARED_NAME_CAPACITY];
+  bool shared;
+  snprintf(what, sizeof what, "unit cache %016" PRIx64, r->cfg.identity);
+  WK_TRY(wk_shared_job_name(what, name, &shared));
+  WkUnitCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what,
+                                      shared ? name : NULL);
   WkUnitCache *cache = NULL;
   WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &cache));
   wk_unit_cache_set_high_water(cache, r->high_water);

@@ -11,11 +11,17 @@
  * entry needed furthest in the future among those no reader can be reading (its buffer starts past
  * every reader's high water, the last draw it may be reading now), or else decodes privately, so the
  * node always makes progress. A dead reader or decoder (kill -9) is noticed and cleared while others
- * wait.
+ * wait: it is recorded by pid and start time, so a pid the kernel gave to another process since does
+ * not keep it.
  *
  * Layout: header, reader table, `units + edges` entries (hash chains and free lists threaded through
  * them by index), bucket heads, then the unit slots and the edge slots. All changes happen under the
  * robust lock; when its holder died, the chains are rebuilt from the entries.
+ *
+ * The region is memory other processes write, so nothing read from it is trusted: a joiner checks the
+ * whole layout against its own and then uses its own copy of it (sizes, counts, offsets), and every
+ * index read from the region (a link, a list head) is checked against the entries and chain walks are
+ * bounded; a bad one fails the next read with a message naming the region, never an access outside it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,7 +34,7 @@
 #include "residency.h"
 
 enum {
-  CACHE_VERSION = 1,
+  CACHE_VERSION = 2,          /* 2: readers and decoders recorded with their start times */
   MAX_READERS = 256,          /* loaders of one stream on one node (ranks x loaders per rank) */
   DATA_ALIGNMENT = 64,
   WAIT_SLICE_MS = 50,         /* a waiter re-checks dead peers this often */
@@ -56,12 +62,14 @@ typedef struct {
   int32_t next;               /* hash chain, or free list */
   uint32_t state;
   int32_t owner;              /* pid decoding it while LOADING */
+  uint32_t owner_started;     /* and its start time (see still_running) */
   uint32_t bytes;             /* edges: bytes saved */
   uint32_t backed;            /* its data's pages are reserved (wk_shared_reserve) */
 } Entry;
 
 typedef struct {
   _Atomic int32_t pid;        /* 0: unused */
+  _Atomic uint32_t started;   /* the reader's start time (see still_running) */
   _Atomic uint64_t low_water, high_water;
 } Reader;
 
@@ -86,7 +94,10 @@ struct WkUnitCache {
   Entry *entries;
   int32_t *bucket;
   uint8_t *unit_data, *edge_data;
+  Header layout;              /* this process's copy of the layout, checked against the region's at open */
+  bool corrupt;               /* a bad index was read from the region: the next get fails */
   uint32_t reader;            /* this loader's slot in the reader table */
+  uint32_t started;           /* this process's start time, recorded beside its pid */
   char what[256];             /* the source, for messages */
 };
 
@@ -137,8 +148,20 @@ uint64_t wk_unit_cache_bytes_for(const WkUnitCacheConfig *cfg, uint32_t units) {
 
 static uint32_t bucket_of(const Header *h, uint64_t key) { return (uint32_t)(wk_mix64(key, 0x75) & (h->buckets - 1)); }
 
+static uint32_t entry_count(const WkUnitCache *c) { return c->layout.units + c->layout.edges; }
+
+/* An index read from the region: -1 (none) or an entry in [first, end); anything else marks the cache
+ * corrupted and reads as none. */
+static int32_t checked_index(WkUnitCache *c, int32_t i, uint32_t first, uint32_t end) {
+  if (i == -1 || (i >= (int32_t)first && (uint32_t)i < end)) return i;
+  c->corrupt = true;
+  return -1;
+}
+
+static int32_t next_in_chain(WkUnitCache *c, int32_t link) { return checked_index(c, link, 0, entry_count(c)); }
+
 static int32_t *free_list(WkUnitCache *c, uint32_t index) {
-  return index < c->h->units ? &c->h->free_units : &c->h->free_edges;
+  return index < c->layout.units ? &c->h->free_units : &c->h->free_edges;
 }
 
 static void push_free(WkUnitCache *c, uint32_t index) {
@@ -151,31 +174,54 @@ static void push_free(WkUnitCache *c, uint32_t index) {
 
 static void link_entry(WkUnitCache *c, uint32_t index) {
   Entry *e = &c->entries[index];
-  int32_t *head = &c->bucket[bucket_of(c->h, e->key)];
+  int32_t *head = &c->bucket[bucket_of(&c->layout, e->key)];
   e->next = *head;
   *head = (int32_t)index;
 }
 
+/* A chain is at most every entry long: a longer one loops. */
+static bool chain_too_long(WkUnitCache *c, uint32_t steps) {
+  if (steps <= entry_count(c)) return false;
+  c->corrupt = true;
+  return true;
+}
+
 static void unlink_entry(WkUnitCache *c, uint32_t index) {
-  int32_t *link = &c->bucket[bucket_of(c->h, c->entries[index].key)];
-  while (*link >= 0 && *link != (int32_t)index) link = &c->entries[*link].next;
-  if (*link == (int32_t)index) *link = c->entries[index].next;
+  int32_t *link = &c->bucket[bucket_of(&c->layout, c->entries[index].key)];
+  for (uint32_t steps = 0;; steps++) {
+    int32_t i = next_in_chain(c, *link);
+    if (i < 0 || chain_too_long(c, steps)) return;
+    if (i == (int32_t)index) break;
+    link = &c->entries[i].next;
+  }
+  *link = c->entries[index].next;
 }
 
 static Entry *find(WkUnitCache *c, uint64_t key) {
-  for (int32_t i = c->bucket[bucket_of(c->h, key)]; i >= 0; i = c->entries[i].next)
+  uint32_t steps = 0;
+  for (int32_t i = next_in_chain(c, c->bucket[bucket_of(&c->layout, key)]); i >= 0 && !chain_too_long(c, steps++);
+       i = next_in_chain(c, c->entries[i].next))
     if (c->entries[i].key == key) return &c->entries[i];
   return NULL;
+}
+
+/* A recorded process still runs: its pid is alive and started when it did (the low 32 bits of the start
+ * time tell it from a later process the kernel gave the same pid; they keep Entry and Reader as small as
+ * they were). A start time of 0, or one we may not read, checks the pid alone. */
+static bool still_running(int32_t pid, uint32_t started) {
+  if (!wk_process_alive(pid)) return false;
+  uint32_t now = started ? (uint32_t)wk_process_start_time(pid) : 0;
+  return now == 0 || now == started;
 }
 
 /* Lock held. Rebuilds chains and free lists from the entries' states (after a holder died). */
 static void rebuild(WkUnitCache *c) {
   Header *h = c->h;
-  for (uint32_t b = 0; b < h->buckets; b++) c->bucket[b] = -1;
+  for (uint32_t b = 0; b < c->layout.buckets; b++) c->bucket[b] = -1;
   h->free_units = h->free_edges = -1;
-  for (uint32_t i = h->units + h->edges; i-- > 0;) {
+  for (uint32_t i = entry_count(c); i-- > 0;) {
     Entry *e = &c->entries[i];
-    if (e->state == ENTRY_LOADING && !wk_process_alive(e->owner)) e->state = ENTRY_FREE;
+    if (e->state == ENTRY_LOADING && !still_running(e->owner, e->owner_started)) e->state = ENTRY_FREE;
     if (e->state == ENTRY_FREE) push_free(c, i);
     else link_entry(c, i);
   }
@@ -187,21 +233,28 @@ static bool clear_dead(WkUnitCache *c) {
   bool changed = false;
   for (uint32_t r = 0; r < MAX_READERS; r++) {
     int32_t pid = atomic_load(&h->readers[r].pid);
-    if (pid != 0 && !wk_process_alive(pid)) {
+    if (pid != 0 && !still_running(pid, atomic_load(&h->readers[r].started))) {
       atomic_store(&h->readers[r].pid, 0);
       h->attached--;
       changed = true;
     }
   }
-  for (uint32_t i = 0; i < h->units + h->edges; i++) {
+  for (uint32_t i = 0; i < entry_count(c); i++) {
     Entry *e = &c->entries[i];
-    if (e->state == ENTRY_LOADING && !wk_process_alive(e->owner)) {
+    if (e->state == ENTRY_LOADING && !still_running(e->owner, e->owner_started)) {
       unlink_entry(c, i);
       push_free(c, i);
       changed = true;
     }
   }
   return changed;
+}
+
+static WkStatus check_intact(WkUnitCache *c) {
+  if (!c->corrupt) return WK_OK;
+  return WK_FAIL(WK_ERR_IO, "%s: node cache '/dev/shm%s' is corrupted (a link outside its %u entries, or a loop): "
+                 "a process of this user wrote into it; remove it and start the job again", c->what, c->region.name,
+                 entry_count(c));
 }
 
 static void lock(WkUnitCache *c) {
@@ -231,7 +284,7 @@ static int32_t steal_unit(WkUnitCache *c) {
     if (atomic_load(&c->h->readers[r].pid) != 0 && atomic_load(&c->h->readers[r].high_water) > high)
       high = atomic_load(&c->h->readers[r].high_water);
   int32_t best = -1;
-  for (uint32_t i = 0; i < c->h->units; i++) {
+  for (uint32_t i = 0; i < c->layout.units; i++) {
     const Entry *e = &c->entries[i];
     if (e->state == ENTRY_READY && e->hold_from > high && (best < 0 || e->hold_from > c->entries[best].hold_from))
       best = (int32_t)i;
@@ -246,13 +299,15 @@ static int32_t steal_unit(WkUnitCache *c) {
 /* Lock held. A free entry of the kind (units or edges), or one no reader needs any more. */
 static int32_t take_entry(WkUnitCache *c, bool edge) {
   int32_t *head = edge ? &c->h->free_edges : &c->h->free_units;
-  if (*head >= 0) {
-    int32_t i = *head;
-    *head = c->entries[i].next;
-    return i;
+  int32_t free_entry = edge ? checked_index(c, *head, c->layout.units, entry_count(c))
+                            : checked_index(c, *head, 0, c->layout.units);
+  if (free_entry >= 0) {
+    *head = c->entries[free_entry].next;
+    return free_entry;
   }
+  if (c->corrupt) return -1;
   uint64_t low = min_low_water(c, NULL);
-  uint32_t first = edge ? c->h->units : 0, end = edge ? c->h->units + c->h->edges : c->h->units;
+  uint32_t first = edge ? c->layout.units : 0, end = edge ? c->layout.units + c->layout.edges : c->layout.units;
   for (uint32_t i = first; i < end; i++) {
     Entry *e = &c->entries[i];
     if (e->state == ENTRY_READY && e->hold_until < low) {
@@ -270,17 +325,22 @@ static WkStatus init_region(void *ctx, void *base) {
   Header *h = base;
   memcpy(h, want, sizeof *h);
   WK_TRY(wk_shared_lock_init(&h->lock));
-  WkUnitCache view = {.h = h, .entries = (Entry *)((uint8_t *)base + h->entries_at),
+  WkUnitCache view = {.h = h, .layout = *want, .entries = (Entry *)((uint8_t *)base + h->entries_at),
                       .bucket = (int32_t *)((uint8_t *)base + h->buckets_at)};
-  memset(view.entries, 0, sizeof(Entry) * (h->units + h->edges));
+  memset(view.entries, 0, sizeof(Entry) * entry_count(&view));
   rebuild(&view);
   return WK_OK;
 }
 
-static WkStatus check_layout(const Header *got, const Header *want, const char *name) {
-  if (memcmp(got->magic, CACHE_MAGIC, sizeof got->magic) != 0 || got->version != CACHE_VERSION ||
+/* Every field the layout is made of, as another process wrote it (read once: it may change under us). */
+static WkStatus check_layout(const volatile Header *got, const Header *want, const char *name) {
+  char magic[sizeof CACHE_MAGIC];
+  for (size_t i = 0; i < sizeof magic; i++) magic[i] = got->magic[i];
+  if (memcmp(magic, CACHE_MAGIC, sizeof magic) != 0 || got->version != CACHE_VERSION ||
       got->identity != want->identity || got->unit_bytes != want->unit_bytes || got->edge_bytes != want->edge_bytes ||
-      got->units != want->units || got->edges != want->edges)
+      got->units != want->units || got->edges != want->edges || got->buckets != want->buckets ||
+      got->entries_at != want->entries_at || got->buckets_at != want->buckets_at ||
+      got->unit_data_at != want->unit_data_at || got->edge_data_at != want->edge_data_at)
     return WK_FAIL(WK_ERR_INVALID_ARG, "shared cache '/dev/shm%s' was made for another stream or configuration "
                    "(the node's ranks must use the same loader settings)", name);
   return WK_OK;
@@ -293,6 +353,7 @@ static WkStatus attach(WkUnitCache *c, uint64_t first_draw) {
     if (atomic_load(&c->h->readers[r].pid) != 0) continue;
     atomic_store(&c->h->readers[r].low_water, first_draw);
     atomic_store(&c->h->readers[r].high_water, first_draw);
+    atomic_store(&c->h->readers[r].started, c->started);
     atomic_store(&c->h->readers[r].pid, (int32_t)getpid());
     c->h->attached++;
     c->reader = r;
@@ -312,6 +373,8 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
   WkUnitCache *c = wk_calloc(1, sizeof *c, "unit cache");
   if (!c) return wk_last_status();
   snprintf(c->what, sizeof c->what, "%s", cfg->what);
+  c->layout = want;
+  c->started = (uint32_t)wk_process_start_time(getpid());
   WkStatus status = wk_shared_open(cfg->shared_name, region_bytes(&want), want.unit_data_at, init_region, &want,
                                    &c->region);
   if (status == WK_OK) {
@@ -324,6 +387,9 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
     status = check_layout(c->h, &want, c->region.name);
   }
   if (status == WK_OK) status = attach(c, first_draw);
+  if (status == WK_OK && c->region.name[0])
+    wk_logf(WK_LOG_DEBUG, "%s: node cache /dev/shm%s (%zu bytes, %s)", c->what, c->region.name, c->region.bytes,
+            c->region.created ? "made here" : "joined");
   if (status != WK_OK) {
     wk_shared_close(&c->region);
     free(c);
@@ -363,8 +429,8 @@ void wk_unit_cache_stats(WkUnitCache *c, WkNodeCacheStats *out) {
   unlock(c);
   out->decoded_bytes = atomic_load(&c->h->decoded_bytes);
   out->delivered_bytes = atomic_load(&c->h->delivered_bytes);
-  out->slots = c->h->units;
-  out->edge_slots = c->h->edges;
+  out->slots = c->layout.units;
+  out->edge_slots = c->layout.edges;
 }
 
 /* ---- waiting ---------------------------------------------------------------------------------------- */
@@ -396,21 +462,21 @@ static WkStatus wait_for_change(WkUnitCache *c, Wait *w, const char *for_what, i
 /* ---- units ------------------------------------------------------------------------------------------ */
 
 static uint8_t *unit_data(WkUnitCache *c, const Entry *e) {
-  return c->unit_data + (size_t)(e - c->entries) * c->h->unit_bytes;
+  return c->unit_data + (size_t)(e - c->entries) * c->layout.unit_bytes;
 }
 
 static uint8_t *edge_data(WkUnitCache *c, const Entry *e) {
-  return c->edge_data + (size_t)(e - c->entries - c->h->units) * c->h->edge_bytes;
+  return c->edge_data + (size_t)(e - c->entries - c->layout.units) * c->layout.edge_bytes;
 }
 
 /* Lock held. Backs entry i's data with pages on its first use; on failure it goes back to the free list. */
 static WkStatus back_entry(WkUnitCache *c, int32_t i) {
   Entry *e = &c->entries[i];
   if (e->backed) return WK_OK;
-  bool edge = (uint32_t)i >= c->h->units;
+  bool edge = (uint32_t)i >= c->layout.units;
   uint8_t *data = edge ? edge_data(c, e) : unit_data(c, e);
   WkStatus status = wk_shared_reserve(&c->region, (size_t)(data - (uint8_t *)c->region.base),
-                                      edge ? c->h->edge_bytes : c->h->unit_bytes);
+                                      edge ? c->layout.edge_bytes : c->layout.unit_bytes);
   if (status != WK_OK) {
     push_free(c, (uint32_t)i);
     return wk_error_context("%s", c->what);
@@ -426,6 +492,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
   lock(c);
   for (;;) {
     Entry *e = find(c, key);
+    TRY_UNLOCKED(c, check_intact(c));
     if (e && e->state == ENTRY_READY) {
       if (e->hold_until < hold.until) e->hold_until = hold.until;
       if (e->hold_from > hold.from) e->hold_from = hold.from;
@@ -438,6 +505,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
       continue;
     }
     int32_t slot = take_entry(c, false), slowest = 0;
+    TRY_UNLOCKED(c, check_intact(c));
     bool is_slowest = slot < 0 && atomic_load(&c->h->readers[c->reader].low_water) <= min_low_water(c, &slowest);
     if (is_slowest) slot = steal_unit(c); /* the node's slowest reader never waits */
     if (slot < 0) {
@@ -454,7 +522,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
     TRY_UNLOCKED(c, back_entry(c, slot));
     e = &c->entries[slot];
     *e = (Entry){.key = key, .hold_from = hold.from, .hold_until = hold.until, .state = ENTRY_LOADING,
-                 .owner = (int32_t)getpid(), .backed = 1};
+                 .owner = (int32_t)getpid(), .owner_started = c->started, .backed = 1};
     link_entry(c, (uint32_t)slot);
     unlock(c);
     WkStatus status = fill(ctx, unit_data(c, e));
@@ -477,7 +545,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
 
 void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, const void *data, uint32_t bytes) {
   key |= EDGE_KEY_TAG;
-  if (bytes > c->h->edge_bytes) return; /* cannot happen: edges are shorter than a sample */
+  if (bytes > c->layout.edge_bytes) return; /* cannot happen: edges are shorter than a sample */
   lock(c);
   Entry *e = find(c, key);
   if (e) {
@@ -511,7 +579,7 @@ bool wk_unit_cache_take_edge(WkUnitCache *c, uint64_t key, void *dst, uint32_t b
 bool wk_unit_cache_copy_resident(WkUnitCache *c, uint64_t key, uint64_t offset, void *dst, uint32_t bytes) {
   lock(c);
   Entry *e = find(c, key);
-  bool found = e && e->state == ENTRY_READY && offset + bytes <= c->h->unit_bytes;
+  bool found = e && e->state == ENTRY_READY && offset + bytes <= c->layout.unit_bytes;
   if (found) memcpy(dst, unit_data(c, e) + offset, bytes); /* under the lock: nobody reuses the slot meanwhile */
   unlock(c);
   return found;

@@ -14,10 +14,10 @@
  * after STOP_GRACE_MS. Ctrl-C is forwarded to every rank as SIGINT.
  *
  * The job id: every rank gets WICK_JOB_ID, hex and unique to this launch; the ranks name the regions
- * their node shares (/dev/shm/wick-UID-JOB-...) after it, and the launcher removes what ranks killed
- * with SIGKILL could not (the last rank to leave a region normally removes it itself).
+ * their node shares in /dev/shm after it (a keyed hash of it and the job's secret), and the launcher
+ * removes what ranks killed with SIGKILL or ended by an error could not (the last rank to leave a region
+ * normally removes it itself).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/shared.h" /* wk_shared_remove_job */
 #include "host.h"
 
 enum {
@@ -101,20 +102,12 @@ static void make_job_id(char out[17]) {
   snprintf(out, 17, "%016llx", (unsigned long long)(seed ^ noise));
 }
 
-/* Removes /dev/shm/wick-UID-JOB-* that ranks of this job left (they were killed before removing them). */
+/* Removes the regions of this job's node (runtime/core/shared.c) that ranks left: killed, or gone
+ * without closing their loaders. Their names are keyed by the job's secret, which this process reads
+ * from the environment the ranks inherited. */
 static void remove_job_regions(const char *job) {
-  char prefix[64];
-  snprintf(prefix, sizeof prefix, "wick-%u-%s-", (unsigned)getuid(), job);
-  DIR *dir = opendir("/dev/shm");
-  if (!dir) return;
-  struct dirent *entry;
-  while ((entry = readdir(dir)) != NULL) {
-    if (strncmp(entry->d_name, prefix, strlen(prefix)) != 0) continue;
-    char path[320];
-    snprintf(path, sizeof path, "/dev/shm/%s", entry->d_name);
-    if (unlink(path) != 0 && errno != ENOENT) fprintf(stderr, "run: cannot remove %s: %s\n", path, strerror(errno));
-  }
-  closedir(dir);
+  if (wk_shared_remove_job(job) != WK_OK)
+    fprintf(stderr, "run: the job's shared memory in /dev/shm is left: %s\n", wk_last_error());
 }
 
 static void set_rank_environment(const LaunchConfig *config, int local_rank, int master_port) {

@@ -1,16 +1,17 @@
 -- One rank for the node-cache tests (tests/order_spec.lua), run as a real process:
---   ./run tests/helpers/stream_rank.lua DATA SEQ_LEN GLOBAL_BATCH BUFFER_TOKENS CACHE_BYTES READY_DIR [DIE_AFTER]
+--   ./run tests/helpers/stream_rank.lua DATA SEQ_LEN GLOBAL_BATCH BUFFER_TOKENS CACHE_BYTES READY_DIR [DIE_AFTER [HOW]]
 -- RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (and a job id) come from the environment. Starts its loader, marks
 -- itself ready in READY_DIR and waits until WORLD_SIZE ranks are (so no rank streams a whole epoch
 -- before the other has joined the node cache), then reads one epoch. With DIE_AFTER it kills itself
--- (SIGKILL) after that many micro-batches, in the middle of the stream. Prints its job id when started and
--- one line of counters at the end.
+-- (SIGKILL) after that many micro-batches, in the middle of the stream, or with HOW 'error' raises a Lua
+-- error there without closing its loader. Prints its job id when started and one line of counters at the
+-- end.
 local data = require 'wick.data'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
 local SIGKILL = 9
 
-local dir, seq_len, global_batch, buffer_tokens, cache_bytes, ready_dir, die_after = ...
+local dir, seq_len, global_batch, buffer_tokens, cache_bytes, ready_dir, die_after, how = ...
 local world = tonumber(os.getenv('WORLD_SIZE'))
 local loader = data.loader {
   data = dir, seq_len = tonumber(seq_len), global_batch = tonumber(global_batch), cache_bytes = tonumber(cache_bytes),
@@ -34,7 +35,10 @@ for _ = 1, steps do
   local batch = loader:next()
   for _ = 2, batch.micro_steps do loader:next() end
   batches = batches + batch.micro_steps
-  if die_after and batches >= tonumber(die_after) then ffi.C.kill(ffi.C.getpid(), SIGKILL) end
+  if die_after and batches >= tonumber(die_after) then
+    if how == 'error' then error('stream_rank: a Lua error, the loader left open') end
+    ffi.C.kill(ffi.C.getpid(), SIGKILL)
+  end
 end
 local s = loader:stats()
 loader:close()
