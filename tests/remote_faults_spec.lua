@@ -170,7 +170,7 @@ describe('a remote dataset through faults', function()
     assert.matches(proxy.url .. '/ds/' .. shard .. '.wks', r.err, 1, true)
     assert.matches('too slow: [1-9]%d* bytes in 1%.%d s %([1-9]%d* B/s%), under the low%-speed limit of 1000 B/s', r.err)
     assert.matches('gave up after 4 attempts', r.err, 1, true)
-    assert.is_true(r.seconds < 20, ('took %.1f s'):format(r.seconds))
+    assert.is_true(r.seconds < 60, ('took %.1f s'):format(r.seconds))
     helper.rmtree(cache)
   end)
 
@@ -187,7 +187,7 @@ describe('a remote dataset through faults', function()
     assert.matches("not done by this attempt's deadline, %d+%.%d s after it began %(%d+ bytes asked for; %d+ bytes "
       .. 'of headers and body came, %d+ B/s%)', r.err)
     assert.matches('gave up after 2 attempts (last HTTP status 206)', r.err, 1, true)
-    assert.is_true(r.seconds < 30, ('took %.1f s'):format(r.seconds))
+    assert.is_true(r.seconds < 60, ('took %.1f s'):format(r.seconds))
     helper.rmtree(cache)
   end)
 
@@ -201,7 +201,7 @@ describe('a remote dataset through faults', function()
     assert.matches(proxy.url .. '/ds/' .. shard .. '.wks', r.err, 1, true)
     assert.matches('gave up after %d+ attempts in %d%.%d s: request_timeout_ms=4000 bounds a request with all its '
       .. 'attempts', r.err)
-    assert.is_true(r.seconds < 15, ('took %.1f s'):format(r.seconds))
+    assert.is_true(r.seconds < 30, ('took %.1f s'):format(r.seconds))
     helper.rmtree(cache)
   end)
 
@@ -224,13 +224,13 @@ describe('a remote dataset through faults', function()
   it('gives up at once when Retry-After asks for longer than the request may take', function()
     local cache = helper.tmpdir()
     proxy:set('503 1 100000')
-    local r = stream(proxy.url .. '/ds', cache, 'request_timeout_ms = 5000')
+    local r = stream(proxy.url .. '/ds', cache, 'request_timeout_ms = 30000')
     proxy:set('pass')
     assert.are_not.equal(0, r.rc)
-    assert.matches('HTTP 503; gave up after 1 attempt in %d%.%d s: request_timeout_ms=5000 bounds a request with all '
+    assert.matches('HTTP 503; gave up after 1 attempt in %d%.%d s: request_timeout_ms=30000 bounds a request with all '
       .. 'its attempts, and the next could not start before it ends, waiting as the server asked %(Retry%-After: '
       .. '100000 s, honoured up to 60 s%)', r.err)
-    assert.is_true(r.seconds < 5, ('took %.1f s'):format(r.seconds))
+    assert.is_true(r.seconds < 15, ('took %.1f s'):format(r.seconds))
     helper.rmtree(cache)
   end)
 
