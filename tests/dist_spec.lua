@@ -2,6 +2,7 @@
 -- TCP store and all-reduce through Gloo; the hang tests kill, stop or misroute one of them and
 -- read what the others and the launcher say.
 local helper = require 'helper'
+local stranger = require 'helpers.stranger'
 local q = helper.shell_quote
 
 local FIXTURES = 'tests/fixtures/dist/'  -- relative to the checkout: reports quote it as given
@@ -84,6 +85,87 @@ describe('wick.dist collectives', function()
     local won = select(2, r.out:gsub('won\ttrue\ttrue', ''))
     local lost = select(2, r.out:gsub('lost\ttrue\ttrue', ''))
     assert.are.same({ 1, 2 }, { won, lost }, r.out)
+  end)
+end)
+
+describe('wick.dist store: the job\'s alone', function()
+  -- Starts the stranger fixture on nproc ranks in the background; returns its paths and a function
+  -- that waits for the job and gives its rc, stdout and stderr.
+  local function start_job(nproc, env)
+    local dir = helper.tmpdir()
+    local cmd = ('cd %s && %s timeout 120 %s --nproc-per-node %d %s %s %s %s > %s 2> %s; echo $? > %s'):format(
+      q(helper.ROOT), env or '', q(helper.RUN), nproc, q(FIXTURES .. 'stranger.lua'), q(dir .. '/ready'),
+      q(dir .. '/done'), q(stranger.KEY), q(dir .. '/out'), q(dir .. '/err'), q(dir .. '/rc'))
+    os.execute('(' .. cmd .. ') &')
+    local function ready()
+      for _ = 1, 600 do
+        local text = helper.read_file(dir .. '/ready')
+        if text ~= '' then return text:match('^(%S+) (%d+) (%d+)$') end
+        helper.sh('sleep 0.1')
+      end
+      error('the job never got ready: ' .. helper.read_file(dir .. '/err'))
+    end
+    local function finish()
+      helper.write_file(dir .. '/done', '')
+      for _ = 1, 1200 do
+        if helper.read_file(dir .. '/rc') ~= '' then break end
+        helper.sh('sleep 0.1')
+      end
+      local r = { rc = tonumber(helper.read_file(dir .. '/rc')), out = helper.read_file(dir .. '/out'),
+        err = helper.read_file(dir .. '/err') }
+      helper.rmtree(dir)
+      return r
+    end
+    return ready, finish
+  end
+
+  it('serves no process of another user: no key set, no rank taken, the secret unreadable, job exact', function()
+    local ready, finish = start_job(2)
+    local addr, port, pid = ready()
+    local r, why = stranger.as_other_user(('sh -c %s; %s'):format(
+      q('cat /proc/' .. pid .. '/environ > /dev/null 2>&1 && echo environ-readable'), stranger.command(addr, port, 2)))
+    local job = finish()
+    if not r then
+      pending(why)
+      return
+    end
+    assert.are.equal(0, job.rc, job.out .. job.err)
+    assert.are.equal('', r.out, 'the other user read the ranks\' environment')
+    for rank = 0, 1 do
+      assert.matches('%[rank' .. rank .. '%] key absent, sum 3, sockets on', job.out)
+    end
+    local _, refused = job.err:gsub('%[rank0%] [^\n]*store server: refused the connection from 127%.0%.0%.1:%d+: ', '')
+    assert.are.equal(stranger.ATTEMPTS, refused, job.err)
+    assert.is_nil(job.err:find('unauthenticated', 1, true), job.err)
+  end)
+
+  it('listens and talks on loopback only for a single-node job: the store and Gloo\'s pairs', function()
+    local ready, finish = start_job(3)
+    ready()
+    local job = finish()
+    assert.are.equal(0, job.rc, job.out .. job.err)
+    local listeners, seen = 0, 0
+    for line in job.out:gmatch('sockets on ([^\n]*)') do
+      for address in line:gmatch('%S+') do
+        assert.matches('^[listen:]*127%.0%.0%.1:%d+$', address, 1, false, job.out)
+        if address:match('^listen:') then listeners = listeners + 1 end
+        seen = seen + 1
+      end
+    end
+    assert.are.equal(1, listeners, job.out) -- the store; Gloo closed its listeners once connected
+    assert.is_true(seen >= 1 + 3 * 3, job.out) -- and each rank's store connection and 2 Gloo pairs
+  end)
+
+  it('fails ranks that disagree on WORLD_SIZE at the handshake, in one line naming both values', function()
+    local port = 20000 + tonumber(helper.read_file('/proc/self/stat'):match('^(%d+)')) % 20000
+    local env = ('env WICK_STORE_SECRET=%s MASTER_ADDR=127.0.0.1 MASTER_PORT=%d '):format(string.rep('s', 32), port)
+    local code = q("require('wick').dist.init { timeout = 10 } print('joined')")
+    local r = helper.sh(('%s RANK=0 WORLD_SIZE=2 timeout 60 %s -e %s & %s RANK=1 WORLD_SIZE=3 timeout 60 %s -e %s; wait')
+      :format(env, q(helper.RUN), code, env, q(helper.RUN), code))
+    assert.matches('rank 1 has WORLD_SIZE=3, but rank 0 has WORLD_SIZE=2', r.err)
+    assert.is_nil(r.err:find('sizeof', 1, true), r.err)
+    assert.is_nil(r.err:find('traceback', 1, true), r.err)
+    assert.is_nil(r.out:find('joined', 1, true), r.out)
   end)
 end)
 
