@@ -38,6 +38,55 @@ function stranger.command(host, port, world_size)
   return 'bash -c ' .. q(table.concat(parts, '; '))
 end
 
+-- Starts the job of tests/fixtures/dist/stranger.lua in the background: launchers[i](args) is the
+-- shell command of one launcher (`run --nproc-per-node N ... stranger.lua ` .. args). Returns
+-- ready(), which waits for rank 0 and gives its MASTER_ADDR, MASTER_PORT and pid, and finish(),
+-- which lets the ranks go on and gives each launcher's { rc, out, err }.
+function stranger.start_job(launchers)
+  local dir = helper.tmpdir()
+  local args = ('%s %s %s'):format(q(dir .. '/ready'), q(dir .. '/done'), q(stranger.KEY))
+  for i, launcher in ipairs(launchers) do
+    local files = { out = ('%s/out%d'):format(dir, i), err = ('%s/err%d'):format(dir, i), rc = ('%s/rc%d'):format(dir, i) }
+    os.execute(('(cd %s && %s > %s 2> %s; echo $? > %s) &'):format(q(helper.ROOT), launcher(args), q(files.out),
+      q(files.err), q(files.rc)))
+  end
+  local function wait_file(path, polls)
+    for _ = 1, polls do
+      if helper.read_file(path) ~= '' then return helper.read_file(path) end
+      helper.sh('sleep 0.1')
+    end
+  end
+  local function ready()
+    local text = wait_file(dir .. '/ready', 600)
+    if not text then error('the job never got ready: ' .. helper.read_file(dir .. '/err1')) end
+    return text:match('^(%S+) (%d+) (%d+)$')
+  end
+  local function finish()
+    helper.write_file(dir .. '/done', '')
+    local results = {}
+    for i = 1, #launchers do
+      wait_file(('%s/rc%d'):format(dir, i), 1200)
+      results[i] = { rc = tonumber(helper.read_file(('%s/rc%d'):format(dir, i))),
+        out = helper.read_file(('%s/out%d'):format(dir, i)), err = helper.read_file(('%s/err%d'):format(dir, i)) }
+    end
+    helper.rmtree(dir)
+    return results
+  end
+  return ready, finish
+end
+
+-- The local addresses a job's ranks printed ("sockets on ..."), and how many were listeners.
+function stranger.addresses(out)
+  local all, listeners = {}, 0
+  for line in out:gmatch('sockets on ([^\n]*)') do
+    for address in line:gmatch('%S+') do
+      if address:match('^listen:') then listeners = listeners + 1 end
+      all[#all + 1] = address:gsub('^listen:', '')
+    end
+  end
+  return all, listeners
+end
+
 -- Runs command as a throwaway user made for it (removed after): the result of helper.sh, or nil
 -- and why no user could be made (that needs root).
 function stranger.as_other_user(command)
