@@ -49,6 +49,7 @@ enum {
   STORE_PROOF_BYTES = 32                         /* HMAC-SHA256 */
 };
 #define STORE_MAX_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)  /* a week: longer is a mistake */
+#define STORE_MAX_BYTES ((size_t)1 << 30)                      /* keys + values a store holds at once */
 
 /* ---- protocol.c: the wire format ---------------------------------------------------------------
  * A frame is a u32 little-endian body length, then the body. A request body is an op byte, a
@@ -171,9 +172,10 @@ void net_no_delay(int fd);  /* TCP_NODELAY: small store messages must not wait f
 /* ---- store internals the collectives use -------------------------------------------------- */
 
 /* The server and the client of wick.h with the secret given (length 0: none) instead of the job's
- * (wk_job_secret): what the public calls do, and what tests use to try other secrets. */
+ * (wk_job_secret), and the server's budget for keys and values (wick.h's: STORE_MAX_BYTES): what the
+ * public calls do, and what tests use to try other secrets and budgets. */
 WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
-                                        size_t secret_length);
+                                        size_t secret_length, size_t max_bytes);
 WkStore *store_connect_keyed(const char *host, int port, int rank, int world_size, int64_t timeout_ms,
                              const uint8_t *secret, size_t secret_length);
 

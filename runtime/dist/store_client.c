@@ -242,8 +242,9 @@ static WkStatus check_key(const char *key, StoreBytes *out) {
   return WK_OK;
 }
 
-static WkStatus check_value(const void *value, size_t length, StoreBytes *out) {
-  if (length > STORE_MAX_VALUE) return WK_FAIL(WK_ERR_INVALID_ARG, "store value of %zu bytes (at most %d)", length, STORE_MAX_VALUE);
+static WkStatus check_value(const char *key, const void *value, size_t length, StoreBytes *out) {
+  if (length > STORE_MAX_VALUE)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "store key '%.200s': a value of %zu bytes (at most %d)", key, length, STORE_MAX_VALUE);
   if (length && !value) return WK_FAIL(WK_ERR_INVALID_ARG, "store value is NULL with length %zu", length);
   *out = (StoreBytes){value, (uint32_t)length};
   return WK_OK;
@@ -343,7 +344,7 @@ static WkStatus set_with(WkStore *s, const char *key, const void *value, size_t 
   WK_TRY(check_store(s));
   StoreRequest q = {.op = STORE_SET, .flags = flags, .key_count = 1};
   WK_TRY(check_key(key, &q.keys[0]));
-  WK_TRY(check_value(value, length, &q.value));
+  WK_TRY(check_value(key, value, length, &q.value));
   pthread_mutex_lock(&s->lock);
   StoreReply y;
   WkStatus st = transact(s, &q, net_deadline(s->timeout_ms), &y);
@@ -437,8 +438,8 @@ WkStatus wk_store_compare_set(WkStore *s, const char *key, const void *expected,
   WK_TRY(check_store(s));
   StoreRequest q = {.op = STORE_CAS, .key_count = 1};
   WK_TRY(check_key(key, &q.keys[0]));
-  WK_TRY(check_value(expected, expected_length, &q.value));
-  WK_TRY(check_value(desired, desired_length, &q.value2));
+  WK_TRY(check_value(key, expected, expected_length, &q.value));
+  WK_TRY(check_value(key, desired, desired_length, &q.value2));
   if (capacity && !buffer) return WK_FAIL(WK_ERR_INVALID_ARG, "store compare_set: buffer is NULL with capacity %zu", capacity);
   pthread_mutex_lock(&s->lock);
   StoreReply y;

@@ -6,7 +6,8 @@
  * key is not there yet parks the connection (nothing more is read from it) until a set, add or
  * compare-and-set provides the key, or its timeout answers 'missing'. A malformed frame is
  * answered with an error and the connection is closed after it; nothing a peer sends can make the
- * server allocate past a frame (STORE_MAX_FRAME) per connection or the map past STORE_MAX_BYTES.
+ * server allocate past a frame (STORE_MAX_FRAME) per connection or the map past its budget
+ * (STORE_MAX_BYTES).
  *
  * The server also remembers, per rank, whether it said hello, bye, or dropped its connection
  * without a bye: the hang report asks for that (STATUS) to tell a killed rank from a slow one.
@@ -47,7 +48,6 @@ enum {
   MAX_REFUSALS_LOGGED = 16,             /* a scanner must not fill the log */
   PEER_NAME_CAPACITY = INET6_ADDRSTRLEN + 8
 };
-#define STORE_MAX_BYTES ((size_t)1 << 30) /* keys + values held at once */
 
 typedef struct Entry {
   struct Entry *next;
@@ -85,7 +85,7 @@ struct WkStoreServer {
   bool stopping;
   int64_t accept_paused_until;
   Entry *buckets[BUCKETS];
-  size_t bytes;
+  size_t bytes, max_bytes;  /* keys and values held, and the most they may be */
   Connection **connections;
   size_t connection_count, connection_capacity, handshakes;
   size_t max_connections;
@@ -117,10 +117,10 @@ static WkStatus put(WkStoreServer *s, StoreBytes key, const void *value, uint32_
   Entry *e = *slot;
   size_t old = e ? e->value_length : 0;
   size_t grow = (e ? 0 : sizeof *e + key.length) + length;
-  if (s->bytes - old + grow > STORE_MAX_BYTES)
+  if (s->bytes - old + grow > s->max_bytes)
     return WK_FAIL(WK_ERR_NOMEM, "setting key '%.*s' to %u bytes would pass the store's budget of %zu bytes (it "
                    "holds %zu)", (int)(key.length > 200 ? 200 : key.length), (const char *)key.data, length,
-                   STORE_MAX_BYTES, s->bytes);
+                   s->max_bytes, s->bytes);
   uint8_t *copy = malloc(length ? length : 1);
   if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for a store value of %u bytes", length);
   if (length) memcpy(copy, value, length);
@@ -712,7 +712,7 @@ static void free_server(WkStoreServer *s) {
 }
 
 WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
-                                        size_t secret_length) {
+                                        size_t secret_length, size_t max_bytes) {
   if (!host || !*host || port < 0 || port > UINT16_MAX) {
     WK_FAIL(WK_ERR_INVALID_ARG, "store server: needs an address to listen on and a port in 0..65535 (got '%s':%d)",
             host ? host : "(null)", port);
@@ -731,6 +731,7 @@ WkStoreServer *store_server_start_keyed(const char *host, int port, int world_si
   s->listen_fd = s->wake[0] = s->wake[1] = -1;
   s->world_size = world_size;
   s->max_connections = (size_t)world_size + EXTRA_CONNECTIONS;
+  s->max_bytes = max_bytes;
   if (secret_length) memcpy(s->secret, secret, secret_length);
   s->secret_length = secret_length;
   s->rank_states = wk_calloc((size_t)world_size, 1, "store rank states");
@@ -767,7 +768,7 @@ WkStoreServer *wk_store_server_start(const char *host, int port, int world_size)
     wk_error_context("store server");
     return NULL;
   }
-  WkStoreServer *s = store_server_start_keyed(host, port, world_size, secret, length);
+  WkStoreServer *s = store_server_start_keyed(host, port, world_size, secret, length, STORE_MAX_BYTES);
   if (s && !length)
     wk_logf(WK_LOG_WARN, "store server at %s:%d: no job secret (WICK_STORE_SECRET or WICK_STORE_SECRET_FILE), so it "
             "is unauthenticated: any process that reaches that address can act on this job, as with torch's "

@@ -205,6 +205,7 @@ static void test_store_set_get_wait_add_compare_set(void) {
   CHECK(wk_store_set(s, "big", value_in, big) == WK_OK);
   CHECK(wk_store_get(s, "big", 0, value_out, big, &length) == WK_OK && length == big && memcmp(value_in, value_out, big) == 0);
   CHECK(wk_store_set(s, "huge", value_in, (size_t)STORE_MAX_VALUE + 1) == WK_ERR_INVALID_ARG);
+  CHECK(strstr(wk_last_error(), "store key 'huge': a value of 16777217 bytes (at most 16777216)") != NULL);
   free(value_in);
   free(value_out);
   CHECK(wk_store_get(s, "a", -1, buf, sizeof buf, &length) == WK_ERR_INVALID_ARG); /* no unbounded waits */
@@ -352,7 +353,7 @@ static bool closed_unanswered(int fd) {
 }
 
 static void test_only_connections_proving_the_secret_are_served(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -391,7 +392,7 @@ static void test_only_connections_proving_the_secret_are_served(void) {
   wk_store_server_stop(server, 0);
 
   /* Mutual: a rank with the secret refuses a store without one. */
-  server = store_server_start_keyed("127.0.0.1", 0, 2, NULL, 0);
+  server = store_server_start_keyed("127.0.0.1", 0, 2, NULL, 0, STORE_MAX_BYTES);
   CHECK(server != NULL);
   if (!server) return;
   CHECK(store_connect_keyed("127.0.0.1", wk_store_server_port(server), 0, 2, LONG_MS, SECRET, SECRET_LENGTH) == NULL);
@@ -439,7 +440,7 @@ static void test_client_refuses_a_store_that_cannot_prove_the_secret(void) {
 }
 
 static void test_hello_checks_the_world_size_and_one_connection_per_rank(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -463,8 +464,38 @@ static void test_hello_checks_the_world_size_and_one_connection_per_rank(void) {
   wk_store_server_stop(server, 0);
 }
 
+static void test_the_budget_and_connection_caps_hold(void) {
+  enum { BUDGET = 1 << 20 };
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, NULL, 0, BUDGET);
+  CHECK(server != NULL);
+  if (!server) return;
+  int port = wk_store_server_port(server);
+  WkStore *s = store_connect_keyed("127.0.0.1", port, -1, 0, LONG_MS, NULL, 0);
+  char *value = calloc(1, BUDGET / 2);
+  CHECK(s && value && wk_store_set(s, "first", value, BUDGET / 2) == WK_OK);
+  CHECK(wk_store_set(s, "second", value, BUDGET / 2) == WK_ERR_INVALID_ARG); /* the server refused it */
+  CHECK(strstr(wk_last_error(), "setting key 'second' to 524288 bytes would pass the store's budget of 1048576") != NULL);
+  CHECK(wk_store_set(s, "first", value, BUDGET / 4) == WK_OK); /* replacing frees what it held */
+  CHECK(wk_store_set(s, "second", value, BUDGET / 2) == WK_OK);
+  free(value);
+  /* One connection per rank and 256 more: beyond them even a client that proves itself is not taken. */
+  enum { EXTRA = 256 };
+  int fds[EXTRA];
+  int open_count = 1; /* s */
+  for (int i = 0; i < EXTRA; i++) {
+    fds[i] = raw_hello(port, -1, 0, NULL, 0);
+    if (fds[i] >= 0) open_count++;
+  }
+  CHECK(open_count == 1 + EXTRA);
+  CHECK(raw_hello(port, -1, 0, NULL, 0) < 0);
+  for (int i = 0; i < EXTRA; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  wk_store_close(s);
+  wk_store_server_stop(server, 0);
+}
+
 static void test_connections_in_their_handshake_are_capped(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, SECRET, SECRET_LENGTH);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -569,6 +600,7 @@ int main(void) {
   RUN_TEST(test_client_refuses_a_store_that_cannot_prove_the_secret);
   RUN_TEST(test_hello_checks_the_world_size_and_one_connection_per_rank);
   RUN_TEST(test_connections_in_their_handshake_are_capped);
+  RUN_TEST(test_the_budget_and_connection_caps_hold);
   RUN_TEST(test_connect_gives_up_at_its_timeout);
   RUN_TEST(test_world_from_torchrun_slurm_or_nothing);
   RUN_TEST(test_first_slurm_host);
