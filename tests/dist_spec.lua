@@ -127,6 +127,24 @@ describe('wick.dist store: the job\'s alone', function()
     assert.is_true(#addresses >= 1 + 3 * 3, job.out) -- and each rank's store connection and 2 Gloo pairs
   end)
 
+  it('serve_store and connect_store take the job\'s secret from the environment and check the world size', function()
+    local code = [[
+      local dist = require('wick').dist
+      local server = dist.serve_store { world_size = 2 }
+      local a = dist.connect_store { port = server:port(), rank = 0, world_size = 2, timeout = 5 }
+      a:set('k', 'v')
+      local ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1, world_size = 3, timeout = 5 })
+      print(a:get('k', 0), ok, err:match('WORLD_SIZE=3, but rank 0 has WORLD_SIZE=2') ~= nil)
+      ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1 })
+      print(ok, err:match('world_size must be an integer from 1') ~= nil)
+      a:close()
+      server:stop()]]
+    local r = helper.sh(('env WICK_STORE_SECRET=%s %s -e %s'):format(string.rep('k', 32), q(helper.RUN), q(code)))
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('v\tfalse\ttrue\nfalse\ttrue\n', r.out)
+    assert.is_nil(r.err:find('unauthenticated', 1, true), r.err)
+  end)
+
   it('fails ranks that disagree on WORLD_SIZE at the handshake, in one line naming both values', function()
     local port = 20000 + tonumber(helper.read_file('/proc/self/stat'):match('^(%d+)')) % 20000
     local env = ('env WICK_STORE_SECRET=%s MASTER_ADDR=127.0.0.1 MASTER_PORT=%d '):format(string.rep('s', 32), port)
