@@ -83,12 +83,20 @@ local function host_option(opts, level)
   return opts.host or '127.0.0.1'
 end
 
+-- What the runtime refuses in the job's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+-- WICK_STORE_SECRET...: WK_ERR_INVALID_ARG) is the user's mistake: one line and exit 2.
+local function check_environment(ok, level)
+  if ok then return end
+  if C.wk_last_status() == C.WK_ERR_INVALID_ARG then require('wick.cli').fail(core.last_error(), 2) end
+  error(core.last_error(), level + 1)
+end
+
 -- ---- the world ---------------------------------------------------------------------------------
 
 -- { rank, world_size, local_rank, local_world_size, master_addr, master_port, source } from the env.
 function dist.world()
   local w = ffi.new('WkWorld')
-  check(C.wk_world_from_env(w), 2)
+  check_environment(C.wk_world_from_env(w) == C.WK_OK, 2)
   return {
     rank = w.rank, world_size = w.world_size, local_rank = w.local_rank, local_world_size = w.local_world_size,
     master_addr = ffi.string(w.master_addr), master_port = w.master_port, source = SOURCES[w.source],
@@ -233,7 +241,8 @@ function dist.init(opts)
   local timeout = opts.timeout or DEFAULT_TIMEOUT
   local ms = seconds_to_ms(timeout, 'dist.init: timeout', 2)
   local world, w = dist.world()
-  local handle = core.check_handle(C.wk_dist_init(w, ms), 2)
+  local handle = C.wk_dist_init(w, ms) -- its arguments are checked above: what it refuses is the environment's
+  check_environment(handle ~= nil, 2)
   local self = setmetatable(world, Group)
   self.handle = ffi.gc(handle, C.wk_dist_close)
   self.timeout = timeout
