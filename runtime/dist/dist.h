@@ -6,9 +6,10 @@
  *                  SLURM's environment; a process with neither is a world of 1 and opens no socket
  *   protocol.c     the rendezvous store's wire format: frames, requests, replies (fuzzed:
  *                  tests/fuzz/fuzz_store.c), and nothing that touches a socket
- *   store_server.c the store rank 0 serves at MASTER_ADDR:MASTER_PORT, on a thread of its own
- *   store_client.c the client every rank (rank 0 too) talks to it with: set, get, wait, add,
- *                  compare-and-set, each bounded by a timeout
+ *   store_server.c the store rank 0 serves at MASTER_ADDR:MASTER_PORT (that address only), on a
+ *                  thread of its own, to connections that prove the job's secret
+ *   store_client.c the client every rank (rank 0 too) talks to it with: the handshake, then set,
+ *                  get, wait, add, compare-and-set, each bounded by a timeout
  *   net.c          the socket helpers both sides share (deadlines, full reads and writes)
  *   reduce.c       element-wise sum/avg/max/min over f32, bf16, f16, i32, i64
  *   comm.c         WkDist, the one collective interface: sequence numbers, the progress thread
@@ -49,7 +50,13 @@ enum {
   STORE_PROOF_BYTES = 32                         /* HMAC-SHA256 */
 };
 #define STORE_MAX_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)  /* a week: longer is a mistake */
-#define STORE_MAX_BYTES ((size_t)1 << 30)                      /* keys + values a store holds at once */
+
+/* What a server allows; STORE_LIMITS are the ones of wick.h's wk_store_server_start. */
+typedef struct {
+  size_t max_bytes;              /* keys + values it holds at once */
+  int64_t handshake_timeout_ms;  /* from accept to an accepted hello */
+} StoreLimits;
+#define STORE_LIMITS ((StoreLimits){.max_bytes = (size_t)1 << 30, .handshake_timeout_ms = 10000})
 
 /* ---- protocol.c: the wire format ---------------------------------------------------------------
  * A frame is a u32 little-endian body length, then the body. A request body is an op byte, a
@@ -172,10 +179,10 @@ void net_no_delay(int fd);  /* TCP_NODELAY: small store messages must not wait f
 /* ---- store internals the collectives use -------------------------------------------------- */
 
 /* The server and the client of wick.h with the secret given (length 0: none) instead of the job's
- * (wk_job_secret), and the server's budget for keys and values (wick.h's: STORE_MAX_BYTES): what the
- * public calls do, and what tests use to try other secrets and budgets. */
+ * (wk_job_secret), and the server's limits: what the public calls do, and what tests use to try
+ * other secrets and limits. */
 WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
-                                        size_t secret_length, size_t max_bytes);
+                                        size_t secret_length, StoreLimits limits);
 WkStore *store_connect_keyed(const char *host, int port, int rank, int world_size, int64_t timeout_ms,
                              const uint8_t *secret, size_t secret_length);
 

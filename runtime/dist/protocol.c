@@ -2,11 +2,11 @@
  * protocol.c — the rendezvous store's wire format (see dist.h for the layout of each message).
  *
  * Pure functions over bytes: no sockets, no allocation except the encode buffer; the handshake's
- * proofs (store_proof) are an HMAC over the fields they bind. Everything here
- * reads what another process sent, so every length is checked against what is left before it is
- * used, nothing trails a message, and the limits of dist.h hold for every parsed field. The
- * encoder refuses what the parser would refuse, so a frame that encodes also parses back to
- * the same message (tests/fuzz/fuzz_store.c checks both directions).
+ * proofs (store_proof) are an HMAC over the fields they bind. Everything here reads what another
+ * process sent, so every length is checked against what is left before it is used, nothing trails
+ * a message, and the limits of dist.h hold for every parsed field. The encoder refuses what the
+ * parser would refuse, so a frame that encodes also parses back to the same message
+ * (tests/fuzz/fuzz_store.c checks both directions).
  */
 #include <stdio.h>
 #include <stdlib.h>

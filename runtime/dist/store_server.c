@@ -7,7 +7,7 @@
  * compare-and-set provides the key, or its timeout answers 'missing'. A malformed frame is
  * answered with an error and the connection is closed after it; nothing a peer sends can make the
  * server allocate past a frame (STORE_MAX_FRAME) per connection or the map past its budget
- * (STORE_MAX_BYTES).
+ * (StoreLimits).
  *
  * The server also remembers, per rank, whether it said hello, bye, or dropped its connection
  * without a bye: the hang report asks for that (STATUS) to tell a killed rank from a slow one.
@@ -16,7 +16,7 @@
  * (MASTER_ADDR's), and every connection must pass the handshake (dist.h) before anything else is
  * read from it: a hello proving the job's secret, with the job's world size, for a rank that is not
  * connected already. Until then a connection may send at most STORE_MAX_HELLO_FRAME bytes and has
- * HANDSHAKE_TIMEOUT_MS to do it, and at most MAX_HANDSHAKES are open at once; a refused one is logged
+ * the limits' handshake timeout to do it, and at most MAX_HANDSHAKES are open at once; a refused one is logged
  * with its peer address (the first MAX_REFUSALS_LOGGED of them) and closed, and changes nothing.
  */
 #include <errno.h>
@@ -44,7 +44,6 @@ enum {
   DECIMAL_CAPACITY = 24,                /* an int64 in decimal, sign and NUL included */
   EXTRA_CONNECTIONS = 256,              /* beyond one per rank: anonymous clients (tools, tests) */
   MAX_HANDSHAKES = 64,                  /* connections not authenticated yet, at once */
-  HANDSHAKE_TIMEOUT_MS = 10000,         /* from accept to an accepted hello */
   MAX_REFUSALS_LOGGED = 16,             /* a scanner must not fill the log */
   PEER_NAME_CAPACITY = INET6_ADDRSTRLEN + 8
 };
@@ -85,7 +84,8 @@ struct WkStoreServer {
   bool stopping;
   int64_t accept_paused_until;
   Entry *buckets[BUCKETS];
-  size_t bytes, max_bytes;  /* keys and values held, and the most they may be */
+  size_t bytes;             /* keys and values held */
+  StoreLimits limits;
   Connection **connections;
   size_t connection_count, connection_capacity, handshakes;
   size_t max_connections;
@@ -117,10 +117,10 @@ static WkStatus put(WkStoreServer *s, StoreBytes key, const void *value, uint32_
   Entry *e = *slot;
   size_t old = e ? e->value_length : 0;
   size_t grow = (e ? 0 : sizeof *e + key.length) + length;
-  if (s->bytes - old + grow > s->max_bytes)
+  if (s->bytes - old + grow > s->limits.max_bytes)
     return WK_FAIL(WK_ERR_NOMEM, "setting key '%.*s' to %u bytes would pass the store's budget of %zu bytes (it "
                    "holds %zu)", (int)(key.length > 200 ? 200 : key.length), (const char *)key.data, length,
-                   s->max_bytes, s->bytes);
+                   s->limits.max_bytes, s->bytes);
   uint8_t *copy = malloc(length ? length : 1);
   if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for a store value of %u bytes", length);
   if (length) memcpy(copy, value, length);
@@ -487,7 +487,7 @@ static Connection *greet(WkStoreServer *s, int fd, const char *peer) {
   net_no_delay(fd);
   c->fd = fd;
   c->rank = -1;
-  c->handshake_deadline_ms = net_deadline(HANDSHAKE_TIMEOUT_MS);
+  c->handshake_deadline_ms = net_deadline(s->limits.handshake_timeout_ms);
   memcpy(c->nonce, challenge.nonce, sizeof c->nonce);
   snprintf(c->peer, sizeof c->peer, "%s", peer);
   s->handshakes++;
@@ -712,7 +712,7 @@ static void free_server(WkStoreServer *s) {
 }
 
 WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
-                                        size_t secret_length, size_t max_bytes) {
+                                        size_t secret_length, StoreLimits limits) {
   if (!host || !*host || port < 0 || port > UINT16_MAX) {
     WK_FAIL(WK_ERR_INVALID_ARG, "store server: needs an address to listen on and a port in 0..65535 (got '%s':%d)",
             host ? host : "(null)", port);
@@ -731,7 +731,7 @@ WkStoreServer *store_server_start_keyed(const char *host, int port, int world_si
   s->listen_fd = s->wake[0] = s->wake[1] = -1;
   s->world_size = world_size;
   s->max_connections = (size_t)world_size + EXTRA_CONNECTIONS;
-  s->max_bytes = max_bytes;
+  s->limits = limits;
   if (secret_length) memcpy(s->secret, secret, secret_length);
   s->secret_length = secret_length;
   s->rank_states = wk_calloc((size_t)world_size, 1, "store rank states");
@@ -768,7 +768,7 @@ WkStoreServer *wk_store_server_start(const char *host, int port, int world_size)
     wk_error_context("store server");
     return NULL;
   }
-  WkStoreServer *s = store_server_start_keyed(host, port, world_size, secret, length, STORE_MAX_BYTES);
+  WkStoreServer *s = store_server_start_keyed(host, port, world_size, secret, length, STORE_LIMITS);
   if (s && !length)
     wk_logf(WK_LOG_WARN, "store server at %s:%d: no job secret (WICK_STORE_SECRET or WICK_STORE_SECRET_FILE), so it "
             "is unauthenticated: any process that reaches that address can act on this job, as with torch's "

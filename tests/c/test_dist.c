@@ -353,7 +353,7 @@ static bool closed_unanswered(int fd) {
 }
 
 static void test_only_connections_proving_the_secret_are_served(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_LIMITS);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -392,7 +392,7 @@ static void test_only_connections_proving_the_secret_are_served(void) {
   wk_store_server_stop(server, 0);
 
   /* Mutual: a rank with the secret refuses a store without one. */
-  server = store_server_start_keyed("127.0.0.1", 0, 2, NULL, 0, STORE_MAX_BYTES);
+  server = store_server_start_keyed("127.0.0.1", 0, 2, NULL, 0, STORE_LIMITS);
   CHECK(server != NULL);
   if (!server) return;
   CHECK(store_connect_keyed("127.0.0.1", wk_store_server_port(server), 0, 2, LONG_MS, SECRET, SECRET_LENGTH) == NULL);
@@ -440,7 +440,7 @@ static void test_client_refuses_a_store_that_cannot_prove_the_secret(void) {
 }
 
 static void test_hello_checks_the_world_size_and_one_connection_per_rank(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH, STORE_LIMITS);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -466,7 +466,8 @@ static void test_hello_checks_the_world_size_and_one_connection_per_rank(void) {
 
 static void test_the_budget_and_connection_caps_hold(void) {
   enum { BUDGET = 1 << 20 };
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, NULL, 0, BUDGET);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, NULL, 0,
+                                                  (StoreLimits){.max_bytes = BUDGET, .handshake_timeout_ms = LONG_MS});
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -494,8 +495,34 @@ static void test_the_budget_and_connection_caps_hold(void) {
   wk_store_server_stop(server, 0);
 }
 
+static void test_a_connection_that_does_not_finish_its_hello_in_time_is_closed(void) {
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 2, SECRET, SECRET_LENGTH,
+                                                  (StoreLimits){.max_bytes = 1 << 20, .handshake_timeout_ms = SHORT_MS});
+  CHECK(server != NULL);
+  if (!server) return;
+  int port = wk_store_server_port(server);
+  uint8_t body[512];
+  int silent = raw_connect(port), slow = raw_connect(port);
+  CHECK(silent >= 0 && raw_read_frame(silent, body, sizeof body) > 0);
+  CHECK(slow >= 0 && raw_read_frame(slow, body, sizeof body) > 0);
+  const uint8_t half_a_hello[] = {64, 0, 0, 0, STORE_HELLO, 0, 1};
+  CHECK(send(slow, half_a_hello, sizeof half_a_hello, MSG_NOSIGNAL) == (ssize_t)sizeof half_a_hello);
+  uint64_t start = wk_now_ns();
+  CHECK(raw_read_frame(silent, body, sizeof body) < 0 && raw_read_frame(slow, body, sizeof body) < 0);
+  double waited_ms = (double)(wk_now_ns() - start) / 1e6;
+  CHECK(waited_ms >= SHORT_MS * 0.5 && waited_ms < LONG_MS); /* closed at the deadline, not before */
+  close(silent);
+  close(slow);
+  WkStore *r0 = store_connect_keyed("127.0.0.1", port, 0, 2, LONG_MS, SECRET, SECRET_LENGTH);
+  CHECK(r0 != NULL && wk_store_set(r0, "k", "v", 1) == WK_OK);
+  usleep(2 * SHORT_MS * 1000); /* an authenticated connection has no such deadline */
+  CHECK(wk_store_set(r0, "k", "w", 1) == WK_OK);
+  wk_store_close(r0);
+  wk_store_server_stop(server, 0);
+}
+
 static void test_connections_in_their_handshake_are_capped(void) {
-  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, SECRET, SECRET_LENGTH, STORE_MAX_BYTES);
+  WkStoreServer *server = store_server_start_keyed("127.0.0.1", 0, 1, SECRET, SECRET_LENGTH, STORE_LIMITS);
   CHECK(server != NULL);
   if (!server) return;
   int port = wk_store_server_port(server);
@@ -599,6 +626,7 @@ int main(void) {
   RUN_TEST(test_only_connections_proving_the_secret_are_served);
   RUN_TEST(test_client_refuses_a_store_that_cannot_prove_the_secret);
   RUN_TEST(test_hello_checks_the_world_size_and_one_connection_per_rank);
+  RUN_TEST(test_a_connection_that_does_not_finish_its_hello_in_time_is_closed);
   RUN_TEST(test_connections_in_their_handshake_are_capped);
   RUN_TEST(test_the_budget_and_connection_caps_hold);
   RUN_TEST(test_connect_gives_up_at_its_timeout);
