@@ -15,13 +15,15 @@
  * The store is the job's alone. It listens on one address, the one the ranks reach it at
  * (MASTER_ADDR's), and every connection must pass the handshake (dist.h) before anything else is
  * read from it: a hello proving the job's secret, with the job's world size, for a rank that is not
- * connected already. Until then a connection may send at most STORE_MAX_HELLO_FRAME bytes and has
- * the limits' handshake timeout to do it, and at most MAX_HANDSHAKES are open at once; a refused one is logged
- * with its peer address (the first MAX_REFUSALS_LOGGED of them) and closed, and changes nothing.
+ * connected already. Until then a connection may send at most STORE_MAX_HELLO_FRAME bytes, within
+ * the limits' handshake timeout, and at most MAX_HANDSHAKES are open at once; a refused one is
+ * logged with its peer address (the first MAX_REFUSALS_LOGGED of them), closed, and changes nothing.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,8 +32,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <xxhash.h>
 
 #include "../core/secret.h"
@@ -513,13 +513,14 @@ static void accept_connections(WkStoreServer *s) {
   }
 }
 
-/* Closes the connections whose handshake did not finish in time. */
+/* Closes the connections whose handshake did not finish in time (a refused one that has not taken
+ * its answer by then too: it was logged already). */
 static void expire_handshakes(WkStoreServer *s) {
   int64_t now = net_now_ms();
   for (size_t k = s->connection_count; k-- > 0;) {
     Connection *c = s->connections[k];
-    if (c->authenticated || c->close_after_flush || c->handshake_deadline_ms > now) continue;
-    log_refusal(s, c->peer, "no hello within the handshake's time");
+    if (c->authenticated || c->handshake_deadline_ms > now) continue;
+    if (!c->close_after_flush) log_refusal(s, c->peer, "no hello within the handshake's time");
     close_connection(s, k);
   }
 }
