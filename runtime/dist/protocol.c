@@ -66,6 +66,7 @@ typedef struct {
   const uint8_t *at;
   size_t left;
   const char *what;  /* "request get" ... for messages */
+  StoreBytes key;    /* the request's key once read: a refused value names it */
 } Reader;
 
 static WkStatus truncated(const Reader *r, const char *field) {
@@ -89,7 +90,10 @@ static WkStatus read_i64(Reader *r, const char *field, int64_t *out) {
 static WkStatus read_bytes(Reader *r, const char *field, uint32_t max, StoreBytes *out) {
   if (r->left < U32_BYTES) return truncated(r, field);
   uint32_t length = load_u32(r->at);
-  if (length > max) return WK_FAIL(WK_ERR_FORMAT, "store %s: %s of %u bytes (at most %u)", r->what, field, length, max);
+  if (length > max)
+    return WK_FAIL(WK_ERR_FORMAT, "store %s%s%.*s%s: %s of %u bytes (at most %u)", r->what, r->key.length ? " key '" : "",
+                   (int)(r->key.length > 200 ? 200 : r->key.length), (const char *)r->key.data, r->key.length ? "'" : "",
+                   field, length, max);
   if (r->left - U32_BYTES < length) return truncated(r, field);
   out->data = r->at + U32_BYTES;
   out->length = length;
@@ -104,6 +108,7 @@ static bool key_is_valid(StoreBytes key) {
 static WkStatus read_key(Reader *r, StoreBytes *out) {
   WK_TRY(read_bytes(r, "key", STORE_MAX_KEY, out));
   if (!key_is_valid(*out)) return WK_FAIL(WK_ERR_FORMAT, "store %s: a key is empty or holds a NUL byte", r->what);
+  r->key = *out;
   return WK_OK;
 }
 
@@ -136,7 +141,7 @@ static WkStatus expect_end(const Reader *r) {
 
 WkStatus store_parse_request(const uint8_t *body, size_t length, StoreRequest *out) {
   memset(out, 0, sizeof *out);
-  Reader r = {body, length, "request"};
+  Reader r = {.at = body, .left = length, .what = "request"};
   WK_TRY(read_u8(&r, "op", &out->op));
   WK_TRY(read_u8(&r, "flags", &out->flags));
   if (store_op_name(out->op)[0] == '?')
@@ -197,7 +202,7 @@ WkStatus store_parse_reply(StoreOp op, const uint8_t *body, size_t length, Store
   memset(out, 0, sizeof *out);
   char what[32];
   snprintf(what, sizeof what, "reply to %s", store_op_name(op));
-  Reader r = {body, length, what};
+  Reader r = {.at = body, .left = length, .what = what};
   WK_TRY(read_u8(&r, "status", &out->status));
   switch (out->status) {
     case STORE_REPLY_OK: break;

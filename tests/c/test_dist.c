@@ -62,6 +62,7 @@ static void test_malformed_requests_are_refused_with_a_reason(void) {
   const uint8_t nul_key[] = {STORE_GET, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   const uint8_t huge_key[] = {STORE_GET, 0, 0xff, 0xff, 0, 0};
   const uint8_t negative_timeout[] = {STORE_GET, 0, 1, 0, 0, 0, 'k', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  const uint8_t huge_value[] = {STORE_SET, 0, 1, 0, 0, 0, 'k', 1, 0, 0, 1}; /* 16 MiB + 1 */
   struct { const uint8_t *body; size_t length; const char *reason; } cases[] = {
       {unknown_op, sizeof unknown_op, "unknown op"},
       {trailing, sizeof trailing, "unexpected bytes"},
@@ -70,6 +71,7 @@ static void test_malformed_requests_are_refused_with_a_reason(void) {
       {nul_key, sizeof nul_key, "NUL"},
       {huge_key, sizeof huge_key, "at most"},
       {negative_timeout, sizeof negative_timeout, "out of range"},
+      {huge_value, sizeof huge_value, "store request set key 'k': value of 16777217 bytes (at most 16777216)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     StoreRequest q;
