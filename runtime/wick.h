@@ -27,7 +27,7 @@ extern "C" {
 
 /* Bumped on any change of the declarations below; Lua refuses a library whose major differs. */
 #define WK_VERSION_MAJOR 0
-#define WK_VERSION_MINOR 3
+#define WK_VERSION_MINOR 4
 #define WK_VERSION_PATCH 0
 
 /* WK_CDEF_BEGIN */
@@ -650,16 +650,21 @@ WK_API WkStatus wk_world_from_env(WkWorld *out);
 typedef struct WkStore WkStore;
 typedef struct WkStoreServer WkStoreServer;
 
-/* Serves on every local address at port (0: any free port, see wk_store_server_port) for a job
- * of world_size ranks, on a thread of its own. NULL on failure (port in use, ...). */
-WK_API WkStoreServer *wk_store_server_start(int port, int world_size);
+/* Serves at host:port (host: the address the ranks reach it at, MASTER_ADDR; port 0: any free
+ * port, see wk_store_server_port) for a job of world_size ranks, on a thread of its own. Only
+ * connections proving the job's secret (WICK_STORE_SECRET or WICK_STORE_SECRET_FILE) are served;
+ * without one it is unauthenticated and says so once. NULL on failure (port in use, ...). */
+WK_API WkStoreServer *wk_store_server_start(const char *host, int port, int world_size);
 WK_API int wk_store_server_port(const WkStoreServer *server);
 /* Waits up to timeout_ms for every rank that said hello to say bye or drop, then stops. */
 WK_API void wk_store_server_stop(WkStoreServer *server, int64_t timeout_ms);
 
-/* Connects (retrying while the server is not up yet) and says hello as rank (-1: anonymous).
- * timeout_ms bounds the connection and every later request that takes no timeout of its own. */
-WK_API WkStore *wk_store_connect(const char *host, int port, int rank, int64_t timeout_ms);
+/* Connects (retrying while the server is not up yet) and says hello as rank of world_size (-1 and
+ * 0: anonymous), proving the job's secret and checking the server's proof of it. A server that
+ * refuses (another world size, the rank connected already, another secret) fails the call with its
+ * reason as WK_ERR_NETWORK. timeout_ms bounds the connection and every later request that takes no
+ * timeout of its own. */
+WK_API WkStore *wk_store_connect(const char *host, int port, int rank, int world_size, int64_t timeout_ms);
 WK_API void wk_store_close(WkStore *store);  /* says bye; NULL is fine */
 
 /* Values are bytes. A get waits up to timeout_ms (0: do not wait) for the key and copies at most

@@ -2,6 +2,7 @@
 -- TCP store and all-reduce through Gloo; the hang tests kill, stop or misroute one of them and
 -- read what the others and the launcher say.
 local helper = require 'helper'
+local stranger = require 'helpers.stranger'
 local q = helper.shell_quote
 
 local FIXTURES = 'tests/fixtures/dist/'  -- relative to the checkout: reports quote it as given
@@ -56,10 +57,15 @@ describe('wick.dist collectives', function()
     assert.are.equal('0\t1\t0\t1\t2\t2\tno\ttrue\n', r.out)
   end)
 
-  it('refuses a bad environment with the variable named', function()
+  it('refuses a bad environment with the variable named, in one line (exit 2)', function()
     local r = helper.sh('env RANK=2 WORLD_SIZE=2 ' .. q(helper.RUN) .. ' -e ' .. q("require('wick').dist.init{}"))
-    assert.are.equal(1, r.rc)
-    assert.matches('RANK=2 is not below the world size 2', r.err)
+    assert.are.equal(2, r.rc)
+    assert.are.equal('RANK=2 is not below the world size 2\n', r.err)
+    r = helper.sh('env WICK_STORE_SECRET=short ' .. q(helper.RUN) .. ' --nproc-per-node 2 -e '
+      .. q("require('wick').dist.init { timeout = 5 }"))
+    assert.are.equal(2, r.rc, r.err)
+    assert.matches('%[rank1%] [^\n]*WICK_STORE_SECRET: the job secret must be 16 to 1024 bytes, not 5\n', r.err)
+    assert.is_nil(r.err:find('traceback', 1, true), r.err)
     r = helper.sh(q(helper.RUN) .. ' -e ' .. q("require('wick').dist.init{ timeout = -1 }"))
     assert.matches('timeout must be a number of seconds', r.err)
     r = helper.sh(q(helper.RUN) .. ' -e ' .. q("require('wick').dist.init{ timout = 1 }"))
@@ -84,6 +90,76 @@ describe('wick.dist collectives', function()
     local won = select(2, r.out:gsub('won\ttrue\ttrue', ''))
     local lost = select(2, r.out:gsub('lost\ttrue\ttrue', ''))
     assert.are.same({ 1, 2 }, { won, lost }, r.out)
+  end)
+end)
+
+describe('wick.dist store: the job\'s alone', function()
+  local function start_job(nproc)
+    local ready, finish = stranger.start_job { function(args)
+      return ('timeout 120 %s --nproc-per-node %d %s %s'):format(q(helper.RUN), nproc, q(FIXTURES .. 'stranger.lua'), args)
+    end }
+    return ready, function() return finish()[1] end
+  end
+
+  it('serves no process of another user: each attempt refused and logged, no key set, the secret unreadable, job exact', function()
+    local ready, finish = start_job(2)
+    local addr, port, pid = ready()
+    local r, why = stranger.as_other_user(('sh -c %s; %s'):format(
+      q('cat /proc/' .. pid .. '/environ > /dev/null 2>&1 && echo environ-readable'), stranger.command(addr, port, 2)))
+    local job = finish()
+    if not r then
+      pending(why)
+      return
+    end
+    assert.are.equal(0, job.rc, job.out .. job.err)
+    assert.are.equal('', r.out, 'the other user read the ranks\' environment')
+    for rank = 0, 1 do
+      assert.matches('%[rank' .. rank .. '%] key absent, sum 3, sockets on', job.out)
+    end
+    local _, refused = job.err:gsub('%[rank0%] [^\n]*store server: refused the connection from 127%.0%.0%.1:%d+: ', '')
+    assert.are.equal(stranger.ATTEMPTS, refused, job.err)
+    assert.is_nil(job.err:find('unauthenticated', 1, true), job.err)
+  end)
+
+  it('listens and talks on loopback only for a single-node job: the store and Gloo\'s pairs', function()
+    local ready, finish = start_job(3)
+    ready()
+    local job = finish()
+    assert.are.equal(0, job.rc, job.out .. job.err)
+    local addresses, listeners = stranger.addresses(job.out)
+    for _, address in ipairs(addresses) do assert.matches('^127%.0%.0%.1:%d+$', address, 1, false, job.out) end
+    assert.are.equal(1, listeners, job.out) -- the store; Gloo closed its listeners once connected
+    assert.is_true(#addresses >= 1 + 3 * 3, job.out) -- and each rank's store connection and 2 Gloo pairs
+  end)
+
+  it('serve_store and connect_store take the job\'s secret from the environment and check the world size', function()
+    local code = [[
+      local dist = require('wick').dist
+      local server = dist.serve_store { world_size = 2 }
+      local a = dist.connect_store { port = server:port(), rank = 0, world_size = 2, timeout = 5 }
+      a:set('k', 'v')
+      local ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1, world_size = 3, timeout = 5 })
+      print(a:get('k', 0), ok, err:match('WORLD_SIZE=3, but rank 0 has WORLD_SIZE=2') ~= nil)
+      ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1 })
+      print(ok, err:match('world_size must be an integer from 1') ~= nil)
+      a:close()
+      server:stop()]]
+    local r = helper.sh(('env WICK_STORE_SECRET=%s %s -e %s'):format(string.rep('k', 32), q(helper.RUN), q(code)))
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('v\tfalse\ttrue\nfalse\ttrue\n', r.out)
+    assert.is_nil(r.err:find('unauthenticated', 1, true), r.err)
+  end)
+
+  it('fails ranks that disagree on WORLD_SIZE at the handshake, in one line naming both values', function()
+    local port = 20000 + tonumber(helper.read_file('/proc/self/stat'):match('^(%d+)')) % 20000
+    local env = ('env WICK_STORE_SECRET=%s MASTER_ADDR=127.0.0.1 MASTER_PORT=%d '):format(string.rep('s', 32), port)
+    local code = q("require('wick').dist.init { timeout = 10 } print('joined')")
+    local r = helper.sh(('%s RANK=0 WORLD_SIZE=2 timeout 60 %s -e %s & %s RANK=1 WORLD_SIZE=3 timeout 60 %s -e %s; wait')
+      :format(env, q(helper.RUN), code, env, q(helper.RUN), code))
+    assert.matches('rank 1 has WORLD_SIZE=3, but rank 0 has WORLD_SIZE=2', r.err)
+    assert.is_nil(r.err:find('sizeof', 1, true), r.err)
+    assert.is_nil(r.err:find('traceback', 1, true), r.err)
+    assert.is_nil(r.out:find('joined', 1, true), r.out)
   end)
 end)
 

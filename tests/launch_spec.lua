@@ -59,6 +59,27 @@ describe('run --nproc-per-node', function()
     assert.matches('\t29500\n$', default_port.out)
   end)
 
+  it('gives the ranks of one launch a secret of their own; passes on a given one; makes none for --nnodes', function()
+    local code = [[print(os.getenv("WICK_STORE_SECRET") or "none")]]
+    local secrets = {}
+    for launch = 1, 2 do
+      local r = helper.sh('env -u WICK_STORE_SECRET -u WICK_STORE_SECRET_FILE ' .. q(helper.RUN)
+        .. ' --nproc-per-node 2 -e ' .. q(code))
+      assert.are.equal(0, r.rc, r.err)
+      local lines = sorted_lines(r.out)
+      secrets[launch] = lines[1]:match('^%[rank0%] (%x+)$')
+      assert.are.equal(64, #(secrets[launch] or ''), r.out)
+      assert.are.equal('[rank1] ' .. secrets[launch], lines[2])
+    end
+    assert.are_not.equal(secrets[1], secrets[2])
+    local given = helper.sh('env WICK_STORE_SECRET=given-secret-of-the-job ' .. q(helper.RUN) .. ' --nproc-per-node 1 -e '
+      .. q(code))
+    assert.are.equal('[rank0] given-secret-of-the-job\n', given.out)
+    local multi = helper.sh('env -u WICK_STORE_SECRET -u WICK_STORE_SECRET_FILE ' .. q(helper.RUN)
+      .. ' --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr node0 -e ' .. q(code))
+    assert.are.equal('[rank1] none\n', multi.out)
+  end)
+
   it('rejects a node rank outside the job', function()
     local r = helper.run('--nnodes 2 --node-rank 2 --nproc-per-node 1 -e "print(1)"')
     assert.are.equal(2, r.rc)

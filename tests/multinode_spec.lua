@@ -1,9 +1,14 @@
 -- Multi-node for real: two hosts made as network namespaces joined by a veth pair (iproute2), two
 -- ranks in each, launched with `run --nnodes 2 --node-rank R --master-addr A`. The ranks of the
--- second host reach the store and their peers only through the veth link. Needs root (CI runs as
--- root); elsewhere the test says why it cannot run.
+-- second host reach the store and their peers only through the veth link. Every node is given the
+-- job's secret (WICK_STORE_SECRET, or WICK_STORE_SECRET_FILE), as a multi-node launch must be; a
+-- stranger on the second host tries the store without it. Needs root (CI runs as root); elsewhere
+-- the test says why it cannot run.
 local helper = require 'helper'
+local stranger = require 'helpers.stranger'
 local q = helper.shell_quote
+
+local SECRET = 'a multi-node job secret, given to every node alike'
 
 local PREFIX_LENGTH = 24
 
@@ -57,8 +62,8 @@ describe('multi-node', function()
       return tonumber(r.out) or 0
     end
     local before = received(2)
-    local node = 'ip netns exec %s timeout 120 %s --nnodes 2 --node-rank %d --nproc-per-node 2 --master-addr %s '
-      .. 'tests/fixtures/dist/collectives.lua > %s 2>&1'
+    local node = 'ip netns exec %s env WICK_STORE_SECRET=' .. q(SECRET) .. ' timeout 120 %s --nnodes 2 --node-rank %d '
+      .. '--nproc-per-node 2 --master-addr %s tests/fixtures/dist/collectives.lua > %s 2>&1'
     local dir = helper.tmpdir()
     local script = ('cd %s && (%s; echo $? > %s/rc1) & %s; echo $? > %s/rc0; wait'):format(q(helper.ROOT),
       node:format(hosts[2], q(helper.RUN), 1, address[1], q(dir .. '/out1')), q(dir),
@@ -76,5 +81,67 @@ describe('multi-node', function()
     end
     -- The second host received its share of the all-reduces through the veth link.
     assert.is_true(received(2) - before > 8 * 2 ^ 20, 'bytes over the veth link: ' .. (received(2) - before))
+    assert.is_nil(outputs[1]:find('unauthenticated', 1, true), outputs[1])
+  end)
+
+  -- The stranger fixture on 2 nodes x 2 ranks; secrets[n] is the env of node n's launcher.
+  local function start_job(secrets)
+    local launchers = {}
+    for n = 1, 2 do
+      launchers[n] = function(args)
+        return ('ip netns exec %s env -u WICK_STORE_SECRET -u WICK_STORE_SECRET_FILE %s timeout 120 %s --nnodes 2 '
+          .. '--node-rank %d --nproc-per-node 2 --master-addr %s tests/fixtures/dist/stranger.lua %s'):format(hosts[n],
+          secrets[n], q(helper.RUN), n - 1, address[1], args)
+      end
+    end
+    return stranger.start_job(launchers)
+  end
+
+  -- Every socket of node n's ranks is on that host's veth address.
+  local function check_addresses(job, n)
+    local addresses, listeners = stranger.addresses(job.out)
+    assert.is_true(#addresses >= 2 * 4, job.out) -- each rank's store connection and 3 Gloo pairs
+    for _, a in ipairs(addresses) do assert.are.equal(address[n], a:match('^(.*):%d+$'), job.out) end
+    return listeners
+  end
+
+  it('serves no stranger on another host: each attempt refused and logged, no key set, job exact', function()
+    if not ready then
+      pending(why)
+      return
+    end
+    local dir = helper.tmpdir()
+    local file = helper.write_file(dir .. '/secret', SECRET .. '\n')
+    assert.are.equal(0, helper.sh('chmod 600 ' .. q(file)).rc)
+    local ready_job, finish = start_job { 'WICK_STORE_SECRET=' .. q(SECRET), 'WICK_STORE_SECRET_FILE=' .. q(file) }
+    local addr, port = ready_job()
+    local attempt = helper.sh(('ip netns exec %s %s'):format(hosts[2], stranger.command(addr, port, 4)))
+    local jobs = finish()
+    helper.rmtree(dir)
+    assert.are.equal(0, attempt.rc, attempt.err)
+    for n = 1, 2 do
+      assert.are.equal(0, jobs[n].rc, jobs[n].out .. jobs[n].err)
+      local _, exact = jobs[n].out:gsub('key absent, sum 10, sockets on', '')
+      assert.are.equal(2, exact, jobs[n].out)
+    end
+    assert.are.equal(1, check_addresses(jobs[1], 1)) -- the store, on the master's address only
+    assert.are.equal(0, check_addresses(jobs[2], 2))
+    local _, refused = jobs[1].err:gsub('store server: refused the connection from ' .. address[2]:gsub('%.', '%%.')
+      .. ':%d+: ', '')
+    assert.are.equal(stranger.ATTEMPTS, refused, jobs[1].err)
+  end)
+
+  it('without a secret warns once that the store is unauthenticated, and still listens on one address', function()
+    if not ready then
+      pending(why)
+      return
+    end
+    local ready_job, finish = start_job { '', '' }
+    ready_job()
+    local jobs = finish()
+    for n = 1, 2 do assert.are.equal(0, jobs[n].rc, jobs[n].out .. jobs[n].err) end
+    local _, warnings = (jobs[1].err .. jobs[2].err):gsub('is unauthenticated', '')
+    assert.are.equal(1, warnings, jobs[1].err .. jobs[2].err)
+    assert.are.equal(1, check_addresses(jobs[1], 1))
   end)
 end)

@@ -676,6 +676,24 @@ checkpoint = { every = 2, keep = 2 },]])
       end
     end)
 
+    it('a rank refuses, in one line, changes it cannot apply that it reads from the store', function()
+      for _, bad in ipairs { 'lr_scale=nan', 'lr_scale=-1', 'mix.nowhere=1', 'speed=9' } do
+        -- rank 0 sets the pause's key itself before the pause (its REPL then sleeps): rank 1 reads that
+        local path = write_recipe(root .. '/bad-pause.lua', dataset, ([[
+callbacks = { on_step_end = function(t, m)
+  if t.rank == 0 and m.step == 2 then t.dist.store:set('wick/pause/3', %q) end
+end },]]):format(bad))
+        local r = helper.run(('--nproc-per-node 2 %s --repl-at=3'):format(q(path)),
+          { stdin = 'os.execute("sleep 3")\ncontinue()\n' })
+        assert.are.equal(1, r.rc, r.out .. r.err)
+        local line = r.err:match('%[rank1%] ([^\n]*pause after step 3[^\n]*)')
+        assert.is_not_nil(line, bad .. ':\n' .. r.err)
+        assert.matches('rank 0 sent "' .. bad:gsub('%p', '%%%0') .. '"', line)
+        assert.is_nil(r.err:find('[rank1] stack traceback', 1, true), r.err)
+        assert.is_nil(r.out:find('[rank1] step 4', 1, true), r.out)
+      end
+    end)
+
     it('opens the REPL on the terminal of rank 0 of 2 launched ranks (tmux)', function()
       local session = 'wick_pause_' .. root:match('[^/]+$'):gsub('[^%w]', '_')
       local function tmux(args) return helper.sh('tmux ' .. args) end

@@ -16,8 +16,9 @@
 -- the hang report: the collective (name, sequence number, size), the recipe line that called it,
 -- and the missing ranks with where they were. CPU tensors go through Gloo, CUDA tensors through
 -- NCCL (when libwick was built with it). The store can also be used alone:
---   local server = wick.dist.serve_store { port = 0, world_size = 2 }   -- server:port(), server:stop()
---   local store = wick.dist.connect_store { host = '127.0.0.1', port = p, rank = 0, timeout = 5 }
+--   local server = wick.dist.serve_store { host = '127.0.0.1', port = 0, world_size = 2 }  -- :port(), :stop()
+--   local store = wick.dist.connect_store { host = '127.0.0.1', port = p, rank = 0, world_size = 2, timeout = 5 }
+-- Both prove the job's secret (WICK_STORE_SECRET or WICK_STORE_SECRET_FILE) to each other.
 local core = require 'wick.core'
 
 local ffi, C = core.ffi, core.C
@@ -27,6 +28,7 @@ local dist = {}
 
 local DEFAULT_TIMEOUT = 300      -- seconds
 local MAX_TIMEOUT = 7 * 24 * 3600
+local MAX_WORLD = 2 ^ 24         -- ranks in a job (STORE_MAX_WORLD)
 local GET_BUFFER_BYTES = 65536   -- a get's first try; longer values are fetched again in full
 local REDUCE = { sum = C.WK_REDUCE_SUM, avg = C.WK_REDUCE_AVG, max = C.WK_REDUCE_MAX, min = C.WK_REDUCE_MIN }
 local SOURCES = { [C.WK_WORLD_SINGLE] = 'single', [C.WK_WORLD_TORCHRUN] = 'torchrun', [C.WK_WORLD_SLURM] = 'slurm' }
@@ -74,12 +76,27 @@ local function integer(value, min, max, what, level)
   return value
 end
 
+local function host_option(opts, level)
+  if opts.host ~= nil and (type(opts.host) ~= 'string' or opts.host == '') then
+    error(('host must be a host name or address, got %s'):format(tostring(opts.host)), level + 1)
+  end
+  return opts.host or '127.0.0.1'
+end
+
+-- What the runtime refuses in the job's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+-- WICK_STORE_SECRET...: WK_ERR_INVALID_ARG) is the user's mistake: one line and exit 2.
+local function check_environment(ok, level)
+  if ok then return end
+  if C.wk_last_status() == C.WK_ERR_INVALID_ARG then require('wick.cli').fail(core.last_error(), 2) end
+  error(core.last_error(), level + 1)
+end
+
 -- ---- the world ---------------------------------------------------------------------------------
 
 -- { rank, world_size, local_rank, local_world_size, master_addr, master_port, source } from the env.
 function dist.world()
   local w = ffi.new('WkWorld')
-  check(C.wk_world_from_env(w), 2)
+  check_environment(C.wk_world_from_env(w) == C.WK_OK, 2)
   return {
     rank = w.rank, world_size = w.world_size, local_rank = w.local_rank, local_world_size = w.local_world_size,
     master_addr = ffi.string(w.master_addr), master_port = w.master_port, source = SOURCES[w.source],
@@ -109,11 +126,14 @@ local function wrap_store(handle, owned)
   return self
 end
 
+-- rank and world_size name a rank of the job (the server checks both); without them: anonymous.
 function dist.connect_store(opts)
-  check_keys(opts, { host = true, port = true, rank = true, timeout = true }, 'dist.connect_store', 2)
+  check_keys(opts, { host = true, port = true, rank = true, world_size = true, timeout = true }, 'dist.connect_store', 2)
   local port = integer(opts.port, 1, 65535, 'port', 2)
-  local rank = integer(opts.rank or -1, -1, 2 ^ 31 - 1, 'rank', 2)
-  local handle = C.wk_store_connect(opts.host or '127.0.0.1', port, rank, seconds_to_ms(opts.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
+  local world_size = integer(opts.world_size or 0, opts.rank and 1 or 0, MAX_WORLD, 'world_size', 2)
+  local rank = integer(opts.rank or -1, opts.world_size and 0 or -1, world_size - 1, 'rank', 2)
+  local handle = C.wk_store_connect(host_option(opts, 2), port, rank, world_size,
+    seconds_to_ms(opts.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
   return wrap_store(core.check_handle(handle, 2), true)
 end
 
@@ -178,10 +198,11 @@ end
 local Server = {}
 Server.__index = Server
 
+-- Listens on host (default loopback): the address its clients reach it at.
 function dist.serve_store(opts)
-  check_keys(opts, { port = true, world_size = true }, 'dist.serve_store', 2)
-  local handle = C.wk_store_server_start(integer(opts.port or 0, 0, 65535, 'port', 2),
-    integer(opts.world_size or 1, 1, 2 ^ 24, 'world_size', 2))
+  check_keys(opts, { host = true, port = true, world_size = true }, 'dist.serve_store', 2)
+  local handle = C.wk_store_server_start(host_option(opts, 2), integer(opts.port or 0, 0, 65535, 'port', 2),
+    integer(opts.world_size or 1, 1, MAX_WORLD, 'world_size', 2))
   return setmetatable({ handle = ffi.gc(core.check_handle(handle, 2), function(h) C.wk_store_server_stop(h, 0) end) }, Server)
 end
 
@@ -220,7 +241,8 @@ function dist.init(opts)
   local timeout = opts.timeout or DEFAULT_TIMEOUT
   local ms = seconds_to_ms(timeout, 'dist.init: timeout', 2)
   local world, w = dist.world()
-  local handle = core.check_handle(C.wk_dist_init(w, ms), 2)
+  local handle = C.wk_dist_init(w, ms) -- its arguments are checked above: what it refuses is the environment's
+  check_environment(handle ~= nil, 2)
   local self = setmetatable(world, Group)
   self.handle = ffi.gc(handle, C.wk_dist_close)
   self.timeout = timeout

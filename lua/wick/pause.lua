@@ -8,12 +8,15 @@
 --   stop([why])         end training after this step
 --   continue()          leave the REPL and go on
 -- and its changes reach the other ranks through the store (they wait there meanwhile), so every
--- rank applies the same ones before the next step.
+-- rank applies the same ones before the next step. What a rank reads there is input: it checks each
+-- change as rank 0's helpers do, and a change it cannot apply ends the run in one line.
+local cli = require 'wick.cli'
 local repl = require 'wick.repl'
 
 local pause = {}
 
 local MAX_WAIT = 7 * 24 * 3600 -- seconds another rank waits for rank 0's REPL
+local MAX_STOP_REASON = 4096     -- bytes of a stop reason
 
 -- The changes as text for the store: one `key=value` a line.
 local function encode(changes)
@@ -24,24 +27,36 @@ local function encode(changes)
   return table.concat(lines, '\n')
 end
 
-local function decode(text)
-  local changes = { mix = {} }
+local function is_weight(x) return type(x) == 'number' and x >= 0 and x < math.huge end
+
+local function source_names(trainer)
+  local names = {}
+  for _, entry in ipairs(trainer.config.data.sources) do names[require('wick.recipe').source_name(entry)] = true end
+  return names
+end
+
+-- The changes of the text rank 0 set for the pause after `step` (nil and why when none came).
+local function decode(text, why, trainer, step)
+  local function refuse(what) cli.fail(('pause after step %d: %s'):format(step, what)) end
+  if type(text) ~= 'string' then refuse('no changes came from rank 0: ' .. tostring(why)) end
+  local changes, names = { mix = {} }, source_names(trainer)
   for line in text:gmatch('[^\n]+') do
     local key, value = line:match('^([^=]+)=(.*)$')
-    if key == 'lr_scale' then changes.lr_scale = tonumber(value)
-    elseif key == 'stop' then changes.stop = value
-    elseif key and key:match('^mix%.') then changes.mix[key:sub(5)] = tonumber(value)
+    local number = tonumber(value)
+    if key == 'lr_scale' and is_weight(number) then changes.lr_scale = number
+    elseif key == 'stop' and #value <= MAX_STOP_REASON then changes.stop = value
+    elseif key and key:match('^mix%.') and names[key:sub(5)] and is_weight(number) then changes.mix[key:sub(5)] = number
+    else
+      refuse(('rank 0 sent %q, which is not lr_scale=, mix.SOURCE= with a finite number >= 0 for a source of this '
+        .. 'run, or stop= of at most %d bytes'):format(line:sub(1, 200), MAX_STOP_REASON))
     end
   end
   return changes
 end
 
-local function is_weight(x) return type(x) == 'number' and x >= 0 and x < math.huge end
-
 -- The REPL's helpers, recording what they change into `changes`.
 local function helpers(trainer, changes)
-  local names = {}
-  for _, entry in ipairs(trainer.config.data.sources) do names[require('wick.recipe').source_name(entry)] = true end
+  local names = source_names(trainer)
   return {
     set_lr = function(scale)
       if not is_weight(scale) then
@@ -75,7 +90,7 @@ end
 -- Pauses this rank after trainer.step (every rank calls it after the same step).
 function pause.run(trainer, metrics)
   local key = ('wick/pause/%d'):format(trainer.step)
-  local text
+  local text, why
   if trainer.rank == 0 then
     local changes = { mix = {} }
     local globals = helpers(trainer, changes)
@@ -87,9 +102,9 @@ function pause.run(trainer, metrics)
     if trainer.world_size > 1 then trainer.dist.store:set(key, text) end
   else
     print(('paused after step %d: rank 0 has the REPL'):format(trainer.step))
-    text = trainer.dist.store:get(key, MAX_WAIT)
+    text, why = trainer.dist.store:get(key, MAX_WAIT)
   end
-  apply(trainer, decode(text))
+  apply(trainer, decode(text, why, trainer, trainer.step))
   if trainer.rank == 0 then print(('continuing after step %d'):format(trainer.step)) end
 end
 

@@ -21,8 +21,8 @@ enum {
  * neither is set: the job is unauthenticated. Read once per process; a bad one fails every call. */
 WkStatus wk_job_secret(const uint8_t **bytes, size_t *length);
 
-/* From the kernel's random source (getrandom). */
-WkStatus wk_random_bytes(void *out, size_t length);
+/* From the kernel's random source (getrandom). Exported for the launcher (runtime/host). */
+WK_INTERNAL_EXPORT WkStatus wk_random_bytes(void *out, size_t length);
 
 void wk_hmac_sha256(const void *key, size_t key_length, const void *message, size_t message_length,
                     uint8_t out[WK_HMAC_BYTES]);

@@ -184,10 +184,10 @@ WkDist *wk_dist_init(const WkWorld *world, int64_t timeout_ms) {
   if (world->world_size == 1) return d; /* alone: no socket at all */
   const WkWorld *w = world;
   if (w->rank == 0) {
-    d->server = wk_store_server_start(w->master_port, w->world_size);
+    d->server = wk_store_server_start(w->master_addr, w->master_port, w->world_size);
     if (!d->server) goto fail;
   }
-  d->store = wk_store_connect(w->master_addr, w->master_port, w->rank, timeout_ms);
+  d->store = wk_store_connect(w->master_addr, w->master_port, w->rank, w->world_size, timeout_ms);
   if (!d->store) goto fail;
   d->gloo = gloo_connect(d->store, GLOO_PREFIX, w->rank, w->world_size, store_local_address(d->store), timeout_ms);
   if (!d->gloo) goto fail;

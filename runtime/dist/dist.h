@@ -6,9 +6,10 @@
  *                  SLURM's environment; a process with neither is a world of 1 and opens no socket
  *   protocol.c     the rendezvous store's wire format: frames, requests, replies (fuzzed:
  *                  tests/fuzz/fuzz_store.c), and nothing that touches a socket
- *   store_server.c the store rank 0 serves at MASTER_ADDR:MASTER_PORT, on a thread of its own
- *   store_client.c the client every rank (rank 0 too) talks to it with: set, get, wait, add,
- *                  compare-and-set, each bounded by a timeout
+ *   store_server.c the store rank 0 serves at MASTER_ADDR:MASTER_PORT (that address only), on a
+ *                  thread of its own, to connections that prove the job's secret
+ *   store_client.c the client every rank (rank 0 too) talks to it with: the handshake, then set,
+ *                  get, wait, add, compare-and-set, each bounded by a timeout
  *   net.c          the socket helpers both sides share (deadlines, full reads and writes)
  *   reduce.c       element-wise sum/avg/max/min over f32, bf16, f16, i32, i64
  *   comm.c         WkDist, the one collective interface: sequence numbers, the progress thread
@@ -42,15 +43,33 @@ enum {
   STORE_MAX_WAIT_KEYS = 64,                      /* keys in one wait */
   STORE_MAX_ERROR = 512,                         /* bytes of an error reply's message */
   STORE_FRAME_HEADER = 4,                        /* u32 little-endian body length */
-  STORE_MAX_FRAME = 2 * STORE_MAX_VALUE + 65536  /* a compare-and-set carries two values */
+  STORE_MAX_FRAME = 2 * STORE_MAX_VALUE + 65536, /* a compare-and-set carries two values */
+  STORE_MAX_HELLO_FRAME = 256,                   /* what a peer may send before it is authenticated */
+  STORE_MAX_WORLD = 1 << 24,                     /* ranks in a job */
+  STORE_NONCE_BYTES = 32,                        /* each side's challenge */
+  STORE_PROOF_BYTES = 32                         /* HMAC-SHA256 */
 };
 #define STORE_MAX_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)  /* a week: longer is a mistake */
+
+/* What a server allows; STORE_LIMITS are the ones of wick.h's wk_store_server_start. */
+typedef struct {
+  size_t max_bytes;              /* keys + values it holds at once */
+  int64_t handshake_timeout_ms;  /* from accept to an accepted hello */
+} StoreLimits;
+#define STORE_LIMITS ((StoreLimits){.max_bytes = (size_t)1 << 30, .handshake_timeout_ms = 10000})
 
 /* ---- protocol.c: the wire format ---------------------------------------------------------------
  * A frame is a u32 little-endian body length, then the body. A request body is an op byte, a
  * flags byte, then the op's fields; a reply body is a status byte, then the fields of the op it
  * answers. Byte strings are a u32 length and the bytes; integers are 8 bytes little-endian.
- *   HELLO  number=rank (-1: anonymous)            -> OK
+ *
+ * The handshake: on every connection the server speaks first, a CHALLENGE ("WICK", version 1,
+ * keyed byte, its nonce). The client's first request is HELLO with its own nonce and, when the
+ * store is keyed, its proof HMAC(secret, client label, both nonces, rank, world size); the server
+ * answers OK with its own proof (server label, same fields), so each side knows the other holds
+ * the job's secret, and neither ever sends it. Nothing else is handled before an accepted HELLO.
+ *   HELLO  number=rank (-1: anonymous), world_size (0 for anonymous), value=client nonce,
+ *          value2=proof (empty when the store is not keyed)   -> OK value=server proof
  *   SET    key, value                              -> OK (no reply with STORE_FLAG_NOREPLY)
  *   GET    key, number=timeout_ms                  -> OK value | MISSING
  *   WAIT   count, keys..., number=timeout_ms       -> OK | MISSING
@@ -88,7 +107,15 @@ typedef struct {
   StoreBytes keys[STORE_MAX_WAIT_KEYS];
   StoreBytes value, value2;
   int64_t number;       /* rank, timeout_ms or delta */
+  int64_t world_size;   /* HELLO */
 } StoreRequest;
+
+typedef struct {
+  bool keyed;           /* the server holds a job secret: the hello must prove it too */
+  uint8_t nonce[STORE_NONCE_BYTES];
+} StoreChallenge;
+
+typedef enum { STORE_PROOF_CLIENT = 0, STORE_PROOF_SERVER = 1 } StoreProofRole;
 
 typedef struct {
   uint8_t status;       /* StoreReplyStatus */
@@ -116,10 +143,18 @@ FrameState store_frame_check(const uint8_t *data, size_t available, size_t *fram
  * out of range. Parsed byte strings point into body. */
 WkStatus store_parse_request(const uint8_t *body, size_t length, StoreRequest *out);
 WkStatus store_parse_reply(StoreOp op, const uint8_t *body, size_t length, StoreReply *out);
+WkStatus store_parse_challenge(const uint8_t *body, size_t length, StoreChallenge *out);
 
 /* Append one whole frame (header included). The request/reply must satisfy the limits above. */
 WkStatus store_encode_request(StoreBuffer *b, const StoreRequest *request);
 WkStatus store_encode_reply(StoreBuffer *b, StoreOp op, const StoreReply *reply);
+WkStatus store_encode_challenge(StoreBuffer *b, const StoreChallenge *challenge);
+
+/* What `role` sends to prove it knows the secret, bound to both nonces and the hello's identity
+ * (so a proof cannot be replayed on another connection, for another rank, or by the other side). */
+void store_proof(const uint8_t *secret, size_t secret_length, StoreProofRole role,
+                 const uint8_t server_nonce[STORE_NONCE_BYTES], const uint8_t client_nonce[STORE_NONCE_BYTES],
+                 int64_t rank, int64_t world_size, uint8_t out[STORE_PROOF_BYTES]);
 
 const char *store_op_name(int op);  /* "get", ...; "?" when unknown */
 
@@ -142,6 +177,14 @@ WkStatus net_read_exact(int fd, void *data, size_t length, int64_t deadline_ms, 
 void net_no_delay(int fd);  /* TCP_NODELAY: small store messages must not wait for Nagle */
 
 /* ---- store internals the collectives use -------------------------------------------------- */
+
+/* The server and the client of wick.h with the secret given (length 0: none) instead of the job's
+ * (wk_job_secret), and the server's limits: what the public calls do, and what tests use to try
+ * other secrets and limits. */
+WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
+                                        size_t secret_length, StoreLimits limits);
+WkStore *store_connect_keyed(const char *host, int port, int rank, int world_size, int64_t timeout_ms,
+                             const uint8_t *secret, size_t secret_length);
 
 /* Fire-and-forget SET (no reply awaited): posting progress costs one send(). */
 WkStatus store_post(WkStore *store, const char *key, const void *value, size_t length);

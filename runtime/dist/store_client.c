@@ -6,6 +6,10 @@
  * waits): a mutex covers each request from send to reply. A request that fails half-way (timeout,
  * dropped connection, malformed reply) leaves the stream out of step, so the handle is then
  * broken and every later call fails at once with the first reason.
+ *
+ * Connecting includes the handshake (dist.h): the client answers the server's challenge with its
+ * proof of the job's secret and checks the server's proof in return, so a rank neither gives the
+ * secret away nor talks to a process on MASTER_PORT that does not know it.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../core/secret.h"
 #include "dist.h"
 
 enum {
@@ -30,7 +35,7 @@ enum {
 
 struct WkStore {
   int fd;
-  int rank;
+  int rank, world_size;
   int64_t timeout_ms;
   pthread_mutex_t lock;
   bool broken;
@@ -40,6 +45,8 @@ struct WkStore {
   StoreBuffer out;
   uint8_t *in;
   size_t in_capacity;
+  size_t secret_length;             /* 0: the job has no secret */
+  uint8_t secret[WK_SECRET_MAX_BYTES];
 };
 
 /* ---- connecting --------------------------------------------------------------------------------- */
@@ -130,6 +137,27 @@ static WkStatus check_usable(WkStore *s) {
   return WK_OK;
 }
 
+/* Reads one frame of at most max bytes into s->in; *body is its length. */
+static WkStatus read_frame(WkStore *s, uint32_t max, int64_t deadline_ms, uint32_t *body) {
+  uint8_t header[STORE_FRAME_HEADER];
+  size_t frame = 0;
+  WK_TRY(net_read_exact(s->fd, header, sizeof header, deadline_ms, s->peer));
+  if (store_frame_check(header, sizeof header, &frame) == FRAME_INVALID) return WK_ERR_FORMAT;
+  *body = (uint32_t)header[0] | (uint32_t)header[1] << 8 | (uint32_t)header[2] << 16 | (uint32_t)header[3] << 24;
+  if (*body > max) return WK_FAIL(WK_ERR_FORMAT, "%s sent a message of %u bytes (at most %u here)", s->peer, *body, max);
+  if (*body > s->in_capacity) {
+    uint8_t *grown = realloc(s->in, *body);
+    if (!grown) return WK_FAIL(WK_ERR_NOMEM, "out of memory for a store reply of %u bytes", *body);
+    s->in = grown;
+    s->in_capacity = *body;
+  }
+  return net_read_exact(s->fd, s->in, *body, deadline_ms, s->peer);
+}
+
+static WkStatus closed_by_server(const WkStore *s) {
+  return WK_FAIL(WK_ERR_NETWORK, "%s closed the connection (rank 0, which serves it, has exited or was killed)", s->peer);
+}
+
 /* Sends q and, unless it asks for no reply, reads and parses the reply into *y (pointing into
  * s->in). Called with the lock held. */
 static WkStatus transact(WkStore *s, const StoreRequest *q, int64_t deadline_ms, StoreReply *y) {
@@ -138,38 +166,72 @@ static WkStatus transact(WkStore *s, const StoreRequest *q, int64_t deadline_ms,
   WK_TRY(store_encode_request(&s->out, q)); /* bad arguments: the stream is still in step */
   WkStatus st = net_write_all(s->fd, s->out.data, s->out.length, deadline_ms, s->peer);
   if (q->flags & STORE_FLAG_NOREPLY || st != WK_OK) {
-    if (st == WK_ERR_CLOSED) st = WK_FAIL(WK_ERR_NETWORK, "%s closed the connection (rank 0, which serves it, "
-                                          "has exited or was killed)", s->peer);
+    if (st == WK_ERR_CLOSED) st = closed_by_server(s);
     return st == WK_OK ? st : break_store(s, st);
   }
-  uint8_t header[STORE_FRAME_HEADER];
-  size_t frame = 0;
-  st = net_read_exact(s->fd, header, sizeof header, deadline_ms, s->peer);
-  if (st == WK_OK && store_frame_check(header, sizeof header, &frame) == FRAME_INVALID) st = WK_ERR_FORMAT;
-  if (st == WK_OK) {
-    uint32_t body = (uint32_t)header[0] | (uint32_t)header[1] << 8 | (uint32_t)header[2] << 16 | (uint32_t)header[3] << 24;
-    if (body > s->in_capacity) {
-      uint8_t *grown = realloc(s->in, body);
-      if (!grown) {
-        st = WK_FAIL(WK_ERR_NOMEM, "out of memory for a store reply of %u bytes", body);
-        return break_store(s, st);
-      }
-      s->in = grown;
-      s->in_capacity = body;
-    }
-    st = net_read_exact(s->fd, s->in, body, deadline_ms, s->peer);
-    if (st == WK_OK) st = store_parse_reply((StoreOp)q->op, s->in, body, y);
-  }
-  if (st == WK_ERR_CLOSED)
-    st = WK_FAIL(WK_ERR_NETWORK, "%s closed the connection (rank 0, which serves it, has exited or was killed)", s->peer);
+  uint32_t body = 0;
+  st = read_frame(s, STORE_MAX_FRAME, deadline_ms, &body);
+  if (st == WK_OK) st = store_parse_reply((StoreOp)q->op, s->in, body, y);
+  if (st == WK_ERR_CLOSED) st = closed_by_server(s);
   if (st != WK_OK) {
     wk_error_context("store %s", store_op_name(q->op));
     return break_store(s, st);
   }
+  /* A refused hello is the job's set-up (secret, world size, a rank twice), told by the server. */
   if (y->status == STORE_REPLY_ERROR)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "%s refused %s: %.*s", s->peer, store_op_name(q->op), (int)y->value.length,
-                   (const char *)y->value.data);
+    return WK_FAIL(q->op == STORE_HELLO ? WK_ERR_NETWORK : WK_ERR_INVALID_ARG, "%s refused %s: %.*s", s->peer,
+                   store_op_name(q->op), (int)y->value.length, (const char *)y->value.data);
   return WK_OK;
+}
+
+/* ---- the handshake ------------------------------------------------------------------------------ */
+
+/* Answers the server's challenge and checks its proof. WK_ERR_CLOSED when the server closed the
+ * connection before its challenge (it was too busy to take one more): the caller tries again. */
+static WkStatus handshake(WkStore *s, int64_t deadline_ms) {
+  uint32_t body = 0;
+  StoreChallenge challenge;
+  WkStatus st = read_frame(s, STORE_MAX_HELLO_FRAME, deadline_ms, &body);
+  if (st == WK_ERR_CLOSED) return st;
+  if (st == WK_OK) st = store_parse_challenge(s->in, body, &challenge);
+  if (st != WK_OK) return wk_error_context("%s: the handshake", s->peer);
+  if (challenge.keyed && !s->secret_length)
+    return WK_FAIL(WK_ERR_NETWORK, "%s requires the job's secret, and this rank has none (give every rank the same "
+                   "WICK_STORE_SECRET or WICK_STORE_SECRET_FILE)", s->peer);
+  if (!challenge.keyed && s->secret_length)
+    return WK_FAIL(WK_ERR_NETWORK, "%s has no job secret, but this rank has one (the store of another job, or "
+                   "WICK_STORE_SECRET set on some ranks only?)", s->peer);
+  uint8_t nonce[STORE_NONCE_BYTES], proof[STORE_PROOF_BYTES];
+  WK_TRY(wk_random_bytes(nonce, sizeof nonce));
+  StoreRequest hello = {.op = STORE_HELLO, .number = s->rank, .world_size = s->world_size,
+                        .value = {nonce, STORE_NONCE_BYTES}};
+  if (s->secret_length) {
+    store_proof(s->secret, s->secret_length, STORE_PROOF_CLIENT, challenge.nonce, nonce, s->rank, s->world_size, proof);
+    hello.value2 = (StoreBytes){proof, STORE_PROOF_BYTES};
+  }
+  StoreReply y;
+  WK_TRY(transact(s, &hello, deadline_ms, &y));
+  if (!s->secret_length) return WK_OK;
+  store_proof(s->secret, s->secret_length, STORE_PROOF_SERVER, challenge.nonce, nonce, s->rank, s->world_size, proof);
+  if (y.value.length != STORE_PROOF_BYTES || !wk_digest_equal(y.value.data, proof, STORE_PROOF_BYTES))
+    return WK_FAIL(WK_ERR_NETWORK, "%s did not prove it knows the job's secret (another process listens on "
+                   "MASTER_PORT?)", s->peer);
+  return WK_OK;
+}
+
+/* Connects and shakes hands, again while the server turns connections away, until the deadline. */
+static WkStatus open_connection(WkStore *s, const char *host, int port, int64_t deadline_ms) {
+  for (;;) {
+    WK_TRY(connect_until(s, host, port, deadline_ms));
+    WkStatus st = handshake(s, deadline_ms);
+    if (st != WK_ERR_CLOSED) return st;
+    close(s->fd);
+    s->fd = -1;
+    if (net_remaining(deadline_ms) == 0)
+      return WK_FAIL(WK_ERR_TIMEOUT, "%s closed every connection before its handshake within %.1f s (too many "
+                     "connections to it?)", s->peer, (double)s->timeout_ms / 1000.0);
+    usleep(CONNECT_RETRY_MS * 1000u);
+  }
 }
 
 static WkStatus check_key(const char *key, StoreBytes *out) {
@@ -180,8 +242,9 @@ static WkStatus check_key(const char *key, StoreBytes *out) {
   return WK_OK;
 }
 
-static WkStatus check_value(const void *value, size_t length, StoreBytes *out) {
-  if (length > STORE_MAX_VALUE) return WK_FAIL(WK_ERR_INVALID_ARG, "store value of %zu bytes (at most %d)", length, STORE_MAX_VALUE);
+static WkStatus check_value(const char *key, const void *value, size_t length, StoreBytes *out) {
+  if (length > STORE_MAX_VALUE)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "store key '%.200s': a value of %zu bytes (at most %d)", key, length, STORE_MAX_VALUE);
   if (length && !value) return WK_FAIL(WK_ERR_INVALID_ARG, "store value is NULL with length %zu", length);
   *out = (StoreBytes){value, (uint32_t)length};
   return WK_OK;
@@ -210,27 +273,35 @@ static WkStatus copy_value(StoreBytes v, void *buffer, size_t capacity, size_t *
 
 /* ---- the public calls --------------------------------------------------------------------------- */
 
-WkStore *wk_store_connect(const char *host, int port, int rank, int64_t timeout_ms) {
+WkStore *store_connect_keyed(const char *host, int port, int rank, int world_size, int64_t timeout_ms,
+                             const uint8_t *secret, size_t secret_length) {
   if (!host || !*host || strlen(host) >= WK_HOST_CAPACITY || port < 1 || port > UINT16_MAX) {
     WK_FAIL(WK_ERR_INVALID_ARG, "store: host must be 1..%d characters and port 1..65535 (got '%s':%d)",
             WK_HOST_CAPACITY - 1, host ? host : "(null)", port);
     return NULL;
   }
-  if (check_timeout(timeout_ms) != WK_OK || rank < -1) {
-    if (rank < -1) WK_FAIL(WK_ERR_INVALID_ARG, "store: rank %d (must be >= 0, or -1 for anonymous)", rank);
+  if (check_timeout(timeout_ms) != WK_OK) return NULL;
+  if (rank < -1 || (rank >= 0 && (world_size < 1 || rank >= world_size)) || (rank < 0 && world_size != 0) ||
+      world_size > STORE_MAX_WORLD) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "store: rank %d of a world of %d (a rank below world size, or -1 and 0 for "
+            "anonymous)", rank, world_size);
+    return NULL;
+  }
+  if (secret_length > WK_SECRET_MAX_BYTES || (secret_length && !secret)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "store: a secret of %zu bytes (at most %d)", secret_length, WK_SECRET_MAX_BYTES);
     return NULL;
   }
   WkStore *s = wk_calloc(1, sizeof *s, "store client");
   if (!s) return NULL;
   s->fd = -1;
   s->rank = rank;
+  s->world_size = world_size;
   s->timeout_ms = timeout_ms;
+  if (secret_length) memcpy(s->secret, secret, secret_length);
+  s->secret_length = secret_length;
   snprintf(s->peer, sizeof s->peer, "the store at %s:%d", host, port);
   pthread_mutex_init(&s->lock, NULL);
-  int64_t deadline = net_deadline(timeout_ms);
-  StoreRequest hello = {.op = STORE_HELLO, .number = rank};
-  StoreReply y;
-  if (connect_until(s, host, port, deadline) != WK_OK || transact(s, &hello, deadline, &y) != WK_OK) {
+  if (open_connection(s, host, port, net_deadline(timeout_ms)) != WK_OK) {
     if (s->fd >= 0) close(s->fd);
     store_buffer_free(&s->out);
     free(s->in);
@@ -239,6 +310,16 @@ WkStore *wk_store_connect(const char *host, int port, int rank, int64_t timeout_
     return NULL;
   }
   return s;
+}
+
+WkStore *wk_store_connect(const char *host, int port, int rank, int world_size, int64_t timeout_ms) {
+  const uint8_t *secret;
+  size_t length;
+  if (wk_job_secret(&secret, &length) != WK_OK) {
+    wk_error_context("store");
+    return NULL;
+  }
+  return store_connect_keyed(host, port, rank, world_size, timeout_ms, secret, length);
 }
 
 void wk_store_close(WkStore *s) {
@@ -263,7 +344,7 @@ static WkStatus set_with(WkStore *s, const char *key, const void *value, size_t 
   WK_TRY(check_store(s));
   StoreRequest q = {.op = STORE_SET, .flags = flags, .key_count = 1};
   WK_TRY(check_key(key, &q.keys[0]));
-  WK_TRY(check_value(value, length, &q.value));
+  WK_TRY(check_value(key, value, length, &q.value));
   pthread_mutex_lock(&s->lock);
   StoreReply y;
   WkStatus st = transact(s, &q, net_deadline(s->timeout_ms), &y);
@@ -357,8 +438,8 @@ WkStatus wk_store_compare_set(WkStore *s, const char *key, const void *expected,
   WK_TRY(check_store(s));
   StoreRequest q = {.op = STORE_CAS, .key_count = 1};
   WK_TRY(check_key(key, &q.keys[0]));
-  WK_TRY(check_value(expected, expected_length, &q.value));
-  WK_TRY(check_value(desired, desired_length, &q.value2));
+  WK_TRY(check_value(key, expected, expected_length, &q.value));
+  WK_TRY(check_value(key, desired, desired_length, &q.value2));
   if (capacity && !buffer) return WK_FAIL(WK_ERR_INVALID_ARG, "store compare_set: buffer is NULL with capacity %zu", capacity);
   pthread_mutex_lock(&s->lock);
   StoreReply y;

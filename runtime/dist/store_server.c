@@ -6,14 +6,24 @@
  * key is not there yet parks the connection (nothing more is read from it) until a set, add or
  * compare-and-set provides the key, or its timeout answers 'missing'. A malformed frame is
  * answered with an error and the connection is closed after it; nothing a peer sends can make the
- * server allocate past a frame (STORE_MAX_FRAME) per connection or the map past STORE_MAX_BYTES.
+ * server allocate past a frame (STORE_MAX_FRAME) per connection or the map past its budget
+ * (StoreLimits).
  *
  * The server also remembers, per rank, whether it said hello, bye, or dropped its connection
  * without a bye: the hang report asks for that (STATUS) to tell a killed rank from a slow one.
+ *
+ * The store is the job's alone. It listens on one address, the one the ranks reach it at
+ * (MASTER_ADDR's), and every connection must pass the handshake (dist.h) before anything else is
+ * read from it: a hello proving the job's secret, with the job's world size, for a rank that is not
+ * connected already. Until then a connection may send at most STORE_MAX_HELLO_FRAME bytes, within
+ * the limits' handshake timeout, and at most MAX_HANDSHAKES are open at once; a refused one is
+ * logged with its peer address (the first MAX_REFUSALS_LOGGED of them), closed, and changes nothing.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,6 +34,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../core/secret.h"
 #include "dist.h"
 
 enum {
@@ -31,9 +42,11 @@ enum {
   READ_CHUNK = 64 * 1024,               /* bytes read per readable event */
   ACCEPT_BACKOFF_MS = 100,              /* pause accepting when out of file descriptors */
   DECIMAL_CAPACITY = 24,                /* an int64 in decimal, sign and NUL included */
-  MAX_CONNECTIONS = 65536
+  EXTRA_CONNECTIONS = 256,              /* beyond one per rank: anonymous clients (tools, tests) */
+  MAX_HANDSHAKES = 64,                  /* connections not authenticated yet, at once */
+  MAX_REFUSALS_LOGGED = 16,             /* a scanner must not fill the log */
+  PEER_NAME_CAPACITY = INET6_ADDRSTRLEN + 8
 };
-#define STORE_MAX_BYTES ((size_t)1 << 30) /* keys + values held at once */
 
 typedef struct Entry {
   struct Entry *next;
@@ -46,6 +59,10 @@ typedef struct Entry {
 typedef struct {
   int fd;
   int rank;                 /* from hello; -1 anonymous */
+  bool authenticated;       /* its hello was accepted: only then are other requests handled */
+  int64_t handshake_deadline_ms;
+  uint8_t nonce[STORE_NONCE_BYTES];  /* the challenge it was sent */
+  char peer[PEER_NAME_CAPACITY];     /* "10.0.0.2:41234", for the log */
   bool said_bye;
   bool close_after_flush;   /* a protocol error was answered: drop the connection once sent */
   bool waiting;             /* a get or wait is parked; its frame stays at in[0..] */
@@ -67,10 +84,15 @@ struct WkStoreServer {
   bool stopping;
   int64_t accept_paused_until;
   Entry *buckets[BUCKETS];
-  size_t bytes;
+  size_t bytes;             /* keys and values held */
+  StoreLimits limits;
   Connection **connections;
-  size_t connection_count, connection_capacity;
+  size_t connection_count, connection_capacity, handshakes;
+  size_t max_connections;
+  size_t refusals;          /* connections refused so far (only the first few are logged) */
   uint8_t *rank_states;     /* StoreRankState per rank */
+  size_t secret_length;     /* 0: unauthenticated (no job secret) */
+  uint8_t secret[WK_SECRET_MAX_BYTES];
 };
 
 /* ---- the map ------------------------------------------------------------------------------------ */
@@ -95,9 +117,10 @@ static WkStatus put(WkStoreServer *s, StoreBytes key, const void *value, uint32_
   Entry *e = *slot;
   size_t old = e ? e->value_length : 0;
   size_t grow = (e ? 0 : sizeof *e + key.length) + length;
-  if (s->bytes - old + grow > STORE_MAX_BYTES)
-    return WK_FAIL(WK_ERR_NOMEM, "the store holds %zu bytes; setting %u more would pass its budget of %zu",
-                   s->bytes, length, STORE_MAX_BYTES);
+  if (s->bytes - old + grow > s->limits.max_bytes)
+    return WK_FAIL(WK_ERR_NOMEM, "setting key '%.*s' to %u bytes would pass the store's budget of %zu bytes (it "
+                   "holds %zu)", (int)(key.length > 200 ? 200 : key.length), (const char *)key.data, length,
+                   s->limits.max_bytes, s->bytes);
   uint8_t *copy = malloc(length ? length : 1);
   if (!copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for a store value of %u bytes", length);
   if (length) memcpy(copy, value, length);
@@ -227,22 +250,86 @@ static void set_rank_state(WkStoreServer *s, int rank, StoreRankState state) {
   if (rank >= 0 && rank < s->world_size) s->rank_states[rank] = (uint8_t)state;
 }
 
+/* ---- the handshake ------------------------------------------------------------------------------- */
+
+static void log_refusal(WkStoreServer *s, const char *peer, const char *why) {
+  s->refusals++;
+  if (s->refusals <= MAX_REFUSALS_LOGGED)
+    wk_logf(WK_LOG_WARN, "store server: refused the connection from %s: %s%s", peer, why,
+            s->refusals == MAX_REFUSALS_LOGGED ? " (further refusals are not logged)" : "");
+}
+
+/* Answers why (when the peer is still owed an answer) and closes the connection once that is sent. */
+static void refuse(WkStoreServer *s, Connection *c, StoreOp op, const char *why) {
+  log_refusal(s, c->peer, why);
+  reply_error(s, c, op, why);
+  c->close_after_flush = true;
+}
+
+/* Why this hello cannot be accepted (into message), or false when it can. */
+static bool hello_refused(const WkStoreServer *s, const Connection *c, const StoreRequest *q, char *message,
+                          size_t capacity) {
+  if (c->authenticated) {
+    snprintf(message, capacity, "a second hello on one connection");
+    return true;
+  }
+  if (s->secret_length) {
+    uint8_t expected[STORE_PROOF_BYTES];
+    store_proof(s->secret, s->secret_length, STORE_PROOF_CLIENT, c->nonce, q->value.data, q->number, q->world_size,
+                expected);
+    if (q->value2.length != STORE_PROOF_BYTES || !wk_digest_equal(q->value2.data, expected, STORE_PROOF_BYTES)) {
+      snprintf(message, capacity, "%s", q->value2.length ? "wrong proof of the job's secret (another job's secret?)"
+                                                         : "no proof of the job's secret (WICK_STORE_SECRET is not set?)");
+      return true;
+    }
+  } else if (q->value2.length) {
+    snprintf(message, capacity, "a proof of a secret, but this store has none (WICK_STORE_SECRET is set on "
+             "some ranks only?)");
+    return true;
+  }
+  if (q->number < 0) return false;
+  if (q->world_size != s->world_size) {
+    snprintf(message, capacity, "rank %" PRId64 " has WORLD_SIZE=%" PRId64 ", but rank 0 has WORLD_SIZE=%d (every "
+             "rank of a job needs the same)", q->number, q->world_size, s->world_size);
+    return true;
+  }
+  if (q->number >= s->world_size) {
+    snprintf(message, capacity, "hello from rank %" PRId64 ", but this job has %d ranks", q->number, s->world_size);
+    return true;
+  }
+  if (s->rank_states[q->number] == STORE_RANK_CONNECTED) {
+    snprintf(message, capacity, "rank %" PRId64 " is connected already (two processes with RANK=%" PRId64 "?)",
+             q->number, q->number);
+    return true;
+  }
+  return false;
+}
+
+static void accept_hello(WkStoreServer *s, Connection *c, const StoreRequest *q) {
+  char message[STORE_MAX_ERROR];
+  if (hello_refused(s, c, q, message, sizeof message)) {
+    refuse(s, c, STORE_HELLO, message);
+    return;
+  }
+  c->authenticated = true;
+  s->handshakes--;
+  c->rank = (int)q->number;
+  set_rank_state(s, c->rank, STORE_RANK_CONNECTED);
+  uint8_t proof[STORE_PROOF_BYTES];
+  StoreReply y = {.status = STORE_REPLY_OK};
+  if (s->secret_length) {
+    store_proof(s->secret, s->secret_length, STORE_PROOF_SERVER, c->nonce, q->value.data, q->number, q->world_size,
+                proof);
+    y.value = (StoreBytes){proof, STORE_PROOF_BYTES};
+  }
+  reply(s, c, STORE_HELLO, &y);
+}
+
 /* Handles one request; returns true when it changed the map (parked waits may now succeed). */
 static bool handle(WkStoreServer *s, Connection *c, const StoreRequest *q) {
   StoreOp op = (StoreOp)q->op;
-  char message[STORE_MAX_ERROR];
   switch (op) {
-    case STORE_HELLO:
-      if (q->number >= s->world_size) {
-        snprintf(message, sizeof message, "hello from rank %" PRId64 ", but this job has %d ranks", q->number, s->world_size);
-        reply_error(s, c, op, message);
-        c->close_after_flush = true;
-        return false;
-      }
-      c->rank = (int)q->number;
-      set_rank_state(s, c->rank, STORE_RANK_CONNECTED);
-      reply_status(s, c, op, STORE_REPLY_OK);
-      return false;
+    case STORE_HELLO: accept_hello(s, c, q); return false;
     case STORE_SET:
       if (put(s, q->keys[0], q->value.data, q->value.length) != WK_OK) {
         if (q->flags & STORE_FLAG_NOREPLY) wk_logf(WK_LOG_WARN, "store server: %s", wk_last_error());
@@ -277,20 +364,43 @@ static void consume(Connection *c, size_t length) {
   c->in_length -= length;
 }
 
-/* Handles the complete frames buffered on c, stopping at a parked wait. */
+/* The body length a buffered frame header declares (0 when the header is not in yet). */
+static uint32_t declared_body(const Connection *c) {
+  if (c->in_length < STORE_FRAME_HEADER) return 0;
+  return (uint32_t)c->in[0] | (uint32_t)c->in[1] << 8 | (uint32_t)c->in[2] << 16 | (uint32_t)c->in[3] << 24;
+}
+
+/* Handles the complete frames buffered on c, stopping at a parked wait. Until its hello is
+ * accepted a connection is held to one small hello: nothing else is parsed or handled. */
 static bool process_frames(WkStoreServer *s, Connection *c) {
   bool changed = false;
+  char message[STORE_MAX_ERROR];
   while (!c->waiting && !c->close_after_flush) {
+    if (!c->authenticated && declared_body(c) > STORE_MAX_HELLO_FRAME) {
+      snprintf(message, sizeof message, "a first message of %u bytes (a hello is at most %d)", declared_body(c),
+               STORE_MAX_HELLO_FRAME);
+      refuse(s, c, STORE_HELLO, message);
+      break;
+    }
     size_t frame;
     FrameState state = store_frame_check(c->in, c->in_length, &frame);
     if (state == FRAME_INCOMPLETE) break;
     StoreRequest q;
     if (state == FRAME_INVALID ||
         store_parse_request(c->in + STORE_FRAME_HEADER, frame - STORE_FRAME_HEADER, &q) != WK_OK) {
+      if (!c->authenticated) {
+        refuse(s, c, STORE_HELLO, wk_last_error());
+        break;
+      }
       wk_logf(WK_LOG_WARN, "store server: bad message from %s %d: %s", c->rank >= 0 ? "rank" : "client",
               c->rank >= 0 ? c->rank : c->fd, wk_last_error());
       reply_error(s, c, STORE_HELLO, wk_last_error());
       c->close_after_flush = true;
+      break;
+    }
+    if (!c->authenticated && q.op != STORE_HELLO) {
+      snprintf(message, sizeof message, "%s before hello", store_op_name(q.op));
+      refuse(s, c, (StoreOp)q.op, message);
       break;
     }
     changed |= handle(s, c, &q);
@@ -320,6 +430,7 @@ static void wake_waiters(WkStoreServer *s) {
 
 static void close_connection(WkStoreServer *s, size_t index) {
   Connection *c = s->connections[index];
+  if (!c->authenticated) s->handshakes--;
   if (c->rank >= 0) set_rank_state(s, c->rank, c->said_bye ? STORE_RANK_CLOSED : STORE_RANK_LOST);
   if (c->rank >= 0 && !c->said_bye) wk_logf(WK_LOG_INFO, "store server: rank %d dropped its connection without bye", c->rank);
   close(c->fd);
@@ -329,9 +440,66 @@ static void close_connection(WkStoreServer *s, size_t index) {
   s->connections[index] = s->connections[--s->connection_count];
 }
 
+static void name_peer(const struct sockaddr_storage *a, char *out, size_t capacity) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+    port = ntohs(v4->sin_port);
+  } else if (a->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)a;
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+    port = ntohs(v6->sin6_port);
+  }
+  snprintf(out, capacity, "%s:%d", host, port);
+}
+
+/* A new connection, greeted with its challenge; NULL (the fd closed, the reason logged) when it
+ * cannot be taken. */
+static Connection *greet(WkStoreServer *s, int fd, const char *peer) {
+  if (s->connection_count >= s->max_connections || s->handshakes >= MAX_HANDSHAKES) {
+    log_refusal(s, peer, s->handshakes >= MAX_HANDSHAKES ? "too many connections still in their handshake"
+                                                          : "too many connections");
+    close(fd);
+    return NULL;
+  }
+  if (s->connection_count == s->connection_capacity) {
+    size_t capacity = s->connection_capacity ? 2 * s->connection_capacity : 16;
+    Connection **grown = realloc(s->connections, capacity * sizeof *grown);
+    if (!grown) {
+      close(fd);
+      return NULL;
+    }
+    s->connections = grown;
+    s->connection_capacity = capacity;
+  }
+  Connection *c = calloc(1, sizeof *c);
+  StoreChallenge challenge = {.keyed = s->secret_length > 0};
+  if (!c || wk_random_bytes(challenge.nonce, sizeof challenge.nonce) != WK_OK ||
+      store_encode_challenge(&c->out, &challenge) != WK_OK) {
+    wk_logf(WK_LOG_WARN, "store server: cannot greet %s: %s", peer, c ? wk_last_error() : "out of memory");
+    if (c) store_buffer_free(&c->out);
+    free(c);
+    close(fd);
+    return NULL;
+  }
+  net_no_delay(fd);
+  c->fd = fd;
+  c->rank = -1;
+  c->handshake_deadline_ms = net_deadline(s->limits.handshake_timeout_ms);
+  memcpy(c->nonce, challenge.nonce, sizeof c->nonce);
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  s->handshakes++;
+  s->connections[s->connection_count++] = c;
+  return c;
+}
+
 static void accept_connections(WkStoreServer *s) {
   for (;;) {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&address, &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         wk_logf(WK_LOG_WARN, "store server: accept: %s (raise the open-file limit: ulimit -n)", strerror(errno));
@@ -339,30 +507,21 @@ static void accept_connections(WkStoreServer *s) {
       }
       return; /* EAGAIN: no more pending; others (ECONNABORTED) are the peer's problem */
     }
-    if (s->connection_count == MAX_CONNECTIONS) {
-      wk_logf(WK_LOG_WARN, "store server: %d connections already; refusing one more", MAX_CONNECTIONS);
-      close(fd);
-      continue;
-    }
-    if (s->connection_count == s->connection_capacity) {
-      size_t capacity = s->connection_capacity ? 2 * s->connection_capacity : 16;
-      Connection **grown = realloc(s->connections, capacity * sizeof *grown);
-      if (!grown) {
-        close(fd);
-        continue;
-      }
-      s->connections = grown;
-      s->connection_capacity = capacity;
-    }
-    Connection *c = calloc(1, sizeof *c);
-    if (!c) {
-      close(fd);
-      continue;
-    }
-    net_no_delay(fd);
-    c->fd = fd;
-    c->rank = -1;
-    s->connections[s->connection_count++] = c;
+    char peer[PEER_NAME_CAPACITY];
+    name_peer(&address, peer, sizeof peer);
+    greet(s, fd, peer);
+  }
+}
+
+/* Closes the connections whose handshake did not finish in time (a refused one that has not taken
+ * its answer by then too: it was logged already). */
+static void expire_handshakes(WkStoreServer *s) {
+  int64_t now = net_now_ms();
+  for (size_t k = s->connection_count; k-- > 0;) {
+    Connection *c = s->connections[k];
+    if (c->authenticated || c->handshake_deadline_ms > now) continue;
+    if (!c->close_after_flush) log_refusal(s, c->peer, "no hello within the handshake's time");
+    close_connection(s, k);
   }
 }
 
@@ -370,9 +529,12 @@ static void accept_connections(WkStoreServer *s) {
 static bool read_connection(WkStoreServer *s, Connection *c) {
   size_t want = READ_CHUNK;
   size_t frame;
-  if (store_frame_check(c->in, c->in_length, &frame) == FRAME_INCOMPLETE && c->in_length >= STORE_FRAME_HEADER) {
-    uint32_t body = (uint32_t)c->in[0] | (uint32_t)c->in[1] << 8 | (uint32_t)c->in[2] << 16 | (uint32_t)c->in[3] << 24;
-    size_t missing = STORE_FRAME_HEADER + (size_t)body - c->in_length;
+  if (!c->authenticated) {
+    want = STORE_FRAME_HEADER + STORE_MAX_HELLO_FRAME; /* a stranger gets no bigger buffer than a hello */
+    if (c->in_length >= want) return true; /* process_frames refuses it */
+    want -= c->in_length;
+  } else if (store_frame_check(c->in, c->in_length, &frame) == FRAME_INCOMPLETE && c->in_length >= STORE_FRAME_HEADER) {
+    size_t missing = STORE_FRAME_HEADER + (size_t)declared_body(c) - c->in_length;
     if (missing > want) want = missing; /* body <= STORE_MAX_FRAME: checked by store_frame_check */
   }
   if (c->in_capacity - c->in_length < want) {
@@ -418,6 +580,7 @@ static int poll_timeout(const WkStoreServer *s) {
   for (size_t i = 0; i < s->connection_count; i++) {
     const Connection *c = s->connections[i];
     if (c->waiting && (next < 0 || c->deadline_ms < next)) next = c->deadline_ms;
+    if (!c->authenticated && (next < 0 || c->handshake_deadline_ms < next)) next = c->handshake_deadline_ms;
   }
   if (s->stopping && (next < 0 || s->stop_deadline_ms < next)) next = s->stop_deadline_ms;
   if (s->accept_paused_until > now && (next < 0 || s->accept_paused_until < next)) next = s->accept_paused_until;
@@ -475,6 +638,7 @@ static void *serve(void *arg) {
       if (!alive) close_connection(s, k);
     }
     if (n > 0 && fds[LISTEN_FD].revents) accept_connections(s);
+    expire_handshakes(s);
     wake_waiters(s); /* after changes, and for the deadlines that passed */
     for (size_t k = s->connection_count; k-- > 0;) {
       Connection *c = s->connections[k];
@@ -487,42 +651,39 @@ static void *serve(void *arg) {
 
 /* ---- start and stop ----------------------------------------------------------------------------- */
 
-static int open_listener(int port, char *why, size_t why_size) {
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  bool v6 = fd >= 0;
-  if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    snprintf(why, why_size, "socket: %s", strerror(errno));
+/* Listens on the first address host resolves to that this host has; -1 with the reason in why. */
+static int open_listener(const char *host, int port, char *why, size_t why_size) {
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *list;
+  int rc = getaddrinfo(host, service, &hints, &list);
+  if (rc != 0) {
+    snprintf(why, why_size, "cannot resolve '%s': %s", host, gai_strerror(rc));
     return -1;
   }
-  int on = 1, off = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on); /* restart on a port in TIME_WAIT */
-  int rc;
-  if (v6) {
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off); /* IPv4 clients too */
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any, .sin6_port = htons((uint16_t)port)};
-    rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    if (rc != 0 && errno == EADDRNOTAVAIL) { /* IPv6 disabled: fall back to IPv4 */
+  int fd = -1;
+  snprintf(why, why_size, "'%s' has no address", host);
+  for (const struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      snprintf(why, why_size, "socket: %s", strerror(errno));
+      continue;
+    }
+    int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0) /* restart on a port in TIME_WAIT */
+      wk_logf(WK_LOG_DEBUG, "store server: SO_REUSEADDR: %s", strerror(errno));
+    bool bound = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    if (!bound || listen(fd, SOMAXCONN) != 0) {
+      char address[PEER_NAME_CAPACITY];
+      name_peer((const struct sockaddr_storage *)ai->ai_addr, address, sizeof address);
+      snprintf(why, why_size, "%s %s: %s%s", bound ? "listen on" : "bind to", address, strerror(errno),
+               errno == EADDRINUSE ? " (another job or a stale rank 0 holds it; pick another MASTER_PORT)"
+               : errno == EADDRNOTAVAIL ? " (not an address of this host: rank 0 must run on MASTER_ADDR)" : "");
       close(fd);
-      fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) {
-        snprintf(why, why_size, "socket: %s", strerror(errno));
-        return -1;
-      }
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-      v6 = false;
+      fd = -1;
     }
   }
-  if (!v6) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = htons((uint16_t)port)};
-    rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-  }
-  if (rc != 0 || listen(fd, SOMAXCONN) != 0) {
-    snprintf(why, why_size, "%s: %s%s", rc != 0 ? "bind" : "listen", strerror(errno),
-             errno == EADDRINUSE ? " (another job or a stale rank 0 holds it; pick another MASTER_PORT)" : "");
-    close(fd);
-    return -1;
-  }
+  freeaddrinfo(list);
   return fd;
 }
 
@@ -551,28 +712,38 @@ static void free_server(WkStoreServer *s) {
   free(s);
 }
 
-WkStoreServer *wk_store_server_start(int port, int world_size) {
-  if (port < 0 || port > UINT16_MAX) {
-    WK_FAIL(WK_ERR_INVALID_ARG, "store server: port %d out of range 0..65535", port);
+WkStoreServer *store_server_start_keyed(const char *host, int port, int world_size, const uint8_t *secret,
+                                        size_t secret_length, StoreLimits limits) {
+  if (!host || !*host || port < 0 || port > UINT16_MAX) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "store server: needs an address to listen on and a port in 0..65535 (got '%s':%d)",
+            host ? host : "(null)", port);
     return NULL;
   }
-  if (world_size < 1 || world_size > STORE_MAX_VALUE) {
-    WK_FAIL(WK_ERR_INVALID_ARG, "store server: world size %d out of range 1..%d", world_size, STORE_MAX_VALUE);
+  if (world_size < 1 || world_size > STORE_MAX_WORLD) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "store server: world size %d out of range 1..%d", world_size, STORE_MAX_WORLD);
+    return NULL;
+  }
+  if (secret_length > WK_SECRET_MAX_BYTES || (secret_length && !secret)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "store server: a secret of %zu bytes (at most %d)", secret_length, WK_SECRET_MAX_BYTES);
     return NULL;
   }
   WkStoreServer *s = wk_calloc(1, sizeof *s, "store server");
   if (!s) return NULL;
   s->listen_fd = s->wake[0] = s->wake[1] = -1;
   s->world_size = world_size;
+  s->max_connections = (size_t)world_size + EXTRA_CONNECTIONS;
+  s->limits = limits;
+  if (secret_length) memcpy(s->secret, secret, secret_length);
+  s->secret_length = secret_length;
   s->rank_states = wk_calloc((size_t)world_size, 1, "store rank states");
   if (!s->rank_states) {
     free_server(s);
     return NULL;
   }
-  char why[256];
-  s->listen_fd = open_listener(port, why, sizeof why);
+  char why[512];
+  s->listen_fd = open_listener(host, port, why, sizeof why);
   if (s->listen_fd < 0) {
-    WK_FAIL(WK_ERR_NETWORK, "store server on port %d: %s", port, why);
+    WK_FAIL(WK_ERR_NETWORK, "store server on %s port %d: %s", host, port, why);
     free_server(s);
     return NULL;
   }
@@ -588,6 +759,21 @@ WkStoreServer *wk_store_server_start(int port, int world_size) {
     free_server(s);
     return NULL;
   }
+  return s;
+}
+
+WkStoreServer *wk_store_server_start(const char *host, int port, int world_size) {
+  const uint8_t *secret;
+  size_t length;
+  if (wk_job_secret(&secret, &length) != WK_OK) {
+    wk_error_context("store server");
+    return NULL;
+  }
+  WkStoreServer *s = store_server_start_keyed(host, port, world_size, secret, length, STORE_LIMITS);
+  if (s && !length)
+    wk_logf(WK_LOG_WARN, "store server at %s:%d: no job secret (WICK_STORE_SECRET or WICK_STORE_SECRET_FILE), so it "
+            "is unauthenticated: any process that reaches that address can act on this job, as with torch's "
+            "TCPStore", host, s->port);
   return s;
 }
 

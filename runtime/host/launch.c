@@ -17,6 +17,12 @@
  * their node shares in /dev/shm after it (a keyed hash of it and the job's secret), and the launcher
  * removes what ranks killed with SIGKILL or ended by an error could not (the last rank to leave a region
  * normally removes it itself).
+ *
+ * The job's secret: the ranks' store accepts only connections that prove it (runtime/dist). For a
+ * single-node job the launcher makes one (WICK_STORE_SECRET, 32 random bytes as hex) unless the
+ * environment already gives one; a multi-node launcher cannot share a secret it made with the
+ * launchers of the other nodes, so its ranks use what the environment gives (WICK_STORE_SECRET or
+ * WICK_STORE_SECRET_FILE, the same on every node) or none.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +40,7 @@
 #include <unistd.h>
 
 #include "../core/shared.h" /* wk_shared_remove_job */
+#include "../core/secret.h"
 #include "host.h"
 
 enum {
@@ -108,6 +115,29 @@ static void make_job_id(char out[17]) {
 static void remove_job_regions(const char *job) {
   if (wk_shared_remove_job(job) != WK_OK)
     fprintf(stderr, "run: the job's shared memory in /dev/shm is left: %s\n", wk_last_error());
+}
+
+static bool environment_has(const char *name) {
+  const char *value = getenv(name);
+  return value && *value;
+}
+
+/* Gives the ranks of a single-node job a secret of their own, unless the environment has one. */
+static bool give_store_secret(const LaunchConfig *config) {
+  if (config->nnodes > 1 || environment_has("WICK_STORE_SECRET") || environment_has("WICK_STORE_SECRET_FILE"))
+    return true;
+  uint8_t secret[WK_SECRET_GENERATED_BYTES];
+  if (wk_random_bytes(secret, sizeof secret) != WK_OK) {
+    fprintf(stderr, "run: cannot make the job's secret: %s\n", wk_last_error());
+    return false;
+  }
+  char hex[2 * WK_SECRET_GENERATED_BYTES + 1];
+  for (size_t i = 0; i < sizeof secret; i++) snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+  explicit_bzero(secret, sizeof secret);
+  bool given = setenv("WICK_STORE_SECRET", hex, 1) == 0; /* inherited by every rank */
+  explicit_bzero(hex, sizeof hex);
+  if (!given) fprintf(stderr, "run: cannot pass the job's secret to its ranks: %s\n", strerror(errno));
+  return given;
 }
 
 static void set_rank_environment(const LaunchConfig *config, int local_rank, int master_port) {
@@ -285,6 +315,10 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
   Rank *ranks = calloc((size_t)count, sizeof *ranks);
   if (!ranks) {
     fprintf(stderr, "run: out of memory for %d ranks\n", count);
+    return EXIT_FAILURE;
+  }
+  if (!give_store_secret(config)) {
+    free(ranks);
     return EXIT_FAILURE;
   }
   install_signal_handlers();

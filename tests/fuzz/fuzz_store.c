@@ -1,7 +1,7 @@
 /*
  * fuzz_store.c — libFuzzer target for what the rendezvous store reads off the network: frames,
- * requests and replies (runtime/dist/protocol.c), and the SLURM node list world.c reads from the
- * environment.
+ * requests and replies, the handshake's challenge and hello (runtime/dist/protocol.c), and the
+ * SLURM node list world.c reads from the environment.
  *
  * The input is taken as a stream of frames, as the server and the client read it. A request or
  * reply that parses must encode back to exactly the bytes it came from (so the encoder and the
@@ -26,6 +26,13 @@ static void check_frame(const uint8_t *frame, size_t length) {
   StoreRequest q;
   if (store_parse_request(body, body_length, &q) == WK_OK) {
     if (store_encode_request(&b, &q) != WK_OK) abort();
+    same_bytes(&b, frame, length);
+    if (q.op == STORE_HELLO && q.value.length != STORE_NONCE_BYTES) abort(); /* proofs read a full nonce */
+  }
+  StoreChallenge challenge;
+  if (store_parse_challenge(body, body_length, &challenge) == WK_OK) {
+    b.length = 0;
+    if (store_encode_challenge(&b, &challenge) != WK_OK) abort();
     same_bytes(&b, frame, length);
   }
   for (int op = STORE_HELLO; op <= STORE_BYE; op++) {
