@@ -97,6 +97,8 @@ WK_API WkStatus wk_events_close(WkEvents *w);  /* NULL is fine */
  * again), and a partial record at its end (a writer killed mid-record); *removed = whole records cut.
  * A damaged record before the end is WK_ERR_FORMAT naming the file and its offset. */
 WK_API WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed);
+/* wk_events_truncate of every events.out.tfevents.* file in dir (none when dir is missing). */
+WK_API WkStatus wk_events_truncate_dir(const char *dir, int64_t step, uint64_t *removed);
 /* CRC-32C (Castagnoli), as TFRecord frames use it (before its mask). */
 WK_API uint32_t wk_crc32c(const void *data, size_t length);
 

@@ -14,6 +14,7 @@
  * Each record is one write(2), so a reader (TensorBoard following a live run) never waits on a
  * buffer and a killed writer leaves at most one partial record, at the end.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ enum {
 };
 
 static const char FILE_VERSION[] = "brain.Event:2";
+static const char FILE_PREFIX[] = "events.out.tfevents.";
 static const uint32_t CRC_MASK_DELTA = 0xa282ead8u;
 static const uint32_t CASTAGNOLI_REFLECTED = 0x82f63b78u;
 
@@ -191,7 +193,7 @@ WkEvents *wk_events_open(const char *dir, double wall_time) {
   host[sizeof host - 1] = '\0';
   WkEvents *w = wk_calloc(1, sizeof *w, "an event writer");
   if (!w) return NULL;
-  int n = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)wall_time, host, (int)getpid());
+  int n = snprintf(w->path, sizeof w->path, "%s/%s%lld.%s.%d", dir, FILE_PREFIX, (long long)wall_time, host, (int)getpid());
   if (n < 0 || (size_t)n >= sizeof w->path) {
     WK_FAIL(WK_ERR_INVALID_ARG, "events: directory name too long: '%.60s...'", dir);
     free(w);
@@ -337,5 +339,25 @@ WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed) {
   if (status == WK_OK) status = cut_offset(fd, path, (uint64_t)st.st_size, step, &cut, removed);
   if (status == WK_OK && cut < (uint64_t)st.st_size && ftruncate(fd, (off_t)cut) != 0) status = WK_FAIL_ERRNO("truncate", path);
   close(fd);
+  return status;
+}
+
+WkStatus wk_events_truncate_dir(const char *dir, int64_t step, uint64_t *removed) {
+  if (!dir || !removed) return WK_FAIL(WK_ERR_INVALID_ARG, "events: NULL directory or count");
+  *removed = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? WK_OK : WK_FAIL_ERRNO("open the TensorBoard directory", dir);
+  WkStatus status = WK_OK;
+  struct dirent *entry;
+  while (status == WK_OK && (entry = readdir(d)) != NULL) {
+    if (strncmp(entry->d_name, FILE_PREFIX, sizeof FILE_PREFIX - 1) != 0) continue;
+    char path[PATH_CAPACITY];
+    uint64_t cut = 0;
+    int n = snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+    if (n < 0 || (size_t)n >= sizeof path) status = WK_FAIL(WK_ERR_INVALID_ARG, "events: path too long in '%.60s...'", dir);
+    if (status == WK_OK) status = wk_events_truncate(path, step, &cut);
+    *removed += cut;
+  }
+  closedir(d);
   return status;
 }

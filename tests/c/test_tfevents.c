@@ -108,15 +108,15 @@ static void test_bad_arguments_are_refused(void) {
   CHECK(system(command) == 0);
 }
 
-/* Steps 1..5, one value each; returns the file's path in out. */
-static void write_steps(const char *dir, char *out, size_t capacity) {
-  WkEvents *w = wk_events_open(dir, 100);
+/* Steps 1..5, one value each, in a file named after wall_time; returns its path in out. */
+static void write_steps(const char *dir, double wall_time, char *out, size_t capacity) {
+  WkEvents *w = wk_events_open(dir, wall_time);
   CHECK(w != NULL);
   if (!w) return;
   snprintf(out, capacity, "%s", wk_events_path(w));
   for (int step = 1; step <= 5; step++) {
     float v = (float)step;
-    CHECK(wk_events_write_scalars(w, step, 100 + step, 1, (const char *const[]){"train/loss"}, &v) == WK_OK);
+    CHECK(wk_events_write_scalars(w, step, wall_time + step, 1, (const char *const[]){"train/loss"}, &v) == WK_OK);
   }
   wk_events_close(w);
 }
@@ -136,7 +136,7 @@ enum { VERSION_RECORD = 12 + 24 + 4, STEP_RECORD = 12 + 32 + 4 };
 
 static void test_truncate_cuts_later_steps_and_a_partial_tail(void) {
   char *dir = make_dir(), path[512];
-  write_steps(dir, path, sizeof path);
+  write_steps(dir, 100, path, sizeof path);
   uint64_t removed = 99;
   CHECK(wk_events_truncate(path, 5, &removed) == WK_OK && removed == 0);
   CHECK(file_size(path) == VERSION_RECORD + 5 * STEP_RECORD);
@@ -150,6 +150,15 @@ static void test_truncate_cuts_later_steps_and_a_partial_tail(void) {
   CHECK(file_size(path) == VERSION_RECORD + 3 * STEP_RECORD);
   CHECK(wk_events_truncate(path, 0, &removed) == WK_OK && removed == 3);
   CHECK(file_size(path) == VERSION_RECORD); /* a run started again keeps the file version only */
+  char second[512], other[600];
+  write_steps(dir, 200, second, sizeof second); /* a second file in the directory, and a file of someone else's */
+  snprintf(other, sizeof other, "%s/notes.txt", dir);
+  append(other, "not an event file", 17);
+  CHECK(wk_events_truncate_dir(dir, 2, &removed) == WK_OK && removed == 3);
+  CHECK(file_size(second) == VERSION_RECORD + 2 * STEP_RECORD && file_size(other) == 17);
+  CHECK(wk_events_truncate_dir(other, 2, &removed) == WK_ERR_IO);
+  snprintf(other, sizeof other, "%s/missing", dir);
+  CHECK(wk_events_truncate_dir(other, 2, &removed) == WK_OK && removed == 0);
   char command[600];
   snprintf(command, sizeof command, "rm -rf %s", dir);
   CHECK(system(command) == 0);
@@ -157,7 +166,7 @@ static void test_truncate_cuts_later_steps_and_a_partial_tail(void) {
 
 static void test_truncate_refuses_a_damaged_record_naming_its_offset(void) {
   char *dir = make_dir(), path[512];
-  write_steps(dir, path, sizeof path);
+  write_steps(dir, 100, path, sizeof path);
   int fd = open(path, O_WRONLY);
   uint8_t flipped = 0x55;
   CHECK(pwrite(fd, &flipped, 1, VERSION_RECORD + STEP_RECORD + 20) == 1); /* inside step 2's data */
