@@ -95,7 +95,8 @@ WK_API WkStatus wk_events_write_scalars(WkEvents *w, int64_t step, double wall_t
 WK_API WkStatus wk_events_close(WkEvents *w);  /* NULL is fine */
 /* Cuts an event file before its first record of a step after `step` (a resumed run writes those steps
  * again), and a partial record at its end (a writer killed mid-record); *removed = whole records cut.
- * A damaged record before the end is WK_ERR_FORMAT naming the file and its offset. */
+ * A damaged record before the end is WK_ERR_FORMAT naming the file and its offset; a symbolic link or
+ * a file of another user is refused (WK_ERR_IO), never cut. */
 WK_API WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed);
 /* wk_events_truncate of every events.out.tfevents.* file in dir (none when dir is missing). */
 WK_API WkStatus wk_events_truncate_dir(const char *dir, int64_t step, uint64_t *removed);

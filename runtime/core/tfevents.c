@@ -327,7 +327,9 @@ static WkStatus cut_offset(int fd, const char *path, uint64_t size, int64_t step
 WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed) {
   if (!path || !removed) return WK_FAIL(WK_ERR_INVALID_ARG, "events: NULL path or count");
   *removed = 0;
-  int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  /* O_NOFOLLOW and the owner's check: what another user put in a shared directory (a link to one of
+   * our files, a file of theirs) is never cut. */
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return WK_FAIL_ERRNO("open", path);
   struct stat st;
   WkStatus status = WK_OK;
@@ -336,6 +338,9 @@ WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed) {
     status = WK_FAIL_ERRNO("stat", path);
   else if (!S_ISREG(st.st_mode))
     status = WK_FAIL(WK_ERR_IO, "'%s' is %s, not a TensorBoard event file", path, wk_file_kind((unsigned)st.st_mode));
+  else if (st.st_uid != geteuid())
+    status = WK_FAIL(WK_ERR_IO, "'%s' belongs to another user (uid %u): not cut (use a log directory of your own)", path,
+                     (unsigned)st.st_uid);
   if (status == WK_OK) status = cut_offset(fd, path, (uint64_t)st.st_size, step, &cut, removed);
   if (status == WK_OK && cut < (uint64_t)st.st_size && ftruncate(fd, (off_t)cut) != 0) status = WK_FAIL_ERRNO("truncate", path);
   close(fd);
