@@ -171,6 +171,27 @@ return {
     assert.are.equal(2, count, 'steps 1-4 in the killed run\'s file, 5-8 in the resumed run\'s')
   end)
 
+  it('cuts a partial last line of the JSONL log on resume, and refuses a line that is no record', function()
+    local log, ck = root .. '/partial.jsonl', root .. '/ck-partial'
+    local args = ('%s --checkpoint.dir=%s --log=%s'):format(q(recipe), q(ck), q(log))
+    assert.are.equal(0, helper.run(args .. ' --steps=4').rc)
+    local f = assert(io.open(log, 'ab'))
+    f:write('{"applied":true,"data_wait":0.1,"fing') -- what a kill in the middle of a write leaves
+    f:close()
+    local r = helper.run(args .. ' --steps=6 --resume')
+    assert.are.equal(0, r.rc, r.err)
+    local steps = {}
+    for step in pairs(records(log)) do steps[#steps + 1] = step end
+    table.sort(steps)
+    assert.are.same({ 1, 2, 3, 4, 5, 6 }, steps)
+    local lines = helper.lines(helper.read_file(log))
+    table.insert(lines, 3, 'not json')
+    helper.write_file(log, table.concat(lines, '\n') .. '\n')
+    local bad = helper.run(args .. ' --steps=8 --resume')
+    assert.are.equal(1, bad.rc, bad.err)
+    assert.matches(log .. ":3: not a record of a step (is this a log of wick's?)", bad.err, 1, true)
+  end)
+
   it('refuses a log directory that is a file, as a data error naming it', function()
     local file = helper.write_file(root .. '/plain', 'x')
     local r = helper.run(('%s --steps=1 --checkpoint.every=0 --log.tensorboard=%s'):format(q(recipe), q(file)))

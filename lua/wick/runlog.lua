@@ -28,8 +28,10 @@ local function fail(name, message) cli.fail(name .. ': ' .. message, cli.EXIT_DA
 -- The byte length of the JSONL log's records of steps <= start and how many follow them; a line that
 -- is no record of a step is an error naming file and line, except a last one cut short by a kill.
 local function kept_length(path, start, name)
-  local f = io.open(path, 'rb')
-  if not f then return nil end -- no log yet
+  local kind = require('wick.host').file_kind(path)
+  if kind ~= 'file' then return nil end -- no log yet, or a pipe to a reader of its own: nothing to cut
+  local f, why = io.open(path, 'rb')
+  if not f then fail(name, 'cannot read the log to resume it: ' .. why) end
   local size = f:seek('end')
   f:seek('set')
   local kept, dropped, offset, number = 0, 0, 0, 0
@@ -68,8 +70,9 @@ function runlog.open(options, start, resumed, name, say)
     self.jsonl = f
   end
   if options.tensorboard then
-    local w, removed = tensorboard.open(options.tensorboard, start)
-    if not w then fail(name, 'log.tensorboard: ' .. removed) end
+    local w, removed_or_why = tensorboard.open(options.tensorboard, start)
+    if not w then fail(name, 'log.tensorboard: ' .. removed_or_why) end
+    local removed = removed_or_why
     if removed > 0 then
       say('resume: %s: %d events after step %d dropped (this run logs them again)', options.tensorboard, removed, start)
     end
