@@ -64,7 +64,9 @@ function runlog.open(options, start, resumed, name, say)
   local self = setmetatable({}, Log)
   if options.file then
     local dropped = resumed and cut_jsonl(options.file, start, name) or 0
-    if dropped > 0 then say('resume: %s: %d records after step %d dropped (this run logs them again)', options.file, dropped, start) end
+    if dropped > 0 then
+      say('resume: %s: %d records after step %d dropped (this run logs them again)', options.file, dropped, start)
+    end
     local f, why = io.open(options.file, resumed and 'ab' or 'wb')
     if not f then fail(name, 'cannot open the log: ' .. why) end
     self.jsonl = f

@@ -180,13 +180,18 @@ static WkStatus make_directory(const char *dir) {
   struct stat st;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) return WK_FAIL_ERRNO("create the TensorBoard directory", dir);
   if (stat(dir, &st) != 0) return WK_FAIL_ERRNO("stat", dir);
-  if (!S_ISDIR(st.st_mode)) return WK_FAIL(WK_ERR_IO, "'%s' is %s, not a directory for TensorBoard files", dir, wk_file_kind((unsigned)st.st_mode));
+  if (!S_ISDIR(st.st_mode))
+    return WK_FAIL(WK_ERR_IO, "'%s' is %s, not a directory for TensorBoard files", dir,
+                   wk_file_kind((unsigned)st.st_mode));
   return WK_OK;
 }
 
 WkEvents *wk_events_open(const char *dir, double wall_time) {
   if (!dir || dir[0] == '\0') { WK_FAIL(WK_ERR_INVALID_ARG, "events: no directory"); return NULL; }
-  if (!(wall_time >= 0 && wall_time < 1e12)) { WK_FAIL(WK_ERR_INVALID_ARG, "events: wall time %g out of range", wall_time); return NULL; }
+  if (!(wall_time >= 0 && wall_time < 1e12)) {
+    WK_FAIL(WK_ERR_INVALID_ARG, "events: wall time %g out of range", wall_time);
+    return NULL;
+  }
   if (make_directory(dir) != WK_OK) return NULL;
   char host[HOST_CAPACITY];
   if (gethostname(host, sizeof host) != 0) { WK_FAIL_ERRNO("gethostname", dir); return NULL; }
@@ -290,16 +295,20 @@ static WkStatus next_record(int fd, const char *path, uint64_t size, uint64_t *o
   WK_TRY(read_at(fd, path, header, sizeof header, *offset));
   uint64_t length = get_le(header, 8);
   if (get_le(header + 8, 4) != masked_crc(header, 8))
-    return WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record length checksum mismatch (not a TensorBoard event file, or corrupted)", path, (unsigned long long)*offset);
+    return WK_FAIL(WK_ERR_FORMAT,
+                   "'%s' offset %llu: record length checksum mismatch (not a TensorBoard event file, or corrupted)",
+                   path, (unsigned long long)*offset);
   if (length > MAX_RECORD_BYTES)
-    return WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record of %llu bytes (more than %d: corrupted)", path, (unsigned long long)*offset, (unsigned long long)length, MAX_RECORD_BYTES);
+    return WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record of %llu bytes (more than %d: corrupted)", path,
+                   (unsigned long long)*offset, (unsigned long long)length, MAX_RECORD_BYTES);
   *partial = size - *offset - HEADER_BYTES < length + FOOTER_BYTES;
   if (*partial) return WK_OK;
   uint8_t *data = wk_malloc(length + FOOTER_BYTES, "an event record");
   if (!data) return WK_ERR_NOMEM;
   WkStatus status = read_at(fd, path, data, length + FOOTER_BYTES, *offset + HEADER_BYTES);
   if (status == WK_OK && get_le(data + length, 4) != masked_crc(data, length))
-    status = WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record data checksum mismatch (corrupted)", path, (unsigned long long)*offset);
+    status = WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record data checksum mismatch (corrupted)", path,
+                     (unsigned long long)*offset);
   if (status == WK_OK && !event_step(data, length, step))
     status = WK_FAIL(WK_ERR_FORMAT, "'%s' offset %llu: record is not an Event protobuf", path, (unsigned long long)*offset);
   free(data);
