@@ -78,6 +78,31 @@ WK_API uint64_t wk_now_ns(void);         /* CLOCK_MONOTONIC in nanoseconds */
  * field == NULL asks for sizeof(struct); returns -1 for an unknown struct or field. */
 WK_API int64_t wk_abi_layout(const char *struct_name, const char *field);
 
+/* ---- TensorBoard event files (runtime/core/tfevents.c) ------------------------------------------ */
+/* TFRecords of Event protobufs, as TensorBoard (and W&B's import) read them: a file version record,
+ * then one Event per call holding a Summary of simple (float) values. Each record is one write(2):
+ * a TensorBoard following the directory sees it at once. */
+typedef struct WkEvents WkEvents;
+
+/* Creates dir (its parent must exist) and in it a new events.out.tfevents.<wall_time>.<host>.<pid>,
+ * whose first record is the file version. wall_time: seconds since the epoch. NULL on failure. */
+WK_API WkEvents *wk_events_open(const char *dir, double wall_time);
+WK_API const char *wk_events_path(const WkEvents *w);
+/* One Event at step (>= 0) and wall_time whose Summary holds count values (tags non-empty, at most
+ * 1024 bytes each). */
+WK_API WkStatus wk_events_write_scalars(WkEvents *w, int64_t step, double wall_time, uint32_t count,
+                                        const char *const *tags, const float *values);
+WK_API WkStatus wk_events_close(WkEvents *w);  /* NULL is fine */
+/* Cuts an event file before its first record of a step after `step` (a resumed run writes those steps
+ * again), and a partial record at its end (a writer killed mid-record); *removed = whole records cut.
+ * A damaged record before the end is WK_ERR_FORMAT naming the file and its offset; a symbolic link or
+ * a file of another user is refused (WK_ERR_IO), never cut. */
+WK_API WkStatus wk_events_truncate(const char *path, int64_t step, uint64_t *removed);
+/* wk_events_truncate of every events.out.tfevents.* file in dir (none when dir is missing). */
+WK_API WkStatus wk_events_truncate_dir(const char *dir, int64_t step, uint64_t *removed);
+/* CRC-32C (Castagnoli), as TFRecord frames use it (before its mask). */
+WK_API uint32_t wk_crc32c(const void *data, size_t length);
+
 /* ---- data: datasets, converter, loader (runtime/data) ---------------------------------------- */
 
 /* Datasets: an index (index.json, read at open) plus shards read lazily; format in

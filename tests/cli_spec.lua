@@ -78,7 +78,7 @@ describe('tool options', function()
   end)
 
   it('gives every numeric option of every tool a range, shown in --help', function()
-    local specs = { require('wick.shard').SPEC, require('wick.data.inspect').spec }
+    local specs = { require('wick.shard').SPEC, require('wick.data.inspect').spec, require('wick.plot').SPEC }
     for _, spec in ipairs(specs) do
       local help = helper.run('-m ' .. spec.name .. ' --help')
       assert.are.equal(0, help.rc, help.err)

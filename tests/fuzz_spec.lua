@@ -9,7 +9,7 @@ local RUNS, SECONDS = 20000, 20
 describe('fuzzing', function()
   local built = helper.sh('cd ' .. q(helper.ROOT) .. ' && make -s fuzz 2>&1')
 
-  for _, target in ipairs { 'index', 'shard', 'store', 'cursor', 'inputs', 'tokenizer', 'parquet' } do
+  for _, target in ipairs { 'index', 'shard', 'store', 'cursor', 'inputs', 'tokenizer', 'parquet', 'tfevents' } do
     it('fuzz_' .. target .. ' survives ' .. RUNS .. ' mutated inputs', function()
       assert.are.equal(0, built.rc, 'make fuzz failed:\n' .. built.out .. built.err)
       local work = helper.tmpdir()

@@ -46,7 +46,7 @@ function helper.sh(command, opts)
   return result
 end
 
--- The pinned test venv (third_party/test-venv.sh: moto, the tokenizer oracles, pyarrow), made when it is
+-- The pinned test venv (third_party/test-venv.sh: moto, the tokenizer oracles, pyarrow, tensorboard), made when it is
 -- missing or stale: its python, or nil and why it cannot be had (no PyPI).
 helper.TEST_PYTHON = helper.ROOT .. '/build/test/venv/bin/python'
 function helper.test_python()

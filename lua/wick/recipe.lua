@@ -170,6 +170,7 @@ local CHECKPOINT = schema.define('checkpoint', {
 local LOG = schema.define('log', {
   { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'a plain line every N steps (0: 10 lines a run)' },
   { 'file', 'string', help = 'JSONL: one record per step (also --log=FILE)' },
+  { 'tensorboard', 'string', help = 'a directory: rank 0 writes TensorBoard event files there, a scalar per JSONL field' },
   { 'sample', 'integer', min = 0, max = 2 ^ 20, default = 0, help = 'tokens of text rank 0 samples at the end' },
   { 'peak_flops', 'number', min = 0, help = 'FLOP/s of one device: the log adds MFU' },
 })
@@ -399,7 +400,8 @@ local FIXED = {
 for _, k in ipairs({ 'model.layers', 'model.heads', 'model.dim', 'model.vocab', 'model.seq_len' }) do
   FIXED[k] = 'the saved weights have the old shape'
 end
-local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true }
+local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true,
+  ['log.tensorboard'] = true }
 
 function recipe.diff(old, new)
   local keys, seen = {}, {}

@@ -22,6 +22,7 @@ local checkpoint = require 'wick.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
+local runlog = require 'wick.runlog'
 local T = require 'wick.tensor'
 
 local train = {}
@@ -312,7 +313,7 @@ function train.new(job)
   self.dp = w.nn.data_parallel(self.model, self.dist)
   self.flag = T.zeros({ 1 }, 'f32')
   local host = require 'wick.host'
-  self.is_tty = host.isatty(1)
+  self.live = runlog.live_mode(self.rank) -- rank 0's progress line: 'terminal', 'launcher' or nil
   self.repl_at = job.flags.repl_at
   if host.watch_pause then host.watch_pause() end -- kill -USR1: pause at the next step boundary
   self.take_pause = host.take_pause or function() return false end
@@ -428,17 +429,6 @@ local function line_of(self, m)
   return table.concat(parts, '  ')
 end
 
-local function record(self, m)
-  if not self.log_file then return end
-  local ranks = {}
-  for i, t in ipairs(m.ranks) do ranks[i] = { data = t.data, compute = t.compute, comm = t.comm, total = t.total } end
-  self.log_file:write(json.encode({ step = m.step, loss = m.loss, lr = m.lr, tokens = m.tokens,
-    tokens_per_s = m.tokens_per_s, data_wait = m.data_wait, grad_norm = m.grad_norm, loss_scale = m.loss_scale,
-    fingerprint = m.fingerprint, micro_batch = m.micro_batch, applied = m.applied, eval_loss = m.eval_loss,
-    mfu = m.mfu, ranks = ranks }), '\n')
-  self.log_file:flush()
-end
-
 -- A plain line from rank 0, after the terminal's progress line if one is drawn.
 local function announce(self, fmt, ...)
   if self.partial then io.stdout:write('\n'); self.partial = false end
@@ -449,11 +439,10 @@ local function report(self, m)
   local every = self.config.log.every
   if every == 0 then every = math.max(1, math.floor(self.total / LOG_LINES)) end
   local due = m.step % every == 0 or m.step == self.first_step + 1 or m.step == self.total or m.eval_loss
-  if self.rank == 0 and self.is_tty then
+  if self.live then
     if due or now() - (self.drawn or 0) > PROGRESS_INTERVAL then
-      io.stdout:write('\r\27[K', line_of(self, m), due and '\n' or '')
-      io.stdout:flush()
-      self.drawn, self.partial = now(), not due
+      runlog.draw(self.live, line_of(self, m), due)
+      self.drawn, self.partial = now(), not due and self.live == 'terminal'
     end
   elseif due then
     say(self, '%s', line_of(self, m))
@@ -476,10 +465,8 @@ end
 function Trainer:run()
   local c = self.config
   if c.checkpoint.every > 0 then claim_checkpoints(self) end
-  if self.rank == 0 and c.log.file then
-    local f, why = io.open(c.log.file, self.resumed_from and 'ab' or 'wb')
-    if not f then cli.fail(('%s: cannot open the log: %s'):format(self.job.name, why), cli.EXIT_DATA) end
-    self.log_file = f
+  if self.rank == 0 then
+    self.log = runlog.open(c.log, self.step, self.resumed_from ~= nil, self.job.name, function(...) say(self, ...) end)
   end
   self.first_step, self.elapsed, self.waited, self.tokens_run = self.step, 0, 0, 0
   say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s',
@@ -500,7 +487,7 @@ function Trainer:run()
       emit(self, 'on_eval', m)
     end
     self.history[#self.history + 1] = m.loss
-    if self.rank == 0 then record(self, m) end
+    if self.log then self.log:write(m) end
     report(self, m)
     emit(self, 'on_step_end', m)
     local stop, paused = agree(self)
@@ -591,8 +578,8 @@ function Trainer:sample(n)
 end
 
 function Trainer:close()
-  if self.log_file then self.log_file:close() end
-  self.log_file = nil
+  if self.log then self.log:close() end
+  self.log = nil
   if self.loader then self.loader:close() end
   if self.dp then self.dp:free() end
   if self.model then self.model:free() end

@@ -23,6 +23,11 @@
  * environment already gives one; a multi-node launcher cannot share a secret it made with the
  * launchers of the other nodes, so its ranks use what the environment gives (WICK_STORE_SECRET or
  * WICK_STORE_SECRET_FILE, the same on every node) or none.
+ *
+ * The live line: when the launcher's stdout is a terminal, rank 0 is told so (WICK_LIVE_LINE=1) and
+ * ends its progress line with \r instead of \n; the launcher keeps the latest such line as the
+ * bottom line of its terminal and prints every other line above it (clear the line, print, redraw),
+ * so lines never mix. Piped output gets plain lines only: no rank is told to draw.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -69,6 +75,14 @@ typedef struct {
 } Rank;
 
 static volatile sig_atomic_t pending_signal;
+
+/* Rank 0's progress line, drawn at the bottom of the launcher's terminal (one launcher, one thread). */
+static struct {
+  bool enabled;  /* our stdout is a terminal */
+  bool drawn;    /* text is on the screen now */
+  size_t length;
+  char text[LINE_CAPACITY];
+} live;
 
 static void remember_signal(int sig) { pending_signal = sig; }
 
@@ -150,6 +164,56 @@ static void set_rank_environment(const LaunchConfig *config, int local_rank, int
   setenv("MASTER_ADDR", config->master_addr, 1);
 }
 
+/* ---- the live line ------------------------------------------------------------------------------ */
+
+static const char LIVE_VARIABLE[] = "WICK_LIVE_LINE"; /* read by lua/wick/runlog.lua */
+static const char CLEAR_LINE[] = "\r\033[K";
+
+/* In a child: rank 0 may draw when we show its line; no other rank ever (nor one the user's own
+ * environment told so). */
+static void offer_live_line(bool global_rank_zero) {
+  if (live.enabled && global_rank_zero)
+    setenv(LIVE_VARIABLE, "1", 1);
+  else
+    unsetenv(LIVE_VARIABLE);
+}
+
+/* Bytes of the live line that fit the terminal's width (a wrapped line could not be cleared). */
+static size_t live_visible_length(void) {
+  struct winsize size;
+  size_t width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 ? (size_t)size.ws_col - 1 : 79;
+  size_t n = live.length < width ? live.length : width;
+  while (n > 0 && n < live.length && ((unsigned char)live.text[n] & 0xc0) == 0x80) n--; /* not inside a UTF-8 character */
+  return n;
+}
+
+static void live_hide(void) {
+  if (!live.drawn) return;
+  fputs(CLEAR_LINE, stdout);
+  fflush(stdout);
+  live.drawn = false;
+}
+
+static void live_show(void) {
+  if (!live.enabled || live.length == 0 || live.drawn) return;
+  fprintf(stdout, "%s%.*s", CLEAR_LINE, (int)live_visible_length(), live.text);
+  fflush(stdout);
+  live.drawn = true;
+}
+
+static void live_set(const char *text, size_t length) {
+  memcpy(live.text, text, length);
+  live.length = length;
+  live.drawn = false; /* the next show draws it over the old one */
+  live_show();
+}
+
+/* The live line is gone for good: rank 0 printed its progress as a plain line, or the job ends. */
+static void live_drop(void) {
+  live_hide();
+  live.length = 0;
+}
+
 /* In the child: own process group, die with the launcher, output into the pipes, exec. */
 static void exec_rank(const LaunchConfig *config, int local_rank, int master_port, pid_t launcher,
                       int out_fd, int err_fd, const char *exe, char **argv) {
@@ -161,6 +225,7 @@ static void exec_rank(const LaunchConfig *config, int local_rank, int master_por
   dup2(out_fd, STDOUT_FILENO);
   dup2(err_fd, STDERR_FILENO);
   set_rank_environment(config, local_rank, master_port);
+  offer_live_line(config->node_rank * config->nproc_per_node + local_rank == 0);
   execv(exe, argv);
   fprintf(stderr, "run: cannot execute '%s': %s\n", exe, strerror(errno));
   _exit(127);
@@ -197,10 +262,20 @@ static bool start_rank(Rank *rank, const LaunchConfig *config, int master_port, 
   return true;
 }
 
+static bool is_live_stream(const Rank *rank, const Stream *stream) {
+  return live.enabled && rank->rank == 0 && stream == &rank->streams[0];
+}
+
+/* A plain line, above the live line; one of rank 0's own ends its live line (it says the same, later). */
 static void emit_line(const Rank *rank, Stream *stream) {
+  if (is_live_stream(rank, stream))
+    live_drop();
+  else
+    live_hide();
   fprintf(stream->sink, "[rank%d] %.*s\n", rank->rank, (int)stream->length, stream->line);
   fflush(stream->sink);
   stream->length = 0;
+  live_show();
 }
 
 /* Reads what is available; emits complete lines; returns false at end of stream. */
@@ -217,6 +292,9 @@ static bool pump_stream(const Rank *rank, Stream *stream) {
   for (ssize_t i = 0; i < n; i++) {
     if (chunk[i] == '\n') {
       emit_line(rank, stream);
+    } else if (chunk[i] == '\r' && is_live_stream(rank, stream)) {
+      live_set(stream->line, stream->length);
+      stream->length = 0;
     } else {
       stream->line[stream->length++] = chunk[i];
       if (stream->length == LINE_CAPACITY) emit_line(rank, stream);
@@ -322,6 +400,7 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
     return EXIT_FAILURE;
   }
   install_signal_handlers();
+  live.enabled = isatty(STDOUT_FILENO);
   char job[17];
   make_job_id(job);
   setenv("WICK_JOB_ID", job, 1); /* inherited by every rank */
@@ -351,6 +430,7 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
       stopping = true;
     }
     if (first_failure && !stopping && !report_deadline) {
+      live_drop(); /* the failure's lines are the last word */
       describe_exit(first_failure);
       describe_early_exits(ranks, started, first_failure);
       if (running > 0)
@@ -370,6 +450,7 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
     }
   }
 
+  live_drop();
   int code = 0;
   if (first_failure) {
     code = exit_code_of(first_failure->status);
