@@ -118,8 +118,8 @@ return {
       local r = dry('--data.seq_len=16777216')
       assert.matches("source '" .. dataset .. "' is too small for one epoch: it needs at least one sample of 16777217",
         r.err, 1, true)
-      assert.matches('the memory estimate per rank, ', r.err, 1, true)
-      assert.matches('of this machine (device cpu)', r.err, 1, true)
+      assert.matches('the memory estimate, [%d.]+ GiB per rank x 1 rank on this machine, is above its', r.err)
+      assert.matches('(device cpu)', r.err, 1, true)
       assert_one_line(helper.run(q(recipe) .. ' --data.seq_len=16777216'), 2, 'is too small for one epoch')
     end)
 
@@ -131,10 +131,22 @@ return {
 
     it("a model whose memory estimate is above this machine's memory", function()
       local r = dry('--model.dim=65536 --model.heads=2')
-      assert.matches('the memory estimate per rank, [%d.]+ GiB, is above the [%d.]+ GiB of this machine', r.err)
+      assert.matches('the memory estimate, [%d.]+ GiB per rank x 1 rank on this machine, is above its [%d.]+ GiB', r.err)
       local ok = helper.run('--dry-run ' .. q(recipe))
       assert.are.equal(0, ok.rc, ok.out .. ok.err)
       assert.matches(', data ring [%d.]+ KiB: total ', ok.out)
+    end)
+
+    it("the ranks of this machine together: a model that fits one rank's memory but not N ranks'", function()
+      local model = ' --model.dim=2048 --model.heads=2 --batch.micro=1'
+      local one = helper.run('--dry-run ' .. q(recipe) .. model)
+      assert.are.equal(0, one.rc, one.out .. one.err)
+      local value, unit = one.out:match('total ([%d.]+) (%a+)')
+      local per_rank = tonumber(value) * ({ KiB = 2 ^ 10, MiB = 2 ^ 20, GiB = 2 ^ 30 })[unit]
+      local ranks = math.ceil(1.5 * require('wick.plan').machine_memory() / per_rank) -- each fits; together not
+      local r = helper.run(('--dry-run --nproc-per-node %d %s --batch.global=%d%s'):format(ranks, q(recipe), ranks, model))
+      assert.are.equal(2, r.rc, r.out .. r.err)
+      assert.matches((' per rank x %d ranks on this machine, is above its'):format(ranks), r.err, 1, true)
     end)
   end)
 end)

@@ -2,13 +2,14 @@
 local main = {}
 
 -- The world a dry run plans for: run's --nproc-per-node x --nnodes, else WORLD_SIZE, else 1.
-local function planned_world(host)
-  if host.dry_run and host.dry_run > 0 then return host.dry_run end
-  local text = os.getenv('WORLD_SIZE')
+-- The ranks a dry run plans for: `given` when the launcher's flags named them, else the variable's.
+local function planned_ranks(given, variable)
+  if given and given > 0 then return given end
+  local text = os.getenv(variable)
   if text == nil then return 1 end
   local n = tonumber(text)
   if not n or n < 1 or n % 1 ~= 0 or n > 2 ^ 31 then
-    require('wick.cli').fail(("run: WORLD_SIZE='%s' is not a world size (a whole number >= 1)"):format(text), 2)
+    require('wick.cli').fail(("run: %s='%s' is not a number of ranks (a whole number >= 1)"):format(variable, text), 2)
   end
   return n
 end
@@ -26,7 +27,8 @@ function main.run_recipe(path, raw, ...)
   end
   local job = require('wick.recipe').load(path, raw, { ... })
   if host.dry_run or job.flags.dry_run then
-    local ok = require('wick.plan').report(job, planned_world(host))
+    local ok = require('wick.plan').report(job, planned_ranks(host.dry_run, 'WORLD_SIZE'),
+      planned_ranks(host.dry_run_local, 'LOCAL_WORLD_SIZE'))
     if not ok then os.exit(require('wick.cli').EXIT_USAGE) end
     return
   end

@@ -97,8 +97,10 @@ local function checkpoint_problems(job)
   return require('wick.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
 end
 
--- Checks and prints the plan; returns whether the recipe can run on `world` ranks.
-function plan.report(job, world)
+-- Checks and prints the plan; returns whether the recipe can run on `world` ranks, `local_ranks`
+-- of them on this machine (default 1).
+function plan.report(job, world, local_ranks)
+  local_ranks = local_ranks or 1
   local c = job.config
   local problems, lines = {}, {}
   local function add(fmt, ...) lines[#lines + 1] = fmt:format(...) end
@@ -159,9 +161,10 @@ function plan.report(job, world)
       gib(ring_bytes), gib(total))
     local device = c.model.device or 'cpu'
     local machine = device == 'cpu' and plan.machine_memory()
-    if machine and total > machine then
-      problems[#problems + 1] = ('the memory estimate per rank, %s, is above the %s of this machine (device cpu): ' ..
-        'lower batch.micro, data.seq_len or the model'):format(gib(total), gib(machine))
+    if machine and total * local_ranks > machine then
+      problems[#problems + 1] = ('the memory estimate, %s per rank x %d rank%s on this machine, is above its %s ' ..
+        '(device cpu): lower batch.micro, data.seq_len or the model'):format(gib(total), local_ranks,
+        local_ranks == 1 and '' or 's', gib(machine))
     end
   end
   if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end

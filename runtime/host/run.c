@@ -270,13 +270,16 @@ static void register_host_module(lua_State *L, const char *exe, const char *home
   lua_pop(L, 1);
 }
 
-/* wick.host.dry_run = the world to plan for (0: WORLD_SIZE, or 1): recipes check and plan only. */
-static void set_dry_run(lua_State *L, int world) {
+/* wick.host.dry_run = the world to plan for (0: WORLD_SIZE, or 1), and dry_run_local its ranks on
+ * this machine (0: LOCAL_WORLD_SIZE, or 1): recipes check and plan only. */
+static void set_dry_run(lua_State *L, int world, int local) {
   lua_getglobal(L, "require");
   lua_pushstring(L, "wick.host");
   lua_call(L, 1, 1);
   lua_pushinteger(L, world);
   lua_setfield(L, -2, "dry_run");
+  lua_pushinteger(L, local);
+  lua_setfield(L, -2, "dry_run_local");
   lua_pop(L, 1);
 }
 
@@ -515,7 +518,9 @@ int main(int argc, char **argv) {
   luaL_openlibs(L);
   set_package_path(L, home);
   register_host_module(L, exe, home);
-  if (cmd.dry_run) set_dry_run(L, cmd.launch_requested ? cmd.launch.nproc_per_node * cmd.launch.nnodes : 0);
+  if (cmd.dry_run)
+    set_dry_run(L, cmd.launch_requested ? cmd.launch.nproc_per_node * cmd.launch.nnodes : 0,
+                cmd.launch_requested ? cmd.launch.nproc_per_node : 0);
   int code = run_command(L, &cmd, exe);
   lua_close(L);
   return code;
