@@ -29,23 +29,11 @@ local function clean()
   report.sh('checkpoint bench', 'rm -rf ' .. DIR .. ' && mkdir -p ' .. DIR .. '/plain && sync', true)
 end
 
--- report.best times its function, clean() included: time the writes alone.
-local function best_of(fn)
-  local best = math.huge
-  for _ = 1, REPEATS do
-    clean()
-    local t0 = report.now()
-    fn()
-    best = math.min(best, report.now() - t0)
-  end
-  return best
-end
-
-local plain = best_of(function()
+local plain = report.best(REPEATS, function()
   parts(DIR .. '/plain')
   safetensors.save(DIR .. '/plain/state.safetensors', {}, METADATA)
-end)
-local durable = best_of(function() checkpoint.save(DIR .. '/ck', 1, METADATA, parts, 1) end)
+end, clean)
+local durable = report.best(REPEATS, function() checkpoint.save(DIR .. '/ck', 1, METADATA, parts, 1) end, clean)
 clean()
 local gb = (model:parameter_count() * 4 * 3) / 1e9
 report.row(('checkpoint save, gpt2_124m (%.2f GB), fsynced'):format(gb), durable, 's', 'same files, no fsync', plain,

@@ -15,9 +15,11 @@ function report.now()
 end
 
 -- Best of `repeats` timings of fn() (seconds); the minimum is the least noisy estimate here.
-function report.best(repeats, fn)
+-- setup(), when given, runs before each timing, untimed.
+function report.best(repeats, fn, setup)
   local best = math.huge
   for _ = 1, repeats do
+    if setup then setup() end
     local t0 = report.now()
     fn()
     best = math.min(best, report.now() - t0)
