@@ -108,6 +108,19 @@ return {
     assert.is_nil(r.out:find('<svg', 1, true))
   end)
 
+  it("plots a line that ends at 0 down to 0, smoothed or not (a running mean's rounding is no axis label)", function()
+    local values = { 0.1, 0.2, 0.7, 0.3, 0, 0, 0, 0 } -- (0.1 + 0.2) - 0.1 is not 0.2 in doubles
+    local lines = {}
+    for step, v in ipairs(values) do lines[step] = ('{"step":%d,"lr":%.17g}'):format(step, v) end
+    local log = helper.write_file(os.tmpname(), table.concat(lines, '\n') .. '\n')
+    for _, smooth in ipairs({ 1, 4 }) do
+      local r = plot(('%s --fields lr --smooth %d'):format(q(log), smooth))
+      assert.are.equal(0, r.rc, r.err)
+      assert.matches('\n +0 |', r.out) -- the axis' low end is the last points' exact mean
+    end
+    os.remove(log)
+  end)
+
   it('refuses bad logs in one line naming the file and line', function()
     local cases = {
       { '{"step":1,"loss":1}\n{"step":2,"loss":\n', ':2: not JSON (column 18: unexpected end)' },

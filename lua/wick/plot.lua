@@ -95,6 +95,10 @@ local function panels_of(runs, fields, smooth)
   return panels
 end
 
+-- An end of the y axis within a billionth of its range of 0 is 0 (a mean of zeros summed with
+-- rounding, an lr decayed to 0).
+local NEAR_ZERO = 1e-9
+
 -- The x (steps) and y extents of a panel, padded when flat.
 local function extents(panel)
   local x0, x1, y0, y1 = math.huge, -math.huge, math.huge, -math.huge
@@ -110,6 +114,8 @@ local function extents(panel)
     local pad = math.abs(y0) > 0 and math.abs(y0) * 0.05 or 1
     y0, y1 = y0 - pad, y1 + pad
   end
+  if math.abs(y0) < (y1 - y0) * NEAR_ZERO then y0 = 0 end
+  if math.abs(y1) < (y1 - y0) * NEAR_ZERO then y1 = 0 end
   return x0, x1, y0, y1
 end
 
