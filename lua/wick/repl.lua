@@ -177,7 +177,7 @@ function repl.start(result_count, ...)
   local had_error, pending = session(interactive)
   if not interactive and (had_error or pending) then
     if pending then io.stderr:write('stdin: input ended inside an unfinished statement\n') end
-    os.exit(1)
+    os.exit(1, true) -- closing the state runs the finalizers of what the session made (tensors, the loader)
   end
 end
 
