@@ -33,13 +33,14 @@ extern "C" {
   /* devices, memory, streams, events, copies: runtime/tensor/cuda */                                         \
   X(int, device_count, (void))                                                                                 \
   X(WkStatus, alloc, (int device_index, size_t bytes, void **out, size_t *reserved))                           \
-  X(void, release, (int device_index, void *ptr, size_t reserved))                                             \
+  X(WkStatus, record_stream, (int device_index, void *ptr, void *stream))                                      \
+  X(void, release, (int device_index, void *ptr))                                                              \
   X(void, allocator_stats, (int device_index, WkAllocatorStats *out))                                          \
   X(WkStatus, empty_cache, (int device_index))                                                                 \
   X(WkStatus, host_alloc, (size_t bytes, void **out))                                                          \
   X(void, host_free, (void *ptr))                                                                              \
   X(WkStatus, copy, (void *dst, const void *src, size_t bytes, WkStream *stream))                              \
-  X(WkStatus, copy_convert, (WkTensor *dst, const WkTensor *src))                                              \
+  X(WkStatus, copy_convert, (WkTensor *dst, const WkTensor *src, WkStream *stream))                            \
   X(WkStatus, stream_new, (int device_index, void **handle))                                                   \
   X(void, stream_free, (void *handle))                                                                         \
   X(WkStatus, stream_synchronize, (void *handle))                                                              \

@@ -58,7 +58,7 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
 void wk_storage_release(WkStorage *s) {
   if (atomic_fetch_sub((_Atomic int *)&s->refcount, 1) != 1) return;
   if (s->kind == MEMORY_CUDA) {
-    wk_cuda()->release(s->device_index, s->data, s->reserved);
+    wk_cuda()->release(s->device_index, s->data);
   } else if (s->kind != MEMORY_BORROWED) {
     host_free(s->kind, s->data);
     atomic_fetch_sub(&host_bytes_in_use, s->bytes);

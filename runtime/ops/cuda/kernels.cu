@@ -93,7 +93,7 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
     sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(sum.device, sum.ptr, sum.reserved);
+      cuda_release(sum.device, sum.ptr);
       return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -176,7 +176,7 @@ extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkInd
         out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(flag.device, flag.ptr, flag.reserved);
+      cuda_release(flag.device, flag.ptr);
       return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -368,7 +368,7 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
   WK_TRY(scalar_new(&sum, sizeof(double)));
   WkStatus status = scalar_new(&flag, sizeof(int));
   if (status != WK_OK) {
-    cuda_release(sum.device, sum.ptr, sum.reserved);
+    cuda_release(sum.device, sum.ptr);
     return status;
   }
   if (N) {

@@ -7,12 +7,19 @@
 
 #include "cuda.cuh"
 
-/* On stream (NULL: the current one). A CUDA stream brings its device, which the calling thread may
- * not have made current (the loader's reader threads copy to the device of theirs). */
-extern "C" WkStatus cuda_copy(void *dst, const void *src, size_t bytes, WkStream *stream) {
+/* The CUDA stream to run on: stream when it is one (NULL: the current one). A CUDA stream brings its
+ * device, which the calling thread may not have made current (the loader's reader threads copy to
+ * the device of theirs). */
+static WkStatus stream_for(WkStream *stream, cudaStream_t *out) {
   bool own_stream = stream && stream->device == WK_DEVICE_CUDA;
   if (own_stream) CUDA_TRY(cudaSetDevice(stream->device_index));
-  cudaStream_t s = own_stream ? (cudaStream_t)stream->handle : current_stream();
+  *out = own_stream ? (cudaStream_t)stream->handle : current_stream();
+  return WK_OK;
+}
+
+extern "C" WkStatus cuda_copy(void *dst, const void *src, size_t bytes, WkStream *stream) {
+  cudaStream_t s;
+  WK_TRY(stream_for(stream, &s));
   if (bytes) CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
   return WK_OK;
 }
@@ -63,7 +70,9 @@ __global__ static void copy_convert_kernel(void *dst, WkDType dst_dtype, const v
   }
 }
 
-extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src) {
+extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src, WkStream *stream) {
+  cudaStream_t s;
+  WK_TRY(stream_for(stream, &s));
   Layout layout = {};
   layout.ndim = src->ndim;
   layout.offset = src->offset;
@@ -73,7 +82,7 @@ extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src) {
   }
   int64_t n = wk_tensor_numel(dst);
   if (n == 0) return WK_OK;
-  copy_convert_kernel<<<blocks_for((size_t)n, THREADS), THREADS, 0, current_stream()>>>(
+  copy_convert_kernel<<<blocks_for((size_t)n, THREADS), THREADS, 0, s>>>(
       tensor_ptr(dst), dst->dtype, src->storage->data, src->dtype, layout, n);
   LAUNCH_CHECK();
   return WK_OK;
