@@ -305,6 +305,8 @@ static WkStatus mark_used_on(const WkTensor *t, WkStream *stream) {
 /* Crossing devices moves bytes only; a cast or a gather happens first on whichever side has the data,
  * on the given stream like the copy itself. */
 static WkStatus copy_with_device(WkTensor *dst, const WkTensor *src, WkStream *stream) {
+  const WkTensor *on_device = tensor_device(dst) == WK_DEVICE_CUDA ? dst : src;
+  WK_TRY(wk_cuda_enter(on_device->storage->device_index));
   WK_TRY(mark_used_on(dst, stream));
   WK_TRY(mark_used_on(src, stream));
   size_t bytes = (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype];

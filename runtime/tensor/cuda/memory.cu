@@ -21,7 +21,7 @@ static int device_of(void *ctx) { return (int)(intptr_t)ctx; }
 
 static WkStatus device_malloc(void *ctx, size_t bytes, void **out) {
   int device = device_of(ctx);
-  CUDA_TRY(cudaSetDevice(device));
+  DEVICE_GUARD(device);
   cudaError_t err = cudaMalloc(out, bytes);
   if (err == cudaSuccess) return WK_OK;
   cudaGetLastError();  /* an allocation failure is not sticky: clear it for the retry */
@@ -32,13 +32,13 @@ static WkStatus device_malloc(void *ctx, size_t bytes, void **out) {
 }
 
 static void device_free(void *ctx, void *ptr) {
-  cudaError_t err = cudaSetDevice(device_of(ctx));
-  if (err == cudaSuccess) err = cudaFree(ptr);
+  DeviceGuard guard(device_of(ctx));
+  cudaError_t err = guard.status == cudaSuccess ? cudaFree(ptr) : guard.status;
   if (err != cudaSuccess) wk_logf(WK_LOG_WARN, "cudaFree on cuda:%d: %s", device_of(ctx), cudaGetErrorString(err));
 }
 
 static WkStatus device_event_record(void *ctx, void *stream, void **event) {
-  CUDA_TRY(cudaSetDevice(device_of(ctx)));
+  DEVICE_GUARD(device_of(ctx));
   cudaEvent_t e;
   CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   cudaError_t err = cudaEventRecord(e, (cudaStream_t)stream);
