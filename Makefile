@@ -7,6 +7,7 @@
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make install PREFIX=/usr/local
 # Switches: CUDA=auto|0|1   NCCL=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
+#           CUDA_ARCH='80 90' (GPU code built: SASS for each, plus PTX of the last for newer GPUs)
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
 
@@ -86,9 +87,27 @@ $(error $(firstword $(MISSING_HEADER)) not found; missing build packages: $(or $
 endif
 endif
 
+# The GPU code in the CUDA module: SASS for each of CUDA_ARCH (A100 = 80, H100/H200 = 90), and the
+# last one's PTX, which the driver compiles for a GPU newer than all of them; without a match a
+# GPU would JIT-compile every kernel at its first launch, or not run it at all.
+CUDA_ARCH ?= 80 90
+ifneq ($(filter-out 50 52 53 60 61 62 70 72 75 80 86 87 89 90 90a 100 100a 101 120,$(CUDA_ARCH)),)
+$(error CUDA_ARCH='$(CUDA_ARCH)': each must be a compute capability nvcc knows (80 86 89 90 90a 100 120 ...))
+endif
+ifeq ($(strip $(CUDA_ARCH)),)
+$(error CUDA_ARCH is empty: name at least one compute capability, e.g. CUDA_ARCH=90)
+endif
+PTX_ARCH := $(lastword $(CUDA_ARCH))
+GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_$(PTX_ARCH),code=compute_$(PTX_ARCH)
+ARCH_NAMES := $(foreach a,$(CUDA_ARCH),sm_$(a)) + compute_$(PTX_ARCH) PTX
+# A change of CUDA_ARCH rebuilds the GPU objects (a stamp named after it).
+empty :=
+space := $(empty) $(empty)
+ARCH_STAMP := build/cuda-arch-$(subst $(space),-,$(strip $(CUDA_ARCH)))
+
 # Printed by the make that builds (test, bench and demo build through a sub-make).
 ifneq ($(filter all run lib install,$(or $(MAKECMDGOALS),all)),)
-$(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(WITH_NCCL)),✓ NCCL ($(NCCL_HOME)),✗ NCCL ($(if $(filter 0,$(NCCL)),off by NCCL=0,$(if $(filter 0,$(WITH_CUDA)),needs nvcc,not in $(NCCL_HOME)); CUDA tensors cannot be all-reduced)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
+$(info wick: $(if $(filter 1,$(WITH_CUDA)),✓ nvcc ($(NVCC); $(ARCH_NAMES)),✗ nvcc (CPU-only build$(if $(filter 0,$(CUDA)), by CUDA=0,; install the CUDA toolkit for the GPU backend)))  $(if $(filter 1,$(WITH_NCCL)),✓ NCCL ($(NCCL_HOME)),✗ NCCL ($(if $(filter 0,$(NCCL)),off by NCCL=0,$(if $(filter 0,$(WITH_CUDA)),needs nvcc,not in $(NCCL_HOME)); CUDA tensors cannot be all-reduced)))  $(if $(filter 1,$(HAVE_GPU)),✓ GPU,✗ GPU (CPU backend at run time))  $(if $(filter 1,$(SANITIZE)),✓ ASan+UBSan,))
 endif
 
 # ---- flags ------------------------------------------------------------------------------------------
@@ -98,7 +117,7 @@ OBJ := build/obj/$(MODE)
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
 CXXFLAGS_BASE := -std=c++17 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
-NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr
+NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr $(GENCODE)
 LDFLAGS_EXTRA :=
 ifeq ($(SANITIZE),1)
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -170,7 +189,10 @@ $(OBJ)/runtime/dist/nccl/%.o: runtime/dist/nccl/%.c $(HEADERS) | $(MODE_STAMP)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS_BASE) -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include -c $< -o $@
 
-$(OBJ)/%.cu.o: %.cu $(HEADERS) | $(MODE_STAMP)
+$(ARCH_STAMP):
+	@mkdir -p build && rm -f build/cuda-arch-* && touch $@
+
+$(OBJ)/%.cu.o: %.cu $(HEADERS) $(ARCH_STAMP) | $(MODE_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@

@@ -72,6 +72,10 @@ typedef struct {
 WK_API uint32_t wk_version(void);  /* major * 10000 + minor * 100 + patch */
 WK_API void wk_build_info(WkBuildInfo *out);
 WK_API int wk_cuda_device_count(void);  /* 0 without the CUDA backend, a driver, or a GPU */
+/* The GPU of this process (a rank's cuda:LOCAL_RANK): where a thread that has not yet run work on a
+ * device makes its pinned memory, so no rank makes a context on GPU 0. Set it before any CUDA work. */
+WK_API WkStatus wk_cuda_set_default_device(int device_index);
+WK_API int wk_cuda_default_device(void);  /* what the device 'cuda' without an index names; 0 until set */
 WK_API uint64_t wk_now_ns(void);         /* CLOCK_MONOTONIC in nanoseconds */
 
 /* Layout of every struct declared here, as C sees it, so Lua can prove its ffi.cdef agrees.

@@ -114,6 +114,20 @@ describe('CUDA agrees with the CPU #gpu', function()
     end)
   end)
 
+  -- A warp per row, grid-stride: past the launch cap of 1,048,560 blocks (8 rows each) the rows
+  -- 8,388,480 on must be written too.
+  it('layernorm writes rows past the grid cap of 8.4M', function()
+    if not gpu_or_skip() then return end
+    local ROWS, WIDTH = 8388480 + 1000, 2
+    agree('layernorm (8.4M rows)', function(device)
+      local inp = randn({ ROWS, WIDTH }, 10, device)
+      local w, b = randn({ WIDTH }, 11, device), randn({ WIDTH }, 12, device)
+      local out, mean, rstd = T.empty({ ROWS, WIDTH }, 'f32', device), T.zeros({ ROWS }, 'f32', device), T.zeros({ ROWS }, 'f32', device)
+      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+      return { out, mean, rstd }
+    end)
+  end)
+
   for _, transpose in ipairs({ 0, 1 }) do
     it('matmul forward and backward, transpose_w = ' .. transpose, function()
       if not gpu_or_skip() then return end

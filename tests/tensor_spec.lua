@@ -203,6 +203,20 @@ describe('tensor', function()
     assert.has_error(function() T.empty({ 2 }, 'f32', 'cuda:0') end,
       'cuda:0 tensor: this libwick was built without CUDA (rebuild with nvcc on PATH)')
   end)
+
+  -- A rank's 'cuda' is its own GPU (dist.init sets cuda:LOCAL_RANK); 'cuda:N' is N whatever the rank.
+  it("resolves 'cuda' to the process's default device and keeps an explicit index", function()
+    assert.are.same({ C.WK_DEVICE_CUDA, 0 }, { T.parse_device('cuda', 1) })
+    assert.are.equal(C.WK_OK, C.wk_cuda_set_default_device(3))
+    local ok, err = pcall(function()
+      assert.are.same({ C.WK_DEVICE_CUDA, 3 }, { T.parse_device('cuda', 1) })
+      assert.are.same({ C.WK_DEVICE_CUDA, 1 }, { T.parse_device('cuda:1', 1) })
+    end)
+    assert.are.equal(C.WK_OK, C.wk_cuda_set_default_device(0))
+    assert(ok, err)
+    assert.are.equal(C.WK_ERR_INVALID_ARG, C.wk_cuda_set_default_device(-1))
+    assert.are.equal(C.WK_ERR_INVALID_ARG, C.wk_cuda_set_default_device(16))
+  end)
 end)
 
 -- Every dtype pair, against a reference computed here element by element: each storage element's

@@ -241,6 +241,8 @@ function dist.init(opts)
   local timeout = opts.timeout or DEFAULT_TIMEOUT
   local ms = seconds_to_ms(timeout, 'dist.init: timeout', 2)
   local world, w = dist.world()
+  -- Rank r works on cuda:LOCAL_RANK: set before anything touches CUDA, pinned memory included.
+  if C.wk_cuda_device_count() > world.local_rank then check(C.wk_cuda_set_default_device(world.local_rank), 2) end
   local handle = C.wk_dist_init(w, ms) -- its arguments are checked above: what it refuses is the environment's
   check_environment(handle ~= nil, 2)
   local self = setmetatable(world, Group)

@@ -48,11 +48,12 @@ local function dtype_code(dtype, level)
   return code
 end
 
--- 'cpu' | 'cuda' | 'cuda:N' -> device type, index
+-- 'cpu' | 'cuda' | 'cuda:N' -> device type, index. 'cuda' is the process's GPU (a rank's
+-- cuda:LOCAL_RANK, set by wick.dist.init); 'cuda:N' names one.
 local function parse_device(device, level)
   device = device or 'cpu'
   if device == 'cpu' then return C.WK_DEVICE_CPU, 0 end
-  local index = device == 'cuda' and '0' or device:match('^cuda:(%d+)$')
+  local index = device == 'cuda' and tostring(C.wk_cuda_default_device()) or device:match('^cuda:(%d+)$')
   if not index then error("unknown device '" .. tostring(device) .. "' (cpu, cuda or cuda:N)", level + 1) end
   return C.WK_DEVICE_CUDA, tonumber(index)
 end

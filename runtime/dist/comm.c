@@ -411,6 +411,13 @@ static WkStatus check_op(WkReduceOp op, const char *name) {
   return WK_OK;
 }
 
+/* The caller's current stream on the device of c's tensor (NCCL waits for the work queued on it). */
+static void *caller_stream(const Collective *c) {
+  if (!c->in || tensor_device(c->in) != WK_DEVICE_CUDA) return NULL;
+  WkStream *stream = wk_stream_current_on(c->in->storage->device_index);
+  return stream ? stream->handle : NULL;
+}
+
 /* Gives c its sequence number and progress record. */
 static void number(WkDist *d, Collective *c, const char *site) {
   c->progress.seq = ++d->seq;
@@ -429,8 +436,7 @@ static WkStatus run_now(WkDist *d, Collective *c, const char *site) {
   WkStatus st = check_group(d, kind_name(c->kind)); /* a queued collective may just have failed */
   if (st == WK_OK) {
     number(d, c, site);
-    WkStream *stream = wk_stream_current();
-    c->stream = stream ? stream->handle : NULL;
+    c->stream = caller_stream(c);
     st = execute(d, c);
     if (st != WK_OK && d->world.world_size > 1 && st != WK_ERR_INVALID_ARG) fail_group(d, st);
   }
@@ -485,8 +491,7 @@ WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const ch
   w->dist = d;
   w->c = (Collective){.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op};
   number(d, &w->c, site);
-  WkStream *stream = wk_stream_current();
-  w->c.stream = stream ? stream->handle : NULL;
+  w->c.stream = caller_stream(&w->c);
   if (d->world.world_size == 1) { /* nothing to wait for */
     w->done = true;
     return w;

@@ -66,8 +66,13 @@ static WkStatus index_layout(const char *op, const char *name, const WkTensor *t
 /* A kernel of the CUDA module: CUDA->fill(...) (runtime/tensor/cuda_module.h). */
 #define CUDA wk_cuda()
 
+/* Runs cuda_call on t's device: the op's arguments all live there (check_arg), so entering it once
+ * puts the launches, the cuBLAS handle and the scratch memory on the right GPU. */
+static WkStatus enter_device(const WkTensor *t) { return wk_cuda_enter(t->storage->device_index); }
+#define ON_DEVICE(t, cuda_call) (enter_device(t) == WK_OK ? (cuda_call) : wk_last_status())
+
 /* Runs cpu_call (which cannot fail) or cuda_call by the device of t. */
-#define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? (cuda_call) : ((cpu_call), WK_OK))
+#define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? ON_DEVICE(t, cuda_call) : ((cpu_call), WK_OK))
 
 static size_t numel(const WkTensor *t) { return t ? (size_t)wk_tensor_numel(t) : 0; }
 
@@ -184,7 +189,7 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
   ARG("embedding", out, WK_F32, idx, B, T, C);
-  if (on_cuda(out)) return CUDA->embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
+  if (on_cuda(out)) return ON_DEVICE(out, CUDA->embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
   int64_t bad = cpu_embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
   return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, at, bad, V);
 }
@@ -304,7 +309,7 @@ WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const Wk
   ARG("attention_backward", dqkv, WK_F32, qkv, B, T, 3 * C);
   ARG("attention_backward", dout, WK_F32, qkv, B, T, C);
   ARG("attention_backward", att, WK_F32, qkv, B, heads, T, T);
-  if (on_cuda(qkv)) return CUDA->attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
+  if (on_cuda(qkv)) return ON_DEVICE(qkv, CUDA->attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
   return cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
@@ -331,7 +336,7 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
   WkIndexLayout at;
   WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));
-  if (on_cuda(logits)) return CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
+  if (on_cuda(logits)) return ON_DEVICE(logits, CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
   int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
   return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, at, bad, V);
 }

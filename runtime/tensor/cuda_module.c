@@ -9,6 +9,7 @@
  * stand-ins, so callers need no #ifdef.
  */
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -87,9 +88,37 @@ static void load_module(void) {
 static void load_module(void) {}
 #endif
 
+static const WkCudaModule *_Atomic in_use;  /* wk_cuda_use's table, NULL: the loaded one */
+
 const WkCudaModule *wk_cuda(void) {
+  const WkCudaModule *fake = in_use;
+  if (fake) return fake;
   pthread_once(&load_once, load_module);
   return &table;
 }
 
+void wk_cuda_use(const WkCudaModule *module) { in_use = module; }
+
 int wk_cuda_device_count(void) { return wk_cuda()->device_count(); }
+
+static _Atomic int default_device;             /* a rank's GPU: wk_cuda_set_default_device */
+static _Thread_local int entered_device = -1;  /* -1: this thread has entered none yet */
+
+WkStatus wk_cuda_set_default_device(int device_index) {
+  if (device_index < 0 || device_index >= WK_MAX_DEVICES)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "cuda:%d: device index out of range 0..%d", device_index, WK_MAX_DEVICES - 1);
+  default_device = device_index;
+  return WK_OK;
+}
+
+WkStatus wk_cuda_enter(int device_index) {
+  if (device_index < 0 || device_index >= WK_MAX_DEVICES)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "cuda:%d: device index out of range 0..%d", device_index, WK_MAX_DEVICES - 1);
+  WK_TRY(wk_cuda()->set_device(device_index));
+  entered_device = device_index;
+  return WK_OK;
+}
+
+int wk_cuda_default_device(void) { return default_device; }
+
+int wk_cuda_current_device(void) { return entered_device >= 0 ? entered_device : default_device; }

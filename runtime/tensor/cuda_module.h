@@ -32,14 +32,16 @@ extern "C" {
 #define WK_CUDA_MODULE_FUNCTIONS(X)                                                                            \
   /* devices, memory, streams, events, copies: runtime/tensor/cuda */                                         \
   X(int, device_count, (void))                                                                                 \
+  X(WkStatus, set_device, (int device_index))                                                                  \
   X(WkStatus, alloc, (int device_index, size_t bytes, void **out, size_t *reserved))                           \
-  X(void, release, (int device_index, void *ptr, size_t reserved))                                             \
+  X(WkStatus, record_stream, (int device_index, void *ptr, void *stream))                                      \
+  X(void, release, (int device_index, void *ptr))                                                              \
   X(void, allocator_stats, (int device_index, WkAllocatorStats *out))                                          \
   X(WkStatus, empty_cache, (int device_index))                                                                 \
   X(WkStatus, host_alloc, (size_t bytes, void **out))                                                          \
   X(void, host_free, (void *ptr))                                                                              \
   X(WkStatus, copy, (void *dst, const void *src, size_t bytes, WkStream *stream))                              \
-  X(WkStatus, copy_convert, (WkTensor *dst, const WkTensor *src))                                              \
+  X(WkStatus, copy_convert, (WkTensor *dst, const WkTensor *src, WkStream *stream))                            \
   X(WkStatus, stream_new, (int device_index, void **handle))                                                   \
   X(void, stream_free, (void *handle))                                                                         \
   X(WkStatus, stream_synchronize, (void *handle))                                                              \
@@ -101,6 +103,10 @@ typedef struct {
 /* The module's table, loaded on the first call (thread-safe); never NULL: entries the module cannot
  * serve are the stand-ins described above. */
 const WkCudaModule *wk_cuda(void);
+
+/* Serves module's table instead of the loaded one (NULL: the loaded one again), so a test can run
+ * the placement and copy logic of the tensor layer and ops over a fake device without a GPU. */
+WK_INTERNAL_EXPORT void wk_cuda_use(const WkCudaModule *module);
 
 #ifdef __CUDACC__
 /* The module's own definitions, exported as cuda_NAME for the loader's dlsym. */

@@ -15,8 +15,12 @@ static _Atomic uint64_t host_bytes_in_use, host_allocs;
 
 static bool pinned_by_cuda(MemoryKind kind) { return kind == MEMORY_PINNED && wk_cuda_device_count() > 0; }
 
+/* Pinned memory belongs to the context of the thread's device: the process's, unless it entered another. */
 static WkStatus host_alloc(MemoryKind kind, size_t bytes, void **out) {
-  if (pinned_by_cuda(kind)) return wk_cuda()->host_alloc(bytes, out);
+  if (pinned_by_cuda(kind)) {
+    WK_TRY(wk_cuda_enter(wk_cuda_current_device()));
+    return wk_cuda()->host_alloc(bytes, out);
+  }
   *out = wk_aligned_alloc(WK_CPU_ALIGNMENT, bytes, "tensor storage");
   return *out ? WK_OK : wk_last_status();
 }
@@ -36,7 +40,8 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
   s->refcount = 1;
   WkStatus status;
   if (kind == MEMORY_CUDA) {
-    status = wk_cuda()->alloc(device_index, bytes, &s->data, &s->reserved);
+    status = wk_cuda_enter(device_index);  /* the block serves the current stream of its device */
+    if (status == WK_OK) status = wk_cuda()->alloc(device_index, bytes, &s->data, &s->reserved);
     if (status != WK_OK) wk_error_context("cuda:%d tensor", device_index);
   } else if (kind == MEMORY_BORROWED) {
     status = WK_OK;  /* the caller sets data */
@@ -58,7 +63,7 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
 void wk_storage_release(WkStorage *s) {
   if (atomic_fetch_sub((_Atomic int *)&s->refcount, 1) != 1) return;
   if (s->kind == MEMORY_CUDA) {
-    wk_cuda()->release(s->device_index, s->data, s->reserved);
+    wk_cuda()->release(s->device_index, s->data);
   } else if (s->kind != MEMORY_BORROWED) {
     host_free(s->kind, s->data);
     atomic_fetch_sub(&host_bytes_in_use, s->bytes);

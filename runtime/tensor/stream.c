@@ -1,16 +1,31 @@
 /*
  * stream.c — streams and events. On the CPU every op completes before it returns, so CPU streams
  * and events are no-ops kept only so that recipe code is the same on both devices; CUDA ones are
- * handles of the CUDA module (runtime/tensor/cuda/stream.cu), through its table.
+ * handles of the CUDA module (runtime/tensor/cuda/stream.cu), through its table. A thread has one
+ * current stream per CUDA device, so an op on cuda:1 never launches on a stream of cuda:0.
  */
 #include <stdlib.h>
 
 #include "cuda_module.h"
 
-static _Thread_local WkStream *current_stream;
+static _Thread_local WkStream *current_streams[WK_MAX_DEVICES];
 
-WkStream *wk_stream_current(void) { return current_stream; }
-void wk_stream_set_current(WkStream *stream) { current_stream = stream; }
+static bool is_cuda_stream(const WkStream *s) {
+  return s && s->device == WK_DEVICE_CUDA && s->device_index >= 0 && s->device_index < WK_MAX_DEVICES;
+}
+
+WkStream *wk_stream_current_on(int device_index) {
+  return device_index >= 0 && device_index < WK_MAX_DEVICES ? current_streams[device_index] : NULL;
+}
+
+/* NULL: every device back to its default stream. A CPU stream changes nothing (CPU ops are synchronous). */
+void wk_stream_set_current(WkStream *stream) {
+  if (!stream) memset(current_streams, 0, sizeof current_streams);
+  else if (is_cuda_stream(stream)) current_streams[stream->device_index] = stream;
+}
+
+/* NULL is the calling thread's current stream on the device it last entered. */
+static WkStream *or_current(WkStream *stream) { return stream ? stream : wk_stream_current_on(wk_cuda_current_device()); }
 
 WkStream *wk_stream_new(WkDeviceType device, int device_index) {
   WkStream *s = wk_calloc(1, sizeof *s, "stream");
@@ -26,14 +41,14 @@ WkStream *wk_stream_new(WkDeviceType device, int device_index) {
 
 void wk_stream_free(WkStream *stream) {
   if (!stream) return;
-  if (current_stream == stream) current_stream = NULL;
+  if (is_cuda_stream(stream) && current_streams[stream->device_index] == stream)
+    current_streams[stream->device_index] = NULL;
   if (stream->handle) wk_cuda()->stream_free(stream->handle);
   free(stream);
 }
 
-/* NULL is the current stream of the calling thread (the default stream when none is set). */
 WkStatus wk_stream_synchronize(WkStream *stream) {
-  if (!stream) stream = current_stream;
+  stream = or_current(stream);
   if (stream && stream->device == WK_DEVICE_CPU) return WK_OK;
   if (!stream && wk_cuda_device_count() == 0) return WK_OK; /* no device: nothing can have been queued */
   return wk_cuda()->stream_synchronize(stream ? stream->handle : NULL);
@@ -63,7 +78,7 @@ void wk_event_free(WkEvent *event) {
 
 WkStatus wk_event_record(WkEvent *event, WkStream *stream) {
   if (event->device == WK_DEVICE_CPU) return WK_OK;
-  if (!stream) stream = current_stream;
+  stream = or_current(stream);
   return wk_cuda()->event_record(event->handle, stream ? stream->handle : NULL);
 }
 
@@ -74,6 +89,6 @@ WkStatus wk_event_synchronize(WkEvent *event) {
 
 WkStatus wk_stream_wait_event(WkStream *stream, WkEvent *event) {
   if (event->device == WK_DEVICE_CPU) return WK_OK;
-  if (!stream) stream = current_stream;
+  stream = or_current(stream);
   return wk_cuda()->stream_wait_event(stream ? stream->handle : NULL, event->handle);
 }

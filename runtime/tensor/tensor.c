@@ -295,18 +295,31 @@ static WkStatus check_copy(const WkTensor *dst, const WkTensor *src) {
   return WK_OK;
 }
 
-/* Crossing devices moves bytes only; a cast or a gather happens first on whichever side has the data. */
+/* Work queued on an explicit stream uses t's device block: the allocator must not hand it to another
+ * stream before that work is done. */
+static WkStatus mark_used_on(const WkTensor *t, WkStream *stream) {
+  if (!stream || stream->device != WK_DEVICE_CUDA || tensor_device(t) != WK_DEVICE_CUDA) return WK_OK;
+  return wk_cuda()->record_stream(t->storage->device_index, t->storage->data, stream->handle);
+}
+
+/* Crossing devices moves bytes only; a cast or a gather happens first on whichever side has the data,
+ * on the given stream like the copy itself. */
 static WkStatus copy_with_device(WkTensor *dst, const WkTensor *src, WkStream *stream) {
+  const WkTensor *on_device = tensor_device(dst) == WK_DEVICE_CUDA ? dst : src;
+  WK_TRY(wk_cuda_enter(on_device->storage->device_index));
+  WK_TRY(mark_used_on(dst, stream));
+  WK_TRY(mark_used_on(src, stream));
+  size_t bytes = (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype];
   bool same_layout = dst->dtype == src->dtype && wk_tensor_is_contiguous(src);
   if (tensor_device(dst) == WK_DEVICE_CUDA && tensor_device(src) == WK_DEVICE_CUDA && !same_layout)
-    return wk_cuda()->copy_convert(dst, src);
-  if (same_layout)
-    return wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+    return wk_cuda()->copy_convert(dst, src, stream);
+  if (same_layout) return wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(src), bytes, stream);
   /* Stage in dst's dtype and layout on src's side, then move bytes. */
   WkTensor *staged = wk_tensor_empty(dst->dtype, dst->ndim, dst->shape, tensor_device(src), src->storage->device_index);
   if (!staged) return wk_last_status();
-  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda()->copy_convert(staged, src) : (copy_on_cpu(staged, src), WK_OK);
-  if (status == WK_OK) status = wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(staged), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype], stream);
+  WkStatus status = tensor_device(src) == WK_DEVICE_CUDA ? wk_cuda()->copy_convert(staged, src, stream)
+                                                         : (copy_on_cpu(staged, src), WK_OK);
+  if (status == WK_OK) status = wk_cuda()->copy(tensor_ptr(dst), tensor_ptr(staged), bytes, stream);
   /* The staging buffer may still be read by a queued copy: wait before releasing it. */
   if (status == WK_OK) status = wk_stream_synchronize(stream);
   wk_tensor_free(staged);

@@ -62,7 +62,18 @@ struct WkEvent {
   void *handle;  /* cudaEvent_t */
 };
 
-WK_INTERNAL_EXPORT WkStream *wk_stream_current(void);  /* the calling thread's stream for ops; NULL = default */
+enum { WK_MAX_DEVICES = 16 };  /* CUDA device indices the runtime keeps state for: streams, allocator, cuBLAS */
+
+/* The calling thread's current stream for work on cuda:device_index (wk_stream_set_current sets it
+ * for its stream's device); NULL: that device's default stream. */
+WK_INTERNAL_EXPORT WkStream *wk_stream_current_on(int device_index);
+
+/* Placement: every CUDA entry point (an op's dispatch, a tensor's allocation or copy) enters the
+ * device of its tensors, which makes it the calling thread's current CUDA device; the module's own
+ * calls on another device restore the thread's device when they return. */
+WK_INTERNAL_EXPORT WkStatus wk_cuda_enter(int device_index);
+/* The device last entered by this thread; before any, the process's default device. */
+WK_INTERNAL_EXPORT int wk_cuda_current_device(void);
 
 /* Functions that kernels of both devices use (nvcc compiles them for the GPU as well). */
 #ifdef __CUDACC__

@@ -93,7 +93,7 @@ static void test_cuda_table_stands_in_without_a_device(void) {
 #else
   CHECK(strstr(wk_last_error(), "built without CUDA") != NULL);
 #endif
-  cuda->release(0, NULL, 0); /* a void entry does nothing */
+  cuda->release(0, NULL); /* a void entry does nothing */
   int64_t shape[1] = {4};
   CHECK(wk_tensor_empty(WK_F32, 1, shape, WK_DEVICE_CUDA, 0) == NULL);
   CHECK(strncmp(wk_last_error(), "cuda:0 tensor: ", strlen("cuda:0 tensor: ")) == 0);

@@ -5,8 +5,10 @@
  * Built only when the Makefile finds nccl.h and libnccl (NCCL ships with the CUDA toolkit), and
  * loaded by runtime/dist/nccl_loader.c on the first collective over a CUDA tensor. The
  * communicator is created non-blocking, so that its creation and every collective can be
- * polled: cudaEventQuery for completion, ncclCommGetAsyncError for a failure, and at the deadline
- * ncclCommAbort, which frees the GPU instead of hanging it. The caller's stream is respected: the
+ * polled: cudaEventQuery for completion, ncclCommGetAsyncError for a failure. Any failure (an NCCL
+ * or CUDA error, an asynchronous error, the deadline) ends in ncclCommAbort, which frees the GPU
+ * instead of hanging it: ncclCommDestroy on a broken communicator can block forever. A healthy
+ * close finalizes (flushing what is queued), then destroys. The caller's stream is respected: the
  * collective waits for the work queued on it (an event), and the caller returns only once the
  * collective is done, so its results are ready for whatever comes next.
  *
@@ -32,6 +34,7 @@ typedef struct {
   cudaEvent_t done;     /* recorded on ours after the collective */
   int device;
   int rank;
+  int64_t timeout_ms;   /* of every wait, the close's included */
 } Comm;
 
 #define CUDA_CHECK(call)                                                                                   \
@@ -49,20 +52,46 @@ typedef struct {
       return WK_FAIL(WK_ERR_DEVICE, "%s: %s (NCCL_DEBUG=INFO says more)", #call, ncclGetErrorString(nccl_status_)); \
   } while (0)
 
-/* Waits until the communicator has no operation in progress, or aborts it at the deadline. */
+/* Ends a failed communicator: every later call on it reports the abort. Returns status. */
+static WkStatus abort_comm(Comm *c, WkStatus status) {
+  if (!c->comm) return status;
+  ncclResult_t r = ncclCommAbort(c->comm);
+  if (r != ncclSuccess) wk_logf(WK_LOG_WARN, "ncclCommAbort on rank %d: %s", c->rank, ncclGetErrorString(r));
+  c->comm = NULL;
+  return wk_error_context("communicator aborted");
+}
+
+/* A check inside a live communicator's call: its failure aborts it. */
+#define ABORT_ON_FAILURE(c, expr)                                     \
+  do {                                                                \
+    WkStatus abort_status_ = (expr);                                  \
+    if (abort_status_ != WK_OK) return abort_comm((c), abort_status_); \
+  } while (0)
+
+static WkStatus async_error(Comm *c, ncclResult_t *state) {
+  NCCL_CHECK(ncclCommGetAsyncError(c->comm, state));
+  return WK_OK;
+}
+
+/* Polls the communicator's asynchronous state: WK_OK with *busy while an operation is in
+ * progress, a failure (not yet aborted) when it has one. */
+static WkStatus poll_state(Comm *c, const char *what, int64_t deadline_ms, bool *busy) {
+  ncclResult_t state;
+  WK_TRY(async_error(c, &state));
+  *busy = state == ncclInProgress;
+  if (state != ncclSuccess && state != ncclInProgress)
+    return WK_FAIL(WK_ERR_NETWORK, "NCCL %s on rank %d: %s (a peer failed or left; NCCL_DEBUG=INFO says more)",
+                   what, c->rank, ncclGetErrorString(state));
+  if (*busy && net_remaining(deadline_ms) == 0)
+    return WK_FAIL(WK_ERR_TIMEOUT, "NCCL %s on rank %d: timed out", what, c->rank);
+  return WK_OK;
+}
+
+/* Waits until the communicator has no operation in progress; any failure aborts it. */
 static WkStatus settle(Comm *c, int64_t deadline_ms, const char *what) {
-  for (;;) {
-    ncclResult_t state;
-    NCCL_CHECK(ncclCommGetAsyncError(c->comm, &state));
-    if (state == ncclSuccess) return WK_OK;
-    if (state != ncclInProgress)
-      return WK_FAIL(WK_ERR_NETWORK, "NCCL %s on rank %d: %s (a peer failed or left; NCCL_DEBUG=INFO says more)",
-                     what, c->rank, ncclGetErrorString(state));
-    if (net_remaining(deadline_ms) == 0) {
-      ncclCommAbort(c->comm);
-      c->comm = NULL;
-      return WK_FAIL(WK_ERR_TIMEOUT, "NCCL %s on rank %d: timed out (communicator aborted)", what, c->rank);
-    }
+  for (bool busy = true;;) {
+    ABORT_ON_FAILURE(c, poll_state(c, what, deadline_ms, &busy));
+    if (!busy) return WK_OK;
     usleep(POLL_US);
   }
 }
@@ -76,8 +105,28 @@ WK_NCCL_EXPORT WkStatus wk_nccl_unique_id(uint8_t *out, size_t capacity, size_t 
   return WK_OK;
 }
 
-static void destroy(Comm *c) {
-  if (c->comm) ncclCommDestroy(c->comm);
+/* A healthy communicator is finalized, then destroyed; a failed one (or one whose finalize fails) aborted. */
+static void close_comm(Comm *c, bool healthy) {
+  if (!c->comm) return;
+  if (!healthy) {
+    (void)abort_comm(c, WK_ERR_CLOSED);
+    return;
+  }
+  ncclResult_t r = ncclCommFinalize(c->comm);
+  WkStatus st = r == ncclSuccess || r == ncclInProgress
+                    ? settle(c, net_deadline(c->timeout_ms), "close")
+                    : abort_comm(c, WK_FAIL(WK_ERR_DEVICE, "ncclCommFinalize: %s", ncclGetErrorString(r)));
+  if (st != WK_OK) {
+    wk_logf(WK_LOG_WARN, "%s", wk_last_error());
+    return;
+  }
+  r = ncclCommDestroy(c->comm);
+  if (r != ncclSuccess) wk_logf(WK_LOG_WARN, "ncclCommDestroy on rank %d: %s", c->rank, ncclGetErrorString(r));
+  c->comm = NULL;
+}
+
+static void destroy(Comm *c, bool healthy) {
+  close_comm(c, healthy);
   if (c->ready) cudaEventDestroy(c->ready);
   if (c->done) cudaEventDestroy(c->done);
   if (c->stream) cudaStreamDestroy(c->stream);
@@ -96,7 +145,10 @@ static WkStatus init(Comm *c, const uint8_t *id_bytes, size_t length, int size, 
   CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  NCCL_CHECK(ncclCommInitRankConfig(&c->comm, size, id, c->rank, &config));
+  ncclResult_t r = ncclCommInitRankConfig(&c->comm, size, id, c->rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return abort_comm(c, WK_FAIL(WK_ERR_DEVICE, "ncclCommInitRankConfig: %s (NCCL_DEBUG=INFO says more)",
+                                 ncclGetErrorString(r)));
   return settle(c, net_deadline(timeout_ms), "communicator creation");
 }
 
@@ -106,9 +158,10 @@ WK_NCCL_EXPORT WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank,
   if (!c) return WK_FAIL(WK_ERR_NOMEM, "out of memory for an NCCL communicator");
   c->device = device_index;
   c->rank = rank;
+  c->timeout_ms = timeout_ms;
   WkStatus st = init(c, id, length, size, timeout_ms);
   if (st != WK_OK) {
-    destroy(c);
+    destroy(c, false);
     return st;
   }
   *out = c;
@@ -116,7 +169,7 @@ WK_NCCL_EXPORT WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank,
 }
 
 WK_NCCL_EXPORT void wk_nccl_free(void *comm) {
-  if (comm) destroy(comm);
+  if (comm) destroy(comm, true);
 }
 
 static WkStatus nccl_dtype(int dtype, ncclDataType_t *out) {
@@ -151,33 +204,43 @@ static WkStatus enqueue(Comm *c, int kind, void *out, const void *in, size_t cou
   return WK_OK;
 }
 
-WK_NCCL_EXPORT WkStatus wk_nccl_run(void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op,
-                                    int root, void *stream, int64_t timeout_ms) {
-  Comm *c = comm;
-  if (!c->comm) return WK_FAIL(WK_ERR_CLOSED, "NCCL communicator of rank %d was aborted by an earlier timeout", c->rank);
-  ncclDataType_t type = ncclFloat32;
-  WK_TRY(nccl_dtype(dtype, &type));
-  int64_t deadline = net_deadline(timeout_ms);
-  CUDA_CHECK(cudaSetDevice(c->device));
-  CUDA_CHECK(cudaEventRecord(c->ready, (cudaStream_t)stream));
-  CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
-  WK_TRY(enqueue(c, kind, out, in, count, type, op, root));
-  WK_TRY(settle(c, deadline, "collective launch"));
-  CUDA_CHECK(cudaEventRecord(c->done, c->stream));
-  for (;;) {
+/* Waits for the collective queued on c's stream; any failure aborts the communicator. */
+static WkStatus wait_done(Comm *c, int64_t deadline) {
+  for (bool busy = true;;) {
     cudaError_t q = cudaEventQuery(c->done);
     if (q == cudaSuccess) return WK_OK;
     if (q != cudaErrorNotReady) CUDA_CHECK(q);
-    ncclResult_t state;
-    NCCL_CHECK(ncclCommGetAsyncError(c->comm, &state));
-    if (state != ncclSuccess && state != ncclInProgress)
-      return WK_FAIL(WK_ERR_NETWORK, "NCCL collective on rank %d: %s (a peer failed or left)", c->rank,
-                     ncclGetErrorString(state));
-    if (net_remaining(deadline) == 0) {
-      ncclCommAbort(c->comm);
-      c->comm = NULL;
-      return WK_FAIL(WK_ERR_TIMEOUT, "NCCL collective on rank %d: timed out (communicator aborted)", c->rank);
-    }
+    WK_TRY(poll_state(c, "collective", deadline, &busy));
+    if (!busy && net_remaining(deadline) == 0)
+      return WK_FAIL(WK_ERR_TIMEOUT, "NCCL collective on rank %d: timed out", c->rank);
     usleep(POLL_US);
   }
+}
+
+static WkStatus cuda_record_done(Comm *c) {
+  CUDA_CHECK(cudaEventRecord(c->done, c->stream));
+  return WK_OK;
+}
+
+static WkStatus launch(Comm *c, int kind, void *out, const void *in, size_t count, ncclDataType_t type, int op,
+                       int root, void *stream) {
+  CUDA_CHECK(cudaSetDevice(c->device));
+  CUDA_CHECK(cudaEventRecord(c->ready, (cudaStream_t)stream));
+  CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ready, 0));
+  return enqueue(c, kind, out, in, count, type, op, root);
+}
+
+WK_NCCL_EXPORT WkStatus wk_nccl_run(void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op,
+                                    int root, void *stream, int64_t timeout_ms) {
+  Comm *c = comm;
+  if (!c->comm)
+    return WK_FAIL(WK_ERR_CLOSED, "NCCL communicator of rank %d was aborted by an earlier failure", c->rank);
+  ncclDataType_t type = ncclFloat32;
+  WK_TRY(nccl_dtype(dtype, &type));
+  int64_t deadline = net_deadline(timeout_ms);
+  ABORT_ON_FAILURE(c, launch(c, kind, out, in, count, type, op, root, stream));
+  WK_TRY(settle(c, deadline, "collective launch"));
+  ABORT_ON_FAILURE(c, cuda_record_done(c));
+  ABORT_ON_FAILURE(c, wait_done(c, deadline));
+  return WK_OK;
 }

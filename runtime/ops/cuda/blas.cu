@@ -15,12 +15,10 @@ static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static WkStatus handle_for(int device, cublasHandle_t *out) {
   WK_TRY(check_device(device));
+  DEVICE_GUARD(device);  /* a handle belongs to the device current at its creation */
   pthread_mutex_lock(&handles_lock);
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  if (!handles[device]) {
-    cudaSetDevice(device);
-    status = cublasCreate(&handles[device]);
-  }
+  if (!handles[device]) status = cublasCreate(&handles[device]);
   pthread_mutex_unlock(&handles_lock);
   if (status != CUBLAS_STATUS_SUCCESS)
     return WK_FAIL(WK_ERR_DEVICE, "cublasCreate on cuda:%d: %s", device, cublasGetStatusString(status));

@@ -50,7 +50,7 @@ static inline WkStatus scalar_new(DeviceScalar *s, size_t bytes) {
 static inline WkStatus scalar_read(DeviceScalar *s, void *out, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(out, s->ptr, bytes, cudaMemcpyDeviceToHost, current_stream());
   if (err == cudaSuccess) err = cudaStreamSynchronize(current_stream());
-  cuda_release(s->device, s->ptr, s->reserved);
+  cuda_release(s->device, s->ptr);
   if (err != cudaSuccess) return WK_FAIL(WK_ERR_DEVICE, "reading a device scalar: %s", cudaGetErrorString(err));
   return WK_OK;
 }

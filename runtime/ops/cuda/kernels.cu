@@ -28,7 +28,11 @@
     LAUNCH_CHECK();                                                                                \
   } while (0)
 
-__device__ static size_t warp_row(void) { return (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP; }
+/* The rows of a warp, grid-stride: past blocks_for's cap of 1,048,560 blocks (8.4M rows) a warp
+ * takes rows a grid apart. The loop is warp-uniform, so the warp's shuffles stay converged. */
+#define ROW_LOOP(n, N)                                                                      \
+  for (size_t n = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP; n < (N);         \
+       n += (size_t)gridDim.x * blockDim.x / WARP)
 __device__ static unsigned lane(void) { return threadIdx.x % WARP; }
 
 /* ---- elementwise --------------------------------------------------------------------------------- */
@@ -93,7 +97,7 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
     sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(sum.device, sum.ptr, sum.reserved);
+      cuda_release(sum.device, sum.ptr);
       return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -176,7 +180,7 @@ extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkInd
         out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(flag.device, flag.ptr, flag.reserved);
+      cuda_release(flag.device, flag.ptr);
       return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -201,19 +205,19 @@ extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const floa
 
 __global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
                                                 const float *weight, const float *bias, size_t N, size_t C, float eps) {
-  size_t n = warp_row();
-  if (n >= N) return;
-  const float *x = inp + n * C;
-  float sum = 0.0f;
-  for (size_t c = lane(); c < C; c += WARP) sum += x[c];
-  float m = warp_sum(sum) / (float)C;
-  float var = 0.0f;
-  for (size_t c = lane(); c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
-  float s = rsqrtf(warp_sum(var) / (float)C + eps);
-  for (size_t c = lane(); c < C; c += WARP) out[n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
-  if (lane() == 0) {
-    mean[n] = m;
-    rstd[n] = s;
+  ROW_LOOP(n, N) {
+    const float *x = inp + n * C;
+    float sum = 0.0f;
+    for (size_t c = lane(); c < C; c += WARP) sum += x[c];
+    float m = warp_sum(sum) / (float)C;
+    float var = 0.0f;
+    for (size_t c = lane(); c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
+    float s = rsqrtf(warp_sum(var) / (float)C + eps);
+    for (size_t c = lane(); c < C; c += WARP) out[n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    if (lane() == 0) {
+      mean[n] = m;
+      rstd[n] = s;
+    }
   }
 }
 
@@ -226,22 +230,22 @@ extern "C" WkStatus cuda_layernorm_forward(float *out, float *mean, float *rstd,
 __global__ static void layernorm_backward_kernel(float *dinp, float *dweight, float *dbias, const float *dout,
                                                  const float *inp, const float *weight, const float *mean,
                                                  const float *rstd, size_t N, size_t C) {
-  size_t n = warp_row();
-  if (n >= N) return;
-  const float *x = inp + n * C, *dy = dout + n * C;
-  float m = mean[n], s = rstd[n], dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-  for (size_t c = lane(); c < C; c += WARP) {
-    float dnorm = weight[c] * dy[c];
-    dnorm_mean += dnorm;
-    dnorm_norm_mean += dnorm * (x[c] - m) * s;
-  }
-  dnorm_mean = warp_sum(dnorm_mean) / (float)C;
-  dnorm_norm_mean = warp_sum(dnorm_norm_mean) / (float)C;
-  for (size_t c = lane(); c < C; c += WARP) {
-    float norm = (x[c] - m) * s;
-    dinp[n * C + c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    atomicAdd(&dweight[c], dy[c] * norm);
-    atomicAdd(&dbias[c], dy[c]);
+  ROW_LOOP(n, N) {
+    const float *x = inp + n * C, *dy = dout + n * C;
+    float m = mean[n], s = rstd[n], dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (size_t c = lane(); c < C; c += WARP) {
+      float dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (x[c] - m) * s;
+    }
+    dnorm_mean = warp_sum(dnorm_mean) / (float)C;
+    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / (float)C;
+    for (size_t c = lane(); c < C; c += WARP) {
+      float norm = (x[c] - m) * s;
+      dinp[n * C + c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+      atomicAdd(&dweight[c], dy[c] * norm);
+      atomicAdd(&dbias[c], dy[c]);
+    }
   }
 }
 
@@ -343,21 +347,21 @@ __device__ static float row_log_sum_exp(const float *row, size_t V) {
 __global__ static void cross_entropy_forward_kernel(float *losses, const float *logits, const int32_t *targets,
                                                     WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
                                                     float normalizer, double *loss_sum, int *bad) {
-  size_t n = warp_row();
-  if (n >= N) return;
-  int32_t target = targets[wk_index_offset(at, (int64_t)n)];
-  bool counted = !mask || mask[n];
-  if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
-    if (lane() == 0) {
-      *bad = 1;
-      losses[n] = 0.0f;
+  ROW_LOOP(n, N) {
+    int32_t target = targets[wk_index_offset(at, (int64_t)n)];
+    bool counted = !mask || mask[n];
+    if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
+      if (lane() == 0) {
+        *bad = 1;
+        losses[n] = 0.0f;
+      }
+      continue;
     }
-    return;
-  }
-  float lse = counted ? row_log_sum_exp(logits + n * V, V) : 0.0f;
-  if (lane() == 0) {
-    losses[n] = counted ? (lse - logits[n * V + target]) / normalizer : 0.0f;
-    atomicAdd(loss_sum, (double)losses[n]);
+    float lse = counted ? row_log_sum_exp(logits + n * V, V) : 0.0f;
+    if (lane() == 0) {
+      losses[n] = counted ? (lse - logits[n * V + target]) / normalizer : 0.0f;
+      atomicAdd(loss_sum, (double)losses[n]);
+    }
   }
 }
 
@@ -368,7 +372,7 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
   WK_TRY(scalar_new(&sum, sizeof(double)));
   WkStatus status = scalar_new(&flag, sizeof(int));
   if (status != WK_OK) {
-    cuda_release(sum.device, sum.ptr, sum.reserved);
+    cuda_release(sum.device, sum.ptr);
     return status;
   }
   if (N) {
@@ -385,13 +389,14 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
 __global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits, const int32_t *targets,
                                                      WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
                                                      float scale) {
-  size_t n = warp_row();
-  if (n >= N || (mask && !mask[n])) return;
-  const float *row = logits + n * V;
-  float lse = row_log_sum_exp(row, V);
-  size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
-  for (size_t v = lane(); v < V; v += WARP)
-    dlogits[n * V + v] += scale * (expf(row[v] - lse) - (target == v ? 1.0f : 0.0f));
+  ROW_LOOP(n, N) {
+    if (mask && !mask[n]) continue;
+    const float *row = logits + n * V;
+    float lse = row_log_sum_exp(row, V);
+    size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
+    for (size_t v = lane(); v < V; v += WARP)
+      dlogits[n * V + v] += scale * (expf(row[v] - lse) - (target == v ? 1.0f : 0.0f));
+  }
 }
 
 extern "C" WkStatus cuda_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,

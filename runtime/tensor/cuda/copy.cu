@@ -7,13 +7,20 @@
 
 #include "cuda.cuh"
 
-/* On stream (NULL: the current one). A CUDA stream brings its device, which the calling thread may
- * not have made current (the loader's reader threads copy to the device of theirs). */
+/* Where to run: on stream when it is a CUDA one, else on the current stream of the thread's device.
+ * A CUDA stream brings its device, which the calling thread may not have entered (the loader's
+ * reader threads copy on streams of theirs). */
+static int device_for(const WkStream *stream) {
+  return stream && stream->device == WK_DEVICE_CUDA ? stream->device_index : wk_cuda_current_device();
+}
+
+static cudaStream_t stream_for(const WkStream *stream) {
+  return stream && stream->device == WK_DEVICE_CUDA ? (cudaStream_t)stream->handle : current_stream();
+}
+
 extern "C" WkStatus cuda_copy(void *dst, const void *src, size_t bytes, WkStream *stream) {
-  bool own_stream = stream && stream->device == WK_DEVICE_CUDA;
-  if (own_stream) CUDA_TRY(cudaSetDevice(stream->device_index));
-  cudaStream_t s = own_stream ? (cudaStream_t)stream->handle : current_stream();
-  if (bytes) CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  DEVICE_GUARD(device_for(stream));
+  if (bytes) CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_for(stream)));
   return WK_OK;
 }
 
@@ -63,7 +70,8 @@ __global__ static void copy_convert_kernel(void *dst, WkDType dst_dtype, const v
   }
 }
 
-extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src) {
+extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src, WkStream *stream) {
+  DEVICE_GUARD(device_for(stream));
   Layout layout = {};
   layout.ndim = src->ndim;
   layout.offset = src->offset;
@@ -73,7 +81,7 @@ extern "C" WkStatus cuda_copy_convert(WkTensor *dst, const WkTensor *src) {
   }
   int64_t n = wk_tensor_numel(dst);
   if (n == 0) return WK_OK;
-  copy_convert_kernel<<<blocks_for((size_t)n, THREADS), THREADS, 0, current_stream()>>>(
+  copy_convert_kernel<<<blocks_for((size_t)n, THREADS), THREADS, 0, stream_for(stream)>>>(
       tensor_ptr(dst), dst->dtype, src->storage->data, src->dtype, layout, n);
   LAUNCH_CHECK();
   return WK_OK;

@@ -1,7 +1,8 @@
 /*
  * cuda.cuh — what every CUDA file of the module shares (runtime/tensor/cuda and runtime/ops/cuda):
  * checked CUDA calls that turn an error into a WkStatus with the decoded message and the call site,
- * the device-index check, the calling thread's current stream, and launch sizes.
+ * the device-index check, the calling thread's current stream, a guard for work on another device,
+ * and launch sizes.
  */
 #ifndef WK_TENSOR_CUDA_CUH
 #define WK_TENSOR_CUDA_CUH
@@ -11,7 +12,7 @@
 #include "../cuda_module.h"
 
 enum { THREADS = 256 };
-enum { MAX_DEVICES = 16 };  /* device indices the allocator and cuBLAS keep state for */
+enum { MAX_DEVICES = WK_MAX_DEVICES };
 
 #define CUDA_TRY(call)                                                                        \
   do {                                                                                        \
@@ -35,10 +36,32 @@ static inline WkStatus check_device(int device) {
   return WK_OK;
 }
 
+/* The calling thread's current stream on its current device (the one its entry point entered). */
 static inline cudaStream_t current_stream(void) {
-  WkStream *s = wk_stream_current();
-  return s && s->device == WK_DEVICE_CUDA ? (cudaStream_t)s->handle : (cudaStream_t)0;
+  WkStream *s = wk_stream_current_on(wk_cuda_current_device());
+  return s ? (cudaStream_t)s->handle : (cudaStream_t)0;
 }
+
+/* Work on another device than the thread's (a free from any thread, a loader's copy stream): sets
+ * it for the guard's scope and restores the thread's device after, so only wk_cuda_enter moves it. */
+struct DeviceGuard {
+  int saved = -1;
+  cudaError_t status;
+  explicit DeviceGuard(int device) {
+    status = cudaGetDevice(&saved);
+    if (status == cudaSuccess && saved != device) status = cudaSetDevice(device);
+    else saved = -1;
+  }
+  ~DeviceGuard() {
+    cudaError_t err = saved >= 0 ? cudaSetDevice(saved) : cudaSuccess;
+    if (err != cudaSuccess) wk_logf(WK_LOG_WARN, "restoring cuda:%d: %s", saved, cudaGetErrorString(err));
+  }
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+};
+#define DEVICE_GUARD(device)        \
+  DeviceGuard device_guard_(device); \
+  CUDA_TRY(device_guard_.status)
 
 static inline unsigned blocks_for(size_t n, unsigned per_block) {
   size_t blocks = (n + per_block - 1) / per_block;

@@ -1,6 +1,6 @@
 /*
- * runtime/tensor/cuda — the device half of runtime/tensor, in the CUDA module: device queries
- * (here), the caching allocator and pinned host memory (memory.cu), copies (copy.cu), streams and
+ * runtime/tensor/cuda — the device half of runtime/tensor, in the CUDA module: device queries and
+ * the thread's device (here), the caching allocator and pinned host memory (memory.cu), copies (copy.cu), streams and
  * events (stream.cu). Kernels live in runtime/ops/cuda, in the same module.
  *
  * Compiled only when nvcc is found (make CUDA=0 skips it); then WK_HAVE_CUDA is defined for the
@@ -19,4 +19,10 @@ extern "C" int cuda_device_count(void) {
     return 0;
   }
   return count;
+}
+
+extern "C" WkStatus cuda_set_device(int device) {
+  WK_TRY(check_device(device));
+  CUDA_TRY(cudaSetDevice(device));
+  return WK_OK;
 }

@@ -6,7 +6,7 @@
 
 extern "C" WkStatus cuda_stream_new(int device, void **handle) {
   WK_TRY(check_device(device));
-  CUDA_TRY(cudaSetDevice(device));
+  DEVICE_GUARD(device);
   cudaStream_t s;
   CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   *handle = s;
@@ -26,14 +26,14 @@ extern "C" WkStatus cuda_stream_synchronize(void *handle) {
 
 extern "C" WkStatus cuda_device_synchronize(int device) {
   WK_TRY(check_device(device));
-  CUDA_TRY(cudaSetDevice(device));
+  DEVICE_GUARD(device);
   CUDA_TRY(cudaDeviceSynchronize());
   return WK_OK;
 }
 
 extern "C" WkStatus cuda_event_new(int device, void **handle) {
   WK_TRY(check_device(device));
-  CUDA_TRY(cudaSetDevice(device));
+  DEVICE_GUARD(device);
   cudaEvent_t e;
   CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   *handle = e;
