@@ -1,4 +1,4 @@
--- Reading datasets (wick.dataset over runtime/data/dataset.c): lazy opening, bounded memory, and
+-- Reading datasets (wick.dataset over runtime/dataset/dataset.c): lazy opening, bounded memory, and
 -- every kind of corruption reported as WK_ERR_FORMAT naming the file, block and reason.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'

@@ -403,7 +403,7 @@ describe('wick.shard converter', function()
     assert.are.equal(0, corpus.convert(q(root .. '/in') .. ' -o ' .. q(root .. '/out')).rc)
   end)
 
-  -- Names the converter keeps next to an output directory (runtime/data/convert/output.c).
+  -- Names the converter keeps next to an output directory (runtime/convert/output.c).
   local function beside(out, suffix) return out:gsub('([^/]+)$', '.%1.' .. suffix) end
   local function listing(dir) return helper.sh('ls -1A ' .. q(dir)).out end
 

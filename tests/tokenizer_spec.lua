@@ -1,4 +1,4 @@
--- Tokenizers (runtime/data/tokenizer/) against independent oracles: Hugging Face `tokenizers` and
+-- Tokenizers (runtime/tokenizer/) against independent oracles: Hugging Face `tokenizers` and
 -- tiktoken, installed from PyPI into build/test/venv (third_party/test-python.txt, kept
 -- across runs). tests/helpers/tokenizer_oracle.py trains two small byte-level BPE tokenizers on this
 -- machine's text (GPT-2, Llama 3 and Qwen 2 style), writes GPT-2's and cl100k's rank files from

@@ -1,4 +1,12 @@
 /*
+ * runtime/convert — the converter: text corpora (local or remote) -> a dataset directory of shards.
+ *
+ * Owns its pipeline (convert.c: threads, ordering, shards, progress), its inputs (below, and
+ * remote_input.c for http(s):// and s3:// inputs through runtime/io/remote), its output directory
+ * (output.c: lock, staging directory, swap) and a Parquet reader of its own (parquet/). The shard
+ * writer and the index are the format's (runtime/format/); tokenizers are runtime/tokenizer/'s.
+ * Layer: above format/ and tokenizer/ (runtime/LAYERS); nothing in the read path includes it.
+ *
  * convert.h — what convert.c (the pipeline) and convert_input.c (reading inputs) share.
  *
  * The converter turns inputs into a sequence of chunks with consecutive numbers. Worker threads turn
@@ -10,16 +18,16 @@
  *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
  *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
  */
-#ifndef WK_DATA_CONVERT_H
-#define WK_DATA_CONVERT_H
+#ifndef WK_CONVERT_H
+#define WK_CONVERT_H
 
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "../../core/json.h"
-#include "../index.h"
-#include "../tokenizer.h"
-#include "shard_writer.h"
+#include "../core/json.h"
+#include "../format/index.h"
+#include "../format/shard_writer.h"
+#include "../tokenizer/tokenizer.h"
 
 typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN, INPUT_PARQUET, INPUT_TAR } InputKind;
 
@@ -185,4 +193,4 @@ WkStatus convert_add_remote_input(WkRemote **remote, const char *location, const
 WkBlob *convert_open_input(const Input *in);
 void convert_remote_close(WkRemote *remote);
 
-#endif /* WK_DATA_CONVERT_H */
+#endif /* WK_CONVERT_H */

@@ -1,6 +1,6 @@
 /*
  * remote_input.c — converter inputs at http://, https:// and s3:// locations, read through the remote
- * layer (runtime/data/remote): the same fetch engine, retries, timeouts and S3 signing as remote
+ * layer (runtime/io/remote): the same fetch engine, retries, timeouts and S3 signing as remote
  * datasets. An input is one object; its size comes from the server (a one-byte Range request), then
  * the converter reads it by range as it cuts it (in its chunks, never a whole download first).
  * Nothing is cached: each byte of an input is read once.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../remote/remote.h"
+#include "../io/remote/remote.h"
 #include "convert.h"
 
 enum { INPUTS_FIRST_CAPACITY = 64 };

@@ -3,12 +3,12 @@
  * byte budget and single-flight decodes (cache.c). The loader reads through the node cache instead
  * (residency.h).
  *
- * Internal header: runtime/data/ code and tests include it; Lua never sees it.
+ * Internal header: dataset.c and tests include it; Lua never sees it.
  */
-#ifndef WK_DATA_CACHE_H
-#define WK_DATA_CACHE_H
+#ifndef WK_DATASET_CACHE_H
+#define WK_DATASET_CACHE_H
 
-#include "data.h"
+#include "dataset.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,4 +40,4 @@ void wk_cache_stats(WkBlockCache *cache, WkDatasetStats *out);
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_CACHE_H */
+#endif /* WK_DATASET_CACHE_H */

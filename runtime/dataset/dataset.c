@@ -25,10 +25,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../format/index.h"
+#include "../format/shard.h"
+#include "../io/remote/remote.h"
 #include "cache.h"
-#include "index.h"
-#include "remote/remote.h"
-#include "shard.h"
 
 enum {
   OPENER_THREADS_MAX = 8,    /* remote shards opened at once for read-ahead (two round trips each) */

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "../core/json.h"
+#include "../tokenizer/tokenizer.h" /* the built-ins' fingerprints, for indexes written before it was recorded */
 #include "index.h"
 #include "shard.h"  /* WK_SHARD_HEADER_BYTES: the smallest shard */
-#include "tokenizer.h"  /* the built-ins' fingerprints, for indexes written before it was recorded */
 
 #define INDEX_FORMAT_NAME "wick-dataset"
 #define BAD(...) (wk_fail_at(__FILE__, __LINE__, WK_ERR_FORMAT, __VA_ARGS__))

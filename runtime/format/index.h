@@ -2,12 +2,12 @@
  * index.h — the dataset index (index.json): its model, parsing with validation (safe shard names,
  * consistent counts) and deterministic serialization (index.c).
  *
- * Internal header: runtime/data/ code and tests include it; Lua never sees it.
+ * Internal header: runtime/ code above format/ and tests include it; Lua never sees it.
  */
-#ifndef WK_DATA_INDEX_H
-#define WK_DATA_INDEX_H
+#ifndef WK_FORMAT_INDEX_H
+#define WK_FORMAT_INDEX_H
 
-#include "data.h"
+#include "../core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,4 +49,4 @@ bool wk_index_name_is_safe(const char *name);
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_INDEX_H */
+#endif /* WK_FORMAT_INDEX_H */

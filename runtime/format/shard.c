@@ -20,8 +20,6 @@
 /* Stored tokens are little-endian and copied as such (u32 blocks by memcpy, u16 by SSE2 lanes). */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Wick's shard reader assumes a little-endian host");
 
-uint64_t wk_hash64(const void *data, size_t length) { return XXH3_64bits(data, length); }
-
 /* ---- little-endian fields ----------------------------------------------------------------- */
 
 static uint32_t get32(const uint8_t *p) {

@@ -1,14 +1,19 @@
 /*
+ * runtime/format — the dataset's files: shards (shard.h, FORMAT.md), the index (index.h) and the
+ * shard writer (shard_writer.h). Bytes come from runtime/io; what reads them in order is
+ * runtime/dataset and runtime/loader; what writes them, runtime/convert. Layer: above core/, io/ and
+ * tokenizer/ (the index records a tokenizer's fingerprint; runtime/LAYERS).
+ *
  * shard.h — the shard file format (FORMAT.md next to this file is the prose version; keep the two in
  * step): header and block table layout and their validation, block verification and decoding, the
  * document index, a verified view of a shard over a blob, and token widening (shard.c).
  *
- * Internal header: runtime/data/ code and tests include it; Lua never sees it.
+ * Internal header: runtime/ code above format/ and tests include it; Lua never sees it.
  */
-#ifndef WK_DATA_SHARD_H
-#define WK_DATA_SHARD_H
+#ifndef WK_FORMAT_SHARD_H
+#define WK_FORMAT_SHARD_H
 
-#include "data.h"
+#include "../io/blob.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,9 +109,7 @@ WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *st
 /* u16/u32 stored tokens -> 4- or 8-byte tokens (dst_bytes): the rows' int32 or int64. */
 void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, void *dst, uint32_t dst_bytes);
 
-uint64_t wk_hash64(const void *data, size_t length); /* XXH3-64, seed 0 */
-
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_SHARD_H */
+#endif /* WK_FORMAT_SHARD_H */

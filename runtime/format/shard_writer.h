@@ -2,12 +2,12 @@
  * shard_writer.h — writes shard files from token streams: in one call, or compressed in pieces by several
  * threads and assembled (shard_writer.c). Same inputs, same bytes.
  *
- * Internal header: runtime/data/ code and tests include it; Lua never sees it.
+ * Internal header: the converter (runtime/convert/) and tests include it; Lua never sees it.
  */
-#ifndef WK_DATA_CONVERT_SHARD_WRITER_H
-#define WK_DATA_CONVERT_SHARD_WRITER_H
+#ifndef WK_FORMAT_SHARD_WRITER_H
+#define WK_FORMAT_SHARD_WRITER_H
 
-#include "../shard.h"
+#include "shard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,4 +62,4 @@ WkStatus wk_shard_assemble(const char *path, const WkShardWriteOptions *opt, uin
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_CONVERT_SHARD_WRITER_H */
+#endif /* WK_FORMAT_SHARD_WRITER_H */

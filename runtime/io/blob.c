@@ -15,7 +15,7 @@
 #include <sys/mman.h>  /* mmap, munmap */
 #include <unistd.h>    /* pread, close */
 
-#include "data.h"
+#include "blob.h"
 
 typedef struct {
   WkBlob base;

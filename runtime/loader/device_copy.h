@@ -14,8 +14,8 @@
  *             still read.
  * On a machine without a GPU the same code runs with no device: every step here is then a no-op.
  */
-#ifndef WK_DATA_DEVICE_COPY_H
-#define WK_DATA_DEVICE_COPY_H
+#ifndef WK_LOADER_DEVICE_COPY_H
+#define WK_LOADER_DEVICE_COPY_H
 
 #include "../tensor/tensor.h"
 #include "stream.h"
@@ -66,4 +66,4 @@ WkStatus wk_batch_tensors_release(WkBatchTensors *t);
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_DEVICE_COPY_H */
+#endif /* WK_LOADER_DEVICE_COPY_H */

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "../core/shared.h"
-#include "shard.h"    /* wk_tokens_widen */
+#include "../format/shard.h"    /* wk_tokens_widen */
 #include "residency.h"
 
 enum {

@@ -6,10 +6,10 @@
  *   residency.c  a source's reads through the unit cache (zstd blocks decoded, raw blocks copied),
  *                read-ahead, counters of bytes decoded and delivered.
  *
- * Internal header of runtime/data; the loader is its one user.
+ * Internal header of runtime/loader; the loader is its one user.
  */
-#ifndef WK_DATA_RESIDENCY_H
-#define WK_DATA_RESIDENCY_H
+#ifndef WK_LOADER_RESIDENCY_H
+#define WK_LOADER_RESIDENCY_H
 
 #include "stream.h"
 
@@ -118,4 +118,4 @@ typedef struct {
 } WkResidencyStats;
 void wk_residency_stats(WkResidency *r, WkResidencyStats *out);
 
-#endif /* WK_DATA_RESIDENCY_H */
+#endif /* WK_LOADER_RESIDENCY_H */

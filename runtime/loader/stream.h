@@ -1,4 +1,19 @@
 /*
+ * runtime/loader — a dataset's tokens in the global sample order, batched ahead on C threads.
+ *
+ * Owns, bottom up (each file calls only the ones above it in this list):
+ *   order.c       the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
+ *                 shards, buffers of units (blocks) and samples, with the residency each sample needs
+ *   unitcache.c   the node's decoded units and straddler edges, shared by its ranks, held by the order
+ *   residency.c   a source's reads for the loader, through the unit cache (zstd decoded, raw copied)
+ *   pack.c        a sample's tokens in a row -> the row's mask, padding, doc ids and positions
+ *   mix.c         several sources -> one deterministic stream with per-source cursors
+ *   cursor.c      the stream's state as a short line of text
+ *   loader.c      C threads that read, decode, pack and batch ahead into a bounded ring
+ *   device_copy.c a ring slot's batch as tensors, and its copy to the loader's device
+ * Does not own the datasets it reads (runtime/dataset/) nor their format (runtime/format/). Of tensors
+ * it knows only its batches (device_copy.c). Layer: the top of the read path (runtime/LAYERS).
+ *
  * stream.h — the layers above WkDataset: order (which sample comes at each position of a source's
  * stream), mix (which source fills each slot of a global batch), pack (a sample -> one row of
  * tokens, mask, doc ids, positions) and the cursor that captures all of it in a few hundred bytes.
@@ -6,10 +21,10 @@
  * Everything here is a pure function of its inputs and the cursor: no threads, no I/O except the
  * token reads of pack.c. The loader (loader.c) runs these on C threads.
  */
-#ifndef WK_DATA_STREAM_H
-#define WK_DATA_STREAM_H
+#ifndef WK_LOADER_STREAM_H
+#define WK_LOADER_STREAM_H
 
-#include "data.h"
+#include "../dataset/dataset.h"
 
 /* ---- order.c: a source's sample sequence --------------------------------------------------------- */
 
@@ -187,4 +202,4 @@ enum { WK_CURSOR_VERSION = 2 };
 WkStatus wk_cursor_format(const WkCursor *cursor, char *buffer, size_t capacity, size_t *length);
 WkStatus wk_cursor_parse(const char *text, WkCursor *out);
 
-#endif /* WK_DATA_STREAM_H */
+#endif /* WK_LOADER_STREAM_H */

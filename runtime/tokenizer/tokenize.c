@@ -15,8 +15,8 @@
 #include <time.h>    /* clock_gettime */
 #include <unistd.h>  /* sysconf */
 
-#include "bpe.h"
-#include "../../core/json.h"  /* wk_json_line_field, wk_utf8_valid_prefix */
+#include "../core/json.h"  /* wk_json_line_field, wk_utf8_valid_prefix */
+#include "bpe/bpe.h"
 
 enum {
   CHUNK_BYTES = 1 << 20,     /* input read per chunk (a longer line makes a longer chunk) */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe/bpe.h"
 #include "tokenizer.h"
-#include "tokenizer/bpe.h"
 
 /* ---- buffers ------------------------------------------------------------------------------------- */
 

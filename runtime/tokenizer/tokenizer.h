@@ -1,17 +1,19 @@
 /*
- * tokenizer.h — tokenizers behind one interface: text -> tokens, tokens -> bytes.
+ * runtime/tokenizer — tokenizers behind one interface: text -> tokens, tokens -> bytes.
  *
  *   tokenizer.c   the interface's shared parts, the built-ins ("bytes", and "gpt2" that only describes
  *                 pre-tokenized .bin data), wk_tokenizer_open and the public wk_tokenizer_* functions
- *   tokenizer/    byte-level BPE: Hugging Face tokenizer.json and tiktoken rank files (tokenizer/bpe.h)
+ *   bpe/          byte-level BPE: Hugging Face tokenizer.json and tiktoken rank files (bpe/bpe.h)
+ *   tokenize.c    the JSONL tool: a .jsonl field -> a .bin of tokens on C threads (wk_tokenize_jsonl)
  *
- * Internal header: runtime/data/ code and tests include it; Lua sees the wk_tokenizer_* functions of
- * wick.h only.
+ * Layer: above core/ and io/ (tokenizer files are read as blobs; runtime/LAYERS). Internal header:
+ * runtime/ code above tokenizer/ and tests include it; Lua sees the wk_tokenizer_* functions of wick.h
+ * only.
  */
-#ifndef WK_DATA_TOKENIZER_H
-#define WK_DATA_TOKENIZER_H
+#ifndef WK_TOKENIZER_H
+#define WK_TOKENIZER_H
 
-#include "data.h"
+#include "../core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,4 +68,4 @@ const WkTokenizer *wk_tokenizer_find(const char *name);
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_TOKENIZER_H */
+#endif /* WK_TOKENIZER_H */

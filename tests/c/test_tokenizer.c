@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/bpe/bpe.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t next_random(void) {

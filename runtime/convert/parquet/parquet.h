@@ -1,5 +1,5 @@
 /*
- * runtime/data/convert/parquet/ — a focused Parquet reader: the strings of one top-level BYTE_ARRAY
+ * runtime/convert/parquet/ — a focused Parquet reader: the strings of one top-level BYTE_ARRAY
  * column, row by row, for the converter (FineWeb and every Hugging Face dataset exported to Parquet).
  * No Debian package provides Parquet for C; this reads what text corpora use and refuses the rest
  * with the file, the column and the feature it lacks.
@@ -20,10 +20,10 @@
  * against the bytes it claims before it is used, allocations are bounded by ParquetLimits, and long
  * runs of nulls are counted a run at a time. Errors name the file and the byte offset.
  */
-#ifndef WK_DATA_CONVERT_PARQUET_H
-#define WK_DATA_CONVERT_PARQUET_H
+#ifndef WK_CONVERT_PARQUET_H
+#define WK_CONVERT_PARQUET_H
 
-#include "../../data.h"
+#include "../../io/blob.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -156,4 +156,4 @@ WkStatus parquet_chunk_read(const ParquetMeta *meta, const ParquetChunk *chunk, 
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_CONVERT_PARQUET_H */
+#endif /* WK_CONVERT_PARQUET_H */

@@ -34,7 +34,6 @@
 #include <unistd.h>
 
 #include "../../core/shared.h" /* wk_process_alive */
-#include "../shard.h"          /* wk_hash64 */
 #include "remote.h"
 
 #define EVICT_LOW_WATER 0.9        /* an eviction frees down to this share of the budget */

@@ -1,5 +1,5 @@
 /*
- * runtime/data/remote — datasets on HTTP(S) servers and S3-compatible object stores, read by range
+ * runtime/io/remote — datasets on HTTP(S) servers and S3-compatible object stores, read by range
  * through a node-shared, bounded on-disk cache. A remote shard is a WkBlob like a local file (map
  * returns NULL), so everything above the blob layer reads remote and local datasets alike.
  *
@@ -62,13 +62,13 @@
  * remote index has another hash, so its shards are cached apart. When the server cannot be reached at
  * all, a cached index is used with a warning, so a warm cache runs without a network.
  *
- * Internal header of runtime/data/remote; dataset.c and the converter (convert/remote_input.c) are its
+ * Internal header of runtime/io/remote; dataset.c and the converter (convert/remote_input.c) are its
  * users.
  */
-#ifndef WK_DATA_REMOTE_H
-#define WK_DATA_REMOTE_H
+#ifndef WK_IO_REMOTE_H
+#define WK_IO_REMOTE_H
 
-#include "../data.h"
+#include "../blob.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -272,4 +272,4 @@ WkStatus wk_remote_list(WkRemote *r, const char *location, WkS3Each each, void *
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_REMOTE_H */
+#endif /* WK_IO_REMOTE_H */

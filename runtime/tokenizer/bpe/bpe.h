@@ -1,5 +1,5 @@
 /*
- * runtime/data/tokenizer/ — byte-level BPE tokenizers behind the WkTokenizer interface of
+ * runtime/tokenizer/bpe/ — byte-level BPE tokenizers behind the WkTokenizer interface of
  * ../tokenizer.h: Hugging Face tokenizer.json files with a BPE model and a byte-level pre-tokenizer
  * (GPT-2, Llama 3, Qwen style) and tiktoken rank files (r50k/gpt2, p50k, cl100k, o200k).
  *
@@ -20,10 +20,10 @@
  * Encoding is thread-safe: the tokenizer is read-only once built; what a call needs to write (the
  * regex match data, merge scratch, the piece cache) belongs to the calling thread (encode.c).
  *
- * Internal header of this folder; ../tokenizer.h is the contract for the rest of runtime/data.
+ * Internal header of this folder; ../tokenizer.h is the contract for the rest of runtime/.
  */
-#ifndef WK_DATA_TOKENIZER_BPE_H
-#define WK_DATA_TOKENIZER_BPE_H
+#ifndef WK_TOKENIZER_BPE_H
+#define WK_TOKENIZER_BPE_H
 
 #include <pthread.h>
 
@@ -264,4 +264,4 @@ WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, co
 #ifdef __cplusplus
 }
 #endif
-#endif /* WK_DATA_TOKENIZER_BPE_H */
+#endif /* WK_TOKENIZER_BPE_H */

@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 
+#include "../../io/blob.h"
 #include "bpe.h"
 
 #define MAX_TOKENIZER_FILE_BYTES (1ull << 30)
