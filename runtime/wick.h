@@ -5,7 +5,7 @@
  * ffi.cdef by a build step (build/lua/wick/cdef.lua), so that region stays FFI-clean: opaque
  * handles, plain structs with explicit sizes, enums instead of #defines, no inline code.
  *
- * Conventions (see shared STYLE.md):
+ * Conventions (docs/errors.md):
  *   - every fallible function returns WkStatus (0 = WK_OK) or a handle that is NULL on failure;
  *     the reason is then in wk_last_error() (thread-local, valid until the next failing call);
  *   - argument order is (handle, inputs, outputs, options); out-pointers come last;

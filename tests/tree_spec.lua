@@ -1,6 +1,7 @@
 -- The tree tells the truth about itself: runtime/'s include graph follows the layering runtime/LAYERS
--- claims, and a test run leaves nothing in the checkout outside build/ (tests/busted.lua applies
--- clean_tree to every run; here it is shown to catch what it should).
+-- claims, every document a comment cites is a file of the checkout, and a test run leaves nothing in
+-- the checkout outside build/ (tests/busted.lua applies clean_tree to every run; here it is shown to
+-- catch what it should).
 local helper = require 'helper'
 local layers = dofile(helper.ROOT .. '/tests/helpers/layers.lua')
 local clean_tree = dofile(helper.ROOT .. '/tests/helpers/clean_tree.lua')
@@ -44,6 +45,44 @@ describe('runtime/ layering', function()
       'io/remote/fetch.c:3 includes "../../../x.h", outside runtime/',
       'runtime/extra/ is not in runtime/LAYERS',
     }, found)
+  end)
+end)
+
+-- Notes kept outside the repository, which a reader of the code cannot open.
+local OUTSIDE_NOTES = { 'DESIGN §', 'DESIGN%.md', 'STYLE%.md' }
+-- The GPU-path work rewrites these files (loss.c and gpt.lua cite "DESIGN §7", the loss normalization);
+-- they are left to it.
+local CITING_ELSEWHERE = { ['runtime/ops/cpu/loss.c'] = true, ['lua/wick/nn/gpt.lua'] = true }
+
+describe('cited documents', function()
+  local files = helper.lines(helper.sh(('cd %s && git ls-files runtime lua tests README.md Makefile docs')
+    :format(q(helper.ROOT))).out)
+
+  it('are files of the checkout, under docs/ or runtime/', function()
+    local missing = {}
+    for _, file in ipairs(files) do
+      if not file:match('^tests/fuzz/corpus/') and not file:match('%.safetensors$') then
+        for cited in helper.read_file(helper.ROOT .. '/' .. file):gmatch('[%w_./-]+%.md') do
+          local path = cited:match('^docs/.*') or cited:match('^runtime/.*')
+          local f = path and io.open(helper.ROOT .. '/' .. path)
+          if f then f:close() elseif path then missing[#missing + 1] = file .. ': ' .. path end
+        end
+      end
+    end
+    assert.are.same({}, missing)
+  end)
+
+  it('never include notes kept outside the repository', function()
+    local found = {}
+    for _, file in ipairs(files) do
+      if not CITING_ELSEWHERE[file] and file ~= 'tests/tree_spec.lua' then
+        local text = helper.read_file(helper.ROOT .. '/' .. file)
+        for _, pattern in ipairs(OUTSIDE_NOTES) do
+          if text:find(pattern) then found[#found + 1] = file .. ': ' .. pattern end
+        end
+      end
+    end
+    assert.are.same({}, found)
   end)
 end)
 

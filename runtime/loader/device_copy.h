@@ -1,6 +1,6 @@
 /*
  * device_copy.h — a ring slot's micro-batch as tensors, and the stage that copies it to the loader's
- * device (DESIGN §5: ... -> batch into pinned host buffers -> async copy to the device on a copy stream).
+ * device (docs/pipeline.md: rows packed into pinned host buffers, then copied on a copy stream).
  *
  * Every slot of the loader's ring (loader.c) is one pinned storage that the reader threads write
  * (tokens, loss mask, optional doc ids and positions: WkRows). Its tensors are made once, when the

@@ -1,6 +1,6 @@
 /*
  * loader.c — the pipeline: reader threads fill a bounded ring of micro-batches ahead of the
- * consumer (DESIGN §5).
+ * consumer (docs/pipeline.md).
  *
  * One lock guards the ring. A reader thread takes the planner (one at a time) and the next
  * micro-batch number under the lock, plans it without the lock (mix allocation once per step, then

@@ -2,7 +2,7 @@
  * order.c — the sample sequence of one source: a pure function of (dataset, seed, epoch), arranged so
  * that each unit of decode is read once per epoch while it is resident.
  *
- * Hierarchy (DESIGN §3), per epoch:
+ * Hierarchy (docs/order.md), per epoch:
  *   1. the shards are permuted (Feistel keyed by seed, content fingerprint and epoch) and dealt
  *      round-robin into `partitions` disjoint sets;
  *   2. inside a partition, consecutive shards form windows of at least window_tokens tokens;
