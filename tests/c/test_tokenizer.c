@@ -1,6 +1,6 @@
 /*
- * test_tokenizer.c — the tokenizer's parts that the oracle specs (tests/tokenizer_spec.lua) reach only
- * through whole texts: the hand-written ASCII matchers (ascii.c) against PCRE2 running the same
+ * test_tokenizer.c — the tokenizer's parts that the oracle specs (tests/tokenizer/tokenizer_spec.lua)
+ * reach only through whole texts: the hand-written ASCII matchers (ascii.c) against PCRE2 running the same
  * patterns, on random text made of the characters where their alternatives meet; and encoding from
  * several threads at once (each with its own state, released as threads end) giving what one gives.
  */
