@@ -279,9 +279,10 @@ example: all
 .PHONY: fuzz
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
-  $(addprefix runtime/data/,shard.c index.c cursor.c blob.c tokenizer.c) \
-  $(addprefix runtime/data/convert/,convert_input.c remote_input.c records.c input_parquet.c input_tar.c) \
-  $(sort $(wildcard runtime/data/remote/*.c runtime/data/tokenizer/*.c runtime/data/convert/parquet/*.c)) \
+  $(addprefix runtime/format/,shard.c index.c) runtime/loader/cursor.c \
+  $(addprefix runtime/convert/,convert_input.c remote_input.c records.c input_parquet.c input_tar.c) \
+  $(sort $(wildcard runtime/io/*.c runtime/io/remote/*.c runtime/tokenizer/*.c runtime/tokenizer/bpe/*.c \
+    runtime/convert/parquet/*.c)) \
   $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)

@@ -5,7 +5,7 @@
  * ffi.cdef by a build step (build/lua/wick/cdef.lua), so that region stays FFI-clean: opaque
  * handles, plain structs with explicit sizes, enums instead of #defines, no inline code.
  *
- * Conventions (see shared STYLE.md):
+ * Conventions (docs/errors.md):
  *   - every fallible function returns WkStatus (0 = WK_OK) or a handle that is NULL on failure;
  *     the reason is then in wk_last_error() (thread-local, valid until the next failing call);
  *   - argument order is (handle, inputs, outputs, options); out-pointers come last;
@@ -107,10 +107,10 @@ WK_API WkStatus wk_events_truncate_dir(const char *dir, int64_t step, uint64_t *
 /* CRC-32C (Castagnoli), as TFRecord frames use it (before its mask). */
 WK_API uint32_t wk_crc32c(const void *data, size_t length);
 
-/* ---- data: datasets, converter, loader (runtime/data) ---------------------------------------- */
+/* ---- data: datasets, converter, loader (runtime/dataset, loader, convert) ---------------------- */
 
 /* Datasets: an index (index.json, read at open) plus shards read lazily; format in
- * runtime/data/FORMAT.md. Tokens come out as uint32 whatever the stored width. */
+ * runtime/format/FORMAT.md. Tokens come out as uint32 whatever the stored width. */
 typedef struct WkDataset WkDataset;
 
 typedef struct {
@@ -125,7 +125,7 @@ typedef struct {
  * an on-disk cache shared by the node's processes; wk_dataset_open uses the default options. */
 WK_API WkDataset *wk_dataset_open(const char *path);
 
-/* How remote datasets are fetched and cached (runtime/data/remote). Start from the defaults. */
+/* How remote datasets are fetched and cached (runtime/io/remote). Start from the defaults. */
 typedef struct {
   const char *cache_dir;        /* NULL: WICK_CACHE_DIR, else $XDG_CACHE_HOME/wick, else $HOME/.cache/wick */
   int64_t cache_disk_bytes;     /* the cache directory's budget, all datasets together (16 GiB; 0 caches
@@ -223,7 +223,7 @@ WK_API void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out);
 WK_API uint64_t wk_permute(uint64_t key, uint64_t n, uint64_t i);
 WK_API uint64_t wk_mix64(uint64_t a, uint64_t b);
 
-/* ---- tokenizers (runtime/data/tokenizer.c, runtime/data/tokenizer/) ------------------------------ */
+/* ---- tokenizers (runtime/tokenizer/) ----------------------------------------------------------- */
 
 /* Text <-> token ids. Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen style)
  * or a tiktoken rank file (r50k/gpt2, p50k, cl100k, o200k), or the built-in "bytes". Encoding is

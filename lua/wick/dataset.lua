@@ -1,4 +1,4 @@
--- wick.dataset: a thin handle over a converted dataset (runtime/data, format in runtime/data/FORMAT.md).
+-- wick.dataset: a thin handle over a converted dataset (runtime/dataset, format in runtime/format/FORMAT.md).
 --   local ds = require('wick.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
 --   require('wick.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
 --   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint

@@ -1,14 +1,14 @@
 -- wick.shard: the dataset converter's command line.
 --   ./run -m wick.shard INPUTS... -o OUTDIR [options]
 -- Lua only parses arguments and prints the summary; reading, tokenizing, compressing and writing
--- happen on C threads (runtime/data/convert/). The options are declared once (SPEC, wick.cli): the
+-- happen on C threads (runtime/convert/). The options are declared once (SPEC, wick.cli): the
 -- parser, the checks and the help text come from that table.
 local cli = require 'wick.cli'
 local core = require 'wick.core'
 local TOKENIZER = require 'wick.tokenizer'
 local ffi, C = core.ffi, core.C
 
--- The converter's own limits (runtime/data/convert/convert.c, runtime/data/shard.h).
+-- The converter's own limits (runtime/convert/convert.c, runtime/format/shard.h).
 local MAX_THREADS = 64
 local MAX_SHARD_TOKENS = 2 ^ 40
 local MAX_BLOCK_TOKENS = 2 ^ 24
@@ -19,7 +19,7 @@ local function compression_form(v)
 end
 
 local DESCRIPTION = [[
-Converts text to a Wick dataset (index.json + shard-NNNNN.wks; format: runtime/data/FORMAT.md).
+Converts text to a Wick dataset (index.json + shard-NNNNN.wks; format: runtime/format/FORMAT.md).
 INPUTS are files or directories (walked recursively in sorted order, hidden entries skipped):
   *.jsonl, *.ndjson            one JSON object per line; the document is its --field string
   *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed

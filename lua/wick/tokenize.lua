@@ -2,7 +2,7 @@
 -- order; the tool to check a tokenizer against a Python stack.
 --   ./run -m wick.tokenize --tokenizer FILE [--decode] [--field NAME] [--output OUT] INPUT.jsonl
 -- Options are declared once (SPEC, wick.cli): the parser's types, ranges and help text come from the
--- same table, and the pattern's choices from wick.tokenizer's own declaration. The work happens on C threads (runtime/data/tokenizer/tokenize.c).
+-- same table, and the pattern's choices from wick.tokenizer's own declaration. The work happens on C threads (runtime/tokenizer/tokenize.c).
 local cli = require 'wick.cli'
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C

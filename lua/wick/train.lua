@@ -102,14 +102,18 @@ function train.mix(data, horizon)
   return wick().data.mix(list)
 end
 
-local LOADER_KEYS = { 'seq_len', 'shuffle', 'mode', 'threads', 'prefetch', 'cache_bytes', 'memory_budget',
-  'on_corrupt', 'device', 'audit' }
+-- The data section's fields that train.mix turns into the loader's `data`; every other field of the
+-- section (recipe.SCHEMA) is a loader option and is passed on as given, so a field added to the
+-- schema reaches the loader, which takes it or refuses it by name: none is ignored.
+local MIX_FIELDS = { sources = true, mix = true }
 
 -- Loader options for a checked recipe on `world` ranks (rank `rank`), micro batch `micro`.
 function train.loader_options(config, world, rank, micro, horizon)
   local o = { data = train.mix(config.data, horizon), global_batch = config.batch.global, micro_batch = micro,
     world_size = world, rank = rank, seed = config.seed }
-  for _, k in ipairs(LOADER_KEYS) do o[k] = config.data[k] end
+  for _, k in ipairs(recipe.SCHEMA:option('data').schema.names) do
+    if not MIX_FIELDS[k] then o[k] = config.data[k] end
+  end
   return o
 end
 

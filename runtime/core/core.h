@@ -4,9 +4,8 @@
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
  * pipeline stages running on C threads, where optional modules live (module.c), a small JSON reader
- * (json.h), opening files that must be regular ones (files.c), and memory shared by a node's processes
- * (shared.h). It knows nothing about data, tensors
- * or devices.
+ * (json.h), opening files that must be regular ones (files.c), the one content hash (hash.c), and
+ * memory shared by a node's processes (shared.h). It knows nothing about data, tensors or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */
@@ -68,6 +67,11 @@ void *wk_aligned_alloc(size_t alignment, size_t size, const char *what);
 
 /* The path of module `name` next to libwick (or $override_env when that is set and not empty). */
 void wk_module_path(const char *name, const char *override_env, char *path, size_t size);
+
+/* ---- hashing (hash.c) ------------------------------------------------------------------------ */
+
+/* XXH3-64 with seed 0: the checksum of every shard field and block, and the disk cache's key slots. */
+uint64_t wk_hash64(const void *data, size_t length);
 
 /* ---- bounded blocking queue ------------------------------------------------------------------ */
 

@@ -2,7 +2,7 @@
  * secret.h — the job's secret and the keyed hash that uses it (secret.c).
  *
  * Internal header: the store (runtime/dist), the launcher (runtime/host) and the node's shared
- * segments (runtime/data) include it.
+ * segments (runtime/loader) include it.
  */
 #ifndef WK_CORE_SECRET_H
 #define WK_CORE_SECRET_H

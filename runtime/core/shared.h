@@ -2,7 +2,7 @@
  * shared.h — memory shared by the processes of one node: a region named in /dev/shm (or anonymous),
  * a robust process-shared lock, and futex waits on the lock's generation counter (shared.c).
  *
- * Internal header: the node-wide caches of runtime/data use it, and the launcher (runtime/host) removes
+ * Internal header: the node-wide caches of runtime/io and runtime/loader use it, and the launcher (runtime/host) removes
  * its job's regions through it.
  */
 #ifndef WK_CORE_SHARED_H

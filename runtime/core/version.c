@@ -56,7 +56,7 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkBuildInfo, has_cuda),
     OFFSET_OF(WkBuildInfo, compiler),
     OFFSET_OF(WkBuildInfo, build_flags),
-    /* data (runtime/data) */
+    /* data (runtime/dataset, runtime/loader, runtime/convert) */
     SIZE_OF(WkShardInfo),
     OFFSET_OF(WkShardInfo, name),
     OFFSET_OF(WkShardInfo, tokens),

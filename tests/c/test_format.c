@@ -11,11 +11,11 @@
 
 #include "check.h"
 #include "core/json.h"
-#include "data/cache.h"
-#include "data/convert/shard_writer.h"
-#include "data/index.h"
-#include "data/shard.h"
-#include "data/tokenizer.h"
+#include "dataset/cache.h"
+#include "format/shard_writer.h"
+#include "format/index.h"
+#include "format/shard.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- JSON ------------------------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * test_shared.c — the node's shared memory as an outside value: a region that is not this user's with
  * mode 0600 is refused (core/shared.c), and a node cache whose shared header or links another process
- * corrupted fails with a message instead of reading outside the region or looping (data/unitcache.c),
+ * corrupted fails with a message instead of reading outside the region or looping (loader/unitcache.c),
  * and a reader whose pid now names another process is cleared like a dead one.
  *
  * unitcache.c is included, not linked: the tests corrupt its private layout the way another process
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/unitcache.c"
+#include "loader/unitcache.c"
 
 enum { HANG_LIMIT_S = 60 }; /* a loop in a chain would otherwise hang the test instead of failing it */
 

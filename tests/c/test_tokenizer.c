@@ -1,6 +1,6 @@
 /*
- * test_tokenizer.c — the tokenizer's parts that the oracle specs (tests/tokenizer_spec.lua) reach only
- * through whole texts: the hand-written ASCII matchers (ascii.c) against PCRE2 running the same
+ * test_tokenizer.c — the tokenizer's parts that the oracle specs (tests/tokenizer/tokenizer_spec.lua)
+ * reach only through whole texts: the hand-written ASCII matchers (ascii.c) against PCRE2 running the same
  * patterns, on random text made of the characters where their alternatives meet; and encoding from
  * several threads at once (each with its own state, released as threads end) giving what one gives.
  */
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/bpe/bpe.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t next_random(void) {

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "data/stream.h"
+#include "loader/stream.h"
 
 enum { MAX_TEXT = 8192 };
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/json.h"   /* wk_json_line_field: the .jsonl reader */
-#include "data/index.h"
+#include "format/index.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   WkIndex index;

@@ -1,5 +1,5 @@
 /*
- * fuzz_inputs.c — libFuzzer target for the converter's input readers (runtime/data/convert/
+ * fuzz_inputs.c — libFuzzer target for the converter's input readers (runtime/convert/
  * convert_input.c): the .jsonl line cutter (plain and zstd) with the JSON line reader behind it, and
  * the llm.c/nanoGPT .bin token reader.
  *
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "data/convert/convert.h"
+#include "convert/convert.h"
 
 enum {
   MODE_JSONL, MODE_JSONL_ZST, MODE_JSONL_ZST_OF, MODE_BIN, MODES,  /* ZST_OF: the target compresses the rest */

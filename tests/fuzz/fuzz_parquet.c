@@ -1,6 +1,6 @@
 /*
  * fuzz_parquet.c — libFuzzer target for the converter's record inputs: the Parquet reader
- * (runtime/data/convert/parquet/: footer, page headers, levels, codecs, dictionary and PLAIN values)
+ * (runtime/convert/parquet/: footer, page headers, levels, codecs, dictionary and PLAIN values)
  * and the WebDataset tar reader behind it, with the record chunks they emit processed as a worker
  * would. Input: byte 0 picks the reader (bit 0: tar) and the column or extension (bit 1: "text" or
  * "txt", else "a"); the rest is the file, read through a blob that cannot map (bit 2) or can.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/convert/convert.h"
+#include "convert/convert.h"
 
 enum { MAX_ROWS = 1 << 14, TINY_CHUNK_BYTES = 256, LIMIT_BYTES = 1 << 16 };
 

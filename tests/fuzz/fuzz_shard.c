@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/shard.h"
+#include "format/shard.h"
 
 enum { MAX_DECODE_BYTES = 1 << 22, MAX_BLOCKS = 256, MAX_DOCS = 4096 };
 

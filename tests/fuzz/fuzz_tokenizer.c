@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "data/tokenizer/bpe.h"
+#include "tokenizer/bpe/bpe.h"
 
 static void exercise(const WkTokenizer *t, const uint8_t *text, size_t length) {
   WkTokenVec ids = {0};

@@ -1,4 +1,4 @@
-"""Inputs for the converter's corpus tests (tests/corpus_spec.lua, tests/bench/corpus.lua), written by
+"""Inputs for the converter's corpus tests (tests/convert/corpus_spec.lua, tests/bench/corpus.lua), written by
 independent writers: pyarrow for Parquet, Python's tarfile for WebDataset shards, Hugging Face
 tokenizers for a tokenizer.json. Runs in the venv of third_party/test-python.txt.
 

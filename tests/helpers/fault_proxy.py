@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A fault-injecting HTTP/1.1 proxy for the remote-data tests (tests/remote_faults_spec.lua), Python
+"""A fault-injecting HTTP/1.1 proxy for the remote-data tests (tests/io/remote_faults_spec.lua), Python
 standard library only.
 
     fault_proxy.py UPSTREAM_PORT PORT_FILE CONTROL_FILE LOG_FILE

@@ -1,4 +1,4 @@
--- One rank of the remote-cache tests (tests/remote_spec.lua), a real process, often two of them under
+-- One rank of the remote-cache tests (tests/io/remote_spec.lua), a real process, often two of them under
 -- `run --nproc-per-node 2`:
 --   ./run tests/helpers/remote_rank.lua DATA AUDIT CACHE_DIR CACHE_DISK_BYTES [STEPS] [WATCH] [OPTIONS]
 -- Streams one epoch of DATA (or STEPS global steps) with a fixed order, appending every sample to AUDIT,

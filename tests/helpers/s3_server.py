@@ -1,4 +1,4 @@
-"""An S3-compatible server for the S3 tests (tests/s3_spec.lua): moto's server mode on 127.0.0.1, run by
+"""An S3-compatible server for the S3 tests (tests/io/s3_spec.lua): moto's server mode on 127.0.0.1, run by
 the test venv's Python (third_party/test-venv.sh).
 
     python s3_server.py READY_FILE BUCKET DIR

@@ -1,6 +1,6 @@
 -- A stranger to a job's store: raw frames that bash sends through /dev/tcp, from a process of
 -- another user (a throwaway account) or of another network namespace, so tests can check that
--- none of it changes what a rank does (tests/dist_spec.lua, tests/multinode_spec.lua).
+-- none of it changes what a rank does (tests/dist/dist_spec.lua, tests/dist/multinode_spec.lua).
 local helper = require 'helper'
 local q = helper.shell_quote
 

@@ -1,4 +1,4 @@
--- One rank for the node-cache tests (tests/order_spec.lua), run as a real process:
+-- One rank for the node-cache tests (tests/loader/order_spec.lua), run as a real process:
 --   ./run tests/helpers/stream_rank.lua DATA SEQ_LEN GLOBAL_BATCH BUFFER_TOKENS CACHE_BYTES READY_DIR [DIE_AFTER [HOW]]
 -- RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (and a job id) come from the environment. Starts its loader, marks
 -- itself ready in READY_DIR and waits until WORLD_SIZE ranks are (so no rank streams a whole epoch

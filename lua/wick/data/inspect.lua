@@ -15,7 +15,7 @@ local data = require 'wick.data'
 local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
 
 local EXACT_INTEGER = 2 ^ 53
-local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/data/loader.c)
+local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/loader/loader.c)
 
 local spec = {
   name = 'wick.data.inspect',

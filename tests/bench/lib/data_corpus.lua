@@ -73,7 +73,7 @@ end
 local function u32(bytes, at) return ffi.cast('const uint32_t *', ffi.cast('const char *', bytes) + at)[0] end
 local function u64(bytes, at) return tonumber(ffi.cast('const uint64_t *', ffi.cast('const char *', bytes) + at)[0]) end
 
--- Concatenates the zstd frames of every block of dir (format: runtime/data/FORMAT.md) into path when
+-- Concatenates the zstd frames of every block of dir (format: runtime/format/FORMAT.md) into path when
 -- path is missing; returns the tokens those frames decode to (blocks stored raw are left out).
 local function zstd_payload(dir, path)
   local write = not exists(path)

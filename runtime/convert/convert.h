@@ -1,0 +1,196 @@
+/*
+ * runtime/convert — the converter: text corpora (local or remote) -> a dataset directory of shards.
+ *
+ * Owns its pipeline (convert.c: threads, ordering, shards, progress), its inputs (below, and
+ * remote_input.c for http(s):// and s3:// inputs through runtime/io/remote), its output directory
+ * (output.c: lock, staging directory, swap) and a Parquet reader of its own (parquet/). The shard
+ * writer and the index are the format's (runtime/format/); tokenizers are runtime/tokenizer/'s.
+ * Layer: above format/ and tokenizer/ (runtime/LAYERS); nothing in the read path includes it.
+ *
+ * convert.h — what convert.c (the pipeline) and convert_input.c (reading inputs) share.
+ *
+ * The converter turns inputs into a sequence of chunks with consecutive numbers. Worker threads turn
+ * each chunk into tokens and document ends independently; the builder consumes chunk results in
+ * number order, so the document sequence, and with it every shard, depends only on the inputs.
+ *
+ *   convert_input.c   listing inputs; cutting .txt, .jsonl(.zst) and .bin; turning chunks into tokens
+ *   records.c         chunks of records (one text per row or sample), for the readers below
+ *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
+ *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
+ */
+#ifndef WK_CONVERT_H
+#define WK_CONVERT_H
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "../core/json.h"
+#include "../format/index.h"
+#include "../format/shard_writer.h"
+#include "../tokenizer/tokenizer.h"
+
+typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN, INPUT_PARQUET, INPUT_TAR } InputKind;
+
+typedef struct WkRemote WkRemote;
+
+typedef struct {
+  char *path;
+  InputKind kind;
+  uint64_t size;
+  WkRemote *remote;  /* the converter's remote context for a URL (remote_input.c); NULL: a local file */
+  bool headerless;   /* .bin: nanoGPT's uint16 tokens, no llm.c header (WK_CONVERT_HEADERLESS_BIN) */
+} Input;
+
+typedef struct {
+  uint64_t line;   /* 1-based, relative to the chunk's first line */
+  char reason[128];
+} BadLine;
+
+typedef enum { JOB_CHUNK, JOB_PIECE } JobKind;
+
+/* One piece of one input, and what a worker made of it. */
+typedef struct {
+  JobKind kind;
+  uint64_t seq;
+  uint32_t input;
+  bool first, last;      /* first/last chunk of its input */
+  uint8_t *data;         /* owned bytes (lines, or .bin tokens); NULL for a text file (read by the worker) */
+  size_t length;
+  uint64_t offset;       /* .bin: where data starts in the file (for messages) */
+  uint64_t input_bytes;  /* progress made when this chunk is consumed */
+  /* results */
+  bool done;
+  WkStatus status;
+  char message[1024];
+  WkTokenVec tokens;
+  uint64_t *doc_ends;    /* exclusive ends in tokens; the part after the last end continues (.bin) */
+  size_t doc_count, doc_capacity;
+  uint64_t lines;        /* lines (rows, samples) in the chunk, for numbering the next one */
+  uint64_t nulls;        /* Parquet: null rows skipped */
+  BadLine *bad;
+  size_t bad_count, bad_capacity;
+} Chunk;
+
+/* Settings a worker needs. */
+typedef struct {
+  const WkTokenizer *tokenizer;
+  const char *field;       /* .jsonl: the string member; Parquet: the column; tar: the member extension */
+  const char *json_field;  /* tar: the string member of a .json member (field "json") */
+  WkTextSplit split;
+  const Input *inputs;
+} ChunkContext;
+
+/* Worker side: fills the chunk's results (never fails the thread: errors go into status/message). */
+void convert_process_chunk(const ChunkContext *ctx, Chunk *chunk);
+/* What workers collect into a chunk (records.c): a bad line (line numbered within the chunk), the end
+ * of a document at the chunk's current token count. */
+WkStatus convert_bad_add(BadLine **bad, size_t *count, size_t *capacity, uint64_t line, const char *reason);
+WkStatus convert_chunk_end_document(Chunk *c);
+void convert_chunk_free(Chunk *chunk);
+
+/* Producer side: cuts input i into chunks, handing each to emit (which may block for backpressure
+ * and returns non-OK to stop). */
+typedef WkStatus (*ChunkEmit)(void *arg, Chunk *chunk);
+WkStatus convert_cut_input(const ChunkContext *ctx, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop);
+
+/* The same for a .jsonl, .jsonl.zst or .bin input already open as blob, cut into pieces of about
+ * sizes (the converter's: 1 MiB of lines, 1 Mi tokens; tests/fuzz/fuzz_inputs.c cuts tiny ones so
+ * that every chunk boundary is reached). */
+typedef struct {
+  size_t line_bytes;  /* .jsonl: a chunk ends at the last newline before this many bytes (>= 1) */
+  size_t bin_tokens;  /* .bin: tokens per chunk (>= 1) */
+  size_t max_line_bytes; /* .jsonl: a line found longer than this fails the input (memory stays bounded) */
+} ChunkSizes;
+WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                          void *arg, const atomic_bool *stop);
+
+/* ---- records (records.c): chunks of Parquet rows and tar samples ------------------------------- */
+
+/* A chunk's data is a run of records: u64 row (within the chunk, from 0), u32 length, the bytes. The
+ * reader adds rows; a full chunk is emitted at once. */
+typedef struct {
+  uint32_t input;
+  ChunkEmit emit;
+  void *arg;
+  size_t chunk_bytes;   /* a chunk is emitted once its records reach this */
+  WkByteVec data;
+  uint64_t rows, nulls;
+  BadLine *bad;
+  size_t bad_count, bad_capacity;
+  bool first;
+  uint64_t progress, reported;  /* input bytes read so far, and those reported with chunks */
+} RecordCutter;
+
+void record_cutter_init(RecordCutter *rc, uint32_t input, size_t chunk_bytes, ChunkEmit emit, void *arg);
+WkStatus record_cutter_add(RecordCutter *rc, const uint8_t *text, size_t length);
+WkStatus record_cutter_nulls(RecordCutter *rc, uint64_t count);
+/* A row that has no document, for a reason the reader found (reported as file:row: reason). */
+WkStatus record_cutter_bad(RecordCutter *rc, const char *reason);
+/* Emits what is held (an empty last chunk too, so the input's progress is counted). */
+WkStatus record_cutter_flush(RecordCutter *rc, bool last);
+void record_cutter_free(RecordCutter *rc);
+
+/* Worker side: each record -> a document (UTF-8 checked; a tar .json member's json_field taken). */
+WkStatus convert_process_records(const ChunkContext *ctx, const Input *in, Chunk *c);
+
+/* The readers (producer thread): the chunks of a Parquet file or a WebDataset tar open as blob. */
+typedef struct {
+  size_t chunk_bytes;        /* records per chunk, in bytes */
+  uint64_t max_footer_bytes; /* Parquet: a longer footer is refused */
+  uint64_t max_page_bytes;   /* Parquet: a larger page is refused */
+  uint64_t max_member_bytes; /* tar: a larger member is refused */
+} RecordLimits;
+WkStatus convert_cut_parquet(const ChunkContext *ctx, uint32_t i, WkBlob *blob, const RecordLimits *limits,
+                             ChunkEmit emit, void *arg);
+WkStatus convert_cut_tar(const ChunkContext *ctx, uint32_t i, WkBlob *blob, const RecordLimits *limits, ChunkEmit emit,
+                         void *arg);
+extern const RecordLimits CONVERT_RECORD_LIMITS;  /* the converter's */
+
+/* Adds path (file or directory, walked in sorted order; patterns: NULL-terminated fnmatch globs a
+ * walked file's name must match, NULL for all; out_dir is never walked into) to the list. */
+WkStatus convert_list_inputs(const char *path, const char *const *patterns, const char *out_dir, Input **inputs,
+                             size_t *count, size_t *capacity);
+
+/* The output directory (output.c): locked for the run, written through a staging directory next to
+ * it, published by a swap. */
+typedef struct {
+  char *dir;        /* the output directory, absolute and resolved */
+  char *staging;    /* where this run writes: <parent>/.<name>.converting */
+  char *old;        /* the replaced dataset until it is removed: <parent>/.<name>.old */
+  char *lock_path;  /* <parent>/.<name>.lock */
+  int lock_fd;      /* -1 unless held */
+  bool published;
+} ConvertOutput;
+
+/* Resolves and locks out_dir (failing at once, naming the holder's pid, when another converter has
+ * it), finishes the cleanup a killed run left, and prepares the staging directory: emptied, or with
+ * resume only of its temporaries (its shards are candidates for reuse). */
+WkStatus convert_output_open(const char *out_dir, bool resume, ConvertOutput *o);
+/* The path of name in the staging directory (malloc'd; NULL when out of memory). */
+char *convert_output_path(const ConvertOutput *o, const char *name);
+/* Resuming: makes the current dataset's file name part of the staging directory too (a hard link). */
+WkStatus convert_output_adopt(const ConvertOutput *o, const char *name);
+/* Swaps the staging directory (holding shards 0..shards-1 and index.json) in for the output. */
+WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
+/* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
+void convert_output_close(ConvertOutput *o, bool failed);
+
+/* An input's kind, by its name's suffix (convert_input.c). */
+InputKind convert_input_kind(const char *path);
+/* Whether a file found in a directory (or under a prefix) is read: its name matches a pattern (or none
+ * are set). */
+bool convert_input_wanted(const char *path, const char *const *patterns);
+
+/* ---- remote_input.c ---- */
+
+/* Lists a http(s):// or s3:// input: one object (its size asked of the server), or for an
+ * s3://bucket/prefix/ (ending in '/') every object under it, byte-wise sorted, like a directory's files
+ * (hidden names and names no pattern matches skipped). *remote is the converter's remote context,
+ * opened at its first URL (close it with convert_remote_close). */
+WkStatus convert_add_remote_input(WkRemote **remote, const char *location, const char *const *patterns,
+                                  Input **inputs, size_t *count, size_t *capacity);
+/* An input's bytes: a local file, or a remote object read by range (not cached, read once). */
+WkBlob *convert_open_input(const Input *in);
+void convert_remote_close(WkRemote *remote);
+
+#endif /* WK_CONVERT_H */

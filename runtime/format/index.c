@@ -1,0 +1,241 @@
+/*
+ * index.c — the dataset index, index.json: parsing with validation, and deterministic
+ * serialization.
+ *
+ * The index is the one file a reader needs before any shard: it lists the shards with their sizes,
+ * token and document counts and header checksums, and the tokenizer. Shard names come from
+ * possibly untrusted storage, so they are checked to stay inside the dataset directory.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/json.h"
+#include "../tokenizer/tokenizer.h" /* the built-ins' fingerprints, for indexes written before it was recorded */
+#include "index.h"
+#include "shard.h"  /* WK_SHARD_HEADER_BYTES: the smallest shard */
+
+#define INDEX_FORMAT_NAME "wick-dataset"
+#define BAD(...) (wk_fail_at(__FILE__, __LINE__, WK_ERR_FORMAT, __VA_ARGS__))
+
+bool wk_index_name_is_safe(const char *name) {
+  if (!name || !name[0] || name[0] == '/' || strlen(name) > 1024) return false;
+  const char *component = name;
+  for (const char *p = name;; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c == '/' || c == '\0') {
+      size_t n = (size_t)(p - component);
+      if (n == 0 || (n == 1 && component[0] == '.') || (n == 2 && component[0] == '.' && component[1] == '.'))
+        return false;
+      if (c == '\0') return true;
+      component = p + 1;
+    } else if (c < 0x20 || c == 0x7f || c == '\\') {
+      return false;
+    }
+  }
+}
+
+void wk_index_free(WkIndex *index) {
+  if (!index) return;
+  for (uint32_t i = 0; i < index->shard_count; i++) free(index->shards[i].name);
+  free(index->shards);
+  free(index->tokenizer);
+  memset(index, 0, sizeof *index);
+}
+
+static bool get_u64(const WkJson *object, const char *key, uint64_t *out) {
+  return wk_json_u64(wk_json_get(object, key), out);
+}
+
+enum { HEX64_DIGITS = 16 };
+
+/* A string of prefix + 16 lowercase hex digits. */
+static bool parse_hex64(const WkJson *v, const char *prefix, uint64_t *out) {
+  size_t skip = strlen(prefix);
+  if (!v || v->type != WK_JSON_STRING || v->length != skip + HEX64_DIGITS || strncmp(v->string, prefix, skip) != 0)
+    return false;
+  uint64_t x = 0;
+  for (size_t i = skip; i < skip + HEX64_DIGITS; i++) {
+    char c = v->string[i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    x = x << 4 | (uint64_t)d;
+  }
+  *out = x;
+  return true;
+}
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static WkStatus parse_tree(const WkJson *root, const char *name, WkIndex *ix) {
+  if (root->type != WK_JSON_OBJECT) return BAD("index '%s': not a JSON object", name);
+  const WkJson *format = wk_json_get(root, "format");
+  if (!format || format->type != WK_JSON_STRING || strcmp(format->string, INDEX_FORMAT_NAME) != 0)
+    return BAD("index '%s': \"format\" is not \"" INDEX_FORMAT_NAME "\" (not a Wick dataset index)", name);
+  uint64_t version = 0, vocab = 0, eos = 0, width = 0;
+  if (!get_u64(root, "version", &version) || version == 0)
+    return BAD("index '%s': missing or bad \"version\"", name);
+  if (version > WK_INDEX_VERSION)
+    return BAD("index '%s': format version %llu is newer than this reader's %d (upgrade Wick to read it)", name,
+               (unsigned long long)version, WK_INDEX_VERSION);
+  ix->version = (uint32_t)version;
+  const WkJson *tokenizer = wk_json_get(root, "tokenizer");
+  if (!tokenizer || tokenizer->type != WK_JSON_STRING || tokenizer->length == 0)
+    return BAD("index '%s': missing \"tokenizer\"", name);
+  ix->tokenizer = strdup(tokenizer->string);
+  if (!ix->tokenizer) return WK_FAIL(WK_ERR_NOMEM, "out of memory reading index '%s'", name);
+  /* Older indexes lack the fingerprint: a built-in's name still says which it is. */
+  const WkJson *fingerprint = wk_json_get(root, "tokenizer_fingerprint");
+  const WkTokenizer *builtin = wk_tokenizer_find(ix->tokenizer);
+  if (fingerprint && !parse_hex64(fingerprint, "", &ix->tokenizer_fingerprint))
+    return BAD("index '%s': \"tokenizer_fingerprint\" must be a string of 16 hex digits", name);
+  if (!fingerprint && builtin) ix->tokenizer_fingerprint = builtin->fingerprint;
+  if (!get_u64(root, "vocab_size", &vocab) || !get_u64(root, "eos", &eos) || !get_u64(root, "token_bytes", &width) ||
+      !get_u64(root, "tokens", &ix->tokens) || !get_u64(root, "documents", &ix->documents))
+    return BAD("index '%s': \"vocab_size\", \"eos\", \"token_bytes\", \"tokens\" and \"documents\" must be "
+               "non-negative integers",
+               name);
+  if ((width != 2 && width != 4) || vocab == 0 || vocab > UINT32_MAX || eos >= vocab ||
+      (width == 2 && vocab > 65536))
+    return BAD("index '%s': vocabulary %llu with EOS %llu does not fit %llu-byte tokens", name,
+               (unsigned long long)vocab, (unsigned long long)eos, (unsigned long long)width);
+  ix->vocab_size = (uint32_t)vocab;
+  ix->eos = (uint32_t)eos;
+  ix->token_bytes = (uint32_t)width;
+
+  const WkJson *shards = wk_json_get(root, "shards");
+  if (!shards || shards->type != WK_JSON_ARRAY) return BAD("index '%s': missing \"shards\" array", name);
+  uint64_t count = 0;
+  for (const WkJson *s = shards->child; s; s = s->next) count++;
+  if (count > UINT32_MAX) return BAD("index '%s': %llu shards are too many", name, (unsigned long long)count);
+  ix->shards = wk_calloc(count, sizeof *ix->shards, "index shards");
+  if (!ix->shards) return WK_ERR_NOMEM;
+  uint64_t tokens = 0, documents = 0;
+  uint32_t i = 0;
+  for (const WkJson *s = shards->child; s; s = s->next, i++) {
+    WkIndexShard *sh = &ix->shards[i];
+    const WkJson *shard_name = wk_json_get(s, "name");
+    if (!shard_name || shard_name->type != WK_JSON_STRING) return BAD("index '%s' shard %u: missing \"name\"", name, i);
+    if (!wk_index_name_is_safe(shard_name->string) || strlen(shard_name->string) != shard_name->length)
+      return BAD("index '%s' shard %u: unsafe name '%s' (names must be relative, without '..', '.' or empty "
+                 "components)",
+                 name, i, shard_name->string);
+    sh->name = strdup(shard_name->string);
+    ix->shard_count = i + 1; /* so wk_index_free releases what is parsed so far */
+    if (!sh->name) return WK_FAIL(WK_ERR_NOMEM, "out of memory reading index '%s'", name);
+    if (!get_u64(s, "tokens", &sh->tokens) || !get_u64(s, "documents", &sh->documents) ||
+        !get_u64(s, "bytes", &sh->bytes) || !parse_hex64(wk_json_get(s, "checksum"), "xxh3:", &sh->checksum))
+      return BAD("index '%s' shard '%s': needs integer \"tokens\", \"documents\", \"bytes\" and a "
+                 "\"checksum\" like \"xxh3:0123456789abcdef\"",
+                 name, sh->name);
+    if (sh->documents > sh->tokens || (sh->tokens > 0 && sh->documents == 0) || sh->bytes < WK_SHARD_HEADER_BYTES)
+      return BAD("index '%s' shard '%s': %llu tokens, %llu documents, %llu bytes are inconsistent", name, sh->name,
+                 (unsigned long long)sh->tokens, (unsigned long long)sh->documents,
+                 (unsigned long long)sh->bytes);
+    if (tokens + sh->tokens < tokens || documents + sh->documents < documents)
+      return BAD("index '%s': token or document counts overflow", name);
+    tokens += sh->tokens;
+    documents += sh->documents;
+  }
+  /* Duplicate names: sort a list of pointers and compare neighbours. */
+  const char **names = wk_calloc(ix->shard_count, sizeof *names, "shard name list");
+  if (!names) return WK_ERR_NOMEM;
+  for (uint32_t a = 0; a < ix->shard_count; a++) names[a] = ix->shards[a].name;
+  qsort(names, ix->shard_count, sizeof *names, compare_names);
+  for (uint32_t a = 1; a < ix->shard_count; a++) {
+    if (strcmp(names[a - 1], names[a]) == 0) {
+      WkStatus status = BAD("index '%s': shard '%s' is listed twice", name, names[a]);
+      free(names);
+      return status;
+    }
+  }
+  free(names);
+  if (tokens != ix->tokens || documents != ix->documents)
+    return BAD("index '%s': shards add up to %llu tokens and %llu documents, but the totals say %llu and %llu", name,
+               (unsigned long long)tokens, (unsigned long long)documents, (unsigned long long)ix->tokens,
+               (unsigned long long)ix->documents);
+  return WK_OK;
+}
+
+WkStatus wk_index_parse(const char *text, size_t length, const char *name, WkIndex *out) {
+  memset(out, 0, sizeof *out);
+  WkJson *root = NULL;
+  if (wk_json_parse(text, length, &root) != WK_OK) return wk_error_context("index '%s'", name);
+  WkStatus status = parse_tree(root, name, out);
+  wk_json_free(root);
+  if (status != WK_OK) wk_index_free(out);
+  return status;
+}
+
+/* ---- writing ------------------------------------------------------------------------------------ */
+
+typedef struct {
+  char *data;
+  size_t length, capacity;
+  bool failed;
+} Buffer;
+
+static void append(Buffer *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void append(Buffer *b, const char *fmt, ...) {
+  if (b->failed) return;
+  for (;;) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(b->data ? b->data + b->length : NULL, b->data ? b->capacity - b->length : 0, fmt, args);
+    va_end(args);
+    if (n < 0) { b->failed = true; return; }
+    if (b->data && b->length + (size_t)n < b->capacity) {
+      b->length += (size_t)n;
+      return;
+    }
+    size_t cap = b->capacity ? b->capacity * 2 : 4096;
+    while (cap < b->length + (size_t)n + 1) cap *= 2;
+    char *d = realloc(b->data, cap);
+    if (!d) { b->failed = true; return; }
+    b->data = d;
+    b->capacity = cap;
+  }
+}
+
+/* Names are safe (checked) and plain; escape the JSON specials anyway. */
+static void append_string(Buffer *b, const char *s) {
+  append(b, "\"");
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') append(b, "\\%c", c);
+    else if (c < 0x20) append(b, "\\u%04x", c);
+    else append(b, "%c", c);
+  }
+  append(b, "\"");
+}
+
+WkStatus wk_index_format(const WkIndex *ix, const char *extra, char **out, size_t *length) {
+  Buffer b = {0};
+  append(&b, "{\n  \"format\": \"" INDEX_FORMAT_NAME "\",\n  \"version\": %d,\n  \"tokenizer\": ", WK_INDEX_VERSION);
+  append_string(&b, ix->tokenizer);
+  if (ix->tokenizer_fingerprint) append(&b, ",\n  \"tokenizer_fingerprint\": \"%016" PRIx64 "\"", ix->tokenizer_fingerprint);
+  append(&b, ",\n  \"vocab_size\": %u,\n  \"eos\": %u,\n  \"token_bytes\": %u,\n", ix->vocab_size, ix->eos,
+         ix->token_bytes);
+  append(&b, "  \"tokens\": %" PRIu64 ",\n  \"documents\": %" PRIu64 ",\n", ix->tokens, ix->documents);
+  if (extra && extra[0]) append(&b, "  \"converter\": {%s},\n", extra);
+  append(&b, "  \"shards\": [");
+  for (uint32_t i = 0; i < ix->shard_count; i++) {
+    const WkIndexShard *s = &ix->shards[i];
+    append(&b, "%s\n    {\"name\": ", i ? "," : "");
+    append_string(&b, s->name);
+    append(&b, ", \"bytes\": %" PRIu64 ", \"tokens\": %" PRIu64 ", \"documents\": %" PRIu64
+               ", \"checksum\": \"xxh3:%016" PRIx64 "\"}",
+           s->bytes, s->tokens, s->documents, s->checksum);
+  }
+  append(&b, "%s]\n}\n", ix->shard_count ? "\n  " : "");
+  if (b.failed) {
+    free(b.data);
+    return WK_FAIL(WK_ERR_NOMEM, "out of memory formatting the dataset index");
+  }
+  *out = b.data;
+  *length = b.length;
+  return WK_OK;
+}

@@ -1,0 +1,52 @@
+/*
+ * index.h — the dataset index (index.json): its model, parsing with validation (safe shard names,
+ * consistent counts) and deterministic serialization (index.c).
+ *
+ * Internal header: runtime/ code above format/ and tests include it; Lua never sees it.
+ */
+#ifndef WK_FORMAT_INDEX_H
+#define WK_FORMAT_INDEX_H
+
+#include "../core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- dataset index (index.json) ------------------------------------------------------------------ */
+
+enum { WK_INDEX_VERSION = 1 };
+
+typedef struct {
+  char *name;
+  uint64_t tokens, documents, bytes;
+  uint64_t checksum;  /* header_hash of the shard */
+} WkIndexShard;
+
+typedef struct {
+  uint32_t version;
+  char *tokenizer;
+  uint64_t tokenizer_fingerprint;  /* identity of the ids' meaning (WkTokenizer.fingerprint); 0: unknown
+                                      (an index written before it was recorded, by a tokenizer file) */
+  uint32_t vocab_size;
+  uint32_t eos;
+  uint32_t token_bytes;
+  uint64_t tokens, documents;
+  uint32_t shard_count;
+  WkIndexShard *shards;
+} WkIndex;
+
+/* Parses and validates index text (names safe, counts consistent); name is the file for messages. */
+WkStatus wk_index_parse(const char *text, size_t length, const char *name, WkIndex *out);
+void wk_index_free(WkIndex *index);
+/* Serializes deterministically (fixed key order, no timestamps); *out is malloc'd. extra is a
+ * JSON object body (may be NULL) describing how it was made. */
+WkStatus wk_index_format(const WkIndex *index, const char *extra, char **out, size_t *length);
+/* A shard name is a plain relative path: no leading '/', no '..' or '.' components, no '\\' or
+ * control characters, not empty. */
+bool wk_index_name_is_safe(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WK_FORMAT_INDEX_H */

@@ -1,0 +1,267 @@
+/*
+ * runtime/tokenizer/bpe/ — byte-level BPE tokenizers behind the WkTokenizer interface of
+ * ../tokenizer.h: Hugging Face tokenizer.json files with a BPE model and a byte-level pre-tokenizer
+ * (GPT-2, Llama 3, Qwen style) and tiktoken rank files (r50k/gpt2, p50k, cl100k, o200k).
+ *
+ *   bytelevel.c    GPT-2's byte <-> printable character alphabet that tokenizer.json vocabularies use
+ *   vocab.c        token ids <-> bytes, and the merge table: a pair of ids -> (rank, merged id)
+ *   merge.c        BPE of one piece (lowest rank first, leftmost on ties; a heap for long pieces,
+ *                  so a piece of n bytes costs O(n log n)) and the per-thread cache of pieces
+ *   pretokenize.c  text -> pieces with PCRE2 regexes (JIT, UTF | UCP | DOLLAR_ENDONLY); the patterns
+ *                  tiktoken and tokenizer.json files name
+ *   ascii.c        hand-written matchers of the common patterns for ASCII text (PCRE2 for the rest)
+ *   added.c        added and special tokens found in text (leftmost-longest, Hugging Face's rules)
+ *   encode.c       the encoder (added tokens -> NFC -> pieces -> merges) and decoder; per-thread state
+ *   huggingface.c  tokenizer.json -> a tokenizer, or an error naming the unsupported component
+ *   tiktoken.c     .tiktoken rank files, with the pattern and special tokens of their encoding
+ *   file.c         reading a tokenizer's files whole
+ *   tokenize.c     JSONL of text <-> JSONL of id arrays on all cores (`run -m wick.tokenize`)
+ *
+ * Encoding is thread-safe: the tokenizer is read-only once built; what a call needs to write (the
+ * regex match data, merge scratch, the piece cache) belongs to the calling thread (encode.c).
+ *
+ * Internal header of this folder; ../tokenizer.h is the contract for the rest of runtime/.
+ */
+#ifndef WK_TOKENIZER_BPE_H
+#define WK_TOKENIZER_BPE_H
+
+#include <pthread.h>
+
+#include "../tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { BPE_NO_TOKEN = UINT32_MAX };
+/* Token ids are below this (the largest vocabularies have ~256k tokens; tables are sized by the
+ * largest id, so a stray huge id in a file is an error, not gigabytes of memory). */
+#define BPE_MAX_VOCAB (1u << 22)
+
+/* ---- vocabulary and merges (vocab.c) --------------------------------------------------------- */
+
+/* Token ids 0..count-1 and the bytes each stands for; ids without bytes are absent (a gap). */
+typedef struct {
+  uint32_t count;
+  uint64_t *start;    /* [count] where the id's bytes begin in bytes */
+  uint32_t *length;   /* [count] */
+  uint8_t *present;   /* [count] 1 when the id has a token */
+  uint8_t *bytes;
+  size_t bytes_length, bytes_capacity;
+  uint32_t max_token_bytes;
+  /* bytes -> id: open addressing over ids (BPE_NO_TOKEN = empty), tagged with the hash's top bits */
+  uint64_t *index;
+  uint64_t index_mask;
+} Vocab;
+
+WkStatus vocab_init(Vocab *v, uint32_t count);
+void vocab_free(Vocab *v);
+/* Sets the bytes of an id (each id once; the same bytes twice is an error naming both ids). */
+WkStatus vocab_set(Vocab *v, uint32_t id, const uint8_t *bytes, size_t length, const char *source);
+/* Builds the bytes -> id index once every id is set. */
+WkStatus vocab_finish(Vocab *v);
+uint32_t vocab_find(const Vocab *v, const uint8_t *bytes, size_t length);
+static inline bool vocab_has(const Vocab *v, uint32_t id) { return id < v->count && v->present[id]; }
+static inline const uint8_t *vocab_bytes(const Vocab *v, uint32_t id, size_t *length) {
+  *length = v->length[id];
+  return v->bytes + v->start[id];
+}
+
+/* (left, right) -> (rank, merged): the merges of the model. */
+typedef struct {
+  uint64_t key;  /* left << 32 | right; UINT64_MAX = empty */
+  uint32_t rank, merged;
+} PairSlot;
+
+typedef struct {
+  PairSlot *slots;
+  uint64_t mask;
+  size_t count;
+} PairTable;
+
+WkStatus pairs_init(PairTable *p, size_t expected);
+void pairs_free(PairTable *p);
+/* Adds or replaces (a later merge of the same pair replaces the earlier one, as Hugging Face does). */
+WkStatus pairs_put(PairTable *p, uint32_t left, uint32_t right, uint32_t rank, uint32_t merged);
+
+/* Fibonacci hashing, folded so that the low bits (the slot) depend on every bit of both ids. */
+static inline uint64_t pair_hash(uint64_t key) {
+  uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 32);
+}
+
+/* The merge of (left, right), or NULL. Inline: the merge loop's innermost call. */
+static inline const PairSlot *pairs_find(const PairTable *p, uint32_t left, uint32_t right) {
+  uint64_t key = (uint64_t)left << 32 | right;
+  for (uint64_t i = pair_hash(key) & p->mask;; i = (i + 1) & p->mask) {
+    const PairSlot *s = &p->slots[i];
+    if (s->key == key) return s;
+    if (s->key == UINT64_MAX) return NULL;
+  }
+}
+
+/* ---- byte-level alphabet (bytelevel.c) -------------------------------------------------------- */
+
+/* The byte a character of GPT-2's alphabet stands for, or -1 when it is not one of the 256. */
+int bytelevel_byte(uint32_t codepoint);
+/* UTF-8 of the character standing for byte b (at most 2 bytes); returns its length. */
+size_t bytelevel_char(uint8_t b, uint8_t out[2]);
+/* A tokenizer.json vocabulary string -> the bytes it stands for (characters outside the alphabet
+ * are kept as their own UTF-8). out has room for length bytes. Returns the byte count. */
+size_t bytelevel_decode(const char *text, size_t length, uint8_t *out);
+
+/* ---- pre-tokenizer (pretokenize.c) --------------------------------------------------------- */
+
+enum { PRETOKENIZE_MAX_LEVELS = 4 };
+
+/* Patterns with a hand-written matcher for ASCII text (ascii.c). */
+typedef enum { FAST_NONE = 0, FAST_GPT2, FAST_CL100K, FAST_LLAMA3, FAST_QWEN2 } FastPattern;
+
+/* The end of the match at text[at] (> at) when it depends on ASCII characters only, else 0. */
+size_t fast_match(FastPattern kind, const uint8_t *text, size_t length, size_t at);
+
+/* Regexes applied one after the other: level 0 splits the text, level 1 splits each of its pieces,
+ * and so on. Unmatched text between matches is a piece of its own (Hugging Face's "Isolated"). */
+typedef struct {
+  void *code[PRETOKENIZE_MAX_LEVELS];  /* pcre2_code * */
+  bool jit[PRETOKENIZE_MAX_LEVELS];    /* JIT-compiled */
+  FastPattern fast[PRETOKENIZE_MAX_LEVELS];  /* FAST_NONE: every match through PCRE2 */
+  int levels;
+} Pretokenizer;
+
+/* Compiles a regex (Rust/Oniguruma syntax as tokenizers write it; \s and \S mean Unicode
+ * White_Space, as there) as the next level. what names it in errors. */
+WkStatus pretokenizer_add(Pretokenizer *pt, const char *pattern, size_t length, const char *what);
+/* A literal string as the next level (Hugging Face Split with a String pattern). */
+WkStatus pretokenizer_add_literal(Pretokenizer *pt, const char *literal, size_t length, const char *what);
+void pretokenizer_free(Pretokenizer *pt);
+
+/* The regex a built-in name stands for: "bytelevel" (Hugging Face's ByteLevel pre-tokenizer, GPT-2's
+ * original), "r50k" (tiktoken's r50k, p50k and gpt2), "cl100k", "o200k", "llama3", "qwen2" (their
+ * tokenizer.json Split regexes); NULL for an unknown name. */
+const char *pretokenizer_pattern(const char *name);
+
+/* Per-thread matching state (encode.c keeps one per thread and tokenizer). */
+typedef struct PretokenizeState PretokenizeState;
+PretokenizeState *pretokenize_state_new(void);
+void pretokenize_state_free(PretokenizeState *s);
+
+typedef WkStatus (*PieceFn)(void *context, const uint8_t *piece, size_t length);
+/* Calls piece() for each piece of valid UTF-8 text, in order. No levels: the text is one piece. */
+WkStatus pretokenize(const Pretokenizer *pt, PretokenizeState *s, const uint8_t *text, size_t length,
+                     PieceFn piece, void *context);
+
+/* ---- added and special tokens (added.c) ------------------------------------------------------ */
+
+typedef struct {
+  uint32_t id;
+  uint8_t *bytes;
+  size_t length;
+  bool special;  /* text only unless special tokens are honoured */
+  bool lstrip, rstrip;  /* the match takes the whitespace before / after it */
+} AddedToken;
+
+/* A set matched together, leftmost-longest. */
+typedef struct {
+  AddedToken *tokens;  /* sorted by first byte, then longest first (added_finish) */
+  size_t count, capacity;
+  size_t plain;        /* tokens that are not special */
+  uint32_t begin[257]; /* tokens[begin[b] .. begin[b + 1]) start with byte b */
+  uint8_t *pairs;      /* [65536 / 8] bit (b0 << 8 | b1) set when a token of 2+ bytes starts with b0 b1 */
+  uint8_t single[256]; /* 1 when a one-byte token is this byte */
+} AddedSet;
+
+WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *bytes, size_t length, bool special, bool lstrip,
+                   bool rstrip);
+/* Orders the set for matching, once every token is added. */
+WkStatus added_finish(AddedSet *set);
+void added_free(AddedSet *set);
+
+typedef WkStatus (*SegmentFn)(void *context, const uint8_t *text, size_t length, uint32_t added);
+/* Splits text at the set's tokens: segment() gets each run of plain text (added = BPE_NO_TOKEN) and
+ * each token found (its id). A special token is text unless honour_special. */
+WkStatus added_split(const AddedSet *set, bool honour_special, const uint8_t *text, size_t length,
+                     SegmentFn segment, void *context);
+
+/* ---- the tokenizer (encode.c) ---------------------------------------------------------------- */
+
+typedef struct ThreadState ThreadState;
+
+typedef struct {
+  WkTokenizer base;  /* first: a Bpe * is a WkTokenizer * */
+  char *name;
+  Vocab vocab;       /* the model's tokens: what merges produce and pieces are looked up in */
+  PairTable pairs;
+  uint32_t byte_token[256];  /* the token of each single byte, BPE_NO_TOKEN when the model lacks it */
+  uint32_t unk;              /* stands for a byte without a token; BPE_NO_TOKEN: such bytes are dropped */
+  bool ignore_merges;        /* a piece that is a token is that token, unmerged (tiktoken, Llama 3) */
+  bool add_prefix_space;     /* each run of text gets a leading space unless it has one */
+  bool nfc;                  /* runs of text are normalized to NFC first (Qwen 2's normalizer) */
+  Pretokenizer pre;
+  /* Hugging Face matches tokens that are not normalized before those that are; tiktoken uses [0]. */
+  AddedSet added[2];
+  uint32_t *added_of;        /* [base.vocab_size]: index into added[0] | added[1] << 31, or NONE */
+  uint32_t max_decode_bytes; /* the longest token's bytes */
+  /* Threads that encoded with this tokenizer, each with its own state (freed with the tokenizer). */
+  pthread_key_t key;
+  bool key_made;
+  pthread_mutex_t lock;
+  ThreadState *states;
+} Bpe;
+
+/* A zeroed Bpe wired to the encoder and decoder; the loaders fill it in and call bpe_finish. */
+Bpe *bpe_new(const char *name);
+/* Derives what encoding needs (vocabulary size, the decode table, byte tokens, a default EOS); the
+ * loader has called vocab_finish. */
+WkStatus bpe_finish(Bpe *bpe);
+void bpe_free(Bpe *bpe);
+
+/* One piece -> tokens (merge.c); scratch and cache come from the thread's state. */
+WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out);
+
+/* ---- per-thread state (encode.c owns it; merge.c and pretokenize.c use its parts) --------------- */
+
+enum { CACHE_PIECE_BYTES = 22, CACHE_PIECE_TOKENS = 8, CACHE_ENTRIES = 1 << 12 };
+
+typedef struct {
+  uint64_t hash;  /* 0 = empty */
+  uint8_t length, count;
+  uint8_t bytes[CACHE_PIECE_BYTES];
+  uint32_t tokens[CACHE_PIECE_TOKENS];
+} CacheEntry;
+
+/* Scratch of the merge of one piece. */
+typedef struct {
+  uint32_t *symbol, *rank, *merged, *prev, *next;
+  struct HeapEntry *heap;
+  size_t capacity, heap_capacity;
+} MergeScratch;
+
+struct ThreadState {
+  const Bpe *owner;
+  CacheEntry *cache;  /* [CACHE_ENTRIES], direct-mapped */
+  MergeScratch scratch;
+  PretokenizeState *pre;
+  uint8_t *prefixed;  /* a segment with its leading space (add_prefix_space) */
+  size_t prefixed_capacity;
+  uint8_t *normalized;  /* a segment in NFC (libunistring's buffer, reused) */
+  size_t normalized_capacity;
+  ThreadState *next;
+};
+
+void merge_scratch_free(MergeScratch *s);
+
+/* ---- loaders ---------------------------------------------------------------------------------- */
+
+/* A tokenizer's file, whole and NUL-terminated (file.c); free *text. */
+WkStatus bpe_read_file(const char *path, char **text, size_t *length);
+
+/* tokenizer.json (huggingface.c) and .tiktoken files (tiktoken.c); pattern: the encoding of a rank
+ * file, NULL to take it from the file name. text is the whole file. */
+WkStatus bpe_load_huggingface(const char *path, const char *text, size_t length, Bpe **out);
+WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, const char *pattern, Bpe **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WK_TOKENIZER_BPE_H */

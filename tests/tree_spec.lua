@@ -1,0 +1,107 @@
+-- The tree tells the truth about itself: runtime/'s include graph follows the layering runtime/LAYERS
+-- claims, every document a comment cites is a file of the checkout, and a test run leaves nothing in
+-- the checkout outside build/ (tests/busted.lua applies clean_tree to every run; here it is shown to
+-- catch what it should).
+local helper = require 'helper'
+local layers = dofile(helper.ROOT .. '/tests/helpers/layers.lua')
+local clean_tree = dofile(helper.ROOT .. '/tests/helpers/clean_tree.lua')
+local q = helper.shell_quote
+
+local function plant(root, files)
+  for path, text in pairs(files) do
+    assert(os.execute('mkdir -p ' .. q((root .. '/' .. path):match('^(.*)/'))) == 0)
+    helper.write_file(root .. '/' .. path, text)
+  end
+end
+
+describe('runtime/ layering', function()
+  it('every #include of runtime/ reaches only its own folder, a lower one, or wick.h', function()
+    assert.are.same({}, layers.violations(helper.ROOT .. '/runtime'))
+  end)
+
+  it('places every folder of runtime/ in LAYERS', function()
+    local rank = layers.read_order(helper.ROOT .. '/runtime')
+    for _, folder in ipairs({ 'core', 'io', 'format', 'dataset', 'loader', 'tokenizer', 'convert' }) do
+      assert.is_not_nil(rank[folder], folder)
+    end
+    assert.is_true(rank.io < rank.format and rank.format < rank.dataset and rank.dataset < rank.loader)
+  end)
+
+  it('names a lower folder that includes an upper one, an escape from runtime/, and an unplaced folder', function()
+    local dir = helper.tmpdir()
+    plant(dir, {
+      ['LAYERS'] = '# bottom up\ncore   the base\nio     bytes\n',
+      ['wick.h'] = '',
+      ['core/core.h'] = '#include "../wick.h"\n',
+      ['core/hash.c'] = '#include "core.h"\n#include "../io/blob.h"\n',
+      ['io/blob.h'] = '#include "../core/core.h"\n',
+      ['io/remote/fetch.c'] = '#include "../../core/core.h"\n#include "../blob.h"\n#include "../../../x.h"\n',
+      ['extra/x.c'] = '#include "../core/core.h"\n',
+    })
+    local found = layers.violations(dir)
+    helper.rmtree(dir)
+    assert.are.same({
+      'core/hash.c:2 includes "../io/blob.h": io/ is above core/ in runtime/LAYERS',
+      'io/remote/fetch.c:3 includes "../../../x.h", outside runtime/',
+      'runtime/extra/ is not in runtime/LAYERS',
+    }, found)
+  end)
+end)
+
+-- Notes kept outside the repository, which a reader of the code cannot open.
+local OUTSIDE_NOTES = { 'DESIGN §', 'DESIGN%.md', 'STYLE%.md' }
+-- The GPU-path work rewrites these files (loss.c and gpt.lua cite "DESIGN §7", the loss normalization);
+-- they are left to it.
+local CITING_ELSEWHERE = { ['runtime/ops/cpu/loss.c'] = true, ['lua/wick/nn/gpt.lua'] = true }
+
+describe('cited documents', function()
+  local files = helper.lines(helper.sh(('cd %s && git ls-files runtime lua tests README.md Makefile docs')
+    :format(q(helper.ROOT))).out)
+
+  it('are files of the checkout, under docs/ or runtime/', function()
+    local missing = {}
+    for _, file in ipairs(files) do
+      if not file:match('^tests/fuzz/corpus/') and not file:match('%.safetensors$') then
+        for cited in helper.read_file(helper.ROOT .. '/' .. file):gmatch('[%w_./-]+%.md') do
+          local path = cited:match('^docs/.*') or cited:match('^runtime/.*')
+          local f = path and io.open(helper.ROOT .. '/' .. path)
+          if f then f:close() elseif path then missing[#missing + 1] = file .. ': ' .. path end
+        end
+      end
+    end
+    assert.are.same({}, missing)
+  end)
+
+  it('never include notes kept outside the repository', function()
+    local found = {}
+    for _, file in ipairs(files) do
+      if not CITING_ELSEWHERE[file] and file ~= 'tests/tree_spec.lua' then
+        local text = helper.read_file(helper.ROOT .. '/' .. file)
+        for _, pattern in ipairs(OUTSIDE_NOTES) do
+          if text:find(pattern) then found[#found + 1] = file .. ': ' .. pattern end
+        end
+      end
+    end
+    assert.are.same({}, found)
+  end)
+end)
+
+describe('a clean checkout after a run', function()
+  it('reports the files a run added outside the ignored paths, and only those', function()
+    local dir = helper.tmpdir()
+    assert.are.equal(0, helper.sh('git init -q ' .. q(dir)).rc)
+    plant(dir, { ['.gitignore'] = '/build/\n', ['kept.txt'] = 'there before\n' })
+    local before = clean_tree.untracked(dir)
+    plant(dir, { ['build/cache/usage'] = 'x', ['rel/dir/v1/claims'] = '', ['kept.txt'] = 'changed\n' })
+    local added = clean_tree.added(before, clean_tree.untracked(dir))
+    helper.rmtree(dir)
+    assert.are.same({ 'rel/dir/v1/claims' }, added)
+  end)
+
+  it('has nothing to compare outside a git checkout', function()
+    local dir = helper.tmpdir()
+    local files = clean_tree.untracked(dir)
+    helper.rmtree(dir)
+    assert.is_nil(files)
+  end)
+end)
