@@ -10,7 +10,7 @@
 --   model:forward_tokens(tokens, mask, count)                 -- tokens int32 [B, T+1] from a loader
 -- mask (optional, u8 [B, T]) selects the targets that count; count (default: the number selected
 -- here) is the normaliser, so passing the global token count keeps gradients independent of
--- accumulation and world size (DESIGN §7).
+-- accumulation and world size (docs/loss.md).
 local core = require 'wick.core'
 local T = require 'wick.tensor'
 local nn = require 'wick.nn.modules'

@@ -1,6 +1,6 @@
 /*
  * loss.c — softmax cross-entropy over a loss mask, normalised by a caller-given token count
- * (DESIGN §7: the global count of target tokens, so accumulation and world size never change the
+ * (docs/loss.md: the global count of target tokens, so accumulation and world size never change the
  * gradient). The backward recomputes the softmax from the logits instead of keeping [N,V] probs.
  */
 #include <math.h>
