@@ -76,7 +76,13 @@ local function helpers(trainer, changes)
         changes.mix[name] = w
       end
     end,
-    stop = function(why) changes.stop = why or 'stopped from the REPL' end,
+    stop = function(why)
+      if why ~= nil and (type(why) ~= 'string' or #why > MAX_STOP_REASON or why:find('\n', 1, true)) then
+        repl.argument_error(('stop([why]): why must be one line of at most %d bytes, got %s'):format(MAX_STOP_REASON,
+          type(why) == 'string' and ('%d bytes'):format(#why) or type(why)), 2)
+      end
+      changes.stop = why or 'stopped from the REPL'
+    end,
     continue = repl.leave,
   }
 end

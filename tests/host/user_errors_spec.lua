@@ -58,12 +58,13 @@ return {
       'stdin:4: step(n): n must be a whole number from 1 to 2^31, got x',
       'stdin:5: peek(n): n must be a whole number from 1 to 2^31, got 0' })
     local paused = helper.run(q(recipe) .. ' --steps=2 --repl-at=1', { stdin =
-      'set_lr(-1)\nset_mix(3)\nset_mix{ nosuch = 1 }\nset_mix{ data = 1 / 0 }\ncontinue()\n' })
+      'set_lr(-1)\nset_mix(3)\nset_mix{ nosuch = 1 }\nset_mix{ data = 1 / 0 }\nstop(3)\ncontinue()\n' })
     assert.are.equal(0, paused.rc, paused.err)
     assert.matches('step 2/2', paused.out, 1, true)
     assert_repl_lines(paused, { 'stdin:1: set_lr(scale): scale must be a finite number >= 0, got -1',
       'stdin:2: set_mix{ name = weight, ... } takes a table, got number', 'stdin:3: set_mix: no source is named nosuch',
-      'stdin:4: set_mix: data must be a finite number >= 0, got inf' })
+      'stdin:4: set_mix: data must be a finite number >= 0, got inf',
+      'stdin:5: stop([why]): why must be one line of at most 4096 bytes, got number' })
   end)
   it('a cyclic recipe table is refused naming the keys of the cycle, not a stack overflow (exit 2)', function()
     local cyclic = helper.write_file(root .. '/cyclic.lua', ('local r = dofile(%q)\nr.data.back = r.data\nreturn r\n')
