@@ -434,14 +434,7 @@ describe('the tensor layer', function()
     return helper.lines(found.out)
   end
 
-  -- The folder of path, resolved: a/b/../c -> a/c.
-  local function normalize(path)
-    local parts = {}
-    for part in path:gmatch('[^/]+') do
-      if part == '..' then parts[#parts] = nil elseif part ~= '.' then parts[#parts + 1] = part end
-    end
-    return table.concat(parts, '/')
-  end
+  local normalize = dofile(helper.ROOT .. '/tests/helpers/layers.lua').normalize -- a/b/../c -> a/c
 
   it('includes nothing from runtime/ops', function()
     local root = helper.ROOT .. '/runtime/tensor'

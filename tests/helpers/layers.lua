@@ -25,7 +25,7 @@ function layers.read_order(runtime)
 end
 
 -- a/b/../c -> a/c
-local function normalize(path)
+function layers.normalize(path)
   local parts = {}
   for part in path:gmatch('[^/]+') do
     if part == '..' then parts[#parts] = nil elseif part ~= '.' then parts[#parts + 1] = part end
@@ -58,7 +58,7 @@ function layers.violations(runtime)
         n = n + 1
         local target = line:match('^%s*#%s*include%s+"([^"]+)"')
         if target then
-          local resolved = normalize(file:match('^(.*)/') .. '/' .. target)
+          local resolved = layers.normalize(file:match('^(.*)/') .. '/' .. target)
           local to = resolved:match('^([^/]+)/')
           if resolved:match('^%.%.') or (not to and resolved ~= 'wick.h') then
             found[#found + 1] = ('%s:%d includes "%s", outside runtime/'):format(file, n, target)
