@@ -27,7 +27,7 @@ function main.run_recipe(path, raw, ...)
   end
   local job = require('wick.recipe').load(path, raw, { ... })
   if host.dry_run or job.flags.dry_run then
-    local ok = require('wick.plan').report(job, planned_ranks(host.dry_run, 'WORLD_SIZE'),
+    local ok = require('wick.train.plan').report(job, planned_ranks(host.dry_run, 'WORLD_SIZE'),
       planned_ranks(host.dry_run_local, 'LOCAL_WORLD_SIZE'))
     if not ok then os.exit(require('wick.cli').EXIT_USAGE) end
     return
@@ -38,6 +38,7 @@ end
 -- run -m MODULE args...: runs the module's file as a program with `arg` and `...` set. A module that
 -- is also a library may return a table with main(args); its return value becomes the exit code.
 function main.run_module(name, ...)
+  name = require('wick.renamed').resolve(name) -- -m wick.shard runs wick.data.convert, with a warning
   local path, searched = package.searchpath(name, package.path)
   if not path then -- the user's mistake: its message, without a traceback of this file
     require('wick.cli').fail(string.format("run: no module named '%s'; searched:%s", name, searched), 1)

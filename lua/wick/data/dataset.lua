@@ -1,6 +1,6 @@
--- wick.dataset: a thin handle over a converted dataset (runtime/dataset, format in runtime/format/FORMAT.md).
---   local ds = require('wick.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
---   require('wick.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
+-- wick.data.dataset (wick.dataset in a recipe): a thin handle over a converted dataset (runtime/dataset, format in runtime/format/FORMAT.md).
+--   local ds = require('wick.data.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
+--   require('wick.data.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
 --   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)

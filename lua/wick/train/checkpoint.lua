@@ -1,4 +1,4 @@
--- wick.checkpoint: the trainer's checkpoints on disk, and the checks of everything read back from
+-- wick.train.checkpoint (wick.checkpoint in a recipe): the trainer's checkpoints on disk, and the checks of everything read back from
 -- them (a checkpoint is input: it may be edited, truncated, or another run's). One directory per step:
 --
 --   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a

@@ -18,7 +18,7 @@
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
-local checkpoint = require 'wick.checkpoint'
+local checkpoint = require 'wick.train.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
@@ -496,7 +496,7 @@ function Trainer:run()
     emit(self, 'on_step_end', m)
     local stop, paused = agree(self)
     if paused then
-      require('wick.pause').run(self, m)
+      require('wick.train.pause').run(self, m)
       stop = stop or self.stopping ~= nil
     end
     if c.checkpoint.every > 0 and (m.step % c.checkpoint.every == 0 or m.step == self.total or stop) then
@@ -522,10 +522,10 @@ end
 local function tokenizer_of(self)
   if self.tokenizer == nil then
     local first = self.config.data.sources[1]
-    local ds = require('wick.dataset').open(type(first) == 'table' and first[1] or first)
+    local ds = require('wick.data.dataset').open(type(first) == 'table' and first[1] or first)
     local name = ds and ds.tokenizer
     if ds then ds:close() end
-    self.tokenizer = name and require('wick.tokenizer').open(name) or false
+    self.tokenizer = name and require('wick.data.tokenizer').open(name) or false
   end
   return self.tokenizer
 end

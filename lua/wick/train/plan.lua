@@ -1,4 +1,4 @@
--- wick.plan: the dry run of a recipe (`run --dry-run recipe.lua`, `--nproc-per-node N` or
+-- wick.train.plan: the dry run of a recipe (`run --dry-run recipe.lua`, `--nproc-per-node N` or
 -- WORLD_SIZE naming the world to plan for). In seconds on a CPU, before anyone waits for a
 -- cluster: every source opened and its index read, the vocabulary against the model, every
 -- divisibility of the batch (global by world x micro, for each accumulation of batch.schedule),
@@ -82,7 +82,7 @@ local function probe(config, path, world, micro)
   if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
   local vocab, eos = loader:vocab_size(), loader:eos()
   loader:close()
-  local ds, why = require('wick.dataset').open(path)
+  local ds, why = require('wick.data.dataset').open(path)
   if not ds then return nil, why end
   local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
   ds:close()
@@ -94,7 +94,7 @@ end
 local function checkpoint_problems(job)
   local c = job.config
   if c.checkpoint.every == 0 and not job.flags.resume then return {} end
-  return require('wick.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
+  return require('wick.train.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
 end
 
 -- Checks and prints the plan; returns whether the recipe can run on `world` ranks, `local_ranks`
