@@ -41,7 +41,7 @@ local function check_sources(list)
   if type(list) ~= 'table' or #list == 0 then return false, "must be a path or a list of sources ('path' or { 'path', name =, epochs = })" end
   local seen = {}
   for i, entry in ipairs(list) do
-    local path = type(entry) == 'table' and entry[1] or entry
+    local path = recipe.source_path(entry)
     if type(path) ~= 'string' or path == '' then return false, ('source %d needs a path'):format(i) end
     if type(entry) == 'table' then
       for k, v in pairs(entry) do
@@ -62,9 +62,16 @@ local function check_sources(list)
   return true
 end
 
+-- A data.sources entry's path: the entry itself, or the first item of its table.
+function recipe.source_path(entry)
+  if type(entry) == 'table' then return entry[1] end
+  return entry
+end
+
+-- A source's name: its name =, else its path's last component made an identifier.
 function recipe.source_name(entry)
   if type(entry) == 'table' and entry.name then return entry.name end
-  local path = type(entry) == 'table' and entry[1] or entry
+  local path = recipe.source_path(entry)
   local base = path:gsub('/index%.json$', ''):gsub('/+$', ''):match('([^/]+)$') or path
   return (base:gsub('[^%w_%-]', '_'))
 end
@@ -214,6 +221,14 @@ local function check_relations(c)
     end
     if not found then return ('data.mix.%s: no source is named %s'):format(name, name) end
   end
+end
+
+-- Every dataset a checked recipe reads: its sources' paths, then the eval source's.
+function recipe.dataset_paths(config)
+  local paths = {}
+  for i, entry in ipairs(config.data.sources) do paths[i] = recipe.source_path(entry) end
+  if config.eval.source then paths[#paths + 1] = config.eval.source end
+  return paths
 end
 
 -- The checked recipe (defaults filled) or raises a usage error naming `name` and the key's path.

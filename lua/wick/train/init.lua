@@ -95,9 +95,8 @@ end
 function train.mix(data, horizon)
   local list = { steps = horizon }
   for i, entry in ipairs(data.sources) do
-    local path = type(entry) == 'table' and entry[1] or entry
     local w = data.mix[recipe.source_name(entry)]
-    list[i] = { path, weight = w == nil and 1 or w, epochs = type(entry) == 'table' and entry.epochs or nil }
+    list[i] = { recipe.source_path(entry), weight = w == nil and 1 or w, epochs = type(entry) == 'table' and entry.epochs or nil }
   end
   return wick().data.mix(list)
 end
@@ -201,10 +200,7 @@ end
 -- The runtime version and, per source, the hash of its index.json: what the data was.
 local function manifests(config)
   local out = {}
-  local sources = {}
-  for _, entry in ipairs(config.data.sources) do sources[#sources + 1] = type(entry) == 'table' and entry[1] or entry end
-  if config.eval.source then sources[#sources + 1] = config.eval.source end
-  for _, path in ipairs(sources) do
+  for _, path in ipairs(recipe.dataset_paths(config)) do
     local index = path:match('%.json$') and path or (path .. '/index.json')
     local text = core.read_file(index)
     out[path] = text and recipe.hash(text) or 'unreadable'
@@ -521,8 +517,7 @@ end
 -- false when that file is not here.
 local function tokenizer_of(self)
   if self.tokenizer == nil then
-    local first = self.config.data.sources[1]
-    local ds = require('wick.data.dataset').open(type(first) == 'table' and first[1] or first)
+    local ds = require('wick.data.dataset').open(recipe.source_path(self.config.data.sources[1]))
     local name = ds and ds.tokenizer
     if ds then ds:close() end
     self.tokenizer = name and require('wick.data.tokenizer').open(name) or false

@@ -116,10 +116,7 @@ function plan.report(job, world, local_ranks)
     end
   end
   local vocab, tokenizers = 0, {}
-  local paths = {}
-  for _, entry in ipairs(c.data.sources) do paths[#paths + 1] = type(entry) == 'table' and entry[1] or entry end
-  if c.eval.source then paths[#paths + 1] = c.eval.source end
-  for _, path in ipairs(paths) do
+  for _, path in ipairs(recipe.dataset_paths(c)) do
     local info, err = probe(c, path, world, micro)
     if info then
       add('source %s: index read, %d shards, %.3gM tokens, tokenizer %s, vocabulary %d, eos %d', path, info.shards,
