@@ -132,7 +132,7 @@ local MODEL = schema.define('model', {
 })
 
 local DATA = schema.define('data', {
-  { 'sources', 'sources', check = check_sources, required = true,
+  { 'sources', 'sources', check = check_sources, parse = 'string', required = true,
     help = "a dataset path, or a list of 'path' / { 'path', name = 'web', epochs = n }" },
   { 'mix', 'mix', check = check_mix, default = {},
     help = 'weight per source name: a number, a wick.schedule or fn(step) (default 1)' },
@@ -245,17 +245,6 @@ end
 
 local FLAGS = { resume = 'flag', log = 'value', dry_run = 'flag', repl_at = 'value', help = 'flag' }
 
-local function parse_value(option, text)
-  local kind = option.types and option.types[1] or option[2]
-  if kind == 'integer' or kind == 'number' or kind == 'lr' or kind == 'weight' then return tonumber(text) end
-  if kind == 'boolean' then
-    if text == 'true' then return true elseif text == 'false' then return false end
-    return nil
-  end
-  if kind == 'string' or kind == 'enum' or kind == 'uint64' or kind == 'precision' or kind == 'sources' then return text end
-  return nil, 'cannot be set from the command line (set it in the recipe)'
-end
-
 -- Sets raw[a][b][c] = value for the path 'a.b.c', making tables on the way.
 local function set_path(raw, path, value)
   local t = raw
@@ -339,8 +328,7 @@ function recipe.apply(name, raw, overrides)
     else
       local option
       option, why = RECIPE:find(path)
-      if option then value, why = parse_value(option, text) end
-      if option and value == nil and not why then why = ("cannot read '%s' as %s"):format(text, option[2]) end
+      if option then value, why = schema.parse(option, text) end
     end
     if value == nil then fail(name, ('--%s: %s'):format(path, (why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '')))) end
     set_path(copy, path, value)
