@@ -271,7 +271,7 @@ local OPTIMIZER = schema.define('optimizer state', {
 })
 
 -- metadata (strings) checked by `set`, numbers where the set declares them; keys matching `elsewhere`
--- are left to their own check (the recipe's fields: wick.recipe.diff). Raises naming file and field.
+-- are left to their own check (the recipe's fields: wick.recipe.provenance.diff). Raises naming file and field.
 local function checked(set, metadata, path, elsewhere)
   local given = {}
   for key, text in pairs(metadata) do

@@ -22,6 +22,8 @@ local checkpoint = require 'wick.train.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
+local args = require 'wick.recipe.args'
+local provenance = require 'wick.recipe.provenance'
 local runlog = require 'wick.runlog'
 local T = require 'wick.tensor'
 
@@ -133,7 +135,7 @@ end
 -- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
 -- weights, opened only for this) times epochs, over the global batch.
 function train.epoch_steps(config, world, rank, micro)
-  local plain = recipe.copy(config.data)
+  local plain = args.copy(config.data)
   plain.mix = {}
   local o = train.loader_options({ data = plain, batch = config.batch, seed = config.seed }, world, rank, micro, 1)
   o.audit = nil
@@ -192,7 +194,7 @@ local function check_resume(self, state)
     local path = k:match('^recipe%.(.+)$')
     if path then old[path] = v end
   end
-  local d = recipe.diff(old, recipe.flatten(self.config))
+  local d = provenance.diff(old, recipe.flatten(self.config))
   for _, line in ipairs(d.changes) do say(self, 'resume: changed since the checkpoint: %s', line) end
   if #d.refused > 0 then fail(self, 'cannot resume from ' .. self.resumed_from .. ': ' .. table.concat(d.refused, '; ')) end
 end
@@ -203,7 +205,7 @@ local function manifests(config)
   for _, path in ipairs(recipe.dataset_paths(config)) do
     local index = path:match('%.json$') and path or (path .. '/index.json')
     local text = core.read_file(index)
-    out[path] = text and recipe.hash(text) or 'unreadable'
+    out[path] = text and provenance.hash(text) or 'unreadable'
   end
   return out
 end

@@ -74,7 +74,7 @@ end
 
 -- A loader over one source, opened (its index read) but not started: nil and the message when not.
 local function probe(config, path, world, micro)
-  local one = recipe.copy(config.data)
+  local one = require('wick.recipe.args').copy(config.data)
   one.sources, one.mix = { path }, {}
   local o = train.loader_options({ data = one, batch = config.batch, seed = config.seed }, world, 0, micro, config.steps)
   o.audit, o.device = nil, nil -- a plan reads indexes only: the device is the ranks' to check
