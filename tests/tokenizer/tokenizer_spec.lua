@@ -131,7 +131,7 @@ describe('wick.data.tokenize', function()
                             '--tokenizer bytes --pattern p99k x', '--tokenizer bytes a b' } do
       local r = tokenize(args)
       assert.are.equal(2, r.rc, args .. ': ' .. r.err)
-      assert.matches('^wick%.tokenize: [^\n]+ %(see run %-m wick%.tokenize %-%-help%)\n$', r.err, 1, false, args)
+      assert.matches('^wick%.data%.tokenize: [^\n]+ %(see run %-m wick%.data%.tokenize %-%-help%)\n$', r.err, 1, false, args)
     end
   end)
 
