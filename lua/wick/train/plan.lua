@@ -6,7 +6,7 @@
 -- allocates no model.
 local core = require 'wick.core'
 local recipe = require 'wick.recipe'
-local train = require 'wick.train'
+local train = require 'wick.train.arithmetic' -- the job's arithmetic, without loading the trainer
 
 local plan = {}
 
