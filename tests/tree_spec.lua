@@ -102,3 +102,46 @@ describe('a clean checkout after a run', function()
     assert.is_nil(files)
   end)
 end)
+
+describe('the Lua modules', function()
+  local function tracked(paths)
+    return helper.lines(helper.sh(('cd %s && git ls-files %s'):format(q(helper.ROOT), paths)).out)
+  end
+
+  -- lua/wick/a/b.lua -> wick.a.b; a folder's init.lua is the folder's module.
+  local function module_names()
+    local names = {}
+    for _, file in ipairs(tracked('lua')) do
+      local path = file:match('^lua/(.*)%.lua$')
+      if path then names[#names + 1] = (path:gsub('/init$', ''):gsub('/', '.')) end
+    end
+    return names
+  end
+
+  it('each load under the name their file gives them, quietly', function()
+    local names = module_names()
+    assert.is_true(#names > 30, #names .. ' modules')
+    local code = ("for _, name in ipairs { '%s' } do require(name) end"):format(table.concat(names, "', '"))
+    local r = helper.run('-e ' .. q(code))
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('', r.err) -- a module that requires a renamed one would warn here
+  end)
+
+  it('are never named by the old names wick.renamed keeps for one release', function()
+    local found = {}
+    for _, file in ipairs(tracked('lua tests recipes docs README.md Makefile')) do
+      if file ~= 'lua/wick/renamed.lua' and file ~= 'tests/host/cli_spec.lua' and not file:match('^tests/fuzz/corpus/')
+          and not file:match('%.safetensors$') then
+        local text = helper.read_file(helper.ROOT .. '/' .. file)
+        for old in pairs(require('wick.renamed').NEW_NAME) do
+          local pattern = old:gsub('%.', '%%.')
+          if text:find("require%s*%(?%s*['\"]" .. pattern .. "['\"]") or text:find('%-m ' .. pattern .. '%f[^%w_.]') then
+            found[#found + 1] = file .. ': ' .. old
+          end
+        end
+      end
+    end
+    table.sort(found)
+    assert.are.same({}, found)
+  end)
+end)

@@ -38,7 +38,7 @@ end
 -- run -m MODULE args...: runs the module's file as a program with `arg` and `...` set. A module that
 -- is also a library may return a table with main(args); its return value becomes the exit code.
 function main.run_module(name, ...)
-  name = require('wick.renamed').resolve(name) -- -m wick.shard runs wick.data.convert, with a warning
+  name = require('wick.renamed').resolve(name) -- a renamed module runs under its new name, with a warning
   local path, searched = package.searchpath(name, package.path)
   if not path then -- the user's mistake: its message, without a traceback of this file
     require('wick.cli').fail(string.format("run: no module named '%s'; searched:%s", name, searched), 1)

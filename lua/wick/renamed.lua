@@ -15,6 +15,8 @@ local NEW_NAME = {
   ['wick.plan'] = 'wick.train.plan',
 }
 
+renamed.NEW_NAME = NEW_NAME -- for the tree's own check that it uses none of the old names
+
 local warned = {}
 
 -- The name to load for `name`: its new one (warning once) when it was renamed, else itself.
