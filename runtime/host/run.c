@@ -251,8 +251,8 @@ static void set_package_path(lua_State *L, const char *home) {
                   lua_tostring(L, -1));
   lua_setfield(L, -3, "path");
   lua_pop(L, 2);
-  /* The module names that changed keep loading for a release (lua/wick/renamed.lua); without it
-   * only the old names fail, so a broken install says why and runs on. */
+  /* The module names that changed keep loading for a release (lua/wick/renamed.lua). An install
+   * that lacks the file says so here instead of aborting in an unprotected call. */
   lua_getglobal(L, "require");
   lua_pushstring(L, "wick.renamed");
   if (lua_pcall(L, 1, 0, 0) != 0) {
