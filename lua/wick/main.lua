@@ -59,7 +59,7 @@ function main.repl(result_count, ...)
   if result_count and result_count > 0 and require('wick.recipe').is_recipe(value) and _G.arg and _G.arg[0] then
     local args = {}
     for i = 1, #_G.arg do args[i] = _G.arg[i] end
-    require('wick.inspector').expose(require('wick.recipe').load(_G.arg[0], value, args))
+    require('wick.train.inspector').expose(require('wick.recipe').load(_G.arg[0], value, args))
     result_count = 0 -- `recipe` is the checked one
   end
   return require('wick.repl').start(result_count, ...)

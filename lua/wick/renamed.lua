@@ -13,6 +13,9 @@ local NEW_NAME = {
   ['wick.checkpoint'] = 'wick.train.checkpoint',
   ['wick.pause'] = 'wick.train.pause',
   ['wick.plan'] = 'wick.train.plan',
+  ['wick.runlog'] = 'wick.train.runlog',
+  ['wick.tensorboard'] = 'wick.train.tensorboard',
+  ['wick.inspector'] = 'wick.train.inspector',
 }
 
 renamed.NEW_NAME = NEW_NAME -- for the tree's own check that it uses none of the old names

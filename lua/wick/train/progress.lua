@@ -1,9 +1,9 @@
 -- wick.train.progress: what a run shows the person watching it, from rank 0: plain lines, and each
 -- step's line (loss, grad norm, lr, tokens/s, data wait, eta) when due, or drawn live in place on a
--- terminal or a supervisor's status line (wick.runlog). The trainer's fields it reads: rank, total,
+-- terminal or a supervisor's status line (wick.train.runlog). The trainer's fields it reads: rank, total,
 -- first_step, elapsed, waited, tokens_run, live, config.log.every; it keeps drawn and partial there.
 local core = require 'wick.core'
-local runlog = require 'wick.runlog'
+local runlog = require 'wick.train.runlog'
 
 local progress = {}
 

@@ -1,4 +1,4 @@
--- wick.tensorboard: the trainer's curves as TensorBoard event files (log.tensorboard = DIR), through
+-- wick.train.tensorboard: the trainer's curves as TensorBoard event files (log.tensorboard = DIR), through
 -- runtime/core/tfevents.c. Each numeric field of a JSONL log record becomes a scalar at its step:
 -- train/<field>, eval/loss for eval_loss, ranks/<r>/<field> for each rank's seconds (r from 0).
 --
