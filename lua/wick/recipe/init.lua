@@ -202,7 +202,8 @@ local RECIPE = schema.define('recipe', {
 })
 recipe.SCHEMA = RECIPE
 
--- The run's own flags, after the recipe beside its --key=value overrides (wick.recipe.args).
+-- The run's own flags, which the command line after a recipe gives beside its --key=value
+-- overrides (wick.recipe.args reads both).
 local FLAGS = schema.define('flag', {
   { 'resume', 'boolean', help = 'continue from the newest complete checkpoint of checkpoint.dir' },
   { 'log', 'string', value = 'FILE', expects = 'a file', help = 'JSONL log, one record per step (log.file)' },
