@@ -1,4 +1,4 @@
--- Builds small real datasets for the data tests with the real converter (`run -m wick.shard`).
+-- Builds small real datasets for the data tests with the real converter (`run -m wick.data.convert`).
 local helper = require 'helper'
 local q = helper.shell_quote
 
@@ -42,7 +42,7 @@ end
 function data_helper.make_dataset(dir, docs, opts)
   opts = opts or {}
   local input = data_helper.write_jsonl(dir .. '.jsonl', docs)
-  local r = helper.run(('-m wick.shard %s -o %s --shard-size %s --block-size %s --compression %s -q'):format(
+  local r = helper.run(('-m wick.data.convert %s -o %s --shard-size %s --block-size %s --compression %s -q'):format(
     q(input), q(dir), tostring(opts.shard_size or 2048), tostring(opts.block_size or 65536), opts.compression or 'none'))
   assert(r.rc == 0, 'converter failed: ' .. r.out .. r.err)
   return dir

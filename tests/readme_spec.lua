@@ -9,7 +9,7 @@ local SKIPPED = {
   { '^%./run %-%-nnodes 2 ', 'needs a second host (tests/dist/multinode_spec.lua: two in network namespaces)' },
   -- The remote recipe: tests/io/remote_spec.lua and tests/io/s3_spec.lua run these lines against a real nginx
   -- and moto, with the example hosts and the reader's corpus/ replaced by theirs.
-  { '^%./run %-m wick%.shard corpus/ ', "converts the reader's own corpus/ (remote_spec.lua: a generated one)" },
+  { '^%./run %-m wick%.data%.convert corpus/ ', "converts the reader's own corpus/ (remote_spec.lua: a generated one)" },
   { 'https://data%.example%.org', 'needs the example server (remote_spec.lua: a local nginx)' },
   { 's3://team%-bucket', 'needs the example bucket (s3_spec.lua: moto)' },
 }

@@ -1,7 +1,7 @@
 -- The tree tells the truth about itself: runtime/'s include graph follows the layering runtime/LAYERS
--- claims, every document a comment cites is a file of the checkout, and a test run leaves nothing in
--- the checkout outside build/ (tests/busted.lua applies clean_tree to every run; here it is shown to
--- catch what it should).
+-- claims, lua/wick/'s requires follow its folders' layers, every document a comment cites is a file
+-- of the checkout, and a test run leaves nothing in the checkout outside build/ (tests/busted.lua
+-- applies clean_tree to every run; here it is shown to catch what it should).
 local helper = require 'helper'
 local layers = dofile(helper.ROOT .. '/tests/helpers/layers.lua')
 local clean_tree = dofile(helper.ROOT .. '/tests/helpers/clean_tree.lua')
@@ -100,5 +100,76 @@ describe('a clean checkout after a run', function()
     local files = clean_tree.untracked(dir)
     helper.rmtree(dir)
     assert.is_nil(files)
+  end)
+end)
+
+describe('the Lua modules', function()
+  local function tracked(paths)
+    return helper.lines(helper.sh(('cd %s && git ls-files %s'):format(q(helper.ROOT), paths)).out)
+  end
+
+  -- lua/wick/a/b.lua -> wick.a.b; a folder's init.lua is the folder's module.
+  local function module_names()
+    local names = {}
+    for _, file in ipairs(tracked('lua')) do
+      local path = file:match('^lua/(.*)%.lua$')
+      if path then names[#names + 1] = (path:gsub('/init$', ''):gsub('/', '.')) end
+    end
+    return names
+  end
+
+  it('each load under the name their file gives them, quietly', function()
+    local names = module_names()
+    assert.is_true(#names > 30, #names .. ' modules')
+    local code = ("for _, name in ipairs { '%s' } do require(name) end"):format(table.concat(names, "', '"))
+    local r = helper.run('-e ' .. q(code))
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('', r.err) -- a module that requires a renamed one would warn here
+  end)
+
+  -- lua/wick/'s layers, bottom up: its top (the bindings and tools every subsystem shares) is 0.
+  -- A module requires only modules of its own folder or of a lower layer. main.lua (the entry of
+  -- `run`), init.lua (the lazy fields of `require 'wick'`) and renamed.lua (aliases) stand above.
+  local LAYER = { data = 1, nn = 1, recipe = 2, train = 3 }
+  local ABOVE = { ['lua/wick/main.lua'] = true, ['lua/wick/init.lua'] = true, ['lua/wick/renamed.lua'] = true }
+
+  local function layer_of(name) -- wick.data.dataset -> data's layer; wick.tensor -> 0
+    local folder = name:match('^wick%.([%w_]+)%.') or name:match('^wick%.([%w_]+)$')
+    return LAYER[folder] or 0, LAYER[folder] and folder or 'the top'
+  end
+
+  it('require only their own folder or a lower layer', function()
+    local found = {}
+    for _, file in ipairs(tracked('lua')) do
+      local path = file:match('^lua/(.*)%.lua$')
+      if path and not ABOVE[file] then
+        local own, own_folder = layer_of((path:gsub('/init$', ''):gsub('/', '.')))
+        for name in helper.read_file(helper.ROOT .. '/' .. file):gmatch("require%s*%(?%s*['\"](wick%.[%w_.]+)['\"]") do
+          local theirs, folder = layer_of(name)
+          if theirs > own or (theirs == own and own > 0 and folder ~= own_folder) then
+            found[#found + 1] = ('%s requires %s (%s is not below %s)'):format(file, name, folder, own_folder)
+          end
+        end
+      end
+    end
+    assert.are.same({}, found)
+  end)
+
+  it('are never named by the old names wick.renamed keeps for one release', function()
+    local found = {}
+    for _, file in ipairs(tracked('lua tests recipes docs README.md Makefile')) do
+      if file ~= 'lua/wick/renamed.lua' and file ~= 'tests/host/cli_spec.lua' and not file:match('^tests/fuzz/corpus/')
+          and not file:match('%.safetensors$') then
+        local text = helper.read_file(helper.ROOT .. '/' .. file)
+        for old in pairs(require('wick.renamed').NEW_NAME) do
+          local pattern = old:gsub('%.', '%%.')
+          if text:find("require%s*%(?%s*['\"]" .. pattern .. "['\"]") or text:find('%-m ' .. pattern .. '%f[^%w_.]') then
+            found[#found + 1] = file .. ': ' .. old
+          end
+        end
+      end
+    end
+    table.sort(found)
+    assert.are.same({}, found)
   end)
 end)

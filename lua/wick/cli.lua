@@ -58,20 +58,20 @@ local EXACT_INTEGER = 2 ^ 53 -- Lua numbers are exact below this
 
 local function non_empty(v) return type(v) == 'string' and v ~= '', 'must be a non-empty path' end
 
--- Per command-line type: the schema type that checks it, how text becomes a value, the help's
--- placeholder for the value.
+-- Per command-line type: the schema type that checks it, how text becomes a value (a reader of
+-- its own, or the schema type's: wick.schema.parse), the help's placeholder for the value.
 local KINDS = {
   flag = { schema = 'boolean' },
-  integer = { schema = 'integer', parse = tonumber, placeholder = 'N' },
+  integer = { schema = 'integer', parse = 'integer', placeholder = 'N' },
   size = { schema = 'integer', placeholder = 'N[K|M|G]', parse = function(text)
     local digits, unit = text:match('^(%d+)([KMG]?)$')
     return digits and tonumber(digits) * UNIT_VALUE[unit]
   end },
-  number = { schema = 'number', parse = tonumber, placeholder = 'X' },
-  uint64 = { schema = 'uint64', placeholder = 'N' },
-  enum = { schema = 'enum' },
-  string = { schema = 'string', placeholder = 'TEXT' },
-  path = { schema = 'path', check = non_empty, placeholder = 'PATH' },
+  number = { schema = 'number', parse = 'number', placeholder = 'X' },
+  uint64 = { schema = 'uint64', parse = 'uint64', placeholder = 'N' },
+  enum = { schema = 'enum', parse = 'enum' },
+  string = { schema = 'string', parse = 'string', placeholder = 'TEXT' },
+  path = { schema = 'path', check = non_empty, parse = 'string', placeholder = 'PATH' },
 }
 
 local function flag_name(name) return '--' .. name:gsub('_', '-') end
@@ -99,6 +99,7 @@ function cli.spec(spec)
     for k, v in pairs(option) do entry[k] = v end
     -- An option's own check (a string of a given form, say) replaces its type's.
     entry[2], entry.check = option.check and option[2] .. ' (checked)' or kind.schema, option.check or kind.check
+    entry.parse = kind.parse
     local flag_entry = setmetatable({ [1] = flag_name(option[1]) }, { __index = entry })
     flag_entries[#flag_entries + 1] = flag_entry
     key_entries[#key_entries + 1] = entry
@@ -184,14 +185,10 @@ end
 
 -- Turns the text of one value into its checked value, or raises a usage error naming the flag.
 local function convert(spec, option, flag, text)
-  local kind = KINDS[option[2]]
-  local value = text
-  if kind.parse then
-    value = kind.parse(text)
-    if value == nil then
-      local expected = option[2] == 'size' and 'a whole number with an optional K, M or G' or 'a number'
-      cli.usage_error(spec, ("%s needs %s, got '%s'"):format(flag, expected, text))
-    end
+  local value = schema.parse(spec.keys:option(option[1]), text)
+  if value == nil then
+    local expected = option[2] == 'size' and 'a whole number with an optional K, M or G' or 'a number'
+    cli.usage_error(spec, ("%s needs %s, got '%s'"):format(flag, expected, text))
   end
   local ok, checked = pcall(spec.schema.check_value, spec.schema, '--' .. option.long, value, 0)
   if not ok then

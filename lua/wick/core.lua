@@ -77,6 +77,22 @@ function core.check_handle(handle, level)
   return handle
 end
 
+-- The two halves of a Lua object owning a C handle in its `handle` field, freed by `free`:
+--   own(ptr)               ptr, freed by the collector if the object is never closed
+--   close(object, ...)     frees it now, once: object.handle is nil after, a second close does
+--                          nothing; returns what free(ptr, ...) returned
+-- so an object's constructor and its close() name the free function once, in one place.
+function core.handle(free)
+  local function own(ptr) return ffi.gc(ptr, free) end
+  local function close(object, ...)
+    local ptr = object.handle
+    if ptr == nil then return end
+    object.handle = nil
+    return free(ffi.gc(ptr, nil), ...)
+  end
+  return own, close
+end
+
 local NOT_A_FILE = { directory = 'a directory', other = 'a FIFO, socket or device' } -- wick.host.file_kind's
 
 -- The whole of a regular file: its bytes, or nil and a message naming it. Inside `run` a FIFO or a

@@ -107,6 +107,7 @@ end
 
 local Store = {}
 Store.__index = Store
+local own_store, close_store = core.handle(C.wk_store_close)
 
 local function store_handle(self)
   if self.handle == nil then error('store used after close()', 3) end
@@ -115,7 +116,7 @@ end
 
 local function wrap_store(handle, owned)
   local self = setmetatable({
-    handle = owned and ffi.gc(handle, C.wk_store_close) or handle,
+    handle = owned and own_store(handle) or handle,
     owned = owned,
     buffer = ffi.new('uint8_t[?]', GET_BUFFER_BYTES),
     capacity = GET_BUFFER_BYTES,
@@ -191,36 +192,33 @@ function Store:compare_set(key, expected, desired)
 end
 
 function Store:close()
-  if self.handle ~= nil and self.owned then C.wk_store_close(ffi.gc(self.handle, nil)) end
-  self.handle = nil
+  if self.owned then close_store(self) end
+  self.handle = nil -- a group's store is the group's to close
 end
 
 local Server = {}
 Server.__index = Server
+local own_server, stop_server = core.handle(function(h, ms) C.wk_store_server_stop(h, ms or 0) end)
 
 -- Listens on host (default loopback): the address its clients reach it at.
 function dist.serve_store(opts)
   check_keys(opts, { host = true, port = true, world_size = true }, 'dist.serve_store', 2)
   local handle = C.wk_store_server_start(host_option(opts, 2), integer(opts.port or 0, 0, 65535, 'port', 2),
     integer(opts.world_size or 1, 1, MAX_WORLD, 'world_size', 2))
-  return setmetatable({ handle = ffi.gc(core.check_handle(handle, 2), function(h) C.wk_store_server_stop(h, 0) end) }, Server)
+  return setmetatable({ handle = own_server(core.check_handle(handle, 2)) }, Server)
 end
 
 function Server:port() return C.wk_store_server_port(self.handle) end
 
 -- Stops serving once every rank that said hello has said bye or dropped, or after timeout seconds.
-function Server:stop(timeout)
-  if self.handle ~= nil then
-    C.wk_store_server_stop(ffi.gc(self.handle, nil), timeout and math.floor(timeout * 1000) or 0)
-    self.handle = nil
-  end
-end
+function Server:stop(timeout) stop_server(self, timeout and math.floor(timeout * 1000) or 0) end
 
 -- ---- process groups -------------------------------------------------------------------------------
 
 local Group = {}
 Group.__index = Group
 dist.Group = Group
+local own_group, close_group = core.handle(C.wk_dist_close)
 
 local function group_handle(self)
   if self.handle == nil then error('dist: process group used after close()', 3) end
@@ -246,7 +244,7 @@ function dist.init(opts)
   local handle = C.wk_dist_init(w, ms) -- its arguments are checked above: what it refuses is the environment's
   check_environment(handle ~= nil, 2)
   local self = setmetatable(world, Group)
-  self.handle = ffi.gc(handle, C.wk_dist_close)
+  self.handle = own_group(handle)
   self.timeout = timeout
   self.c_stats = ffi.new('WkDistStats')
   local store = C.wk_dist_store(handle)
@@ -310,11 +308,8 @@ function Group:stats()
 end
 
 function Group:close()
-  if self.handle ~= nil then
-    if self.store then self.store.handle = nil end
-    C.wk_dist_close(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
+  if self.handle ~= nil and self.store then self.store.handle = nil end -- the group frees its store
+  close_group(self)
 end
 
 return dist

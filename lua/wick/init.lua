@@ -2,11 +2,14 @@
 -- subsystems load on first use (wick.log, later wick.data, wick.tensor, ...), so a recipe pays only
 -- for what it touches.
 local core = require 'wick.core'
+require 'wick.renamed' -- the old module names, for one release
 
+-- wick.NAME -> the module it loads (its file under lua/wick/).
 local SUBMODULES = {
-  log = true, data = true, schedule = true, cli = true, dataset = true, tokenizer = true,
-  tensor = true, nn = true, optim = true, safetensors = true, precision = true, dist = true, train = true,
-  recipe = true, checkpoint = true,
+  log = 'wick.log', data = 'wick.data', schedule = 'wick.schedule', cli = 'wick.cli',
+  dataset = 'wick.data.dataset', tokenizer = 'wick.data.tokenizer', tensor = 'wick.tensor', nn = 'wick.nn',
+  optim = 'wick.optim', safetensors = 'wick.safetensors', precision = 'wick.precision', dist = 'wick.dist',
+  train = 'wick.train', recipe = 'wick.recipe', checkpoint = 'wick.train.checkpoint',
 }
 
 local wick = {
@@ -17,7 +20,7 @@ local wick = {
 return setmetatable(wick, {
   __index = function(t, name)
     if not SUBMODULES[name] then return nil end
-    local module = require('wick.' .. name)
+    local module = require(SUBMODULES[name])
     rawset(t, name, module)
     return module
   end,

@@ -27,7 +27,7 @@ function main.run_recipe(path, raw, ...)
   end
   local job = require('wick.recipe').load(path, raw, { ... })
   if host.dry_run or job.flags.dry_run then
-    local ok = require('wick.plan').report(job, planned_ranks(host.dry_run, 'WORLD_SIZE'),
+    local ok = require('wick.train.plan').report(job, planned_ranks(host.dry_run, 'WORLD_SIZE'),
       planned_ranks(host.dry_run_local, 'LOCAL_WORLD_SIZE'))
     if not ok then os.exit(require('wick.cli').EXIT_USAGE) end
     return
@@ -38,6 +38,7 @@ end
 -- run -m MODULE args...: runs the module's file as a program with `arg` and `...` set. A module that
 -- is also a library may return a table with main(args); its return value becomes the exit code.
 function main.run_module(name, ...)
+  name = require('wick.renamed').resolve(name) -- a renamed module runs under its new name, with a warning
   local path, searched = package.searchpath(name, package.path)
   if not path then -- the user's mistake: its message, without a traceback of this file
     require('wick.cli').fail(string.format("run: no module named '%s'; searched:%s", name, searched), 1)
@@ -58,7 +59,7 @@ function main.repl(result_count, ...)
   if result_count and result_count > 0 and require('wick.recipe').is_recipe(value) and _G.arg and _G.arg[0] then
     local args = {}
     for i = 1, #_G.arg do args[i] = _G.arg[i] end
-    require('wick.inspector').expose(require('wick.recipe').load(_G.arg[0], value, args))
+    require('wick.train.inspector').expose(require('wick.recipe').load(_G.arg[0], value, args))
     result_count = 0 -- `recipe` is the checked one
   end
   return require('wick.repl').start(result_count, ...)

@@ -26,7 +26,7 @@ local ADAMW = schema.define('optim.adamw option', {
   { 'lr', 'lr', check = function(v)
       return type(v) == 'function' or (type(v) == 'number' and v >= 0 and v < math.huge),
         'must be a finite number >= 0 or a function of the step'
-    end, default = 1e-3, help = 'learning rate, or fn(step) -> rate' },
+    end, parse = 'number', default = 1e-3, help = 'learning rate, or fn(step) -> rate' },
   { 'betas', 'betas', check = function(v)
       return type(v) == 'table' and #v == 2 and is_beta(v[1]) and is_beta(v[2]), 'must be { beta1, beta2 } in [0, 1)'
     end, default = { 0.9, 0.999 }, help = 'moment decay rates' },

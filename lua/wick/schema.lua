@@ -15,6 +15,10 @@
 -- exactly, returned as uint64_t cdata), boolean, string, enum (one of `values`), table, function, and
 -- any other name given a `check = function(value) return ok, why end`. `types = { 'boolean', 'table' }`
 -- accepts any of several. Unknown keys are refused with the nearest known name.
+--
+-- Each type also reads its values from text (schema.parse: a command line's --key=value); a type of
+-- an option's own brings its reader as `parse = function(text) ... end`, or the name of the type
+-- whose reader it borrows (`parse = 'number'`). Without one, the option cannot be set from text.
 local ffi = require 'ffi'
 
 local schema = {}
@@ -117,6 +121,41 @@ local function check_typed(option, value)
     reasons[#reasons + 1] = why
   end
   return nil, table.concat(reasons, ', or ')
+end
+
+-- ---- text -> value -------------------------------------------------------------------------------
+
+local function same_text(text) return text end
+
+-- Per type: the value `text` stands for, or nil when it stands for none. The check that follows
+-- judges the value (a uint64 is read from its decimal text exactly by the check itself).
+local PARSE = {
+  integer = tonumber, number = tonumber, uint64 = same_text, string = same_text, enum = same_text,
+  boolean = function(text)
+    if text == 'true' then return true elseif text == 'false' then return false end
+  end,
+}
+
+local function reader(option, kind)
+  local parse = option.parse
+  if type(parse) == 'string' then return PARSE[parse] end
+  return parse or PARSE[kind]
+end
+
+-- The value `text` stands for as `option`'s type, unchecked: value, or nil and why not. The first
+-- of option.types that reads it wins.
+function schema.parse(option, text)
+  local readable = false
+  for _, kind in ipairs(option.types or { option[2] }) do
+    local parse = reader(option, kind)
+    if parse then
+      readable = true
+      local value = parse(text)
+      if value ~= nil then return value end
+    end
+  end
+  if not readable then return nil, 'cannot be set from the command line (set it in the recipe)' end
+  return nil, ("cannot read '%s' as %s"):format(text, option[2])
 end
 
 -- what: how messages name one option ("loader option"); options: { name, type, key = value... }.

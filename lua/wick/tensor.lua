@@ -413,6 +413,8 @@ end
 
 local Stream, Event = {}, {}
 Stream.__index, Event.__index = Stream, Event
+local own_stream, free_stream = core.handle(C.wk_stream_free)
+local own_event, free_event = core.handle(C.wk_event_free)
 
 local function handle_of(object, what)
   if not object.handle then error(what .. ' used after free()', 3) end
@@ -422,33 +424,23 @@ end
 function tensor.stream(device)
   local device_type, index = parse_device(device, 2)
   local handle = core.check_handle(C.wk_stream_new(device_type, index), 2)
-  return setmetatable({ handle = ffi.gc(handle, C.wk_stream_free) }, Stream)
+  return setmetatable({ handle = own_stream(handle) }, Stream)
 end
 
 function Stream:synchronize() check(C.wk_stream_synchronize(handle_of(self, 'stream')), 2) end
 function Stream:wait(event) check(C.wk_stream_wait_event(handle_of(self, 'stream'), handle_of(event, 'event')), 2) end
 function Stream:use() C.wk_stream_set_current(handle_of(self, 'stream')) end
-function Stream:free()
-  if self.handle then
-    C.wk_stream_free(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
-end
+function Stream:free() free_stream(self) end
 
 function tensor.event(device)
   local device_type, index = parse_device(device, 2)
   local handle = core.check_handle(C.wk_event_new(device_type, index), 2)
-  return setmetatable({ handle = ffi.gc(handle, C.wk_event_free) }, Event)
+  return setmetatable({ handle = own_event(handle) }, Event)
 end
 
 function Event:record(stream) check(C.wk_event_record(handle_of(self, 'event'), stream and handle_of(stream, 'stream')), 2) end
 function Event:synchronize() check(C.wk_event_synchronize(handle_of(self, 'event')), 2) end
-function Event:free()
-  if self.handle then
-    C.wk_event_free(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
-end
+function Event:free() free_event(self) end
 
 -- Back to the thread's default stream for ops.
 function tensor.default_stream() C.wk_stream_set_current(nil) end

@@ -8,7 +8,7 @@
 local ffi = require 'ffi'
 local host = require 'wick.host'
 local corpus = require 'wick.data.corpus'
-local shard = require 'wick.shard'
+local shard = require 'wick.data.convert'
 
 local lib = {}
 

@@ -46,7 +46,7 @@ typedef struct {
 
 static const Option options[] = {
     {OPT_EVAL, "-e", NULL, "CODE", false, "run CODE (remaining arguments become arg / ...)"},
-    {OPT_MODULE, "-m", NULL, "MODULE", false, "run a Lua module as a program, e.g. -m wick.shard"},
+    {OPT_MODULE, "-m", NULL, "MODULE", false, "run a Lua module as a program, e.g. -m wick.data.convert"},
     {OPT_INTERACTIVE, "-i", NULL, NULL, false, "interactive REPL (after running the script, if given)"},
     {OPT_VERSION, "-v", "--version", NULL, false, "print the version and build, then exit"},
     {OPT_HELP, "-h", "--help", NULL, false, "print this help, then exit"},
@@ -251,6 +251,14 @@ static void set_package_path(lua_State *L, const char *home) {
                   lua_tostring(L, -1));
   lua_setfield(L, -3, "path");
   lua_pop(L, 2);
+  /* The module names that changed keep loading for a release (lua/wick/renamed.lua). An install
+   * that lacks the file says so here instead of aborting in an unprotected call. */
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "wick.renamed");
+  if (lua_pcall(L, 1, 0, 0) != 0) {
+    fprintf(stderr, "run: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
 }
 
 static void register_host_module(lua_State *L, const char *exe, const char *home) {

@@ -8,7 +8,7 @@ package.path = require('wick.host').home .. '/tests/bench/lib/?.lua;' .. package
 local report = require 'report'
 local host = require 'wick.host'
 local wick = require 'wick'
-local checkpoint = require 'wick.checkpoint'
+local checkpoint = require 'wick.train.checkpoint'
 local safetensors = require 'wick.safetensors'
 
 local SHAPE = { vocab = 50304, seq_len = 1024, layers = 12, heads = 12, dim = 768 } -- recipes/gpt2_124m.lua's

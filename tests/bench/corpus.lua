@@ -9,11 +9,11 @@
 -- rows). What it measures: conversion from files in the page cache (each is read once before timing)
 -- to shards on the local disk, i.e. the reader, the workers and the writer, not the storage; data
 -- larger than the page cache cannot be had on this machine.
---   Parquet row:  wick.shard corpus.parquet --compression none (the bytes tokenizer: no BPE cost) on one
---                 worker thread, the converter's own wall time (wick.shard.convert in this process:
+--   Parquet row:  wick.data.convert corpus.parquet --compression none (the bytes tokenizer: no BPE cost) on one
+--                 worker thread, the converter's own wall time (wick.data.convert.convert in this process:
 --                 reading, decoding, packing, writing shards and index); pyarrow: pq.read_table(columns=["text"],
 --                 use_threads=False), text already off disk. Both in MB of text per second.
---   Tokenization: wick.shard corpus.jsonl --tokenizer gpt2.tiktoken on every core and on one, wall MB/s
+--   Tokenization: wick.data.convert corpus.jsonl --tokenizer gpt2.tiktoken on every core and on one, wall MB/s
 --                 (on a shared machine other processes take their share of the cores).
 -- Runs are interleaved, best of REPEATS each.
 local host = require 'wick.host'
@@ -62,7 +62,7 @@ print(('corpus: %.1f MB of text in %s and corpus.parquet (%d cores, load %s)'):f
   cores, capture('cut -d" " -f1-3 /proc/loadavg'):gsub('%s+$', '')))
 
 -- MB of text per second of one conversion, as the converter times itself (no process start-up).
-local shard = require 'wick.shard'
+local shard = require 'wick.data.convert'
 local function convert(input, opts)
   opts.output, opts.compression, opts.quiet = DIR .. '/out', 'none', true
   local stats = shard.convert({ DIR .. '/' .. input }, opts)

@@ -5,7 +5,7 @@
 --                                   minute the first time, to build build/bench/data/ and the venv)
 --
 -- The corpus (tests/bench/lib/data_corpus.lua) is 160M tokens of this machine's text (bytes
--- tokenizer, u16), converted by run -m wick.shard into raw and zstd:3 shards of 9M tokens, plus a
+-- tokenizer, u16), converted by run -m wick.data.convert into raw and zstd:3 shards of 9M tokens, plus a
 -- 20 MB and a 2 GB dataset (as u16) for the dataset-size rows. Contenders run interleaved
 -- (A B C ... A B C ...), best of REPEATS each; before each run of a loader the files it reads are
 -- evicted from the page cache (tests/bench/lib/page_cache.lua):
@@ -29,7 +29,7 @@ local report = require 'report'
 local capture = report.capture
 local data_corpus = require 'data_corpus'
 local page_cache = require 'page_cache'
-local wick_dataset = require 'wick.dataset'
+local wick_dataset = require 'wick.data.dataset'
 local ffi = require 'ffi'
 
 local RUN = "'" .. host.exe .. "'"

@@ -80,13 +80,13 @@ local function build()
   for _, c in ipairs { { 'raw', 'none' }, { 'zstd', 'zstd:3' } } do
     local out = DIR .. '/serve/' .. c[1]
     if not exists(out .. '/index.json') then
-      sh(('%s -m wick.shard %s -o %s --compression %s --shard-size 4M --no-progress'):format(RUN, corpus, out, c[2]))
+      sh(('%s -m wick.data.convert %s -o %s --compression %s --shard-size 4M --no-progress'):format(RUN, corpus, out, c[2]))
     end
   end
   local many = DIR .. '/serve/many'
   if not exists(many .. '/index.json') then
     if not exists(DIR .. '/many.jsonl') then many_documents(DIR .. '/many.jsonl') end
-    sh(('%s -m wick.shard %s/many.jsonl -o %s --compression zstd:3 --shard-size %d --block-size 4096 --no-progress')
+    sh(('%s -m wick.data.convert %s/many.jsonl -o %s --compression zstd:3 --shard-size %d --block-size 4096 --no-progress')
       :format(RUN, DIR, many, MANY_SHARD_TOKENS))
   end
 end
@@ -99,7 +99,7 @@ local function file_size(path)
 end
 
 local function dataset_info(dir)
-  local ds = assert(require('wick.dataset').open(dir))
+  local ds = assert(require('wick.data.dataset').open(dir))
   local info = { tokens = ds.tokens, shards = ds.shards, bytes = 0, names = {},
                  index_bytes = file_size(dir .. '/index.json') }
   for s = 0, ds.shards - 1 do

@@ -1,6 +1,6 @@
 -- Tokenizer benchmark (issue 11): encoding throughput in MB of text per CPU-second (per core) for
 -- GPT-2 and a Llama 3 style tokenizer, next to tiktoken and Hugging Face tokenizers measured in the
--- same run on the same text, and how wick.tokenize scales over this machine's cores.
+-- same run on the same text, and how wick.data.tokenize scales over this machine's cores.
 --   ./run tests/bench/tokenize.lua     (make bench runs it; about a minute, plus ~30 s the first time
 --                                       for build/test/venv and build/bench/tokenize/)
 --
@@ -11,11 +11,11 @@
 --   Llama 3 style cl100k-llama3/tokenizer.json: cl100k's 100k ranks with Llama 3's pre-tokenizer and
 --                 ignore_merges, converted as Meta's was; tiktoken runs the same ranks with the same
 --                 pattern (as Meta's reference code does)
--- wick: `run -m wick.tokenize --threads 1 --stats` (its worker's CPU seconds: reading JSON lines,
+-- wick: `run -m wick.data.tokenize --threads 1 --stats` (its worker's CPU seconds: reading JSON lines,
 -- encoding, writing id arrays). Baselines: encode_ordinary_batch / encode_batch_fast on one thread
 -- (TOKENIZERS_PARALLELISM=false), timed by process CPU seconds, the text already in memory. Runs
 -- are interleaved (wick, baseline, wick, baseline ...), best of REPEATS each.
--- Scaling: wall-clock MB/s of wick.tokenize on every core against one thread (near-linear is the
+-- Scaling: wall-clock MB/s of wick.data.tokenize on every core against one thread (near-linear is the
 -- goal; on a shared machine other processes take their share of the cores, so the second row shows
 -- what the threads themselves cost: MB/s per CPU-second on every core against one thread).
 local host = require 'wick.host'
@@ -59,12 +59,12 @@ local CORPUS = DIR .. '/corpus.jsonl'
 print(('corpus: %s (%s of Python sources and licenses, %d cores, load %s)'):format(CORPUS,
   capture('du -h ' .. q(CORPUS)):match('^(%S+)'), cores(), capture('cut -d" " -f1-3 /proc/loadavg'):gsub('%s+$', '')))
 
--- wick.tokenize's figures: MB/s wall and per core.
+-- wick.data.tokenize's figures: MB/s wall and per core.
 local function wick(file, threads, extra)
-  local out = capture(('%s -m wick.tokenize --tokenizer %s %s --threads %d --stats --output /dev/null %s'):format(RUN,
+  local out = capture(('%s -m wick.data.tokenize --tokenizer %s %s --threads %d --stats --output /dev/null %s'):format(RUN,
     q(DIR .. '/' .. file), extra or '', threads, q(CORPUS)))
   local wall, per_core = out:match('([%d.]+) MB/s, ([%d.]+) MB/s per core')
-  if not wall then error('wick.tokenize failed: ' .. out, 0) end
+  if not wall then error('wick.data.tokenize failed: ' .. out, 0) end
   return tonumber(wall), tonumber(per_core)
 end
 
@@ -112,7 +112,7 @@ for _ = 1, REPEATS do
   wall, per_core = wick('cl100k-llama3/tokenizer.json', n)
   all, all_core = math.max(all, wall), math.max(all_core, per_core)
 end
-report.row(('wick.tokenize on %d cores: MB/s wall'):format(n), all, 'MB/s', 'wick.tokenize, 1 thread', one, true,
+report.row(('wick.data.tokenize on %d cores: MB/s wall'):format(n), all, 'MB/s', 'wick.data.tokenize, 1 thread', one, true,
   n * SCALING_GOAL_PER_CORE)
-report.row(('wick.tokenize on %d cores: MB/s per core'):format(n), all_core, 'MB/s', 'wick.tokenize, 1 thread',
+report.row(('wick.data.tokenize on %d cores: MB/s per core'):format(n), all_core, 'MB/s', 'wick.data.tokenize, 1 thread',
   one_core, true, SCALING_GOAL_PER_CORE)

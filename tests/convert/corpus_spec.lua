@@ -1,4 +1,4 @@
--- Bringing a corpus: the converter (`run -m wick.shard`) on Parquet written by pyarrow, WebDataset
+-- Bringing a corpus: the converter (`run -m wick.data.convert`) on Parquet written by pyarrow, WebDataset
 -- tar shards written by Python's tarfile, and texts encoded with a tokenizer.json or .tiktoken file,
 -- each checked against an independent reference: the same texts as JSONL (decoded documents equal),
 -- and the Hugging Face tokenizers / tiktoken oracles (ids equal). The writers and oracles run in the
@@ -7,7 +7,7 @@
 -- tokenizers need no venv.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
-local dataset = require 'wick.dataset'
+local dataset = require 'wick.data.dataset'
 local q = helper.shell_quote
 
 local PYTHON = helper.TEST_PYTHON
@@ -122,7 +122,7 @@ describe('converting Parquet', function()
       python(WRITER, ('parquet %s %s %s'):format(q(root .. '/rows.json'), q(dir .. '/other.parquet'), case[1]))
       r = convert(q(dir .. '/other.parquet') .. ' -o ' .. q(dir .. '/o'))
       assert.are.equal(1, r.rc, case[1])
-      assert.matches("^wick.shard: '" .. dir:gsub('%p', '%%%0') .. "/other.parquet' " .. case[2], r.err)
+      assert.matches("^wick.data.convert: '" .. dir:gsub('%p', '%%%0') .. "/other.parquet' " .. case[2], r.err)
     end
     -- Truncated: the footer is gone.
     helper.write_file(dir .. '/cut.parquet', bytes:sub(1, #bytes - 100))
@@ -211,7 +211,7 @@ describe('converting with a tokenizer file', function()
       local ours, theirs = id_lines(out), oracle_lines(case[3], file)
       assert.are.equal(#theirs, #ours)
       for i = 1, #theirs do assert.are.equal(theirs[i], ours[i], 'document ' .. i) end
-      local tok = assert(require('wick.tokenizer').open(file))
+      local tok = assert(require('wick.data.tokenizer').open(file))
       local ds = assert(dataset.open(out))
       assert.are.equal(tok.fingerprint, ds.tokenizer_fingerprint)
       assert.are.equal(tok.vocab_size, ds.vocab_size)
@@ -248,7 +248,7 @@ describe('converting with a tokenizer file', function()
     local r = convert(q(root .. '/texts.jsonl') .. ' -o ' .. q(out) .. ' --tokenizer ' ..
       q(root .. '/llama3/tokenizer.json') .. " --eos '<|eot_id|>'")
     assert.are.equal(0, r.rc, r.err)
-    local tok = assert(require('wick.tokenizer').open(root .. '/llama3/tokenizer.json'))
+    local tok = assert(require('wick.data.tokenizer').open(root .. '/llama3/tokenizer.json'))
     local ds = assert(dataset.open(out))
     assert.are.equal(tok:token_id('<|eot_id|>'), ds.eos)
     ds:close()

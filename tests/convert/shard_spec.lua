@@ -1,8 +1,8 @@
--- The converter (`run -m wick.shard`): round trips for every input kind, determinism across thread
+-- The converter (`run -m wick.data.convert`): round trips for every input kind, determinism across thread
 -- counts, bad-line reporting, shard sizing, and its command line.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
-local dataset = require 'wick.dataset'
+local dataset = require 'wick.data.dataset'
 local q = helper.shell_quote
 
 local function open(dir)
@@ -10,7 +10,7 @@ local function open(dir)
   return ds
 end
 
-describe('wick.shard converter', function()
+describe('wick.data.convert (the converter)', function()
   local root
   before_each(function() root = helper.tmpdir() end)
   after_each(function() helper.rmtree(root) end)
@@ -284,7 +284,7 @@ describe('wick.shard converter', function()
       local r = corpus.convert(q(root .. '/none/' .. input) .. ' -o ' .. q(out))
       assert.are.equal(1, r.rc, r.out .. r.err)
       assert.are.equal(1, #helper.lines(r.err), r.err)
-      assert.matches('wick.shard: converter: no document in 1 input ' .. why, r.err, 1, true)
+      assert.matches('wick.data.convert: converter: no document in 1 input ' .. why, r.err, 1, true)
       assert.matches("'" .. out .. "' is not written", r.err, 1, true)
       assert.is_nil(io.open(out .. '/index.json'), 'no dataset written')
     end
@@ -394,7 +394,7 @@ describe('wick.shard converter', function()
       { '/dev/null', "'/dev/null' is a character device" },
     }
     for _, case in ipairs(cases) do
-      local r = helper.sh(('timeout 20 %s -m wick.shard %s -o %s'):format(q(helper.RUN), case[1], q(root .. '/out')))
+      local r = helper.sh(('timeout 20 %s -m wick.data.convert %s -o %s'):format(q(helper.RUN), case[1], q(root .. '/out')))
       assert.are.equal(1, r.rc, case[1] .. ': ' .. r.err)
       assert.matches(case[2], r.err, 1, true)
       assert.matches('only regular files and directories', r.err, 1, true)
@@ -483,7 +483,7 @@ describe('wick.shard converter', function()
       for i = 1, 40 do files[('big/%02d.txt'):format(i)] = corpus.text(100 + i, 2000) end
       corpus.tree(root, files)
       local args = q(root .. '/big') .. ' -o ' .. q(out) .. ' --shard-size 16K --compression zstd:19 --threads 1'
-      local pid = tonumber(helper.sh(('%s -m wick.shard %s > %s 2>&1 & echo $!'):format(q(helper.RUN), args,
+      local pid = tonumber(helper.sh(('%s -m wick.data.convert %s > %s 2>&1 & echo $!'):format(q(helper.RUN), args,
         q(root .. '/first.log'))).out)
       assert.is_number(pid)
       local staging = beside(out, 'converting')
@@ -525,7 +525,7 @@ describe('wick.shard converter', function()
     it('prints help generated from its option table', function()
       local r = corpus.convert('--help')
       assert.are.equal(0, r.rc)
-      for _, o in ipairs(require('wick.shard').OPTIONS) do assert.matches('--' .. o.long, r.out, 1, true) end
+      for _, o in ipairs(require('wick.data.convert').OPTIONS) do assert.matches('--' .. o.long, r.out, 1, true) end
     end)
 
     it('rejects bad usage with exit code 2 and a hint', function()

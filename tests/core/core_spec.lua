@@ -138,3 +138,41 @@ describe('loading', function()
     assert.matches('^%d+%.%d+%.%d+\n$', r.out)
   end)
 end)
+
+describe('core.handle', function()
+  -- A free function that counts its calls, for pointers no C code owns.
+  local function counting_free()
+    local calls = {}
+    return calls, function(ptr, ...) calls[#calls + 1] = { tonumber(ffi.cast('intptr_t', ptr)), ... }; return 'freed' end
+  end
+
+  it('frees a handle that is never closed when it is collected', function()
+    local calls, free = counting_free()
+    local own = core.handle(free)
+    local object = { handle = own(ffi.cast('void *', 7)) }
+    assert.are.same({}, calls)
+    object = nil -- dropped without close()
+    collectgarbage()
+    collectgarbage()
+    assert.are.same({ { 7 } }, calls)
+  end)
+
+  it('closes once: the field is cleared, a second close does nothing, the collector frees nothing', function()
+    local calls, free = counting_free()
+    local own, close = core.handle(free)
+    local object = { handle = own(ffi.cast('void *', 9)) }
+    assert.are.equal('freed', close(object, 250))
+    assert.is_nil(object.handle)
+    assert.is_nil(close(object, 250))
+    collectgarbage()
+    collectgarbage()
+    assert.are.same({ { 9, 250 } }, calls)
+  end)
+
+  it('closes the runtime objects that own one, twice without harm', function()
+    local tok = require('wick.data.tokenizer').open('bytes')
+    tok:close()
+    tok:close()
+    assert.is_nil(tok.handle)
+  end)
+end)

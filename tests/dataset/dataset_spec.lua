@@ -2,7 +2,7 @@
 -- every kind of corruption reported as WK_ERR_FORMAT naming the file, block and reason.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
-local dataset = require 'wick.dataset'
+local dataset = require 'wick.data.dataset'
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
 local q = helper.shell_quote
@@ -179,7 +179,7 @@ describe('wick.dataset', function()
   -- regression fails the test instead of hanging the suite.
   local HANG_SECONDS = 20
   local function open_in_child(target, shard)
-    local code = ([[local ds, err = require('wick.dataset').open(%q)
+    local code = ([[local ds, err = require('wick.data.dataset').open(%q)
       if not ds then io.write('open: ', err) return end
       local _, message = ds:try_read(%d, 0, 1)
       io.write('read: ', tostring(message))]]):format(target, shard or 0)

@@ -63,7 +63,7 @@ end
 
 -- Runs the converter; returns the helper.sh result.
 function corpus.convert(args)
-  return helper.run('-m wick.shard ' .. args)
+  return helper.run('-m wick.data.convert ' .. args)
 end
 
 -- All files of a directory as { name = bytes }.

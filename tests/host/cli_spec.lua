@@ -1,4 +1,4 @@
--- The command line of the tools (`run -m wick.shard`, `run -m wick.data.inspect`) and recipes: every
+-- The command line of the tools (`run -m wick.data.convert`, `run -m wick.data.inspect`) and recipes: every
 -- option declared once through wick.schema, every bad value refused as a one-line usage error
 -- (exit 2), a bad dataset as a one-line data error (exit 1), and --data a path, never Lua.
 local helper = require 'helper'
@@ -55,7 +55,7 @@ describe('tool options', function()
   it('names the nearest flag for an unknown one', function()
     assert_one_line(inspect('--data ' .. q(dataset) .. ' --seq-length 16'), 2,
       "unknown option '--seq-length' (did you mean '--seq-len'?)")
-    assert_one_line(helper.run('-m wick.shard x -o y --shard-sise 1K'), 2,
+    assert_one_line(helper.run('-m wick.data.convert x -o y --shard-sise 1K'), 2,
       "unknown option '--shard-sise' (did you mean '--shard-size'?)")
   end)
 
@@ -78,7 +78,7 @@ describe('tool options', function()
   end)
 
   it('gives every numeric option of every tool a range, shown in --help', function()
-    local specs = { require('wick.shard').SPEC, require('wick.data.inspect').spec, require('wick.plot').SPEC }
+    local specs = { require('wick.data.convert').SPEC, require('wick.data.inspect').spec, require('wick.plot').SPEC }
     for _, spec in ipairs(specs) do
       local help = helper.run('-m ' .. spec.name .. ' --help')
       assert.are.equal(0, help.rc, help.err)
@@ -147,12 +147,12 @@ describe('tool options', function()
 
   it('reports what the converter refuses: options in one line (exit 2), inputs in one line (exit 1)', function()
     helper.write_file(root .. '/a.txt', 'some text')
-    local function shard(args) return helper.run('-m wick.shard ' .. q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. args) end
+    local function shard(args) return helper.run('-m wick.data.convert ' .. q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. args) end
     assert_one_line(shard(' --shard-size 12Q'), 2, "--shard-size needs a whole number with an optional K, M or G")
     assert_one_line(shard(' --block-size 32M'), 2, '--block-size = 33554432 must be within [1, 16777216]')
-    assert_one_line(shard(' --compression zstd:99'), 2, 'wick.shard: converter zstd level 99 is out of range')
+    assert_one_line(shard(' --compression zstd:99'), 2, 'wick.data.convert: converter zstd level 99 is out of range')
     assert_one_line(shard(' --tokenizer nope'), 2, "tokenizer 'nope' is neither a built-in (bytes) nor a readable file")
-    assert_one_line(helper.run('-m wick.shard ' .. q(root .. '/none.txt') .. ' -o ' .. q(root .. '/o')), 1,
+    assert_one_line(helper.run('-m wick.data.convert ' .. q(root .. '/none.txt') .. ' -o ' .. q(root .. '/o')), 1,
       "none.txt': No such file or directory")
     local ok = shard(' --shard-size 1K --block-size 256 -q')
     assert.are.equal(0, ok.rc, ok.err)
@@ -219,5 +219,33 @@ describe('inspect --data', function()
     assert.are.equal(1, r.rc)
     assert.matches("broken.lua:2: attempt to index local 'mix' (a nil value)", r.err, 1, true)
     assert.matches('stack traceback:', r.err, 1, true)
+  end)
+end)
+
+describe('a renamed module', function()
+  it('still runs under its old name with -m, saying the new one once on stderr', function()
+    local root = helper.tmpdir()
+    helper.write_file(root .. '/a.txt', 'some text')
+    local r = helper.run('-m wick.shard ' .. q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' -q')
+    local converted = io.open(root .. '/o/index.json')
+    if converted then converted:close() end
+    helper.rmtree(root)
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('wick.shard is now wick.data.convert; the old name goes in the next release\n', r.err)
+    assert.is_not_nil(converted)
+  end)
+
+  it('loads as the new module under require, warning once per name', function()
+    local r = helper.run('-e ' .. q([[
+      local old = require 'wick.dataset'
+      require 'wick.dataset'
+      io.write(tostring(old == require 'wick.data.dataset'), ' ',
+        tostring(require 'wick.checkpoint' == require('wick').checkpoint))]]))
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.equal('true true', r.out)
+    assert.are.same({
+      'wick.dataset is now wick.data.dataset; the old name goes in the next release',
+      'wick.checkpoint is now wick.train.checkpoint; the old name goes in the next release',
+    }, helper.lines(r.err))
   end)
 end)

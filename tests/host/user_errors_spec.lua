@@ -144,7 +144,7 @@ return {
       assert.are.equal(0, one.rc, one.out .. one.err)
       local value, unit = one.out:match('total ([%d.]+) (%a+)')
       local per_rank = tonumber(value) * ({ KiB = 2 ^ 10, MiB = 2 ^ 20, GiB = 2 ^ 30 })[unit]
-      local ranks = math.ceil(1.5 * require('wick.plan').machine_memory() / per_rank) -- each fits; together not
+      local ranks = math.ceil(1.5 * require('wick.train.plan').machine_memory() / per_rank) -- each fits; together not
       local r = helper.run(('--dry-run --nproc-per-node %d %s --batch.global=%d%s'):format(ranks, q(recipe), ranks, model))
       assert.are.equal(2, r.rc, r.out .. r.err)
       assert.matches((' per rank x %d ranks on this machine, is above its'):format(ranks), r.err, 1, true)

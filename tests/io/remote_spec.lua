@@ -95,7 +95,7 @@ describe('a remote dataset over HTTP', function()
   it('is opened by wick.dataset.open, with the same tokens as the local copy', function()
     local cache = helper.tmpdir()
     local code = ([[
-      local dataset = require 'wick.dataset'
+      local dataset = require 'wick.data.dataset'
       local here = assert(dataset.open(%q))
       local there = assert(dataset.open(%q, { cache_dir = %q, max_transfers = 4 }))
       assert(here.shards == there.shards and here.tokens == there.tokens)
@@ -188,7 +188,7 @@ describe('converter inputs at URLs', function()
     local server = nginx.start(root)
     local cache = helper.tmpdir()
     local function convert(a, b, out)
-      return helper.sh(('%s %s -m wick.shard %s %s -o %s --shard-size 200000 -q'):format(with_cache(cache),
+      return helper.sh(('%s %s -m wick.data.convert %s %s -o %s --shard-size 200000 -q'):format(with_cache(cache),
         q(helper.RUN), q(a), q(b), q(root .. '/' .. out)))
     end
     local here = convert(root .. '/in/a.jsonl', root .. '/in/b.txt', 'local')

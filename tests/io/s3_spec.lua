@@ -114,14 +114,14 @@ describe('an S3 dataset', function()
 
   it('converts every object under an s3:// prefix, as the same files in a directory', function()
     local cache = helper.tmpdir()
-    local here = helper.run(('-m wick.shard %s -o %s -q'):format(q(root .. '/upload/inputs'), q(root .. '/conv-local')))
+    local here = helper.run(('-m wick.data.convert %s -o %s -q'):format(q(root .. '/upload/inputs'), q(root .. '/conv-local')))
     assert.are.equal(0, here.rc, here.err)
-    local there = helper.sh(('%s %s -m wick.shard s3://%s/inputs/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
+    local there = helper.sh(('%s %s -m wick.data.convert s3://%s/inputs/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
       q(root .. '/conv-s3')))
     assert.are.equal(0, there.rc, there.err)
     local shard = '/shard-00000.wks'
     assert.are.equal(helper.read_file(root .. '/conv-local' .. shard), helper.read_file(root .. '/conv-s3' .. shard))
-    local empty = helper.sh(('%s %s -m wick.shard s3://%s/nothing/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
+    local empty = helper.sh(('%s %s -m wick.data.convert s3://%s/nothing/ -o %s -q'):format(env(cache), q(helper.RUN), BUCKET,
       q(root .. '/conv-none')))
     assert.are_not.equal(0, empty.rc)
     assert.matches(('s3://%s/nothing/'):format(BUCKET) .. "': no objects under this prefix", empty.err, 1, true)

@@ -5,7 +5,7 @@
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local data = require 'wick.data'
-local dataset = require 'wick.dataset'
+local dataset = require 'wick.data.dataset'
 local quality = require 'wick.data.quality'
 local q = helper.shell_quote
 

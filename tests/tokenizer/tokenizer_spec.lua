@@ -5,7 +5,7 @@
 -- packages that bundle them and the same vocabularies as tokenizer.json files, and the test texts (code, licenses, many scripts, emoji, CRLF, runs of
 -- spaces and digits, contractions in both cases, odd whitespace, special tokens in text, pieces of
 -- 20000 bytes). Every tokenizer must give the oracle's ids on every text, through run -m
--- wick.tokenize, and decode them back to the text.
+-- wick.data.tokenize, and decode them back to the text.
 local helper = require 'helper'
 local q = helper.shell_quote
 
@@ -23,7 +23,7 @@ local function oracle(args)
 end
 
 local function tokenize(args)
-  return helper.run('-m wick.tokenize ' .. args)
+  return helper.run('-m wick.data.tokenize ' .. args)
 end
 
 setup(function()
@@ -78,7 +78,7 @@ local CASES = {
     args = '--pattern o200k' },
 }
 
-describe('wick.tokenize', function()
+describe('wick.data.tokenize', function()
   for _, case in ipairs(CASES) do
     for _, special in ipairs { false, true } do
       local flag = special and ' --special' or ''
@@ -117,11 +117,11 @@ describe('wick.tokenize', function()
   end)
 
   it('reads a --field of standard input and decodes into that field', function()
-    local r = helper.run('-m wick.tokenize --tokenizer bytes --field body -',
+    local r = helper.run('-m wick.data.tokenize --tokenizer bytes --field body -',
       { stdin = '{"id": 1, "body": "hi"}\n\n{"body": "\\u00e9"}\n' })
     assert.are.equal(0, r.rc, r.err)
     assert.are.equal('[104,105]\n[195,169]\n', r.out)
-    r = helper.run('-m wick.tokenize --tokenizer bytes --decode --field body -', { stdin = r.out .. '[34, 92, 10, 255]\n' })
+    r = helper.run('-m wick.data.tokenize --tokenizer bytes --decode --field body -', { stdin = r.out .. '[34, 92, 10, 255]\n' })
     assert.are.equal(0, r.rc, r.err)
     assert.are.equal('{"body":"hi"}\n{"body":"é"}\n{"body":"\\"\\\\\\n\xEF\xBF\xBD"}\n', r.out)
   end)
@@ -131,7 +131,7 @@ describe('wick.tokenize', function()
                             '--tokenizer bytes --pattern p99k x', '--tokenizer bytes a b' } do
       local r = tokenize(args)
       assert.are.equal(2, r.rc, args .. ': ' .. r.err)
-      assert.matches('^wick%.tokenize: [^\n]+ %(see run %-m wick%.tokenize %-%-help%)\n$', r.err, 1, false, args)
+      assert.matches('^wick%.data%.tokenize: [^\n]+ %(see run %-m wick%.data%.tokenize %-%-help%)\n$', r.err, 1, false, args)
     end
   end)
 
@@ -141,7 +141,7 @@ describe('wick.tokenize', function()
     local r = tokenize('--tokenizer bytes ' .. q(input))
     assert.are.equal(1, r.rc)
     assert.are.equal('[111,107]\n', r.out)
-    assert.are.equal(('wick.tokenize: %s:2: field \'text\' is not a string\n'):format(input), r.err)
+    assert.are.equal(('wick.data.tokenize: %s:2: field \'text\' is not a string\n'):format(input), r.err)
     input = helper.write_file(dir .. '/ids.jsonl', '[1, 2]\n[1,\n[300]\n')
     r = tokenize('--tokenizer bytes --decode ' .. q(input))
     assert.are.equal(1, r.rc)
@@ -158,7 +158,7 @@ describe('wick.tokenize', function()
 end)
 
 describe('wick.tokenizer', function()
-  local tokenizer = require 'wick.tokenizer'
+  local tokenizer = require 'wick.data.tokenizer'
 
   it('encodes, decodes and looks up tokens through the FFI; special tokens are text unless asked', function()
     if not need_oracles() then return end
@@ -233,7 +233,7 @@ describe('wick.tokenizer', function()
 end)
 
 describe('tokenizer files', function()
-  local tokenizer = require 'wick.tokenizer'
+  local tokenizer = require 'wick.data.tokenizer'
   local dir
 
   before_each(function() dir = helper.tmpdir() end)

@@ -31,7 +31,7 @@ function corpus.dataset(dir, options)
   if exists(dir .. '/index.json') then return dir end
   local opts = { output = dir }
   for k, v in pairs(options or {}) do opts[k] = v end
-  local stats = require('wick.shard').convert(corpus.files(), opts)
+  local stats = require('wick.data.convert').convert(corpus.files(), opts)
   return dir, stats
 end
 

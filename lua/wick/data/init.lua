@@ -158,6 +158,7 @@ function data.is_mix(value) return getmetatable(value) == mix_mt end
 
 local Loader = {}
 Loader.__index = Loader
+local own_handle, close_handle = core.handle(C.wk_loader_free)
 
 -- An integer from the environment (torchrun's RANK, WORLD_SIZE), checked like the option it stands for.
 local function from_env(variable, option)
@@ -226,7 +227,7 @@ end
 function data.loader(opts)
   if type(opts) ~= 'table' then error('data.loader expects a table of options', 2) end
   local handle = core.check_handle(C.wk_loader_new(), 2)
-  handle = ffi.gc(handle, C.wk_loader_free)
+  handle = own_handle(handle)
   local self = setmetatable({
     handle = handle,
     started = false,
@@ -403,10 +404,7 @@ function Loader:close()
     end
   end
   self.slots, self.batch = {}, {}
-  if self.handle then
-    C.wk_loader_free(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
+  close_handle(self)
 end
 
 data.Loader = Loader

@@ -96,7 +96,7 @@ end
 
 local function print_quality(opts)
   local quality = require 'wick.data.quality'
-  local ds, err = require('wick.dataset').open(opts.data)
+  local ds, err = require('wick.data.dataset').open(opts.data)
   if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
   local this = quality.loader_order {
     data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, seed = opts.seed, mode = opts.mode,

@@ -25,6 +25,7 @@
 -- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
 local ffi = require 'ffi'
 local core = require 'wick.core'
+local schema = require 'wick.schema'
 local T = require 'wick.tensor'
 
 local C = core.C
@@ -39,7 +40,10 @@ local NS = 1e9
 local DataParallel = {}
 DataParallel.__index = DataParallel
 
-local OPTIONS = { bucket_bytes = true }
+local OPTIONS = schema.define('nn.data_parallel option', {
+  { 'bucket_bytes', 'integer', min = F32_BYTES, default = DEFAULT_BUCKET_BYTES,
+    help = 'gradient bytes per all-reduce (torch DDP: 25 MiB)' },
+})
 
 -- Gradient ranges in flat order: { offset, numel, ready } where ready is the gradient group
 -- after which backward() leaves the range alone (the last group + 1 when the model has none).
@@ -90,14 +94,7 @@ local function make_buckets(ranges, bucket_bytes)
 end
 
 function DataParallel.new(model, dist, opts)
-  opts = opts or {}
-  for k in pairs(opts) do
-    if not OPTIONS[k] then error('nn.data_parallel: unknown option ' .. tostring(k) .. ' (bucket_bytes)', 2) end
-  end
-  local bucket_bytes = opts.bucket_bytes or DEFAULT_BUCKET_BYTES
-  if type(bucket_bytes) ~= 'number' or bucket_bytes < F32_BYTES or bucket_bytes % 1 ~= 0 then
-    error('nn.data_parallel: bucket_bytes must be an integer of at least 4, got ' .. tostring(bucket_bytes), 2)
-  end
+  opts = OPTIONS:check(opts or {}, 2)
   if not (model.flat_parameters and dist and dist.world_size) then
     error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
   end
@@ -105,7 +102,7 @@ function DataParallel.new(model, dist, opts)
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank }, DataParallel)
   dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
   local ranges, groups = gradient_ranges(model, flat)
-  self.buckets = make_buckets(ranges, bucket_bytes)
+  self.buckets = make_buckets(ranges, opts.bucket_bytes)
   self.launch_at = {}  -- gradient group -> buckets to launch once it is done
   for g = 1, groups + 1 do self.launch_at[g] = {} end
   for i, b in ipairs(self.buckets) do

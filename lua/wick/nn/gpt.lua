@@ -47,7 +47,7 @@ local OPTIONS = schema.define('nn.gpt option', {
   { 'layers', 'integer', min = 1, max = 4096, required = true, help = 'transformer blocks' },
   { 'heads', 'integer', min = 1, max = 4096, required = true, help = 'attention heads per block; divide dim' },
   { 'dim', 'integer', min = 1, max = 2 ^ 20, required = true, help = 'model width' },
-  { 'precision', 'precision', check = precision.check,
+  { 'precision', 'precision', check = precision.check, parse = 'string',
     help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
   { 'device', 'string', help = "'cpu' or 'cuda:N' (default cpu)" },
   { 'seed', 'integer', min = 0, max = MAX_SEED, default = 0, help = 'initialisation seed' },

@@ -4,7 +4,7 @@
 --
 --   corpus.jsonl     CORPUS_TOKENS tokens of the text this machine has (tests/bench/lib/corpus.py):
 --                    the documents, as the Hugging Face baseline streams them
---   raw/, zstd/      corpus.jsonl through the real converter (run -m wick.shard), raw and zstd:3,
+--   raw/, zstd/      corpus.jsonl through the real converter (run -m wick.data.convert), raw and zstd:3,
 --                    SHARD_TOKENS tokens a shard (tens of shards)
 --   tokens.u16       the token stream of raw/ as one u16 file (documents + EOS), for torch
 --   payload.zst      the zstd frames of zstd/'s blocks as stored, concatenated (one zstd stream that
@@ -13,7 +13,7 @@
 --   big-raw/, big-zstd/       BIG_TOKENS tokens (~2 GB as u16): copies of the corpus, each in another
 --                    document order with its own first line (corpus.py --from), so no block repeats
 local host = require 'wick.host'
-local wick_dataset = require 'wick.dataset'
+local wick_dataset = require 'wick.data.dataset'
 local ffi = require 'ffi'
 local report = require 'report'
 local exists = report.exists
@@ -36,7 +36,7 @@ local HEADER_BYTES, TABLE_ENTRY_BYTES, CODEC_ZSTD = 128, 24, 1
 
 local function convert(jsonl, dir, compression)
   if exists(dir .. '/index.json') then return end
-  sh(('%s -m wick.shard %s -o %s --compression %s --shard-size %s --no-progress'):format(RUN, jsonl, dir,
+  sh(('%s -m wick.data.convert %s -o %s --compression %s --shard-size %s --no-progress'):format(RUN, jsonl, dir,
     compression, M.SHARD_TOKENS))
 end
 

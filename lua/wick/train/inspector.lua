@@ -1,4 +1,4 @@
--- wick.inspector: what `run -i recipe.lua` puts in the REPL. The recipe is built (wick.train.new:
+-- wick.train.inspector: what `run -i recipe.lua` puts in the REPL. The recipe is built (wick.train.new:
 -- loader, model, optimizer, world) and not trained; the globals are
 --   recipe   the checked recipe         model, loader, trainer   the built pieces
 --   peek([rows])    the next step's first micro-batch as text, without consuming it

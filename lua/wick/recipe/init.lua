@@ -1,19 +1,21 @@
 -- wick.recipe: what a recipe file may say, checked whole. A recipe is a Lua file returning a table
 -- (model, data, batch, precision, optim, steps or epochs, eval, checkpoint, log, callbacks); this
 -- module declares those fields once (reusing the loader's, the model's and the optimizer's own
--- declarations, so a bound is written in one place), checks a recipe against them naming each key
--- by its path (`batch.mciro: unknown key (did you mean batch.micro?)`), applies command-line
--- overrides typed by the same declarations (`--data.seq_len=256`), flattens a checked recipe into
--- `path = value` lines (for provenance and the resume diff) and lists the fields (for --help and
--- the README). It builds nothing: wick.train does.
+-- declarations, so a bound is written in one place), and the run's flags beside them; checks a
+-- recipe against them naming each key by its path (`batch.mciro: unknown key (did you mean
+-- batch.micro?)`), after the command line's overrides typed by the same declarations
+-- (`--data.seq_len=256`, wick.recipe.args); flattens a checked recipe into `path = value` lines
+-- (wick.recipe.provenance writes the values) and lists the fields (for --help and the README).
+-- It builds nothing: wick.train does.
 --
 --   local recipe = require 'wick.recipe'
 --   local job = recipe.load('recipes/tiny.lua', table_it_returned, { '--steps=10', '--resume' })
 --   -- job.config (checked, defaults filled), job.flags { resume, log, dry_run }, job.overrides,
 --   -- job.text and job.hash (the file's), job.name
-local ffi = require 'ffi'
 local core = require 'wick.core'
 local schema = require 'wick.schema'
+local args = require 'wick.recipe.args'
+local provenance = require 'wick.recipe.provenance'
 local has_host, host = pcall(require, 'wick.host') -- absent in a Lua embedding other than `run`
 
 local recipe = {}
@@ -34,6 +36,13 @@ recipe.EVENTS = EVENTS
 
 local function is_name(s) return type(s) == 'string' and s:match('^[%a_][%w_%-]*$') ~= nil end
 
+-- What a { 'path', ... } source entry may say after its path.
+local SOURCE = schema.define('source', {
+  { 'name', 'name', check = function(v) return is_name(v), 'must be an identifier' end,
+    help = "what data.mix weighs it by (default: the path's last component)" },
+  { 'epochs', 'integer', min = 0, max = MAX_STEPS, help = 'passes over the source (default: no end)' },
+})
+
 -- data.sources: a list of 'path' or { 'path', name = 'web', epochs = n }; names default to the
 -- path's last component and must be unique (data.mix weighs sources by name).
 local function check_sources(list)
@@ -41,19 +50,13 @@ local function check_sources(list)
   if type(list) ~= 'table' or #list == 0 then return false, "must be a path or a list of sources ('path' or { 'path', name =, epochs = })" end
   local seen = {}
   for i, entry in ipairs(list) do
-    local path = type(entry) == 'table' and entry[1] or entry
+    local path = recipe.source_path(entry)
     if type(path) ~= 'string' or path == '' then return false, ('source %d needs a path'):format(i) end
     if type(entry) == 'table' then
-      for k, v in pairs(entry) do
-        if k ~= 1 and k ~= 'name' and k ~= 'epochs' then
-          return false, ('source %d: unknown key %s (path, name, epochs)'):format(i, tostring(k))
-        end
-      end
-      if entry.name ~= nil and not is_name(entry.name) then return false, ('source %d: name must be an identifier'):format(i) end
-      local e = entry.epochs
-      if e ~= nil and (type(e) ~= 'number' or e < 0 or e % 1 ~= 0 or e > MAX_STEPS) then
-        return false, ('source %d: epochs must be a whole number >= 0'):format(i)
-      end
+      local named = {}
+      for k, v in pairs(entry) do if k ~= 1 then named[k] = v end end
+      local checked, why = SOURCE:check_tree(named, ('sources[%d]'):format(i))
+      if not checked then return false, why end
     end
     local name = recipe.source_name(entry)
     if seen[name] then return false, ('two sources are named %s: give one a name ='):format(name) end
@@ -62,9 +65,16 @@ local function check_sources(list)
   return true
 end
 
+-- A data.sources entry's path: the entry itself, or the first item of its table.
+function recipe.source_path(entry)
+  if type(entry) == 'table' then return entry[1] end
+  return entry
+end
+
+-- A source's name: its name =, else its path's last component made an identifier.
 function recipe.source_name(entry)
   if type(entry) == 'table' and entry.name then return entry.name end
-  local path = type(entry) == 'table' and entry[1] or entry
+  local path = recipe.source_path(entry)
   local base = path:gsub('/index%.json$', ''):gsub('/+$', ''):match('([^/]+)$') or path
   return (base:gsub('[^%w_%-]', '_'))
 end
@@ -125,7 +135,7 @@ local MODEL = schema.define('model', {
 })
 
 local DATA = schema.define('data', {
-  { 'sources', 'sources', check = check_sources, required = true,
+  { 'sources', 'sources', check = check_sources, parse = 'string', required = true,
     help = "a dataset path, or a list of 'path' / { 'path', name = 'web', epochs = n }" },
   { 'mix', 'mix', check = check_mix, default = {},
     help = 'weight per source name: a number, a wick.schedule or fn(step) (default 1)' },
@@ -192,12 +202,21 @@ local RECIPE = schema.define('recipe', {
 })
 recipe.SCHEMA = RECIPE
 
+-- The run's own flags, which the command line after a recipe gives beside its --key=value
+-- overrides (wick.recipe.args reads both).
+local FLAGS = schema.define('flag', {
+  { 'resume', 'boolean', help = 'continue from the newest complete checkpoint of checkpoint.dir' },
+  { 'log', 'string', value = 'FILE', expects = 'a file', help = 'JSONL log, one record per step (log.file)' },
+  { 'dry_run', 'boolean', help = 'check and plan the run, train nothing (wick.train.plan)' },
+  { 'repl_at', 'integer', min = 1, max = MAX_STEPS, value = 'STEP', expects = 'a step number >= 1',
+    help = 'pause after this step with the REPL on rank 0 (wick.train.pause)' },
+  { 'help', 'boolean', help = 'the fields, and exit' },
+})
+recipe.FLAGS = FLAGS
+
 -- ---- checking ------------------------------------------------------------------------------------
 
-local function fail(name, message)
-  local cli = require 'wick.cli'
-  cli.fail(('%s: %s (see run %s --help)'):format(name, message, name), cli.EXIT_USAGE)
-end
+local fail = args.fail
 
 -- What the tree cannot say: one of steps and epochs, heads dividing dim, the eval source.
 local function check_relations(c)
@@ -216,6 +235,14 @@ local function check_relations(c)
   end
 end
 
+-- Every dataset a checked recipe reads: its sources' paths, then the eval source's.
+function recipe.dataset_paths(config)
+  local paths = {}
+  for i, entry in ipairs(config.data.sources) do paths[i] = recipe.source_path(entry) end
+  if config.eval.source then paths[#paths + 1] = config.eval.source end
+  return paths
+end
+
 -- The checked recipe (defaults filled) or raises a usage error naming `name` and the key's path.
 function recipe.check(raw, name)
   local config, why = RECIPE:check_tree(raw)
@@ -226,148 +253,7 @@ function recipe.check(raw, name)
   return config
 end
 
--- ---- overrides -----------------------------------------------------------------------------------
-
-local FLAGS = { resume = 'flag', log = 'value', dry_run = 'flag', repl_at = 'value', help = 'flag' }
-
-local function parse_value(option, text)
-  local kind = option.types and option.types[1] or option[2]
-  if kind == 'integer' or kind == 'number' or kind == 'lr' or kind == 'weight' then return tonumber(text) end
-  if kind == 'boolean' then
-    if text == 'true' then return true elseif text == 'false' then return false end
-    return nil
-  end
-  if kind == 'string' or kind == 'enum' or kind == 'uint64' or kind == 'precision' or kind == 'sources' then return text end
-  return nil, 'cannot be set from the command line (set it in the recipe)'
-end
-
--- Sets raw[a][b][c] = value for the path 'a.b.c', making tables on the way.
-local function set_path(raw, path, value)
-  local t = raw
-  local keys = {}
-  for key in path:gmatch('[^.]+') do keys[#keys + 1] = key end
-  for i = 1, #keys - 1 do
-    if type(t[keys[i]]) ~= 'table' then t[keys[i]] = {} end
-    t = t[keys[i]]
-  end
-  t[keys[#keys]] = value
-end
-
--- Splits args into flags and overrides { path, text }; raises usage errors naming the key.
-function recipe.parse_args(name, args)
-  local flags, overrides = {}, {}
-  local i = 1
-  while i <= #args do
-    local word = args[i]
-    local key, inline = word:match('^%-%-([^=]+)=(.*)$')
-    key = key or word:match('^%-%-(.+)$')
-    if not key then fail(name, ("unexpected argument '%s' (overrides are --key=value)"):format(word)) end
-    key = key:gsub('%-', '_')
-    if FLAGS[key] == 'flag' then
-      if inline then fail(name, ('--%s takes no value'):format(word:match('^%-%-([^=]+)'))) end
-      flags[key] = true
-    else
-      local text = inline
-      if text == nil then
-        i = i + 1
-        text = args[i]
-        if text == nil then fail(name, ('--%s needs a value'):format(key)) end
-      end
-      if FLAGS[key] == 'value' then
-        flags[key] = text
-      else
-        overrides[#overrides + 1] = { key, text }
-      end
-    end
-    i = i + 1
-  end
-  return flags, overrides
-end
-
--- A deep copy of plain tables (functions, cdata and tables with a metatable are shared), or nil
--- and the path of a table that holds one of the tables around it (a cycle would recurse forever).
--- `open` maps the tables being copied to their paths.
-local function copy_tree(t, path, open)
-  if type(t) ~= 'table' or getmetatable(t) then return t end
-  if open[t] then return nil, ('%s refers back to %s'):format(path, open[t]) end
-  open[t] = path
-  local out = {}
-  for k, v in pairs(t) do
-    local copy, why = copy_tree(v, path == '' and tostring(k) or (path .. '.' .. tostring(k)), open)
-    if why then return nil, why end
-    out[k] = copy
-  end
-  open[t] = nil
-  return out
-end
-
-local CYCLE_HINT = '(a recipe is a tree of tables: a cycle cannot be checked)'
-
-function recipe.copy(t)
-  local copy, why = copy_tree(t, '', {})
-  if why then error(('recipe.copy: %s %s'):format(why, CYCLE_HINT), 2) end
-  return copy
-end
-
--- Applies overrides to a copy of the raw recipe: each value converted by its declaration.
-function recipe.apply(name, raw, overrides)
-  local copy, cycle = copy_tree(raw, '', {})
-  if cycle then fail(name, cycle .. ' ' .. CYCLE_HINT) end
-  local applied = {}
-  for _, o in ipairs(overrides) do
-    local path, text = o[1], o[2]
-    local value, why
-    local mix_source = path:match('^data%.mix%.([%w_%-]+)$')
-    if mix_source then
-      value = tonumber(text)
-      if value == nil then why = 'must be a number' end
-    else
-      local option
-      option, why = RECIPE:find(path)
-      if option then value, why = parse_value(option, text) end
-      if option and value == nil and not why then why = ("cannot read '%s' as %s"):format(text, option[2]) end
-    end
-    if value == nil then fail(name, ('--%s: %s'):format(path, (why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '')))) end
-    set_path(copy, path, value)
-    applied[#applied + 1] = path .. '=' .. text
-  end
-  return copy, applied
-end
-
 -- ---- text, hashes, flattening ----------------------------------------------------------------------
-
-local FNV_OFFSET, FNV_PRIME = 0xcbf29ce484222325ULL, 0x100000001b3ULL
-
--- FNV-1a 64 of a string, as 16 hex digits: the identity of a recipe's text or an index.json.
-function recipe.hash(text)
-  local h = ffi.new('uint64_t', FNV_OFFSET)
-  for i = 1, #text do h = bit.bxor(h, text:byte(i)) * FNV_PRIME end
-  return bit.tohex(h, 16)
-end
-
-local function render(value)
-  local kind = type(value)
-  if kind == 'string' then return ('%q'):format(value) end
-  if kind == 'number' then return require('wick.json').number(value) end
-  if kind == 'table' and value.kind == 'points' then -- a wick.schedule
-    local parts = {}
-    for i = 1, #value.steps do parts[i] = ('%s:%s'):format(render(value.steps[i]), render(value.values[i])) end
-    return 'schedule{' .. table.concat(parts, ' ') .. '}'
-  end
-  if kind == 'table' then
-    local keys = {}
-    for k in pairs(value) do keys[#keys + 1] = k end
-    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-    local parts = {}
-    for _, k in ipairs(keys) do
-      parts[#parts + 1] = (type(k) == 'number' and '' or (tostring(k) .. '=')) .. render(value[k])
-    end
-    return '{' .. table.concat(parts, ', ') .. '}'
-  end
-  if kind == 'function' then return 'function' end
-  return tostring(value)
-end
-recipe.render = render
 
 -- A checked recipe as { path = text } for every field that is set (mix weights by source name).
 function recipe.flatten(config)
@@ -380,48 +266,13 @@ function recipe.flatten(config)
       for _, entry in ipairs(config.data.sources) do
         local source = recipe.source_name(entry)
         local w = value[source]
-        out['data.mix.' .. source] = render(w == nil and 1 or w)
+        out['data.mix.' .. source] = provenance.render(w == nil and 1 or w)
       end
     elseif value ~= nil then
-      out[path] = render(value)
+      out[path] = provenance.render(value)
     end
   end
   return out
-end
-
--- What changed between two flattened recipes: { changes = { lines }, refused = { lines } }.
--- A mix weight may change (only future draws change); batch.global may not (it defines the order
--- and the cursor's steps); anything else is reported.
-local FIXED = {
-  ['batch.global'] = 'the data order and the cursor count steps of this global batch; keep it, or start a new run in another checkpoint.dir',
-  ['seed'] = 'the data order and the initial weights follow from the seed',
-  ['data.seq_len'] = 'the cursor counts samples of this length',
-}
-for _, k in ipairs({ 'model.layers', 'model.heads', 'model.dim', 'model.vocab', 'model.seq_len' }) do
-  FIXED[k] = 'the saved weights have the old shape'
-end
-local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true,
-  ['log.tensorboard'] = true }
-
-function recipe.diff(old, new)
-  local keys, seen = {}, {}
-  for k in pairs(old) do keys[#keys + 1], seen[k] = k, true end
-  for k in pairs(new) do if not seen[k] then keys[#keys + 1] = k end end
-  table.sort(keys)
-  local changes, refused = {}, {}
-  for _, k in ipairs(keys) do
-    if old[k] ~= new[k] and not QUIET[k] then
-      local line = ('%s: %s -> %s'):format(k, old[k] or '(unset)', new[k] or '(unset)')
-      if FIXED[k] then
-        refused[#refused + 1] = line .. ': refused: ' .. FIXED[k]
-      elseif k:match('^data%.mix%.') then
-        changes[#changes + 1] = line .. ' (allowed: only future draws change)'
-      else
-        changes[#changes + 1] = line
-      end
-    end
-  end
-  return { changes = changes, refused = refused }
 end
 
 -- ---- the list of fields ----------------------------------------------------------------------------
@@ -435,7 +286,7 @@ function recipe.fields()
     if kind == 'enum' then kind = table.concat(o.values, '|') end
     local bound = require('wick.cli').bound_text
     if o.min or o.max then kind = ('%s in [%s, %s]'):format(kind, bound(o.min) or '-inf', bound(o.max) or 'inf') end
-    local default = o.default ~= nil and type(o.default) ~= 'table' and ('; default %s'):format(render(o.default)) or ''
+    local default = o.default ~= nil and type(o.default) ~= 'table' and ('; default %s'):format(provenance.render(o.default)) or ''
     lines[#lines + 1] = ('%-20s %s%s%s: %s'):format(path, kind, default, o.required and '; required' or '', o.help or '')
   end
   return lines
@@ -474,24 +325,17 @@ function recipe.is_recipe(value)
 end
 
 -- A job from a recipe file's returned table and the command line after it.
-function recipe.load(path, raw, args)
+function recipe.load(path, raw, argv)
   local home = has_host and host.home .. '/'
   local name = (home and path:sub(1, #home) == home) and path:sub(#home + 1) or path -- recipes/tiny.lua
-  local flags, overrides = recipe.parse_args(name, args or {})
-  if flags.repl_at then
-    local step = tonumber(flags.repl_at)
-    if not step or step < 1 or step % 1 ~= 0 or step > MAX_STEPS then
-      fail(name, ("--repl-at needs a step number >= 1, got '%s'"):format(flags.repl_at))
-    end
-    flags.repl_at = step
-  end
+  local flags, overrides = args.parse(FLAGS, name, argv or {})
   if flags.help then
-    io.stdout:write(('usage: run %s [--key=value ...] [--resume] [--log=FILE] [--dry-run] [--repl-at=STEP]\n\nfields:\n  %s\n'):format(
-      name, table.concat(recipe.fields(), '\n  ')))
+    io.stdout:write(('usage: run %s [--key=value ...] %s\n\nfields:\n  %s\n'):format(
+      name, args.usage(FLAGS), table.concat(recipe.fields(), '\n  ')))
     os.exit(0)
   end
   if type(raw) ~= 'table' then fail(name, 'a recipe returns a table') end
-  local resolved_raw, applied = recipe.apply(name, raw, overrides)
+  local resolved_raw, applied = args.apply(RECIPE, name, raw, overrides)
   if flags.log then resolved_raw.log = resolved_raw.log or {}; resolved_raw.log.file = flags.log end
   local config = recipe.check(resolved_raw, name)
   local text, err = core.read_file(path)
@@ -500,7 +344,7 @@ function recipe.load(path, raw, args)
     cli.fail(('%s: cannot read it for its provenance: %s'):format(name, err), cli.EXIT_DATA)
   end
   return { name = name, path = path, config = config, flags = flags, overrides = applied, text = text,
-    hash = recipe.hash(text) }
+    hash = provenance.hash(text) }
 end
 
 return recipe

@@ -1,4 +1,4 @@
--- wick.pause: training paused at a step boundary, with the REPL on rank 0. A rank asks for it by
+-- wick.train.pause: training paused at a step boundary, with the REPL on rank 0. A rank asks for it by
 -- `kill -USR1` (wick.host.take_pause) or when it reaches `--repl-at=STEP`; the trainer sums the
 -- requests over the ranks after every step (with the stop requests, in one all-reduce), so every
 -- rank pauses after the same step. Rank 0 then runs a REPL with

@@ -1,4 +1,4 @@
--- wick.tokenizer: text <-> token ids, with the C tokenizers of runtime/tokenizer/ (Hugging Face
+-- wick.data.tokenizer (wick.tokenizer in a recipe): text <-> token ids, with the C tokenizers of runtime/tokenizer/ (Hugging Face
 -- tokenizer.json and tiktoken rank files: byte-level BPE) and the built-in 'bytes'.
 --   local tok = assert(wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' }))
 --   local tok = wick.tokenizer.open('cl100k_base.tiktoken')            -- the encoding from the name
@@ -25,6 +25,7 @@ local OPTIONS = schema.define('tokenizer option', {
 
 local Tokenizer = {}
 Tokenizer.__index = Tokenizer
+local own_handle, close_handle = core.handle(C.wk_tokenizer_free)
 
 local M = { OPTIONS = OPTIONS }
 
@@ -35,7 +36,7 @@ function M.open(source, options)
   local opts = OPTIONS:check(options or {}, 2)
   local handle = C.wk_tokenizer_open(source, opts.pattern)
   if handle == nil then return nil, core.last_error() end
-  handle = ffi.gc(handle, C.wk_tokenizer_free)
+  handle = own_handle(handle)
   local self = setmetatable({ handle = handle, capacity = 0 }, Tokenizer)
   if opts.special then core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_SPECIAL, 1), 2) end
   if opts.eos ~= nil then
@@ -59,12 +60,7 @@ local function live(self)
   return self.handle
 end
 
-function Tokenizer:close()
-  if self.handle then
-    C.wk_tokenizer_free(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
-end
+function Tokenizer:close() close_handle(self) end
 
 local count_box = ffi.new('size_t[1]')
 

@@ -1,11 +1,11 @@
--- wick.shard: the dataset converter's command line.
---   ./run -m wick.shard INPUTS... -o OUTDIR [options]
+-- wick.data.convert: the dataset converter's command line.
+--   ./run -m wick.data.convert INPUTS... -o OUTDIR [options]
 -- Lua only parses arguments and prints the summary; reading, tokenizing, compressing and writing
 -- happen on C threads (runtime/convert/). The options are declared once (SPEC, wick.cli): the
 -- parser, the checks and the help text come from that table.
 local cli = require 'wick.cli'
 local core = require 'wick.core'
-local TOKENIZER = require 'wick.tokenizer'
+local TOKENIZER = require 'wick.data.tokenizer'
 local ffi, C = core.ffi, core.C
 
 -- The converter's own limits (runtime/convert/convert.c, runtime/format/shard.h).
@@ -35,7 +35,7 @@ Parquet and tar: file:row and file:sample).
 The output is byte-identical for the same inputs and options, whatever --threads.]]
 
 local SPEC = cli.spec {
-  name = 'wick.shard',
+  name = 'wick.data.convert',
   usage = 'INPUTS... -o OUTDIR [options]',
   positional = 'INPUTS',
   description = DESCRIPTION,
@@ -92,10 +92,10 @@ local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.he
 function M.convert(inputs, opts)
   opts = cli.check(SPEC, opts or {}, 2)
   local function refused_option(status)
-    if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_USAGE) end
+    if status ~= 0 then cli.fail('wick.data.convert: ' .. core.last_error(), cli.EXIT_USAGE) end
   end
   local function failed_input(status)
-    if status ~= 0 then cli.fail('wick.shard: ' .. core.last_error(), cli.EXIT_DATA) end
+    if status ~= 0 then cli.fail('wick.data.convert: ' .. core.last_error(), cli.EXIT_DATA) end
   end
   -- gpt2 only describes .bin tokens; any other tokenizer is opened here, with its options, and lent
   -- to the converter for the run.
@@ -105,10 +105,10 @@ function M.convert(inputs, opts)
     local eos = opts.eos and (opts.eos:match('^%d+$') and tonumber(opts.eos) or opts.eos)
     local ok, opened, err = pcall(TOKENIZER.open, opts.tokenizer, { pattern = opts.pattern, special = opts.special,
                                                                    eos = eos })
-    if not ok or not opened then cli.fail('wick.shard: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
+    if not ok or not opened then cli.fail('wick.data.convert: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
     tok = opened
   elseif opts.pattern or opts.special or opts.eos then
-    cli.fail('wick.shard: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
+    cli.fail('wick.data.convert: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
   end
   local cv = C.wk_converter_new(opts.output, not file and opts.tokenizer or nil)
   if cv == nil then refused_option(C.wk_last_status()) end
@@ -155,7 +155,7 @@ function M.convert(inputs, opts)
   local message = status ~= 0 and core.last_error()
   C.wk_converter_free(ffi.gc(cv, nil))
   if tok then tok:close() end
-  if message then cli.fail('wick.shard: ' .. message, cli.EXIT_DATA) end
+  if message then cli.fail('wick.data.convert: ' .. message, cli.EXIT_DATA) end
   return stats, bad
 end
 
@@ -172,9 +172,9 @@ function M.main(args)
   end
   local stats, bad = M.convert(inputs, opts)
   if #bad > 0 then
-    for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.shard: skipped ', bad[k], '\n') end
+    for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.data.convert: skipped ', bad[k], '\n') end
     if stats.bad > SHOWN_BAD then
-      io.stderr:write(string.format('wick.shard: ... and %d more bad lines\n', stats.bad - SHOWN_BAD))
+      io.stderr:write(string.format('wick.data.convert: ... and %d more bad lines\n', stats.bad - SHOWN_BAD))
     end
   end
   if not opts.quiet then

@@ -1,5 +1,5 @@
--- wick.runlog: what the trainer's rank 0 writes as a run goes: the JSONL log (log.file, one record
--- per step), TensorBoard event files (log.tensorboard, wick.tensorboard) and the live progress line.
+-- wick.train.runlog: what the trainer's rank 0 writes as a run goes: the JSONL log (log.file, one record
+-- per step), TensorBoard event files (log.tensorboard, wick.train.tensorboard) and the live progress line.
 --
 --   local log = runlog.open(config.log, start, resumed, name)  -- start: the step the run starts after
 --   log:write(metrics)                                          -- both logs, flushed
@@ -13,7 +13,7 @@
 local ffi = require 'ffi'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
-local tensorboard = require 'wick.tensorboard'
+local tensorboard = require 'wick.train.tensorboard'
 
 pcall(ffi.cdef, 'int truncate(const char *path, int64_t length); char *strerror(int errnum);')
 

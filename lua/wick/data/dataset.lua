@@ -1,6 +1,6 @@
--- wick.dataset: a thin handle over a converted dataset (runtime/dataset, format in runtime/format/FORMAT.md).
---   local ds = require('wick.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
---   require('wick.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
+-- wick.data.dataset (wick.dataset in a recipe): a thin handle over a converted dataset (runtime/dataset, format in runtime/format/FORMAT.md).
+--   local ds = require('wick.data.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
+--   require('wick.data.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
 --   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
@@ -13,6 +13,7 @@ local ffi, C = core.ffi, core.C
 
 local Dataset = {}
 Dataset.__index = Dataset
+local own_handle, close_handle = core.handle(C.wk_dataset_close)
 
 local PARAMS = { cache_bytes = C.WK_DATASET_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
 
@@ -38,7 +39,7 @@ function M.open(path, opts)
   if opts ~= nil then c_opts, cache_dir = remote_options(opts) end
   local handle = C.wk_dataset_open_with(path, c_opts)
   if handle == nil then return nil, core.last_error(), cache_dir end -- cache_dir: the string C read, kept alive
-  handle = ffi.gc(handle, C.wk_dataset_close)
+  handle = own_handle(handle)
   local fingerprint = C.wk_dataset_tokenizer_fingerprint(handle)
   return setmetatable({
     handle = handle,
@@ -61,12 +62,7 @@ local function live(self)
   return self.handle
 end
 
-function Dataset:close()
-  if self.handle then
-    C.wk_dataset_close(ffi.gc(self.handle, nil))
-    self.handle = nil
-  end
-end
+function Dataset:close() close_handle(self) end
 
 function Dataset:shard(index)
   local info = ffi.new('WkShardInfo')

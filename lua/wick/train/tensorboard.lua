@@ -1,4 +1,4 @@
--- wick.tensorboard: the trainer's curves as TensorBoard event files (log.tensorboard = DIR), through
+-- wick.train.tensorboard: the trainer's curves as TensorBoard event files (log.tensorboard = DIR), through
 -- runtime/core/tfevents.c. Each numeric field of a JSONL log record becomes a scalar at its step:
 -- train/<field>, eval/loss for eval_loss, ranks/<r>/<field> for each rank's seconds (r from 0).
 --
@@ -14,6 +14,7 @@ pcall(ffi.cdef, 'typedef struct { int64_t sec, usec; } wk_tb_timeval; int gettim
 local tensorboard = {}
 local Writer = {}
 Writer.__index = Writer
+local own_handle, close_handle = core.handle(C.wk_events_close)
 
 local RENAMED = { eval_loss = 'eval/loss' }
 local NOT_CURVES = { step = true } -- the event's own step
@@ -49,7 +50,7 @@ function tensorboard.open(dir, start)
   if not ok then return nil, why end
   local handle = C.wk_events_open(dir, wall_time())
   if handle == nil then return nil, core.last_error() end
-  ffi.gc(handle, C.wk_events_close) -- a backstop: close() is what closes it
+  handle = own_handle(handle) -- a backstop: close() is what closes it, and says how it went
   return setmetatable({ handle = handle, path = ffi.string(C.wk_events_path(handle)) }, Writer), tonumber(removed[0])
 end
 
@@ -63,9 +64,7 @@ end
 
 function Writer:close()
   if self.handle == nil then return true end
-  local handle = ffi.gc(self.handle, nil)
-  self.handle = nil
-  return core.try(C.wk_events_close(handle))
+  return core.try(close_handle(self))
 end
 
 return tensorboard

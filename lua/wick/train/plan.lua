@@ -1,4 +1,4 @@
--- wick.plan: the dry run of a recipe (`run --dry-run recipe.lua`, `--nproc-per-node N` or
+-- wick.train.plan: the dry run of a recipe (`run --dry-run recipe.lua`, `--nproc-per-node N` or
 -- WORLD_SIZE naming the world to plan for). In seconds on a CPU, before anyone waits for a
 -- cluster: every source opened and its index read, the vocabulary against the model, every
 -- divisibility of the batch (global by world x micro, for each accumulation of batch.schedule),
@@ -6,7 +6,7 @@
 -- allocates no model.
 local core = require 'wick.core'
 local recipe = require 'wick.recipe'
-local train = require 'wick.train'
+local train = require 'wick.train.arithmetic' -- the job's arithmetic, without loading the trainer
 
 local plan = {}
 
@@ -74,7 +74,7 @@ end
 
 -- A loader over one source, opened (its index read) but not started: nil and the message when not.
 local function probe(config, path, world, micro)
-  local one = recipe.copy(config.data)
+  local one = require('wick.recipe.args').copy(config.data)
   one.sources, one.mix = { path }, {}
   local o = train.loader_options({ data = one, batch = config.batch, seed = config.seed }, world, 0, micro, config.steps)
   o.audit, o.device = nil, nil -- a plan reads indexes only: the device is the ranks' to check
@@ -82,7 +82,7 @@ local function probe(config, path, world, micro)
   if not ok then return nil, tostring(loader):gsub('^.-:%d+: ', '') end
   local vocab, eos = loader:vocab_size(), loader:eos()
   loader:close()
-  local ds, why = require('wick.dataset').open(path)
+  local ds, why = require('wick.data.dataset').open(path)
   if not ds then return nil, why end
   local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
   ds:close()
@@ -94,7 +94,7 @@ end
 local function checkpoint_problems(job)
   local c = job.config
   if c.checkpoint.every == 0 and not job.flags.resume then return {} end
-  return require('wick.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
+  return require('wick.train.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
 end
 
 -- Checks and prints the plan; returns whether the recipe can run on `world` ranks, `local_ranks`
@@ -116,10 +116,7 @@ function plan.report(job, world, local_ranks)
     end
   end
   local vocab, tokenizers = 0, {}
-  local paths = {}
-  for _, entry in ipairs(c.data.sources) do paths[#paths + 1] = type(entry) == 'table' and entry[1] or entry end
-  if c.eval.source then paths[#paths + 1] = c.eval.source end
-  for _, path in ipairs(paths) do
+  for _, path in ipairs(recipe.dataset_paths(c)) do
     local info, err = probe(c, path, world, micro)
     if info then
       add('source %s: index read, %d shards, %.3gM tokens, tokenizer %s, vocabulary %d, eos %d', path, info.shards,

@@ -1,4 +1,4 @@
--- wick.checkpoint: the trainer's checkpoints on disk, and the checks of everything read back from
+-- wick.train.checkpoint (wick.checkpoint in a recipe): the trainer's checkpoints on disk, and the checks of everything read back from
 -- them (a checkpoint is input: it may be edited, truncated, or another run's). One directory per step:
 --
 --   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a
@@ -271,7 +271,7 @@ local OPTIMIZER = schema.define('optimizer state', {
 })
 
 -- metadata (strings) checked by `set`, numbers where the set declares them; keys matching `elsewhere`
--- are left to their own check (the recipe's fields: wick.recipe.diff). Raises naming file and field.
+-- are left to their own check (the recipe's fields: wick.recipe.provenance.diff). Raises naming file and field.
 local function checked(set, metadata, path, elsewhere)
   local given = {}
   for key, text in pairs(metadata) do

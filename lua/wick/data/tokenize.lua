@@ -1,14 +1,14 @@
--- wick.tokenize: JSONL of text -> JSONL of token ids (or back, with --decode), on all cores, in input
+-- wick.data.tokenize: JSONL of text -> JSONL of token ids (or back, with --decode), on all cores, in input
 -- order; the tool to check a tokenizer against a Python stack.
---   ./run -m wick.tokenize --tokenizer FILE [--decode] [--field NAME] [--output OUT] INPUT.jsonl
+--   ./run -m wick.data.tokenize --tokenizer FILE [--decode] [--field NAME] [--output OUT] INPUT.jsonl
 -- Options are declared once (SPEC, wick.cli): the parser's types, ranges and help text come from the
 -- same table, and the pattern's choices from wick.tokenizer's own declaration. The work happens on C threads (runtime/tokenizer/tokenize.c).
 local cli = require 'wick.cli'
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
 
-local NAME = 'wick.tokenize'
-local TOKENIZER = require 'wick.tokenizer'
+local NAME = 'wick.data.tokenize'
+local TOKENIZER = require 'wick.data.tokenizer'
 local MAX_THREADS = 256
 
 local SPEC = cli.spec {

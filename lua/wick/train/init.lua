@@ -7,6 +7,7 @@
 --   trainer:save()        -- a checkpoint now (wick.checkpoint)
 --   trainer:stop(why)     -- training ends after this step, on every rank
 --   trainer:run()         -- the loop: steps, eval, logs, checkpoints, callbacks
+--   trainer:sample(n)     -- text from the model (wick.train.sampling); the lines it prints: wick.train.progress
 --
 -- A step takes the global batch: on W ranks each accumulates global / (W x micro) micro-batches
 -- (batch.schedule can change that count from a step on: the loader is reopened from its cursor
@@ -18,12 +19,16 @@
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
-local checkpoint = require 'wick.checkpoint'
+local checkpoint = require 'wick.train.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
-local runlog = require 'wick.runlog'
+local provenance = require 'wick.recipe.provenance'
+local runlog = require 'wick.train.runlog'
 local T = require 'wick.tensor'
+local arithmetic = require 'wick.train.arithmetic'
+local progress = require 'wick.train.progress'
+local sampling = require 'wick.train.sampling'
 
 local train = {}
 local Trainer = {}
@@ -31,125 +36,18 @@ Trainer.__index = Trainer
 train.Trainer = Trainer
 
 local now = core.now
-local LOG_LINES = 10            -- plain lines in a run when log.every is 0
-local PROGRESS_INTERVAL = 0.25  -- seconds between redraws of the terminal's progress line
-local SAMPLE_TEMPERATURE = 0.8
-local SECONDS_PER_MINUTE = 60
-local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
-local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
+local say, announce = progress.say, progress.announce
 
 local function wick() return require 'wick' end
 
--- ---- pieces for loops of your own ----------------------------------------------------------------
+-- The job's arithmetic, for loops of your own: wick.train.lr_schedule, micro_schedule, mix,
+-- loader_options, parameter_count, flops_per_token, epoch_steps (wick.train.arithmetic).
+for name, fn in pairs(arithmetic) do train[name] = fn end
 
--- The learning rate of step s (1-based): optim.lr scaled by scale_lr (global / base_batch, its
--- square root, or the world size), linear warmup, then constant, linear or cosine decay to min_lr
--- at step `total`. A function lr is used as it is.
-function train.lr_schedule(optim, total, global_batch, world)
-  if type(optim.lr) == 'function' then return optim.lr end
-  local ratio = global_batch / optim.base_batch
-  local scale = { none = 1, linear = ratio, sqrt = math.sqrt(ratio), world = world }
-  local peak = optim.lr * scale[optim.scale_lr]
-  local warmup, floor, kind = optim.warmup, optim.min_lr, optim.schedule
-  return function(step)
-    if step <= warmup then return peak * step / warmup end
-    if kind == 'constant' then return peak end
-    local progress = math.min(1, (step - warmup) / math.max(1, total - warmup))
-    if kind == 'linear' then return floor + (peak - floor) * (1 - progress) end
-    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-  end
-end
-
--- The micro batch of step s on `world` ranks: batch.micro (default global / world), or what
--- batch.schedule's accumulation gives. Returns fn(step) -> micro, or nil and why not.
-function train.micro_schedule(batch, world)
-  local function micro_for(accumulation, what)
-    local rows = world * accumulation
-    if batch.global % rows ~= 0 then
-      return nil, ('batch.global %d is not divisible by world size %d x %s'):format(batch.global, world, what)
-    end
-    return batch.global / rows
-  end
-  if not batch.schedule then
-    local micro = batch.micro or batch.global / world
-    if micro % 1 ~= 0 or batch.global % (world * micro) ~= 0 then
-      return nil, ('batch.global %d is not divisible by world size %d x batch.micro %s'):format(batch.global, world,
-        batch.micro or '(global / world)')
-    end
-    return function() return micro end
-  end
-  local micros = {}
-  for i, point in ipairs(batch.schedule) do
-    local micro, why = micro_for(point[2], ('accumulation %d (batch.schedule from step %d)'):format(point[2], point[1]))
-    if not micro then return nil, why end
-    micros[i] = micro
-  end
-  return function(step)
-    local micro = micros[1]
-    for i, point in ipairs(batch.schedule) do if step >= point[1] then micro = micros[i] end end
-    return micro
-  end
-end
-
--- The data.mix{} of a checked recipe's data section (weights by source name, default 1).
-function train.mix(data, horizon)
-  local list = { steps = horizon }
-  for i, entry in ipairs(data.sources) do
-    local path = type(entry) == 'table' and entry[1] or entry
-    local w = data.mix[recipe.source_name(entry)]
-    list[i] = { path, weight = w == nil and 1 or w, epochs = type(entry) == 'table' and entry.epochs or nil }
-  end
-  return wick().data.mix(list)
-end
-
--- The data section's fields that train.mix turns into the loader's `data`; every other field of the
--- section (recipe.SCHEMA) is a loader option and is passed on as given, so a field added to the
--- schema reaches the loader, which takes it or refuses it by name: none is ignored.
-local MIX_FIELDS = { sources = true, mix = true }
-
--- Loader options for a checked recipe on `world` ranks (rank `rank`), micro batch `micro`.
-function train.loader_options(config, world, rank, micro, horizon)
-  local o = { data = train.mix(config.data, horizon), global_batch = config.batch.global, micro_batch = micro,
-    world_size = world, rank = rank, seed = config.seed }
-  for _, k in ipairs(recipe.SCHEMA:option('data').schema.names) do
-    if not MIX_FIELDS[k] then o[k] = config.data[k] end
-  end
-  return o
-end
-
--- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
--- the final LayerNorm; the output projection is tied.
-function train.parameter_count(m)
-  local C, L = m.dim, m.layers
-  local per_block = 12 * C * C + 13 * C
-  return m.vocab * C + m.seq_len * C + L * per_block + 2 * C
-end
-
--- FLOPs per trained token (forward + backward): 6 per parameter plus attention's 12 L C T
--- (PaLM's appendix B), for MFU.
-function train.flops_per_token(m)
-  return 6 * train.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
-end
-
--- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
--- weights, opened only for this) times epochs, over the global batch.
-function train.epoch_steps(config, world, rank, micro)
-  local plain = recipe.copy(config.data)
-  plain.mix = {}
-  local o = train.loader_options({ data = plain, batch = config.batch, seed = config.seed }, world, rank, micro, 1)
-  o.audit = nil
-  local loader = wick().data.loader(o)
-  local samples = 0
-  for i = 1, #config.data.sources do samples = samples + loader:epoch_length(i) end
-  loader:close()
-  return math.max(1, math.ceil(config.epochs * samples / config.batch.global))
-end
+-- Text from the model: trainer:sample(n), trainer:decode(ids), trainer:printable(ids).
+Trainer.sample, Trainer.decode, Trainer.printable = sampling.sample, sampling.decode, sampling.printable
 
 -- ---- the trainer ---------------------------------------------------------------------------------
-
-local function say(self, fmt, ...)
-  if self.rank == 0 then print(select('#', ...) > 0 and fmt:format(...) or fmt) end
-end
 
 local function fail(self, message) cli.fail(self.job.name .. ': ' .. message, cli.EXIT_USAGE) end
 
@@ -173,7 +71,7 @@ end
 -- The loader options of this rank; a mix weight the data cannot take (a function whose value is
 -- infinite at some step) is the recipe's mistake: one usage line (exit 2).
 local function rank_loader_options(self, micro)
-  local ok, o = pcall(train.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
+  local ok, o = pcall(arithmetic.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
   if not ok then fail(self, (tostring(o):gsub('^.-:%d+: ', ''))) end
   return o
 end
@@ -193,7 +91,7 @@ local function check_resume(self, state)
     local path = k:match('^recipe%.(.+)$')
     if path then old[path] = v end
   end
-  local d = recipe.diff(old, recipe.flatten(self.config))
+  local d = provenance.diff(old, recipe.flatten(self.config))
   for _, line in ipairs(d.changes) do say(self, 'resume: changed since the checkpoint: %s', line) end
   if #d.refused > 0 then fail(self, 'cannot resume from ' .. self.resumed_from .. ': ' .. table.concat(d.refused, '; ')) end
 end
@@ -201,13 +99,10 @@ end
 -- The runtime version and, per source, the hash of its index.json: what the data was.
 local function manifests(config)
   local out = {}
-  local sources = {}
-  for _, entry in ipairs(config.data.sources) do sources[#sources + 1] = type(entry) == 'table' and entry[1] or entry end
-  if config.eval.source then sources[#sources + 1] = config.eval.source end
-  for _, path in ipairs(sources) do
+  for _, path in ipairs(recipe.dataset_paths(config)) do
     local index = path:match('%.json$') and path or (path .. '/index.json')
     local text = core.read_file(index)
-    out[path] = text and recipe.hash(text) or 'unreadable'
+    out[path] = text and provenance.hash(text) or 'unreadable'
   end
   return out
 end
@@ -272,7 +167,7 @@ function train.new(job)
   self.dist = w.dist.init { timeout = config.timeout }
   self.rank, self.world_size = self.dist.rank, self.dist.world_size
   local why
-  self.micro_at, why = train.micro_schedule(config.batch, self.world_size)
+  self.micro_at, why = arithmetic.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
   local state
   if job.flags.resume then
@@ -286,7 +181,7 @@ function train.new(job)
       say(self, 'resume: no complete checkpoint in %s: starting from step 0', config.checkpoint.dir)
     end
   end
-  self.horizon = config.steps or train.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
+  self.horizon = config.steps or arithmetic.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
   open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
   check_repl_at(self, job.flags.repl_at)
@@ -304,7 +199,7 @@ function train.new(job)
   for k, v in pairs(self.model_config) do mc[k] = v end
   mc.precision, mc.device, mc.seed = config.precision, m.device, config.seed
   self.model = w.nn.gpt(mc)
-  self.lr_at = train.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
+  self.lr_at = arithmetic.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
@@ -365,7 +260,7 @@ function Trainer:train_step()
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
   }
   if self.config.log.peak_flops then
-    metrics.mfu = train.flops_per_token(self.model_config) * metrics.tokens_per_s / (self.config.log.peak_flops * self.world_size)
+    metrics.mfu = arithmetic.flops_per_token(self.model_config) * metrics.tokens_per_s / (self.config.log.peak_flops * self.world_size)
   end
   self.last = r
   return metrics
@@ -415,45 +310,6 @@ function Trainer:save()
   return path
 end
 
-local function clock(seconds)
-  seconds = math.max(0, math.floor(seconds + 0.5))
-  return ('%d:%02d:%02d'):format(seconds / 3600, (seconds % 3600) / SECONDS_PER_MINUTE, seconds % SECONDS_PER_MINUTE)
-end
-
-local function line_of(self, m)
-  local stall = self.elapsed > 0 and 100 * self.waited / self.elapsed or 0
-  local eta = (self.total - m.step) * self.elapsed / math.max(1, m.step - self.first_step)
-  local parts = { ('step %d/%d'):format(m.step, self.total), ('loss %.4f'):format(m.loss), ('lr %.2e'):format(m.lr),
-    ('%.0f tok/s'):format(self.tokens_run / math.max(self.elapsed, 1e-9)), ('data %.1f%%'):format(stall),
-    'eta ' .. clock(eta) }
-  if m.grad_norm then table.insert(parts, 3, ('grad %.3f'):format(m.grad_norm)) end
-  if m.eval_loss then parts[#parts + 1] = ('eval %.4f'):format(m.eval_loss) end
-  if m.mfu then parts[#parts + 1] = ('mfu %.1f%%'):format(100 * m.mfu) end
-  if not m.applied then parts[#parts + 1] = '(skipped: fp16 overflow)' end
-  return table.concat(parts, '  ')
-end
-
--- A plain line from rank 0, after the terminal's progress line if one is drawn.
-local function announce(self, fmt, ...)
-  if self.partial then io.stdout:write('\n'); self.partial = false end
-  say(self, fmt, ...)
-end
-
-local function report(self, m)
-  local every = self.config.log.every
-  if every == 0 then every = math.max(1, math.floor(self.total / LOG_LINES)) end
-  local due = m.step % every == 0 or m.step == self.first_step + 1 or m.step == self.total or m.eval_loss
-  if self.live then
-    if due or now() - (self.drawn or 0) > PROGRESS_INTERVAL then
-      runlog.draw(self.live, line_of(self, m), due)
-      self.drawn, self.partial = now(), not due and self.live == 'terminal'
-    end
-  elseif due then
-    say(self, '%s', line_of(self, m))
-  end
-  if due then emit(self, 'on_log', m) end
-end
-
 -- Agrees on stopping and pausing: any rank's request holds for every rank after the same step.
 -- One sum over the ranks carries both (stops + pauses x (world + 1): exact in f32 for any world
 -- Gloo serves).
@@ -492,11 +348,11 @@ function Trainer:run()
     end
     self.history[#self.history + 1] = m.loss
     if self.log then self.log:write(m) end
-    report(self, m)
+    if progress.report(self, m) then emit(self, 'on_log', m) end
     emit(self, 'on_step_end', m)
     local stop, paused = agree(self)
     if paused then
-      require('wick.pause').run(self, m)
+      require('wick.train.pause').run(self, m)
       stop = stop or self.stopping ~= nil
     end
     if c.checkpoint.every > 0 and (m.step % c.checkpoint.every == 0 or m.step == self.total or stop) then
@@ -513,72 +369,6 @@ function Trainer:run()
   emit(self, 'on_train_end', { step = self.step, losses = self.history })
   if c.log.sample > 0 and self.rank == 0 then say(self, 'sample:\n%s', self:printable(self:sample(c.log.sample))) end
   return self
-end
-
--- ---- text from the model -------------------------------------------------------------------------
-
--- The tokenizer the first source was converted with (its index names it), opened once to decode;
--- false when that file is not here.
-local function tokenizer_of(self)
-  if self.tokenizer == nil then
-    local first = self.config.data.sources[1]
-    local ds = require('wick.dataset').open(type(first) == 'table' and first[1] or first)
-    local name = ds and ds.tokenizer
-    if ds then ds:close() end
-    self.tokenizer = name and require('wick.tokenizer').open(name) or false
-  end
-  return self.tokenizer
-end
-
--- Text of token ids (a Lua table), by the data's tokenizer; the ids themselves when it is not here.
-function Trainer:decode(ids)
-  local tok = tokenizer_of(self)
-  if not tok then return table.concat(ids, ' ') end
-  local known = {}
-  for i, id in ipairs(ids) do known[i] = id < tok.vocab_size and id or tok.eos end
-  return tok:decode(known)
-end
-
--- The same for a terminal: bytes that are not printable ASCII (a model early in training makes
--- stray UTF-8 pieces, and a tokenizer's EOS reads as itself) become '?'; newlines stay.
-function Trainer:printable(ids)
-  return (self:decode(ids):gsub('[^\n\32-\126]', '?'))
-end
-
--- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token.
-function Trainer:sample(n)
-  local seq, V = self.model_config.seq_len, self.model_config.vocab
-  local ids = { self.loader:eos() }
-  local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
-  local function uniform()
-    state = state * PARK_MILLER_A % PARK_MILLER_M
-    return state / PARK_MILLER_M
-  end
-  local out = {}
-  for _ = 1, n do
-    local context = {}
-    for i = math.max(1, #ids - seq + 1), #ids do context[#context + 1] = ids[i] end
-    local idx = T.new({ context }, 'i32')
-    local logits = self.model:forward(idx)
-    local last = logits:narrow(2, #context, 1):float()
-    local values = last:totable()[1][1]
-    last:free()
-    idx:free()
-    local top, weights, sum = -math.huge, {}, 0
-    for v = 1, V do top = math.max(top, values[v]) end
-    for v = 1, V do
-      weights[v] = math.exp((values[v] - top) / SAMPLE_TEMPERATURE)
-      sum = sum + weights[v]
-    end
-    local r, pick = uniform() * sum, V
-    for v = 1, V do
-      r = r - weights[v]
-      if r <= 0 then pick = v; break end
-    end
-    ids[#ids + 1] = pick - 1
-    out[#out + 1] = pick - 1
-  end
-  return out
 end
 
 function Trainer:close()

@@ -1,0 +1,77 @@
+-- wick.train.sampling: text from the model being trained: n tokens sampled after the EOS token
+-- (temperature 0.8, a generator seeded by the recipe's seed, so a run samples the same text each
+-- time), and token ids read back as text by the tokenizer the data was converted with. They are the
+-- trainer's methods (trainer:sample(n), :decode(ids), :printable(ids)).
+local recipe = require 'wick.recipe'
+local T = require 'wick.tensor'
+
+local sampling = {}
+
+local SAMPLE_TEMPERATURE = 0.8
+local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
+local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
+
+-- The tokenizer the first source was converted with (its index names it), opened once to decode;
+-- false when that file is not here.
+local function tokenizer_of(self)
+  if self.tokenizer == nil then
+    local ds = require('wick.data.dataset').open(recipe.source_path(self.config.data.sources[1]))
+    local name = ds and ds.tokenizer
+    if ds then ds:close() end
+    self.tokenizer = name and require('wick.data.tokenizer').open(name) or false
+  end
+  return self.tokenizer
+end
+
+-- Text of token ids (a Lua table), by the data's tokenizer; the ids themselves when it is not here.
+function sampling.decode(self, ids)
+  local tok = tokenizer_of(self)
+  if not tok then return table.concat(ids, ' ') end
+  local known = {}
+  for i, id in ipairs(ids) do known[i] = id < tok.vocab_size and id or tok.eos end
+  return tok:decode(known)
+end
+
+-- The same for a terminal: bytes that are not printable ASCII (a model early in training makes
+-- stray UTF-8 pieces, and a tokenizer's EOS reads as itself) become '?'; newlines stay.
+function sampling.printable(self, ids)
+  return (sampling.decode(self, ids):gsub('[^\n\32-\126]', '?'))
+end
+
+-- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token.
+function sampling.sample(self, n)
+  local seq, V = self.model_config.seq_len, self.model_config.vocab
+  local ids = { self.loader:eos() }
+  local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
+  local function uniform()
+    state = state * PARK_MILLER_A % PARK_MILLER_M
+    return state / PARK_MILLER_M
+  end
+  local out = {}
+  for _ = 1, n do
+    local context = {}
+    for i = math.max(1, #ids - seq + 1), #ids do context[#context + 1] = ids[i] end
+    local idx = T.new({ context }, 'i32')
+    local logits = self.model:forward(idx)
+    local last = logits:narrow(2, #context, 1):float()
+    local values = last:totable()[1][1]
+    last:free()
+    idx:free()
+    local top, weights, sum = -math.huge, {}, 0
+    for v = 1, V do top = math.max(top, values[v]) end
+    for v = 1, V do
+      weights[v] = math.exp((values[v] - top) / SAMPLE_TEMPERATURE)
+      sum = sum + weights[v]
+    end
+    local r, pick = uniform() * sum, V
+    for v = 1, V do
+      r = r - weights[v]
+      if r <= 0 then pick = v; break end
+    end
+    ids[#ids + 1] = pick - 1
+    out[#out + 1] = pick - 1
+  end
+  return out
+end
+
+return sampling
