@@ -263,7 +263,7 @@ WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size
 WK_API WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_t count, char *out,
                                     size_t capacity, size_t *length);
 
-/* JSONL <-> JSONL on all cores, output in input order (run -m wick.tokenize): encoding reads the
+/* JSONL <-> JSONL on all cores, output in input order (run -m wick.data.tokenize): encoding reads the
  * string member `field` of each line's object and writes one JSON array of ids per line; decoding
  * reads one array per line and writes {"<field>": "text"} (bytes that are not UTF-8 become U+FFFD,
  * as Python's decode(errors="replace") does). input and output are paths, "-" for stdin / stdout.

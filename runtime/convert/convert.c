@@ -831,7 +831,7 @@ static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
                    "encode text give a tokenizer.json or a .tiktoken rank file (or bytes)", t->name);
   if (t->eos == WK_TOKENIZER_NONE)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' names no EOS token to end documents with; name "
-                   "one (wick.shard --eos TEXT, wk_tokenizer_set WK_TOKENIZER_EOS)", t->name);
+                   "one (wick.data.convert --eos TEXT, wk_tokenizer_set WK_TOKENIZER_EOS)", t->name);
   *out = t;
   return WK_OK;
 }

@@ -10,7 +10,7 @@
  * field 2) }. Fields are written in field order and a zero step is left out, as protobuf's own
  * serializer does, so the bytes are the ones TensorBoard's writer makes.
  *
- * Owns the format only: which metrics become which tags is the Lua side's (lua/wick/tensorboard.lua).
+ * Owns the format only: which metrics become which tags is the Lua side's (lua/wick/train/tensorboard.lua).
  * Each record is one write(2), so a reader (TensorBoard following a live run) never waits on a
  * buffer and a killed writer leaves at most one partial record, at the end.
  */

@@ -166,7 +166,7 @@ static void set_rank_environment(const LaunchConfig *config, int local_rank, int
 
 /* ---- the live line ------------------------------------------------------------------------------ */
 
-static const char LIVE_VARIABLE[] = "WICK_LIVE_LINE"; /* read by lua/wick/runlog.lua */
+static const char LIVE_VARIABLE[] = "WICK_LIVE_LINE"; /* read by lua/wick/train/runlog.lua */
 static const char CLEAR_LINE[] = "\r\033[K";
 
 /* In a child: rank 0 may draw when we show its line; no other rank ever (nor one the user's own

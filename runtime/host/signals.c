@@ -1,7 +1,7 @@
 /*
  * signals.c — SIGUSR1 as a request to pause, for the `wick.host` module: `kill -USR1` a rank and
  * the trainer pauses every rank at the next step boundary and opens the REPL on rank 0
- * (lua/wick/pause.lua). The handler only sets a flag; Lua polls it between steps.
+ * (lua/wick/train/pause.lua). The handler only sets a flag; Lua polls it between steps.
  *   watch_pause()   installs the handler (the default action, ending the process, until then)
  *   take_pause()    true once for each signal received since the last call
  */

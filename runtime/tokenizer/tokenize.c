@@ -1,6 +1,6 @@
 /*
  * tokenize.c — JSONL of text <-> JSONL of token ids on all cores, in input order: the engine of
- * `run -m wick.tokenize` (wk_tokenize_jsonl in wick.h), the tool people check a tokenizer with
+ * `run -m wick.data.tokenize` (wk_tokenize_jsonl in wick.h), the tool people check a tokenizer with
  * against their Python stack.
  *
  * The calling thread reads the input in chunks of whole lines and writes finished chunks in order;

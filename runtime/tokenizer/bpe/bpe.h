@@ -15,7 +15,7 @@
  *   huggingface.c  tokenizer.json -> a tokenizer, or an error naming the unsupported component
  *   tiktoken.c     .tiktoken rank files, with the pattern and special tokens of their encoding
  *   file.c         reading a tokenizer's files whole
- *   tokenize.c     JSONL of text <-> JSONL of id arrays on all cores (`run -m wick.tokenize`)
+ *   tokenize.c     JSONL of text <-> JSONL of id arrays on all cores (`run -m wick.data.tokenize`)
  *
  * Encoding is thread-safe: the tokenizer is read-only once built; what a call needs to write (the
  * regex match data, merge scratch, the piece cache) belongs to the calling thread (encode.c).
