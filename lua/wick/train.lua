@@ -19,6 +19,7 @@
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
 local checkpoint = require 'wick.checkpoint'
+local cost = require 'wick.nn.cost'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
@@ -117,19 +118,9 @@ function train.loader_options(config, world, rank, micro, horizon)
   return o
 end
 
--- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
--- the final LayerNorm; the output projection is tied.
-function train.parameter_count(m)
-  local C, L = m.dim, m.layers
-  local per_block = 12 * C * C + 13 * C
-  return m.vocab * C + m.seq_len * C + L * per_block + 2 * C
-end
-
--- FLOPs per trained token (forward + backward): 6 per parameter plus attention's 12 L C T
--- (PaLM's appendix B), for MFU.
-function train.flops_per_token(m)
-  return 6 * train.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
-end
+-- A GPT's parameters and FLOPs per token (wick.nn.cost, which holds the formulas; plan.lua reads them here).
+train.parameter_count = cost.parameter_count
+train.flops_per_token = cost.flops_per_token
 
 -- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
 -- weights, opened only for this) times epochs, over the global batch.
@@ -365,7 +356,7 @@ function Trainer:train_step()
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
   }
   if self.config.log.peak_flops then
-    metrics.mfu = train.flops_per_token(self.model_config) * metrics.tokens_per_s / (self.config.log.peak_flops * self.world_size)
+    metrics.mfu = cost.mfu(self.model_config, metrics.tokens_per_s, self.config.log.peak_flops * self.world_size)
   end
   self.last = r
   return metrics
