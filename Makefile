@@ -5,6 +5,7 @@
 #   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
+#   make gpu-check  everything a GPU machine should be asked, in < 10 minutes: one JSON report
 #   make install PREFIX=/usr/local
 # Switches: CUDA=auto|0|1   NCCL=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
 #           CUDA_ARCH='80 90' (GPU code built: SASS for each, plus PTX of the last for newer GPUs)
@@ -167,7 +168,7 @@ HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h runtime/*/*/*/*.
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu bench demo example install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu gpu-check bench demo example install clean
 all: lib run
 lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
@@ -253,6 +254,13 @@ test: deps
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
 	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
+
+# tests/gpu/check.lua: the GPU specs at toy and realistic shapes, compute-sanitizer, CPU-vs-GPU
+# losses, GPT-2 124M's throughput, NCCL; build/gpu-check/report.json. Without a GPU it builds
+# nothing and the script fails at once, in one line.
+gpu-check:
+	@$(if $(filter 1,$(HAVE_GPU)),$(MAKE) --no-print-directory deps all $(CTEST_BIN),true)
+	@./run tests/gpu/check.lua
 
 bench: deps
 	@$(MAKE) --no-print-directory all
