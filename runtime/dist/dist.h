@@ -17,6 +17,8 @@
  *                  Gloo backend for CPU tensors, the NCCL module for CUDA tensors, and the worker
  *                  thread that runs asynchronous collectives
  *   nccl_loader.c  opens the NCCL module on first use and passes the unique id through the store
+ *   nccl_module.h  the NCCL module's entry points, listed once (the module, the loader and the
+ *                  smoke test's cdef are made from the list)
  *   report.c       the hang report: which ranks are missing and where they were, from the store
  *   gloo.cpp       the thin C++ shim over Debian's libgloo (TCP transport, our store as its Store):
  *                  the only C++ in the tree; every exception stops there and becomes a WkStatus

@@ -246,6 +246,24 @@ describe('wick.dist over NCCL', function()
     assert.matches('unique id: 128 bytes', r.out)
   end)
 
+  -- nccl_module.h's list is the one declaration: the module is compiled against it and the smoke
+  -- test's cdef made from it, so the functions the module exports are the ones the cdef declares.
+  it("exports exactly the functions the smoke test's cdef declares (no GPU needed)", function()
+    if not io.open(module) then
+      pending('skipped: libwick was built without NCCL (make prints ✗ NCCL and why)')
+      return
+    end
+    local declared, exported = {}, {}
+    for name in require('wick.nccl_cdef'):gmatch('(wk_nccl_[%w_]+)%s*%(') do declared[#declared + 1] = name end
+    local r = helper.sh('nm -D --defined-only ' .. q(module))
+    assert.are.equal(0, r.rc, r.err)
+    for name in r.out:gmatch(' T (wk_nccl_[%w_]+)') do exported[#exported + 1] = name end
+    table.sort(declared)
+    table.sort(exported)
+    assert.are.same({ 'wk_nccl_free', 'wk_nccl_init', 'wk_nccl_run', 'wk_nccl_unique_id' }, declared)
+    assert.are.same(declared, exported)
+  end)
+
   local function gpus_or_skip(wanted)
     local count = require('wick.core').C.wk_cuda_device_count()
     if count >= wanted and io.open(module) then return count end
