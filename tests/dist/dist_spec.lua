@@ -28,7 +28,7 @@ end
 
 describe('wick.dist collectives', function()
   for _, nproc in ipairs({ 1, 2, 3, 4 }) do
-    it(('are exact on %d rank%s over f32, bf16, f16, i32 and i64, sizes 0, 1, 7 and 1048583'):format(nproc,
+    it(('are exact on %d rank%s over f32, bf16, f16, i32, i64 and u8, sizes 0, 1, 7 and 1048583'):format(nproc,
       nproc > 1 and 's' or ''), function()
       local r = launch(nproc, FIXTURES .. 'collectives.lua')
       assert.are.equal(0, r.rc, r.out .. r.err)

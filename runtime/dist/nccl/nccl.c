@@ -184,7 +184,8 @@ static WkStatus nccl_dtype(int dtype, ncclDataType_t *out) {
     case WK_F16: *out = ncclFloat16; return WK_OK;
     case WK_I32: *out = ncclInt32; return WK_OK;
     case WK_I64: *out = ncclInt64; return WK_OK;
-    default: return WK_FAIL(WK_ERR_INVALID_ARG, "NCCL: dtype %d has no NCCL type", dtype);
+    case WK_U8: *out = ncclUint8; return WK_OK;
+    default: return WK_FAIL(WK_ERR_INVALID_ARG, "NCCL: dtype %s has no NCCL type", wk_dtype_name((WkDType)dtype));
   }
 }
 
