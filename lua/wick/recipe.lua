@@ -175,6 +175,11 @@ local LOG = schema.define('log', {
   { 'peak_flops', 'number', min = 0, help = 'FLOP/s of one device: the log adds MFU' },
 })
 
+local PARALLEL = schema.define('parallel', {
+  { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
+    help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },
+})
+
 local RECIPE = schema.define('recipe', {
   section('model', MODEL, 'the GPT'),
   section('data', DATA, 'what to train on'),
@@ -189,6 +194,7 @@ local RECIPE = schema.define('recipe', {
   section('log', LOG, 'progress, metrics'),
   { 'callbacks', 'callbacks', check = check_callbacks, help = 'fn(trainer, metrics) by event: ' .. table.concat(EVENTS, ', ') },
   { 'timeout', 'number', min = 1, max = MAX_TIMEOUT, default = DEFAULT_TIMEOUT, help = 'seconds a collective may wait' },
+  section('parallel', PARALLEL, 'how the ranks share a step'),
 })
 recipe.SCHEMA = RECIPE
 

@@ -305,7 +305,7 @@ function train.new(job)
     checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
-  self.dp = w.nn.data_parallel(self.model, self.dist)
+  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype })
   self.flag = T.zeros({ 1 }, 'f32')
   local host = require 'wick.host'
   self.live = runlog.live_mode(self.rank) -- rank 0's progress line: 'terminal', 'launcher' or nil
