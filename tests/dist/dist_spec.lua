@@ -264,6 +264,25 @@ describe('wick.dist over NCCL', function()
     assert.are.same(declared, exported)
   end)
 
+  -- The modules are opened with RTLD_NOW: a libwick function they call that libwick does not
+  -- export would make every load fail (or, loaded lazily, crash at the first call).
+  it('calls only functions libwick exports, so the loader can open it (no GPU needed)', function()
+    if not io.open(module) then
+      pending('skipped: libwick was built without NCCL (make prints ✗ NCCL and why)')
+      return
+    end
+    local exported = {}
+    local lib = helper.sh('nm -D --defined-only ' .. q(helper.ROOT .. '/build/libwick.so'))
+    for name in lib.out:gmatch(' [TDB] (wk_[%w_]+)') do exported[name] = true end
+    local calls = helper.sh('nm -D --undefined-only ' .. q(module))
+    local called = 0
+    for name in calls.out:gmatch('U (wk_[%w_]+)') do
+      assert.is_true(exported[name], name .. ' is called by the NCCL module but not exported by libwick.so')
+      called = called + 1
+    end
+    assert.is_true(called > 0, calls.out)
+  end)
+
   local function gpus_or_skip(wanted)
     local count = require('wick.core').C.wk_cuda_device_count()
     if count >= wanted and io.open(module) then return count end
