@@ -299,6 +299,21 @@ describe('wick.dist over NCCL', function()
     assert.matches('nccl smoke ok', r.out)
   end)
 
+  -- NCCL's timeout reaches the same hang report as Gloo's (comm.c's execute writes it for both).
+  it('names a rank that fell behind in an NCCL all-reduce, with the collective and its line #gpu', function()
+    if not gpus_or_skip(2) then return end
+    local r = launch(2, FIXTURES .. 'hang.lua', ('behind 1 %d cuda'):format(HANG_TIMEOUT), 60, 'ASAN_OPTIONS=detect_leaks=0')
+    assert.are_not.equal(0, r.rc)
+    local report
+    for _, line in ipairs(lines_of(r.err, 0)) do
+      if line:match('rank 0: all_reduce #3') then report = line end
+    end
+    assert.is_not_nil(report, 'rank 0 printed no report:\n' .. r.err)
+    assert.matches('rank 0: all_reduce #3 %(1000 f32%) at ' .. HANG_LINE .. ' [%a ]+ after [%d.]+ s waiting for 1 rank: '
+      .. 'rank 1 is behind, last in all_reduce #2', report)
+    assert.matches('NCCL', report)  -- the backend's own words, kept at the end
+  end)
+
   it('is exact over every dtype and size with one rank per GPU #gpu', function()
     local count = gpus_or_skip(2)
     if not count then return end

@@ -7,7 +7,9 @@
  * communicator is created non-blocking, so that its creation and every collective can be
  * polled: cudaEventQuery for completion, ncclCommGetAsyncError for a failure. Any failure (an NCCL
  * or CUDA error, an asynchronous error, the deadline) ends in ncclCommAbort, which frees the GPU
- * instead of hanging it: ncclCommDestroy on a broken communicator can block forever. A healthy
+ * instead of hanging it: ncclCommDestroy on a broken communicator can block forever. The failure's
+ * status (WK_ERR_TIMEOUT at the deadline) goes back to comm.c, which writes the same hang report
+ * as for Gloo (report.c: the missing ranks, the collective, the recipe line). A healthy
  * close finalizes (flushing what is queued), then destroys. The caller's stream is respected: the
  * collective waits for the work queued on it (an event), and the caller returns only once the
  * collective is done, so its results are ready for whatever comes next.
