@@ -8,7 +8,7 @@
 --   gpt2_124m          30 steps of recipes/gpt2_124m.lua on synthetic GPT-2 tokens: tokens/s, MFU,
 --                      data stall %, peak GPU memory
 --   nccl               NCCL on one GPU (tests/fixtures/dist/nccl_smoke.lua) and, with 2+ GPUs,
---                      data-parallel tiny.lua equal to one GPU
+--                      data-parallel tiny.lua equal to one GPU (and within 2% with bf16 gradients)
 -- Each step runs under its own timeout (STEPS below; they add up to 9 minutes) and its failure is
 -- recorded, then the next runs: one run gives the whole picture. Exit 0 when every step passed (or
 -- was skipped, saying why), 1 otherwise; without a GPU, 1 at once with one line.
@@ -228,8 +228,11 @@ local function run_nccl(step)
     return
   end
   local reference = tiny_gpu_fp32 or tiny(step, 'gpu-fp32', RUN)
-  local parallel = tiny(step, 'gpu-' .. gpus .. '-ranks', RUN .. ' --nproc-per-node ' .. gpus)
-  compare(step, 'data_parallel_' .. gpus .. '_gpus', parallel, reference, FP32_REL_TOL)
+  local ranks = RUN .. ' --nproc-per-node ' .. gpus
+  compare(step, 'data_parallel_' .. gpus .. '_gpus', tiny(step, 'gpu-' .. gpus .. '-ranks', ranks), reference, FP32_REL_TOL)
+  -- the gradients all-reduced in bf16 over NCCL: within bf16's reach of the fp32 run
+  compare(step, 'data_parallel_bf16_grads_' .. gpus .. '_gpus',
+    tiny(step, 'gpu-' .. gpus .. '-ranks-bf16-grads', ranks, '--parallel.grad_dtype=bf16'), reference, BF16_REL_TOL)
 end
 
 -- The specs that hold gpu-tagged tests: the tests make test-gpu runs, without loading every other
