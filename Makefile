@@ -5,6 +5,7 @@
 #   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
+#   make gpu-check  everything a GPU machine should be asked, in < 10 minutes: one JSON report
 #   make install PREFIX=/usr/local
 # Switches: CUDA=auto|0|1   NCCL=auto|0|1   SANITIZE=0|1 (ASan + UBSan)   CC=gcc|clang   V=1 (show commands)
 #           CUDA_ARCH='80 90' (GPU code built: SASS for each, plus PTX of the last for newer GPUs)
@@ -167,9 +168,9 @@ HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h runtime/*/*/*/*.
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu bench demo example install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu gpu-check bench demo example install clean
 all: lib run
-lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
+lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua build/lua/wick/nccl_cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
 $(MODE_STAMP):
 	@mkdir -p build && rm -f build/mode-* && touch $@
@@ -220,13 +221,24 @@ run: $(HOST_OBJ) build/libwick.so
 	$(Q)$(CC) -o $@ $(HOST_OBJ) -Lbuild -lwick -Wl,-rpath,'$$ORIGIN/build:$$ORIGIN/../lib' \
 	  $(LDFLAGS_EXTRA) $(LUAJIT_LIBS) -ledit $(LIBS)
 
-# ffi.cdef text = the WK_CDEF region of wick.h after the preprocessor (no comments, no macros).
-build/lua/wick/cdef.lua: runtime/wick.h
+# ffi.cdef text = a header's region between two marker lines after the preprocessor (no comments,
+# no macros): $(call cdef,MARKER,line before it,line after it); MARKER_BEGIN and MARKER_END frame it.
+define cdef
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CDEF  $@")
 	$(Q){ echo 'return [=['; \
-	  { echo '#define WK_API'; awk '$$0 == "/* WK_CDEF_BEGIN */" { on = 1 } on { print } $$0 == "/* WK_CDEF_END */" { on = 0 }' $<; } | $(CC) -E -P -x c - | grep -v '^\s*$$'; \
+	  { echo '$(2)'; awk '$$0 == "/* $(1)_BEGIN */" { on = 1 } on { print } $$0 == "/* $(1)_END */" { on = 0 }' $<; \
+	    echo '$(3)'; } | $(CC) -E -P -x c - | grep -v '^\s*$$'; \
 	  echo ']=]'; } > $@.tmp && mv $@.tmp $@
+endef
+
+# wick.h's WK_CDEF region: the public API, LuaJIT's view of libwick.
+build/lua/wick/cdef.lua: runtime/wick.h
+	$(call cdef,WK_CDEF,#define WK_API,)
+
+# The NCCL module's entry points, for the smoke test that drives the module directly.
+build/lua/wick/nccl_cdef.lua: runtime/dist/nccl_module.h
+	$(call cdef,WK_NCCL_CDEF,,WK_NCCL_MODULE_FUNCTIONS(WK_NCCL_MODULE_PROTOTYPE))
 
 build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)
@@ -253,6 +265,14 @@ test: deps
 test-gpu: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN)
 	WICK_REQUIRE_GPU=1 ./run tests/busted.lua --tags=gpu --exclude-tags=none
+
+# tests/gpu/check.lua: the GPU specs at toy and realistic shapes, compute-sanitizer, CPU-vs-GPU
+# losses, GPT-2 124M's throughput, NCCL; build/gpu-check/report.json. Without a GPU it builds
+# nothing and the script fails at once, in one line. No `deps`: a lent GPU machine may have no
+# network, and the build stops naming any package it lacks.
+gpu-check:
+	@$(if $(filter 1,$(HAVE_GPU)),$(MAKE) --no-print-directory all,true)
+	@./run tests/gpu/check.lua
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -3,7 +3,7 @@
 --   local dist = wick.dist.init { timeout = 30 }   -- seconds; the world comes from torchrun's or
 --                                                  -- SLURM's variables; alone: a world of 1
 --   dist.rank, dist.world_size, dist.local_rank, dist.local_world_size
---   dist:all_reduce(t, 'sum' | 'avg' | 'max' | 'min')   -- in place; f32, bf16, f16, i32, i64
+--   dist:all_reduce(t, 'sum' | 'avg' | 'max' | 'min')   -- in place; f32, bf16, f16, i32, i64, u8
 --   dist:broadcast(t, root)
 --   dist:all_gather(out, t)          -- out holds world_size * t:numel() elements, rank order
 --   dist:reduce_scatter(out, t, op)  -- t holds world_size * out:numel(); out gets this rank's block

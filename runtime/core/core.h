@@ -35,7 +35,7 @@ WK_INTERNAL_EXPORT WkStatus wk_fail_at(const char *file, int line, WkStatus stat
     __attribute__((format(printf, 4, 5)));
 
 /* Prefixes the current message with context ("shard 'x.wk': " + old message), keeping the status. */
-WkStatus wk_error_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+WK_INTERNAL_EXPORT WkStatus wk_error_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define WK_FAIL(status, ...) wk_fail_at(__FILE__, __LINE__, (status), __VA_ARGS__)
 

@@ -377,7 +377,7 @@ static WkStatus check_tensor(const WkTensor *t, const char *what, const char *na
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensor %s is not contiguous (use :contiguous())", name, what,
                    wk_tensor_describe(t, text, sizeof text));
   if (!dist_dtype_supported(t->dtype))
-    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensor %s: collectives take f32, bf16, f16, i32 or i64", name, what,
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensor %s: collectives take f32, bf16, f16, i32, i64 or u8", name, what,
                    wk_tensor_describe(t, text, sizeof text));
   return WK_OK;
 }

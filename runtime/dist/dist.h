@@ -11,12 +11,14 @@
  *   store_client.c the client every rank (rank 0 too) talks to it with: the handshake, then set,
  *                  get, wait, add, compare-and-set, each bounded by a timeout
  *   net.c          the socket helpers both sides share (deadlines, full reads and writes)
- *   reduce.c       element-wise sum/avg/max/min over f32, bf16, f16, i32, i64
+ *   reduce.c       element-wise sum/avg/max/min over f32, bf16, f16, i32, i64, u8
  *   comm.c         WkDist, the one collective interface: sequence numbers, the progress thread
  *                  that posts each rank's current collective to the store, the world-1 path, the
  *                  Gloo backend for CPU tensors, the NCCL module for CUDA tensors, and the worker
  *                  thread that runs asynchronous collectives
  *   nccl_loader.c  opens the NCCL module on first use and passes the unique id through the store
+ *   nccl_module.h  the NCCL module's entry points, listed once (the module, the loader and the
+ *                  smoke test's cdef are made from the list)
  *   report.c       the hang report: which ranks are missing and where they were, from the store
  *   gloo.cpp       the thin C++ shim over Debian's libgloo (TCP transport, our store as its Store):
  *                  the only C++ in the tree; every exception stops there and becomes a WkStatus
@@ -197,7 +199,7 @@ WkStatus store_rank_states(WkStore *store, uint8_t *states, uint32_t count, int6
 
 /* ---- reduce.c ------------------------------------------------------------------------------- */
 
-/* out[i] = op(a[i], b[i]) for n elements of dtype (f32, bf16, f16, i32, i64); out may alias a or
+/* out[i] = op(a[i], b[i]) for n elements of dtype (f32, bf16, f16, i32, i64, u8); out may alias a or
  * b. AVG combines as SUM: dist_finish_average divides once all contributions are in. */
 void dist_reduce(void *out, const void *a, const void *b, size_t n, WkDType dtype, WkReduceOp op);
 void dist_finish_average(void *data, size_t n, WkDType dtype, int world_size);

@@ -112,10 +112,11 @@ std::chrono::milliseconds ms(int64_t timeout_ms) { return std::chrono::milliseco
 template <typename Fn>
 void with_element_type(size_t size, Fn fn) {
   switch (size) {
+    case 1: fn(uint8_t{}); break;
     case 2: fn(uint16_t{}); break;
     case 4: fn(uint32_t{}); break;
     case 8: fn(uint64_t{}); break;
-    default: throw std::invalid_argument("element size " + std::to_string(size) + " is not 2, 4 or 8 bytes");
+    default: throw std::invalid_argument("element size " + std::to_string(size) + " is not 1, 2, 4 or 8 bytes");
   }
 }
 

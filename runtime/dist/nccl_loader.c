@@ -7,7 +7,8 @@
  * a CUDA collective is WK_ERR_UNSUPPORTED with the reason. The unique id of the communicator goes
  * through the store here: rank 0 makes it, the others wait for it (bounded by the timeout).
  *
- * The module's functions (runtime/dist/nccl/nccl.c), resolved once:
+ * The module's functions (runtime/dist/nccl/nccl.c) are resolved once, into a table filled from
+ * the list in nccl_module.h.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -17,13 +18,7 @@
 #include <string.h>
 
 #include "dist.h"
-
-#define NCCL_MODULE_FUNCTIONS(X)                                                                         \
-  X(wk_nccl_unique_id, (uint8_t * out, size_t capacity, size_t *length))                              \
-  X(wk_nccl_init, (const uint8_t *id, size_t length, int rank, int size, int device_index, int64_t timeout_ms, \
-                   void **comm))                                                                        \
-  X(wk_nccl_run, (void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op, int root, \
-                  void *stream, int64_t timeout_ms))
+#include "nccl_module.h"
 
 enum { UNIQUE_ID_CAPACITY = 256 };
 
@@ -31,9 +26,11 @@ struct NcclGroup {
   void *comm;
 };
 
-#define DECLARE_POINTER(name, params) static WkStatus(*name##_fn) params;
-NCCL_MODULE_FUNCTIONS(DECLARE_POINTER)
-static void (*wk_nccl_free_fn)(void *comm);
+static struct {
+#define NCCL_FIELD(ret, name, params) ret(*name) params;
+  WK_NCCL_MODULE_FUNCTIONS(NCCL_FIELD)
+#undef NCCL_FIELD
+} nccl;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static bool loaded;
@@ -57,10 +54,9 @@ static void load_module(void) {
     return;
   }
   bool ok = true;
-#define RESOLVE(name, params) ok = ok && (*(void **)&name##_fn = dlsym(module, #name)) != NULL;
-  NCCL_MODULE_FUNCTIONS(RESOLVE)
+#define RESOLVE(ret, name, params) ok = ok && (*(void **)&nccl.name = dlsym(module, "wk_nccl_" #name)) != NULL;
+  WK_NCCL_MODULE_FUNCTIONS(RESOLVE)
 #undef RESOLVE
-  ok = ok && (*(void **)&wk_nccl_free_fn = dlsym(module, "wk_nccl_free")) != NULL;
   if (!ok) {
     snprintf(load_failure, sizeof load_failure, "%s lacks a function (a module of another build?)", path);
     dlclose(module);
@@ -77,14 +73,14 @@ WkStatus nccl_group_open(WkStore *store, const char *id_key, int rank, int size,
   uint8_t id[UNIQUE_ID_CAPACITY];
   size_t length = 0;
   if (rank == 0) {
-    WK_TRY(wk_nccl_unique_id_fn(id, sizeof id, &length));
+    WK_TRY(nccl.unique_id(id, sizeof id, &length));
     WK_TRY(wk_store_set(store, id_key, id, length));
   } else {
     WK_TRY(wk_store_get(store, id_key, timeout_ms, id, sizeof id, &length));
   }
   NcclGroup *g = wk_calloc(1, sizeof *g, "NCCL group");
   if (!g) return WK_ERR_NOMEM;
-  WkStatus st = wk_nccl_init_fn(id, length, rank, size, device_index, timeout_ms, &g->comm);
+  WkStatus st = nccl.init(id, length, rank, size, device_index, timeout_ms, &g->comm);
   if (st != WK_OK) {
     free(g);
     return st;
@@ -95,12 +91,12 @@ WkStatus nccl_group_open(WkStore *store, const char *id_key, int rank, int size,
 
 void nccl_group_free(NcclGroup *g) {
   if (!g) return;
-  if (loaded) wk_nccl_free_fn(g->comm);
+  if (loaded) nccl.free(g->comm);
   free(g);
 }
 
 WkStatus nccl_group_run(NcclGroup *g, CollectiveKind kind, void *out, const void *in, size_t count, WkDType dtype,
                         WkReduceOp op, int root, void *stream, int64_t timeout_ms) {
   if (!loaded || !g) return WK_FAIL(WK_ERR_UNSUPPORTED, "NCCL is not loaded: %s", load_failure);
-  return wk_nccl_run_fn(g->comm, (int)kind, out, in, count, (int)dtype, (int)op, root, stream, timeout_ms);
+  return nccl.run(g->comm, (int)kind, out, in, count, (int)dtype, (int)op, root, stream, timeout_ms);
 }

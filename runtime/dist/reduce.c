@@ -1,6 +1,7 @@
 /*
  * reduce.c — the element-wise combinations the collectives apply: sum, max and min (avg combines
- * as sum and is divided by the world size once, at the end) over f32, bf16, f16, i32 and i64.
+ * as sum and is divided by the world size once, at the end) over f32, bf16, f16, i32, i64 and u8:
+ * the dtypes both backends reduce (NCCL has no 16-bit integer, so u16 is refused for either).
  *
  * bf16 and f16 are combined in f32 and rounded back (round to nearest even), as NCCL does. max and
  * min propagate NaN: a NaN in one rank's gradients must not vanish in the reduction. Integer sums
@@ -57,6 +58,7 @@ void dist_reduce(void *out, const void *a_, const void *b_, size_t n, WkDType dt
     case WK_F16: HALF_LOOPS(wk_f16_to_f32, wk_f32_to_f16); break;
     case WK_I32: INT_LOOPS(int32_t, uint32_t); break;
     case WK_I64: INT_LOOPS(int64_t, uint64_t); break;
+    case WK_U8: INT_LOOPS(uint8_t, uint8_t); break;
     default: break; /* dist_dtype_supported is checked before any reduction */
   }
 }
@@ -89,10 +91,15 @@ void dist_finish_average(void *data, size_t n, WkDType dtype, int world_size) {
       for (size_t i = 0; i < n; i++) x[i] /= world_size;
       break;
     }
+    case WK_U8: {
+      uint8_t *x = data;
+      for (size_t i = 0; i < n; i++) x[i] = (uint8_t)(x[i] / world_size);
+      break;
+    }
     default: break;
   }
 }
 
 bool dist_dtype_supported(WkDType dtype) {
-  return dtype == WK_F32 || dtype == WK_BF16 || dtype == WK_F16 || dtype == WK_I32 || dtype == WK_I64;
+  return dtype == WK_F32 || dtype == WK_BF16 || dtype == WK_F16 || dtype == WK_I32 || dtype == WK_I64 || dtype == WK_U8;
 }

@@ -1,7 +1,8 @@
 -- Data parallelism is exact: the same global batch trained as 1 rank x 4 micro-steps, 2 ranks x 2
 -- and 4 ranks x 1 (real processes, Gloo) sees the same samples (per the loader's audit), the same
 -- per-step losses and target counts, and ends with the same weights within fp32 tolerance, also
--- in pad mode where every micro-batch has its own number of target tokens.
+-- in pad mode where every micro-batch has its own number of target tokens. Gradients all-reduced in
+-- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes.
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local wick = require 'wick'
@@ -14,6 +15,8 @@ local WEIGHT_TOLERANCE = 1e-5   -- relative L2 per tensor, after 10 AdamW steps 
                                 -- noise into updates (3e-6 seen on the block-buffer order); a wrong
                                 -- gradient is off by O(1)
 local KEY_BIAS_NOISE = 1e-4     -- what rounding noise makes of a parameter with a zero gradient
+local BF16_NORM_TOLERANCE = 2 ^ -8  -- relative: bf16 keeps 8 significant bits of each summed gradient
+local BF16_LOSS_TOLERANCE = 0.01    -- relative, over 10 steps of AdamW on those gradients
 local SMALL_BUCKETS = 4096      -- bytes: several buckets, so that some start during the backward
 local LAYOUTS = { { world = 1, micro = 4 }, { world = 2, micro = 2 }, { world = 4, micro = 1 } }
 
@@ -28,20 +31,24 @@ local function short_documents(count)
   return docs
 end
 
-local function train(dataset, mode, world, dir, bucket_bytes)
-  local out, audit = ('%s/%s-%d.safetensors'):format(dir, mode, world), ('%s/%s-%d.audit'):format(dir, mode, world)
-  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d'):format(
-    q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes))
+local function train(dataset, mode, world, dir, bucket_bytes, grad_dtype)
+  grad_dtype = grad_dtype or 'fp32'
+  local name = ('%s/%s-%d-%s'):format(dir, mode, world, grad_dtype)
+  local out, audit = name .. '.safetensors', name .. '.audit'
+  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d %s'):format(
+    q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes, grad_dtype))
   assert(r.rc == 0, r.out .. r.err)
   local steps = {}
   for line in r.out:gmatch('%[rank0%] (step [^\n]+)') do
-    local s, loss, tokens, micro, collectives, buckets, overlapped =
-      line:match('^step (%d+) loss (%S+) tokens (%d+) micro (%d+) collectives (%d+) buckets (%d+) overlapped (%d+)$')
+    local s, loss, tokens, micro, collectives, buckets, overlapped, norm, bytes = line:match('^step (%d+) loss (%S+) '
+      .. 'tokens (%d+) micro (%d+) collectives (%d+) buckets (%d+) overlapped (%d+) grad_norm (%S+) bytes (%d+)$')
     steps[#steps + 1] = { loss = tonumber(loss), tokens = tonumber(tokens), micro = tonumber(micro),
-      collectives = tonumber(collectives), buckets = tonumber(buckets), overlapped = tonumber(overlapped) }
+      collectives = tonumber(collectives), buckets = tonumber(buckets), overlapped = tonumber(overlapped),
+      grad_norm = tonumber(norm), bytes = tonumber(bytes) }
   end
   assert(#steps == STEPS, r.out)
-  return { steps = steps, weights = out, audit = helper.read_file(audit), out = r.out }
+  return { steps = steps, weights = out, audit = helper.read_file(audit), out = r.out,
+    grads = tonumber(r.out:match('%[rank0%] grads (%d+)')) }
 end
 
 -- step -> sorted "id hash" of every sample the ranks received for it.
@@ -157,5 +164,58 @@ describe('data parallelism', function()
     for s = 1, STEPS do
       assert.is_true(math.abs(one.steps[s].loss - run.steps[s].loss) <= LOSS_TOLERANCE * run.steps[s].loss)
     end
+  end)
+
+  it('all-reduces gradients in bf16 with grad_dtype = bf16: the fp32 run within bf16 precision, half the bytes', function()
+    local fp32 = train(dataset, 'packed', 2, root, SMALL_BUCKETS, 'fp32')
+    local bf16 = train(dataset, 'packed', 2, root, SMALL_BUCKETS, 'bf16')
+    local first_a, first_b = fp32.steps[1], bf16.steps[1]
+    -- step 1: the same weights and batch, so the gradients differ only by the bf16 all-reduce
+    assert.are.equal(first_a.loss, first_b.loss)
+    local norm_error = math.abs(first_b.grad_norm - first_a.grad_norm) / first_a.grad_norm
+    assert.is_true(norm_error > 0 and norm_error <= BF16_NORM_TOLERANCE, 'step 1 gradient norm off by ' .. norm_error)
+    for s = 2, STEPS do
+      local a, b = fp32.steps[s].loss, bf16.steps[s].loss
+      assert.is_true(math.abs(a - b) <= BF16_LOSS_TOLERANCE * a, ('step %d: loss %.9g in bf16, %.9g in fp32'):format(s, b, a))
+    end
+    -- on the wire: 2 bytes a gradient element instead of 4 (the count and the timing gather alike)
+    assert.are.equal(fp32.grads, bf16.grads)
+    for s = 1, STEPS do
+      assert.are.equal(2 * fp32.grads, fp32.steps[s].bytes - bf16.steps[s].bytes)
+    end
+    assert.is_true(fp32.steps[1].bytes >= 4 * fp32.grads)
+  end)
+
+  it("takes grad_dtype from a recipe's parallel.grad_dtype", function()
+    local dir = helper.tmpdir()
+    local recipe = helper.write_file(dir .. '/bf16_grads.lua', ([[
+      local wick = require 'wick'
+      local job = wick.recipe.copy(wick.recipe.include(%q))
+      job.steps, job.log.sample = 2, 0
+      job.callbacks = { on_train_end = function(trainer)
+        local b = trainer.dp.buckets[1]
+        print('all-reduced in ' .. (b.wire or b.view).dtype)
+      end }
+      return job
+    ]]):format(helper.ROOT .. '/recipes/tiny.lua'))
+    for _, case in ipairs({ { '', 'f32' }, { '--parallel.grad_dtype=bf16', 'bf16' } }) do
+      local r = helper.run(('--nproc-per-node 2 %s %s'):format(q(recipe), case[1]))
+      assert.are.equal(0, r.rc, r.out .. r.err)
+      assert.matches('%[rank0%] all%-reduced in ' .. case[2] .. '\n', r.out)
+    end
+    local bad = helper.run(('%s --parallel.grad_dtype=f16'):format(q(recipe)))
+    assert.are_not.equal(0, bad.rc)
+    assert.matches('parallel.grad_dtype', bad.err)
+    helper.rmtree(dir)
+  end)
+
+  it('refuses a grad_dtype it cannot all-reduce in, naming it', function()
+    local dist = wick.dist.init { timeout = 10 }
+    local model = wick.nn.gpt { vocab = 11, seq_len = 4, layers = 1, heads = 1, dim = 4, seed = 1 }
+    local ok, err = pcall(wick.nn.data_parallel, model, dist, { grad_dtype = 'f16' })
+    assert.is_false(ok)
+    assert.matches('grad_dtype = "f16" must be one of fp32, bf16', err, 1, true)
+    model:free()
+    dist:close()
   end)
 end)

@@ -28,7 +28,7 @@ end
 
 describe('wick.dist collectives', function()
   for _, nproc in ipairs({ 1, 2, 3, 4 }) do
-    it(('are exact on %d rank%s over f32, bf16, f16, i32 and i64, sizes 0, 1, 7 and 1048583'):format(nproc,
+    it(('are exact on %d rank%s over f32, bf16, f16, i32, i64 and u8, sizes 0, 1, 7 and 1048583'):format(nproc,
       nproc > 1 and 's' or ''), function()
       local r = launch(nproc, FIXTURES .. 'collectives.lua')
       assert.are.equal(0, r.rc, r.out .. r.err)
@@ -246,6 +246,43 @@ describe('wick.dist over NCCL', function()
     assert.matches('unique id: 128 bytes', r.out)
   end)
 
+  -- nccl_module.h's list is the one declaration: the module is compiled against it and the smoke
+  -- test's cdef made from it, so the functions the module exports are the ones the cdef declares.
+  it("exports exactly the functions the smoke test's cdef declares (no GPU needed)", function()
+    if not io.open(module) then
+      pending('skipped: libwick was built without NCCL (make prints ✗ NCCL and why)')
+      return
+    end
+    local declared, exported = {}, {}
+    for name in require('wick.nccl_cdef'):gmatch('(wk_nccl_[%w_]+)%s*%(') do declared[#declared + 1] = name end
+    local r = helper.sh('nm -D --defined-only ' .. q(module))
+    assert.are.equal(0, r.rc, r.err)
+    for name in r.out:gmatch(' T (wk_nccl_[%w_]+)') do exported[#exported + 1] = name end
+    table.sort(declared)
+    table.sort(exported)
+    assert.are.same({ 'wk_nccl_free', 'wk_nccl_init', 'wk_nccl_run', 'wk_nccl_unique_id' }, declared)
+    assert.are.same(declared, exported)
+  end)
+
+  -- The modules are opened with RTLD_NOW: a libwick function they call that libwick does not
+  -- export would make every load fail (or, loaded lazily, crash at the first call).
+  it('calls only functions libwick exports, so the loader can open it (no GPU needed)', function()
+    if not io.open(module) then
+      pending('skipped: libwick was built without NCCL (make prints ✗ NCCL and why)')
+      return
+    end
+    local exported = {}
+    local lib = helper.sh('nm -D --defined-only ' .. q(helper.ROOT .. '/build/libwick.so'))
+    for name in lib.out:gmatch(' [TDB] (wk_[%w_]+)') do exported[name] = true end
+    local calls = helper.sh('nm -D --undefined-only ' .. q(module))
+    local called = 0
+    for name in calls.out:gmatch('U (wk_[%w_]+)') do
+      assert.is_true(exported[name], name .. ' is called by the NCCL module but not exported by libwick.so')
+      called = called + 1
+    end
+    assert.is_true(called > 0, calls.out)
+  end)
+
   local function gpus_or_skip(wanted)
     local count = require('wick.core').C.wk_cuda_device_count()
     if count >= wanted and io.open(module) then return count end
@@ -260,6 +297,21 @@ describe('wick.dist over NCCL', function()
     local r = smoke()
     assert.are.equal(0, r.rc, r.out .. r.err)
     assert.matches('nccl smoke ok', r.out)
+  end)
+
+  -- NCCL's timeout reaches the same hang report as Gloo's (comm.c's execute writes it for both).
+  it('names a rank that fell behind in an NCCL all-reduce, with the collective and its line #gpu', function()
+    if not gpus_or_skip(2) then return end
+    local r = launch(2, FIXTURES .. 'hang.lua', ('behind 1 %d cuda'):format(HANG_TIMEOUT), 60, 'ASAN_OPTIONS=detect_leaks=0')
+    assert.are_not.equal(0, r.rc)
+    local report
+    for _, line in ipairs(lines_of(r.err, 0)) do
+      if line:match('rank 0: all_reduce #3') then report = line end
+    end
+    assert.is_not_nil(report, 'rank 0 printed no report:\n' .. r.err)
+    assert.matches('rank 0: all_reduce #3 %(1000 f32%) at ' .. HANG_LINE .. ' [%a ]+ after [%d.]+ s waiting for 1 rank: '
+      .. 'rank 1 is behind, last in all_reduce #2', report)
+    assert.matches('NCCL', report)  -- the backend's own words, kept at the end
   end)
 
   it('is exact over every dtype and size with one rank per GPU #gpu', function()

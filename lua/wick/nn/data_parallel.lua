@@ -1,6 +1,6 @@
 -- wick.nn.data_parallel: one model replicated over the ranks of a wick.dist group.
 --
---   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20 })
+--   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32' })
 --   local r = dp:step(loader, opt)   -- one optimizer step over the loader's next global batch
 --   -- r.loss (mean over the step's target tokens, all ranks), r.tokens (their count),
 --   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1),
@@ -18,7 +18,10 @@
 --   3. runs forward and backward per micro-batch; only the last backward communicates: its
 --      gradient buckets (contiguous ranges of the flat gradient, bucket_bytes each) are
 --      all-reduced (summed) on the group's worker thread as soon as the backward pass has
---      finished every parameter in them, overlapping with the rest of the backward;
+--      finished every parameter in them, overlapping with the rest of the backward; with
+--      grad_dtype = 'bf16' a bucket travels as a bf16 copy (half the bytes on the wire), is
+--      summed in bf16 (each addition in f32, rounded) and cast back (a sum, not an average: the
+--      loss is already divided by the step's global count);
 --   4. steps the optimizer (the same gradients everywhere, so the same update), and gathers
 --      each rank's time split into data wait, compute and communication.
 -- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
@@ -43,7 +46,10 @@ DataParallel.__index = DataParallel
 local OPTIONS = schema.define('nn.data_parallel option', {
   { 'bucket_bytes', 'integer', min = F32_BYTES, default = DEFAULT_BUCKET_BYTES,
     help = 'gradient bytes per all-reduce (torch DDP: 25 MiB)' },
+  { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
+    help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },
 })
+local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
 -- Gradient ranges in flat order: { offset, numel, ready } where ready is the gradient group
 -- after which backward() leaves the range alone (the last group + 1 when the model has none).
@@ -95,6 +101,7 @@ end
 
 function DataParallel.new(model, dist, opts)
   opts = OPTIONS:check(opts or {}, 2)
+  local wire = WIRE_DTYPE[opts.grad_dtype]
   if not (model.flat_parameters and dist and dist.world_size) then
     error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
   end
@@ -107,6 +114,7 @@ function DataParallel.new(model, dist, opts)
   for g = 1, groups + 1 do self.launch_at[g] = {} end
   for i, b in ipairs(self.buckets) do
     b.view = flat.grads:narrow(1, b.offset + 1, b.numel)
+    if wire ~= 'f32' then b.wire = T.empty({ b.numel }, wire, flat.grads.device) end
     local list = self.launch_at[b.ready]
     list[#list + 1] = i
   end
@@ -133,7 +141,9 @@ end
 
 function DataParallel:launch(i)
   if self.works[i] then return end
-  self.works[i] = self.dist:all_reduce_start(self.buckets[i].view, 'sum', site_of(self))
+  local b = self.buckets[i]
+  if b.wire then b.wire:copy(b.view) end
+  self.works[i] = self.dist:all_reduce_start(b.wire or b.view, 'sum', site_of(self))
   self.launched = self.launched + 1
 end
 
@@ -149,9 +159,10 @@ function DataParallel:backward(sync)
   self.launched, self.overlapped = 0, 0
   model:backward(self.on_ready)
   for i = 1, #self.buckets do self:launch(i) end
-  for i = 1, #self.buckets do
+  for i, b in ipairs(self.buckets) do
     self.works[i]:wait()
     self.works[i] = nil
+    if b.wire then b.view:copy(b.wire) end
   end
 end
 
@@ -263,9 +274,12 @@ function DataParallel:timing(r)
 end
 
 function DataParallel:free()
-  for _, b in ipairs(self.buckets) do b.view:free() end
+  for _, b in ipairs(self.buckets) do
+    b.view:free()
+    if b.wire then b.wire:free() end
+  end
   for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
   self.micro, self.buckets = {}, {}
 end
 
-return DataParallel.new
+return { new = DataParallel.new, OPTIONS = OPTIONS }

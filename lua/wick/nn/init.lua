@@ -2,5 +2,5 @@
 -- wick.dist group (wick.nn.data_parallel).
 local nn = require 'wick.nn.modules'
 nn.gpt = require('wick.nn.gpt').new
-nn.data_parallel = require 'wick.nn.data_parallel'
+nn.data_parallel = require('wick.nn.data_parallel').new
 return nn

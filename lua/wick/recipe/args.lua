@@ -102,7 +102,7 @@ local CYCLE_HINT = '(a recipe is a tree of tables: a cycle cannot be checked)'
 
 function args.copy(t)
   local copy, why = copy_tree(t, '', {})
-  if why then error(('wick.recipe.args.copy: %s %s'):format(why, CYCLE_HINT), 2) end
+  if why then error(('recipe.copy: %s %s'):format(why, CYCLE_HINT), 2) end
   return copy
 end
 

@@ -23,6 +23,7 @@ local recipe = {}
 local LOADER = require('wick.data').LOADER_OPTIONS
 local GPT = require('wick.nn.gpt').OPTIONS
 local ADAMW = require('wick.optim').ADAMW_OPTIONS
+local DATA_PARALLEL = require('wick.nn.data_parallel').OPTIONS
 
 local MAX_STEPS = 2 ^ 53
 local DEFAULT_KEEP = 3
@@ -185,6 +186,10 @@ local LOG = schema.define('log', {
   { 'peak_flops', 'number', min = 0, help = 'FLOP/s of one device: the log adds MFU' },
 })
 
+local PARALLEL = schema.define('parallel', {
+  schema.from(DATA_PARALLEL, 'grad_dtype'),
+})
+
 local RECIPE = schema.define('recipe', {
   section('model', MODEL, 'the GPT'),
   section('data', DATA, 'what to train on'),
@@ -199,6 +204,7 @@ local RECIPE = schema.define('recipe', {
   section('log', LOG, 'progress, metrics'),
   { 'callbacks', 'callbacks', check = check_callbacks, help = 'fn(trainer, metrics) by event: ' .. table.concat(EVENTS, ', ') },
   { 'timeout', 'number', min = 1, max = MAX_TIMEOUT, default = DEFAULT_TIMEOUT, help = 'seconds a collective may wait' },
+  section('parallel', PARALLEL, 'how the ranks share a step'),
 })
 recipe.SCHEMA = RECIPE
 
@@ -313,6 +319,10 @@ function recipe.include(name)
   end
   return included[path]
 end
+
+-- A deep copy of a recipe's tables: include returns the one table every includer shares, so a recipe
+-- that edits an included one copies it first.
+recipe.copy = args.copy
 
 -- Whether a script's returned table is a recipe: it names at least one of the recipe's fields (a
 -- script may return other tables; a recipe with a typo still names most of its fields).

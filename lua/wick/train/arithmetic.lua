@@ -2,6 +2,7 @@
 -- learning rate and the micro batch of each step, the loader's options, the steps of an epoch, the
 -- model's parameters and FLOPs per token. The trainer (wick.train, which also offers these to loops
 -- of your own) and the dry run (wick.train.plan) both compute with them.
+local cost = require 'wick.nn.cost'
 local recipe = require 'wick.recipe'
 local args = require 'wick.recipe.args'
 
@@ -83,19 +84,9 @@ function arithmetic.loader_options(config, world, rank, micro, horizon)
   return o
 end
 
--- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
--- the final LayerNorm; the output projection is tied.
-function arithmetic.parameter_count(m)
-  local C, L = m.dim, m.layers
-  local per_block = 12 * C * C + 13 * C
-  return m.vocab * C + m.seq_len * C + L * per_block + 2 * C
-end
-
--- FLOPs per trained token (forward + backward): 6 per parameter plus attention's 12 L C T
--- (PaLM's appendix B), for MFU.
-function arithmetic.flops_per_token(m)
-  return 6 * arithmetic.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
-end
+-- A GPT's parameters and FLOPs per token (wick.nn.cost, which holds the formulas; plan.lua reads them here).
+arithmetic.parameter_count = cost.parameter_count
+arithmetic.flops_per_token = cost.flops_per_token
 
 -- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
 -- weights, opened only for this) times epochs, over the global batch.

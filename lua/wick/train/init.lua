@@ -20,6 +20,7 @@
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
 local checkpoint = require 'wick.train.checkpoint'
+local cost = require 'wick.nn.cost'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
 local recipe = require 'wick.recipe'
@@ -209,7 +210,7 @@ function train.new(job)
     checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
-  self.dp = w.nn.data_parallel(self.model, self.dist)
+  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype })
   self.flag = T.zeros({ 1 }, 'f32')
   local host = require 'wick.host'
   self.live = runlog.live_mode(self.rank) -- rank 0's progress line: 'terminal', 'launcher' or nil
@@ -260,7 +261,7 @@ function Trainer:train_step()
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
   }
   if self.config.log.peak_flops then
-    metrics.mfu = arithmetic.flops_per_token(self.model_config) * metrics.tokens_per_s / (self.config.log.peak_flops * self.world_size)
+    metrics.mfu = cost.mfu(self.model_config, metrics.tokens_per_s, self.config.log.peak_flops * self.world_size)
   end
   self.last = r
   return metrics

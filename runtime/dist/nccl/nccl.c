@@ -7,7 +7,9 @@
  * communicator is created non-blocking, so that its creation and every collective can be
  * polled: cudaEventQuery for completion, ncclCommGetAsyncError for a failure. Any failure (an NCCL
  * or CUDA error, an asynchronous error, the deadline) ends in ncclCommAbort, which frees the GPU
- * instead of hanging it: ncclCommDestroy on a broken communicator can block forever. A healthy
+ * instead of hanging it: ncclCommDestroy on a broken communicator can block forever. The failure's
+ * status (WK_ERR_TIMEOUT at the deadline) goes back to comm.c, which writes the same hang report
+ * as for Gloo (report.c: the missing ranks, the collective, the recipe line). A healthy
  * close finalizes (flushing what is queued), then destroys. The caller's stream is respected: the
  * collective waits for the work queued on it (an event), and the caller returns only once the
  * collective is done, so its results are ready for whatever comes next.
@@ -22,8 +24,13 @@
 #include <unistd.h>
 
 #include "../dist.h"
+#include "../nccl_module.h"
 
-#define WK_NCCL_EXPORT __attribute__((visibility("default")))
+/* The entry points, from the one list the loader and the smoke test's cdef read too: exported, and
+ * the definitions below must match them. */
+#define EXPORTED_PROTOTYPE(ret, name, params) __attribute__((visibility("default"))) ret wk_nccl_##name params;
+WK_NCCL_MODULE_FUNCTIONS(EXPORTED_PROTOTYPE)
+#undef EXPORTED_PROTOTYPE
 
 enum { POLL_US = 50 };  /* between completion checks; NCCL kernels are queued, not spinning on us */
 
@@ -96,7 +103,7 @@ static WkStatus settle(Comm *c, int64_t deadline_ms, const char *what) {
   }
 }
 
-WK_NCCL_EXPORT WkStatus wk_nccl_unique_id(uint8_t *out, size_t capacity, size_t *length) {
+WkStatus wk_nccl_unique_id(uint8_t *out, size_t capacity, size_t *length) {
   ncclUniqueId id;
   if (capacity < sizeof id) return WK_FAIL(WK_ERR_INTERNAL, "NCCL unique id needs %zu bytes", sizeof id);
   NCCL_CHECK(ncclGetUniqueId(&id));
@@ -152,8 +159,8 @@ static WkStatus init(Comm *c, const uint8_t *id_bytes, size_t length, int size, 
   return settle(c, net_deadline(timeout_ms), "communicator creation");
 }
 
-WK_NCCL_EXPORT WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank, int size, int device_index,
-                                     int64_t timeout_ms, void **out) {
+WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank, int size, int device_index, int64_t timeout_ms,
+                      void **out) {
   Comm *c = calloc(1, sizeof *c);
   if (!c) return WK_FAIL(WK_ERR_NOMEM, "out of memory for an NCCL communicator");
   c->device = device_index;
@@ -168,7 +175,7 @@ WK_NCCL_EXPORT WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank,
   return WK_OK;
 }
 
-WK_NCCL_EXPORT void wk_nccl_free(void *comm) {
+void wk_nccl_free(void *comm) {
   if (comm) destroy(comm, true);
 }
 
@@ -179,7 +186,8 @@ static WkStatus nccl_dtype(int dtype, ncclDataType_t *out) {
     case WK_F16: *out = ncclFloat16; return WK_OK;
     case WK_I32: *out = ncclInt32; return WK_OK;
     case WK_I64: *out = ncclInt64; return WK_OK;
-    default: return WK_FAIL(WK_ERR_INVALID_ARG, "NCCL: dtype %d has no NCCL type", dtype);
+    case WK_U8: *out = ncclUint8; return WK_OK;
+    default: return WK_FAIL(WK_ERR_INVALID_ARG, "NCCL: dtype %s has no NCCL type", wk_dtype_name((WkDType)dtype));
   }
 }
 
@@ -230,8 +238,8 @@ static WkStatus launch(Comm *c, int kind, void *out, const void *in, size_t coun
   return enqueue(c, kind, out, in, count, type, op, root);
 }
 
-WK_NCCL_EXPORT WkStatus wk_nccl_run(void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op,
-                                    int root, void *stream, int64_t timeout_ms) {
+WkStatus wk_nccl_run(void *comm, int kind, void *out, const void *in, size_t count, int dtype, int op, int root,
+                     void *stream, int64_t timeout_ms) {
   Comm *c = comm;
   if (!c->comm)
     return WK_FAIL(WK_ERR_CLOSED, "NCCL communicator of rank %d was aborted by an earlier failure", c->rank);

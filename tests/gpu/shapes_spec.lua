@@ -1,0 +1,187 @@
+-- The CUDA ops against the CPU at GPT-2 124M's shapes (tag: gpu): C=768, T=1024, V=50304, NH=12,
+-- micro batch 16, and the row kernels past 2^23 rows, where index arithmetic of 32 bits, grid
+-- caps and per-row launches break that toy shapes never reach. Slow on the CPU side (a few
+-- minutes), so it runs only when asked: WICK_GPU_SHAPES=realistic (make gpu-check does); otherwise
+-- each test is skipped with the reason.
+--
+-- Outputs are compared by relative L2 error, ||gpu - cpu|| / ||cpu||, computed by the ops themselves
+-- (a Lua loop over 800M logits would take longer than the kernels): below 1e-3 (sums of 768 to
+-- 50304 terms in another order, and cuBLAS may use TF32 for f32 GEMMs).
+local ffi = require 'ffi'
+local wick = require 'wick'
+local core = require 'wick.core'
+local T = wick.tensor
+local C = core.C
+local check = core.check
+
+local REL_TOL = 1e-3
+local DEVICE = 'cuda:0'
+local B, TT, CH, V, NH = 16, 1024, 768, 50304, 12
+local N = B * TT
+local ROWS_T = 4099                 -- rows of a sequence in the many-rows tests (odd: no block divides it)
+local MANY_ROWS = 2047 * ROWS_T      -- 8,390,653: past 2^23 = 8,388,608 rows
+
+local function realistic_or_skip()
+  if os.getenv('WICK_GPU_SHAPES') ~= 'realistic' then
+    pending('skipped: realistic shapes run with WICK_GPU_SHAPES=realistic (make gpu-check sets it)')
+    return false
+  end
+  if C.wk_cuda_device_count() > 0 then return true end
+  error('WICK_GPU_SHAPES=realistic but no CUDA device is usable here')
+end
+
+local scalar = ffi.new('double[1]')
+local function sumsq(t)
+  check(C.wk_op_sumsq(t, scalar))
+  return scalar[0]
+end
+
+-- ||gpu - cpu|| / ||cpu|| (the absolute norm when cpu is all zeros).
+local function relative_l2(gpu, cpu)
+  local diff = gpu:to('cpu', 'f32')
+  check(C.wk_op_axpy(diff, -1, cpu))
+  local scale = sumsq(cpu)
+  local err = math.sqrt(sumsq(diff) / (scale > 0 and scale or 1))
+  diff:free()  -- gigabytes at these shapes: not left to the garbage collector
+  return err
+end
+
+local function agree(name, run)
+  local cpu, gpu = run('cpu'), run(DEVICE)
+  for k = 1, #cpu do
+    local err = relative_l2(gpu[k], cpu[k])
+    assert.is_true(err < REL_TOL, ('%s output %d: relative L2 error %.3g'):format(name, k, err))
+  end
+  collectgarbage()
+end
+
+local function randn(shape, seed, device) return T.randn(shape, { seed = seed, device = device }) end
+
+-- Integers in [0, limit) from a fixed LCG, as an i32 tensor of shape on device.
+local function indices(shape, limit, seed, device)
+  local t = T.empty(shape, 'i32')
+  local p, x = ffi.cast('int32_t *', t:data()), seed
+  for i = 0, t:numel() - 1 do
+    x = (x * 1103515245 + 12345) % 2147483648
+    p[i] = x % limit
+  end
+  return device == 'cpu' and t or t:to(device)
+end
+
+describe('CUDA agrees with the CPU at GPT-2 124M shapes #gpu', function()
+  it('embedding forward and backward (B 16, T 1024, V 50304, C 768)', function()
+    if not realistic_or_skip() then return end
+    agree('embedding', function(device)
+      local idx = indices({ B, TT }, V, 1, device)
+      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
+      check(C.wk_op_embedding(out, idx, wte, wpe))
+      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
+      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), idx))
+      return { out, dwte, dwpe }
+    end)
+  end)
+
+  it('layernorm forward and backward (16384 rows of 768)', function()
+    if not realistic_or_skip() then return end
+    agree('layernorm', function(device)
+      local inp, w, b = randn({ N, CH }, 6, device), randn({ CH }, 7, device), randn({ CH }, 8, device)
+      local out, mean, rstd = T.empty({ N, CH }, 'f32', device), T.empty({ N }, 'f32', device), T.empty({ N }, 'f32', device)
+      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+      local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros({ CH }, 'f32', device), T.zeros({ CH }, 'f32', device)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ N, CH }, 9, device), inp, w, mean, rstd))
+      return { out, mean, rstd, dinp, dw, db }
+    end)
+  end)
+
+  -- A block's four GEMMs and the tied classifier (wte is V x C: transposed).
+  for _, case in ipairs({ { 'qkv', CH, 3 * CH, 0 }, { 'attention projection', CH, CH, 0 }, { 'MLP up', CH, 4 * CH, 0 },
+    { 'MLP down', 4 * CH, CH, 0 }, { 'classifier', CH, V, 1 } }) do
+    local what, IN, OC, transpose = case[1], case[2], case[3], case[4]
+    it(('matmul forward and backward: %s (%d x %d -> %d)'):format(what, N, IN, OC), function()
+      if not realistic_or_skip() then return end
+      agree('matmul ' .. what, function(device)
+        local inp, bias = randn({ N, IN }, 10, device), randn({ OC }, 11, device)
+        local w = randn(transpose == 1 and { OC, IN } or { IN, OC }, 12, device)
+        local out = T.empty({ N, OC }, 'f32', device)
+        check(C.wk_op_matmul(out, inp, w, transpose == 1 and nil or bias, transpose))
+        local dinp, dw = T.zeros({ N, IN }, 'f32', device), T.zeros(w.shape, 'f32', device)
+        local db = transpose == 1 and nil or T.zeros({ OC }, 'f32', device)
+        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ N, OC }, 13, device), inp, w, transpose))
+        return { out, dinp, dw, db }
+      end)
+    end)
+  end
+
+  -- The CPU reference's loops over (B, NH, T, T) are the slow part: 2 rows of the micro batch keep
+  -- every other dimension at GPT-2's size.
+  it('attention forward and backward (T 1024, 12 heads, C 768)', function()
+    if not realistic_or_skip() then return end
+    local AB = 2
+    agree('attention', function(device)
+      local qkv = randn({ AB, TT, 3 * CH }, 16, device)
+      local out, att = T.empty({ AB, TT, CH }, 'f32', device), T.empty({ AB, NH, TT, TT }, 'f32', device)
+      check(C.wk_op_attention(out, att, qkv, NH))
+      local dqkv = T.zeros(qkv.shape, 'f32', device)
+      check(C.wk_op_attention_backward(dqkv, randn({ AB, TT, CH }, 17, device), qkv, att, NH))
+      return { out, att, dqkv }
+    end)
+  end)
+
+  it('cross-entropy forward and backward (16384 rows of 50304 logits)', function()
+    if not realistic_or_skip() then return end
+    agree('cross_entropy', function(device)
+      local logits, targets = randn({ N, V }, 18, device), indices({ N }, V, 2, device)
+      local losses = T.empty({ N }, 'f32', device)
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, N, scalar))
+      local sum = scalar[0]
+      local dlogits = T.zeros({ N, V }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, N, 1))
+      return { losses, dlogits, T.new({ sum }) }
+    end)
+  end)
+
+  it('cross-entropy and its gradient on every one of 8,390,653 rows', function()
+    if not realistic_or_skip() then return end
+    local WIDTH = 5
+    agree('cross_entropy (many rows)', function(device)
+      local logits, targets = randn({ MANY_ROWS, WIDTH }, 19, device), indices({ MANY_ROWS }, WIDTH, 3, device)
+      local losses = T.zeros({ MANY_ROWS }, 'f32', device)
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, MANY_ROWS, scalar))
+      local dlogits = T.zeros({ MANY_ROWS, WIDTH }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, MANY_ROWS, 1))
+      -- the last sequence's rows alone too: a kernel that stops at a grid cap leaves them zero
+      return { losses, dlogits, losses:narrow(1, MANY_ROWS - ROWS_T + 1, ROWS_T):contiguous() }
+    end)
+  end)
+
+  it('embedding, layernorm and its backward on every one of 8,390,653 rows', function()
+    if not realistic_or_skip() then return end
+    local WIDTH = 4
+    agree('embedding + layernorm (many rows)', function(device)
+      local idx = indices({ MANY_ROWS / ROWS_T, ROWS_T }, 11, 4, device)
+      local wte, wpe = randn({ 11, WIDTH }, 20, device), randn({ ROWS_T, WIDTH }, 21, device)
+      local out = T.empty({ MANY_ROWS / ROWS_T, ROWS_T, WIDTH }, 'f32', device)
+      check(C.wk_op_embedding(out, idx, wte, wpe))
+      local flat = out:view({ MANY_ROWS, WIDTH })
+      local w, b = randn({ WIDTH }, 22, device), randn({ WIDTH }, 23, device)
+      local ln, mean, rstd = T.empty({ MANY_ROWS, WIDTH }, 'f32', device), T.zeros({ MANY_ROWS }, 'f32', device),
+        T.zeros({ MANY_ROWS }, 'f32', device)
+      check(C.wk_op_layernorm(ln, mean, rstd, flat, w, b, 1e-5))
+      local dinp, dw, db = T.zeros({ MANY_ROWS, WIDTH }, 'f32', device), T.zeros({ WIDTH }, 'f32', device),
+        T.zeros({ WIDTH }, 'f32', device)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ MANY_ROWS, WIDTH }, 24, device), flat, w, mean, rstd))
+      return { out, ln, dinp, dw, db, dinp:narrow(1, MANY_ROWS - ROWS_T + 1, ROWS_T):contiguous() }
+    end)
+  end)
+
+  it('adamw over 124M parameters', function()
+    if not realistic_or_skip() then return end
+    local P = require('wick.nn.cost').parameter_count({ layers = 12, heads = NH, dim = CH, vocab = V, seq_len = TT })
+    agree('adamw', function(device)
+      local p, g = randn({ P }, 25, device), randn({ P }, 26, device)
+      local m, v = T.zeros({ P }, 'f32', device), T.zeros({ P }, 'f32', device)
+      for step = 1, 2 do check(C.wk_op_adamw(p, g, m, v, 6e-4, 0.9, 0.95, 1e-8, 0.1, step, 1)) end
+      return { p, m, v }
+    end)
+  end)
+end)

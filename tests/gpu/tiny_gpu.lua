@@ -1,0 +1,9 @@
+-- recipes/tiny.lua with the model and its batches on this rank's GPU (cuda:LOCAL_RANK), for
+-- `make gpu-check`: the same job the CPU runs, so their losses can be compared step by step.
+--   ./run tests/gpu/tiny_gpu.lua --steps=20 --log.sample=0
+local wick = require 'wick'
+
+local job = wick.recipe.copy(wick.recipe.include '../../recipes/tiny.lua')
+local device = 'cuda:' .. (os.getenv('LOCAL_RANK') or '0')
+job.model.device, job.data.device = device, device
+return job
