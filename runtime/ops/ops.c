@@ -152,7 +152,7 @@ WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
 }
 
 WkStatus wk_op_sumsq(const WkTensor *t, double *out) {
-  ARG_FLAT("sumsq", t, WK_F32, NULL, numel(t));
+  ARG_FLAT("sumsq", t, WK_F32, NULL, numel(t));  /* the gradient norm, over f32 weight gradients */
   return DISPATCH(t, *out = cpu_sumsq(F32(t), numel(t)), CUDA->sumsq(F32(t), numel(t), out));
 }
 
@@ -191,7 +191,7 @@ WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTenso
 
 WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
-  ARG_FLAT("adamw", param, WK_F32, NULL, numel(param));
+  ARG_FLAT("adamw", param, WK_F32, NULL, numel(param));  /* the optimizer updates f32 masters from f32 state */
   ARG_FLAT("adamw", grad, WK_F32, param, numel(param));
   ARG_FLAT("adamw", m, WK_F32, param, numel(param));
   ARG_FLAT("adamw", v, WK_F32, param, numel(param));
