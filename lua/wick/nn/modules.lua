@@ -3,7 +3,9 @@
 -- A module holds parameters (self.weight ...) and their gradients (self.grad_weight ...), and
 -- reuses its activation buffers from step to step (reallocated only when the batch shape
 -- changes). Activations and their gradients are stored in the policy's dtype (wick.precision):
--- f32, or bf16/f16, which the ops read, compute with in f32, and write back rounded. Conventions:
+-- f32, or bf16/f16, which the ops read, compute with in f32, and write back rounded: every value a
+-- buffer holds is rounded, the residual sum x1 inside a block and the attention probabilities too,
+-- and a gradient that several ops add into is rounded after each of them. Conventions:
 --   module:forward(input) -> output
 --   module:backward(input, grad_output, grad_input)  ACCUMULATES into grad_input (the caller zeroes
 --     it), and into the parameter gradients; residual branches therefore need no extra adds.
