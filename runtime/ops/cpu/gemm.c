@@ -1,9 +1,10 @@
 /*
  * gemm.c — C = alpha op(A) op(B) + beta C over operands stored as f32, bf16 or f16.
  *
- * OpenBLAS multiplies f32 only (its bf16 kernel, sbgemm, is not in every build and has no f16
- * twin), so 2-byte operands are widened to f32 on their way in and the result rounded to nearest
- * even on its way out. That happens in tiles of 256 x 256, never for a whole operand: activations
+ * sgemm is the one product OpenBLAS has for every case here: its bf16 product (cblas_sbgemm) takes
+ * two bf16 operands only (attention multiplies f32 probabilities by stored values; fp16 has no such
+ * kernel), and outside CPUs with bf16 instructions it falls back to generic code. So 2-byte
+ * operands are widened to f32 on their way in and the result rounded to nearest even on its way out. That happens in tiles of 256 x 256, never for a whole operand: activations
  * grow with the batch, and an f32 copy of one would take back the memory that 2-byte storage saves.
  * Each (row, column) tile of C is accumulated in f32 over the tiles of K and stored once, so a
  * 2-byte output is rounded once per product, as the f32 accumulation of tensor cores does. The
