@@ -512,6 +512,7 @@ typedef struct {
   uint64_t bytes_cached;   /* freed by tensors, kept for reuse (CUDA only) */
   uint64_t device_allocs;  /* calls to the underlying allocator (posix_memalign or cudaMalloc) */
   uint64_t cache_hits;     /* allocations served from the cache */
+  uint64_t bytes_peak;     /* the most bytes_in_use since the last wk_allocator_reset_peak (CPU only; 0 on CUDA) */
 } WkAllocatorStats;
 
 WK_API const char *wk_dtype_name(WkDType dtype);  /* "f32", "bf16", ...; "?" when out of range */
@@ -554,6 +555,7 @@ WK_API WkStatus wk_tensor_get(const WkTensor *t, int64_t index, double *out);
 WK_API WkStatus wk_tensor_set(WkTensor *t, int64_t index, double value);
 
 WK_API void wk_allocator_stats(WkDeviceType device, int device_index, WkAllocatorStats *out);
+WK_API void wk_allocator_reset_peak(WkDeviceType device, int device_index);  /* bytes_peak = bytes_in_use */
 WK_API WkStatus wk_cuda_empty_cache(int device_index);  /* returns cached blocks to the driver */
 
 /* Streams and events order work on a CUDA device; on the CPU they are synchronous no-ops. Ops run

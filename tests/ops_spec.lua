@@ -247,3 +247,130 @@ describe('ops', function()
     assert.has_error(function() check(C.wk_op_adamw(p, g, m, v, lr, b1, b2, eps, wd, 0, 1)) end)
   end)
 end)
+
+-- Under a bf16/fp16 policy the ops take 2-byte activations: each must compute what the f32 op does
+-- on the same (rounded) values, its 2-byte results rounded once. Ops that are a few loads, f32
+-- arithmetic and a store are bit for bit the same; the products (matmul, attention) go through
+-- tiles of 256 (runtime/ops/cpu/gemm.c), whose f32 sums may be ordered differently than one sgemm,
+-- so their results may sit one rounding step away.
+describe('ops on 2-byte activations', function()
+  local HALF_ULP = { bf16 = 2 ^ -8, f16 = 2 ^ -11 }
+
+  -- case.inputs: f32 tensors by argument name (also the outputs' first values: backward accumulates);
+  -- case.f32: the arguments that stay f32 under any policy; case.outputs: what to compare.
+  local function compare(case, dtype)
+    local low, ref = {}, {}
+    for name, x in pairs(case.inputs) do
+      if case.f32[name] or x.dtype ~= 'f32' then
+        low[name], ref[name] = x:clone(), x:clone()
+      else
+        low[name] = x:to(dtype)
+        ref[name] = low[name]:float()
+      end
+    end
+    case.run(low)
+    case.run(ref)
+    for _, name in ipairs(case.outputs) do
+      local got = low[name]:float()
+      local want = case.f32[name] and ref[name]:clone() or ref[name]:to(dtype):float()
+      local g, w = gradcheck.floats(got), gradcheck.floats(want)
+      for i = 0, got:numel() - 1 do
+        local tolerance = case.exact and 0 or 2 * HALF_ULP[dtype] * math.abs(w[i]) + 1e-5
+        if not (math.abs(g[i] - w[i]) <= tolerance) then
+          error(('%s on %s: %s[%d] is %.9g, the f32 op gives %.9g'):format(case.name, dtype, name, i, g[i], w[i]))
+        end
+      end
+      got:free()
+      want:free()
+    end
+  end
+
+  local function cases()
+    local N, C_, V, B, TT, NH = 6, 8, 5, 2, 3, 2
+    local idx = T.new({ { 0, 4, 2 }, { 1, 1, 3 } }, 'i32')
+    local targets = T.new({ 0, 4, 2, 1, 3, 3 }, 'i32')
+    local Nm, Cm, OCm = 300, 260, 270  -- more than one tile of 256 in every dim
+    local list = {
+      { name = 'add', inputs = { out = T.empty({ N }), a = randn({ N }), b = randn({ N }) }, outputs = { 'out' },
+        run = function(t) check(C.wk_op_add(t.out, t.a, t.b)) end },
+      { name = 'axpy', inputs = { y = randn({ N }), x = randn({ N }) }, outputs = { 'y' },
+        run = function(t) check(C.wk_op_axpy(t.y, 0.5, t.x)) end },
+      { name = 'gelu', inputs = { out = T.empty({ 40 }), inp = randn({ 40 }, 2) }, outputs = { 'out' },
+        run = function(t) check(C.wk_op_gelu(t.out, t.inp)) end },
+      { name = 'gelu_backward', inputs = { dinp = randn({ 40 }), dout = randn({ 40 }), inp = randn({ 40 }, 2) },
+        outputs = { 'dinp' }, run = function(t) check(C.wk_op_gelu_backward(t.dinp, t.dout, t.inp)) end },
+      { name = 'embedding', inputs = { out = T.empty({ B, TT, C_ }), idx = idx, wte = randn({ V, C_ }), wpe = randn({ TT, C_ }) },
+        outputs = { 'out' }, run = function(t) check(C.wk_op_embedding(t.out, t.idx, t.wte, t.wpe)) end },
+      { name = 'embedding_backward', f32 = { dwte = true, dwpe = true },
+        inputs = { dwte = randn({ V, C_ }), dwpe = randn({ TT, C_ }), dout = randn({ B, TT, C_ }), idx = idx },
+        outputs = { 'dwte', 'dwpe' }, run = function(t) check(C.wk_op_embedding_backward(t.dwte, t.dwpe, t.dout, t.idx)) end },
+      { name = 'layernorm', f32 = { mean = true, rstd = true },
+        inputs = { out = T.empty({ N, C_ }), mean = T.empty({ N }), rstd = T.empty({ N }), inp = randn({ N, C_ }),
+          w = randn({ C_ }), b = randn({ C_ }) },
+        outputs = { 'out', 'mean', 'rstd' }, run = function(t) check(C.wk_op_layernorm(t.out, t.mean, t.rstd, t.inp, t.w, t.b, 1e-5)) end },
+      { name = 'layernorm_backward', f32 = { dw = true, db = true, mean = true, rstd = true },
+        inputs = { dinp = randn({ N, C_ }), dw = randn({ C_ }), db = randn({ C_ }), dout = randn({ N, C_ }), inp = randn({ N, C_ }),
+          w = randn({ C_ }), mean = randn({ N }, 0.1), rstd = T.full({ N }, 0.9) },
+        outputs = { 'dinp', 'dw', 'db' },
+        run = function(t) check(C.wk_op_layernorm_backward(t.dinp, t.dw, t.db, t.dout, t.inp, t.w, t.mean, t.rstd)) end },
+      { name = 'cross_entropy', f32 = { losses = true },
+        inputs = { losses = T.empty({ N }), logits = randn({ N, V }), targets = targets }, outputs = { 'losses' },
+        run = function(t) check(C.wk_op_cross_entropy(t.losses, t.logits, t.targets, nil, 8, ffi.new('double[1]'))) end },
+      { name = 'cross_entropy_backward', inputs = { dlogits = randn({ N, V }), logits = randn({ N, V }), targets = targets },
+        outputs = { 'dlogits' }, run = function(t) check(C.wk_op_cross_entropy_backward(t.dlogits, t.logits, t.targets, nil, 8, 1)) end },
+      { name = 'attention', product = true, inputs = { out = T.empty({ B, TT, C_ }), att = T.empty({ B, NH, TT, TT }), qkv = randn({ B, TT, 3 * C_ }) },
+        outputs = { 'out', 'att' }, run = function(t) check(C.wk_op_attention(t.out, t.att, t.qkv, NH)) end },
+    }
+    local probabilities = T.empty({ B, NH, TT, TT })
+    check(C.wk_op_attention(T.empty({ B, TT, C_ }), probabilities, randn({ B, TT, 3 * C_ }), NH))
+    list[#list + 1] = { name = 'attention_backward', product = true,
+      inputs = { dqkv = randn({ B, TT, 3 * C_ }), dout = randn({ B, TT, C_ }), qkv = randn({ B, TT, 3 * C_ }), att = probabilities },
+      outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end }
+    for _, transpose in ipairs({ 0, 1 }) do
+      local w_shape = transpose == 1 and { OCm, Cm } or { Cm, OCm }
+      list[#list + 1] = { name = 'matmul ' .. transpose, product = true,
+        inputs = { out = T.empty({ Nm, OCm }), inp = randn({ Nm, Cm }), w = randn(w_shape, 0.1), bias = randn({ OCm }) },
+        outputs = { 'out' }, run = function(t) check(C.wk_op_matmul(t.out, t.inp, t.w, t.bias, transpose)) end }
+      list[#list + 1] = { name = 'matmul_backward ' .. transpose, product = true, f32 = { dw = true, dbias = true },
+        inputs = { dinp = randn({ Nm, Cm }), dw = randn(w_shape), dbias = randn({ OCm }), dout = randn({ Nm, OCm }, 0.1),
+          inp = randn({ Nm, Cm }, 0.1), w = randn(w_shape, 0.1) },
+        outputs = { 'dinp', 'dw', 'dbias' },
+        run = function(t) check(C.wk_op_matmul_backward(t.dinp, t.dw, t.dbias, t.dout, t.inp, t.w, transpose)) end }
+    end
+    for _, case in ipairs(list) do
+      case.f32, case.exact = case.f32 or {}, not case.product
+    end
+    return list
+  end
+
+  for _, dtype in ipairs({ 'bf16', 'f16' }) do
+    it('compute in ' .. dtype .. ' what the f32 ops compute on the same values, rounded once', function()
+      for _, case in ipairs(cases()) do compare(case, dtype) end
+    end)
+  end
+
+  it('refuse a dtype that does not match the activations, naming the op, the argument and both dtypes', function()
+    local inp, w, b = randn({ 4, 8 }):to('bf16'), randn({ 8 }), randn({ 8 }):to('bf16')
+    local out, mean, rstd = T.empty({ 4, 8 }, 'bf16'), T.empty({ 4 }), T.empty({ 4 })
+    assert.has_error(function() check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5)) end,
+      'layernorm: weight is [8] f32 cpu, expected [8] bf16, contiguous')
+    assert.has_error(function() check(C.wk_op_layernorm(out, T.empty({ 4 }, 'bf16'), rstd, inp, w:to('bf16'), b, 1e-5)) end,
+      'layernorm: mean is [4] bf16 cpu, expected [4] f32, contiguous')
+    local x = randn({ 3, 8 }):to('f16')
+    assert.has_error(function() check(C.wk_op_matmul_backward(T.empty({ 3, 8 }, 'f16'), T.empty({ 8, 8 }, 'f16'), nil,
+      T.empty({ 3, 8 }, 'f16'), x, randn({ 8, 8 }):to('f16'), 0)) end, 'matmul_backward: dw is [8, 8] f16 cpu, expected [8, 8] f32, contiguous')
+    assert.has_error(function() check(C.wk_op_add(T.empty({ 3 }, 'i32'), T.empty({ 3 }, 'i32'), T.empty({ 3 }, 'i32'))) end,
+      'add: out is [3] i32 cpu, expected f32, bf16 or f16')
+    assert.has_error(function() check(C.wk_op_add(T.empty({ 3 }, 'bf16'), T.empty({ 3 }, 'f16'), T.empty({ 3 }, 'bf16'))) end,
+      'add: a is [3] f16 cpu, expected [3 elements of any shape] bf16, contiguous')
+    local p = T.zeros({ 2 }, 'bf16')
+    assert.has_error(function() check(C.wk_op_adamw(p, T.zeros({ 2 }), T.zeros({ 2 }), T.zeros({ 2 }), 0.1, 0.9, 0.99, 1e-8, 0, 1, 1)) end,
+      'adamw: param is [2] bf16 cpu, expected [2 elements of any shape] f32, contiguous')
+  end)
+
+  it('store an f16 overflow as inf, which the loss scaler sees in the gradients', function()
+    local out = T.empty({ 2 }, 'f16')
+    check(C.wk_op_add(out, T.new({ 60000, 1 }):to('f16'), T.new({ 60000, 1 }):to('f16')))
+    assert.are.same({ math.huge, 2 }, out:float():totable())
+  end)
+end)

@@ -173,10 +173,32 @@ describe('tensor', function()
     assert.are.equal(before_bytes, stats.bytes_in_use)
   end)
 
+  it('keeps the peak of host bytes in use, from the last reset', function()
+    collectgarbage()
+    collectgarbage('stop')
+    finally(function() collectgarbage('restart') end)
+    local stats = ffi.new('WkAllocatorStats')
+    C.wk_allocator_reset_peak(C.WK_DEVICE_CPU, 0)
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    local base = stats.bytes_in_use
+    assert.are.equal(base, stats.bytes_peak)
+    local a, b = T.empty({ 1000 }), T.empty({ 500 })
+    a:free()
+    local c = T.empty({ 100 })
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.are.equal(base + 6000, stats.bytes_peak)
+    assert.are.equal(base + 2400, stats.bytes_in_use)
+    C.wk_allocator_reset_peak(C.WK_DEVICE_CPU, 0)
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    assert.are.equal(base + 2400, stats.bytes_peak)
+    b:free()
+    c:free()
+  end)
+
   it('has a WkAllocatorStats layout that matches the C compiler', function()
     local struct = 'WkAllocatorStats'
     assert.are.equal(ffi.sizeof(struct), tonumber(C.wk_abi_layout(struct, nil)))
-    for _, field in ipairs({ 'bytes_in_use', 'bytes_cached', 'device_allocs', 'cache_hits' }) do
+    for _, field in ipairs({ 'bytes_in_use', 'bytes_cached', 'device_allocs', 'cache_hits', 'bytes_peak' }) do
       assert.are.equal(ffi.offsetof(struct, field), tonumber(C.wk_abi_layout(struct, field)))
     end
   end)

@@ -1,12 +1,14 @@
 -- wick.precision: precision policies and dynamic loss scaling.
 --   fp32  everything in f32.
---   bf16  f32 master weights; each step computes with weights and activations rounded to bf16.
+--   bf16  activations, their gradients and a compute copy of the weights are stored as 2-byte bf16
+--         tensors; the master weights, the weight gradients and the AdamW state stay f32.
 --   fp16  the same in f16, plus dynamic loss scaling: the loss is multiplied by `scale` before
 --         backward; a step whose gradients overflowed (inf/nan) is skipped and the scale halved;
---         after `growth_interval` good steps in a row the scale doubles.
--- On the CPU backend the low-precision values are stored back into f32 buffers after rounding
--- (wk_op_round), which reproduces the values and the overflow behaviour of bf16/f16 storage while
--- the arithmetic of each op stays f32, as the tensor cores' f32 accumulation does.
+--         after `growth_interval` good steps in a row the scale doubles. An activation gradient
+--         beyond f16's range is stored as inf, which reaches the weight gradients and so the check.
+-- The CPU ops load the 2-byte values, compute in f32 and store their results rounded to nearest
+-- even, as the tensor cores' f32 accumulation does (runtime/ops/cpu/stored.h). The CUDA kernels
+-- take f32 activations only, for now: there a 2-byte policy is refused by the first op.
 local schema = require 'wick.schema'
 
 local precision = {}
@@ -79,7 +81,7 @@ function precision.policy(spec)
   local dtype = POLICIES[name]
   return {
     name = name,
-    dtype = dtype,          -- what weights and activations are rounded to
+    dtype = dtype,          -- what activations and the weights' compute copy are stored in
     lowp = dtype ~= 'f32',  -- whether a compute copy of the weights is needed
     scaler = name == 'fp16' and precision.scaler(opts) or nil,
   }

@@ -173,6 +173,7 @@ static const LayoutEntry layout_table[] = {
     OFFSET_OF(WkAllocatorStats, bytes_cached),
     OFFSET_OF(WkAllocatorStats, device_allocs),
     OFFSET_OF(WkAllocatorStats, cache_hits),
+    OFFSET_OF(WkAllocatorStats, bytes_peak),
 
     /* distributed (runtime/dist) */
     SIZE_OF(WkWorld),

@@ -2,6 +2,15 @@
  * ops.c — the public wk_op_* entry points: argument checks, then dispatch to runtime/ops/cpu or
  * runtime/ops/cuda (through the CUDA module's table) on the device of the tensors. Messages name the
  * op, the argument, what was expected and what came ("layernorm: weight is [8] f32 cpu, expected [16] f32, contiguous").
+ *
+ * Activations, their gradients and the compute copy of the weights share one dtype per op call, the
+ * activation dtype: f32, or bf16/f16 under a low-precision policy, which the CPU kernels load, compute
+ * in f32 and store rounded to nearest even (runtime/ops/cpu/stored.h). It is the dtype of the op's
+ * first activation argument (act_dtype below); the others must match it. What stays f32 under every
+ * policy is checked as WK_F32: parameter gradients (accumulated in f32), layernorm's mean and rstd,
+ * the per-token losses, the optimizer's weights and moments, and the ops that serve only those
+ * (scale, round, sumsq, normal, adamw). The CUDA kernels take f32 activations only, for now: a 2-byte
+ * one is refused there by name, never reinterpreted.
  */
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +63,8 @@ static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, W
   WK_TRY(index_layout(op, #t, t, layout))
 #define F32(t) ((float *)tensor_ptr(t))
 #define OPT_F32(t) ((t) ? F32(t) : NULL)
+#define DATA(t) tensor_ptr(t)  /* an activation, of the op's activation dtype */
+#define OPT_DATA(t) ((t) ? DATA(t) : NULL)
 #define I32(t) ((const int32_t *)tensor_ptr(t))
 
 static bool on_cuda(const WkTensor *t) { return tensor_device(t) == WK_DEVICE_CUDA; }
@@ -75,6 +86,21 @@ static WkStatus enter_device(const WkTensor *t) { return wk_cuda_enter(t->storag
 #define DISPATCH(t, cpu_call, cuda_call) (on_cuda(t) ? ON_DEVICE(t, cuda_call) : ((cpu_call), WK_OK))
 
 static size_t numel(const WkTensor *t) { return t ? (size_t)wk_tensor_numel(t) : 0; }
+
+/* The activation dtype of an op, from its argument `name`: f32, bf16 or f16, and f32 on CUDA. */
+static WkStatus act_dtype(const char *op, const char *name, const WkTensor *t, WkDType *out) {
+  char got[128];
+  if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
+  if (t->dtype != WK_F32 && t->dtype != WK_BF16 && t->dtype != WK_F16)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s, expected f32, bf16 or f16", op, name,
+                   wk_tensor_describe(t, got, sizeof got));
+  if (on_cuda(t) && t->dtype != WK_F32)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s, but the CUDA kernels take f32 activations only (for now)", op,
+                   name, wk_tensor_describe(t, got, sizeof got));
+  *out = t->dtype;
+  return WK_OK;
+}
+#define ACT(op, t, act) WK_TRY(act_dtype(op, #t, t, &act))
 
 static WkStatus check_contiguous(const char *op, const WkTensor *t) {
   char got[128];
@@ -102,16 +128,20 @@ WkStatus wk_op_scale(WkTensor *t, float alpha) {
 
 
 WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b) {
-  ARG_FLAT("add", out, WK_F32, NULL, numel(out));
-  ARG_FLAT("add", a, WK_F32, out, numel(out));
-  ARG_FLAT("add", b, WK_F32, out, numel(out));
-  return DISPATCH(out, cpu_add(F32(out), F32(a), F32(b), numel(out)), CUDA->add(F32(out), F32(a), F32(b), numel(out)));
+  WkDType act = WK_F32;
+  ACT("add", out, act);
+  ARG_FLAT("add", out, act, NULL, numel(out));
+  ARG_FLAT("add", a, act, out, numel(out));
+  ARG_FLAT("add", b, act, out, numel(out));
+  return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(F32(out), F32(a), F32(b), numel(out)));
 }
 
 WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
-  ARG_FLAT("axpy", y, WK_F32, NULL, numel(y));
-  ARG_FLAT("axpy", x, WK_F32, y, numel(y));
-  return DISPATCH(y, cpu_axpy(F32(y), alpha, F32(x), numel(y)), CUDA->axpy(F32(y), alpha, F32(x), numel(y)));
+  WkDType act = WK_F32;
+  ACT("axpy", y, act);
+  ARG_FLAT("axpy", y, act, NULL, numel(y));
+  ARG_FLAT("axpy", x, act, y, numel(y));
+  return DISPATCH(y, cpu_axpy(DATA(y), alpha, DATA(x), act, numel(y)), CUDA->axpy(F32(y), alpha, F32(x), numel(y)));
 }
 
 WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
@@ -122,7 +152,7 @@ WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
 }
 
 WkStatus wk_op_sumsq(const WkTensor *t, double *out) {
-  ARG_FLAT("sumsq", t, WK_F32, NULL, numel(t));
+  ARG_FLAT("sumsq", t, WK_F32, NULL, numel(t));  /* the gradient norm, over f32 weight gradients */
   return DISPATCH(t, *out = cpu_sumsq(F32(t), numel(t)), CUDA->sumsq(F32(t), numel(t), out));
 }
 
@@ -142,22 +172,26 @@ WkStatus wk_op_normal(WkTensor *t, uint64_t seed, float mean, float std) {
 }
 
 WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp) {
-  ARG_FLAT("gelu", out, WK_F32, NULL, numel(out));
-  ARG_FLAT("gelu", inp, WK_F32, out, numel(out));
-  return DISPATCH(out, cpu_gelu_forward(F32(out), F32(inp), numel(out)), CUDA->gelu_forward(F32(out), F32(inp), numel(out)));
+  WkDType act = WK_F32;
+  ACT("gelu", out, act);
+  ARG_FLAT("gelu", out, act, NULL, numel(out));
+  ARG_FLAT("gelu", inp, act, out, numel(out));
+  return DISPATCH(out, cpu_gelu_forward(DATA(out), DATA(inp), act, numel(out)), CUDA->gelu_forward(F32(out), F32(inp), numel(out)));
 }
 
 WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp) {
-  ARG_FLAT("gelu_backward", dinp, WK_F32, NULL, numel(dinp));
-  ARG_FLAT("gelu_backward", dout, WK_F32, dinp, numel(dinp));
-  ARG_FLAT("gelu_backward", inp, WK_F32, dinp, numel(dinp));
-  return DISPATCH(dinp, cpu_gelu_backward(F32(dinp), F32(dout), F32(inp), numel(dinp)),
+  WkDType act = WK_F32;
+  ACT("gelu_backward", dinp, act);
+  ARG_FLAT("gelu_backward", dinp, act, NULL, numel(dinp));
+  ARG_FLAT("gelu_backward", dout, act, dinp, numel(dinp));
+  ARG_FLAT("gelu_backward", inp, act, dinp, numel(dinp));
+  return DISPATCH(dinp, cpu_gelu_backward(DATA(dinp), DATA(dout), DATA(inp), act, numel(dinp)),
                   CUDA->gelu_backward(F32(dinp), F32(dout), F32(inp), numel(dinp)));
 }
 
 WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int64_t step, float grad_scale) {
-  ARG_FLAT("adamw", param, WK_F32, NULL, numel(param));
+  ARG_FLAT("adamw", param, WK_F32, NULL, numel(param));  /* the optimizer updates f32 masters from f32 state */
   ARG_FLAT("adamw", grad, WK_F32, param, numel(param));
   ARG_FLAT("adamw", m, WK_F32, param, numel(param));
   ARG_FLAT("adamw", v, WK_F32, param, numel(param));
@@ -182,15 +216,17 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
   WkIndexLayout at;
   ARG_INDEX("embedding", idx, NULL, &at, ANY, ANY);
   int64_t B = idx->shape[0], T = idx->shape[1];
-  ARG("embedding", wte, WK_F32, idx, ANY, ANY);
+  WkDType act = WK_F32;
+  ACT("embedding", wte, act);
+  ARG("embedding", wte, act, idx, ANY, ANY);
   int64_t V = wte->shape[0], C = wte->shape[1];
-  ARG("embedding", wpe, WK_F32, idx, ANY, C);
+  ARG("embedding", wpe, act, idx, ANY, C);
   if (wpe->shape[0] < T)
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
-  ARG("embedding", out, WK_F32, idx, B, T, C);
+  ARG("embedding", out, act, idx, B, T, C);
   if (on_cuda(out)) return ON_DEVICE(out, CUDA->embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
-  int64_t bad = cpu_embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V);
+  int64_t bad = cpu_embedding_forward(DATA(out), I32(idx), at, DATA(wte), DATA(wpe), act, (size_t)B, (size_t)T, (size_t)C, (size_t)V);
   return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, at, bad, V);
 }
 
@@ -201,9 +237,11 @@ WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor
   ARG("embedding_backward", dwte, WK_F32, idx, ANY, ANY);
   int64_t C = dwte->shape[1];
   ARG("embedding_backward", dwpe, WK_F32, idx, ANY, C);
-  ARG("embedding_backward", dout, WK_F32, idx, B, T, C);
+  WkDType act = WK_F32;
+  ACT("embedding_backward", dout, act);
+  ARG("embedding_backward", dout, act, idx, B, T, C);
   if (dwpe->shape[0] < T) return WK_FAIL(WK_ERR_INVALID_ARG, "embedding_backward: dwpe has fewer than T rows");
-  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C),
+  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), DATA(dout), act, I32(idx), at, (size_t)B, (size_t)T, (size_t)C),
                   CUDA->embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C));
 }
 
@@ -220,70 +258,79 @@ static WkStatus rows_and_channels(const char *op, const WkTensor *inp, int64_t *
 WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
                          const WkTensor *bias, float eps) {
   int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
   WK_TRY(rows_and_channels("layernorm", inp, &N, &C));
-  ARG_FLAT("layernorm", inp, WK_F32, NULL, numel(inp));
-  ARG_FLAT("layernorm", out, WK_F32, inp, numel(inp));
-  ARG("layernorm", mean, WK_F32, inp, N);
+  ACT("layernorm", inp, act);
+  ARG_FLAT("layernorm", inp, act, NULL, numel(inp));
+  ARG_FLAT("layernorm", out, act, inp, numel(inp));
+  ARG("layernorm", mean, WK_F32, inp, N);  /* the statistics stay f32: one pair a row, reused by backward */
   ARG("layernorm", rstd, WK_F32, inp, N);
-  ARG("layernorm", weight, WK_F32, inp, C);
-  ARG("layernorm", bias, WK_F32, inp, C);
-  return DISPATCH(inp, cpu_layernorm_forward(F32(out), F32(mean), F32(rstd), F32(inp), F32(weight), F32(bias), (size_t)N, (size_t)C, eps),
+  ARG("layernorm", weight, act, inp, C);
+  ARG("layernorm", bias, act, inp, C);
+  return DISPATCH(inp, cpu_layernorm_forward(DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), act, (size_t)N, (size_t)C, eps),
                   CUDA->layernorm_forward(F32(out), F32(mean), F32(rstd), F32(inp), F32(weight), F32(bias), (size_t)N, (size_t)C, eps));
 }
 
 WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias, const WkTensor *dout,
                                   const WkTensor *inp, const WkTensor *weight, const WkTensor *mean, const WkTensor *rstd) {
   int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
   WK_TRY(rows_and_channels("layernorm_backward", inp, &N, &C));
-  ARG_FLAT("layernorm_backward", inp, WK_F32, NULL, numel(inp));
-  ARG_FLAT("layernorm_backward", dinp, WK_F32, inp, numel(inp));
-  ARG_FLAT("layernorm_backward", dout, WK_F32, inp, numel(inp));
+  ACT("layernorm_backward", inp, act);
+  ARG_FLAT("layernorm_backward", inp, act, NULL, numel(inp));
+  ARG_FLAT("layernorm_backward", dinp, act, inp, numel(inp));
+  ARG_FLAT("layernorm_backward", dout, act, inp, numel(inp));
   ARG("layernorm_backward", mean, WK_F32, inp, N);
   ARG("layernorm_backward", rstd, WK_F32, inp, N);
-  ARG("layernorm_backward", weight, WK_F32, inp, C);
-  ARG("layernorm_backward", dweight, WK_F32, inp, C);
+  ARG("layernorm_backward", weight, act, inp, C);
+  ARG("layernorm_backward", dweight, WK_F32, inp, C);  /* parameter gradients accumulate in f32 */
   ARG("layernorm_backward", dbias, WK_F32, inp, C);
   return DISPATCH(inp,
-                  cpu_layernorm_backward(F32(dinp), F32(dweight), F32(dbias), F32(dout), F32(inp), F32(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C),
+                  cpu_layernorm_backward(DATA(dinp), F32(dweight), F32(dbias), DATA(dout), DATA(inp), DATA(weight), F32(mean), F32(rstd), act, (size_t)N, (size_t)C),
                   CUDA->layernorm_backward(F32(dinp), F32(dweight), F32(dbias), F32(dout), F32(inp), F32(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C));
 }
 
 /* inp [..., C], w [C, OC] or transposed [OC, C]. */
 static WkStatus matmul_dims(const char *op, const WkTensor *inp, const WkTensor *w, int transpose_w, int64_t *N,
-                            int64_t *C, int64_t *OC) {
+                            int64_t *C, int64_t *OC, WkDType *act) {
   WK_TRY(rows_and_channels(op, inp, N, C));
-  ARG_FLAT(op, inp, WK_F32, NULL, numel(inp));
-  ARG(op, w, WK_F32, inp, transpose_w ? ANY : *C, transpose_w ? *C : ANY);
+  WK_TRY(act_dtype(op, "inp", inp, act));
+  ARG_FLAT(op, inp, *act, NULL, numel(inp));
+  ARG(op, w, *act, inp, transpose_w ? ANY : *C, transpose_w ? *C : ANY);
   *OC = w->shape[transpose_w ? 0 : 1];
   return WK_OK;
 }
 
 WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, const WkTensor *bias, int transpose_w) {
   int64_t N = 0, C = 0, OC = 0;
-  WK_TRY(matmul_dims("matmul", inp, w, transpose_w, &N, &C, &OC));
-  ARG_FLAT("matmul", out, WK_F32, inp, N * OC);
-  if (bias) ARG("matmul", bias, WK_F32, inp, OC);
+  WkDType act = WK_F32;
+  WK_TRY(matmul_dims("matmul", inp, w, transpose_w, &N, &C, &OC, &act));
+  ARG_FLAT("matmul", out, act, inp, N * OC);
+  if (bias) ARG("matmul", bias, act, inp, OC);
   if (out->shape[out->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul: out's last dim must be %lld", (long long)OC);
-  return DISPATCH(inp, cpu_matmul_forward(F32(out), F32(inp), F32(w), OPT_F32(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w),
-                  CUDA->matmul_forward(inp->storage->device_index, F32(out), F32(inp), F32(w), OPT_F32(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  if (!on_cuda(inp)) return cpu_matmul_forward(DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
+  return ON_DEVICE(inp, CUDA->matmul_forward(inp->storage->device_index, F32(out), F32(inp), F32(w), OPT_F32(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
                                const WkTensor *w, int transpose_w) {
   int64_t N = 0, C = 0, OC = 0;
-  WK_TRY(matmul_dims("matmul_backward", inp, w, transpose_w, &N, &C, &OC));
-  ARG_FLAT("matmul_backward", dinp, WK_F32, inp, numel(inp));
-  ARG("matmul_backward", dw, WK_F32, inp, w->shape[0], w->shape[1]);
-  ARG_FLAT("matmul_backward", dout, WK_F32, inp, N * OC);
+  WkDType act = WK_F32;
+  WK_TRY(matmul_dims("matmul_backward", inp, w, transpose_w, &N, &C, &OC, &act));
+  ARG_FLAT("matmul_backward", dinp, act, inp, numel(inp));
+  ARG("matmul_backward", dw, WK_F32, inp, w->shape[0], w->shape[1]);  /* parameter gradients accumulate in f32 */
+  ARG_FLAT("matmul_backward", dout, act, inp, N * OC);
   if (dbias) ARG("matmul_backward", dbias, WK_F32, inp, OC);
-  return DISPATCH(inp, cpu_matmul_backward(F32(dinp), F32(dw), OPT_F32(dbias), F32(dout), F32(inp), F32(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w),
-                  CUDA->matmul_backward(inp->storage->device_index, F32(dinp), F32(dw), OPT_F32(dbias), F32(dout), F32(inp), F32(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  if (!on_cuda(inp)) return cpu_matmul_backward(DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
+  return ON_DEVICE(inp, CUDA->matmul_backward(inp->storage->device_index, F32(dinp), F32(dw), OPT_F32(dbias), F32(dout), F32(inp), F32(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 /* ---- attention and loss ----------------------------------------------------------------------- */
 
-static WkStatus attention_dims(const char *op, const WkTensor *qkv, int heads, int64_t *B, int64_t *T, int64_t *C) {
-  ARG(op, qkv, WK_F32, NULL, ANY, ANY, ANY);
+static WkStatus attention_dims(const char *op, const WkTensor *qkv, int heads, int64_t *B, int64_t *T, int64_t *C,
+                               WkDType *act) {
+  WK_TRY(act_dtype(op, "qkv", qkv, act));
+  ARG(op, qkv, *act, NULL, ANY, ANY, ANY);
   *B = qkv->shape[0];
   *T = qkv->shape[1];
   *C = qkv->shape[2] / 3;
@@ -295,29 +342,32 @@ static WkStatus attention_dims(const char *op, const WkTensor *qkv, int heads, i
 
 WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int heads) {
   int64_t B = 0, T = 0, C = 0;
-  WK_TRY(attention_dims("attention", qkv, heads, &B, &T, &C));
-  ARG("attention", out, WK_F32, qkv, B, T, C);
-  ARG("attention", att, WK_F32, qkv, B, heads, T, T);
-  return DISPATCH(qkv, cpu_attention_forward(F32(out), F32(att), F32(qkv), (size_t)B, (size_t)T, (size_t)C, (size_t)heads),
-                  CUDA->attention_forward(F32(out), F32(att), F32(qkv), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
+  WkDType act = WK_F32;
+  WK_TRY(attention_dims("attention", qkv, heads, &B, &T, &C, &act));
+  ARG("attention", out, act, qkv, B, T, C);
+  ARG("attention", att, act, qkv, B, heads, T, T);
+  if (!on_cuda(qkv)) return cpu_attention_forward(DATA(out), DATA(att), DATA(qkv), act, (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
+  return ON_DEVICE(qkv, CUDA->attention_forward(F32(out), F32(att), F32(qkv), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
 }
 
 WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv, const WkTensor *att,
                                   int heads) {
   int64_t B = 0, T = 0, C = 0;
-  WK_TRY(attention_dims("attention_backward", qkv, heads, &B, &T, &C));
-  ARG("attention_backward", dqkv, WK_F32, qkv, B, T, 3 * C);
-  ARG("attention_backward", dout, WK_F32, qkv, B, T, C);
-  ARG("attention_backward", att, WK_F32, qkv, B, heads, T, T);
+  WkDType act = WK_F32;
+  WK_TRY(attention_dims("attention_backward", qkv, heads, &B, &T, &C, &act));
+  ARG("attention_backward", dqkv, act, qkv, B, T, 3 * C);
+  ARG("attention_backward", dout, act, qkv, B, T, C);
+  ARG("attention_backward", att, act, qkv, B, heads, T, T);
   if (on_cuda(qkv)) return ON_DEVICE(qkv, CUDA->attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
-  return cpu_attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
+  return cpu_attention_backward(DATA(dqkv), DATA(dout), DATA(qkv), DATA(att), act, (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
 /* targets may be strided (a view of a loader batch); the mask is contiguous. */
 static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
-                          float normalizer, int64_t *N, int64_t *V, WkIndexLayout *at) {
+                          float normalizer, int64_t *N, int64_t *V, WkIndexLayout *at, WkDType *act) {
   WK_TRY(rows_and_channels(op, logits, N, V));
-  ARG_FLAT(op, logits, WK_F32, NULL, numel(logits));
+  WK_TRY(act_dtype(op, "logits", logits, act));
+  ARG_FLAT(op, logits, *act, NULL, numel(logits));
   ARG_FLAT_INDEX(op, targets, logits, at, numel(targets));
   if (wk_tensor_numel(targets) != *N)
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %lld targets for %lld rows of logits", op, (long long)wk_tensor_numel(targets), (long long)*N);
@@ -334,10 +384,11 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
                              float normalizer, double *loss_sum) {
   int64_t N = 0, V = 0;
   WkIndexLayout at;
-  WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at));
-  ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));
+  WkDType act = WK_F32;
+  WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at, &act));
+  ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));  /* losses are reported values: f32 */
   if (on_cuda(logits)) return ON_DEVICE(logits, CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
-  int64_t bad = cpu_cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
+  int64_t bad = cpu_cross_entropy_forward(F32(losses), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
   return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, at, bad, V);
 }
 
@@ -345,8 +396,9 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
                                       const WkTensor *mask, float normalizer, float dloss) {
   int64_t N = 0, V = 0;
   WkIndexLayout at;
-  WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V, &at));
-  ARG_FLAT("cross_entropy_backward", dlogits, WK_F32, logits, numel(logits));
-  return DISPATCH(logits, cpu_cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
+  WkDType act = WK_F32;
+  WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V, &at, &act));
+  ARG_FLAT("cross_entropy_backward", dlogits, act, logits, numel(logits));
+  return DISPATCH(logits, cpu_cross_entropy_backward(DATA(dlogits), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
                   CUDA->cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }

@@ -25,41 +25,45 @@ extern "C" {
 #define PARALLEL_GRAIN 16384
 #define GELU_CUBE 0.044715f
 
-/* ---- CPU kernels (runtime/ops/cpu) ------------------------------------------------------------ */
+/* ---- CPU kernels (runtime/ops/cpu) ------------------------------------------------------------
+ * Activations, their gradients and the compute copy of the weights come as void pointers with the one
+ * dtype `act` they share (f32, bf16 or f16: cpu/stored.h reads and writes them, the math is f32);
+ * float pointers are f32 always: parameter gradients, layernorm statistics, losses, optimizer state. */
 
 void cpu_fill(void *data, size_t n, size_t elem_size, const void *pattern);
 void cpu_scale(float *x, size_t n, float alpha);
-void cpu_add(float *out, const float *a, const float *b, size_t n);
-void cpu_axpy(float *y, float alpha, const float *x, size_t n);
+void cpu_add(void *out, const void *a, const void *b, WkDType act, size_t n);
+void cpu_axpy(void *y, float alpha, const void *x, WkDType act, size_t n);
 void cpu_round(float *x, size_t n, WkDType dtype);
 double cpu_sumsq(const float *x, size_t n);
 void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std);
 /* Index tensors (idx, targets) are read through their WkIndexLayout (runtime/tensor/tensor.h), so
  * views such as a loader batch's tokens[:, :-1] need no gather. Both forwards return the first
  * out-of-range index found (its logical position n) or -1. */
-int64_t cpu_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
-                              const float *wpe, size_t B, size_t T, size_t C, size_t V);
-void cpu_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
+int64_t cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte,
+                              const void *wpe, WkDType act, size_t B, size_t T, size_t C, size_t V);
+void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType act, const int32_t *idx,
                             WkIndexLayout idx_layout, size_t B, size_t T, size_t C);
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                           const float *bias, size_t N, size_t C, float eps);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, size_t N, size_t C);
-void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, size_t N,
-                        size_t C, size_t OC, int transpose_w);
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                         const float *w, size_t N, size_t C, size_t OC, int transpose_w);
-void cpu_gelu_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
-void cpu_attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
-                           size_t NH);
-WkStatus cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                size_t B, size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch */
-int64_t cpu_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
+void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
+                           const void *bias, WkDType act, size_t N, size_t C, float eps);
+void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                            const void *weight, const float *mean, const float *rstd, WkDType act, size_t N,
+                            size_t C);
+/* The products of matmul and attention may allocate tiles (cpu/gemm.h): they can fail. */
+WkStatus cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, WkDType act, size_t N,
+                            size_t C, size_t OC, int transpose_w);
+WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
+                             WkDType act, size_t N, size_t C, size_t OC, int transpose_w);
+void cpu_gelu_forward(void *out, const void *inp, WkDType act, size_t n);
+void cpu_gelu_backward(void *dinp, const void *dout, const void *inp, WkDType act, size_t n);
+WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType act, size_t B, size_t T, size_t C,
+                               size_t NH);
+WkStatus cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *att, WkDType act, size_t B,
+                                size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch, two when act is 2-byte */
+int64_t cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
                                   WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
                                   float normalizer, double *loss_sum);
-void cpu_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+void cpu_cross_entropy_backward(void *dlogits, const void *logits, WkDType act, const int32_t *targets,
                                 WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
                                 float normalizer, float dloss);
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,

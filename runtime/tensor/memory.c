@@ -4,14 +4,20 @@
  * CPU memory is 64-byte aligned (posix_memalign). Pinned host memory comes from cudaHostAlloc when a
  * CUDA device is present, else it is ordinary aligned memory, so code that asks for pinned buffers
  * runs unchanged on a CPU machine. Device memory is the caching allocator of the CUDA module
- * (runtime/tensor/cuda/memory.cu), through its table.
+ * (runtime/tensor/cuda/memory.cu), through its table. The host counters include a peak, so that a
+ * test can compare what a training step holds at its highest with the dry run's estimate.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "cuda_module.h"
 
-static _Atomic uint64_t host_bytes_in_use, host_allocs;
+static _Atomic uint64_t host_bytes_in_use, host_bytes_peak, host_allocs;
+
+static void raise_peak(uint64_t in_use) {
+  uint64_t peak = atomic_load(&host_bytes_peak);
+  while (in_use > peak && !atomic_compare_exchange_weak(&host_bytes_peak, &peak, in_use)) {}
+}
 
 static bool pinned_by_cuda(MemoryKind kind) { return kind == MEMORY_PINNED && wk_cuda_device_count() > 0; }
 
@@ -48,7 +54,7 @@ WkStatus wk_storage_new(MemoryKind kind, int device_index, size_t bytes, WkStora
   } else {
     status = host_alloc(kind, bytes, &s->data);
     if (status == WK_OK) {
-      atomic_fetch_add(&host_bytes_in_use, bytes);
+      raise_peak(atomic_fetch_add(&host_bytes_in_use, bytes) + bytes);
       atomic_fetch_add(&host_allocs, 1);
     }
   }
@@ -76,9 +82,14 @@ void wk_allocator_stats(WkDeviceType device, int device_index, WkAllocatorStats 
   if (device == WK_DEVICE_CPU) {
     out->bytes_in_use = atomic_load(&host_bytes_in_use);
     out->device_allocs = atomic_load(&host_allocs);
+    out->bytes_peak = atomic_load(&host_bytes_peak);
     return;
   }
   wk_cuda()->allocator_stats(device_index, out);
+}
+
+void wk_allocator_reset_peak(WkDeviceType device, int device_index) {
+  if (device == WK_DEVICE_CPU) atomic_store(&host_bytes_peak, atomic_load(&host_bytes_in_use));
 }
 
 /* Without a device nothing is ever cached. */

@@ -152,17 +152,72 @@ describe('nn.gpt', function()
     helper.rmtree(dir)
   end)
 
-  it('computes with bf16-rounded weights under the bf16 policy, keeping f32 masters', function()
+  it('stores activations, their gradients and the compute weights in bf16, keeping f32 masters and gradients', function()
     local idx, targets = batch()
     local fp32 = wick.nn.gpt(config())
     local bf16 = wick.nn.gpt(config({ precision = 'bf16' }))
     local l32, l16 = fp32:forward(idx, targets), bf16:forward(idx, targets)
     assert.are_not.equal(l32, l16)
     assert.is_true(math.abs(l32 - l16) / l32 < 2e-2)
+    bf16:backward()
+    local block = bf16.blocks[1]
+    for _, t in ipairs({ bf16.logits, bf16.grad_logits, block.attn.att, block.attn.grad_qkv, block.mlp.act.output,
+      block.x1, bf16.transformer.wte.weight }) do
+      assert.are.equal('bf16', t.dtype)
+    end
+    for _, t in ipairs({ block.ln_1.mean, bf16.losses, bf16:flat_parameters().params, bf16:flat_parameters().grads }) do
+      assert.are.equal('f32', t.dtype)
+    end
     local w = bf16.transformer.wte.weight:get(3, 4)
-    assert.are.equal(T.new({ w }):to('bf16'):float():get(1), w)
     local master = bf16:named_parameters()['transformer.wte.weight']:get(3, 4)
+    assert.are.equal(T.new({ master }):to('bf16'):float():get(1), w)
     assert.are.equal(fp32:named_parameters()['transformer.wte.weight']:get(3, 4), master)
+  end)
+
+  -- Bytes the CPU allocator holds at its peak over a model's construction and one training step.
+  local function step_peak(cfg, B, TT)
+    local ffi = require 'ffi'
+    local C = require('wick.core').C
+    local stats = ffi.new('WkAllocatorStats')
+    local idx, targets = T.zeros({ B, TT }, 'i32'), T.zeros({ B, TT }, 'i32')
+    for i = 0, B * TT - 1 do
+      C.wk_tensor_set(idx, i, i * 7 % cfg.vocab)
+      C.wk_tensor_set(targets, i, (i * 7 + 3) % cfg.vocab)
+    end
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    local before = stats.bytes_in_use
+    C.wk_allocator_reset_peak(C.WK_DEVICE_CPU, 0)
+    local model, opt = wick.nn.gpt(cfg), wick.optim.adamw {}
+    model:forward(idx, targets)
+    model:backward()
+    opt:step(model)
+    C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+    local peak = tonumber(stats.bytes_peak - before)
+    opt:free()
+    model:free()
+    idx:free()
+    targets:free()
+    return peak
+  end
+
+  it('takes at most 65% of fp32\'s memory under bf16 when activations dominate, as plan.memory says', function()
+    collectgarbage()
+    collectgarbage('stop')  -- no finaliser may free an earlier test's tensors in the middle of a count
+    finally(function() collectgarbage('restart') end)
+    local plan = require 'wick.plan'
+    local shape = { vocab = 64, seq_len = 32, layers = 2, heads = 4, dim = 32, seed = 1 }
+    local B, peaks = 8, {}
+    for _, policy in ipairs({ 'fp32', 'bf16', 'fp16' }) do
+      local cfg = { precision = policy }
+      for k, v in pairs(shape) do cfg[k] = v end
+      peaks[policy] = step_peak(cfg, B, shape.seq_len)
+      local estimate = plan.memory(shape, B, policy)
+      -- the estimate counts the f32 loss mask that data parallelism keeps: 4 bytes a token
+      assert.are.equal(estimate.total - 4 * B * shape.seq_len, peaks[policy], policy)
+      assert.is_true(estimate.activations > 2 * (estimate.total - estimate.activations), policy)
+    end
+    assert.is_true(peaks.bf16 <= 0.65 * peaks.fp32, ('bf16 %d bytes, fp32 %d'):format(peaks.bf16, peaks.fp32))
+    assert.are.equal(peaks.bf16, peaks.fp16)
   end)
 
   it('fp16 loss scaling skips an overflowing step, lowers the scale, and raises it after good steps', function()

@@ -20,7 +20,6 @@ local schema = require 'wick.schema'
 
 local C = core.C
 local check = core.check
-local DTYPES = T.DTYPES
 
 local gpt = {}
 
@@ -88,8 +87,9 @@ local function view_into(flat, offset, shape, numel)
 end
 
 -- Moves every parameter and gradient into views of flat buffers: decayed tensors first, so an
--- optimizer covers each group with one view. Under bf16/fp16 the modules compute with a rounded
--- copy of the master weights (self.flat.compute), refreshed before each forward.
+-- optimizer covers each group with one view. Under bf16/fp16 the modules compute with a 2-byte
+-- copy of the f32 master weights (self.flat.compute, in the policy's dtype), refreshed before each
+-- forward; gradients stay f32.
 function GPT:flatten()
   local entries, total, decay_total = {}, 0, 0
   for _, p in ipairs(self:parameters()) do if p.decay then entries[#entries + 1] = p end end
@@ -103,7 +103,7 @@ function GPT:flatten()
     grads = T.zeros({ total }, 'f32', self.device),
     decay_numel = decay_total,
   }
-  flat.compute = self.policy.lowp and T.empty({ total }, 'f32', self.device) or flat.params
+  flat.compute = self.policy.lowp and T.empty({ total }, self.policy.dtype, self.device) or flat.params
   self.named, self.named_grads, self.order = {}, {}, {}
   local offset = 0
   for _, p in ipairs(entries) do
@@ -124,9 +124,7 @@ end
 
 -- Initialises the master weights (compute copies follow at the next forward).
 function GPT:reset(seed)
-  nn.Module.reset(self, seed)
-  if self.flat and self.flat.compute ~= self.flat.params then self.flat.params:copy(self.flat.compute) end
-  return self
+  return nn.Module.reset(self, seed, function(p) return self.named[p.name] end)
 end
 
 function GPT:free()
@@ -165,11 +163,10 @@ local function count_selected(self, mask, B, TT)
   return scalar[0]
 end
 
+-- The compute copy from the masters, rounded to nearest even by the copy's cast.
 local function refresh_compute_weights(self)
   local flat = self.flat
-  if flat.compute == flat.params then return end
-  flat.compute:copy(flat.params)
-  check(C.wk_op_round(flat.compute, DTYPES[self.policy.dtype]))
+  if flat.compute ~= flat.params then flat.compute:copy(flat.params) end
 end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
@@ -186,9 +183,8 @@ function GPT:forward(idx, targets, mask, count)
   idx = staged(self, 'idx', idx, 'i32', true)
   self.idx = idx
   local body = self.transformer
-  local x = self:buffer('embedded', { B, TT, cfg.dim })
+  local x = self:activation('embedded', { B, TT, cfg.dim })
   check(C.wk_op_embedding(x, idx, body.wte.weight, body.wpe.weight))
-  self:store(x)
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
@@ -196,9 +192,8 @@ function GPT:forward(idx, targets, mask, count)
   end
   self.final = x
   local normed = body.ln_f:forward(x)
-  local logits = self:buffer('logits', { B, TT, cfg.vocab })
+  local logits = self:activation('logits', { B, TT, cfg.vocab })
   check(C.wk_op_matmul(logits, normed, body.wte.weight, nil, 1))
-  self:store(logits)
   if targets == nil then
     self.targets = nil
     return logits
@@ -245,11 +240,9 @@ function GPT:backward(on_ready)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1
   local dlogits = self:zeroed('grad_logits', self.logits.shape)
   check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.targets, self.mask, self.count, scale))
-  self:store(dlogits)
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
-  self:store(dnormed)
-  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:buffer('grad_b', { B, TT, cfg.dim })
+  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:activation('grad_b', { B, TT, cfg.dim })
   body.ln_f:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
   for l = #self.blocks, 1, -1 do

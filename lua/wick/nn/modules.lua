@@ -2,7 +2,10 @@
 --
 -- A module holds parameters (self.weight ...) and their gradients (self.grad_weight ...), and
 -- reuses its activation buffers from step to step (reallocated only when the batch shape
--- changes). Conventions:
+-- changes). Activations and their gradients are stored in the policy's dtype (wick.precision):
+-- f32, or bf16/f16, which the ops read, compute with in f32, and write back rounded: every value a
+-- buffer holds is rounded, the residual sum x1 inside a block and the attention probabilities too,
+-- and a gradient that several ops add into is rounded after each of them. Conventions:
 --   module:forward(input) -> output
 --   module:backward(input, grad_output, grad_input)  ACCUMULATES into grad_input (the caller zeroes
 --     it), and into the parameter gradients; residual branches therefore need no extra adds.
@@ -16,7 +19,6 @@ local precision = require 'wick.precision'
 
 local C = core.C
 local check = core.check
-local DTYPES = T.DTYPES
 local LAYERNORM_EPS = 1e-5
 local INIT_STD = 0.02
 
@@ -39,9 +41,12 @@ local function new(cls, device, policy)
 end
 
 -- (Re)initialises every parameter; parameter k of the tree draws from stream (seed, k), so the
--- same seed gives the same model on any device.
-function Module:reset(seed)
-  for k, p in ipairs(self:parameters()) do p.init(p.module[p.key], (seed or 0) * 1000003 + k) end
+-- same seed gives the same model on any device. tensor_of(p) is the f32 tensor that holds parameter
+-- p (default: the module's own, p.module[p.key]; a model with compute copies names its masters).
+function Module:reset(seed, tensor_of)
+  for k, p in ipairs(self:parameters()) do
+    p.init(tensor_of and tensor_of(p) or p.module[p.key], (seed or 0) * 1000003 + k)
+  end
   return self
 end
 
@@ -95,15 +100,15 @@ function Module:buffer(key, shape, dtype)
   return t
 end
 
-function Module:zeroed(key, shape)
-  local t = self:buffer(key, shape)
-  check(C.wk_op_fill(t, 0), 2)
-  return t
+-- An activation (or an activation's gradient): a buffer in the policy's storage dtype.
+function Module:activation(key, shape)
+  return self:buffer(key, shape, self.policy.dtype)
 end
 
--- Under a bf16/fp16 policy, activations and their gradients are stored in that precision.
-function Module:store(t)
-  if self.policy.lowp then check(C.wk_op_round(t, DTYPES[self.policy.dtype]), 2) end
+-- An activation gradient, zeroed: backward accumulates into it.
+function Module:zeroed(key, shape)
+  local t = self:activation(key, shape)
+  check(C.wk_op_fill(t, 0), 2)
   return t
 end
 
@@ -135,14 +140,13 @@ function nn.linear(n_in, n_out, opts)
 end
 
 function Linear:forward(input)
-  local out = self:buffer('output', with_last(input.shape, self.weight:size(2)))
+  local out = self:activation('output', with_last(input.shape, self.weight:size(2)))
   check(C.wk_op_matmul(out, input, self.weight, self.bias, 0))
-  return self:store(out)
+  return out
 end
 
 function Linear:backward(input, grad_output, grad_input)
   check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, 0))
-  self:store(grad_input)
 end
 
 local LayerNorm = class(Module)
@@ -160,14 +164,13 @@ end
 function LayerNorm:forward(input)
   local shape = input.shape
   local rows = input:numel() / shape[#shape]
-  local out = self:buffer('output', shape)
+  local out = self:activation('output', shape)
   check(C.wk_op_layernorm(out, self:buffer('mean', { rows }), self:buffer('rstd', { rows }), input, self.weight, self.bias, self.eps))
-  return self:store(out)
+  return out
 end
 
 function LayerNorm:backward(input, grad_output, grad_input)
   check(C.wk_op_layernorm_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, self.mean, self.rstd))
-  self:store(grad_input)
 end
 
 local GELU = class(Module)
@@ -179,14 +182,13 @@ function nn.gelu(opts)
 end
 
 function GELU:forward(input)
-  local out = self:buffer('output', input.shape)
+  local out = self:activation('output', input.shape)
   check(C.wk_op_gelu(out, input))
-  return self:store(out)
+  return out
 end
 
 function GELU:backward(input, grad_output, grad_input)
   check(C.wk_op_gelu_backward(grad_input, grad_output, input))
-  self:store(grad_input)
 end
 
 -- ---- GPT-2 blocks --------------------------------------------------------------------------------
@@ -208,9 +210,8 @@ end
 function Attention:forward(input)
   local B, TT, dim = input:size(1), input:size(2), input:size(3)
   local qkv = self.c_attn:forward(input)
-  local y = self:buffer('y', { B, TT, dim })
-  check(C.wk_op_attention(y, self:buffer('att', { B, self.heads, TT, TT }), qkv, self.heads))
-  self:store(y)
+  local y = self:activation('y', { B, TT, dim })
+  check(C.wk_op_attention(y, self:activation('att', { B, self.heads, TT, TT }), qkv, self.heads))
   return self.c_proj:forward(y)
 end
 
@@ -220,7 +221,6 @@ function Attention:backward(input, grad_output, grad_input)
   local qkv = self.c_attn.output
   local dqkv = self:zeroed('grad_qkv', qkv.shape)
   check(C.wk_op_attention_backward(dqkv, dy, qkv, self.att, self.heads))
-  self:store(dqkv)
   self.c_attn:backward(input, dqkv, grad_input)
 end
 
@@ -265,16 +265,16 @@ function nn.block(opts)
 end
 
 function Block:forward(input)
-  local x1 = self:buffer('x1', input.shape)
+  local x1 = self:activation('x1', input.shape)
   check(C.wk_op_add(x1, input, self.attn:forward(self.ln_1:forward(input))))
-  local out = self:buffer('output', input.shape)
+  local out = self:activation('output', input.shape)
   check(C.wk_op_add(out, x1, self.mlp:forward(self.ln_2:forward(x1))))
-  return self:store(out)
+  return out
 end
 
 function Block:backward(input, grad_output, grad_input)
   local shape = input.shape
-  local dx1 = self:buffer('grad_x1', shape):copy(grad_output)  -- the residual path
+  local dx1 = self:activation('grad_x1', shape):copy(grad_output)  -- the residual path
   local dln = self:zeroed('grad_ln', shape)
   self.mlp:backward(self.ln_2.output, grad_output, dln)
   self.ln_2:backward(self.x1, dln, dx1)

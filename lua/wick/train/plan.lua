@@ -12,12 +12,20 @@ local plan = {}
 
 local F32 = 4
 local ADAM_STATES = 2            -- m and v, f32
-local LOWP_BYTES = { fp32 = 0, bf16 = 2, fp16 = 2 } -- the compute copy of the weights on a GPU
--- Activations kept for backward per layer and token, in bytes at 16 bits (Korthikanti et al. 2022,
--- "Reducing Activation Recomputation": s b h (34 + 5 a s / h) per layer); doubled for f32.
-local ACTIVATION_BYTES_PER_HIDDEN = 34
-local ATTENTION_BYTES_PER_HEAD_TOKEN = 5
-local LOGIT_COPIES = 2           -- the logits and their gradient, f32
+-- The bytes of an activation element, and of the weights' compute copy beside the f32 masters,
+-- under each policy (wick.precision: bf16 and fp16 store both in 2 bytes).
+local STORED_BYTES = { fp32 = F32, bf16 = 2, fp16 = 2 }
+local COMPUTE_COPY_BYTES = { fp32 = 0, bf16 = 2, fp16 = 2 }
+-- The buffers wick.nn.modules and wick.nn.gpt hold, per token, in the stored dtype. A block keeps
+-- 18 x dim of forward outputs (ln_1 1, qkv 3, attention 1, projection 1, x1 1, ln_2 1, fc 4, gelu 4,
+-- projection 1, output 1) and 14 x dim of activation gradients (attention 1, qkv 3, hidden 4, fc 4,
+-- the residual 1, the layernorm 1), plus the attention probabilities, heads x T a token. The model
+-- adds 5 x dim (the embedding, ln_f, and the gradients of ln_f's output and of the two residual
+-- streams) and 2 x vocab (the logits and their gradient).
+local BLOCK_DIMS, MODEL_DIMS, MODEL_VOCABS = 32, 5, 2
+-- f32 per token whatever the policy: mean and rstd of each layernorm (4 a block, 2 for ln_f), the
+-- per-token losses, and the loss mask as f32 that data parallelism counts its targets with.
+local BLOCK_F32, MODEL_F32 = 4, 4
 
 local UNITS = { { 'GiB', 2 ^ 30 }, { 'MiB', 2 ^ 20 }, { 'KiB', 2 ^ 10 } } -- largest first
 
@@ -59,14 +67,18 @@ local function check_loader(config, world, micro)
   return bytes
 end
 
--- Memory per rank: weights, gradients, optimizer state, activations at the micro batch.
-function plan.memory(m, micro, policy_name)
+-- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
+-- masters and the compute copy), gradients (f32), optimizer state, activations at the micro batch of
+-- rows of seq_len tokens (default: the model's). What it leaves out: the data ring (plan.report
+-- adds it), a few scalars of the trainer, and the transient scratch of the CPU ops (at most three
+-- 256 x 256 f32 tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu).
+function plan.memory(m, micro, policy_name, seq_len)
   local P = train.parameter_count(m)
-  local scale = policy_name == 'fp32' and 2 or 1
-  local tokens = micro * m.seq_len
-  local activations = m.layers * tokens * (ACTIVATION_BYTES_PER_HIDDEN * m.dim + ATTENTION_BYTES_PER_HEAD_TOKEN *
-    m.heads * m.seq_len) * scale + LOGIT_COPIES * tokens * m.vocab * F32
-  local weights = P * (F32 + LOWP_BYTES[policy_name])
+  seq_len = seq_len or m.seq_len
+  local tokens = micro * seq_len
+  local stored = m.layers * (BLOCK_DIMS * m.dim + m.heads * seq_len) + MODEL_DIMS * m.dim + MODEL_VOCABS * m.vocab
+  local activations = tokens * (stored * STORED_BYTES[policy_name] + (m.layers * BLOCK_F32 + MODEL_F32) * F32)
+  local weights = P * (F32 + COMPUTE_COPY_BYTES[policy_name])
   local grads, optimizer = P * F32, P * F32 * ADAM_STATES
   return { weights = weights, grads = grads, optimizer = optimizer, activations = activations,
     total = weights + grads + optimizer + activations }
@@ -148,7 +160,7 @@ function plan.report(job, world, local_ranks)
   end
   if m.vocab > 0 then
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
-    local mem = plan.memory(m, micro, policy)
+    local mem = plan.memory(m, micro, policy, c.data.seq_len)
     add('model: %d layers, %d heads, dim %d, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
       m.layers, m.heads, m.dim, m.vocab, m.seq_len, train.parameter_count(m), train.parameter_count(m) / 1e6,
       train.flops_per_token(m) / 1e9)

@@ -1,12 +1,14 @@
 /*
  * elementwise.c — CPU kernels that touch each element once: fill, scale, add, axpy, rounding to
  * bf16/f16, sum of squares, normal init, GELU and the fused AdamW step. The ones that run every
- * step on large tensors (GELU, AdamW, sum of squares) are split over the worker pool.
+ * step on large tensors (GELU, AdamW, sum of squares) are split over the worker pool. add, axpy and
+ * GELU read and write activations of any float dtype (stored.h); the others work on f32 only.
  */
 #include <math.h>
 
 #include "../ops.h"
 #include "parallel.h"
+#include "stored.h"
 
 void cpu_fill(void *data, size_t n, size_t elem_size, const void *pattern) {
   static const unsigned char zero[8];
@@ -22,12 +24,12 @@ void cpu_scale(float *x, size_t n, float alpha) {
   for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
-void cpu_add(float *out, const float *a, const float *b, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+void cpu_add(void *out, const void *a, const void *b, WkDType act, size_t n) {
+  for (size_t i = 0; i < n; i++) stored_put(out, act, i, stored_get(a, act, i) + stored_get(b, act, i));
 }
 
-void cpu_axpy(float *y, float alpha, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+void cpu_axpy(void *y, float alpha, const void *x, WkDType act, size_t n) {
+  for (size_t i = 0; i < n; i++) stored_put(y, act, i, stored_get(y, act, i) + alpha * stored_get(x, act, i));
 }
 
 void cpu_round(float *x, size_t n, WkDType dtype) {
@@ -78,8 +80,9 @@ void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std) {
 }
 
 typedef struct {
-  float *out;
-  const float *inp, *dout;
+  void *out;
+  const void *inp, *dout;
+  WkDType act;
 } GeluJob;
 
 /* tanh(u) = 1 - 2 / (e^2u + 1): 4x faster than glibc's tanhf and within 2e-7 of it; the limits
@@ -91,25 +94,28 @@ static float gelu_tanh(float x) {
 
 static void gelu_forward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
   GeluJob *job = ctx;
-  for (size_t i = begin; i < end; i++) job->out[i] = 0.5f * job->inp[i] * (1.0f + gelu_tanh(job->inp[i]));
+  for (size_t i = begin; i < end; i++) {
+    float x = stored_get(job->inp, job->act, i);
+    stored_put(job->out, job->act, i, 0.5f * x * (1.0f + gelu_tanh(x)));
+  }
 }
 
 static void gelu_backward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
   GeluJob *job = ctx;
   for (size_t i = begin; i < end; i++) {
-    float x = job->inp[i], th = gelu_tanh(x);
+    float x = stored_get(job->inp, job->act, i), th = gelu_tanh(x);
     float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    job->out[i] += local * job->dout[i];
+    stored_put(job->out, job->act, i, stored_get(job->out, job->act, i) + local * stored_get(job->dout, job->act, i));
   }
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n) {
-  GeluJob job = {.out = out, .inp = inp};
+void cpu_gelu_forward(void *out, const void *inp, WkDType act, size_t n) {
+  GeluJob job = {.out = out, .inp = inp, .act = act};
   parallel_for(n, PARALLEL_GRAIN / 16, gelu_forward_chunk, &job);  /* an element costs ~16 multiply-adds */
 }
 
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
-  GeluJob job = {.out = dinp, .inp = inp, .dout = dout};
+void cpu_gelu_backward(void *dinp, const void *dout, const void *inp, WkDType act, size_t n) {
+  GeluJob job = {.out = dinp, .inp = inp, .dout = dout, .act = act};
   parallel_for(n, PARALLEL_GRAIN / 16, gelu_backward_chunk, &job);
 }
 

@@ -1,0 +1,25 @@
+/*
+ * gemm.h — matrix products over operands stored in any float dtype (f32, bf16, f16), through
+ * OpenBLAS sgemm (runtime/ops/cpu/gemm.c).
+ */
+#ifndef WK_OPS_CPU_GEMM_H
+#define WK_OPS_CPU_GEMM_H
+
+#include "../ops.h"
+
+/* A row-major matrix of dtype f32, bf16 or f16, ld elements from one row to the next, read as its
+ * transpose when trans is set. */
+typedef struct {
+  const void *data;
+  WkDType dtype;
+  size_t ld;
+  bool trans;
+} GemmOperand;
+
+/* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, C row-major of dtype c_dtype with ldc elements a
+ * row. One sgemm when all three are f32; otherwise in tiles (see gemm.c), which needs a scratch of
+ * at most three 256 x 256 f32 tiles: the only way this can fail. */
+WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
+                  WkDType c_dtype, size_t ldc);
+
+#endif /* WK_OPS_CPU_GEMM_H */

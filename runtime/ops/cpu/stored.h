@@ -1,0 +1,57 @@
+/*
+ * stored.h — reading and writing activations in the dtype they are stored in (f32, bf16 or f16).
+ *
+ * Under a bf16/fp16 policy the activations, their gradients and the compute copy of the weights are
+ * 2-byte arrays; the CPU kernels still compute in f32. Each element is widened exactly when it is
+ * read and rounded to nearest even when it is written (wk_f32_to_bf16, wk_f32_to_f16: the rules of
+ * every dtype cast), so the arithmetic between a load and a store is that of the f32 kernels. The
+ * dtype is a loop invariant: gcc -O3 unswitches the loops, so the f32 path keeps its plain loads.
+ */
+#ifndef WK_OPS_CPU_STORED_H
+#define WK_OPS_CPU_STORED_H
+
+#include "../ops.h"
+
+/* Element i of data (of dtype f32, bf16 or f16) as f32, exactly. */
+static inline float stored_get(const void *data, WkDType dtype, size_t i) {
+  if (dtype == WK_BF16) return wk_bf16_to_f32(((const uint16_t *)data)[i]);
+  if (dtype == WK_F16) return wk_f16_to_f32(((const uint16_t *)data)[i]);
+  return ((const float *)data)[i];
+}
+
+/* Writes value into element i, rounded to nearest even when the dtype is 2-byte. */
+static inline void stored_put(void *data, WkDType dtype, size_t i, float value) {
+  if (dtype == WK_BF16) ((uint16_t *)data)[i] = wk_f32_to_bf16(value);
+  else if (dtype == WK_F16) ((uint16_t *)data)[i] = wk_f32_to_f16(value);
+  else ((float *)data)[i] = value;
+}
+
+/* The address of element i. */
+static inline void *stored_at(const void *data, WkDType dtype, size_t i) {
+  return (char *)data + i * wk_dtype_size(dtype);
+}
+
+/* n elements from src into f32 dst, and back: one loop per dtype, so that each vectorizes. */
+static inline void stored_load_run(float *restrict dst, const void *restrict src, WkDType dtype, size_t n) {
+  const uint16_t *half = src;
+  if (dtype == WK_BF16) {
+    for (size_t i = 0; i < n; i++) dst[i] = wk_bf16_to_f32(half[i]);
+  } else if (dtype == WK_F16) {
+    for (size_t i = 0; i < n; i++) dst[i] = wk_f16_to_f32(half[i]);
+  } else {
+    memcpy(dst, src, n * sizeof *dst);
+  }
+}
+
+static inline void stored_store_run(void *restrict dst, const float *restrict src, WkDType dtype, size_t n) {
+  uint16_t *half = dst;
+  if (dtype == WK_BF16) {
+    for (size_t i = 0; i < n; i++) half[i] = wk_f32_to_bf16(src[i]);
+  } else if (dtype == WK_F16) {
+    for (size_t i = 0; i < n; i++) half[i] = wk_f32_to_f16(src[i]);
+  } else {
+    memcpy(dst, src, n * sizeof *src);
+  }
+}
+
+#endif /* WK_OPS_CPU_STORED_H */
