@@ -204,7 +204,7 @@ describe('nn.gpt', function()
     collectgarbage()
     collectgarbage('stop')  -- no finaliser may free an earlier test's tensors in the middle of a count
     finally(function() collectgarbage('restart') end)
-    local plan = require 'wick.plan'
+    local plan = require 'wick.train.plan'
     local shape = { vocab = 64, seq_len = 32, layers = 2, heads = 4, dim = 32, seed = 1 }
     local B, peaks = 8, {}
     for _, policy in ipairs({ 'fp32', 'bf16', 'fp16' }) do
