@@ -625,6 +625,36 @@ WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, 
                             float beta1, float beta2, float eps, float weight_decay, int64_t step,
                             float grad_scale);
 
+/* Llama-family ops: RMSNorm, rotary position embeddings, the SwiGLU gate and grouped-query attention's
+ * q/k/v packing. CPU only for now: on CUDA tensors they fail with "<op>: not implemented on CUDA yet". */
+/* Over the last dim C: out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] (f32) is kept for the backward. */
+WK_API WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
+                              float eps);
+WK_API WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout,
+                                       const WkTensor *inp, const WkTensor *weight, const WkTensor *rstd);
+/* RoPE's inverse frequencies inv_freq [hs/2] from theta: plain, `linear` (divided by factor) or
+ * Llama 3's scaling (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+ * the arguments a kind does not use are ignored). */
+typedef enum { WK_ROPE_DEFAULT = 0, WK_ROPE_LINEAR = 1, WK_ROPE_LLAMA3 = 2 } WkRopeKind;
+WK_API WkStatus wk_op_rope_frequencies(WkTensor *inv_freq, WkRopeKind kind, double theta, double factor,
+                                       double low_freq_factor, double high_freq_factor,
+                                       double original_max_position_embeddings);
+/* Rotates each head of inp [B,T,heads*hs] at positions start..start+T-1 (HF's rotate-half). */
+WK_API WkStatus wk_op_rope(WkTensor *out, const WkTensor *inp, const WkTensor *inv_freq, int heads,
+                           int64_t start);
+WK_API WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inv_freq,
+                                    int heads, int64_t start);
+/* out = silu(gate) * up, elementwise. */
+WK_API WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up);
+WK_API WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *dout,
+                                      const WkTensor *gate, const WkTensor *up);
+/* qkv [B,T,3*heads*hs] for wk_op_attention from q [B,T,heads*hs], k and v [B,T,kv_heads*hs], each kv
+ * head repeated for the heads/kv_heads query heads of its group; the backward sums each group. */
+WK_API WkStatus wk_op_qkv_pack(WkTensor *qkv, const WkTensor *q, const WkTensor *k, const WkTensor *v,
+                               int heads, int kv_heads);
+WK_API WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const WkTensor *dqkv,
+                                        int heads, int kv_heads);
+
 
 /* safetensors (Hugging Face weights files): open parses and checks the header; read fills a
  * contiguous CPU tensor of the entry's dtype and size straight from the file; save writes tensors
