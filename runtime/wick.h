@@ -674,6 +674,9 @@ WK_API void wk_safetensors_close(WkSafetensors *f);
 WK_API uint32_t wk_safetensors_count(const WkSafetensors *f);
 WK_API WkStatus wk_safetensors_entry(const WkSafetensors *f, uint32_t i, WkSafetensorsEntry *out);
 WK_API WkStatus wk_safetensors_read(WkSafetensors *f, uint32_t i, WkTensor *dst);
+/* Entry i where it lies in a private mapping of the file (a copy only when its offset is not aligned
+ * to its dtype); free the tensor before closing the file. NULL and the error on failure. */
+WK_API WkTensor *wk_safetensors_view(WkSafetensors *f, uint32_t i);
 WK_API uint32_t wk_safetensors_metadata_count(const WkSafetensors *f);
 WK_API WkStatus wk_safetensors_metadata(const WkSafetensors *f, uint32_t i, const char **key, const char **value);
 WK_API WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names,

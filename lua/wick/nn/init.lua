@@ -4,5 +4,6 @@
 local nn = require 'wick.nn.modules'
 nn.gpt = require('wick.nn.gpt').new
 nn.llama = require('wick.nn.llama').new
+nn.from_pretrained = require('wick.nn.pretrained').from_pretrained
 nn.data_parallel = require 'wick.nn.data_parallel'
 return nn
