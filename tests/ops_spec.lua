@@ -391,3 +391,24 @@ describe('Llama-family ops', function()
       'qkv_pack: heads = 4 must be a multiple of kv_heads = 3 and divide q\'s last dim 12')
   end)
 end)
+
+describe('Llama-family ops on CUDA tensors', function()
+  it('are refused by name until their kernels exist', function()
+    if C.wk_cuda_device_count() == 0 then
+      pending('skipped: no CUDA device on this machine')
+      return
+    end
+    local x, w = T.zeros({ 2, 4 }, 'f32', 'cuda:0'), T.zeros({ 4 }, 'f32', 'cuda:0')
+    local out, rstd = T.empty({ 2, 4 }, 'f32', 'cuda:0'), T.empty({ 2 }, 'f32', 'cuda:0')
+    assert.has_error(function() check(C.wk_op_rmsnorm(out, rstd, x, w, 1e-5)) end, 'rmsnorm: not implemented on CUDA yet')
+    assert.has_error(function() check(C.wk_op_swiglu(out, x, x)) end, 'swiglu: not implemented on CUDA yet')
+    local inv_freq = T.empty({ 1 }, 'f32', 'cuda:0')
+    check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 10000, 0, 0, 0, 0))  -- computed on the host
+    assert.are.equal(1, inv_freq:get(1))
+    local qkv = T.empty({ 1, 2, 12 }, 'f32', 'cuda:0')
+    local q = T.zeros({ 1, 2, 4 }, 'f32', 'cuda:0')
+    assert.has_error(function() check(C.wk_op_rope(T.empty({ 1, 2, 4 }, 'f32', 'cuda:0'), q, inv_freq, 2, 0)) end,
+      'rope: not implemented on CUDA yet')
+    assert.has_error(function() check(C.wk_op_qkv_pack(qkv, q, q, q, 2, 2)) end, 'qkv_pack: not implemented on CUDA yet')
+  end)
+end)
