@@ -392,6 +392,36 @@ describe('Llama-family ops', function()
   end)
 end)
 
+describe('cached attention (generation)', function()
+  it('gives the causal grouped-query attention of the full sequence, whole or one position at a time', function()
+    local B, TT, H, KVH, hs = 2, 5, 4, 2, 3
+    local q, k, v = randn({ B, TT, H * hs }), randn({ B, TT, KVH * hs }), randn({ B, TT, KVH * hs })
+    local qkv, full = T.empty({ B, TT, 3 * H * hs }), T.empty({ B, TT, H * hs })
+    check(C.wk_op_qkv_pack(qkv, q, k, v, H, KVH))
+    check(C.wk_op_attention(full, T.empty({ B, H, TT, TT }), qkv, H))
+    local k_cache, v_cache = T.zeros({ B, 8, KVH * hs }), T.zeros({ B, 8, KVH * hs })
+    local whole = T.empty({ B, TT, H * hs })
+    check(C.wk_op_attention_cached(whole, q, k, v, k_cache, v_cache, H, KVH, 0))
+    local function close(a, b) return math.abs(a - b) < 1e-5 end
+    for b = 1, B do for t = 1, TT do for c = 1, H * hs do
+      assert(close(whole:get(b, t, c), full:get(b, t, c)), ('at %d %d %d'):format(b, t, c))
+    end end end
+    assert.are.equal(k:get(2, 4, 5), k_cache:get(2, 4, 5))
+    -- The first four positions, then the last one alone against the cache they left.
+    local function rows(x, first, n) return x:narrow(2, first, n):contiguous() end
+    local k_cache2, v_cache2 = T.zeros({ B, 8, KVH * hs }), T.zeros({ B, 8, KVH * hs })
+    check(C.wk_op_attention_cached(T.empty({ B, TT - 1, H * hs }), rows(q, 1, TT - 1), rows(k, 1, TT - 1),
+      rows(v, 1, TT - 1), k_cache2, v_cache2, H, KVH, 0))
+    local last, one = rows(q, TT, 1), T.empty({ B, 1, H * hs })
+    check(C.wk_op_attention_cached(one, last, rows(k, TT, 1), rows(v, TT, 1), k_cache2, v_cache2, H, KVH, TT - 1))
+    for b = 1, B do for c = 1, H * hs do assert(close(one:get(b, 1, c), full:get(b, TT, c))) end end
+    assert.has_error(function()
+      check(C.wk_op_attention_cached(one, last, rows(k, TT, 1), rows(v, TT, 1), k_cache2, v_cache2, H, KVH, 8))
+    end,
+      'attention_cached: positions 8..8 do not fit a cache of 8')
+  end)
+end)
+
 describe('Llama-family ops on CUDA tensors', function()
   it('are refused by name until their kernels exist', function()
     if C.wk_cuda_device_count() == 0 then

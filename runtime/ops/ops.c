@@ -497,3 +497,21 @@ WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const
   return CPU_ONLY("qkv_pack_backward", dq,
                   cpu_qkv_pack_backward(F32(dq), F32(dk), F32(dv), F32(dqkv), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
 }
+
+WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v, WkTensor *k_cache,
+                                WkTensor *v_cache, int heads, int kv_heads, int64_t start) {
+  int64_t B = 0, Tq = 0, hs = 0;
+  WK_TRY(qkv_pack_dims("attention_cached", q, heads, kv_heads, &B, &Tq, &hs));
+  ARG("attention_cached", k, WK_F32, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", v, WK_F32, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", k_cache, WK_F32, q, B, ANY, kv_heads * hs);
+  int64_t Tmax = k_cache->shape[1];
+  ARG("attention_cached", v_cache, WK_F32, q, B, Tmax, kv_heads * hs);
+  ARG("attention_cached", out, WK_F32, q, B, Tq, heads * hs);
+  if (start < 0 || start + Tq > Tmax)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "attention_cached: positions %lld..%lld do not fit a cache of %lld", (long long)start,
+                   (long long)(start + Tq - 1), (long long)Tmax);
+  if (on_cuda(q)) return WK_FAIL(WK_ERR_UNSUPPORTED, "attention_cached: not implemented on CUDA yet");
+  return cpu_attention_cached(F32(out), F32(q), F32(k), F32(v), F32(k_cache), F32(v_cache), (size_t)B, (size_t)Tq, (size_t)Tmax,
+                              (size_t)heads, (size_t)kv_heads, (size_t)hs, start);
+}

@@ -84,6 +84,9 @@ void cpu_qkv_pack(float *qkv, const float *q, const float *k, const float *v, si
                   size_t hs);
 void cpu_qkv_pack_backward(float *dq, float *dk, float *dv, const float *dqkv, size_t N, size_t NH, size_t KVH,
                            size_t hs);
+WkStatus cpu_attention_cached(float *out, const float *q, const float *k, const float *v, float *k_cache,
+                              float *v_cache, size_t B, size_t Tq, size_t Tmax, size_t NH, size_t KVH, size_t hs,
+                              int64_t start);  /* allocates scores */
 
 /* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------
  * Entries of the CUDA module's table, declared once in runtime/tensor/cuda_module.h. */
