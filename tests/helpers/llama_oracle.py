@@ -7,6 +7,8 @@ third_party/hf-venv.sh) as the reference for wick.nn.llama and wick.nn.from_pret
       loss for every parameter (grad.NAME), computed in float64 from the saved weights.
   llama_oracle.py logits DIR BATCH OUT   loads the model directory DIR (as Wick saved it) with
       transformers and writes its float64 logits on BATCH's inputs to OUT (as f32).
+  llama_oracle.py generate DIR BATCH N OUT   transformers' greedy generate of N new tokens after BATCH's
+      inputs (float64, no stop token) -> OUT (ids, int32).
 
 Styles: llama3 (Llama 3: grouped-query attention, llama3 rope scaling, an untied head, f32 weights in
 shards) and qwen2 (Qwen 2: q/k/v biases, a single KV head, tied embeddings, bf16 weights in shards).
@@ -77,11 +79,22 @@ def logits(directory, batch, out):
     save_file({"logits": values.float().contiguous()}, out)
 
 
+def generate(directory, batch, n, out):
+    model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float64, attn_implementation="eager")
+    inputs = load_file(batch)["inputs"].long()
+    with torch.no_grad():  # min_new_tokens: the eos id of the config must not end a row early
+        ids = model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=False, max_new_tokens=n,
+                             min_new_tokens=n, pad_token_id=0)
+    save_file({"ids": ids.to(torch.int32).contiguous()}, out)
+
+
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "make":
         make(sys.argv[2], sys.argv[3])
     elif command == "logits":
         logits(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif command == "generate":
+        generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:
-        sys.exit("usage: llama_oracle.py make DIR STYLE | logits DIR BATCH OUT")
+        sys.exit("usage: llama_oracle.py make DIR STYLE | logits DIR BATCH OUT | generate DIR BATCH N OUT")

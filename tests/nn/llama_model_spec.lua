@@ -76,6 +76,44 @@ describe('nn.llama', function()
     end)
   end
 
+  -- Without a cache: the whole sequence again for each token, the last position's most likely token.
+  local function greedy_without_cache(model, prompt, n)
+    local rows = prompt:totable()
+    for _ = 1, n do
+      local logits = model:forward(T.new(rows, 'i32'))
+      for b, row in ipairs(rows) do
+        local best, best_value = 0, -math.huge
+        for v = 1, model.config.vocab do
+          local value = logits:get(b, #row, v)
+          if value > best_value then best, best_value = v - 1, value end
+        end
+        row[#row + 1] = best
+      end
+    end
+    return rows
+  end
+
+  it('generates greedily with its key/value cache the tokens a full recomputation picks', function()
+    local model = wick.nn.llama(config({ seed = 9 }))
+    for _, p in pairs(model:named_parameters()) do
+      if p:dim() == 2 then p:copy(T.randn(p.shape, { seed = p:numel(), std = 0.5 })) end
+    end
+    local prompt = T.new({ { 1, 5, 2 }, { 7, 3, 3 } }, 'i32')
+    local ids = model:generate(prompt, { max_new_tokens = 8 })
+    assert.are.same({ 2, 11 }, ids.shape)
+    assert.are.same(greedy_without_cache(model, prompt, 8), ids:totable())
+    -- Sampling: the same seed, the same tokens; top_k = 1 is greedy.
+    local a = model:generate(prompt, { max_new_tokens = 8, temperature = 1, seed = 5 }):totable()
+    assert.are.same(a, model:generate(prompt, { max_new_tokens = 8, temperature = 1, seed = 5 }):totable())
+    assert.are_not.same(a, model:generate(prompt, { max_new_tokens = 8, temperature = 1, seed = 6 }):totable())
+    assert.are.same(ids:totable(), model:generate(prompt, { max_new_tokens = 8, temperature = 2, top_k = 1 }):totable())
+    assert.are.same(ids:totable(), model:generate(prompt, { max_new_tokens = 8, temperature = 2, top_p = 1e-6 }):totable())
+    assert.has_error(function() model:generate(prompt, { max_new_tokens = 14 }) end,
+      'generate: 3 prompt + 14 new tokens exceed max_positions 16')
+    assert.has_error(function() model:generate(prompt, { max_tokens = 2 }) end)
+    model:free()
+  end)
+
   it('trains with wick.optim.adamw: the loss of a fixed batch falls', function()
     local model = wick.nn.llama(config({ seed = 3 }))
     local opt = wick.optim.adamw { lr = 1e-2 }

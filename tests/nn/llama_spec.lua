@@ -5,7 +5,7 @@
 -- embeddings, bf16 shards) — saves them with transformers and computes, in float64, the loss and every
 -- gradient on a batch. Wick loads each directory, must give that loss and every gradient within 1e-4
 -- relative, then saves the model back (sharded), and transformers must load what Wick wrote and give
--- Wick's logits within 1e-5.
+-- Wick's logits within 1e-5, and its greedy generate the tokens of Wick's (key/value cached) generate.
 local helper = require 'helper'
 local gradcheck = require 'gradcheck'
 local wick = require 'wick'
@@ -91,6 +91,12 @@ describe('the Llama family against transformers', function()
       local ours = model:forward(ref.inputs)
       local err = relative_error(ours, theirs)
       assert(err <= LOGITS_TOL, ('logits: relative error %.3g'):format(err))
+
+      local new_tokens = 10
+      oracle(('generate %s %s %d %s'):format(q(saved), q(dir .. '/reference.safetensors'), new_tokens,
+        q(dir .. '/generated.safetensors')))
+      local expected_ids = load(dir .. '/generated.safetensors').ids
+      assert.are.same(expected_ids:totable(), model:generate(ref.inputs, { max_new_tokens = new_tokens }):totable())
       model:free()
     end)
   end

@@ -362,4 +362,73 @@ function Llama:backward(on_ready)
   if on_ready then on_ready(#self.blocks + 2) end
 end
 
+-- ---- generation: new positions against a key/value cache --------------------------------------------
+-- step(...) runs positions start..start+Tq-1 of a sequence whose earlier keys and values are in the
+-- cache (each layer's { k =, v = } [B, Tmax, kv_heads * hs]), in buffers of its own (step_*), so
+-- generating does not disturb a training step's saved activations. Forward only.
+
+local function project(self, key, input, proj)
+  local out = self:buffer(key, with_last(input.shape, proj.weight:size(1)))
+  check(C.wk_op_matmul(out, input, proj.weight, proj.bias, 1))
+  return out
+end
+
+function RMSNorm:step(input)
+  local out = self:buffer('step_output', input.shape)
+  check(C.wk_op_rmsnorm(out, self:buffer('step_rstd', { input:numel() / input:size(-1) }), input, self.weight, self.eps))
+  return out
+end
+
+function Attention:step(input, cache, start)
+  local q, k = project(self, 'step_q', input, self.q_proj), project(self, 'step_k', input, self.k_proj)
+  local v = project(self, 'step_v', input, self.v_proj)
+  local q_rot, k_rot = self:buffer('step_q_rot', q.shape), self:buffer('step_k_rot', k.shape)
+  check(C.wk_op_rope(q_rot, q, self.inv_freq, self.heads, start))
+  check(C.wk_op_rope(k_rot, k, self.inv_freq, self.kv_heads, start))
+  local y = self:buffer('step_y', q.shape)
+  check(C.wk_op_attention_cached(y, q_rot, k_rot, v, cache.k, cache.v, self.heads, self.kv_heads, start))
+  return project(self, 'step_out', y, self.o_proj)
+end
+
+function MLP:step(input)
+  local gate, up = project(self, 'step_gate', input, self.gate_proj), project(self, 'step_up', input, self.up_proj)
+  local hidden = self:buffer('step_hidden', gate.shape)
+  check(C.wk_op_swiglu(hidden, gate, up))
+  return project(self, 'step_out', hidden, self.down_proj)
+end
+
+function Layer:step(input, cache, start)
+  local x1 = self:buffer('step_x1', input.shape)
+  check(C.wk_op_add(x1, input, self.self_attn:step(self.input_layernorm:step(input), cache, start)))
+  local out = self:buffer('step_output', input.shape)
+  check(C.wk_op_add(out, x1, self.mlp:step(self.post_attention_layernorm:step(x1))))
+  return out
+end
+
+-- Empty caches for B sequences of up to Tmax positions: one { k, v } per layer.
+function Llama:new_cache(B, Tmax)
+  local cfg = self.config
+  if Tmax > cfg.max_positions then
+    error(('llama: %d positions exceed max_positions %d'):format(Tmax, cfg.max_positions), 2)
+  end
+  local width, caches = cfg.kv_heads * (cfg.dim / cfg.heads), {}
+  for l = 1, cfg.layers do
+    caches[l] = { k = T.zeros({ B, Tmax, width }, 'f32', self.device), v = T.zeros({ B, Tmax, width }, 'f32', self.device) }
+  end
+  return caches
+end
+
+-- The logits [B, Tq, V] (a buffer the next step overwrites) of tokens idx [B, Tq] (int32, contiguous)
+-- at positions start.., their keys and values added to the caches.
+function Llama:step(idx, caches, start)
+  local B, TT = idx:size(1), idx:size(2)
+  gpt.refresh_compute_weights(self)
+  local x = self:buffer('step_embedded', { B, TT, self.config.dim })
+  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
+  for l, block in ipairs(self.blocks) do x = block:step(x, caches[l], start) end
+  local logits = self:buffer('step_logits', { B, TT, self.config.vocab })
+  check(C.wk_op_matmul(logits, self.model.norm:step(x), self:head().weight, nil, 1))
+  return logits
+end
+
 return llama
