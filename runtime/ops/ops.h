@@ -1,5 +1,6 @@
 /*
- * runtime/ops — the math of training: forward and backward kernels for GPT-2-style models.
+ * runtime/ops — the math of training: forward and backward kernels for GPT-2 and Llama-family models
+ * (the Llama ops are CPU only for now: docs/models.md).
  *
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
  * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
