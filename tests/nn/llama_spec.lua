@@ -100,4 +100,23 @@ describe('the Llama family against transformers', function()
       model:free()
     end)
   end
+
+  it('GPT-2 saved by Wick loads in transformers with the same logits', function()
+    if venv_error then
+      pending('skipped: ' .. venv_error)
+      return
+    end
+    local model = wick.nn.gpt { vocab = 50, seq_len = 16, layers = 2, heads = 2, dim = 16, seed = 3 }
+    for _, p in pairs(model:named_parameters()) do
+      if p:dim() == 2 then p:copy(wick.tensor.randn(p.shape, { seed = p:numel(), std = 0.3 })) end
+    end
+    local dir = root .. '/gpt2'
+    model:save_pretrained(dir)
+    local inputs = wick.tensor.new({ { 1, 7, 3, 49, 0, 12 }, { 5, 5, 8, 2, 31, 9 } }, 'i32')
+    wick.safetensors.save(dir .. '/batch.safetensors', { inputs = inputs })
+    oracle(('logits %s %s %s'):format(q(dir), q(dir .. '/batch.safetensors'), q(dir .. '/logits.safetensors')))
+    local err = relative_error(model:forward(inputs), load(dir .. '/logits.safetensors').logits)
+    assert(err <= LOGITS_TOL, ('logits: relative error %.3g'):format(err))
+    model:free()
+  end)
 end)

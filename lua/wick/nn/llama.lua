@@ -357,7 +357,7 @@ function Llama:backward(on_ready)
     dx, dprev = dprev, dx
     if on_ready then on_ready(#self.blocks - l + 2) end
   end
-  local unused = self:buffer('grad_zero_positions', { TT, cfg.dim })
+  local unused = self:zeroed('grad_zero_positions', { TT, cfg.dim })
   check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.idx))
   if on_ready then on_ready(#self.blocks + 2) end
 end

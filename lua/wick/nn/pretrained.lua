@@ -66,10 +66,8 @@ local function option_list(own)
   return list
 end
 
-local POSITIVE = { min = 1, max = 2 ^ 31 - 1 }
-local function int(key, required, help)
-  return { key, 'integer', min = POSITIVE.min, max = POSITIVE.max, required = required, help = help }
-end
+-- A size: a whole number in [1, 2^31).
+local function int(key, required) return { key, 'integer', min = 1, max = 2 ^ 31 - 1, required = required } end
 
 local LLAMA_CONFIG = schema.define('config.json key', option_list({
   int('vocab_size', true), int('hidden_size', true), int('intermediate_size', true),
@@ -95,8 +93,7 @@ local LLAMA_FAMILY = {
 
 -- The first setting of a key that Wick cannot honour, as "key = value (why)", or nil.
 local function unsupported(arch, c)
-  local function shown(v) return type(v) == 'string' and ("'%s'"):format(v) or tostring(v) end
-  if c.hidden_act ~= nil and c.hidden_act ~= 'silu' then return 'hidden_act = ' .. shown(c.hidden_act) .. ' (only silu)' end
+  if c.hidden_act ~= nil and c.hidden_act ~= 'silu' then return ("hidden_act = '%s' (only silu)"):format(c.hidden_act) end
   if c.attention_bias then return 'attention_bias = true (biases on all four attention projections are not implemented)' end
   if c.mlp_bias then return 'mlp_bias = true (feed-forward biases are not implemented)' end
   if arch == 'Qwen2ForCausalLM' and c.use_sliding_window then return 'use_sliding_window = true (sliding-window attention is not implemented)' end
@@ -133,28 +130,27 @@ local function rope_option(path, c)
   return rope
 end
 
-local function checked(schema_, path, c)
+-- Raises, naming the file, on an MoE key or on any key the architecture's schema refuses.
+local function check_keys(keys, path, c)
   for _, key in ipairs(MOE_KEYS) do
     if c[key] ~= nil then fail(path, '%s = %s: mixture-of-experts models are not implemented', key, tostring(c[key])) end
   end
-  local ok, err = pcall(schema_.check, schema_, c, 0)
+  local ok, err = pcall(keys.check, keys, c, 0)
   if not ok then fail(path, '%s', err) end
-  return err
 end
 
 local function llama_options(path, arch, c)
-  checked(LLAMA_CONFIG, path, c)
+  check_keys(LLAMA_CONFIG, path, c)
   local family = LLAMA_FAMILY[arch]
   local why = unsupported(arch, c)
   if why then fail(path, '%s', why) end
-  local opts = {
+  return {
     vocab = c.vocab_size, dim = c.hidden_size, layers = c.num_hidden_layers, heads = c.num_attention_heads,
     kv_heads = c.num_key_value_heads or family.kv_heads, ffn_dim = c.intermediate_size,
     rms_eps = c.rms_norm_eps or family.rms_eps, rope = rope_option(path, c),
     max_positions = c.max_position_embeddings, tie_embeddings = c.tie_word_embeddings or false,
     qkv_bias = family.qkv_bias,
   }
-  return opts
 end
 
 local GPT2_CONFIG = schema.define('config.json key', option_list({
@@ -173,7 +169,7 @@ local GPT2_CONFIG = schema.define('config.json key', option_list({
 }))
 
 local function gpt2_options(path, c)
-  checked(GPT2_CONFIG, path, c)
+  check_keys(GPT2_CONFIG, path, c)
   if c.scale_attn_weights == false or c.scale_attn_by_inverse_layer_idx or c.tie_word_embeddings == false then
     fail(path, 'scale_attn_weights = false, scale_attn_by_inverse_layer_idx = true and tie_word_embeddings = false are not implemented')
   end
