@@ -1,6 +1,7 @@
 -- wick.nn.llama on its own: shapes and names, option checks, gradients against finite differences,
 -- and training with wick.optim. (tests/nn/llama_spec.lua compares it with transformers.)
 local wick = require 'wick'
+local core = require 'wick.core'
 local gradcheck = require 'gradcheck'
 local T = wick.tensor
 
@@ -112,6 +113,20 @@ describe('nn.llama', function()
       'generate: 3 prompt + 14 new tokens exceed max_positions 16')
     assert.has_error(function() model:generate(prompt, { max_tokens = 2 }) end)
     model:free()
+  end)
+
+  it('computes under bf16 with rounded weights and activations, close to fp32', function()
+    local fp32, bf16 = wick.nn.llama(config({ seed = 2 })), wick.nn.llama(config({ seed = 2, precision = 'bf16' }))
+    local idx, targets = batch()
+    local exact, rounded = fp32:forward(idx, targets), bf16:forward(idx, targets)
+    assert.are_not.equal(exact, rounded)
+    assert.is_true(math.abs(exact - rounded) < 1e-2 * exact, ('fp32 %g, bf16 %g'):format(exact, rounded))
+    bf16:backward()
+    local sum = core.ffi.new('double[1]')
+    core.check(core.C.wk_op_sumsq(bf16:flat_parameters().grads, sum))
+    assert.is_true(sum[0] > 0 and sum[0] < math.huge)
+    fp32:free()
+    bf16:free()
   end)
 
   it('trains with wick.optim.adamw: the loss of a fixed batch falls', function()
