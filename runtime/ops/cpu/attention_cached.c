@@ -57,6 +57,7 @@ WkStatus cpu_attention_cached(float *out, const float *q, const float *k, const 
     memcpy(v_cache + (b * Tmax + (size_t)start) * KC, v + b * Tq * KC, Tq * KC * sizeof *v);
   }
   size_t rows = B * Tq * NH, grain = parallel_row_grain(2 * ((size_t)start + Tq) * hs);
+  if (rows == 0) return WK_OK;
   float *scores = wk_malloc(parallel_chunks(rows, grain) * Tmax * sizeof *scores, "cached attention scores");
   if (!scores) return wk_last_status();
   CachedJob job = {out, scores, q, k_cache, v_cache, Tq, Tmax, NH, KVH, hs, start};
