@@ -207,35 +207,17 @@ function MLP:backward(input, grad_output, grad_input)
   self.up_proj:backward(input, self:store(dup), grad_input)
 end
 
--- A decoder layer: x1 = x + attn(norm(x)); out = x1 + mlp(norm(x1)).
-local Layer = nn.class(nn.Module)
+-- A decoder layer: x1 = x + attn(norm(x)); out = x1 + mlp(norm(x1)), GPT-2's pre-norm block with
+-- RMSNorms: nn.Block's forward and backward run it, through the names they use (ln_1, attn, ln_2).
+local Layer = nn.class(nn.Block)
 
 local function layer(cfg, inv_freq, opts)
   local self = nn.new(Layer, opts.device, opts.policy)
-  self:add('input_layernorm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
-  self:add('self_attn', attention(cfg, inv_freq, opts))
-  self:add('post_attention_layernorm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
+  self.ln_1 = self:add('input_layernorm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
+  self.attn = self:add('self_attn', attention(cfg, inv_freq, opts))
+  self.ln_2 = self:add('post_attention_layernorm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
   self:add('mlp', mlp(cfg, opts))
   return self
-end
-
-function Layer:forward(input)
-  local x1 = self:buffer('x1', input.shape)
-  check(C.wk_op_add(x1, input, self.self_attn:forward(self.input_layernorm:forward(input))))
-  local out = self:buffer('output', input.shape)
-  check(C.wk_op_add(out, x1, self.mlp:forward(self.post_attention_layernorm:forward(x1))))
-  return self:store(out)
-end
-
-function Layer:backward(input, grad_output, grad_input)
-  local dx1 = self:buffer('grad_x1', input.shape):copy(grad_output)  -- the residual path
-  local dnorm = self:zeroed('grad_norm', input.shape)
-  self.mlp:backward(self.post_attention_layernorm.output, grad_output, dnorm)
-  self.post_attention_layernorm:backward(self.x1, dnorm, dx1)
-  check(C.wk_op_axpy(grad_input, 1, dx1))  -- the residual path
-  check(C.wk_op_fill(dnorm, 0))
-  self.self_attn:backward(self.input_layernorm.output, dx1, dnorm)
-  self.input_layernorm:backward(input, dnorm, grad_input)
 end
 
 -- ---- the model ------------------------------------------------------------------------------------
