@@ -77,11 +77,13 @@ function safetensors.header(path) return with_file(path, read_header) end
 
 local Reader = {}
 Reader.__index = Reader
+-- A view keeps its reader, and so the mapping it points into, from being collected before it.
+local reader_of_view = setmetatable({}, { __mode = 'k' })
 
 function safetensors.open(path)
   local file = C.wk_safetensors_open(path)
   if file == nil then return nil, core.last_error() end
-  local reader = setmetatable({ path = path, file = ffi.gc(file, C.wk_safetensors_close), index = {} }, Reader)
+  local reader = setmetatable({ path = path, handle = ffi.gc(file, C.wk_safetensors_close), index = {} }, Reader)
   local ok, err = pcall(function()
     reader.entries, reader.metadata = read_header(file)
     for i = 0, C.wk_safetensors_count(file) - 1 do reader.index[(describe(file, i))] = i end
@@ -94,16 +96,18 @@ function safetensors.open(path)
 end
 
 function Reader:view(name)
-  if not self.file then error('safetensors reader of ' .. self.path .. ' used after close()', 2) end
+  if not self.handle then error('safetensors reader of ' .. self.path .. ' used after close()', 2) end
   local i = self.index[name]
   if not i then error(("%s: no tensor '%s'"):format(self.path, tostring(name)), 2) end
-  return T.adopt(C.wk_safetensors_view(self.file, i))
+  local view = T.adopt(C.wk_safetensors_view(self.handle, i))
+  reader_of_view[view] = self
+  return view
 end
 
 function Reader:close()
-  if self.file then
-    C.wk_safetensors_close(ffi.gc(self.file, nil))
-    self.file = nil
+  if self.handle then
+    C.wk_safetensors_close(ffi.gc(self.handle, nil))
+    self.handle = nil
   end
 end
 
