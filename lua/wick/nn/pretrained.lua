@@ -221,7 +221,7 @@ end
 local function same_shape(a, b) return table.concat(a, ',') == table.concat(b, ',') end
 
 -- Copies every parameter of model from the files; source(name) lists the names a parameter may
--- have in a file, ignored(name) says which other tensors a file may hold.
+-- have in a file, ignored(name, model) says which other tensors a file may hold.
 local function load_weights(dir, model, source, ignored)
   local where, readers = weight_files(dir)
   local ok, err = pcall(function()
@@ -250,7 +250,7 @@ local function load_weights(dir, model, source, ignored)
       end
     end
     for name, r in pairs(where) do
-      if not used[name] and not ignored(name) then problems[#problems + 1] = ('%s: unexpected %s'):format(r.path, name) end
+      if not used[name] and not ignored(name, model) then problems[#problems + 1] = ('%s: unexpected %s'):format(r.path, name) end
     end
     if #problems > 0 then
       table.sort(problems)
@@ -264,7 +264,10 @@ local function load_weights(dir, model, source, ignored)
 end
 
 local function exact(name) return { name } end
-local function llama_ignored(name) return name:match('%.rotary_emb%.inv_freq$') ~= nil end
+-- Older checkpoints keep RoPE's frequencies as buffers; some tied ones keep the head's copy of the embedding.
+local function llama_ignored(name, model)
+  return name:match('%.rotary_emb%.inv_freq$') ~= nil or (name == 'lm_head.weight' and model.config.tie_embeddings)
+end
 
 local GPT2_PREFIX = 'transformer.'
 local function gpt2_source(name) return { name, name:sub(#GPT2_PREFIX + 1) } end
