@@ -68,17 +68,18 @@ local OPTIONS = schema.define('nn.llama option', {
 })
 llama.OPTIONS = OPTIONS
 
+-- Raises at the caller of llama.new (check_config <- build <- new).
 local function check_config(cfg)
-  if type(cfg) ~= 'table' then error('nn.llama expects a table of options', 3) end
-  cfg = OPTIONS:check(cfg, 3)
+  if type(cfg) ~= 'table' then error('nn.llama expects a table of options', 4) end
+  cfg = OPTIONS:check(cfg, 4)
   cfg.kv_heads = cfg.kv_heads or cfg.heads
-  cfg.rope = ROPE:check(cfg.rope or {}, 3)
+  cfg.rope = ROPE:check(cfg.rope or {}, 4)
   local head_size = cfg.dim / cfg.heads
   if cfg.dim % cfg.heads ~= 0 or head_size % 2 ~= 0 then
-    error(('nn.llama: dim %d must be heads %d times an even head size'):format(cfg.dim, cfg.heads), 3)
+    error(('nn.llama: dim %d must be heads %d times an even head size'):format(cfg.dim, cfg.heads), 4)
   end
   if cfg.heads % cfg.kv_heads ~= 0 then
-    error(('nn.llama: heads %d is not a multiple of kv_heads %d'):format(cfg.heads, cfg.kv_heads), 3)
+    error(('nn.llama: heads %d is not a multiple of kv_heads %d'):format(cfg.heads, cfg.kv_heads), 4)
   end
   return cfg
 end
@@ -230,11 +231,12 @@ local function rope_frequencies(cfg, device)
   local r = cfg.rope
   local inv_freq = T.empty({ cfg.dim / cfg.heads / 2 }, 'f32', device)
   check(C.wk_op_rope_frequencies(inv_freq, ROPE_KINDS[r.type], r.theta, r.factor or 0, r.low_freq_factor or 0,
-    r.high_freq_factor or 0, r.original_max_position_embeddings or 0), 3)
+    r.high_freq_factor or 0, r.original_max_position_embeddings or 0), 4)
   return inv_freq
 end
 
-function llama.new(cfg)
+-- The model with its weights as allocated (not initialised), for a caller that fills every one.
+local function build(cfg)
   cfg = check_config(cfg)
   local policy = precision.policy(cfg.precision or 'fp32')
   local self = nn.new(Llama, cfg.device, policy)
@@ -252,8 +254,19 @@ function llama.new(cfg)
     head:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
   end
   self:flatten()
-  self:reset(cfg.seed)
   return self
+end
+
+function llama.new(cfg)
+  local model = build(cfg)
+  return model:reset(model.config.seed)
+end
+
+-- As llama.new, without the initialisation (seconds for a large model): from_pretrained then copies
+-- every weight from its files.
+function llama.new_uninitialised(cfg)
+  local model = build(cfg)
+  return model
 end
 
 -- The output head's weight and gradient [V, dim]: the embedding's when tied.

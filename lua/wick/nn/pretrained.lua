@@ -293,7 +293,7 @@ function pretrained.from_pretrained(dir, opts)
   local arch = archs[1]
   local new, model_opts, source, ignored
   if LLAMA_FAMILY[arch] then
-    new, model_opts, source, ignored = llama.new, llama_options(config_path, arch, c), exact, llama_ignored
+    new, model_opts, source, ignored = llama.new_uninitialised, llama_options(config_path, arch, c), exact, llama_ignored
   elseif arch == 'GPT2LMHeadModel' then
     new, model_opts, source, ignored = gpt.new, gpt2_options(config_path, c), gpt2_source, gpt2_ignored
   else
