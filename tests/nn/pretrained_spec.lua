@@ -92,6 +92,26 @@ describe('from_pretrained and save_pretrained', function()
     model:free()
   end)
 
+  it('save weights in bf16 or f16 when asked, shards sized by that dtype', function()
+    local model = tiny()
+    for _, dtype in ipairs({ 'bf16', 'f16' }) do
+      local dir = saved(model, { dtype = dtype, max_shard_bytes = 600 })
+      local config = assert(json.decode(helper.read_file(dir .. '/config.json')))
+      assert.are.equal(dtype == 'bf16' and 'bfloat16' or 'float16', config.torch_dtype)
+      local index = assert(json.decode(helper.read_file(dir .. '/model.safetensors.index.json')))
+      assert.are.equal(model:parameter_count() * 2, index.metadata.total_size)
+      local file = dir .. '/' .. index.weight_map['model.norm.weight']
+      assert.are.equal(dtype, assert(wick.safetensors.header(file))['model.norm.weight'].dtype)
+      local back = wick.nn.from_pretrained(dir)
+      local name = 'model.layers.0.self_attn.o_proj.weight'
+      local rounded = model:named_parameters()[name]:to(dtype)
+      assert.are.same(rounded:float():totable(), back:named_parameters()[name]:totable())
+      back:free()
+    end
+    assert.has_error(function() model:save_pretrained(root .. '/f64', { dtype = 'f64' }) end)
+    model:free()
+  end)
+
   it('load a Mistral config without a sliding window, and refuse one with it', function()
     local dir = saved(tiny({ kv_heads = 2, rope = { theta = 10000 } }))
     edit_config(dir, function(c)

@@ -1,6 +1,7 @@
 -- wick.nn.pretrained: Hugging Face model directories, read and written.
 --   wick.nn.from_pretrained(dir [, { device =, precision = }]) -> a wick.nn.llama or wick.nn.gpt model
---   model:save_pretrained(dir [, { max_shard_bytes = }])   -- config.json, weights, generation_config.json
+--   model:save_pretrained(dir [, { max_shard_bytes =, dtype = 'f32'|'bf16'|'f16' }])
+--     -- config.json, weights (f32 unless dtype says), generation_config.json
 -- A directory holds config.json and either model.safetensors or a sharded checkpoint
 -- (model.safetensors.index.json naming model-0000k-of-0000n.safetensors files beside it). Weights of
 -- f32, bf16 or f16 are converted to the model's f32 straight from a mapping of each file, one tensor at
@@ -331,8 +332,7 @@ local function llama_config(model)
     rope_theta = r.theta, rope_scaling = scaling, max_position_embeddings = cfg.max_positions,
     tie_word_embeddings = cfg.tie_embeddings, hidden_act = 'silu', attention_bias = false, mlp_bias = false,
     use_sliding_window = arch == 'Qwen2ForCausalLM' and false or nil,
-    bos_token_id = hf.bos_token_id, eos_token_id = hf.eos_token_id, torch_dtype = 'float32',
-    transformers_version = TRANSFORMERS_VERSION,
+    bos_token_id = hf.bos_token_id, eos_token_id = hf.eos_token_id, transformers_version = TRANSFORMERS_VERSION,
   }
 end
 
@@ -342,14 +342,17 @@ local function gpt2_config(model)
     architectures = { 'GPT2LMHeadModel' }, model_type = 'gpt2', vocab_size = cfg.vocab, n_embd = cfg.dim,
     n_layer = cfg.layers, n_head = cfg.heads, n_positions = cfg.seq_len, n_ctx = cfg.seq_len,
     layer_norm_epsilon = 1e-5, activation_function = 'gelu_new', attn_pdrop = 0, embd_pdrop = 0, resid_pdrop = 0,
-    bos_token_id = hf.bos_token_id, eos_token_id = hf.eos_token_id, torch_dtype = 'float32',
-    transformers_version = TRANSFORMERS_VERSION,
+    bos_token_id = hf.bos_token_id, eos_token_id = hf.eos_token_id, transformers_version = TRANSFORMERS_VERSION,
   }
 end
+
+-- The dtypes weights may be saved in: bytes an element and torch's name (config.json's torch_dtype).
+local SAVE_DTYPES = { f32 = { 4, 'float32' }, bf16 = { 2, 'bfloat16' }, f16 = { 2, 'float16' } }
 
 local SAVE_OPTIONS = schema.define('save_pretrained option', {
   { 'max_shard_bytes', 'integer', min = 1, max = 2 ^ 53, default = DEFAULT_MAX_SHARD_BYTES,
     help = 'weights beyond this many bytes go to further shards, with an index' },
+  { 'dtype', 'enum', values = { 'f32', 'bf16', 'f16' }, default = 'f32', help = 'the dtype the weights are saved in' },
 })
 
 local function make_directory(dir)
@@ -358,11 +361,12 @@ local function make_directory(dir)
   end
 end
 
--- Groups the tensors, in the model's order, into shards of at most max_bytes (a larger tensor alone).
-local function shards(model, max_bytes)
+-- Groups the tensors, in the model's order, into shards of at most max_bytes (a larger tensor alone)
+-- of elements of elem_bytes.
+local function shards(model, max_bytes, elem_bytes)
   local out, current, bytes = {}, nil, 0
   for _, name in ipairs(model.order) do
-    local size = model:named_parameters()[name]:nbytes()
+    local size = model:named_parameters()[name]:numel() * elem_bytes
     if not current or (bytes > 0 and bytes + size > max_bytes) then
       current, bytes = {}, 0
       out[#out + 1] = current
@@ -373,21 +377,32 @@ local function shards(model, max_bytes)
   return out
 end
 
+-- One weights file: the tensors converted to dtype first (one shard's worth at a time) unless f32.
+local function save_shard(path, group, dtype)
+  if dtype == 'f32' then return safetensors.save(path, group, { format = 'pt' }) end
+  local converted = {}
+  for name, t in pairs(group) do converted[name] = t:to(dtype) end
+  safetensors.save(path, converted, { format = 'pt' })
+  for _, t in pairs(converted) do t:free() end
+end
+
 local function save_pretrained(model, dir, hf_config, opts)
   if type(dir) ~= 'string' then error('save_pretrained: dir must be a directory path', 3) end
   opts = SAVE_OPTIONS:check(opts or {}, 3)
   make_directory(dir)
   local config = hf_config(model)
-  local groups = shards(model, opts.max_shard_bytes)
+  local elem_bytes, torch_dtype = unpack(SAVE_DTYPES[opts.dtype])
+  config.torch_dtype = torch_dtype
+  local groups = shards(model, opts.max_shard_bytes, elem_bytes)
   local total = 0
-  for _, name in ipairs(model.order) do total = total + model:named_parameters()[name]:nbytes() end
+  for _, name in ipairs(model.order) do total = total + model:named_parameters()[name]:numel() * elem_bytes end
   if #groups == 1 then
-    safetensors.save(dir .. '/' .. SINGLE, groups[1], { format = 'pt' })
+    save_shard(dir .. '/' .. SINGLE, groups[1], opts.dtype)
   else
     local weight_map = {}
     for k, group in ipairs(groups) do
       local file = ('model-%05d-of-%05d.safetensors'):format(k, #groups)
-      safetensors.save(dir .. '/' .. file, group, { format = 'pt' })
+      save_shard(dir .. '/' .. file, group, opts.dtype)
       for name in pairs(group) do weight_map[name] = file end
     end
     write_file(dir .. '/' .. INDEX, json.encode({ metadata = { total_size = total }, weight_map = weight_map }) .. '\n')
