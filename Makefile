@@ -250,6 +250,7 @@ build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 deps:
 	@third_party/deps.sh build test
 	@third_party/test-venv.sh || echo "deps: the test venv (moto, tokenizer oracles, pyarrow, tensorboard) is unavailable; the tests that need it will be skipped"
+	@third_party/hf-venv.sh || echo "deps: the Hugging Face venv (transformers on python3-torch) is unavailable; tests/nn/llama_spec.lua will be skipped"
 
 # The baselines of make bench: Debian's python3-torch, and a venv of pinned PyPI packages (Hugging Face
 # datasets) under build/bench/venv.

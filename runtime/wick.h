@@ -627,6 +627,42 @@ WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, 
                             float beta1, float beta2, float eps, float weight_decay, int64_t step,
                             float grad_scale);
 
+/* Llama-family ops: RMSNorm, rotary position embeddings, the SwiGLU gate and grouped-query attention's
+ * q/k/v packing. CPU only for now: on CUDA tensors they fail with "<op>: not implemented on CUDA yet". */
+/* Over the last dim C: out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] (f32) is kept for the backward. */
+WK_API WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
+                              float eps);
+WK_API WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout,
+                                       const WkTensor *inp, const WkTensor *weight, const WkTensor *rstd);
+/* RoPE's inverse frequencies inv_freq [hs/2] from theta: plain, `linear` (divided by factor) or
+ * Llama 3's scaling (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+ * the arguments a kind does not use are ignored). */
+typedef enum { WK_ROPE_DEFAULT = 0, WK_ROPE_LINEAR = 1, WK_ROPE_LLAMA3 = 2 } WkRopeKind;
+WK_API WkStatus wk_op_rope_frequencies(WkTensor *inv_freq, WkRopeKind kind, double theta, double factor,
+                                       double low_freq_factor, double high_freq_factor,
+                                       double original_max_position_embeddings);
+/* Rotates each head of inp [B,T,heads*hs] at positions start..start+T-1 (HF's rotate-half). */
+WK_API WkStatus wk_op_rope(WkTensor *out, const WkTensor *inp, const WkTensor *inv_freq, int heads,
+                           int64_t start);
+WK_API WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inv_freq,
+                                    int heads, int64_t start);
+/* out = silu(gate) * up, elementwise. */
+WK_API WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up);
+WK_API WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *dout,
+                                      const WkTensor *gate, const WkTensor *up);
+/* qkv [B,T,3*heads*hs] for wk_op_attention from q [B,T,heads*hs], k and v [B,T,kv_heads*hs], each kv
+ * head repeated for the heads/kv_heads query heads of its group; the backward sums each group. */
+WK_API WkStatus wk_op_qkv_pack(WkTensor *qkv, const WkTensor *q, const WkTensor *k, const WkTensor *v,
+                               int heads, int kv_heads);
+WK_API WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const WkTensor *dqkv,
+                                        int heads, int kv_heads);
+/* Generation's attention: k and v [B,Tq,kv_heads*hs] of positions start..start+Tq-1 are written into
+ * the caches [B,Tmax,kv_heads*hs] there, then the queries q [B,Tq,heads*hs] of those positions attend
+ * causally to cache positions 0..their own -> out [B,Tq,heads*hs] (grouped as in qkv_pack). Forward only. */
+WK_API WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v,
+                                       WkTensor *k_cache, WkTensor *v_cache, int heads, int kv_heads,
+                                       int64_t start);
+
 
 /* safetensors (Hugging Face weights files): open parses and checks the header; read fills a
  * contiguous CPU tensor of the entry's dtype and size straight from the file; save writes tensors
@@ -646,6 +682,9 @@ WK_API void wk_safetensors_close(WkSafetensors *f);
 WK_API uint32_t wk_safetensors_count(const WkSafetensors *f);
 WK_API WkStatus wk_safetensors_entry(const WkSafetensors *f, uint32_t i, WkSafetensorsEntry *out);
 WK_API WkStatus wk_safetensors_read(WkSafetensors *f, uint32_t i, WkTensor *dst);
+/* Entry i where it lies in a private mapping of the file (a copy only when its offset is not aligned
+ * to its dtype); free the tensor before closing the file. NULL and the error on failure. */
+WK_API WkTensor *wk_safetensors_view(WkSafetensors *f, uint32_t i);
 WK_API uint32_t wk_safetensors_metadata_count(const WkSafetensors *f);
 WK_API WkStatus wk_safetensors_metadata(const WkSafetensors *f, uint32_t i, const char **key, const char **value);
 WK_API WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names,

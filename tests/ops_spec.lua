@@ -374,3 +374,198 @@ describe('ops on 2-byte activations', function()
     assert.are.same({ math.huge, 2 }, out:float():totable())
   end)
 end)
+
+describe('Llama-family ops', function()
+  it('rmsnorm divides rows by their rms and has matching gradients', function()
+    local N, C_ = 5, 8
+    local inp, w = randn({ N, C_ }), randn({ C_ })
+    local out, rstd = T.empty({ N, C_ }), T.empty({ N })
+    check(C.wk_op_rmsnorm(out, rstd, inp, w, 1e-5))
+    local sumsq = 0
+    for c = 1, C_ do sumsq = sumsq + inp:get(2, c) ^ 2 end
+    local s = 1 / math.sqrt(sumsq / C_ + 1e-5)
+    assert.is_true(math.abs(rstd:get(2) - s) < 1e-5 * s)
+    assert.is_true(math.abs(out:get(2, 3) - inp:get(2, 3) * s * w:get(3)) < 1e-5)
+    local dinp, dw, weights = T.empty({ N, C_ }), T.empty({ C_ }), randn({ N, C_ })
+    assert_gradients {
+      inputs = { { inp, dinp }, { w, dw } },
+      samples = 20,
+      loss = function()
+        check(C.wk_op_rmsnorm(out, rstd, inp, w, 1e-5))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_rmsnorm_backward(dinp, dw, weights, inp, w, rstd)) end,
+    }
+    assert.has_error(function() check(C.wk_op_rmsnorm(out, rstd, inp, w, 0)) end,
+      'rmsnorm: eps must be positive and finite, got 0')
+    assert.has_error(function() check(C.wk_op_rmsnorm(out, rstd, inp, T.empty({ 4 }), 1e-5)) end,
+      'rmsnorm: weight is [4] f32 cpu, expected [8] f32, contiguous')
+  end)
+
+  -- Llama 3.1's published scaling: factor 8, low 1, high 4, original context 8192.
+  local function frequencies(half, kind, theta, factor, low, high, context)
+    local f = T.empty({ half })
+    check(C.wk_op_rope_frequencies(f, kind, theta, factor or 0, low or 0, high or 0, context or 0))
+    return f:totable()
+  end
+
+  it('rope frequencies: plain, linear and llama3 scaling', function()
+    local plain = frequencies(8, C.WK_ROPE_DEFAULT, 10000)
+    for i = 1, 8 do
+      local expected = 1 / 10000 ^ ((2 * (i - 1)) / 16)
+      assert.is_true(math.abs(plain[i] - expected) <= 1e-7 * expected)
+    end
+    local linear = frequencies(8, C.WK_ROPE_LINEAR, 10000, 4)
+    for i = 1, 8 do assert.is_true(math.abs(linear[i] - plain[i] / 4) <= 1e-7 * plain[i]) end
+    -- With a short original context every band appears: kept, interpolated and slowed by factor.
+    local scaled = frequencies(8, C.WK_ROPE_LLAMA3, 10000, 8, 1, 4, 64)
+    local kept, smoothed, slowed = 0, 0, 0
+    for i = 1, 8 do
+      local wavelen = 2 * math.pi / plain[i]
+      if wavelen < 64 / 4 then
+        assert.are.equal(plain[i], scaled[i])
+        kept = kept + 1
+      elseif wavelen > 64 then
+        assert.is_true(math.abs(scaled[i] - plain[i] / 8) <= 1e-6 * plain[i])
+        slowed = slowed + 1
+      else
+        local smooth = (64 / wavelen - 1) / (4 - 1)
+        local expected = (1 - smooth) * plain[i] / 8 + smooth * plain[i]
+        assert.is_true(math.abs(scaled[i] - expected) <= 1e-6 * expected)
+        smoothed = smoothed + 1
+      end
+    end
+    assert.is_true(kept > 0 and smoothed > 0 and slowed > 0)
+    assert.has_error(function() frequencies(8, C.WK_ROPE_LLAMA3, 10000, 8, 4, 1, 64) end,
+      'rope_frequencies: need 0 < low_freq_factor < high_freq_factor, got 4 and 1')
+    assert.has_error(function() frequencies(8, C.WK_ROPE_DEFAULT, -1) end,
+      'rope_frequencies: theta must be positive and finite, got -1')
+    assert.has_error(function() frequencies(8, C.WK_ROPE_LINEAR, 10000, 0) end,
+      'rope_frequencies: factor must be positive and finite, got 0')
+  end)
+
+  it('rope rotates the halves of each head by position, resumes at a start position, gradients match', function()
+    local B, TT, H, hs = 2, 5, 3, 4
+    local inv_freq = T.empty({ hs / 2 })
+    check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 100, 0, 0, 0, 0))
+    local inp, out = randn({ B, TT, H * hs }), T.empty({ B, TT, H * hs })
+    check(C.wk_op_rope(out, inp, inv_freq, H, 0))
+    -- b = 2, t = 4 (position 3), head 2, pair i = 2: elements 2 and 4 of the head
+    local a = 3 * inv_freq:get(2)
+    local x1, x2 = inp:get(2, 4, hs + 2), inp:get(2, 4, hs + 4)
+    assert.is_true(math.abs(out:get(2, 4, hs + 2) - (x1 * math.cos(a) - x2 * math.sin(a))) < 1e-5)
+    assert.is_true(math.abs(out:get(2, 4, hs + 4) - (x2 * math.cos(a) + x1 * math.sin(a))) < 1e-5)
+    assert.is_true(math.abs(out:get(1, 1, 3) - inp:get(1, 1, 3)) < 1e-7)  -- position 0 is the identity
+    -- The last two positions alone, started at 3, are the same rows as in the full sequence.
+    local tail, rotated = inp:narrow(2, 4, 2):contiguous(), T.empty({ B, 2, H * hs })
+    check(C.wk_op_rope(rotated, tail, inv_freq, H, 3))
+    assert.is_true(math.abs(rotated:get(2, 1, hs + 2) - out:get(2, 4, hs + 2)) < 1e-6)
+    local dinp, weights = T.empty(inp.shape), randn({ B, TT, H * hs })
+    assert_gradients {
+      inputs = { { inp, dinp } },
+      samples = 30,
+      loss = function()
+        check(C.wk_op_rope(out, inp, inv_freq, H, 0))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_rope_backward(dinp, weights, inv_freq, H, 0)) end,
+    }
+    assert.has_error(function() check(C.wk_op_rope(out, inp, inv_freq, 4, 0)) end,
+      'rope: last dim 12 must be heads = 4 times an even head size')
+    assert.has_error(function() check(C.wk_op_rope(out, inp, inv_freq, H, -1)) end,
+      'rope: start position must be >= 0, got -1')
+  end)
+
+  it('swiglu is silu(gate) * up with matching gradients', function()
+    local gate, up, out = randn({ 30 }, 2), randn({ 30 }), T.empty({ 30 })
+    check(C.wk_op_swiglu(out, gate, up))
+    local g = gate:get(4)
+    assert.is_true(math.abs(out:get(4) - g / (1 + math.exp(-g)) * up:get(4)) < 1e-5)
+    local dgate, dup, weights = T.empty({ 30 }), T.empty({ 30 }), randn({ 30 })
+    assert_gradients {
+      inputs = { { gate, dgate }, { up, dup } },
+      samples = 30,
+      loss = function()
+        check(C.wk_op_swiglu(out, gate, up))
+        return weighted_sum(out, weights)
+      end,
+      backward = function() check(C.wk_op_swiglu_backward(dgate, dup, weights, gate, up)) end,
+    }
+  end)
+
+  it('qkv_pack repeats each kv head for its group of query heads; the backward sums the group', function()
+    local B, TT, H, KVH, hs = 2, 3, 4, 2, 3
+    local q, k, v = randn({ B, TT, H * hs }), randn({ B, TT, KVH * hs }), randn({ B, TT, KVH * hs })
+    local qkv = T.empty({ B, TT, 3 * H * hs })
+    check(C.wk_op_qkv_pack(qkv, q, k, v, H, KVH))
+    local Cq = H * hs
+    assert.are.equal(q:get(2, 3, 7), qkv:get(2, 3, 7))
+    -- query heads 3 and 4 (1-based) share kv head 2
+    assert.are.equal(k:get(2, 1, hs + 2), qkv:get(2, 1, Cq + 2 * hs + 2))
+    assert.are.equal(k:get(2, 1, hs + 2), qkv:get(2, 1, Cq + 3 * hs + 2))
+    assert.are.equal(v:get(1, 2, 1), qkv:get(1, 2, 2 * Cq + hs + 1))
+    local dq, dk, dv, weights = T.empty(q.shape), T.empty(k.shape), T.empty(v.shape), randn(qkv.shape)
+    assert_gradients {
+      inputs = { { q, dq }, { k, dk }, { v, dv } },
+      samples = 18,
+      loss = function()
+        check(C.wk_op_qkv_pack(qkv, q, k, v, H, KVH))
+        return weighted_sum(qkv, weights)
+      end,
+      backward = function() check(C.wk_op_qkv_pack_backward(dq, dk, dv, weights, H, KVH)) end,
+    }
+    assert.has_error(function() check(C.wk_op_qkv_pack(qkv, q, k, v, H, 3)) end,
+      'qkv_pack: heads = 4 must be a multiple of kv_heads = 3 and divide q\'s last dim 12')
+  end)
+end)
+
+describe('cached attention (generation)', function()
+  it('gives the causal grouped-query attention of the full sequence, whole or one position at a time', function()
+    local B, TT, H, KVH, hs = 2, 5, 4, 2, 3
+    local q, k, v = randn({ B, TT, H * hs }), randn({ B, TT, KVH * hs }), randn({ B, TT, KVH * hs })
+    local qkv, full = T.empty({ B, TT, 3 * H * hs }), T.empty({ B, TT, H * hs })
+    check(C.wk_op_qkv_pack(qkv, q, k, v, H, KVH))
+    check(C.wk_op_attention(full, T.empty({ B, H, TT, TT }), qkv, H))
+    local k_cache, v_cache = T.zeros({ B, 8, KVH * hs }), T.zeros({ B, 8, KVH * hs })
+    local whole = T.empty({ B, TT, H * hs })
+    check(C.wk_op_attention_cached(whole, q, k, v, k_cache, v_cache, H, KVH, 0))
+    local function close(a, b) return math.abs(a - b) < 1e-5 end
+    for b = 1, B do for t = 1, TT do for c = 1, H * hs do
+      assert(close(whole:get(b, t, c), full:get(b, t, c)), ('at %d %d %d'):format(b, t, c))
+    end end end
+    assert.are.equal(k:get(2, 4, 5), k_cache:get(2, 4, 5))
+    -- The first four positions, then the last one alone against the cache they left.
+    local function rows(x, first, n) return x:narrow(2, first, n):contiguous() end
+    local k_cache2, v_cache2 = T.zeros({ B, 8, KVH * hs }), T.zeros({ B, 8, KVH * hs })
+    check(C.wk_op_attention_cached(T.empty({ B, TT - 1, H * hs }), rows(q, 1, TT - 1), rows(k, 1, TT - 1),
+      rows(v, 1, TT - 1), k_cache2, v_cache2, H, KVH, 0))
+    local last, one = rows(q, TT, 1), T.empty({ B, 1, H * hs })
+    check(C.wk_op_attention_cached(one, last, rows(k, TT, 1), rows(v, TT, 1), k_cache2, v_cache2, H, KVH, TT - 1))
+    for b = 1, B do for c = 1, H * hs do assert(close(one:get(b, 1, c), full:get(b, TT, c))) end end
+    assert.has_error(function()
+      check(C.wk_op_attention_cached(one, last, rows(k, TT, 1), rows(v, TT, 1), k_cache2, v_cache2, H, KVH, 8))
+    end,
+      'attention_cached: positions 8..8 do not fit a cache of 8')
+  end)
+end)
+
+describe('Llama-family ops on CUDA tensors', function()
+  it('are refused by name until their kernels exist', function()
+    if C.wk_cuda_device_count() == 0 then
+      pending('skipped: no CUDA device on this machine')
+      return
+    end
+    local x, w = T.zeros({ 2, 4 }, 'f32', 'cuda:0'), T.zeros({ 4 }, 'f32', 'cuda:0')
+    local out, rstd = T.empty({ 2, 4 }, 'f32', 'cuda:0'), T.empty({ 2 }, 'f32', 'cuda:0')
+    assert.has_error(function() check(C.wk_op_rmsnorm(out, rstd, x, w, 1e-5)) end, 'rmsnorm: not implemented on CUDA yet')
+    assert.has_error(function() check(C.wk_op_swiglu(out, x, x)) end, 'swiglu: not implemented on CUDA yet')
+    local inv_freq = T.empty({ 1 }, 'f32', 'cuda:0')
+    check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 10000, 0, 0, 0, 0))  -- computed on the host
+    assert.are.equal(1, inv_freq:get(1))
+    local qkv = T.empty({ 1, 2, 12 }, 'f32', 'cuda:0')
+    local q = T.zeros({ 1, 2, 4 }, 'f32', 'cuda:0')
+    assert.has_error(function() check(C.wk_op_rope(T.empty({ 1, 2, 4 }, 'f32', 'cuda:0'), q, inv_freq, 2, 0)) end,
+      'rope: not implemented on CUDA yet')
+    assert.has_error(function() check(C.wk_op_qkv_pack(qkv, q, q, q, 2, 2)) end, 'qkv_pack: not implemented on CUDA yet')
+  end)
+end)

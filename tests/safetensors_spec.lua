@@ -27,6 +27,29 @@ describe('safetensors', function()
     end
   end)
 
+  it('views tensors where they lie in the mapped file, and copies one whose offset is unaligned', function()
+    -- Names are written in sorted order: 'a' (3 bytes, viewed in place) puts 'b' (f32) at data offset 3
+    -- and 'c' (bf16) at 19, both unaligned.
+    st.save(dir .. '/v.safetensors', { a = T.new({ 1, 2, 3 }, 'u8'), b = T.new({ { 1.5, -2 }, { 3, 4.25 } }),
+      c = T.new({ 7, 8 }, 'bf16') })
+    local reader = assert(st.open(dir .. '/v.safetensors'))
+    assert.are.same({ dtype = 'f32', shape = { 2, 2 } }, reader.entries.b)
+    for name, expected in pairs({ a = { 1, 2, 3 }, b = { { 1.5, -2 }, { 3, 4.25 } }, c = { 7, 8 } }) do
+      local view = reader:view(name)
+      assert.are.same(expected, view:totable())
+      view:free()
+    end
+    local bf16 = reader:view('c')
+    assert.are.same({ 7, 8 }, T.empty({ 2 }):copy(bf16):totable())  -- converted straight from the view
+    bf16:free()
+    assert.has_error(function() reader:view('d') end, dir .. "/v.safetensors: no tensor 'd'")
+    reader:close()
+    assert.has_error(function() reader:view('a') end)
+    local missing, err = st.open(dir .. '/none.safetensors')
+    assert.is_nil(missing)
+    assert.matches('none.safetensors', err, 1, true)
+  end)
+
   it('gives each tensor\'s dtype and shape and the metadata from the header', function()
     local path = dir .. '/h.safetensors'
     st.save(path, { a = T.new({ { 1, 2, 3 }, { 4, 5, 6 } }, 'i32'), b = T.new({ 1.5 }, 'bf16') }, { step = 4 })

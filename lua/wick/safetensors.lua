@@ -4,6 +4,9 @@
 --   load(path) -> { name = tensor, ... }, metadata      (CPU tensors; nil, message on failure)
 --   header(path) -> { name = { dtype =, shape = } }, metadata   (the header alone: no tensor read)
 --   save(path, { name = tensor, ... }, metadata?)       (any device and layout; written in name order)
+--   open(path) -> reader (nil, message on failure): reader.entries = { name = { dtype =, shape = } },
+--     reader.metadata, reader:view(name) -> a CPU tensor over the file's mapped bytes (no copy; free
+--     it before reader:close()), reader:close()
 local ffi = require 'ffi'
 local core = require 'wick.core'
 local T = require 'wick.tensor'
@@ -71,6 +74,42 @@ function safetensors.load(path) return with_file(path, read_all) end
 -- Each tensor's dtype and shape by name and the metadata, read from the header only (a check before
 -- reading gigabytes), or nil and a message naming the file.
 function safetensors.header(path) return with_file(path, read_header) end
+
+local Reader = {}
+Reader.__index = Reader
+-- A view keeps its reader, and so the mapping it points into, from being collected before it.
+local reader_of_view = setmetatable({}, { __mode = 'k' })
+
+function safetensors.open(path)
+  local file = C.wk_safetensors_open(path)
+  if file == nil then return nil, core.last_error() end
+  local reader = setmetatable({ path = path, handle = ffi.gc(file, C.wk_safetensors_close), index = {} }, Reader)
+  local ok, err = pcall(function()
+    reader.entries, reader.metadata = read_header(file)
+    for i = 0, C.wk_safetensors_count(file) - 1 do reader.index[(describe(file, i))] = i end
+  end)
+  if not ok then
+    reader:close()
+    return nil, err
+  end
+  return reader
+end
+
+function Reader:view(name)
+  if not self.handle then error('safetensors reader of ' .. self.path .. ' used after close()', 2) end
+  local i = self.index[name]
+  if not i then error(("%s: no tensor '%s'"):format(self.path, tostring(name)), 2) end
+  local view = T.adopt(C.wk_safetensors_view(self.handle, i))
+  reader_of_view[view] = self
+  return view
+end
+
+function Reader:close()
+  if self.handle then
+    C.wk_safetensors_close(ffi.gc(self.handle, nil))
+    self.handle = nil
+  end
+end
 
 function safetensors.save(path, tensors, metadata)
   if type(tensors) ~= 'table' then error('safetensors.save(path, tensors): tensors must be a table', 2) end

@@ -445,5 +445,8 @@ function Event:free() free_event(self) end
 -- Back to the thread's default stream for ops.
 function tensor.default_stream() C.wk_stream_set_current(nil) end
 
+-- A new tensor that a C function returned (NULL: raises its error): Lua owns and frees it.
+function tensor.adopt(handle) return own(handle, 2) end
+
 tensor.methods = methods
 return tensor

@@ -402,3 +402,168 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
   return DISPATCH(logits, cpu_cross_entropy_backward(DATA(dlogits), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
                   CUDA->cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }
+
+/* ---- Llama-family ops (CPU only for now) ------------------------------------------------------ */
+
+/* Their CUDA kernels come later: until then a CUDA tensor is refused by name, never touched. */
+#define CPU_ONLY(op, t, cpu_call) \
+  (on_cuda(t) ? WK_FAIL(WK_ERR_UNSUPPORTED, "%s: not implemented on CUDA yet", op) : ((cpu_call), WK_OK))
+
+WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, float eps) {
+  int64_t N = 0, C = 0;
+  WK_TRY(rows_and_channels("rmsnorm", inp, &N, &C));
+  ARG_FLAT("rmsnorm", inp, WK_F32, NULL, numel(inp));
+  ARG_FLAT("rmsnorm", out, WK_F32, inp, numel(inp));
+  ARG("rmsnorm", rstd, WK_F32, inp, N);
+  ARG("rmsnorm", weight, WK_F32, inp, C);
+  if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "rmsnorm: eps must be positive and finite, got %g", eps);
+  return CPU_ONLY("rmsnorm", inp, cpu_rmsnorm_forward(F32(out), F32(rstd), F32(inp), F32(weight), (size_t)N, (size_t)C, eps));
+}
+
+WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout, const WkTensor *inp,
+                                const WkTensor *weight, const WkTensor *rstd) {
+  int64_t N = 0, C = 0;
+  WK_TRY(rows_and_channels("rmsnorm_backward", inp, &N, &C));
+  ARG_FLAT("rmsnorm_backward", inp, WK_F32, NULL, numel(inp));
+  ARG_FLAT("rmsnorm_backward", dinp, WK_F32, inp, numel(inp));
+  ARG_FLAT("rmsnorm_backward", dout, WK_F32, inp, numel(inp));
+  ARG("rmsnorm_backward", rstd, WK_F32, inp, N);
+  ARG("rmsnorm_backward", weight, WK_F32, inp, C);
+  ARG("rmsnorm_backward", dweight, WK_F32, inp, C);
+  return CPU_ONLY("rmsnorm_backward", inp,
+                  cpu_rmsnorm_backward(F32(dinp), F32(dweight), F32(dout), F32(inp), F32(weight), F32(rstd), (size_t)N, (size_t)C));
+}
+
+static bool positive(double x) { return x > 0 && isfinite(x); }
+
+static WkStatus check_rope_scaling(const WkRopeScaling *s) {
+  if (!positive(s->theta)) return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: theta must be positive and finite, got %g", s->theta);
+  if (s->kind == WK_ROPE_DEFAULT) return WK_OK;
+  if (s->kind != WK_ROPE_LINEAR && s->kind != WK_ROPE_LLAMA3)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: kind %d is not default (0), linear (1) or llama3 (2)", (int)s->kind);
+  if (!positive(s->factor)) return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: factor must be positive and finite, got %g", s->factor);
+  if (s->kind == WK_ROPE_LINEAR) return WK_OK;
+  if (!positive(s->low_freq_factor) || !positive(s->high_freq_factor) || !(s->high_freq_factor > s->low_freq_factor))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: need 0 < low_freq_factor < high_freq_factor, got %g and %g",
+                   s->low_freq_factor, s->high_freq_factor);
+  if (!positive(s->original_max_position_embeddings))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: original_max_position_embeddings must be positive, got %g",
+                   s->original_max_position_embeddings);
+  return WK_OK;
+}
+
+WkStatus wk_op_rope_frequencies(WkTensor *inv_freq, WkRopeKind kind, double theta, double factor, double low_freq_factor,
+                                double high_freq_factor, double original_max_position_embeddings) {
+  WkRopeScaling scaling = {kind, theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings};
+  WK_TRY(check_rope_scaling(&scaling));
+  if (!inv_freq) return WK_FAIL(WK_ERR_INVALID_ARG, "rope_frequencies: inv_freq is NULL");
+  ARG("rope_frequencies", inv_freq, WK_F32, NULL, ANY);
+  if (!on_cuda(inv_freq)) {
+    cpu_rope_frequencies(F32(inv_freq), numel(inv_freq), &scaling);
+    return WK_OK;
+  }
+  /* Computed once per model: on the host, so that both devices get the very same values. */
+  WkTensor *host = wk_tensor_empty(WK_F32, 1, inv_freq->shape, WK_DEVICE_CPU, 0);
+  if (!host) return wk_last_status();
+  cpu_rope_frequencies(F32(host), numel(host), &scaling);
+  WkStatus status = wk_tensor_copy(inv_freq, host);
+  wk_tensor_free(host);
+  return status;
+}
+
+/* inp [B, T, heads * hs] with hs even; inv_freq [hs / 2]. */
+static WkStatus rope_dims(const char *op, const WkTensor *inp, const WkTensor *inv_freq, int heads, int64_t start,
+                          int64_t *B, int64_t *T, int64_t *hs) {
+  ARG(op, inp, WK_F32, NULL, ANY, ANY, ANY);
+  *B = inp->shape[0];
+  *T = inp->shape[1];
+  if (heads < 1 || inp->shape[2] % heads != 0 || (inp->shape[2] / heads) % 2 != 0)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: last dim %lld must be heads = %d times an even head size", op,
+                   (long long)inp->shape[2], heads);
+  *hs = inp->shape[2] / heads;
+  ARG(op, inv_freq, WK_F32, inp, *hs / 2);
+  if (start < 0) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: start position must be >= 0, got %lld", op, (long long)start);
+  return WK_OK;
+}
+
+WkStatus wk_op_rope(WkTensor *out, const WkTensor *inp, const WkTensor *inv_freq, int heads, int64_t start) {
+  int64_t B = 0, T = 0, hs = 0;
+  WK_TRY(rope_dims("rope", inp, inv_freq, heads, start, &B, &T, &hs));
+  ARG("rope", out, WK_F32, inp, B, T, heads * hs);
+  return CPU_ONLY("rope", inp, cpu_rope_forward(F32(out), F32(inp), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+}
+
+WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inv_freq, int heads, int64_t start) {
+  int64_t B = 0, T = 0, hs = 0;
+  WK_TRY(rope_dims("rope_backward", dout, inv_freq, heads, start, &B, &T, &hs));
+  ARG("rope_backward", dinp, WK_F32, dout, B, T, heads * hs);
+  return CPU_ONLY("rope_backward", dout,
+                  cpu_rope_backward(F32(dinp), F32(dout), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+}
+
+WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up) {
+  ARG_FLAT("swiglu", out, WK_F32, NULL, numel(out));
+  ARG_FLAT("swiglu", gate, WK_F32, out, numel(out));
+  ARG_FLAT("swiglu", up, WK_F32, out, numel(out));
+  return CPU_ONLY("swiglu", out, cpu_swiglu_forward(F32(out), F32(gate), F32(up), numel(out)));
+}
+
+WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *dout, const WkTensor *gate,
+                               const WkTensor *up) {
+  ARG_FLAT("swiglu_backward", dout, WK_F32, NULL, numel(dout));
+  ARG_FLAT("swiglu_backward", dgate, WK_F32, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", dup, WK_F32, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", gate, WK_F32, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", up, WK_F32, dout, numel(dout));
+  return CPU_ONLY("swiglu_backward", dout, cpu_swiglu_backward(F32(dgate), F32(dup), F32(dout), F32(gate), F32(up), numel(dout)));
+}
+
+/* q [B, T, heads * hs]; k and v [B, T, kv_heads * hs]; kv_heads divides heads. */
+static WkStatus qkv_pack_dims(const char *op, const WkTensor *q, int heads, int kv_heads, int64_t *B, int64_t *T,
+                              int64_t *hs) {
+  ARG(op, q, WK_F32, NULL, ANY, ANY, ANY);
+  *B = q->shape[0];
+  *T = q->shape[1];
+  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || q->shape[2] % heads != 0)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: heads = %d must be a multiple of kv_heads = %d and divide q's last dim %lld", op,
+                   heads, kv_heads, (long long)q->shape[2]);
+  *hs = q->shape[2] / heads;
+  return WK_OK;
+}
+
+WkStatus wk_op_qkv_pack(WkTensor *qkv, const WkTensor *q, const WkTensor *k, const WkTensor *v, int heads, int kv_heads) {
+  int64_t B = 0, T = 0, hs = 0;
+  WK_TRY(qkv_pack_dims("qkv_pack", q, heads, kv_heads, &B, &T, &hs));
+  ARG("qkv_pack", k, WK_F32, q, B, T, kv_heads * hs);
+  ARG("qkv_pack", v, WK_F32, q, B, T, kv_heads * hs);
+  ARG("qkv_pack", qkv, WK_F32, q, B, T, 3 * heads * hs);
+  return CPU_ONLY("qkv_pack", q, cpu_qkv_pack(F32(qkv), F32(q), F32(k), F32(v), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+}
+
+WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const WkTensor *dqkv, int heads, int kv_heads) {
+  int64_t B = 0, T = 0, hs = 0;
+  WK_TRY(qkv_pack_dims("qkv_pack_backward", dq, heads, kv_heads, &B, &T, &hs));
+  ARG("qkv_pack_backward", dk, WK_F32, dq, B, T, kv_heads * hs);
+  ARG("qkv_pack_backward", dv, WK_F32, dq, B, T, kv_heads * hs);
+  ARG("qkv_pack_backward", dqkv, WK_F32, dq, B, T, 3 * heads * hs);
+  return CPU_ONLY("qkv_pack_backward", dq,
+                  cpu_qkv_pack_backward(F32(dq), F32(dk), F32(dv), F32(dqkv), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+}
+
+WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v, WkTensor *k_cache,
+                                WkTensor *v_cache, int heads, int kv_heads, int64_t start) {
+  int64_t B = 0, Tq = 0, hs = 0;
+  WK_TRY(qkv_pack_dims("attention_cached", q, heads, kv_heads, &B, &Tq, &hs));
+  ARG("attention_cached", k, WK_F32, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", v, WK_F32, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", k_cache, WK_F32, q, B, ANY, kv_heads * hs);
+  int64_t Tmax = k_cache->shape[1];
+  ARG("attention_cached", v_cache, WK_F32, q, B, Tmax, kv_heads * hs);
+  ARG("attention_cached", out, WK_F32, q, B, Tq, heads * hs);
+  if (start < 0 || start + Tq > Tmax)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "attention_cached: positions %lld..%lld do not fit a cache of %lld", (long long)start,
+                   (long long)(start + Tq - 1), (long long)Tmax);
+  if (on_cuda(q)) return WK_FAIL(WK_ERR_UNSUPPORTED, "attention_cached: not implemented on CUDA yet");
+  return cpu_attention_cached(F32(out), F32(q), F32(k), F32(v), F32(k_cache), F32(v_cache), (size_t)B, (size_t)Tq, (size_t)Tmax,
+                              (size_t)heads, (size_t)kv_heads, (size_t)hs, start);
+}

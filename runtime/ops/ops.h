@@ -1,5 +1,6 @@
 /*
- * runtime/ops — the math of training: forward and backward kernels for GPT-2-style models.
+ * runtime/ops — the math of training: forward and backward kernels for GPT-2 and Llama-family models
+ * (the Llama ops are CPU only for now: docs/models.md).
  *
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
  * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
@@ -68,6 +69,29 @@ void cpu_cross_entropy_backward(void *dlogits, const void *logits, WkDType act, 
                                 float normalizer, float dloss);
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
+/* Llama-family kernels (rmsnorm.c, rope.c, swiglu.c, qkv_pack.c). */
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, size_t N, size_t C,
+                         float eps);
+void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                          const float *rstd, size_t N, size_t C);
+typedef struct {
+  WkRopeKind kind;
+  double theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+} WkRopeScaling;
+void cpu_rope_frequencies(float *inv_freq, size_t half, const WkRopeScaling *scaling);
+void cpu_rope_forward(float *out, const float *inp, const float *inv_freq, size_t B, size_t T, size_t H,
+                      size_t hs, int64_t start);
+void cpu_rope_backward(float *dinp, const float *dout, const float *inv_freq, size_t B, size_t T, size_t H,
+                       size_t hs, int64_t start);
+void cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void cpu_qkv_pack(float *qkv, const float *q, const float *k, const float *v, size_t N, size_t NH, size_t KVH,
+                  size_t hs);
+void cpu_qkv_pack_backward(float *dq, float *dk, float *dv, const float *dqkv, size_t N, size_t NH, size_t KVH,
+                           size_t hs);
+WkStatus cpu_attention_cached(float *out, const float *q, const float *k, const float *v, float *k_cache,
+                              float *v_cache, size_t B, size_t Tq, size_t Tmax, size_t NH, size_t KVH, size_t hs,
+                              int64_t start);  /* allocates scores */
 
 /* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------
  * Entries of the CUDA module's table, declared once in runtime/tensor/cuda_module.h. */

@@ -5,7 +5,9 @@
  *   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}}
  * padded with spaces to 8 bytes, then the raw little-endian tensor data (offsets count from the
  * end of the header). Opening parses and checks the header only; each tensor is then read with one
- * pread straight into its destination, so loading a checkpoint never holds it twice in memory.
+ * pread straight into its destination, so loading a checkpoint never holds it twice in memory; or
+ * viewed where it lies in a private mapping of the file (wk_safetensors_view), so a model of
+ * another dtype converts from the page cache with no copy of the file's tensor in between.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +46,8 @@ struct WkSafetensors {
   uint32_t count;
   const char **meta_keys, **meta_values;
   uint32_t meta_count;
+  void *map;            /* the whole file, mapped copy-on-write at the first view; NULL before */
+  uint64_t map_bytes;
 };
 
 /* ---- reading ------------------------------------------------------------------------------------ */
@@ -194,6 +199,7 @@ WkSafetensors *wk_safetensors_open(const char *path) {
 
 void wk_safetensors_close(WkSafetensors *f) {
   if (!f) return;
+  if (f->map) munmap(f->map, f->map_bytes);
   if (f->fd >= 0) close(f->fd);
   wk_json_free(f->header);
   free(f->entries);
@@ -228,6 +234,29 @@ WkStatus wk_safetensors_read(WkSafetensors *f, uint32_t i, WkTensor *dst) {
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: tensor '%s' must be read into a contiguous CPU tensor of %s with %llu bytes",
                    f->path, e.name, wk_dtype_name(e.dtype), (unsigned long long)e.bytes);
   return read_exactly(f->fd, tensor_ptr(dst), e.bytes, f->data_start + e.offset, f->path);
+}
+
+/* Maps the file once; the views below point into the mapping until the file is closed. */
+static WkStatus map_file(WkSafetensors *f) {
+  if (f->map) return WK_OK;
+  f->map_bytes = f->data_start + f->data_bytes;
+  /* Private and writable: a stray write to a view changes a copy of the page, never the file. */
+  void *map = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0);
+  if (map == MAP_FAILED) return WK_FAIL(WK_ERR_IO, "%s: mmap of %llu bytes failed: %s", f->path,
+                                        (unsigned long long)f->map_bytes, strerror(errno));
+  f->map = map;
+  return WK_OK;
+}
+
+WkTensor *wk_safetensors_view(WkSafetensors *f, uint32_t i) {
+  WkSafetensorsEntry e;
+  if (wk_safetensors_entry(f, i, &e) != WK_OK || map_file(f) != WK_OK) return NULL;
+  unsigned char *data = (unsigned char *)f->map + f->data_start + e.offset;
+  if ((uintptr_t)data % wk_dtype_size(e.dtype) == 0) return wk_tensor_borrow(data, e.dtype, e.ndim, e.shape);
+  /* The format does not promise aligned offsets: such a tensor is copied once, aligned. */
+  WkTensor *copy = wk_tensor_empty(e.dtype, e.ndim, e.shape, WK_DEVICE_CPU, 0);
+  if (copy) memcpy(tensor_ptr(copy), data, e.bytes);
+  return copy;
 }
 
 /* ---- writing ------------------------------------------------------------------------------------ */

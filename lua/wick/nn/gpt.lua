@@ -296,4 +296,7 @@ function GPT:save(path)
     layers = cfg.layers, heads = cfg.heads, dim = cfg.dim })
 end
 
+-- Shared with the other architectures built on GPT's flat storage (wick.nn.llama).
+gpt.staged, gpt.count_selected, gpt.refresh_compute_weights = staged, count_selected, refresh_compute_weights
+
 return gpt

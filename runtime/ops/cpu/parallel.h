@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "../ops.h" /* PARALLEL_GRAIN */
+
 enum { PARALLEL_MAX_CHUNKS = 64 };
 
 /* Processes items [begin, end) of the job; chunk is in [0, parallel_chunks(n, grain)). */
@@ -23,5 +25,10 @@ size_t parallel_chunks(size_t n, size_t grain);
 /* Runs body over [0, n) split into parallel_chunks(n, grain) contiguous chunks, on the pool and
  * the calling thread; returns when every chunk is done. */
 void parallel_for(size_t n, size_t grain, ParallelBody body, void *ctx);
+
+/* The grain for rows of work_per_row multiply-adds: about PARALLEL_GRAIN (runtime/ops/ops.h) a chunk. */
+static inline size_t parallel_row_grain(size_t work_per_row) {
+  return work_per_row >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / (work_per_row ? work_per_row : 1);
+}
 
 #endif /* WK_PARALLEL_H */

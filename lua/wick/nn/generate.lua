@@ -1,0 +1,113 @@
+-- wick.nn.generate: text generation for wick.nn.llama models, with a key/value cache.
+--   local ids = model:generate(prompt, { max_new_tokens = 32, temperature = 0.8, top_k = 50, top_p = 0.95,
+--                                        seed = 1 })
+-- prompt: int32 [B, T0] token ids (rows of the same length); returns a new int32 [B, T0 + max_new_tokens]
+-- tensor, the prompt followed by the generated tokens. The prompt runs through the model once, filling
+-- the cache; each new token then costs one position. temperature = 0 (the default) is greedy decoding:
+-- the most likely token, the first one on ties, as transformers' greedy generate picks. Otherwise tokens
+-- are sampled from softmax(logits / temperature) restricted to the top_k most likely (0: all) and to the
+-- smallest set whose probability reaches top_p, from a generator seeded by seed: the same seed gives the
+-- same tokens. Generation runs for max_new_tokens exactly (there is no stop token).
+local ffi = require 'ffi'
+local bit = require 'bit'
+local T = require 'wick.tensor'
+local llama = require 'wick.nn.llama'
+local schema = require 'wick.schema'
+
+local OPTIONS = schema.define('generate option', {
+  { 'max_new_tokens', 'integer', min = 1, max = 2 ^ 31 - 1, default = 16, help = 'tokens to add to each row' },
+  { 'temperature', 'number', min = 0, max = 1e6, default = 0, help = '0: greedy; else the softmax temperature' },
+  { 'top_k', 'integer', min = 0, max = 2 ^ 31 - 1, default = 0, help = 'sample among the k most likely (0: all)' },
+  { 'top_p', 'number', min = 1e-9, max = 1, default = 1, help = 'sample within this much probability mass' },
+  { 'seed', 'integer', min = 0, max = 2 ^ 53, default = 0, help = 'seeds the sampler' },
+})
+
+-- splitmix64: uniform doubles in [0, 1), a pure function of the seed and the draw's number.
+local function uniform(seed)
+  local state = ffi.new('uint64_t', seed)
+  return function()
+    state = state + 0x9E3779B97F4A7C15ULL
+    local z = state
+    z = bit.bxor(z, bit.rshift(z, 30)) * 0xBF58476D1CE4E5B9ULL
+    z = bit.bxor(z, bit.rshift(z, 27)) * 0x94D049BB133111EBULL
+    z = bit.bxor(z, bit.rshift(z, 31))
+    return tonumber(bit.rshift(z, 11)) / 2 ^ 53
+  end
+end
+
+local function argmax(row, V)
+  local best = 0
+  for v = 1, V - 1 do
+    if row[v] > row[best] then best = v end
+  end
+  return best
+end
+
+-- One token from logits row[0 .. V): temperature, then top-k, then top-p, then a draw.
+local function sample(row, V, opts, draw)
+  local order = {}
+  for v = 0, V - 1 do order[v + 1] = v end
+  table.sort(order, function(a, b) return row[a] > row[b] or (row[a] == row[b] and a < b) end)
+  local keep = opts.top_k > 0 and math.min(opts.top_k, V) or V
+  local weights, total = {}, 0
+  for i = 1, keep do
+    weights[i] = math.exp((row[order[i]] - row[order[1]]) / opts.temperature)
+    total = total + weights[i]
+  end
+  local mass, cut = 0, keep
+  for i = 1, keep do  -- the smallest prefix whose probability reaches top_p
+    mass = mass + weights[i] / total
+    if mass >= opts.top_p then
+      cut = i
+      break
+    end
+  end
+  local kept = 0
+  for i = 1, cut do kept = kept + weights[i] end
+  local target, acc = draw() * kept, 0
+  for i = 1, cut do
+    acc = acc + weights[i]
+    if target < acc then return order[i] end
+  end
+  return order[cut]
+end
+
+function llama.Llama:generate(prompt, opts)
+  if not T.is_tensor(prompt) or prompt:dim() ~= 2 or prompt.dtype ~= 'i32' then
+    error('generate: prompt must be an int32 tensor [B, T]', 2)
+  end
+  opts = OPTIONS:check(opts or {}, 2)
+  local B, T0, V = prompt:size(1), prompt:size(2), self.config.vocab
+  local total = T0 + opts.max_new_tokens
+  if total > self.config.max_positions then
+    error(('generate: %d prompt + %d new tokens exceed max_positions %d'):format(T0, opts.max_new_tokens,
+      self.config.max_positions), 2)
+  end
+  local packed = prompt:contiguous()
+  local out = T.empty({ B, total }, 'i32')
+  local ids, given = ffi.cast('int32_t *', out:data()), ffi.cast('const int32_t *', packed:data())
+  for b = 0, B - 1 do ffi.copy(ids + b * total, given + b * T0, T0 * ffi.sizeof('int32_t')) end
+  local caches = self:new_cache(B, total)
+  local draw = uniform(opts.seed)
+  local next_ids = T.empty({ B, 1 }, 'i32')
+  local step_ids = ffi.cast('int32_t *', next_ids:data())
+  local logits = self:step(packed, caches, 0)
+  for t = T0, total - 1 do
+    local rows, width = ffi.cast('float *', logits:data()), logits:size(2)
+    for b = 1, B do
+      local row = rows + ((b - 1) * width + width - 1) * V
+      local id = opts.temperature == 0 and argmax(row, V) or sample(row, V, opts, draw)
+      ids[(b - 1) * total + t], step_ids[b - 1] = id, id
+    end
+    if t + 1 < total then logits = self:step(next_ids, caches, t) end
+  end
+  for _, cache in ipairs(caches) do
+    cache.k:free()
+    cache.v:free()
+  end
+  next_ids:free()
+  packed:free()
+  return out
+end
+
+return llama
