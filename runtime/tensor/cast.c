@@ -1,5 +1,5 @@
 /*
- * convert.c — CPU copies between any two dtypes and layouts: one typed loop per (source, destination)
+ * cast.c — CPU copies between any two dtypes and layouts: one typed loop per (source, destination)
  * dtype pair, run over the source's innermost runs.
  *
  * The source layout is collapsed first (size-1 dims dropped, dims contiguous with each other merged),
@@ -40,7 +40,7 @@
   X(arg, WK_U8, u8, uint8_t)
 
 #define COUNT_DTYPE(arg, e, name, type) +1
-_Static_assert(0 DTYPES(COUNT_DTYPE, ~) == WK_DTYPE_COUNT, "convert.c: DTYPES must list every WkDType");
+_Static_assert(0 DTYPES(COUNT_DTYPE, ~) == WK_DTYPE_COUNT, "cast.c: DTYPES must list every WkDType");
 
 /* name_t: the storage type; name_code: the WkDType. */
 #define STORAGE_TYPE(arg, e, name, type) \

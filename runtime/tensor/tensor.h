@@ -103,11 +103,11 @@ WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out);
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
 
 /* CPU to CPU, any dtypes, any source strides, into a contiguous dst of as many elements that does not
- * overlap src (runtime/tensor/convert.c, which says what each dtype pair does to a value). */
+ * overlap src (runtime/tensor/cast.c, which says what each dtype pair does to a value). */
 void wk_tensor_copy_cpu(WkTensor *dst, const WkTensor *src);
 
 /* ---- scalar conversions (round to nearest even, like the hardware) ---------------------------
- * Inline and without branches, so that loops over them vectorize (runtime/tensor/convert.c). */
+ * Inline and without branches, so that loops over them vectorize (runtime/tensor/cast.c). */
 
 static inline uint32_t wk_f32_bits(float f) {
   uint32_t bits;
