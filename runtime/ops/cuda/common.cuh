@@ -1,7 +1,13 @@
 /*
+ * runtime/ops/cuda — the ops half of the CUDA module: one file per CPU counterpart in runtime/ops/cpu
+ * (elementwise.cu, layers.cu, attention.cu, loss.cu) and the cuBLAS matmuls (blas.cu), entered through
+ * the CUDA module's table (runtime/tensor/cuda_module.h) after ops.c checked the arguments. Index checks (embedding,
+ * targets) raise a device flag that is read back, so bad tokens fail with the same message class as
+ * on the CPU.
+ *
  * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
- * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, and
- * device scratch scalars for results read back by the host.
+ * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, launch
+ * and loop shapes, and device scratch scalars (a sum, a bad-index flag) read back by the host.
  */
 #ifndef WK_CUDA_COMMON_CUH
 #define WK_CUDA_COMMON_CUH
@@ -52,6 +58,37 @@ static inline WkStatus scalar_read(DeviceScalar *s, void *out, size_t bytes) {
   if (err == cudaSuccess) err = cudaStreamSynchronize(current_stream());
   cuda_release(s->device, s->ptr);
   if (err != cudaSuccess) return WK_FAIL(WK_ERR_DEVICE, "reading a device scalar: %s", cudaGetErrorString(err));
+  return WK_OK;
+}
+
+#define GRID_STRIDE(i, n) \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+#define LAUNCH(kernel, n, ...)                                                            \
+  do {                                                                                    \
+    kernel<<<blocks_for((n), THREADS), THREADS, 0, current_stream()>>>(__VA_ARGS__);      \
+    LAUNCH_CHECK();                                                                       \
+  } while (0)
+
+/* One warp per row: blocks of WARPS_PER_BLOCK rows. */
+#define LAUNCH_ROWS(kernel, rows, ...)                                                             \
+  do {                                                                                             \
+    kernel<<<blocks_for((rows), WARPS_PER_BLOCK), THREADS, 0, current_stream()>>>(__VA_ARGS__);    \
+    LAUNCH_CHECK();                                                                                \
+  } while (0)
+
+/* The rows of a warp, grid-stride: past blocks_for's cap of 1,048,560 blocks (8.4M rows) a warp
+ * takes rows a grid apart. The loop is warp-uniform, so the warp's shuffles stay converged. */
+#define ROW_LOOP(n, N)                                                                      \
+  for (size_t n = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP; n < (N);         \
+       n += (size_t)gridDim.x * blockDim.x / WARP)
+__device__ static inline unsigned lane(void) { return threadIdx.x % WARP; }
+
+/* Reads a flag a kernel raised for an index outside the vocabulary and turns it into an error. */
+static inline WkStatus check_flag(DeviceScalar *flag, const char *what) {
+  int bad = 0;
+  WK_TRY(scalar_read(flag, &bad, sizeof bad));
+  if (bad) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: an index is outside the vocabulary (tokenizer and model vocab disagree?)", what);
   return WK_OK;
 }
 
