@@ -63,8 +63,8 @@ static WkStatus index_layout(const char *op, const char *name, const WkTensor *t
   return WK_OK;
 }
 
-/* A kernel of the CUDA module: CUDA->fill(...) (runtime/tensor/cuda_module.h). */
-#define CUDA wk_cuda()
+/* A kernel of the CUDA module: CUDA->fill(...) (runtime/ops/cuda_ops.h). */
+#define CUDA wk_cuda_ops()
 
 /* Runs cuda_call on t's device: the op's arguments all live there (check_arg), so entering it once
  * puts the launches, the cuBLAS handle and the scratch memory on the right GPU. */

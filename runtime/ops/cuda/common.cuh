@@ -1,9 +1,9 @@
 /*
  * runtime/ops/cuda — the ops half of the CUDA module: one file per CPU counterpart in runtime/ops/cpu
  * (elementwise.cu, layers.cu, attention.cu, loss.cu) and the cuBLAS matmuls (blas.cu), entered through
- * the CUDA module's table (runtime/tensor/cuda_module.h) after ops.c checked the arguments. Index checks (embedding,
- * targets) raise a device flag that is read back, so bad tokens fail with the same message class as
- * on the CPU.
+ * the kernels' table (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
+ * (embedding, targets) raise a device flag that is read back, so bad tokens fail with the same
+ * message class as on the CPU.
  *
  * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
  * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, launch
