@@ -86,6 +86,54 @@ describe('CUDA agrees with the CPU #gpu', function()
     event:free()
   end)
 
+  -- Edge values of every dtype, as raw bits (NaN payloads, subnormals, ties, the ends of each
+  -- range, i64 past 2^53), cast on the device to every dtype: the very bits the CPU's cast gives
+  -- (runtime/tensor/cast.h), contiguous and from a strided view.
+  local EDGES = {
+    f32 = { 'uint32_t', { 0x00000000, 0x80000000, 0x3fc00000, 0xbfc00000, 0x40200000, 0x477fe000, 0x477ff000,
+      0x501502f9, 0xd01502f9, 0x4f000000, 0xcf000000, 0x5f000000, 0x7f800000, 0xff800000, 0x7fc00000,
+      0x7f800001, 0xffa00001, 0x00000001, 0x33c00000, 0x3f808000, 0x3f818000, 0x7f7fffff, 0x437ff000,
+      0xbf000000, 0x4b800001, 0x38800000, 0x387fc000 } },
+    bf16 = { 'uint16_t', { 0x0000, 0x8000, 0x7f81, 0xffc1, 0x0001, 0x3fc0, 0xbfc0, 0x4f00, 0xdf00, 0x7f80, 0xff80,
+      0x477f, 0x4780, 0xc2ff, 0x437f } },
+    f16 = { 'uint16_t', { 0x0000, 0x8000, 0x7c01, 0xfe01, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x3c01,
+      0xbe00, 0x5bf8 } },
+    i32 = { 'int32_t', { 0, -1, 2147483647, -2147483648, 16777217, 16777219, 65536, 65535, 256, -129, 2049 } },
+    i64 = { 'int64_t', { 0LL, -1LL, 9007199254740993LL, -9007199254740993LL, 0x7fffffffffffffffLL,
+      -0x7fffffffffffffffLL - 1, 0x100000005LL, 2147483648LL, -2147483649LL, 65537LL, 16777217LL } },
+    u16 = { 'uint16_t', { 0, 65535, 32768, 2049, 255, 256 } },
+    u8 = { 'uint8_t', { 0, 255, 128, 127, 1 } },
+  }
+  local NAMES = { 'f32', 'bf16', 'f16', 'i32', 'i64', 'u16', 'u8' }
+
+  local function from_bits(dtype)
+    local ctype, bits = EDGES[dtype][1], EDGES[dtype][2]
+    local t = T.empty({ #bits }, dtype)
+    local p = ffi.cast(ctype .. ' *', t:data())
+    for i, b in ipairs(bits) do p[i - 1] = b end
+    return t
+  end
+
+  local function bytes(t)
+    local host = t.device == 'cpu' and t or t:to('cpu')
+    return ffi.string(host:data(), host:nbytes())
+  end
+
+  it('casts every dtype pair on edge values to the bits the CPU gives', function()
+    if not gpu_or_skip() then return end
+    for _, from in ipairs(NAMES) do
+      local host = from_bits(from)
+      local gpu = host:to(DEVICE)
+      local n = host:numel()
+      local every_other = gpu:view({ n, 1 }):narrow(1, 1, n - n % 2):view({ (n - n % 2) / 2, 2 }):narrow(2, 1, 1)
+      local host_strided = host:view({ n, 1 }):narrow(1, 1, n - n % 2):view({ (n - n % 2) / 2, 2 }):narrow(2, 1, 1)
+      for _, to in ipairs(NAMES) do
+        assert.are.equal(bytes(host:to(to)), bytes(gpu:to(to)), from .. ' -> ' .. to)
+        assert.are.equal(bytes(host_strided:to(to)), bytes(every_other:to(to)), from .. ' -> ' .. to .. ' (strided)')
+      end
+    end
+  end)
+
   it('embedding forward and backward', function()
     if not gpu_or_skip() then return end
     agree('embedding', function(device)
