@@ -214,6 +214,40 @@ describe('CUDA agrees with the CPU #gpu', function()
     end)
   end)
 
+  -- Realistic shapes: GPT-2's widths, rows and sequences not multiples of a warp or a block, so the
+  -- tails of every tiling (cuBLAS, a warp per row, a block per row, row chunks) are exercised.
+  it('matmul, layernorm and attention at GPT-2 widths', function()
+    if not gpu_or_skip() then return end
+    local rows, width, seq, heads = 2 * 257, 768, 257, 12
+    for _, transpose in ipairs({ 0, 1 }) do
+      agree('matmul 768 -> 2304, transpose_w = ' .. transpose, function(device)
+        local inp, bias = randn({ rows, width }, 30, device), randn({ 3 * width }, 31, device)
+        local w = randn(transpose == 1 and { 3 * width, width } or { width, 3 * width }, 32, device)
+        local out = T.empty({ rows, 3 * width }, 'f32', device)
+        check(C.wk_op_matmul(out, inp, w, bias, transpose))
+        local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros(w.shape, 'f32', device), T.zeros({ 3 * width }, 'f32', device)
+        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ rows, 3 * width }, 33, device), inp, w, transpose))
+        return { out, dinp, dw, db }
+      end)
+    end
+    agree('layernorm 768', function(device)
+      local inp, w, b = randn({ rows, width }, 34, device), randn({ width }, 35, device), randn({ width }, 36, device)
+      local out, mean, rstd = T.empty({ rows, width }, 'f32', device), T.empty({ rows }, 'f32', device), T.empty({ rows }, 'f32', device)
+      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+      local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros({ width }, 'f32', device), T.zeros({ width }, 'f32', device)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ rows, width }, 37, device), inp, w, mean, rstd))
+      return { out, mean, rstd, dinp, dw, db }
+    end)
+    agree('attention T = 257, 12 heads', function(device)
+      local qkv = randn({ 2, seq, 3 * width }, 38, device)
+      local out, att = T.empty({ 2, seq, width }, 'f32', device), T.empty({ 2, heads, seq, seq }, 'f32', device)
+      check(C.wk_op_attention(out, att, qkv, heads))
+      local dqkv = T.zeros(qkv.shape, 'f32', device)
+      check(C.wk_op_attention_backward(dqkv, randn({ 2, seq, width }, 39, device), qkv, att, heads))
+      return { out, att, dqkv }
+    end)
+  end)
+
   it('cross-entropy forward and backward with a mask', function()
     if not gpu_or_skip() then return end
     agree('cross_entropy', function(device)

@@ -28,18 +28,20 @@ extern "C" {
   X(WkStatus, embedding_backward,                                                                              \
     (float *dwte, float *dwpe, const float *dout, const int32_t *idx, WkIndexLayout idx_layout, size_t B,       \
      size_t T, size_t C))                                                                                      \
+  /* inp, out, weight, bias and their gradients of dtype (f32, bf16, f16); mean and rstd f32 */               \
   X(WkStatus, layernorm_forward,                                                                               \
-    (float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, size_t N,  \
-     size_t C, float eps))                                                                                     \
+    (WkDType dtype, void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, \
+     size_t N, size_t C, float eps))                                                                           \
   X(WkStatus, layernorm_backward,                                                                              \
-    (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight,       \
-     const float *mean, const float *rstd, size_t N, size_t C))                                                \
+    (WkDType dtype, void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,                  \
+     const void *weight, const float *mean, const float *rstd, size_t N, size_t C))                            \
+  /* inp, w, bias, out (and their gradients) all of dtype: f32, bf16 or f16 */                                \
   X(WkStatus, matmul_forward,                                                                                  \
-    (int device_index, float *out, const float *inp, const float *w, const float *bias, size_t N, size_t C,     \
-     size_t OC, int transpose_w))                                                                              \
+    (int device_index, WkDType dtype, void *out, const void *inp, const void *w, const void *bias, size_t N,    \
+     size_t C, size_t OC, int transpose_w))                                                                    \
   X(WkStatus, matmul_backward,                                                                                 \
-    (int device_index, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,                \
-     const float *w, size_t N, size_t C, size_t OC, int transpose_w))                                          \
+    (int device_index, WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,     \
+     const void *w, size_t N, size_t C, size_t OC, int transpose_w))                                           \
   X(WkStatus, gelu_forward, (float *out, const float *inp, size_t n))                                          \
   X(WkStatus, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n))                     \
   X(WkStatus, attention_forward,                                                                               \

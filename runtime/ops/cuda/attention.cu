@@ -1,82 +1,101 @@
 /*
  * attention.cu — the CUDA mirror of runtime/ops/cpu/attention.c: causal self-attention over a packed
- * [B, T, 3C] qkv, forward and backward.
+ * [B, T, 3C] qkv, materialising the [B, NH, T, T] probabilities, forward and backward.
+ *
+ * The same plan as the CPU's, the dense work in cuBLAS: per batch row b, one strided-batched GEMM over
+ * the NH heads for each product (a head's Q, K, V are [T, hs] views with row stride 3C, hs apart),
+ *   forward   S = scale Q K^T, P = causal_softmax(S) in place, O = P V;
+ *   backward  dP = dO V^T, dV += P^T dO, dS = P * (dP - rowsum(P * dP)) * scale, dQ += dS K,
+ *             dK += dS^T Q;
+ * and the row-wise softmax steps as kernels of one warp per row: lanes stride the row (coalesced),
+ * the max and the sum come from one online pass (a running max rescales the running sum), so each
+ * row of S is read twice and written once. No atomics: every gradient is a GEMM's accumulate.
+ * The GEMMs also compute the masked upper triangle (wasted, as on the CPU); the kernels zero it.
+ * dP needs [NH, T, T] of scratch, reused across b. (A fused flash-style kernel would avoid the
+ * [B, NH, T, T] tensor, but the op's API hands P to the backward, so it is materialised.)
  */
 #include "common.cuh"
 
-/* ---- attention ------------------------------------------------------------------------------------ */
-
-/* One thread per query (b, h, t): scores, softmax into its att row, then the weighted values. */
-__global__ static void attention_forward_kernel(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
-                                                size_t NH) {
-  size_t hs = C / NH;
-  float scale = rsqrtf((float)hs);
-  GRID_STRIDE(i, B * NH * T) {
-    size_t t = i % T, h = (i / T) % NH, b = i / (T * NH);
-    const float *q = qkv + (b * T + t) * 3 * C + h * hs;
-    float *row = att + ((b * NH + h) * T + t) * T;
-    float maxval = -INFINITY;
-    for (size_t t2 = 0; t2 <= t; t2++) {
-      const float *k = qkv + (b * T + t2) * 3 * C + C + h * hs;
-      float dot = 0.0f;
-      for (size_t j = 0; j < hs; j++) dot += q[j] * k[j];
-      row[t2] = dot * scale;
-      maxval = fmaxf(maxval, row[t2]);
+/* Row r of the [rows, T] scores is query t = r % T; columns past t are masked. */
+__global__ static void causal_softmax_kernel(float *S, size_t rows, size_t T) {
+  ROW_LOOP(r, rows) {
+    float *row = S + r * T;
+    size_t t = r % T;
+    float maxval = -INFINITY, sum = 0.0f;
+    for (size_t t2 = lane(); t2 <= t; t2 += WARP) {
+      float x = row[t2];
+      if (x > maxval) {
+        sum = sum * expf(maxval - x) + 1.0f;
+        maxval = x;
+      } else {
+        sum += expf(x - maxval);
+      }
     }
-    float sum = 0.0f;
-    for (size_t t2 = 0; t2 <= t; t2++) {
-      row[t2] = expf(row[t2] - maxval);
-      sum += row[t2];
-    }
-    for (size_t t2 = 0; t2 < T; t2++) row[t2] = t2 <= t ? row[t2] / sum : 0.0f;
-    float *o = out + (b * T + t) * C + h * hs;
-    for (size_t j = 0; j < hs; j++) {
-      float acc = 0.0f;
-      for (size_t t2 = 0; t2 <= t; t2++) acc += row[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + j];
-      o[j] = acc;
-    }
+    float row_max = warp_max(maxval);
+    sum = warp_sum(maxval == -INFINITY ? 0.0f : sum * expf(maxval - row_max));
+    for (size_t t2 = lane(); t2 < T; t2 += WARP) row[t2] = t2 <= t ? expf(row[t2] - row_max) / sum : 0.0f;
   }
 }
 
-__device__ static float dot_hs(const float *a, const float *b, size_t n) {
-  float sum = 0.0f;
-  for (size_t j = 0; j < n; j++) sum += a[j] * b[j];
-  return sum;
-}
-
-/* One thread per query; key and value gradients of earlier positions are scattered with atomics. */
-__global__ static void attention_backward_kernel(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                                 size_t B, size_t T, size_t C, size_t NH) {
-  size_t hs = C / NH;
-  float scale = rsqrtf((float)hs);
-  GRID_STRIDE(i, B * NH * T) {
-    size_t t = i % T, h = (i / T) % NH, b = i / (T * NH);
-    const float *row = att + ((b * NH + h) * T + t) * T;
-    const float *dy = dout + (b * T + t) * C + h * hs, *q = qkv + (b * T + t) * 3 * C + h * hs;
-    float *dq = dqkv + (b * T + t) * 3 * C + h * hs;
+/* dP becomes dS = P * (dP - rowsum(P * dP)) * scale, in place. */
+__global__ static void softmax_backward_kernel(float *dP, const float *P, size_t rows, size_t T, float scale) {
+  ROW_LOOP(r, rows) {
+    float *drow = dP + r * T;
+    const float *row = P + r * T;
+    size_t t = r % T;
     float weighted = 0.0f;
-    for (size_t t2 = 0; t2 <= t; t2++) weighted += row[t2] * dot_hs(dy, qkv + (b * T + t2) * 3 * C + 2 * C + h * hs, hs);
-    for (size_t t2 = 0; t2 <= t; t2++) {
-      size_t base = (b * T + t2) * 3 * C + h * hs;
-      const float *k = qkv + base + C, *v = qkv + base + 2 * C;
-      float dpre = row[t2] * (dot_hs(dy, v, hs) - weighted) * scale;
-      for (size_t j = 0; j < hs; j++) {
-        atomicAdd(&dqkv[base + 2 * C + j], row[t2] * dy[j]);
-        dq[j] += dpre * k[j];
-        atomicAdd(&dqkv[base + C + j], dpre * q[j]);
-      }
-    }
+    for (size_t t2 = lane(); t2 <= t; t2 += WARP) weighted += row[t2] * drow[t2];
+    weighted = warp_sum(weighted);
+    for (size_t t2 = lane(); t2 < T; t2 += WARP) drow[t2] = t2 <= t ? row[t2] * (drow[t2] - weighted) * scale : 0.0f;
   }
 }
 
 extern "C" WkStatus cuda_attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C,
                                            size_t NH) {
-  if (B * NH * T) LAUNCH(attention_forward_kernel, B * NH * T, out, att, qkv, B, T, C, NH);
+  if (B * T * C == 0) return WK_OK;
+  cublasHandle_t handle;
+  WK_TRY(cublas_for_current_device(&handle));
+  size_t hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  for (size_t b = 0; b < B; b++) {
+    const float *q = qkv + b * T * 3 * C, *k = q + C, *v = q + 2 * C;
+    float *P = att + b * NH * T * T;
+    WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, scale, q, 3 * C, hs, k, 3 * C, hs, 0.0f, P, T, T * T));
+    LAUNCH_ROWS(causal_softmax_kernel, NH * T, P, NH * T, T);
+    WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, P, T, T * T, v, 3 * C, hs, 0.0f, out + b * T * C,
+                      C, hs));
+  }
   return WK_OK;
 }
 
 extern "C" WkStatus cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, size_t B,
                                             size_t T, size_t C, size_t NH) {
-  if (B * NH * T) LAUNCH(attention_backward_kernel, B * NH * T, dqkv, dout, qkv, att, B, T, C, NH);
-  return WK_OK;
+  if (B * T * C == 0) return WK_OK;
+  cublasHandle_t handle;
+  WK_TRY(cublas_for_current_device(&handle));
+  size_t hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  DeviceScratch scratch;
+  WK_TRY(scratch_new(&scratch, NH * T * T * sizeof(float)));
+  float *dP = (float *)scratch.ptr;
+  WkStatus status = WK_OK;
+  for (size_t b = 0; b < B && status == WK_OK; b++) {
+    size_t offset = b * T * 3 * C;
+    const float *q = qkv + offset, *k = q + C, *v = q + 2 * C;
+    float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
+    const float *P = att + b * NH * T * T, *dO = dout + b * T * C;
+    status = gemm_strided_batched(handle, NH, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f, dP, T, T * T);
+    if (status == WK_OK)
+      status = gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, P, T, T * T, dO, C, hs, 1.0f, dv, 3 * C, hs);
+    if (status == WK_OK) {
+      softmax_backward_kernel<<<blocks_for(NH * T, WARPS_PER_BLOCK), THREADS, 0, current_stream()>>>(dP, P, NH * T, T, scale);
+      status = launch_status("attention softmax backward");
+    }
+    if (status == WK_OK)
+      status = gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, dP, T, T * T, k, 3 * C, hs, 1.0f, dq, 3 * C, hs);
+    if (status == WK_OK)
+      status = gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, dP, T, T * T, q, 3 * C, hs, 1.0f, dk, 3 * C, hs);
+  }
+  scratch_free(&scratch);
+  return status;
 }

@@ -60,13 +60,13 @@ __global__ static void sumsq_kernel(const float *x, size_t n, double *out) {
 }
 
 extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
-  DeviceScalar sum;
+  DeviceScratch sum;
   WK_TRY(scalar_new(&sum, sizeof(double)));
   if (n) {
     sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(sum.device, sum.ptr);
+      scratch_free(&sum);
       return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
     }
   }

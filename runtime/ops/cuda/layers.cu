@@ -1,6 +1,6 @@
 /*
  * layers.cu — the CUDA mirror of runtime/ops/cpu/layers.c (less the matmuls, in blas.cu): embedding
- * and layernorm, forward and backward.
+ * and layernorm, forward and backward. Layernorm stores f32, bf16 or f16 and computes in f32.
  */
 #include "common.cuh"
 
@@ -24,14 +24,14 @@ __global__ static void embedding_forward_kernel(float *out, const int32_t *idx, 
 extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
                                            const float *wpe, size_t B, size_t T, size_t C, size_t V) {
   size_t n = B * T * C;
-  DeviceScalar flag;
+  DeviceScratch flag;
   WK_TRY(scalar_new(&flag, sizeof(int)));
   if (n) {
     embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
         out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
-      cuda_release(flag.device, flag.ptr);
+      scratch_free(&flag);
       return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
     }
   }
@@ -54,17 +54,22 @@ extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const floa
   return WK_OK;
 }
 
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *weight, const float *bias, size_t N, size_t C, float eps) {
+/* One warp per row (rows are short: C = 768 is 24 floats a lane, all in L1 for the second and third
+ * passes); mean and rstd are kept in f32 for the backward. */
+template <typename Storage>
+__global__ static void layernorm_forward_kernel(Storage *out, float *mean, float *rstd, const Storage *inp,
+                                                const Storage *weight, const Storage *bias, size_t N, size_t C,
+                                                float eps) {
   ROW_LOOP(n, N) {
-    const float *x = inp + n * C;
+    const Storage *x = inp + n * C;
     float sum = 0.0f;
-    for (size_t c = lane(); c < C; c += WARP) sum += x[c];
+    for (size_t c = lane(); c < C; c += WARP) sum += to_float(x[c]);
     float m = warp_sum(sum) / (float)C;
     float var = 0.0f;
-    for (size_t c = lane(); c < C; c += WARP) var += (x[c] - m) * (x[c] - m);
+    for (size_t c = lane(); c < C; c += WARP) var += (to_float(x[c]) - m) * (to_float(x[c]) - m);
     float s = rsqrtf(warp_sum(var) / (float)C + eps);
-    for (size_t c = lane(); c < C; c += WARP) out[n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    for (size_t c = lane(); c < C; c += WARP)
+      out[n * C + c] = from_float<Storage>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
     if (lane() == 0) {
       mean[n] = m;
       rstd[n] = s;
@@ -72,37 +77,98 @@ __global__ static void layernorm_forward_kernel(float *out, float *mean, float *
   }
 }
 
-extern "C" WkStatus cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                           const float *bias, size_t N, size_t C, float eps) {
-  if (N) LAUNCH_ROWS(layernorm_forward_kernel, N, out, mean, rstd, inp, weight, bias, N, C, eps);
+template <typename Storage>
+static WkStatus layernorm_forward(Storage *out, float *mean, float *rstd, const Storage *inp, const Storage *weight,
+                                  const Storage *bias, size_t N, size_t C, float eps) {
+  LAUNCH_ROWS(layernorm_forward_kernel<Storage>, N, out, mean, rstd, inp, weight, bias, N, C, eps);
   return WK_OK;
 }
 
-__global__ static void layernorm_backward_kernel(float *dinp, float *dweight, float *dbias, const float *dout,
-                                                 const float *inp, const float *weight, const float *mean,
-                                                 const float *rstd, size_t N, size_t C) {
-  ROW_LOOP(n, N) {
-    const float *x = inp + n * C, *dy = dout + n * C;
+extern "C" WkStatus cuda_layernorm_forward(WkDType dtype, void *out, float *mean, float *rstd, const void *inp,
+                                           const void *weight, const void *bias, size_t N, size_t C, float eps) {
+  if (N == 0) return WK_OK;
+  STORAGE_DISPATCH(dtype, "layernorm", layernorm_forward((Storage *)out, mean, rstd, (const Storage *)inp,
+                                                         (const Storage *)weight, (const Storage *)bias, N, C, eps));
+}
+
+/* A block per row, grid-stride: the row's two sums are block reductions, and each thread keeps the
+ * dweight and dbias of its own columns (c = threadIdx.x + k * THREADS, the same for every row) in
+ * shared memory, so they need no atomics. Each block leaves its column sums in partial[block][2C]. */
+template <typename Storage>
+__global__ static void layernorm_backward_kernel(Storage *dinp, float *partial, const Storage *dout, const Storage *inp,
+                                                 const Storage *weight, const float *mean, const float *rstd, size_t N,
+                                                 size_t C) {
+  extern __shared__ float column_sums[];  /* [2C]: this block's dweight, then its dbias */
+  float *dw = column_sums, *db = column_sums + C;
+  for (size_t c = threadIdx.x; c < C; c += blockDim.x) dw[c] = db[c] = 0.0f;
+  for (size_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const Storage *x = inp + n * C, *dy = dout + n * C;
     float m = mean[n], s = rstd[n], dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (size_t c = lane(); c < C; c += WARP) {
-      float dnorm = weight[c] * dy[c];
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+      float dnorm = to_float(weight[c]) * to_float(dy[c]);
       dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * (x[c] - m) * s;
+      dnorm_norm_mean += dnorm * (to_float(x[c]) - m) * s;
     }
-    dnorm_mean = warp_sum(dnorm_mean) / (float)C;
-    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / (float)C;
-    for (size_t c = lane(); c < C; c += WARP) {
-      float norm = (x[c] - m) * s;
-      dinp[n * C + c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
-      atomicAdd(&dweight[c], dy[c] * norm);
-      atomicAdd(&dbias[c], dy[c]);
+    dnorm_mean = block_sum(dnorm_mean) / (float)C;
+    dnorm_norm_mean = block_sum(dnorm_norm_mean) / (float)C;
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+      float norm = (to_float(x[c]) - m) * s, g = to_float(dy[c]);
+      float d = (to_float(weight[c]) * g - dnorm_mean - norm * dnorm_norm_mean) * s;
+      dinp[n * C + c] = from_float<Storage>(to_float(dinp[n * C + c]) + d);
+      dw[c] += g * norm;
+      db[c] += g;
     }
+  }
+  __syncthreads();  /* the copy-out below reads dbias entries that other threads own */
+  for (size_t c = threadIdx.x; c < 2 * C; c += blockDim.x) partial[blockIdx.x * 2 * C + c] = column_sums[c];
+}
+
+/* dweight and dbias += the blocks' column sums, in block order (deterministic). */
+template <typename Storage>
+__global__ static void layernorm_column_sums_kernel(Storage *dweight, Storage *dbias, const float *partial,
+                                                    size_t blocks, size_t C) {
+  GRID_STRIDE(i, 2 * C) {
+    float sum = 0.0f;
+    for (size_t b = 0; b < blocks; b++) sum += partial[b * 2 * C + i];
+    Storage *into = i < C ? dweight + i : dbias + (i - C);
+    *into = from_float<Storage>(to_float(*into) + sum);
   }
 }
 
-extern "C" WkStatus cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                            const float *inp, const float *weight, const float *mean,
-                                            const float *rstd, size_t N, size_t C) {
-  if (N) LAUNCH_ROWS(layernorm_backward_kernel, N, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  return WK_OK;
+template <typename Storage>
+static WkStatus layernorm_backward(Storage *dinp, Storage *dweight, Storage *dbias, const Storage *dout,
+                                   const Storage *inp, const Storage *weight, const float *mean, const float *rstd,
+                                   size_t N, size_t C) {
+  int device = 0, sms = 0, shared_limit = 0;
+  CUDA_TRY(cudaGetDevice(&device));
+  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_TRY(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  size_t shared = 2 * C * sizeof(float);
+  if (shared > (size_t)shared_limit)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "layernorm_backward: C = %zu needs %zu bytes of shared memory, cuda:%d has %d",
+                   C, shared, device, shared_limit);
+  CUDA_TRY(cudaFuncSetAttribute(layernorm_backward_kernel<Storage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)shared));
+  size_t blocks = N < (size_t)(4 * sms) ? N : (size_t)(4 * sms);  /* a few resident blocks per SM */
+  DeviceScratch partial;
+  WK_TRY(scratch_new(&partial, blocks * shared));
+  layernorm_backward_kernel<Storage><<<(unsigned)blocks, THREADS, shared, current_stream()>>>(
+      dinp, (float *)partial.ptr, dout, inp, weight, mean, rstd, N, C);
+  WkStatus status = launch_status("layernorm backward");
+  if (status == WK_OK) {
+    layernorm_column_sums_kernel<Storage><<<blocks_for(2 * C, THREADS), THREADS, 0, current_stream()>>>(
+        dweight, dbias, (float *)partial.ptr, blocks, C);
+    status = launch_status("layernorm column sums");
+  }
+  scratch_free(&partial);
+  return status;
+}
+
+extern "C" WkStatus cuda_layernorm_backward(WkDType dtype, void *dinp, void *dweight, void *dbias, const void *dout,
+                                            const void *inp, const void *weight, const float *mean, const float *rstd,
+                                            size_t N, size_t C) {
+  if (N == 0 || C == 0) return WK_OK;
+  STORAGE_DISPATCH(dtype, "layernorm_backward",
+                   layernorm_backward((Storage *)dinp, (Storage *)dweight, (Storage *)dbias, (const Storage *)dout,
+                                      (const Storage *)inp, (const Storage *)weight, mean, rstd, N, C));
 }

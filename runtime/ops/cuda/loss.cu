@@ -39,11 +39,11 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const float *
 extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
                                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
                                                float normalizer, double *loss_sum) {
-  DeviceScalar sum, flag;
+  DeviceScratch sum, flag;
   WK_TRY(scalar_new(&sum, sizeof(double)));
   WkStatus status = scalar_new(&flag, sizeof(int));
   if (status != WK_OK) {
-    cuda_release(sum.device, sum.ptr);
+    scratch_free(&sum);
     return status;
   }
   if (N) {
