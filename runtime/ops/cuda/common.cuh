@@ -78,6 +78,10 @@ static inline WkStatus launch_status(const char *what) {
   return WK_FAIL(WK_ERR_DEVICE, "%s kernel: %s", what, cudaGetErrorString(err));
 }
 
+/* *out (device memory) = the sum of x[0..n) (of their squares if squares), deterministic: block
+ * partials, then one block adds them in order (elementwise.cu). */
+WkStatus device_sum(double *out, const float *x, size_t n, bool squares);
+
 /* ---- storage types: kernels store f32, bf16 or f16 and compute in f32 (as llm.c's floatX) ------- */
 
 __device__ inline float to_float(float x) { return x; }
@@ -132,24 +136,30 @@ WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a,
        n += (size_t)gridDim.x * blockDim.x / WARP)
 __device__ static inline unsigned lane(void) { return threadIdx.x % WARP; }
 
-/* The sum of v over a block of THREADS threads, returned to all of them; every thread must call it. */
-__device__ inline float block_sum(float v) {
-  __shared__ float warp_sums[WARPS_PER_BLOCK];
-  v = warp_sum(v);
-  __syncthreads();  /* the previous call's readers are done with warp_sums */
-  if (lane() == 0) warp_sums[threadIdx.x / WARP] = v;
+/* The sum (or the max) of v over a block of THREADS threads, returned to all of them; every thread of
+ * the block must call it. */
+__device__ inline float block_reduce(float v, bool max) {
+  __shared__ float per_warp[WARPS_PER_BLOCK];
+  v = max ? warp_max(v) : warp_sum(v);
+  __syncthreads();  /* the previous call's readers are done with per_warp */
+  if (lane() == 0) per_warp[threadIdx.x / WARP] = v;
   __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < WARPS_PER_BLOCK; w++) total += warp_sums[w];
+  float total = per_warp[0];
+  for (int w = 1; w < WARPS_PER_BLOCK; w++) total = max ? fmaxf(total, per_warp[w]) : total + per_warp[w];
   return total;
 }
+__device__ inline float block_sum(float v) { return block_reduce(v, false); }
+__device__ inline float block_max(float v) { return block_reduce(v, true); }
 
 /* Reads a flag a kernel raised for an index outside the vocabulary and turns it into an error. */
+static inline WkStatus bad_index_error(const char *what) {
+  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: an index is outside the vocabulary (tokenizer and model vocab disagree?)", what);
+}
+
 static inline WkStatus check_flag(DeviceScratch *flag, const char *what) {
   int bad = 0;
   WK_TRY(scalar_read(flag, &bad, sizeof bad));
-  if (bad) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: an index is outside the vocabulary (tokenizer and model vocab disagree?)", what);
-  return WK_OK;
+  return bad ? bad_index_error(what) : WK_OK;
 }
 
 #endif /* WK_CUDA_COMMON_CUH */

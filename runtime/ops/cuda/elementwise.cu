@@ -52,23 +52,54 @@ extern "C" WkStatus cuda_round(float *x, size_t n, WkDType dtype) {
   return WK_OK;
 }
 
-__global__ static void sumsq_kernel(const float *x, size_t n, double *out) {
-  float partial = 0.0f;
-  GRID_STRIDE(i, n) partial += x[i] * x[i];
-  partial = warp_sum(partial);
-  if (lane() == 0) atomicAdd(out, (double)partial);
+/* ---- sums: two stages, no atomics, the same result every run ------------------------------------- */
+
+enum { SUM_BLOCKS = 1024 };  /* enough to fill any GPU; the second stage sums this many partials */
+
+/* Each block's sum of x[i] (or x[i]^2) over its grid-stride share, in partials[blockIdx.x]. */
+__global__ static void partial_sums_kernel(double *partials, const float *x, size_t n, bool squares) {
+  float sum = 0.0f;
+  GRID_STRIDE(i, n) sum += squares ? x[i] * x[i] : x[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+/* One block: the partials' total, in double. */
+__global__ static void total_kernel(double *out, const double *partials, size_t count) {
+  double sum = 0.0;
+  for (size_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  for (int offset = WARP / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  __shared__ double warp_sums[WARPS_PER_BLOCK];
+  if (lane() == 0) warp_sums[threadIdx.x / WARP] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) total += warp_sums[w];
+    *out = total;
+  }
+}
+
+WkStatus device_sum(double *out, const float *x, size_t n, bool squares) {
+  unsigned blocks = blocks_for(n, THREADS) < SUM_BLOCKS ? blocks_for(n, THREADS) : SUM_BLOCKS;
+  DeviceScratch partials;
+  WK_TRY(scratch_new(&partials, blocks * sizeof(double)));
+  partial_sums_kernel<<<blocks, THREADS, 0, current_stream()>>>((double *)partials.ptr, x, n, squares);
+  WkStatus status = launch_status("partial sums");
+  if (status == WK_OK) {
+    total_kernel<<<1, THREADS, 0, current_stream()>>>(out, (double *)partials.ptr, blocks);
+    status = launch_status("total");
+  }
+  scratch_free(&partials);
+  return status;
 }
 
 extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
   DeviceScratch sum;
   WK_TRY(scalar_new(&sum, sizeof(double)));
-  if (n) {
-    sumsq_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(x, n, (double *)sum.ptr);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      scratch_free(&sum);
-      return WK_FAIL(WK_ERR_DEVICE, "sumsq kernel: %s", cudaGetErrorString(err));
-    }
+  WkStatus status = device_sum((double *)sum.ptr, x, n, true);
+  if (status != WK_OK) {
+    scratch_free(&sum);
+    return status;
   }
   return scalar_read(&sum, out, sizeof(double));
 }
