@@ -3,7 +3,7 @@
  * (elementwise.cu, layers.cu, attention.cu, loss.cu) and the cuBLAS matmuls (blas.cu), entered through
  * the kernels' table (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
  * (embedding, targets) raise a device flag that is read back, so bad tokens fail with the same
- * message class as on the CPU.
+ * message class as on the CPU. The design and cost of each kernel: docs/gpu.md.
  *
  * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
  * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, launch
