@@ -59,12 +59,28 @@ extern "C" WkStatus cuda_attention_forward(float *out, float *att, const float *
   float scale = 1.0f / sqrtf((float)hs);
   for (size_t b = 0; b < B; b++) {
     const float *q = qkv + b * T * 3 * C, *k = q + C, *v = q + 2 * C;
-    float *P = att + b * NH * T * T;
+    float *P = att + b * NH * T * T, *o = out + b * T * C;
+    /* S = scale Q K^T, P = softmax(S), O = P V: [T, T] per head, T * T apart; a head's q, k, v, o hs apart */
     WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, scale, q, 3 * C, hs, k, 3 * C, hs, 0.0f, P, T, T * T));
     LAUNCH_ROWS(causal_softmax_kernel, NH * T, P, NH * T, T);
-    WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, P, T, T * T, v, 3 * C, hs, 0.0f, out + b * T * C,
-                      C, hs));
+    WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, P, T, T * T, v, 3 * C, hs, 0.0f, o, C, hs));
   }
+  return WK_OK;
+}
+
+/* The backward of batch row b's heads, with dP ([NH, T, T]) as scratch. */
+static WkStatus attention_backward_row(cublasHandle_t handle, float *dP, float *dqkv, const float *dout,
+                                       const float *qkv, const float *att, size_t b, size_t T, size_t C, size_t NH) {
+  size_t hs = C / NH, offset = b * T * 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  const float *q = qkv + offset, *k = q + C, *v = q + 2 * C;
+  float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
+  const float *P = att + b * NH * T * T, *dO = dout + b * T * C;
+  WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f, dP, T, T * T));
+  WK_TRY(gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, P, T, T * T, dO, C, hs, 1.0f, dv, 3 * C, hs));
+  LAUNCH_ROWS(softmax_backward_kernel, NH * T, dP, P, NH * T, T, scale);
+  WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, dP, T, T * T, k, 3 * C, hs, 1.0f, dq, 3 * C, hs));
+  WK_TRY(gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, dP, T, T * T, q, 3 * C, hs, 1.0f, dk, 3 * C, hs));
   return WK_OK;
 }
 
@@ -73,29 +89,11 @@ extern "C" WkStatus cuda_attention_backward(float *dqkv, const float *dout, cons
   if (B * T * C == 0) return WK_OK;
   cublasHandle_t handle;
   WK_TRY(cublas_for_current_device(&handle));
-  size_t hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  DeviceScratch scratch;
-  WK_TRY(scratch_new(&scratch, NH * T * T * sizeof(float)));
-  float *dP = (float *)scratch.ptr;
+  DeviceScratch dP;
+  WK_TRY(scratch_new(&dP, NH * T * T * sizeof(float)));
   WkStatus status = WK_OK;
-  for (size_t b = 0; b < B && status == WK_OK; b++) {
-    size_t offset = b * T * 3 * C;
-    const float *q = qkv + offset, *k = q + C, *v = q + 2 * C;
-    float *dq = dqkv + offset, *dk = dq + C, *dv = dq + 2 * C;
-    const float *P = att + b * NH * T * T, *dO = dout + b * T * C;
-    status = gemm_strided_batched(handle, NH, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f, dP, T, T * T);
-    if (status == WK_OK)
-      status = gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, P, T, T * T, dO, C, hs, 1.0f, dv, 3 * C, hs);
-    if (status == WK_OK) {
-      softmax_backward_kernel<<<blocks_for(NH * T, WARPS_PER_BLOCK), THREADS, 0, current_stream()>>>(dP, P, NH * T, T, scale);
-      status = launch_status("attention softmax backward");
-    }
-    if (status == WK_OK)
-      status = gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, dP, T, T * T, k, 3 * C, hs, 1.0f, dq, 3 * C, hs);
-    if (status == WK_OK)
-      status = gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, dP, T, T * T, q, 3 * C, hs, 1.0f, dk, 3 * C, hs);
-  }
-  scratch_free(&scratch);
+  for (size_t b = 0; b < B && status == WK_OK; b++)
+    status = attention_backward_row(handle, (float *)dP.ptr, dqkv, dout, qkv, att, b, T, C, NH);
+  scratch_free(&dP);
   return status;
 }
