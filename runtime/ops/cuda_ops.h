@@ -17,9 +17,9 @@ extern "C" {
 
 #define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
   X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
-  X(WkStatus, scale, (float *x, size_t n, float alpha))                                                        \
-  X(WkStatus, add, (float *out, const float *a, const float *b, size_t n))                                     \
-  X(WkStatus, axpy, (float *y, float alpha, const float *x, size_t n))                                         \
+  X(WkStatus, scale, (WkDType dtype, void *x, size_t n, float alpha))                                          \
+  X(WkStatus, add, (WkDType dtype, void *out, const void *a, const void *b, size_t n))                         \
+  X(WkStatus, axpy, (WkDType dtype, void *y, float alpha, const void *x, size_t n))                            \
   X(WkStatus, round, (float *x, size_t n, WkDType dtype))                                                      \
   X(WkStatus, sumsq, (const float *x, size_t n, double *out))                                                  \
   X(WkStatus, embedding_forward,                                                                               \
@@ -42,8 +42,8 @@ extern "C" {
   X(WkStatus, matmul_backward,                                                                                 \
     (int device_index, WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,     \
      const void *w, size_t N, size_t C, size_t OC, int transpose_w))                                           \
-  X(WkStatus, gelu_forward, (float *out, const float *inp, size_t n))                                          \
-  X(WkStatus, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n))                     \
+  X(WkStatus, gelu_forward, (WkDType dtype, void *out, const void *inp, size_t n))                             \
+  X(WkStatus, gelu_backward, (WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n))         \
   X(WkStatus, attention_forward,                                                                               \
     (float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH))                       \
   X(WkStatus, attention_backward,                                                                              \

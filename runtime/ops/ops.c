@@ -97,7 +97,7 @@ WkStatus wk_op_fill(WkTensor *t, double value) {
 
 WkStatus wk_op_scale(WkTensor *t, float alpha) {
   ARG_FLAT("scale", t, WK_F32, NULL, numel(t));
-  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(F32(t), numel(t), alpha));
+  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(t->dtype, tensor_ptr(t), numel(t), alpha));
 }
 
 
@@ -105,13 +105,13 @@ WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b) {
   ARG_FLAT("add", out, WK_F32, NULL, numel(out));
   ARG_FLAT("add", a, WK_F32, out, numel(out));
   ARG_FLAT("add", b, WK_F32, out, numel(out));
-  return DISPATCH(out, cpu_add(F32(out), F32(a), F32(b), numel(out)), CUDA->add(F32(out), F32(a), F32(b), numel(out)));
+  return DISPATCH(out, cpu_add(F32(out), F32(a), F32(b), numel(out)), CUDA->add(out->dtype, tensor_ptr(out), tensor_ptr(a), tensor_ptr(b), numel(out)));
 }
 
 WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
   ARG_FLAT("axpy", y, WK_F32, NULL, numel(y));
   ARG_FLAT("axpy", x, WK_F32, y, numel(y));
-  return DISPATCH(y, cpu_axpy(F32(y), alpha, F32(x), numel(y)), CUDA->axpy(F32(y), alpha, F32(x), numel(y)));
+  return DISPATCH(y, cpu_axpy(F32(y), alpha, F32(x), numel(y)), CUDA->axpy(y->dtype, tensor_ptr(y), alpha, tensor_ptr(x), numel(y)));
 }
 
 WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
@@ -144,7 +144,7 @@ WkStatus wk_op_normal(WkTensor *t, uint64_t seed, float mean, float std) {
 WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp) {
   ARG_FLAT("gelu", out, WK_F32, NULL, numel(out));
   ARG_FLAT("gelu", inp, WK_F32, out, numel(out));
-  return DISPATCH(out, cpu_gelu_forward(F32(out), F32(inp), numel(out)), CUDA->gelu_forward(F32(out), F32(inp), numel(out)));
+  return DISPATCH(out, cpu_gelu_forward(F32(out), F32(inp), numel(out)), CUDA->gelu_forward(out->dtype, tensor_ptr(out), tensor_ptr(inp), numel(out)));
 }
 
 WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp) {
@@ -152,7 +152,7 @@ WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTenso
   ARG_FLAT("gelu_backward", dout, WK_F32, dinp, numel(dinp));
   ARG_FLAT("gelu_backward", inp, WK_F32, dinp, numel(dinp));
   return DISPATCH(dinp, cpu_gelu_backward(F32(dinp), F32(dout), F32(inp), numel(dinp)),
-                  CUDA->gelu_backward(F32(dinp), F32(dout), F32(inp), numel(dinp)));
+                  CUDA->gelu_backward(dinp->dtype, tensor_ptr(dinp), tensor_ptr(dout), tensor_ptr(inp), numel(dinp)));
 }
 
 WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr, float beta1,

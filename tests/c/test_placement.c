@@ -42,9 +42,9 @@ static WkStatus fake_host_alloc(size_t bytes, void **out) {
 
 static void fake_host_free(void *ptr) { free(ptr); }
 
-static WkStatus fake_add(float *out, const float *a, const float *b, size_t n) {
+static WkStatus fake_add(WkDType dtype, void *out, const void *a, const void *b, size_t n) {
   add_device = fake_current;
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  for (size_t i = 0; i < n; i++) ((float *)out)[i] = ((const float *)a)[i] + ((const float *)b)[i];
   return WK_OK;
 }
 

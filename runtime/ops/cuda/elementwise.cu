@@ -1,6 +1,7 @@
 /*
  * elementwise.cu — the CUDA mirror of runtime/ops/cpu/elementwise.c: fill, scale, add, axpy, round,
- * sumsq, GELU and AdamW, in fp32 arithmetic, one grid-stride loop each.
+ * sumsq, GELU and AdamW, one grid-stride loop each; scale, add, axpy and GELU store f32, bf16 or f16
+ * and compute in f32.
  */
 #include "common.cuh"
 
@@ -24,9 +25,31 @@ extern "C" WkStatus cuda_fill(void *data, size_t n, size_t elem_size, const void
   return WK_OK;
 }
 
-__global__ static void scale_kernel(float *x, size_t n, float alpha) { GRID_STRIDE(i, n) x[i] *= alpha; }
-__global__ static void add_kernel(float *out, const float *a, const float *b, size_t n) { GRID_STRIDE(i, n) out[i] = a[i] + b[i]; }
-__global__ static void axpy_kernel(float *y, float alpha, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += alpha * x[i]; }
+template <typename Storage>
+__global__ static void scale_kernel(Storage *x, size_t n, float alpha) {
+  GRID_STRIDE(i, n) x[i] = from_float<Storage>(to_float(x[i]) * alpha);
+}
+template <typename Storage>
+__global__ static void add_kernel(Storage *out, const Storage *a, const Storage *b, size_t n) {
+  GRID_STRIDE(i, n) out[i] = from_float<Storage>(to_float(a[i]) + to_float(b[i]));
+}
+template <typename Storage>
+__global__ static void axpy_kernel(Storage *y, float alpha, const Storage *x, size_t n) {
+  GRID_STRIDE(i, n) y[i] = from_float<Storage>(to_float(y[i]) + alpha * to_float(x[i]));
+}
+
+/* Launches kernel<Storage> over n elements for dtype's storage type, then returns WK_OK. */
+#define LAUNCH_STORED(dtype, what, kernel, n, ...)                                                 \
+  do {                                                                                             \
+    if ((n) == 0) return WK_OK;                                                                    \
+    switch (dtype) {                                                                               \
+      case WK_F32: { typedef float Storage; LAUNCH(kernel<Storage>, n, __VA_ARGS__); break; }      \
+      case WK_BF16: { typedef __nv_bfloat16 Storage; LAUNCH(kernel<Storage>, n, __VA_ARGS__); break; } \
+      case WK_F16: { typedef __half Storage; LAUNCH(kernel<Storage>, n, __VA_ARGS__); break; }     \
+      default: return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensors have no CUDA kernel", what, wk_dtype_name(dtype)); \
+    }                                                                                              \
+    return WK_OK;                                                                                  \
+  } while (0)
 
 __global__ static void round_kernel(float *x, size_t n, WkDType dtype) {
   GRID_STRIDE(i, n) {
@@ -35,17 +58,14 @@ __global__ static void round_kernel(float *x, size_t n, WkDType dtype) {
   }
 }
 
-extern "C" WkStatus cuda_scale(float *x, size_t n, float alpha) {
-  if (n) LAUNCH(scale_kernel, n, x, n, alpha);
-  return WK_OK;
+extern "C" WkStatus cuda_scale(WkDType dtype, void *x, size_t n, float alpha) {
+  LAUNCH_STORED(dtype, "scale", scale_kernel, n, (Storage *)x, n, alpha);
 }
-extern "C" WkStatus cuda_add(float *out, const float *a, const float *b, size_t n) {
-  if (n) LAUNCH(add_kernel, n, out, a, b, n);
-  return WK_OK;
+extern "C" WkStatus cuda_add(WkDType dtype, void *out, const void *a, const void *b, size_t n) {
+  LAUNCH_STORED(dtype, "add", add_kernel, n, (Storage *)out, (const Storage *)a, (const Storage *)b, n);
 }
-extern "C" WkStatus cuda_axpy(float *y, float alpha, const float *x, size_t n) {
-  if (n) LAUNCH(axpy_kernel, n, y, alpha, x, n);
-  return WK_OK;
+extern "C" WkStatus cuda_axpy(WkDType dtype, void *y, float alpha, const void *x, size_t n) {
+  LAUNCH_STORED(dtype, "axpy", axpy_kernel, n, (Storage *)y, alpha, (const Storage *)x, n);
 }
 extern "C" WkStatus cuda_round(float *x, size_t n, WkDType dtype) {
   if (n) LAUNCH(round_kernel, n, x, n, dtype);
@@ -106,36 +126,42 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
 
 __device__ static float gelu_tanh(float x) { return tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)); }
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n) {
-  GRID_STRIDE(i, n) out[i] = 0.5f * inp[i] * (1.0f + gelu_tanh(inp[i]));
-}
-
-__global__ static void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n) {
+template <typename Storage>
+__global__ static void gelu_forward_kernel(Storage *out, const Storage *inp, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = inp[i], th = gelu_tanh(x);
-    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    dinp[i] += local * dout[i];
+    float x = to_float(inp[i]);
+    out[i] = from_float<Storage>(0.5f * x * (1.0f + gelu_tanh(x)));
   }
 }
 
-extern "C" WkStatus cuda_gelu_forward(float *out, const float *inp, size_t n) {
-  if (n) LAUNCH(gelu_forward_kernel, n, out, inp, n);
-  return WK_OK;
-}
-extern "C" WkStatus cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
-  if (n) LAUNCH(gelu_backward_kernel, n, dinp, dout, inp, n);
-  return WK_OK;
+template <typename Storage>
+__global__ static void gelu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = to_float(inp[i]), th = gelu_tanh(x);
+    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    dinp[i] = from_float<Storage>(to_float(dinp[i]) + local * to_float(dout[i]));
+  }
 }
 
+extern "C" WkStatus cuda_gelu_forward(WkDType dtype, void *out, const void *inp, size_t n) {
+  LAUNCH_STORED(dtype, "gelu", gelu_forward_kernel, n, (Storage *)out, (const Storage *)inp, n);
+}
+extern "C" WkStatus cuda_gelu_backward(WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n) {
+  LAUNCH_STORED(dtype, "gelu_backward", gelu_backward_kernel, n, (Storage *)dinp, (const Storage *)dout,
+                (const Storage *)inp, n);
+}
+
+/* f32 master weights and moments; each element read once and written once. */
 __global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                                     float beta1, float beta2, float eps, float weight_decay, float m_correction,
                                     float v_correction, float grad_scale) {
   GRID_STRIDE(i, n) {
-    float g = grad[i] * grad_scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float update = (m[i] / m_correction) / (sqrtf(v[i] / v_correction) + eps);
-    param[i] -= lr * (update + weight_decay * param[i]);
+    float g = grad[i] * grad_scale, p = param[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g, vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    float update = (mi / m_correction) / (sqrtf(vi / v_correction) + eps);
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p - lr * (update + weight_decay * p);
   }
 }
 
