@@ -24,33 +24,43 @@ __global__ static void embedding_forward_kernel(float *out, const int32_t *idx, 
 extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
                                            const float *wpe, size_t B, size_t T, size_t C, size_t V) {
   size_t n = B * T * C;
+  if (n == 0) return WK_OK;
   DeviceScratch flag;
   WK_TRY(scalar_new(&flag, sizeof(int)));
-  if (n) {
-    embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
-        out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      scratch_free(&flag);
-      return WK_FAIL(WK_ERR_DEVICE, "embedding kernel: %s", cudaGetErrorString(err));
-    }
+  embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
+      out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
+  WkStatus launched = launch_status("embedding");
+  if (launched != WK_OK) {
+    scratch_free(&flag);
+    return launched;
   }
   return check_flag(&flag, "embedding");
 }
 
-__global__ static void embedding_backward_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                                                 WkIndexLayout at, size_t T, size_t C, size_t n) {
+/* Token rows scatter: two positions may hold the same token, so dwte takes atomics (contended only
+ * as often as a token repeats within the batch). */
+__global__ static void token_gradient_kernel(float *dwte, const float *dout, const int32_t *idx, WkIndexLayout at,
+                                             size_t C, size_t n) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
     atomicAdd(&dwte[(size_t)idx[wk_index_offset(at, (int64_t)row)] * C + c], dout[i]);
-    atomicAdd(&dwpe[(row % T) * C + c], dout[i]);
+  }
+}
+
+/* Positions gather: dwpe[t, c] += the sum over b of dout[b, t, c], a thread per (t, c), in b order. */
+__global__ static void position_gradient_kernel(float *dwpe, const float *dout, size_t B, size_t T, size_t C) {
+  GRID_STRIDE(i, T * C) {
+    float sum = 0.0f;
+    for (size_t b = 0; b < B; b++) sum += dout[b * T * C + i];
+    dwpe[i] += sum;
   }
 }
 
 extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
                                             WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
-  size_t n = B * T * C;
-  if (n) LAUNCH(embedding_backward_kernel, n, dwte, dwpe, dout, idx, idx_layout, T, C, n);
+  if (B * T * C == 0) return WK_OK;
+  LAUNCH(token_gradient_kernel, B * T * C, dwte, dout, idx, idx_layout, C, B * T * C);
+  LAUNCH(position_gradient_kernel, T * C, dwpe, dout, B, T, C);
   return WK_OK;
 }
 
