@@ -171,8 +171,8 @@ WK_HOST_DEVICE static inline uint16_t wk_f32_to_f16(float f) {
   uint32_t tiny = wk_f32_bits(wk_f32_from_bits(a) + 0.5f) - wk_f32_bits(0.5f);
   /* Normal: rebias, and round the dropped bits to nearest even; a carry moves into the next binade
    * (and past 65504 into inf). */
-  uint32_t odd = (a >> WK_F16_DROPPED_BITS) & 1u, half = (1u << (WK_F16_DROPPED_BITS - 1)) - 1u;
-  uint32_t normal = (a - ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS) + half + odd) >> WK_F16_DROPPED_BITS;
+  uint32_t odd = (a >> WK_F16_DROPPED_BITS) & 1u, below_half = (1u << (WK_F16_DROPPED_BITS - 1)) - 1u;
+  uint32_t normal = (a - ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS) + below_half + odd) >> WK_F16_DROPPED_BITS;
   uint32_t magnitude = wk_bits_select(a < WK_F16_SMALLEST_NORMAL_AS_F32, tiny, normal);
   magnitude = wk_bits_select(a >= WK_F16_OVERFLOW_AS_F32, WK_F16_INF, magnitude);
   magnitude = wk_bits_select(a > WK_F32_INF_BITS, WK_F16_QUIET_NAN, magnitude);

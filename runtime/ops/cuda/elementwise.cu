@@ -100,7 +100,8 @@ __global__ static void total_kernel(double *out, const double *partials, size_t 
 }
 
 WkStatus device_sum(double *out, const float *x, size_t n, bool squares) {
-  unsigned blocks = blocks_for(n, THREADS) < SUM_BLOCKS ? blocks_for(n, THREADS) : SUM_BLOCKS;
+  unsigned blocks = blocks_for(n, THREADS);
+  if (blocks > (unsigned)SUM_BLOCKS) blocks = SUM_BLOCKS;
   DeviceScratch partials;
   WK_TRY(scratch_new(&partials, blocks * sizeof(double)));
   partial_sums_kernel<<<blocks, THREADS, 0, current_stream()>>>((double *)partials.ptr, x, n, squares);
