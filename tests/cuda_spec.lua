@@ -248,6 +248,42 @@ describe('CUDA agrees with the CPU #gpu', function()
     end)
   end)
 
+  it('cross-entropy over the GPT-2 vocabulary', function()
+    if not gpu_or_skip() then return end
+    local rows, vocab = 33, 50257
+    agree('cross_entropy V = 50257', function(device)
+      local logits = randn({ rows, vocab }, 40, device)
+      local ids = {}
+      for i = 1, rows do ids[i] = (i * 7919) % vocab end
+      local targets = T.new(ids, 'i32', device)
+      local losses, sum = T.empty({ rows }, 'f32', device), ffi.new('double[1]')
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, rows, sum))
+      local dlogits = T.zeros({ rows, vocab }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, rows, 1))
+      return { losses, dlogits, T.new({ sum[0] }) }
+    end)
+  end)
+
+  -- The reductions run in a fixed order (block partials, then one ordered sum), so a rerun gives the
+  -- very bits: atomics would not.
+  it('sums and gradient reductions are the same bits run after run', function()
+    if not gpu_or_skip() then return end
+    local rows, width = 4099, 768
+    local inp, w, dout = randn({ rows, width }, 41, DEVICE), randn({ width }, 42, DEVICE), randn({ rows, width }, 43, DEVICE)
+    local mean, rstd = T.empty({ rows }, 'f32', DEVICE), T.empty({ rows }, 'f32', DEVICE)
+    check(C.wk_op_layernorm(T.empty({ rows, width }, 'f32', DEVICE), mean, rstd, inp, w, randn({ width }, 44, DEVICE), 1e-5))
+    local function once()
+      local sum = ffi.new('double[1]')
+      check(C.wk_op_sumsq(inp, sum))
+      local dinp, dw, db = T.zeros({ rows, width }, 'f32', DEVICE), T.zeros({ width }, 'f32', DEVICE), T.zeros({ width }, 'f32', DEVICE)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd))
+      local dmm, dww, dbias = T.zeros({ rows, width }, 'f32', DEVICE), T.zeros({ width, 8 }, 'f32', DEVICE), T.zeros({ 8 }, 'f32', DEVICE)
+      check(C.wk_op_matmul_backward(dmm, dww, dbias, dout:narrow(2, 1, 8):contiguous(), inp, randn({ width, 8 }, 45, DEVICE), 0))
+      return { sum[0], bytes(dw), bytes(db), bytes(dbias) }
+    end
+    assert.are.same(once(), once())
+  end)
+
   it('cross-entropy forward and backward with a mask', function()
     if not gpu_or_skip() then return end
     agree('cross_entropy', function(device)
