@@ -5,9 +5,9 @@
  * WICK_CUDA=0 nothing is loaded, so CPU runs never map cudart or cuBLAS. Otherwise the module is
  * opened from next to libwick.so (or WICK_CUDA_LIB) and every entry of cuda_module.h is resolved
  * once; a module that lacks one is not used at all. The kernels' table (runtime/ops/cuda_ops.c)
- * resolves its entries from the same module through wk_cuda_resolve. A missing module or driver is a device count of
- * 0 with the reason logged at info level. In a build without nvcc the same table holds only the
- * stand-ins, so callers need no #ifdef.
+ * resolves its entries from the same module through wk_cuda_resolve. A missing module or driver is a
+ * device count of 0 with the reason logged at info level. In a build without nvcc the same table holds
+ * only the stand-ins, so callers need no #ifdef.
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -39,9 +39,9 @@ WK_CUDA_MODULE_FUNCTIONS(WK_CUDA_STAND_IN)
 static WkCudaModule table = {WK_CUDA_MODULE_FUNCTIONS(WK_CUDA_STAND_IN_ENTRY)};
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static void *loaded;  /* the loaded module (its tensor half resolved), or NULL */
 
 #ifdef WK_HAVE_CUDA
+static void *loaded;  /* the loaded module (its tensor half resolved), or NULL */
 static const char DEVICE_NODE[] = "/dev/nvidiactl";
 enum { SYMBOL_CAPACITY = 64 };
 
