@@ -37,11 +37,11 @@ extern "C" {
      const void *weight, const float *mean, const float *rstd, size_t N, size_t C))                            \
   /* inp, w, bias, out (and their gradients) all of dtype: f32, bf16 or f16 */                                \
   X(WkStatus, matmul_forward,                                                                                  \
-    (int device_index, WkDType dtype, void *out, const void *inp, const void *w, const void *bias, size_t N,    \
-     size_t C, size_t OC, int transpose_w))                                                                    \
+    (WkDType dtype, void *out, const void *inp, const void *w, const void *bias, size_t N, size_t C, size_t OC, \
+     int transpose_w))                                                                    \
   X(WkStatus, matmul_backward,                                                                                 \
-    (int device_index, WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,     \
-     const void *w, size_t N, size_t C, size_t OC, int transpose_w))                                           \
+    (WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,       \
+     size_t N, size_t C, size_t OC, int transpose_w))                                           \
   X(WkStatus, gelu_forward, (WkDType dtype, void *out, const void *inp, size_t n))                             \
   X(WkStatus, gelu_backward, (WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n))         \
   X(WkStatus, attention_forward,                                                                               \

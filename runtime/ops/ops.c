@@ -265,7 +265,7 @@ WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, con
   if (bias) ARG("matmul", bias, WK_F32, inp, OC);
   if (out->shape[out->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul: out's last dim must be %lld", (long long)OC);
   return DISPATCH(inp, cpu_matmul_forward(F32(out), F32(inp), F32(w), OPT_F32(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w),
-                  CUDA->matmul_forward(inp->storage->device_index, inp->dtype, tensor_ptr(out), tensor_ptr(inp), tensor_ptr(w), bias ? tensor_ptr(bias) : NULL, (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+                  CUDA->matmul_forward(inp->dtype, tensor_ptr(out), tensor_ptr(inp), tensor_ptr(w), bias ? tensor_ptr(bias) : NULL, (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
@@ -277,7 +277,7 @@ WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, co
   ARG_FLAT("matmul_backward", dout, WK_F32, inp, N * OC);
   if (dbias) ARG("matmul_backward", dbias, WK_F32, inp, OC);
   return DISPATCH(inp, cpu_matmul_backward(F32(dinp), F32(dw), OPT_F32(dbias), F32(dout), F32(inp), F32(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w),
-                  CUDA->matmul_backward(inp->storage->device_index, inp->dtype, tensor_ptr(dinp), tensor_ptr(dw), dbias ? tensor_ptr(dbias) : NULL, tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+                  CUDA->matmul_backward(inp->dtype, tensor_ptr(dinp), tensor_ptr(dw), dbias ? tensor_ptr(dbias) : NULL, tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 /* ---- attention and loss ----------------------------------------------------------------------- */

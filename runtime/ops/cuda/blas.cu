@@ -204,9 +204,8 @@ static WkStatus bias_gradient(Storage *dbias, const Storage *dout, size_t N, siz
 
 /* ---- the matmul op ------------------------------------------------------------------------------- */
 
-extern "C" WkStatus cuda_matmul_forward(int device, WkDType dtype, void *out, const void *inp, const void *w,
-                                        const void *bias, size_t N, size_t C, size_t OC, int transpose_w) {
-  (void)device;  /* ops.c entered it */
+extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *inp, const void *w, const void *bias,
+                                        size_t N, size_t C, size_t OC, int transpose_w) {
   /* out^T[OC, N] = op(w)[OC, C] @ inp^T[C, N]: w row-major [C, OC] is column-major [OC, C] */
   LtGemm g = {};
   g.trans_a = transpose_w != 0;
@@ -240,10 +239,9 @@ static WkStatus matmul_backward(WkDType dtype, Storage *dinp, Storage *dw, Stora
   return dbias && OC && N ? bias_gradient(dbias, dout, N, OC) : WK_OK;
 }
 
-extern "C" WkStatus cuda_matmul_backward(int device, WkDType dtype, void *dinp, void *dw, void *dbias,
-                                         const void *dout, const void *inp, const void *w, size_t N, size_t C,
-                                         size_t OC, int transpose_w) {
-  (void)device;  /* ops.c entered it */
+extern "C" WkStatus cuda_matmul_backward(WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout,
+                                         const void *inp, const void *w, size_t N, size_t C, size_t OC,
+                                         int transpose_w) {
   STORAGE_DISPATCH(dtype, "matmul_backward",
                    matmul_backward(dtype, (Storage *)dinp, (Storage *)dw, (Storage *)dbias, (const Storage *)dout,
                                    (const Storage *)inp, (const Storage *)w, N, C, OC, transpose_w));
