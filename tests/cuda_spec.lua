@@ -86,6 +86,54 @@ describe('CUDA agrees with the CPU #gpu', function()
     event:free()
   end)
 
+  -- Edge values of every dtype, as raw bits (NaN payloads, subnormals, ties, the ends of each
+  -- range, i64 past 2^53), cast on the device to every dtype: the very bits the CPU's cast gives
+  -- (runtime/tensor/cast.h), contiguous and from a strided view.
+  local EDGES = {
+    f32 = { 'uint32_t', { 0x00000000, 0x80000000, 0x3fc00000, 0xbfc00000, 0x40200000, 0x477fe000, 0x477ff000,
+      0x501502f9, 0xd01502f9, 0x4f000000, 0xcf000000, 0x5f000000, 0x7f800000, 0xff800000, 0x7fc00000,
+      0x7f800001, 0xffa00001, 0x00000001, 0x33c00000, 0x3f808000, 0x3f818000, 0x7f7fffff, 0x437ff000,
+      0xbf000000, 0x4b800001, 0x38800000, 0x387fc000 } },
+    bf16 = { 'uint16_t', { 0x0000, 0x8000, 0x7f81, 0xffc1, 0x0001, 0x3fc0, 0xbfc0, 0x4f00, 0xdf00, 0x7f80, 0xff80,
+      0x477f, 0x4780, 0xc2ff, 0x437f } },
+    f16 = { 'uint16_t', { 0x0000, 0x8000, 0x7c01, 0xfe01, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x3c01,
+      0xbe00, 0x5bf8 } },
+    i32 = { 'int32_t', { 0, -1, 2147483647, -2147483648, 16777217, 16777219, 65536, 65535, 256, -129, 2049 } },
+    i64 = { 'int64_t', { 0LL, -1LL, 9007199254740993LL, -9007199254740993LL, 0x7fffffffffffffffLL,
+      -0x7fffffffffffffffLL - 1, 0x100000005LL, 2147483648LL, -2147483649LL, 65537LL, 16777217LL } },
+    u16 = { 'uint16_t', { 0, 65535, 32768, 2049, 255, 256 } },
+    u8 = { 'uint8_t', { 0, 255, 128, 127, 1 } },
+  }
+  local NAMES = { 'f32', 'bf16', 'f16', 'i32', 'i64', 'u16', 'u8' }
+
+  local function from_bits(dtype)
+    local ctype, bits = EDGES[dtype][1], EDGES[dtype][2]
+    local t = T.empty({ #bits }, dtype)
+    local p = ffi.cast(ctype .. ' *', t:data())
+    for i, b in ipairs(bits) do p[i - 1] = b end
+    return t
+  end
+
+  local function bytes(t)
+    local host = t.device == 'cpu' and t or t:to('cpu')
+    return ffi.string(host:data(), host:nbytes())
+  end
+
+  it('casts every dtype pair on edge values to the bits the CPU gives', function()
+    if not gpu_or_skip() then return end
+    for _, from in ipairs(NAMES) do
+      local host = from_bits(from)
+      local gpu = host:to(DEVICE)
+      local n = host:numel()
+      local every_other = gpu:view({ n, 1 }):narrow(1, 1, n - n % 2):view({ (n - n % 2) / 2, 2 }):narrow(2, 1, 1)
+      local host_strided = host:view({ n, 1 }):narrow(1, 1, n - n % 2):view({ (n - n % 2) / 2, 2 }):narrow(2, 1, 1)
+      for _, to in ipairs(NAMES) do
+        assert.are.equal(bytes(host:to(to)), bytes(gpu:to(to)), from .. ' -> ' .. to)
+        assert.are.equal(bytes(host_strided:to(to)), bytes(every_other:to(to)), from .. ' -> ' .. to .. ' (strided)')
+      end
+    end
+  end)
+
   it('embedding forward and backward', function()
     if not gpu_or_skip() then return end
     agree('embedding', function(device)
@@ -164,6 +212,76 @@ describe('CUDA agrees with the CPU #gpu', function()
       check(C.wk_op_attention_backward(dqkv, randn({ B, TT, CH }, 17, device), qkv, att, NH))
       return { out, att, dqkv }
     end)
+  end)
+
+  -- Realistic shapes: GPT-2's widths, rows and sequences not multiples of a warp or a block, so the
+  -- tails of every tiling (cuBLAS, a warp per row, a block per row, row chunks) are exercised.
+  it('matmul, layernorm and attention at GPT-2 widths', function()
+    if not gpu_or_skip() then return end
+    local rows, width, seq, heads = 2 * 257, 768, 257, 12
+    for _, transpose in ipairs({ 0, 1 }) do
+      agree('matmul 768 -> 2304, transpose_w = ' .. transpose, function(device)
+        local inp, bias = randn({ rows, width }, 30, device), randn({ 3 * width }, 31, device)
+        local w = randn(transpose == 1 and { 3 * width, width } or { width, 3 * width }, 32, device)
+        local out = T.empty({ rows, 3 * width }, 'f32', device)
+        check(C.wk_op_matmul(out, inp, w, bias, transpose))
+        local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros(w.shape, 'f32', device), T.zeros({ 3 * width }, 'f32', device)
+        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ rows, 3 * width }, 33, device), inp, w, transpose))
+        return { out, dinp, dw, db }
+      end)
+    end
+    agree('layernorm 768', function(device)
+      local inp, w, b = randn({ rows, width }, 34, device), randn({ width }, 35, device), randn({ width }, 36, device)
+      local out, mean, rstd = T.empty({ rows, width }, 'f32', device), T.empty({ rows }, 'f32', device), T.empty({ rows }, 'f32', device)
+      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+      local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros({ width }, 'f32', device), T.zeros({ width }, 'f32', device)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ rows, width }, 37, device), inp, w, mean, rstd))
+      return { out, mean, rstd, dinp, dw, db }
+    end)
+    agree('attention T = 257, 12 heads', function(device)
+      local qkv = randn({ 2, seq, 3 * width }, 38, device)
+      local out, att = T.empty({ 2, seq, width }, 'f32', device), T.empty({ 2, heads, seq, seq }, 'f32', device)
+      check(C.wk_op_attention(out, att, qkv, heads))
+      local dqkv = T.zeros(qkv.shape, 'f32', device)
+      check(C.wk_op_attention_backward(dqkv, randn({ 2, seq, width }, 39, device), qkv, att, heads))
+      return { out, att, dqkv }
+    end)
+  end)
+
+  it('cross-entropy over the GPT-2 vocabulary', function()
+    if not gpu_or_skip() then return end
+    local rows, vocab = 33, 50257
+    agree('cross_entropy V = 50257', function(device)
+      local logits = randn({ rows, vocab }, 40, device)
+      local ids = {}
+      for i = 1, rows do ids[i] = (i * 7919) % vocab end
+      local targets = T.new(ids, 'i32', device)
+      local losses, sum = T.empty({ rows }, 'f32', device), ffi.new('double[1]')
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, rows, sum))
+      local dlogits = T.zeros({ rows, vocab }, 'f32', device)
+      check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, rows, 1))
+      return { losses, dlogits, T.new({ sum[0] }) }
+    end)
+  end)
+
+  -- The reductions run in a fixed order (block partials, then one ordered sum), so a rerun gives the
+  -- very bits: atomics would not.
+  it('sums and gradient reductions are the same bits run after run', function()
+    if not gpu_or_skip() then return end
+    local rows, width = 4099, 768
+    local inp, w, dout = randn({ rows, width }, 41, DEVICE), randn({ width }, 42, DEVICE), randn({ rows, width }, 43, DEVICE)
+    local mean, rstd = T.empty({ rows }, 'f32', DEVICE), T.empty({ rows }, 'f32', DEVICE)
+    check(C.wk_op_layernorm(T.empty({ rows, width }, 'f32', DEVICE), mean, rstd, inp, w, randn({ width }, 44, DEVICE), 1e-5))
+    local function once()
+      local sum = ffi.new('double[1]')
+      check(C.wk_op_sumsq(inp, sum))
+      local dinp, dw, db = T.zeros({ rows, width }, 'f32', DEVICE), T.zeros({ width }, 'f32', DEVICE), T.zeros({ width }, 'f32', DEVICE)
+      check(C.wk_op_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd))
+      local dmm, dww, dbias = T.zeros({ rows, width }, 'f32', DEVICE), T.zeros({ width, 8 }, 'f32', DEVICE), T.zeros({ 8 }, 'f32', DEVICE)
+      check(C.wk_op_matmul_backward(dmm, dww, dbias, dout:narrow(2, 1, 8):contiguous(), inp, randn({ width, 8 }, 45, DEVICE), 0))
+      return { sum[0], bytes(dw), bytes(db), bytes(dbias) }
+    end
+    assert.are.same(once(), once())
   end)
 
   it('cross-entropy forward and backward with a mask', function()

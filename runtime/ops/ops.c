@@ -74,8 +74,8 @@ static WkStatus index_layout(const char *op, const char *name, const WkTensor *t
   return WK_OK;
 }
 
-/* A kernel of the CUDA module: CUDA->fill(...) (runtime/tensor/cuda_module.h). */
-#define CUDA wk_cuda()
+/* A kernel of the CUDA module: CUDA->fill(...) (runtime/ops/cuda_ops.h). */
+#define CUDA wk_cuda_ops()
 
 /* Runs cuda_call on t's device: the op's arguments all live there (check_arg), so entering it once
  * puts the launches, the cuBLAS handle and the scratch memory on the right GPU. */
@@ -123,7 +123,7 @@ WkStatus wk_op_fill(WkTensor *t, double value) {
 
 WkStatus wk_op_scale(WkTensor *t, float alpha) {
   ARG_FLAT("scale", t, WK_F32, NULL, numel(t));
-  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(F32(t), numel(t), alpha));
+  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(t->dtype, tensor_ptr(t), numel(t), alpha));
 }
 
 
@@ -133,7 +133,7 @@ WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b) {
   ARG_FLAT("add", out, act, NULL, numel(out));
   ARG_FLAT("add", a, act, out, numel(out));
   ARG_FLAT("add", b, act, out, numel(out));
-  return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(F32(out), F32(a), F32(b), numel(out)));
+  return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(act, tensor_ptr(out), tensor_ptr(a), tensor_ptr(b), numel(out)));
 }
 
 WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
@@ -141,7 +141,7 @@ WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
   ACT("axpy", y, act);
   ARG_FLAT("axpy", y, act, NULL, numel(y));
   ARG_FLAT("axpy", x, act, y, numel(y));
-  return DISPATCH(y, cpu_axpy(DATA(y), alpha, DATA(x), act, numel(y)), CUDA->axpy(F32(y), alpha, F32(x), numel(y)));
+  return DISPATCH(y, cpu_axpy(DATA(y), alpha, DATA(x), act, numel(y)), CUDA->axpy(act, tensor_ptr(y), alpha, tensor_ptr(x), numel(y)));
 }
 
 WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
@@ -176,7 +176,7 @@ WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp) {
   ACT("gelu", out, act);
   ARG_FLAT("gelu", out, act, NULL, numel(out));
   ARG_FLAT("gelu", inp, act, out, numel(out));
-  return DISPATCH(out, cpu_gelu_forward(DATA(out), DATA(inp), act, numel(out)), CUDA->gelu_forward(F32(out), F32(inp), numel(out)));
+  return DISPATCH(out, cpu_gelu_forward(DATA(out), DATA(inp), act, numel(out)), CUDA->gelu_forward(act, tensor_ptr(out), tensor_ptr(inp), numel(out)));
 }
 
 WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp) {
@@ -186,7 +186,7 @@ WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTenso
   ARG_FLAT("gelu_backward", dout, act, dinp, numel(dinp));
   ARG_FLAT("gelu_backward", inp, act, dinp, numel(dinp));
   return DISPATCH(dinp, cpu_gelu_backward(DATA(dinp), DATA(dout), DATA(inp), act, numel(dinp)),
-                  CUDA->gelu_backward(F32(dinp), F32(dout), F32(inp), numel(dinp)));
+                  CUDA->gelu_backward(act, tensor_ptr(dinp), tensor_ptr(dout), tensor_ptr(inp), numel(dinp)));
 }
 
 WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr, float beta1,
@@ -268,7 +268,7 @@ WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const Wk
   ARG("layernorm", weight, act, inp, C);
   ARG("layernorm", bias, act, inp, C);
   return DISPATCH(inp, cpu_layernorm_forward(DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), act, (size_t)N, (size_t)C, eps),
-                  CUDA->layernorm_forward(F32(out), F32(mean), F32(rstd), F32(inp), F32(weight), F32(bias), (size_t)N, (size_t)C, eps));
+                  CUDA->layernorm_forward(act, tensor_ptr(out), F32(mean), F32(rstd), tensor_ptr(inp), tensor_ptr(weight), tensor_ptr(bias), (size_t)N, (size_t)C, eps));
 }
 
 WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias, const WkTensor *dout,
@@ -287,7 +287,7 @@ WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *d
   ARG("layernorm_backward", dbias, WK_F32, inp, C);
   return DISPATCH(inp,
                   cpu_layernorm_backward(DATA(dinp), F32(dweight), F32(dbias), DATA(dout), DATA(inp), DATA(weight), F32(mean), F32(rstd), act, (size_t)N, (size_t)C),
-                  CUDA->layernorm_backward(F32(dinp), F32(dweight), F32(dbias), F32(dout), F32(inp), F32(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C));
+                  CUDA->layernorm_backward(act, tensor_ptr(dinp), tensor_ptr(dweight), tensor_ptr(dbias), tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C));
 }
 
 /* inp [..., C], w [C, OC] or transposed [OC, C]. */
@@ -309,7 +309,7 @@ WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, con
   if (bias) ARG("matmul", bias, act, inp, OC);
   if (out->shape[out->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul: out's last dim must be %lld", (long long)OC);
   if (!on_cuda(inp)) return cpu_matmul_forward(DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
-  return ON_DEVICE(inp, CUDA->matmul_forward(inp->storage->device_index, F32(out), F32(inp), F32(w), OPT_F32(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  return ON_DEVICE(inp, CUDA->matmul_forward(act, tensor_ptr(out), tensor_ptr(inp), tensor_ptr(w), bias ? tensor_ptr(bias) : NULL, (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
@@ -322,7 +322,7 @@ WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, co
   ARG_FLAT("matmul_backward", dout, act, inp, N * OC);
   if (dbias) ARG("matmul_backward", dbias, WK_F32, inp, OC);
   if (!on_cuda(inp)) return cpu_matmul_backward(DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
-  return ON_DEVICE(inp, CUDA->matmul_backward(inp->storage->device_index, F32(dinp), F32(dw), OPT_F32(dbias), F32(dout), F32(inp), F32(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  return ON_DEVICE(inp, CUDA->matmul_backward(act, tensor_ptr(dinp), tensor_ptr(dw), dbias ? tensor_ptr(dbias) : NULL, tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 /* ---- attention and loss ----------------------------------------------------------------------- */

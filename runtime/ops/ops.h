@@ -5,8 +5,8 @@
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
  * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
  * rows split over a small worker pool, cpu/parallel.h, so every core works); cuda/, the same kernels in
- * CUDA (cuBLAS GEMM), compiled only when nvcc exists, into the CUDA module whose table
- * (runtime/tensor/cuda_module.h) lists their signatures. Kernels take raw pointers and sizes and
+ * CUDA (cuBLAS GEMM), compiled only when nvcc exists, into the CUDA module; cuda_ops.h lists their
+ * signatures and cuda_ops.c fills their table. Kernels take raw pointers and sizes and
  * trust their arguments: validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
  * Gradient outputs are accumulated (+=) by every backward kernel.
  *
@@ -15,7 +15,7 @@
 #ifndef WK_OPS_H
 #define WK_OPS_H
 
-#include "../tensor/cuda_module.h"
+#include "cuda_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,7 +94,7 @@ WkStatus cpu_attention_cached(float *out, const float *q, const float *k, const 
                               int64_t start);  /* allocates scores */
 
 /* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------
- * Entries of the CUDA module's table, declared once in runtime/tensor/cuda_module.h. */
+ * Entries of the kernels' table, declared once in runtime/ops/cuda_ops.h. */
 
 #ifdef __cplusplus
 }

@@ -4,9 +4,10 @@
  * wk_cuda_device_count() is the gate: without an NVIDIA device node (/dev/nvidiactl) or with
  * WICK_CUDA=0 nothing is loaded, so CPU runs never map cudart or cuBLAS. Otherwise the module is
  * opened from next to libwick.so (or WICK_CUDA_LIB) and every entry of cuda_module.h is resolved
- * once; a module that lacks one is not used at all. A missing module or driver is a device count of
- * 0 with the reason logged at info level. In a build without nvcc the same table holds only the
- * stand-ins, so callers need no #ifdef.
+ * once; a module that lacks one is not used at all. The kernels' table (runtime/ops/cuda_ops.c)
+ * resolves its entries from the same module through wk_cuda_resolve. A missing module or driver is a
+ * device count of 0 with the reason logged at info level. In a build without nvcc the same table holds
+ * only the stand-ins, so callers need no #ifdef.
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -24,7 +25,7 @@ static const char MODULE_NAME[] = "libwick_cuda.so";
 #endif
 
 /* Callers add what they were doing ("cuda:0 tensor: ..."). */
-static WkStatus unavailable(void) {
+WkStatus wk_cuda_unavailable(void) {
 #ifdef WK_HAVE_CUDA
   return WK_FAIL(WK_ERR_UNSUPPORTED, "the CUDA backend is not available (no NVIDIA device, WICK_CUDA=0, or %s "
                  "could not be loaded; WICK_LOG=info says why)", MODULE_NAME);
@@ -33,31 +34,21 @@ static WkStatus unavailable(void) {
 #endif
 }
 
-/* The stand-ins, one per entry: fail, report no device, or do nothing, by the return type. */
-#define STAND_IN_RESULT_WkStatus(name) return unavailable();
-#define STAND_IN_RESULT_int(name) return 0;
-#define STAND_IN_RESULT_void(name)
-#define DEFINE_STAND_IN(ret, name, params) \
-  static ret stand_in_##name params { STAND_IN_RESULT_##ret(#name) }
-WK_CUDA_MODULE_FUNCTIONS(DEFINE_STAND_IN)
-#undef DEFINE_STAND_IN
+WK_CUDA_MODULE_FUNCTIONS(WK_CUDA_STAND_IN)
 
-static WkCudaModule table = {
-#define STAND_IN_ENTRY(ret, name, params) .name = stand_in_##name,
-    WK_CUDA_MODULE_FUNCTIONS(STAND_IN_ENTRY)
-#undef STAND_IN_ENTRY
-};
+static WkCudaModule table = {WK_CUDA_MODULE_FUNCTIONS(WK_CUDA_STAND_IN_ENTRY)};
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
 #ifdef WK_HAVE_CUDA
+static void *loaded;  /* the loaded module (its tensor half resolved), or NULL */
 static const char DEVICE_NODE[] = "/dev/nvidiactl";
 enum { SYMBOL_CAPACITY = 64 };
 
-static bool resolve(void *module, const char *name, void **out) {
+static bool symbol_of(void *opened, const char *name, void **out) {
   char symbol[SYMBOL_CAPACITY];
   snprintf(symbol, sizeof symbol, "cuda_%s", name);
-  *out = dlsym(module, symbol);
+  *out = dlsym(opened, symbol);
   if (!*out) wk_logf(WK_LOG_WARN, "CUDA module lacks %s: using the CPU backend (rebuild: make)", symbol);
   return *out != NULL;
 }
@@ -68,24 +59,36 @@ static void load_module(void) {
   if (access(DEVICE_NODE, F_OK) != 0) return; /* no NVIDIA driver: nothing to load */
   char path[PATH_MAX];
   wk_module_path(MODULE_NAME, "WICK_CUDA_LIB", path, sizeof path);
-  void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!module) {
+  void *opened = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!opened) {
     wk_logf(WK_LOG_INFO, "CUDA backend not loaded (%s): using the CPU backend", dlerror());
     return;
   }
   WkCudaModule found;
   bool ok = true;
-#define RESOLVE(ret, name, params) ok = ok && resolve(module, #name, (void **)&found.name);
-  WK_CUDA_MODULE_FUNCTIONS(RESOLVE)
-#undef RESOLVE
+#define RESOLVE_TENSOR_ENTRY(ret, name, params) ok = ok && symbol_of(opened, #name, (void **)&found.name);
+  WK_CUDA_MODULE_FUNCTIONS(RESOLVE_TENSOR_ENTRY)
+#undef RESOLVE_TENSOR_ENTRY
   if (!ok) {
-    dlclose(module);
+    dlclose(opened);
     return;
   }
   table = found; /* the module stays loaded for the life of the process */
+  loaded = opened;
+}
+
+bool wk_cuda_resolve(const char *name, void **out) {
+  pthread_once(&load_once, load_module);
+  *out = NULL;
+  return loaded && symbol_of(loaded, name, out);
 }
 #else
 static void load_module(void) {}
+
+bool wk_cuda_resolve(const char *name, void **out) {
+  *out = NULL;
+  return false;
+}
 #endif
 
 static const WkCudaModule *_Atomic in_use;  /* wk_cuda_use's table, NULL: the loaded one */

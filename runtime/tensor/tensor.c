@@ -3,7 +3,7 @@
  *
  * A WkTensor is small and owned by one caller; its storage is shared by reference count. Copies
  * that involve a device go through the CUDA module (runtime/tensor/cuda/copy.cu); CPU copies that
- * cast or gather run the typed loops of convert.c. Element access (get/set) goes through double, for
+ * cast or gather run the typed loops of cast.c. Element access (get/set) goes through double, for
  * debugging.
  */
 #include <math.h>
@@ -235,7 +235,7 @@ static double load_element(const void *base, WkDType dtype, int64_t i) {
 
 /* v truncated toward zero into int32 (i32, u16, u8) or int64, with NaN and values outside the type
  * giving its minimum: what x86 answers, so what the plain casts gave, without their undefined
- * behaviour (the copies of convert.c do the same from float). */
+ * behaviour (the copies of cast.c do the same from float). */
 static const double INT32_LIMIT = 2147483648.0, INT64_LIMIT = 9223372036854775808.0;
 static int32_t int32_truncated(double v) { return (int32_t)(v >= -INT32_LIMIT && v < INT32_LIMIT ? v : -INT32_LIMIT); }
 static int64_t int64_truncated(double v) { return (int64_t)(v >= -INT64_LIMIT && v < INT64_LIMIT ? v : -INT64_LIMIT); }
@@ -276,7 +276,7 @@ WkStatus wk_tensor_set(WkTensor *t, int64_t index, double value) {
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 
-/* CPU to CPU: a contiguous same-dtype source is one memmove; anything else runs convert.c's loops. */
+/* CPU to CPU: a contiguous same-dtype source is one memmove; anything else runs cast.c's loops. */
 static void copy_on_cpu(WkTensor *dst, const WkTensor *src) {
   if (dst->dtype == src->dtype && wk_tensor_is_contiguous(src)) {
     memmove(tensor_ptr(dst), tensor_ptr(src), (size_t)wk_tensor_numel(dst) * dtype_sizes[dst->dtype]);

@@ -103,27 +103,28 @@ WkStatus wk_tensor_index_layout(const WkTensor *t, WkIndexLayout *out);
 const char *wk_tensor_describe(const WkTensor *t, char *buf, size_t size);
 
 /* CPU to CPU, any dtypes, any source strides, into a contiguous dst of as many elements that does not
- * overlap src (runtime/tensor/convert.c, which says what each dtype pair does to a value). */
+ * overlap src (runtime/tensor/cast.c, which says what each dtype pair does to a value). */
 void wk_tensor_copy_cpu(WkTensor *dst, const WkTensor *src);
 
 /* ---- scalar conversions (round to nearest even, like the hardware) ---------------------------
- * Inline and without branches, so that loops over them vectorize (runtime/tensor/convert.c). */
+ * Inline and without branches, so that loops over them vectorize (runtime/tensor/cast.c); compiled
+ * for the GPU too, so its casts (runtime/tensor/cuda/copy.cu) give the very same bits. */
 
-static inline uint32_t wk_f32_bits(float f) {
+WK_HOST_DEVICE static inline uint32_t wk_f32_bits(float f) {
   uint32_t bits;
   memcpy(&bits, &f, sizeof bits);
   return bits;
 }
 
-static inline float wk_f32_from_bits(uint32_t bits) {
+WK_HOST_DEVICE static inline float wk_f32_from_bits(uint32_t bits) {
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-static inline float wk_bf16_to_f32(uint16_t h) { return wk_f32_from_bits((uint32_t)h << 16); }
+WK_HOST_DEVICE static inline float wk_bf16_to_f32(uint16_t h) { return wk_f32_from_bits((uint32_t)h << 16); }
 
-static inline uint16_t wk_f32_to_bf16(float f) {
+WK_HOST_DEVICE static inline uint16_t wk_f32_to_bf16(float f) {
   uint32_t bits = wk_f32_bits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  /* quiet nan */
   bits += 0x7fffu + ((bits >> 16) & 1u);
@@ -144,13 +145,13 @@ static const uint16_t WK_F16_INF = 0x7c00u, WK_F16_QUIET_NAN = 0x7e00u, WK_F16_S
 
 /* cond ? a : b by masks. The f16 conversions choose this way: a ternary there becomes a branch around
  * their float addition, which gcc will not make unconditional again (-ftrapping-math), so no vectorizing. */
-static inline uint32_t wk_bits_select(bool cond, uint32_t a, uint32_t b) {
+WK_HOST_DEVICE static inline uint32_t wk_bits_select(bool cond, uint32_t a, uint32_t b) {
   uint32_t mask = 0u - (uint32_t)cond;
   return (a & mask) | (b & ~mask);
 }
 
 /* Exact. NaN becomes the quiet NaN of its sign (the payload is dropped). */
-static inline float wk_f16_to_f32(uint16_t h) {
+WK_HOST_DEVICE static inline float wk_f16_to_f32(uint16_t h) {
   uint32_t magnitude = (uint32_t)(h & 0x7fffu) << WK_F16_DROPPED_BITS;  /* exponent and mantissa in f32's place */
   uint32_t exponent_mask = (uint32_t)WK_F16_INF << WK_F16_DROPPED_BITS, exponent = magnitude & exponent_mask;
   uint32_t normal = magnitude + ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS);
@@ -163,15 +164,15 @@ static inline float wk_f16_to_f32(uint16_t h) {
 }
 
 /* Nearest even; overflow (from 65520 on) gives inf, NaN the quiet NaN of its sign. */
-static inline uint16_t wk_f32_to_f16(float f) {
+WK_HOST_DEVICE static inline uint16_t wk_f32_to_f16(float f) {
   uint32_t bits = wk_f32_bits(f), sign = (bits >> 16) & WK_F16_SIGN, a = bits & 0x7fffffffu;
   /* Below 2^-14: adding 0.5 (2^-1, 24 binades up) puts the multiples of 2^-24 in the low mantissa bits,
    * rounded to nearest even by the addition itself. */
   uint32_t tiny = wk_f32_bits(wk_f32_from_bits(a) + 0.5f) - wk_f32_bits(0.5f);
   /* Normal: rebias, and round the dropped bits to nearest even; a carry moves into the next binade
    * (and past 65504 into inf). */
-  uint32_t odd = (a >> WK_F16_DROPPED_BITS) & 1u, half = (1u << (WK_F16_DROPPED_BITS - 1)) - 1u;
-  uint32_t normal = (a - ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS) + half + odd) >> WK_F16_DROPPED_BITS;
+  uint32_t odd = (a >> WK_F16_DROPPED_BITS) & 1u, below_half = (1u << (WK_F16_DROPPED_BITS - 1)) - 1u;
+  uint32_t normal = (a - ((uint32_t)WK_F16_REBIAS << WK_F32_MANTISSA_BITS) + below_half + odd) >> WK_F16_DROPPED_BITS;
   uint32_t magnitude = wk_bits_select(a < WK_F16_SMALLEST_NORMAL_AS_F32, tiny, normal);
   magnitude = wk_bits_select(a >= WK_F16_OVERFLOW_AS_F32, WK_F16_INF, magnitude);
   magnitude = wk_bits_select(a > WK_F32_INF_BITS, WK_F16_QUIET_NAN, magnitude);

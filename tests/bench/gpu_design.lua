@@ -1,5 +1,5 @@
 -- The GPU kernels' design figures for GPT-2 124M (recipes/gpt2_124m.lua: its shape, micro batch and
--- peak FLOP/s), computed by wick.nn.cost: FLOPs per step, bytes moved per step by kernel family, and
+-- peak FLOP/s), computed by wick.nn.cost: FLOPs per step, bytes moved per step by each kernel, and
 -- the MFU llm.c's published H100 rate would be. Printed next to the CPU measurements until a GPU is
 -- measured (`make gpu-check` does that); every row says it is a design figure, not a timing.
 local cost = require 'wick.nn.cost'
@@ -20,11 +20,13 @@ print(('GPT-2 124M: %d layers, dim %d, %d heads, vocab %d, T %d, micro batch %d 
   m.layers, m.dim, m.heads, m.vocab, m.seq_len, B, tokens, cost.parameter_count(m) / 1e6))
 local flops = cost.flops_per_token(m) * tokens
 design('FLOPs per step (fwd + bwd)', flops, 'FLOP', '6 x parameters + 12 L C T per token (PaLM appendix B)')
-local families, total = cost.bytes_per_step(m, B)
-for _, f in ipairs(families) do
-  design('bytes moved per step: ' .. f.family, f.bytes / 1e9, 'GB', ('%.1f%% of the step'):format(100 * f.bytes / total))
+local kernels, total = cost.bytes_per_step(m, B)
+for _, k in ipairs(kernels) do
+  design('bytes moved per step: ' .. k.name, k.bytes / 1e9, 'GB', ('%.1f%% of the step'):format(100 * k.bytes / total))
 end
-design('bytes moved per step: all kernels', total / 1e9, 'GB', "f32, each kernel's compulsory traffic")
+design('bytes moved per step: all kernels', total / 1e9, 'GB', "f32 storage, each kernel's compulsory traffic")
+local _, total_bf16 = cost.bytes_per_step(m, B, 2)
+design('bytes moved per step: all, bf16', total_bf16 / 1e9, 'GB', 'activations in 2 bytes; masters, moments, P in f32')
 design('step floor at peak FLOP/s', flops / peak * 1e3, 'ms', ('%g TFLOP/s (the recipe\'s log.peak_flops)'):format(peak / 1e12))
 design('step floor at HBM bandwidth', total / H100_HBM_BYTES_PER_S * 1e3, 'ms', 'H100 SXM, 3.35 TB/s')
 design("MFU at llm.c's H100 rate", 100 * cost.mfu(m, LLMC_H100_TOKENS_PER_S, peak), '%',

@@ -1,6 +1,6 @@
 /*
  * test_placement.c — that every CUDA entry point runs on its tensors' device, over a fake CUDA module
- * of two devices (wk_cuda_use) that records the device current when each of its entries is called:
+ * of two devices (wk_cuda_use, wk_cuda_ops_use) that records the device current when each of its entries is called:
  * ops enter their tensors' device, allocations and copies theirs, an op mixing devices is refused
  * naming both before anything runs, a thread's current stream is per device, pinned memory is made
  * on the process's default device, and copy_async casts and copies on the stream it is given.
@@ -11,7 +11,6 @@
 
 #include "check.h"
 #include "ops/ops.h"
-#include "tensor/cuda_module.h"
 
 static _Thread_local int fake_current = -1;  /* the fake driver's current device, per thread */
 static int set_device_calls, add_device, copy_device, copy_convert_device, host_alloc_device;
@@ -43,9 +42,9 @@ static WkStatus fake_host_alloc(size_t bytes, void **out) {
 
 static void fake_host_free(void *ptr) { free(ptr); }
 
-static WkStatus fake_add(float *out, const float *a, const float *b, size_t n) {
+static WkStatus fake_add(WkDType dtype, void *out, const void *a, const void *b, size_t n) {
   add_device = fake_current;
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  for (size_t i = 0; i < n; i++) ((float *)out)[i] = ((const float *)a)[i] + ((const float *)b)[i];
   return WK_OK;
 }
 
@@ -77,6 +76,7 @@ static void fake_stream_free(void *handle) {}
 static WkStatus fake_synchronize(void *handle) { return WK_OK; }
 
 static WkCudaModule fake;
+static WkCudaOps fake_ops;
 
 static void use_fake(void) {
   fake = *wk_cuda();  /* the stand-ins, for every entry not faked */
@@ -86,7 +86,6 @@ static void use_fake(void) {
   fake.release = fake_release;
   fake.host_alloc = fake_host_alloc;
   fake.host_free = fake_host_free;
-  fake.add = fake_add;
   fake.copy = fake_copy;
   fake.copy_convert = fake_copy_convert;
   fake.record_stream = fake_record_stream;
@@ -94,6 +93,9 @@ static void use_fake(void) {
   fake.stream_free = fake_stream_free;
   fake.stream_synchronize = fake_synchronize;
   wk_cuda_use(&fake);
+  fake_ops = *wk_cuda_ops();
+  fake_ops.add = fake_add;
+  wk_cuda_ops_use(&fake_ops);
 }
 
 static WkTensor *vector(WkDType dtype, int device) {
@@ -206,6 +208,7 @@ int main(void) {
   RUN_TEST(test_the_current_stream_is_per_device);
   RUN_TEST(test_copy_async_casts_and_copies_on_its_stream);
   RUN_TEST(test_pinned_memory_is_made_on_the_default_device);
+  wk_cuda_ops_use(NULL);
   wk_cuda_use(NULL);
   return check_failures ? 1 : 0;
 }

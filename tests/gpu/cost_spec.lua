@@ -21,20 +21,44 @@ describe('wick.nn.cost', function()
     assert.is_true(math.abs(cost.mfu(GPT2_124M, 468e3, 989e12) - 0.407) < 0.001)
   end)
 
-  it('splits the bytes a step moves by kernel family, the weights and moments counted where they move', function()
-    local families, total = cost.bytes_per_step(GPT2_124M, 16)
+  it('lists the bytes a step moves kernel by kernel, the weights and moments counted where they move', function()
+    local kernels, total = cost.bytes_per_step(GPT2_124M, 16)
     local by, sum = {}, 0
-    for _, f in ipairs(families) do
-      by[f.family] = f.bytes
-      sum = sum + f.bytes
+    for _, k in ipairs(kernels) do
+      by[k.name] = k.bytes
+      sum = sum + k.bytes
     end
     assert.are.equal(sum, total)
     assert.are.equal(4 * 7 * 124475904, by.adamw)  -- p, g, m, v read; p, m, v written
-    -- the (B, NH, T, T) weights are written once and read once: twice 805 MB a layer at least
-    assert.is_true(by.attention > 12 * 2 * 4 * 16 * 12 * 1024 * 1024)
+    -- the (B, NH, T, T) f32 probabilities are written once and read once: twice 805 MB a layer at least
+    assert.is_true(by['causal softmax'] >= 12 * 2 * 4 * 16 * 12 * 1024 * 1024)
     -- twice the micro batch moves twice the activations; the weights' share stays
     local _, double = cost.bytes_per_step(GPT2_124M, 32)
     assert.is_true(double > 1.9 * total - by.adamw and double < 2 * total)
+    -- 2-byte storage halves what the activations move, not the f32 optimizer or probabilities (at
+    -- T = 1024 the probabilities are a third of the step's bytes)
+    local _, bf16 = cost.bytes_per_step(GPT2_124M, 16, 2)
+    assert.is_true(bf16 < 0.85 * total and bf16 > 0.5 * total, bf16 / total)
+  end)
+
+  it('gives the linear layers 2 FLOPs per row and weight', function()
+    local N, C, V = 16 * 1024, 768, GPT2_124M.vocab
+    local linear = 0
+    for _, k in ipairs(cost.kernels(GPT2_124M, 16)) do
+      if not k.name:find('^attention [QP]') then linear = linear + k.flops * k.calls end
+    end
+    assert.are.equal(2 * N * (12 * 12 * C * C + V * C), linear)
+  end)
+
+  it('computes the figures docs/gpu.md quotes for GPT-2 124M at B = 16, T = 1024', function()
+    local shape = { layers = 12, heads = 12, dim = 768, vocab = 50257, seq_len = 1024 }  -- the doc's V
+    local doc = helper.read_file(helper.ROOT .. '/docs/gpu.md')
+    assert.truthy(doc:find(('| forward | | %.1f |'):format(cost.forward_flops(shape, 16) / 1e9), 1, true))
+    for _, k in ipairs(cost.kernels(shape, 16)) do
+      if k.name == 'cross-entropy backward' then
+        assert.truthy(doc:find(('| %d |'):format(math.floor(k.bytes / 1e6 + 0.5)), 1, true))
+      end
+    end
   end)
 
   it("labels every bench row of the GPU design as computed, not measured", function()

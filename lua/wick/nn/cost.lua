@@ -1,12 +1,13 @@
--- wick.nn.cost: what one training step of a GPT-2 costs, computed from its shape: parameters, FLOPs,
--- the bytes each kernel family moves, and MFU. The log's MFU (wick.train), `make bench`'s design
--- figures (tests/bench/gpu_design.lua) and `make gpu-check`'s MFU all read these formulas.
+-- wick.nn.cost: what one training step of a GPT-2 asks of the hardware, computed from its shape:
+-- parameters, FLOPs, the FLOPs and bytes of each kernel, and MFU. The one place these formulas live:
+-- the log's MFU (wick.train), `make bench`'s design figures (tests/bench/gpu_design.lua),
+-- `make gpu-check`'s MFU and docs/gpu.md's tables all read them.
 --
 -- A shape m is { layers =, heads =, dim =, vocab =, seq_len = } (wick.nn.gpt's fields); B is the
 -- micro batch in rows. Figures are design figures: what the formulas give, never a timing.
 local cost = {}
 
-local F32 = 4  -- bytes of an activation, gradient or optimizer value: the CUDA backend computes in f32
+local F32 = 4  -- bytes of an f32 value: master weights, their gradients, AdamW's moments, the softmax's P
 
 -- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
 -- the final LayerNorm; the output projection is tied.
@@ -28,48 +29,56 @@ function cost.mfu(m, tokens_per_s, peak_flops)
   return cost.flops_per_token(m) * tokens_per_s / peak_flops
 end
 
--- The bytes a matmul of (N x C) by (C x OC) moves: forward reads the input and the weight and
--- writes the output; backward reads the output's gradient, the input and the weight, writes the
--- input's gradient and accumulates the weight's (read and written).
-local function matmul_bytes(N, C, OC)
-  local forward = N * C + C * OC + N * OC
-  local backward = N * OC + N * C + C * OC + N * C + 2 * C * OC
-  return F32 * (forward + backward)
+-- The kernels of one step of micro batch B whose activations are stored in `storage` bytes (4 for
+-- f32, 2 for bf16): a list of { name =, flops =, bytes =, calls = }, flops and bytes per call, calls
+-- per step (forward and backward kernels listed apart; a GEMM's backward is two GEMMs of its size,
+-- counted in its calls' FLOPs by the step's 3x). Bytes are each kernel's compulsory traffic: every
+-- operand read or written once, as a kernel that keeps its tiles on chip would. The attention GEMMs
+-- count the full T x T square, as they compute it.
+function cost.kernels(m, B, storage)
+  local V, T, L, NH, C = m.vocab, m.seq_len, m.layers, m.heads, m.dim
+  local S = storage or F32
+  local N, hs = B * T, C / NH
+  local att = B * NH * T * T  -- the probabilities of one layer, kept in f32
+  local function gemm(name, M, K, Nn, calls)
+    return { name = name, flops = 2 * M * K * Nn, bytes = S * (M * K + K * Nn + M * Nn), calls = calls }
+  end
+  return {
+    gemm('qkv', N, C, 3 * C, L),
+    { name = 'attention QK^T', flops = 2 * att * hs, bytes = S * (2 * N * C) + F32 * att, calls = L },
+    { name = 'attention PV', flops = 2 * att * hs, bytes = F32 * att + S * (2 * N * C), calls = L },
+    gemm('attention projection', N, C, C, L),
+    gemm('mlp up', N, C, 4 * C, L),
+    gemm('mlp down', N, 4 * C, C, L),
+    gemm('classifier', N, C, V, 1),
+    { name = 'causal softmax', flops = 0, bytes = 2 * F32 * att, calls = L },
+    { name = 'softmax backward', flops = 0, bytes = 3 * F32 * att, calls = L },
+    { name = 'layernorm', flops = 0, bytes = 2 * S * N * C, calls = 2 * L + 1 },
+    { name = 'layernorm backward', flops = 0, bytes = 4 * S * N * C, calls = 2 * L + 1 },
+    { name = 'gelu', flops = 0, bytes = 2 * S * N * 4 * C, calls = L },
+    { name = 'gelu backward', flops = 0, bytes = 4 * S * N * 4 * C, calls = L },
+    { name = 'cross-entropy', flops = 0, bytes = S * N * V, calls = 1 },
+    { name = 'cross-entropy backward', flops = 0, bytes = 3 * S * N * V, calls = 1 },
+    -- reads parameter, gradient and both moments, writes parameter and moments: all f32
+    { name = 'adamw', flops = 0, bytes = 7 * F32 * cost.parameter_count(m), calls = 1 },
+  }
 end
 
--- Bytes moved by one training step of micro batch B, by kernel family: the compulsory traffic of
--- each kernel (every operand and saved activation read or written once, as a kernel that keeps
--- its tiles on chip would), forward + backward, f32. A list of { family =, bytes = } in the order
--- a step runs them, and their total.
-function cost.bytes_per_step(m, B)
-  local C, L, T, V, NH = m.dim, m.layers, m.seq_len, m.vocab, m.heads
-  local N = B * T
-  local NC, scores = N * C, B * NH * T * T
-  local P = cost.parameter_count(m)
-  local families = {
-    -- wte and wpe rows read, the sum written; backward reads dout and accumulates both tables' rows
-    { family = 'embedding', bytes = F32 * (3 * NC + 5 * NC) },
-    -- 2 per block + the final one: forward reads and writes a row; backward reads dout and the
-    -- input, accumulates dinp (read and written)
-    { family = 'layernorm', bytes = F32 * (2 * L + 1) * (2 * NC + 4 * NC) },
-    -- qkv, attention projection, MLP up and down per block, and the tied classifier
-    { family = 'matmul', bytes = L * (matmul_bytes(N, C, 3 * C) + matmul_bytes(N, C, C) + matmul_bytes(N, C, 4 * C)
-        + matmul_bytes(N, 4 * C, C)) + matmul_bytes(N, C, V) },
-    -- forward reads qkv, writes the (B, NH, T, T) weights it keeps for backward and the output;
-    -- backward reads dout, qkv and the weights, writes dqkv
-    { family = 'attention', bytes = F32 * L * ((3 * NC + scores + NC) + (NC + 3 * NC + scores + 3 * NC)) },
-    -- on the (N, 4C) MLP activation: forward reads and writes it; backward reads dout and the input, writes dinp
-    { family = 'gelu', bytes = F32 * L * (2 * 4 * NC + 3 * 4 * NC) },
-    -- the two residual sums per block: two rows read, one written
-    { family = 'residual', bytes = F32 * L * 2 * 3 * NC },
-    -- forward reads the logits (writes a loss per row); backward reads them again, writes dlogits
-    { family = 'cross_entropy', bytes = F32 * (N * V + N + 2 * N * V) },
-    -- reads parameter, gradient and both moments, writes parameter and moments
-    { family = 'adamw', bytes = F32 * 7 * P },
-  }
-  local total = 0
-  for _, f in ipairs(families) do total = total + f.bytes end
-  return families, total
+-- The FLOPs of one forward: the kernels' FLOPs times their calls (a step is about 3 of these).
+function cost.forward_flops(m, B)
+  local flops = 0
+  for _, k in ipairs(cost.kernels(m, B)) do flops = flops + k.flops * k.calls end
+  return flops
+end
+
+-- Bytes a step moves, kernel by kernel ({ name =, bytes = } for all its calls), and their total.
+function cost.bytes_per_step(m, B, storage)
+  local list, total = {}, 0
+  for _, k in ipairs(cost.kernels(m, B, storage)) do
+    list[#list + 1] = { name = k.name, bytes = k.bytes * k.calls }
+    total = total + k.bytes * k.calls
+  end
+  return list, total
 end
 
 return cost

@@ -1,80 +1,248 @@
 /*
- * blas.cu — matmul forward and backward with cuBLAS (fp32 GEMM, TF32 left off so results agree
- * with the CPU reference), plus the bias broadcast and reduction kernels around it.
+ * blas.cu — the GEMMs of the CUDA backend: the matmul op through cuBLASLt, the strided-batched
+ * products of attention through cuBLAS, and the bias gradient's column reduction.
+ *
+ * Precision: the storage type of the tensors picks the GEMM. 2-byte tensors (bf16, f16) multiply on
+ * the tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F over 16-bit inputs); f32 tensors run
+ * true fp32 arithmetic, TF32 off: the f32 path is the one checked against the CPU reference within
+ * 1e-4 (TF32's 10-bit mantissa errs by ~1e-3), and a run that wants speed stores its weights in bf16.
+ * The bias is added by the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS), not by a pass of its own.
+ * The bias gradient is a deterministic two-stage block reduction (column tiles x row chunks into
+ * scratch, then a sum over chunks added to dbias): the BGRAD epilogues would overwrite dbias where the
+ * op accumulates, and are supported for fewer layouts than the op allows.
  *
  * cuBLAS is column-major: a row-major [R, K] matrix is the column-major [K, R] one, so each
  * row-major product below is issued as the transposed product with the operands swapped.
- * One handle per device, created on first use, bound to the current stream on every call.
+ * One cuBLAS and one cuBLASLt handle per device, made on first use; each call binds the current stream.
  */
+#include <cublasLt.h>
 #include <pthread.h>
 
 #include "common.cuh"
 
+enum { LT_WORKSPACE_BYTES = 32 << 20 };  /* what cuBLASLt's Hopper kernels ask for, as in llm.c */
+
 static cublasHandle_t handles[MAX_DEVICES];
+static cublasLtHandle_t lt_handles[MAX_DEVICES];
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static WkStatus handle_for(int device, cublasHandle_t *out) {
+static WkStatus handles_for_current_device(cublasHandle_t *out, cublasLtHandle_t *lt_out) {
+  int device = 0;
+  CUDA_TRY(cudaGetDevice(&device));
   WK_TRY(check_device(device));
-  DEVICE_GUARD(device);  /* a handle belongs to the device current at its creation */
-  pthread_mutex_lock(&handles_lock);
-  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  if (!handles[device]) status = cublasCreate(&handles[device]);
+  pthread_mutex_lock(&handles_lock);  /* a handle belongs to the device current at its creation */
+  cublasStatus_t status = handles[device] ? CUBLAS_STATUS_SUCCESS : cublasCreate(&handles[device]);
+  if (status == CUBLAS_STATUS_SUCCESS && !lt_handles[device]) status = cublasLtCreate(&lt_handles[device]);
   pthread_mutex_unlock(&handles_lock);
   if (status != CUBLAS_STATUS_SUCCESS)
-    return WK_FAIL(WK_ERR_DEVICE, "cublasCreate on cuda:%d: %s", device, cublasGetStatusString(status));
+    return WK_FAIL(WK_ERR_DEVICE, "creating the cuBLAS handles of cuda:%d: %s", device, cublasGetStatusString(status));
   CUBLAS_TRY(cublasSetStream(handles[device], current_stream()));
-  *out = handles[device];
+  if (out) *out = handles[device];
+  if (lt_out) *lt_out = lt_handles[device];
   return WK_OK;
 }
 
-__global__ static void broadcast_rows_kernel(float *out, const float *bias, size_t N, size_t OC) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N * OC; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bias[i % OC];
+WkStatus cublas_for_current_device(cublasHandle_t *out) { return handles_for_current_device(out, NULL); }
+
+WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
+                              size_t K, float alpha, const float *A, size_t lda, size_t stride_a, const float *B,
+                              size_t ldb, size_t stride_b, float beta, float *Cm, size_t ldc, size_t stride_c) {
+  /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
+  CUBLAS_TRY(cublasSgemmStridedBatched(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       (int)N, (int)M, (int)K, &alpha, B, (int)ldb, (long long)stride_b, A, (int)lda,
+                                       (long long)stride_a, &beta, Cm, (int)ldc, (long long)stride_c, (int)batch));
+  return WK_OK;
 }
 
-/* dbias[o] += sum over rows of dout[:, o]: one thread per column. */
-__global__ static void column_sum_kernel(float *dbias, const float *dout, size_t N, size_t OC) {
-  for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < OC; o += (size_t)gridDim.x * blockDim.x) {
+/* ---- cuBLASLt ------------------------------------------------------------------------------------ */
+
+static cudaDataType_t cuda_type(WkDType dtype) {
+  return dtype == WK_BF16 ? CUDA_R_16BF : dtype == WK_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* A column-major product D[m, n] = alpha op(A) op(B) + beta D, with an optional bias epilogue. */
+struct LtGemm {
+  bool trans_a, trans_b;
+  size_t m, n, k;
+  const void *A;
+  size_t lda;
+  const void *B;
+  size_t ldb;
+  void *D;
+  size_t ldd;
+  float beta;
+  const void *bias;  /* [m], added to every column of D; NULL: none */
+};
+
+/* The descriptors of one call, freed together whatever failed. */
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+/* The largest power of two up to 256 that divides the address. */
+static uint32_t alignment_of(const void *p) {
+  uint32_t alignment = 256;
+  while (alignment > 1 && (uintptr_t)p % alignment) alignment /= 2;
+  return alignment;
+}
+
+static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t type) {
+  cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_TRY(cublasLtMatmulDescCreate(&desc->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  if (g.bias) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+  }
+  /* op(A) is [m, k], op(B) [k, n]: the stored shapes are those, transposed where op is T */
+  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->a, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, (int64_t)g.lda));
+  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->b, type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, (int64_t)g.ldb));
+  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->d, type, g.m, g.n, (int64_t)g.ldd));
+  CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&desc->preference));
+  uint64_t workspace = LT_WORKSPACE_BYTES;
+  CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(desc->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace, sizeof workspace));
+  /* The heuristic assumes 256-byte aligned operands unless told: a view at an offset must get an
+   * algorithm that can read it. */
+  const cublasLtMatmulPreferenceAttributes_t alignments[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const void *operands[] = {g.A, g.B, g.D, g.D};
+  for (int i = 0; i < 4; i++) {
+    uint32_t alignment = alignment_of(operands[i]);
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(desc->preference, alignments[i], &alignment, sizeof alignment));
+  }
+  return WK_OK;
+}
+
+static WkStatus lt_gemm(const LtGemm &g, WkDType dtype) {
+  if (g.m == 0 || g.n == 0) return WK_OK;
+  cublasLtHandle_t lt;
+  WK_TRY(handles_for_current_device(NULL, &lt));
+  cudaDataType_t type = cuda_type(dtype);
+  LtDescriptors desc;
+  WK_TRY(describe(&desc, g, type));
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int found = 0;
+  CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1,
+                                            &heuristic, &found));
+  if (found == 0)
+    return WK_FAIL(WK_ERR_DEVICE, "cuBLASLt has no algorithm for a %s GEMM [%zu x %zu x %zu]%s", wk_dtype_name(dtype),
+                   g.m, g.n, g.k, g.bias ? " with a bias epilogue" : "");
+  DeviceScratch workspace;
+  WK_TRY(scratch_new(&workspace, LT_WORKSPACE_BYTES));
+  float alpha = 1.0f;
+  cublasStatus_t status = cublasLtMatmul(lt, desc.op, &alpha, g.A, desc.a, g.B, desc.b, &g.beta, g.D, desc.d, g.D,
+                                         desc.d, &heuristic.algo, workspace.ptr, LT_WORKSPACE_BYTES, current_stream());
+  scratch_free(&workspace);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    return WK_FAIL(WK_ERR_DEVICE, "cublasLtMatmul (%s, [%zu x %zu x %zu]): %s", wk_dtype_name(dtype), g.m, g.n, g.k,
+                   cublasGetStatusString(status));
+  return WK_OK;
+}
+
+/* ---- the bias gradient: dbias[o] += sum over rows of dout[:, o] ----------------------------------- */
+
+enum { ROWS_PER_CHUNK = 256 };
+
+/* Block (x: a tile of WARP columns, y: a chunk of rows): each warp sums every WARPS_PER_BLOCK-th row
+ * of the chunk (a warp reads WARP adjacent columns: coalesced), the warps' sums meet in shared memory,
+ * and the chunk's total goes to partial[chunk][column]. */
+template <typename Storage>
+__global__ static void column_partial_sums_kernel(float *partial, const Storage *dout, size_t N, size_t OC) {
+  __shared__ float sums[WARPS_PER_BLOCK][WARP];
+  size_t column = blockIdx.x * (size_t)WARP + lane(), warp = threadIdx.x / WARP;
+  size_t first = blockIdx.y * (size_t)ROWS_PER_CHUNK, last = min(first + ROWS_PER_CHUNK, N);
+  float sum = 0.0f;
+  if (column < OC)
+    for (size_t n = first + warp; n < last; n += WARPS_PER_BLOCK) sum += to_float(dout[n * OC + column]);
+  sums[warp][lane()] = sum;
+  __syncthreads();
+  if (warp == 0 && column < OC) {
+    for (int w = 1; w < WARPS_PER_BLOCK; w++) sum += sums[w][lane()];
+    partial[blockIdx.y * OC + column] = sum;
+  }
+}
+
+template <typename Storage>
+__global__ static void add_chunk_sums_kernel(Storage *dbias, const float *partial, size_t chunks, size_t OC) {
+  GRID_STRIDE(o, OC) {
     float sum = 0.0f;
-    for (size_t n = 0; n < N; n++) sum += dout[n * OC + o];
-    dbias[o] += sum;
+    for (size_t c = 0; c < chunks; c++) sum += partial[c * OC + o];
+    dbias[o] = from_float<Storage>(to_float(dbias[o]) + sum);
   }
 }
 
-extern "C" WkStatus cuda_matmul_forward(int device, float *out, const float *inp, const float *w, const float *bias,
+template <typename Storage>
+static WkStatus bias_gradient(Storage *dbias, const Storage *dout, size_t N, size_t OC) {
+  size_t chunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+  if (chunks > 65535) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul_backward: %zu rows exceed the bias reduction's grid", N);
+  DeviceScratch partial;
+  WK_TRY(scratch_new(&partial, chunks * OC * sizeof(float)));
+  dim3 grid((unsigned)((OC + WARP - 1) / WARP), (unsigned)chunks);
+  column_partial_sums_kernel<Storage><<<grid, THREADS, 0, current_stream()>>>((float *)partial.ptr, dout, N, OC);
+  WkStatus status = launch_status("bias gradient (partial sums)");
+  if (status == WK_OK) {
+    add_chunk_sums_kernel<Storage><<<blocks_for(OC, THREADS), THREADS, 0, current_stream()>>>(dbias, (float *)partial.ptr, chunks, OC);
+    status = launch_status("bias gradient (chunk sums)");
+  }
+  scratch_free(&partial);
+  return status;
+}
+
+/* ---- the matmul op ------------------------------------------------------------------------------- */
+
+extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *inp, const void *w, const void *bias,
                                         size_t N, size_t C, size_t OC, int transpose_w) {
-  cublasHandle_t h;
-  WK_TRY(handle_for(device, &h));
-  float one = 1.0f, beta = 0.0f;
-  if (bias && N * OC) {
-    broadcast_rows_kernel<<<blocks_for(N * OC, THREADS), THREADS, 0, current_stream()>>>(out, bias, N, OC);
-    LAUNCH_CHECK();
-    beta = 1.0f;
-  }
-  /* out^T[OC, N] = w^T[OC, C] @ inp^T[C, N]; w row-major [C, OC] is column-major [OC, C] */
-  CUBLAS_TRY(cublasSgemm(h, transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)OC, (int)N, (int)C, &one, w,
-                         transpose_w ? (int)C : (int)OC, inp, (int)C, &beta, out, (int)OC));
-  return WK_OK;
+  /* out^T[OC, N] = op(w)[OC, C] @ inp^T[C, N]: w row-major [C, OC] is column-major [OC, C] */
+  LtGemm g = {};
+  g.trans_a = transpose_w != 0;
+  g.m = OC, g.n = N, g.k = C;
+  g.A = w, g.lda = transpose_w ? C : OC;
+  g.B = inp, g.ldb = C;
+  g.D = out, g.ldd = OC;
+  g.bias = bias;
+  return lt_gemm(g, dtype);
 }
 
-extern "C" WkStatus cuda_matmul_backward(int device, float *dinp, float *dw, float *dbias, const float *dout,
-                                         const float *inp, const float *w, size_t N, size_t C, size_t OC,
-                                         int transpose_w) {
-  cublasHandle_t h;
-  WK_TRY(handle_for(device, &h));
-  float one = 1.0f;
-  /* dinp^T[C, N] += w[C, OC] @ dout^T[OC, N] (or w^T when w is stored [OC, C]) */
-  CUBLAS_TRY(cublasSgemm(h, transpose_w ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)C, (int)N, (int)OC, &one, w,
-                         transpose_w ? (int)C : (int)OC, dout, (int)OC, &one, dinp, (int)C));
-  if (transpose_w) /* dw (row-major [OC, C]) += dout^T @ inp: column-major [C, OC] = inp^T-view @ dout-view^T */
-    CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)C, (int)OC, (int)N, &one, inp, (int)C, dout, (int)OC,
-                           &one, dw, (int)C));
-  else /* dw (row-major [C, OC]) += inp^T @ dout: column-major [OC, C] = dout-view @ inp-view^T */
-    CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)OC, (int)C, (int)N, &one, dout, (int)OC, inp, (int)C,
-                           &one, dw, (int)OC));
-  if (dbias && OC) {
-    column_sum_kernel<<<blocks_for(OC, THREADS), THREADS, 0, current_stream()>>>(dbias, dout, N, OC);
-    LAUNCH_CHECK();
+template <typename Storage>
+static WkStatus matmul_backward(WkDType dtype, Storage *dinp, Storage *dw, Storage *dbias, const Storage *dout,
+                                const Storage *inp, const Storage *w, size_t N, size_t C, size_t OC, int transpose_w) {
+  /* dinp^T[C, N] += op(w)^T[C, OC] @ dout^T[OC, N] */
+  LtGemm input = {};
+  input.trans_a = !transpose_w;
+  input.m = C, input.n = N, input.k = OC;
+  input.A = w, input.lda = transpose_w ? C : OC;
+  input.B = dout, input.ldb = OC;
+  input.D = dinp, input.ldd = C, input.beta = 1.0f;
+  WK_TRY(lt_gemm(input, dtype));
+  LtGemm weight = {};
+  weight.trans_b = true, weight.k = N, weight.beta = 1.0f, weight.D = dw;
+  if (transpose_w) { /* dw row-major [OC, C] += dout^T @ inp: column-major [C, OC] = inp^T-view @ dout-view^T */
+    weight.m = C, weight.n = OC, weight.A = inp, weight.lda = C, weight.B = dout, weight.ldb = OC, weight.ldd = C;
+  } else { /* dw row-major [C, OC] += inp^T @ dout: column-major [OC, C] = dout-view @ inp-view^T */
+    weight.m = OC, weight.n = C, weight.A = dout, weight.lda = OC, weight.B = inp, weight.ldb = C, weight.ldd = OC;
   }
-  return WK_OK;
+  WK_TRY(lt_gemm(weight, dtype));
+  return dbias && OC && N ? bias_gradient(dbias, dout, N, OC) : WK_OK;
+}
+
+extern "C" WkStatus cuda_matmul_backward(WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout,
+                                         const void *inp, const void *w, size_t N, size_t C, size_t OC,
+                                         int transpose_w) {
+  STORAGE_DISPATCH(dtype, "matmul_backward",
+                   matmul_backward(dtype, (Storage *)dinp, (Storage *)dw, (Storage *)dbias, (const Storage *)dout,
+                                   (const Storage *)inp, (const Storage *)w, N, C, OC, transpose_w));
 }

@@ -1,7 +1,13 @@
 /*
+ * runtime/ops/cuda — the ops half of the CUDA module: one file per CPU counterpart in runtime/ops/cpu
+ * (elementwise.cu, layers.cu, attention.cu, loss.cu) and the cuBLAS matmuls (blas.cu), entered through
+ * the kernels' table (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
+ * (embedding, targets) raise a device flag that is read back, so bad tokens fail with the same
+ * message class as on the CPU. The design and cost of each kernel: docs/gpu.md.
+ *
  * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
- * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, and
- * device scratch scalars for results read back by the host.
+ * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, launch
+ * and loop shapes, and device scratch scalars (a sum, a bad-index flag) read back by the host.
  */
 #ifndef WK_CUDA_COMMON_CUH
 #define WK_CUDA_COMMON_CUH
@@ -32,27 +38,128 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-/* Scratch device memory for a scalar result (a loss sum, a flag), from the caching allocator. */
-struct DeviceScalar {
+/* Device scratch from the caching allocator (stream-ordered: freeing it after queuing the kernels
+ * that use it is safe), and scalar results (a loss sum, a flag) made in it and read back. */
+struct DeviceScratch {
   void *ptr;
   size_t reserved;
   int device;
 };
 
-static inline WkStatus scalar_new(DeviceScalar *s, size_t bytes) {
+static inline WkStatus scratch_new(DeviceScratch *s, size_t bytes) {
   CUDA_TRY(cudaGetDevice(&s->device));
-  WK_TRY(cuda_alloc(s->device, bytes, &s->ptr, &s->reserved));
-  CUDA_TRY(cudaMemsetAsync(s->ptr, 0, bytes, current_stream()));
-  return WK_OK;
+  return cuda_alloc(s->device, bytes, &s->ptr, &s->reserved);
+}
+
+static inline void scratch_free(DeviceScratch *s) { cuda_release(s->device, s->ptr); }
+
+/* Scratch for a scalar, zeroed on the current stream. */
+static inline WkStatus scalar_new(DeviceScratch *s, size_t bytes) {
+  WK_TRY(scratch_new(s, bytes));
+  cudaError_t err = cudaMemsetAsync(s->ptr, 0, bytes, current_stream());
+  if (err == cudaSuccess) return WK_OK;
+  scratch_free(s);
+  return WK_FAIL(WK_ERR_DEVICE, "zeroing a device scalar: %s", cudaGetErrorString(err));
 }
 
 /* Copies the scalar to the host (waiting for the stream) and releases it. */
-static inline WkStatus scalar_read(DeviceScalar *s, void *out, size_t bytes) {
+static inline WkStatus scalar_read(DeviceScratch *s, void *out, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(out, s->ptr, bytes, cudaMemcpyDeviceToHost, current_stream());
   if (err == cudaSuccess) err = cudaStreamSynchronize(current_stream());
-  cuda_release(s->device, s->ptr);
+  scratch_free(s);
   if (err != cudaSuccess) return WK_FAIL(WK_ERR_DEVICE, "reading a device scalar: %s", cudaGetErrorString(err));
   return WK_OK;
+}
+
+/* After a launch, where scratch must be freed on the way out (LAUNCH_CHECK would return at once). */
+static inline WkStatus launch_status(const char *what) {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return WK_OK;
+  return WK_FAIL(WK_ERR_DEVICE, "%s kernel: %s", what, cudaGetErrorString(err));
+}
+
+/* *out (device memory) = the sum of x[0..n) (of their squares if squares), deterministic: block
+ * partials, then one block adds them in order (elementwise.cu). */
+WkStatus device_sum(double *out, const float *x, size_t n, bool squares);
+
+/* ---- storage types: kernels store f32, bf16 or f16 and compute in f32 (as llm.c's floatX) ------- */
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+
+template <typename Storage> __device__ inline Storage from_float(float x);
+template <> __device__ inline float from_float<float>(float x) { return x; }
+template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+/* Returns call with `Storage` the C++ type of dtype; what names the op for the error. */
+#define STORAGE_DISPATCH(dtype, what, call)                                                                \
+  switch (dtype) {                                                                                         \
+    case WK_F32: { typedef float Storage; return call; }                                                   \
+    case WK_BF16: { typedef __nv_bfloat16 Storage; return call; }                                          \
+    case WK_F16: { typedef __half Storage; return call; }                                                  \
+    default: return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensors have no CUDA kernel", what, wk_dtype_name(dtype)); \
+  }
+
+/* ---- cuBLAS (blas.cu) ---------------------------------------------------------------------------- */
+
+/* The cuBLAS handle of the current device (made on first use), bound to the current stream. */
+WkStatus cublas_for_current_device(cublasHandle_t *out);
+
+/* C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch, in row-major terms (the CPU reference's
+ * cblas calls, word for word), fp32 in and out with fp32 arithmetic (no TF32). */
+WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
+                              size_t K, float alpha, const float *A, size_t lda, size_t stride_a, const float *B,
+                              size_t ldb, size_t stride_b, float beta, float *Cm, size_t ldc, size_t stride_c);
+
+#define GRID_STRIDE(i, n) \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+#define LAUNCH(kernel, n, ...)                                                            \
+  do {                                                                                    \
+    kernel<<<blocks_for((n), THREADS), THREADS, 0, current_stream()>>>(__VA_ARGS__);      \
+    LAUNCH_CHECK();                                                                       \
+  } while (0)
+
+/* One warp per row: blocks of WARPS_PER_BLOCK rows. */
+#define LAUNCH_ROWS(kernel, rows, ...)                                                             \
+  do {                                                                                             \
+    kernel<<<blocks_for((rows), WARPS_PER_BLOCK), THREADS, 0, current_stream()>>>(__VA_ARGS__);    \
+    LAUNCH_CHECK();                                                                                \
+  } while (0)
+
+/* The rows of a warp, grid-stride: past blocks_for's cap of 1,048,560 blocks (8.4M rows) a warp
+ * takes rows a grid apart. The loop is warp-uniform, so the warp's shuffles stay converged. */
+#define ROW_LOOP(n, N)                                                                      \
+  for (size_t n = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP; n < (N);         \
+       n += (size_t)gridDim.x * blockDim.x / WARP)
+__device__ static inline unsigned lane(void) { return threadIdx.x % WARP; }
+
+/* The sum (or the max) of v over a block of THREADS threads, returned to all of them; every thread of
+ * the block must call it. */
+__device__ inline float block_reduce(float v, bool max) {
+  __shared__ float per_warp[WARPS_PER_BLOCK];
+  v = max ? warp_max(v) : warp_sum(v);
+  __syncthreads();  /* the previous call's readers are done with per_warp */
+  if (lane() == 0) per_warp[threadIdx.x / WARP] = v;
+  __syncthreads();
+  float total = per_warp[0];
+  for (int w = 1; w < WARPS_PER_BLOCK; w++) total = max ? fmaxf(total, per_warp[w]) : total + per_warp[w];
+  return total;
+}
+__device__ inline float block_sum(float v) { return block_reduce(v, false); }
+__device__ inline float block_max(float v) { return block_reduce(v, true); }
+
+/* Reads a flag a kernel raised for an index outside the vocabulary and turns it into an error. */
+static inline WkStatus bad_index_error(const char *what) {
+  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: an index is outside the vocabulary (tokenizer and model vocab disagree?)", what);
+}
+
+static inline WkStatus check_flag(DeviceScratch *flag, const char *what) {
+  int bad = 0;
+  WK_TRY(scalar_read(flag, &bad, sizeof bad));
+  return bad ? bad_index_error(what) : WK_OK;
 }
 
 #endif /* WK_CUDA_COMMON_CUH */

@@ -1,5 +1,5 @@
 /*
- * convert.c — CPU copies between any two dtypes and layouts: one typed loop per (source, destination)
+ * cast.c — CPU copies between any two dtypes and layouts: one typed loop per (source, destination)
  * dtype pair, run over the source's innermost runs.
  *
  * The source layout is collapsed first (size-1 dims dropped, dims contiguous with each other merged),
@@ -10,22 +10,10 @@
  * one macro over the dtype list below. Same-dtype pairs copy bits unchanged (NaN payloads included);
  * wk_tensor_copy moves a contiguous same-dtype source with memmove before it gets here.
  *
- * What each element becomes is what the former path through double gave on x86, now written without
- * undefined behaviour, so that no compiler, vectorizing or not, may change it:
- *   float dtypes (f32, bf16, f16) to float dtypes: widened exactly to f32, then rounded to nearest even
- *     (wk_f32_to_bf16, wk_f32_to_f16: f16 overflows to inf; NaN stays NaN);
- *   integers to float dtypes: the nearest double, then the nearest f32, then bf16/f16 (exact up to
- *     2^24; an i64 is rounded twice, as before);
- *   float dtypes to integers: truncated toward zero into int32 (i32, u16, u8) or int64 (i64); NaN and
- *     values outside that range give INT32_MIN / INT64_MIN (x86's answer, so the double path's); u16
- *     and u8 keep the low bits of the int32 (-1.5 -> 65535 / 255, 1e10 -> 0);
- *   integers to integers: reduced modulo 2^bits (-1 -> 65535 as u16), like numpy's astype and torch.
- * Two results differ from the double path, as fixes: an i64 outside the int32 range used to become
- * INT32_MIN as i32 and 0 as u16 or u8 (now its low bits), and a signalling NaN in bf16 used to be made
- * quiet on its way to f32 (now widened bit for bit, as for every other bf16 value).
+ * What each element becomes is written once, in cast.h, which the GPU casts compile too.
  * Source and destination must not overlap (a borrowed tensor could alias another): the loops assume it.
  */
-#include "tensor.h"
+#include "cast.h"
 
 /* ---- dtypes: enum, name, storage type --------------------------------------------------------- */
 
@@ -40,56 +28,13 @@
   X(arg, WK_U8, u8, uint8_t)
 
 #define COUNT_DTYPE(arg, e, name, type) +1
-_Static_assert(0 DTYPES(COUNT_DTYPE, ~) == WK_DTYPE_COUNT, "convert.c: DTYPES must list every WkDType");
+_Static_assert(0 DTYPES(COUNT_DTYPE, ~) == WK_DTYPE_COUNT, "cast.c: DTYPES must list every WkDType");
 
 /* name_t: the storage type; name_code: the WkDType. */
 #define STORAGE_TYPE(arg, e, name, type) \
   typedef type name##_t;                 \
   enum { name##_code = e };
 DTYPES(STORAGE_TYPE, ~)
-
-/* ---- element values ------------------------------------------------------------------------------
- * Each dtype loads into one of two value types, float (f32, bf16 and f16 are all exact in it) or
- * int64_t (every integer dtype is), and each dtype is made from either. */
-
-static const float INT32_LIMIT = 2147483648.0f;           /* 2^31: int32 holds [-2^31, 2^31) */
-static const float INT64_LIMIT = 9223372036854775808.0f;  /* 2^63 */
-
-/* Out-of-range values and NaN are mapped to -limit before the cast, which keeps it defined (and lets
- * gcc vectorize it as a compare, a blend and one cvttps2dq). */
-static inline int32_t int32_truncated(float v) {
-  return (int32_t)(v >= -INT32_LIMIT && v < INT32_LIMIT ? v : -INT32_LIMIT);
-}
-static inline int64_t int64_truncated(float v) {
-  return (int64_t)(v >= -INT64_LIMIT && v < INT64_LIMIT ? v : -INT64_LIMIT);
-}
-
-static inline float f32_load(float x) { return x; }
-static inline float bf16_load(uint16_t x) { return wk_bf16_to_f32(x); }
-static inline float f16_load(uint16_t x) { return wk_f16_to_f32(x); }
-static inline int64_t i32_load(int32_t x) { return x; }
-static inline int64_t i64_load(int64_t x) { return x; }
-static inline int64_t u16_load(uint16_t x) { return x; }
-static inline int64_t u8_load(uint8_t x) { return x; }
-
-static inline float f32_from_real(float v) { return v; }
-static inline uint16_t bf16_from_real(float v) { return wk_f32_to_bf16(v); }
-static inline uint16_t f16_from_real(float v) { return wk_f32_to_f16(v); }
-static inline int32_t i32_from_real(float v) { return int32_truncated(v); }
-static inline int64_t i64_from_real(float v) { return int64_truncated(v); }
-static inline uint16_t u16_from_real(float v) { return (uint16_t)int32_truncated(v); }
-static inline uint8_t u8_from_real(float v) { return (uint8_t)int32_truncated(v); }
-
-/* Through double, as before: an i64 is rounded twice. A value that fits int32 is exact in double, so
- * converting it straight rounds the same, and lets gcc vectorize the i32, u16 and u8 sources. */
-static inline float f32_from_integer(int64_t v) { return v == (int32_t)v ? (float)(int32_t)v : (float)(double)v; }
-static inline uint16_t bf16_from_integer(int64_t v) { return wk_f32_to_bf16(f32_from_integer(v)); }
-static inline uint16_t f16_from_integer(int64_t v) { return wk_f32_to_f16(f32_from_integer(v)); }
-/* Narrowing to a signed type keeps the low bits (gcc and clang define it so); to unsigned, C does. */
-static inline int32_t i32_from_integer(int64_t v) { return (int32_t)v; }
-static inline int64_t i64_from_integer(int64_t v) { return v; }
-static inline uint16_t u16_from_integer(int64_t v) { return (uint16_t)v; }
-static inline uint8_t u8_from_integer(int64_t v) { return (uint8_t)v; }
 
 /* Element x of dtype src as dtype dst, through the value type src loads into; the same dtype is the
  * same bits (the comparison is a constant: the compiler keeps one side). */

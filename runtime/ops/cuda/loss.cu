@@ -1,0 +1,105 @@
+/*
+ * loss.cu — the CUDA mirror of runtime/ops/cpu/loss.c: cross-entropy over rows of logits, forward
+ * (losses and their sum) and backward.
+ *
+ * A block per row (V = 50257 is 197 values a thread): the log-sum-exp is one online pass (a running
+ * max rescales the running sum) and two block reductions, so the forward reads each logit once and
+ * the backward twice (the pass, then the write). The loss sum is the deterministic two-stage sum of
+ * the losses (no atomics); it and the bad-target flag come back to the host in one copy.
+ */
+#include "common.cuh"
+
+/* log(sum(exp(row))) over the block's threads, returned to all of them. */
+__device__ static float block_log_sum_exp(const float *row, size_t V) {
+  float maxval = -INFINITY, sum = 0.0f;
+  for (size_t v = threadIdx.x; v < V; v += blockDim.x) {
+    float x = row[v];
+    if (x > maxval) {
+      sum = sum * expf(maxval - x) + 1.0f;
+      maxval = x;
+    } else {
+      sum += expf(x - maxval);
+    }
+  }
+  float row_max = block_max(maxval);
+  sum = block_sum(maxval == -INFINITY ? 0.0f : sum * expf(maxval - row_max));
+  return row_max + logf(sum);
+}
+
+/* Rows a block apart, grid-stride (the loop is block-uniform, so the reductions stay in step). */
+#define BLOCK_ROW_LOOP(n, N) for (size_t n = blockIdx.x; n < (N); n += gridDim.x)
+
+__global__ static void cross_entropy_forward_kernel(float *losses, const float *logits, const int32_t *targets,
+                                                    WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
+                                                    float normalizer, int *bad) {
+  BLOCK_ROW_LOOP(n, N) {
+    int32_t target = targets[wk_index_offset(at, (int64_t)n)];
+    bool counted = !mask || mask[n];
+    if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
+      if (threadIdx.x == 0) {
+        *bad = 1;
+        losses[n] = 0.0f;
+      }
+      continue;
+    }
+    if (!counted) {
+      if (threadIdx.x == 0) losses[n] = 0.0f;
+      continue;
+    }
+    float lse = block_log_sum_exp(logits + n * V, V);
+    if (threadIdx.x == 0) losses[n] = (lse - logits[n * V + target]) / normalizer;
+  }
+}
+
+/* What the forward hands back in one copy. */
+struct LossResult {
+  double loss_sum;
+  int bad_target;
+};
+
+extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
+                                               WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                               float normalizer, double *loss_sum) {
+  DeviceScratch result;
+  WK_TRY(scalar_new(&result, sizeof(LossResult)));
+  LossResult *device = (LossResult *)result.ptr;
+  WkStatus status = WK_OK;
+  if (N) {
+    cross_entropy_forward_kernel<<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
+        losses, logits, targets, targets_layout, mask, N, V, normalizer, &device->bad_target);
+    status = launch_status("cross_entropy");
+    if (status == WK_OK) status = device_sum(&device->loss_sum, losses, N, false);
+  }
+  if (status != WK_OK) {
+    scratch_free(&result);
+    return status;
+  }
+  LossResult host;
+  WK_TRY(scalar_read(&result, &host, sizeof host));
+  *loss_sum = host.loss_sum;
+  if (host.bad_target) return bad_index_error("cross_entropy (targets)");
+  return WK_OK;
+}
+
+__global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits, const int32_t *targets,
+                                                     WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
+                                                     float scale) {
+  BLOCK_ROW_LOOP(n, N) {
+    if (mask && !mask[n]) continue;
+    const float *row = logits + n * V;
+    float lse = block_log_sum_exp(row, V);
+    size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
+    for (size_t v = threadIdx.x; v < V; v += blockDim.x)
+      dlogits[n * V + v] += scale * (expf(row[v] - lse) - (target == v ? 1.0f : 0.0f));
+  }
+}
+
+extern "C" WkStatus cuda_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+                                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                                float normalizer, float dloss) {
+  if (N == 0) return WK_OK;
+  cross_entropy_backward_kernel<<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
+      dlogits, logits, targets, targets_layout, mask, N, V, dloss / normalizer);
+  LAUNCH_CHECK();
+  return WK_OK;
+}

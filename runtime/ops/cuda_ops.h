@@ -1,0 +1,81 @@
+/*
+ * cuda_ops.h — the kernels' half of the CUDA module (runtime/ops/cuda), listed once, and its table.
+ *
+ * The list is expanded like the tensor half's (runtime/tensor/cuda_module.h, which says how): the
+ * fields of WkCudaOps, its filling by dlsym from the module the tensor layer loaded (cuda_ops.c), and
+ * nvcc's prototypes for the definitions in runtime/ops/cuda. ops.c calls an entry after checking the
+ * arguments and entering the tensors' device; every entry runs on the thread's current stream.
+ */
+#ifndef WK_CUDA_OPS_H
+#define WK_CUDA_OPS_H
+
+#include "../tensor/cuda_module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
+  X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
+  X(WkStatus, scale, (WkDType dtype, void *x, size_t n, float alpha))                                          \
+  X(WkStatus, add, (WkDType dtype, void *out, const void *a, const void *b, size_t n))                         \
+  X(WkStatus, axpy, (WkDType dtype, void *y, float alpha, const void *x, size_t n))                            \
+  X(WkStatus, round, (float *x, size_t n, WkDType dtype))                                                      \
+  X(WkStatus, sumsq, (const float *x, size_t n, double *out))                                                  \
+  X(WkStatus, embedding_forward,                                                                               \
+    (float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte, const float *wpe, size_t B,   \
+     size_t T, size_t C, size_t V))                                                                            \
+  X(WkStatus, embedding_backward,                                                                              \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, WkIndexLayout idx_layout, size_t B,      \
+     size_t T, size_t C))                                                                                      \
+  /* inp, out, weight, bias and their gradients of dtype (f32, bf16, f16); mean and rstd f32 */                \
+  X(WkStatus, layernorm_forward,                                                                               \
+    (WkDType dtype, void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, \
+     size_t N, size_t C, float eps))                                                                           \
+  X(WkStatus, layernorm_backward,                                                                              \
+    (WkDType dtype, void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,                 \
+     const void *weight, const float *mean, const float *rstd, size_t N, size_t C))                            \
+  /* inp, w, bias, out (and their gradients) all of dtype: f32, bf16 or f16 */                                 \
+  X(WkStatus, matmul_forward,                                                                                  \
+    (WkDType dtype, void *out, const void *inp, const void *w, const void *bias, size_t N, size_t C, size_t OC, \
+     int transpose_w))                                                                                         \
+  X(WkStatus, matmul_backward,                                                                                 \
+    (WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,       \
+     size_t N, size_t C, size_t OC, int transpose_w))                                                          \
+  X(WkStatus, gelu_forward, (WkDType dtype, void *out, const void *inp, size_t n))                             \
+  X(WkStatus, gelu_backward, (WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n))         \
+  X(WkStatus, attention_forward,                                                                               \
+    (float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH))                       \
+  X(WkStatus, attention_backward,                                                                              \
+    (float *dqkv, const float *dout, const float *qkv, const float *att, size_t B, size_t T, size_t C,         \
+     size_t NH))                                                                                               \
+  X(WkStatus, cross_entropy_forward,                                                                           \
+    (float *losses, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                 \
+     const uint8_t *mask, size_t N, size_t V, float normalizer, double *loss_sum))                             \
+  X(WkStatus, cross_entropy_backward,                                                                          \
+    (float *dlogits, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                \
+     const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \
+  X(WkStatus, adamw,                                                                                           \
+    (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,        \
+     float eps, float weight_decay, int64_t step, float grad_scale))
+
+typedef struct {
+  WK_CUDA_OPS_FUNCTIONS(WK_CUDA_FIELD)
+} WkCudaOps;
+
+/* The kernels' table, filled on the first call (thread-safe); never NULL: without the module every
+ * entry is a stand-in that fails with WK_ERR_UNSUPPORTED and the reason. */
+const WkCudaOps *wk_cuda_ops(void);
+
+/* Serves ops instead of the loaded table (NULL: the loaded one again), so a test can run ops.c's
+ * dispatch over a fake device without a GPU (with wk_cuda_use for the tensor half). */
+WK_INTERNAL_EXPORT void wk_cuda_ops_use(const WkCudaOps *ops);
+
+#ifdef __CUDACC__
+WK_CUDA_OPS_FUNCTIONS(WK_CUDA_PROTOTYPE)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WK_CUDA_OPS_H */
