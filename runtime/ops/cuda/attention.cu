@@ -38,14 +38,16 @@ __global__ static void narrow_kernel(Storage *dst, const float *src, size_t n) {
 }
 
 /* The f32 array the f32 path uses for n elements stored at data: data itself when Storage is f32,
- * else scratch, into which data is widened first when load (an input, or an output accumulated into). */
+ * else the next n floats of the scratch at *cursor, into which data is widened first when load (an
+ * input, or an output accumulated into). */
 template <typename Storage>
-static WkStatus f32_view(float **view, const Storage *data, size_t n, float *scratch, bool load) {
+static WkStatus f32_view(float **view, const Storage *data, size_t n, float **cursor, bool load) {
   if constexpr (std::is_same<Storage, float>::value) {
     *view = const_cast<float *>(data);
   } else {
-    *view = scratch;
-    if (load && n) LAUNCH(widen_kernel<Storage>, n, scratch, data, n);
+    *view = *cursor;
+    *cursor += n;
+    if (load && n) LAUNCH(widen_kernel<Storage>, n, *view, data, n);
   }
   return WK_OK;
 }
@@ -59,7 +61,7 @@ static WkStatus store_view(Storage *data, const float *view, size_t n) {
   return WK_OK;
 }
 
-/* f32 scratch for the views of one batch row: none when Storage is f32. */
+/* f32 scratch for the views of one batch row (floats: their sizes' sum): none when Storage is f32. */
 template <typename Storage>
 static WkStatus views_new(DeviceScratch *s, size_t floats) {
   s->ptr = NULL;
@@ -136,17 +138,23 @@ static WkStatus backward_f32(cublasHandle_t handle, float *dP, float *dq, const 
 
 /* ---- the op, per batch row, on f32 views --------------------------------------------------------- */
 
+/* The element counts of one batch row: qkv [T, 3C], att [NH, T, T], out [T, C]. */
+struct RowSizes {
+  size_t qkv, att, out;
+};
+static RowSizes row_sizes(size_t T, size_t C, size_t NH) { return {T * 3 * C, NH * T * T, T * C}; }
+
 template <typename Storage>
 static WkStatus forward_row(cublasHandle_t handle, float *wide, Storage *out, Storage *att, const Storage *qkv,
                             size_t T, size_t C, size_t NH) {
-  size_t qkv_n = T * 3 * C, att_n = NH * T * T, out_n = T * C;
-  float *q, *P, *o;
-  WK_TRY(f32_view(&q, qkv, qkv_n, wide, true));
-  WK_TRY(f32_view(&P, att, att_n, wide + qkv_n, false));
-  WK_TRY(f32_view(&o, out, out_n, wide + qkv_n + att_n, false));
+  RowSizes n = row_sizes(T, C, NH);
+  float *q, *P, *o, *cursor = wide;
+  WK_TRY(f32_view(&q, qkv, n.qkv, &cursor, true));
+  WK_TRY(f32_view(&P, att, n.att, &cursor, false));
+  WK_TRY(f32_view(&o, out, n.out, &cursor, false));
   WK_TRY(forward_f32(handle, o, P, q, T, C, NH));
-  WK_TRY(store_view(att, P, att_n));
-  return store_view(out, o, out_n);
+  WK_TRY(store_view(att, P, n.att));
+  return store_view(out, o, n.out);
 }
 
 template <typename Storage>
@@ -154,12 +162,12 @@ static WkStatus attention_forward(Storage *out, Storage *att, const Storage *qkv
                                   size_t NH) {
   cublasHandle_t handle;
   WK_TRY(cublas_for_current_device(&handle));
-  size_t qkv_n = T * 3 * C, att_n = NH * T * T, out_n = T * C;
+  RowSizes n = row_sizes(T, C, NH);
   DeviceScratch wide;
-  WK_TRY(views_new<Storage>(&wide, qkv_n + att_n + out_n));
+  WK_TRY(views_new<Storage>(&wide, n.qkv + n.att + n.out));
   WkStatus status = WK_OK;
   for (size_t b = 0; b < B && status == WK_OK; b++)
-    status = forward_row(handle, (float *)wide.ptr, out + b * out_n, att + b * att_n, qkv + b * qkv_n, T, C, NH);
+    status = forward_row(handle, (float *)wide.ptr, out + b * n.out, att + b * n.att, qkv + b * n.qkv, T, C, NH);
   views_free(&wide);
   return status;
 }
@@ -174,14 +182,14 @@ extern "C" WkStatus cuda_attention_forward(WkDType dtype, void *out, void *att, 
 template <typename Storage>
 static WkStatus backward_row(cublasHandle_t handle, float *dP, float *wide, Storage *dqkv, const Storage *dout,
                              const Storage *qkv, const Storage *att, size_t T, size_t C, size_t NH) {
-  size_t qkv_n = T * 3 * C, att_n = NH * T * T, out_n = T * C;
-  float *q, *dO, *P, *dq;
-  WK_TRY(f32_view(&q, qkv, qkv_n, wide, true));
-  WK_TRY(f32_view(&dO, dout, out_n, wide + qkv_n, true));
-  WK_TRY(f32_view(&P, att, att_n, wide + qkv_n + out_n, true));
-  WK_TRY(f32_view(&dq, dqkv, qkv_n, wide + qkv_n + out_n + att_n, true));  /* accumulated into */
+  RowSizes n = row_sizes(T, C, NH);
+  float *q, *dO, *P, *dq, *cursor = wide;
+  WK_TRY(f32_view(&q, qkv, n.qkv, &cursor, true));
+  WK_TRY(f32_view(&dO, dout, n.out, &cursor, true));
+  WK_TRY(f32_view(&P, att, n.att, &cursor, true));
+  WK_TRY(f32_view(&dq, dqkv, n.qkv, &cursor, true));  /* accumulated into */
   WK_TRY(backward_f32(handle, dP, dq, dO, q, P, T, C, NH));
-  return store_view(dqkv, dq, qkv_n);
+  return store_view(dqkv, dq, n.qkv);
 }
 
 template <typename Storage>
@@ -189,13 +197,13 @@ static WkStatus attention_backward(Storage *dqkv, const Storage *dout, const Sto
                                    size_t B, size_t T, size_t C, size_t NH) {
   cublasHandle_t handle;
   WK_TRY(cublas_for_current_device(&handle));
-  size_t qkv_n = T * 3 * C, att_n = NH * T * T, out_n = T * C;
+  RowSizes n = row_sizes(T, C, NH);
   DeviceScratch dP, wide;
-  WK_TRY(scratch_new(&dP, att_n * sizeof(float)));
-  WkStatus status = views_new<Storage>(&wide, 2 * qkv_n + out_n + att_n);
+  WK_TRY(scratch_new(&dP, n.att * sizeof(float)));
+  WkStatus status = views_new<Storage>(&wide, 2 * n.qkv + n.out + n.att);
   for (size_t b = 0; b < B && status == WK_OK; b++)
-    status = backward_row(handle, (float *)dP.ptr, (float *)wide.ptr, dqkv + b * qkv_n, dout + b * out_n,
-                          qkv + b * qkv_n, att + b * att_n, T, C, NH);
+    status = backward_row(handle, (float *)dP.ptr, (float *)wide.ptr, dqkv + b * n.qkv, dout + b * n.out,
+                          qkv + b * n.qkv, att + b * n.att, T, C, NH);
   views_free(&wide);
   scratch_free(&dP);
   return status;

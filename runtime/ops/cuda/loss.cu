@@ -105,8 +105,10 @@ __global__ static void cross_entropy_backward_kernel(Storage *dlogits, const Sto
     Storage *drow = dlogits + n * V;
     float lse = block_log_sum_exp(row, V);
     size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
-    for (size_t v = threadIdx.x; v < V; v += blockDim.x)
-      drow[v] = from_float<Storage>(to_float(drow[v]) + scale * (expf(to_float(row[v]) - lse) - (target == v ? 1.0f : 0.0f)));
+    for (size_t v = threadIdx.x; v < V; v += blockDim.x) {
+      float p = expf(to_float(row[v]) - lse);
+      drow[v] = from_float<Storage>(to_float(drow[v]) + scale * (p - (target == v ? 1.0f : 0.0f)));
+    }
   }
 }
 
