@@ -2,7 +2,8 @@
 -- `make test-gpu`; on a machine without a GPU each test is skipped with the reason, unless
 -- WICK_REQUIRE_GPU=1 demands one. Inputs come from the counter-based generator, which gives the
 -- same values on both devices; outputs must agree within 1e-4 relative (atomics and cuBLAS sum in
--- another order than the CPU).
+-- another order than the CPU). On bf16 and f16 storage the CPU op on the same 2-byte inputs is the
+-- reference too, with the tolerances said at agree_stored.
 local ffi = require 'ffi'
 local wick = require 'wick'
 local core = require 'wick.core'
@@ -43,6 +44,40 @@ local function agree(name, run)
 end
 
 local function randn(shape, seed, device) return T.randn(shape, { seed = seed, device = device }) end
+
+local function bytes(t)
+  local host = t.device == 'cpu' and t or t:to('cpu')
+  return ffi.string(host:data(), host:nbytes())
+end
+
+-- One rounding step of each dtype, relative to the reference's largest magnitude: a 2-byte output
+-- whose f32 value (summed in another order than on the CPU, or through an fma) lands on the other
+-- side of a rounding boundary differs by one spacing of its dtype, at most 2^-7 (bf16: 8 significant
+-- bits) or 2^-10 (f16: 11) of its magnitude. An f32 output keeps REL_TOL.
+local STEP = { f32 = REL_TOL, bf16 = 2 ^ -7, f16 = 2 ^ -10 }
+
+-- As agree, for ops on 2-byte storage: run(device) returns the outputs; those whose indices are
+-- keys of `exact` must be the CPU's very bits (their f32 value is one IEEE operation on the same
+-- inputs, rounded to nearest even on both devices), the others within one rounding step of their dtype.
+local function agree_stored(name, exact, run)
+  local cpu, gpu = run('cpu'), run(DEVICE)
+  for k = 1, #cpu do
+    local what = ('%s output %d (%s)'):format(name, k, cpu[k].dtype)
+    assert.are.equal(cpu[k].dtype, gpu[k].dtype, what)
+    if exact[k] then
+      assert.are.equal(bytes(cpu[k]), bytes(gpu[k]), what .. ': not the CPU\'s bits')
+    else
+      local err, step = relative_error(gpu[k], cpu[k]), STEP[cpu[k].dtype]
+      assert.is_true(err <= step, ('%s: relative error %.3g, over one rounding step (%.3g)'):format(what, err, step))
+    end
+  end
+end
+
+-- Inputs of dtype: f32 draws cast on the device, which gives the CPU's bits (the casts test below).
+local function randn_as(dtype, shape, seed, device)
+  local x = randn(shape, seed, device)
+  return dtype == 'f32' and x or x:to(dtype)
+end
 
 local B, TT, CH, V, NH = 2, 5, 8, 11, 2
 local N = B * TT
@@ -112,11 +147,6 @@ describe('CUDA agrees with the CPU #gpu', function()
     local p = ffi.cast(ctype .. ' *', t:data())
     for i, b in ipairs(bits) do p[i - 1] = b end
     return t
-  end
-
-  local function bytes(t)
-    local host = t.device == 'cpu' and t or t:to('cpu')
-    return ffi.string(host:data(), host:nbytes())
   end
 
   it('casts every dtype pair on edge values to the bits the CPU gives', function()
@@ -353,6 +383,164 @@ describe('CUDA agrees with the CPU #gpu', function()
     end
     assert.is_true(relative_error(results[DEVICE].params, results.cpu.params) < 1e-3)
     assert.are.equal(results[DEVICE].allocs[2], results[DEVICE].allocs[3])
+  end)
+end)
+
+-- Every op that takes activations, on bf16 and f16 storage: the CUDA kernels take the CPU's dtypes
+-- (activations, their gradients and the weights' compute copy 2-byte; parameter gradients, layernorm
+-- statistics and losses f32) and round as it does. Exact: add and the embedding (one f32 addition,
+-- rounded once). One rounding step: everything that sums (matmul, layernorm, attention, the loss
+-- gradient), gelu (tanhf) and axpy (fused multiply-add on the GPU). f32 outputs: REL_TOL.
+for _, dtype in ipairs({ 'bf16', 'f16' }) do
+  local function zeros(shape, device) return T.zeros(shape, dtype, device) end
+  local function empty(shape, device) return T.empty(shape, dtype, device) end
+
+  describe('CUDA agrees with the CPU on ' .. dtype .. ' storage #gpu', function()
+    it('add, axpy, gelu forward and backward', function()
+      if not gpu_or_skip() then return end
+      agree_stored('elementwise', { [1] = true }, function(device)
+        local a, b = randn_as(dtype, { 50 }, 1, device), randn_as(dtype, { 50 }, 2, device)
+        local sum, y = empty({ 50 }, device), randn_as(dtype, { 50 }, 3, device)
+        check(C.wk_op_add(sum, a, b))
+        check(C.wk_op_axpy(y, 0.3, a))
+        local inp, out, dinp = randn_as(dtype, { 64 }, 14, device), empty({ 64 }, device), randn_as(dtype, { 64 }, 16, device)
+        check(C.wk_op_gelu(out, inp))
+        check(C.wk_op_gelu_backward(dinp, randn_as(dtype, { 64 }, 15, device), inp))
+        return { sum, y, out, dinp }
+      end)
+    end)
+
+    it('embedding forward and backward, tables in ' .. dtype .. ', gradients f32', function()
+      if not gpu_or_skip() then return end
+      agree_stored('embedding', { [1] = true }, function(device)
+        local idx = T.new({ { 0, 4, 10, 2, 2 }, { 1, 1, 3, 9, 7 } }, 'i32', device)
+        local wte, wpe = randn_as(dtype, { V, CH }, 3, device), randn_as(dtype, { TT, CH }, 4, device)
+        local out = empty({ B, TT, CH }, device)
+        check(C.wk_op_embedding(out, idx, wte, wpe))
+        local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
+        check(C.wk_op_embedding_backward(dwte, dwpe, randn_as(dtype, { B, TT, CH }, 5, device), idx))
+        return { out, dwte, dwpe }
+      end)
+    end)
+
+    local function layernorm(rows, width, seed)
+      agree_stored(('layernorm [%d, %d]'):format(rows, width), {}, function(device)
+        local inp = randn_as(dtype, { rows, width }, seed, device)
+        local w, b = randn_as(dtype, { width }, seed + 1, device), randn_as(dtype, { width }, seed + 2, device)
+        local out, mean, rstd = empty({ rows, width }, device), T.empty({ rows }, 'f32', device), T.empty({ rows }, 'f32', device)
+        check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
+        local dinp, dw, db = randn_as(dtype, { rows, width }, seed + 3, device), T.zeros({ width }, 'f32', device), T.zeros({ width }, 'f32', device)
+        check(C.wk_op_layernorm_backward(dinp, dw, db, randn_as(dtype, { rows, width }, seed + 4, device), inp, w, mean, rstd))
+        return { out, mean, rstd, dinp, dw, db }
+      end)
+    end
+
+    local function matmul(rows, width, OC, transpose, seed)
+      agree_stored(('matmul %d -> %d, transpose_w = %d'):format(width, OC, transpose), {}, function(device)
+        local inp, bias = randn_as(dtype, { rows, width }, seed, device), randn_as(dtype, { OC }, seed + 1, device)
+        local w = randn_as(dtype, transpose == 1 and { OC, width } or { width, OC }, seed + 2, device)
+        local out = empty({ rows, OC }, device)
+        check(C.wk_op_matmul(out, inp, w, bias, transpose))
+        local unbiased = empty({ rows, OC }, device)
+        check(C.wk_op_matmul(unbiased, inp, w, nil, transpose))
+        local dinp = randn_as(dtype, { rows, width }, seed + 3, device)  -- accumulated into, as dw and db are
+        local dw, db = randn(w.shape, seed + 4, device), randn({ OC }, seed + 5, device)
+        check(C.wk_op_matmul_backward(dinp, dw, db, randn_as(dtype, { rows, OC }, seed + 6, device), inp, w, transpose))
+        return { out, unbiased, dinp, dw, db }
+      end)
+    end
+
+    -- The backward reads the CPU forward's probabilities on both devices, so that it is checked on
+    -- the same inputs (a P one step apart would move dqkv by more than a step in places).
+    local function attention(batch, seq, width, heads, seed)
+      local name = ('attention [%d, %d, %d], %d heads'):format(batch, seq, width, heads)
+      local qkv_cpu = randn_as(dtype, { batch, seq, 3 * width }, seed, 'cpu')
+      local att_cpu = empty({ batch, heads, seq, seq }, 'cpu')
+      check(C.wk_op_attention(empty({ batch, seq, width }, 'cpu'), att_cpu, qkv_cpu, heads))
+      agree_stored(name, {}, function(device)
+        local qkv = randn_as(dtype, { batch, seq, 3 * width }, seed, device)
+        local out, att = empty({ batch, seq, width }, device), empty({ batch, heads, seq, seq }, device)
+        check(C.wk_op_attention(out, att, qkv, heads))
+        local dqkv = zeros(qkv.shape, device)
+        local P = device == 'cpu' and att_cpu or att_cpu:to(device)
+        check(C.wk_op_attention_backward(dqkv, randn_as(dtype, { batch, seq, width }, seed + 2, device), qkv, P, heads))
+        return { out, att, dqkv }
+      end)
+    end
+
+    local function cross_entropy(rows, vocab, masked, seed)
+      agree_stored(('cross_entropy [%d, %d]%s'):format(rows, vocab, masked and ' with a mask' or ''), {}, function(device)
+        local logits = randn_as(dtype, { rows, vocab }, seed, device)
+        local ids, keep = {}, {}
+        for i = 1, rows do
+          ids[i], keep[i] = (i * 7919) % vocab, (masked and i % 4 == 3) and 0 or 1
+        end
+        local targets, mask = T.new(ids, 'i32', device), masked and T.new(keep, 'u8', device) or nil
+        local losses, sum = T.empty({ rows }, 'f32', device), ffi.new('double[1]')
+        check(C.wk_op_cross_entropy(losses, logits, targets, mask, rows, sum))
+        local dlogits = zeros({ rows, vocab }, device)  -- from zero: most entries are far below a step of 1
+        check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, rows, 1))
+        return { losses, T.new({ sum[0] }), dlogits }
+      end)
+    end
+
+    it('layernorm, matmul, attention and cross-entropy at toy shapes', function()
+      if not gpu_or_skip() then return end
+      layernorm(N, CH, 6)
+      for _, transpose in ipairs({ 0, 1 }) do matmul(N, CH, 7, transpose, 10) end
+      attention(B, TT, CH, NH, 16)
+      cross_entropy(N, V, true, 18)
+    end)
+
+    it('layernorm, matmul, attention and cross-entropy at GPT-2 widths', function()
+      if not gpu_or_skip() then return end
+      local rows, width = 2 * 257, 768
+      layernorm(rows, width, 34)
+      for _, transpose in ipairs({ 0, 1 }) do matmul(rows, width, 3 * width, transpose, 30) end
+      attention(2, 257, width, 12, 38)
+      cross_entropy(33, 50257, false, 40)
+    end)
+
+    it('refuses a parameter gradient in ' .. dtype .. ' by name, as the CPU does', function()
+      if not gpu_or_skip() then return end
+      local inp, w = randn_as(dtype, { N, CH }, 6, DEVICE), randn_as(dtype, { CH, 7 }, 7, DEVICE)
+      assert.has_error(function()
+        check(C.wk_op_matmul_backward(zeros({ N, CH }, DEVICE), zeros({ CH, 7 }, DEVICE), nil, zeros({ N, 7 }, DEVICE), inp, w, 0))
+      end, ('matmul_backward: dw is [8, 7] %s %s, expected [8, 7] f32, contiguous'):format(dtype, DEVICE))
+    end)
+  end)
+end
+
+-- A bf16 GPT on the GPU against the CPU's bf16: the loss, every weight gradient, and the loss after
+-- an AdamW step (which refreshes the bf16 compute copy by a cast on the device). A step apart in one
+-- op moves the ops after it by about a step, so the gradients get a few steps (4) of the largest.
+describe('a bf16 GPT on CUDA agrees with the CPU\'s bf16 #gpu', function()
+  it('forward, backward, an AdamW step and the next forward', function()
+    if not gpu_or_skip() then return end
+    local cfg = { vocab = 13, seq_len = 6, layers = 2, heads = 2, dim = 8, seed = 2, precision = 'bf16' }
+    local idx = T.new({ { 1, 5, 9, 2, 0, 12 }, { 3, 3, 8, 11, 4, 7 } }, 'i32')
+    local targets = T.new({ { 5, 9, 2, 0, 12, 1 }, { 3, 8, 11, 4, 7, 12 } }, 'i32')
+    local results = {}
+    for _, device in ipairs({ 'cpu', DEVICE }) do
+      cfg.device = device
+      local model, opt = wick.nn.gpt(cfg), wick.optim.adamw { lr = 1e-2 }
+      model:zero_grad()
+      local loss = model:forward(idx, targets)
+      model:backward()
+      assert.are.equal('bf16', model.logits.dtype)
+      assert.are.equal(device, model.logits.device)
+      local grads = model:flat_parameters().grads:to('cpu')
+      opt:step(model)
+      results[device] = { loss = loss, grads = grads, next_loss = model:forward(idx, targets) }
+      local flat = model:flat_parameters()  -- the forward refreshed the compute copy: the masters cast on the device
+      assert.are.equal(bytes(flat.params:to('cpu'):to('bf16')), bytes(flat.compute), 'the bf16 compute copy on ' .. device)
+    end
+    local gpu, cpu = results[DEVICE], results.cpu
+    assert.is_true(math.abs(gpu.loss - cpu.loss) / cpu.loss <= STEP.bf16, ('loss %g vs %g'):format(gpu.loss, cpu.loss))
+    local err = relative_error(gpu.grads, cpu.grads)
+    assert.is_true(err <= 4 * STEP.bf16, ('weight gradients: relative error %.3g'):format(err))
+    assert.is_true(math.abs(gpu.next_loss - cpu.next_loss) / cpu.next_loss <= STEP.bf16,
+      ('loss after a step %g vs %g'):format(gpu.next_loss, cpu.next_loss))
   end)
 end)
 

@@ -7,8 +7,8 @@
 --         after `growth_interval` good steps in a row the scale doubles. An activation gradient
 --         beyond f16's range is stored as inf, which reaches the weight gradients and so the check.
 -- The CPU ops load the 2-byte values, compute in f32 and store their results rounded to nearest
--- even, as the tensor cores' f32 accumulation does (runtime/ops/cpu/stored.h). The CUDA kernels
--- take f32 activations only, for now: there a 2-byte policy is refused by the first op.
+-- even, as the tensor cores' f32 accumulation does (runtime/ops/cpu/stored.h); the CUDA kernels take
+-- the same dtypes and round by the same rule (docs/gpu.md).
 local schema = require 'wick.schema'
 
 local precision = {}

@@ -15,45 +15,46 @@
 extern "C" {
 #endif
 
+/* The dtypes are the CPU's (runtime/ops/ops.c): activations, their gradients and the weights' compute
+ * copy in the op's `dtype` (f32, bf16 or f16, void pointers); parameter gradients, layernorm's mean
+ * and rstd, losses and the optimizer's tensors f32 (float pointers). */
 #define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
   X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
-  X(WkStatus, scale, (WkDType dtype, void *x, size_t n, float alpha))                                          \
+  X(WkStatus, scale, (float *x, size_t n, float alpha))                                                        \
   X(WkStatus, add, (WkDType dtype, void *out, const void *a, const void *b, size_t n))                         \
   X(WkStatus, axpy, (WkDType dtype, void *y, float alpha, const void *x, size_t n))                            \
   X(WkStatus, round, (float *x, size_t n, WkDType dtype))                                                      \
   X(WkStatus, sumsq, (const float *x, size_t n, double *out))                                                  \
   X(WkStatus, embedding_forward,                                                                               \
-    (float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte, const float *wpe, size_t B,   \
-     size_t T, size_t C, size_t V))                                                                            \
+    (WkDType dtype, void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte, const void *wpe, \
+     size_t B, size_t T, size_t C, size_t V))                                                                  \
   X(WkStatus, embedding_backward,                                                                              \
-    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, WkIndexLayout idx_layout, size_t B,      \
-     size_t T, size_t C))                                                                                      \
-  /* inp, out, weight, bias and their gradients of dtype (f32, bf16, f16); mean and rstd f32 */                \
+    (WkDType dtype, float *dwte, float *dwpe, const void *dout, const int32_t *idx, WkIndexLayout idx_layout,  \
+     size_t B, size_t T, size_t C))                                                                            \
   X(WkStatus, layernorm_forward,                                                                               \
     (WkDType dtype, void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, \
      size_t N, size_t C, float eps))                                                                           \
   X(WkStatus, layernorm_backward,                                                                              \
-    (WkDType dtype, void *dinp, void *dweight, void *dbias, const void *dout, const void *inp,                 \
+    (WkDType dtype, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,               \
      const void *weight, const float *mean, const float *rstd, size_t N, size_t C))                            \
-  /* inp, w, bias, out (and their gradients) all of dtype: f32, bf16 or f16 */                                 \
   X(WkStatus, matmul_forward,                                                                                  \
     (WkDType dtype, void *out, const void *inp, const void *w, const void *bias, size_t N, size_t C, size_t OC, \
      int transpose_w))                                                                                         \
   X(WkStatus, matmul_backward,                                                                                 \
-    (WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,       \
+    (WkDType dtype, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,     \
      size_t N, size_t C, size_t OC, int transpose_w))                                                          \
   X(WkStatus, gelu_forward, (WkDType dtype, void *out, const void *inp, size_t n))                             \
   X(WkStatus, gelu_backward, (WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n))         \
   X(WkStatus, attention_forward,                                                                               \
-    (float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH))                       \
+    (WkDType dtype, void *out, void *att, const void *qkv, size_t B, size_t T, size_t C, size_t NH))           \
   X(WkStatus, attention_backward,                                                                              \
-    (float *dqkv, const float *dout, const float *qkv, const float *att, size_t B, size_t T, size_t C,         \
-     size_t NH))                                                                                               \
+    (WkDType dtype, void *dqkv, const void *dout, const void *qkv, const void *att, size_t B, size_t T,        \
+     size_t C, size_t NH))                                                                                     \
   X(WkStatus, cross_entropy_forward,                                                                           \
-    (float *losses, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                 \
+    (WkDType dtype, float *losses, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
      const uint8_t *mask, size_t N, size_t V, float normalizer, double *loss_sum))                             \
   X(WkStatus, cross_entropy_backward,                                                                          \
-    (float *dlogits, const float *logits, const int32_t *targets, WkIndexLayout targets_layout,                \
+    (WkDType dtype, void *dlogits, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
      const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \
   X(WkStatus, adamw,                                                                                           \
     (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,        \

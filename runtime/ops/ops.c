@@ -9,8 +9,8 @@
  * first activation argument (act_dtype below); the others must match it. What stays f32 under every
  * policy is checked as WK_F32: parameter gradients (accumulated in f32), layernorm's mean and rstd,
  * the per-token losses, the optimizer's weights and moments, and the ops that serve only those
- * (scale, round, sumsq, normal, adamw). The CUDA kernels take f32 activations only, for now: a 2-byte
- * one is refused there by name, never reinterpreted.
+ * (scale, round, sumsq, normal, adamw). The CUDA kernels (runtime/ops/cuda) take the very same dtypes,
+ * the activation dtype passed to each entry that has one, and round as the CPU does (docs/gpu.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -87,16 +87,13 @@ static WkStatus enter_device(const WkTensor *t) { return wk_cuda_enter(t->storag
 
 static size_t numel(const WkTensor *t) { return t ? (size_t)wk_tensor_numel(t) : 0; }
 
-/* The activation dtype of an op, from its argument `name`: f32, bf16 or f16, and f32 on CUDA. */
+/* The activation dtype of an op, from its argument `name`: f32, bf16 or f16, on either device. */
 static WkStatus act_dtype(const char *op, const char *name, const WkTensor *t, WkDType *out) {
   char got[128];
   if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is NULL", op, name);
   if (t->dtype != WK_F32 && t->dtype != WK_BF16 && t->dtype != WK_F16)
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s, expected f32, bf16 or f16", op, name,
                    wk_tensor_describe(t, got, sizeof got));
-  if (on_cuda(t) && t->dtype != WK_F32)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s is %s, but the CUDA kernels take f32 activations only (for now)", op,
-                   name, wk_tensor_describe(t, got, sizeof got));
   *out = t->dtype;
   return WK_OK;
 }
@@ -123,7 +120,7 @@ WkStatus wk_op_fill(WkTensor *t, double value) {
 
 WkStatus wk_op_scale(WkTensor *t, float alpha) {
   ARG_FLAT("scale", t, WK_F32, NULL, numel(t));
-  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(t->dtype, tensor_ptr(t), numel(t), alpha));
+  return DISPATCH(t, cpu_scale(F32(t), numel(t), alpha), CUDA->scale(F32(t), numel(t), alpha));
 }
 
 
@@ -133,7 +130,7 @@ WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b) {
   ARG_FLAT("add", out, act, NULL, numel(out));
   ARG_FLAT("add", a, act, out, numel(out));
   ARG_FLAT("add", b, act, out, numel(out));
-  return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(act, tensor_ptr(out), tensor_ptr(a), tensor_ptr(b), numel(out)));
+  return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(act, DATA(out), DATA(a), DATA(b), numel(out)));
 }
 
 WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
@@ -141,7 +138,7 @@ WkStatus wk_op_axpy(WkTensor *y, float alpha, const WkTensor *x) {
   ACT("axpy", y, act);
   ARG_FLAT("axpy", y, act, NULL, numel(y));
   ARG_FLAT("axpy", x, act, y, numel(y));
-  return DISPATCH(y, cpu_axpy(DATA(y), alpha, DATA(x), act, numel(y)), CUDA->axpy(act, tensor_ptr(y), alpha, tensor_ptr(x), numel(y)));
+  return DISPATCH(y, cpu_axpy(DATA(y), alpha, DATA(x), act, numel(y)), CUDA->axpy(act, DATA(y), alpha, DATA(x), numel(y)));
 }
 
 WkStatus wk_op_round(WkTensor *t, WkDType dtype) {
@@ -176,7 +173,7 @@ WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp) {
   ACT("gelu", out, act);
   ARG_FLAT("gelu", out, act, NULL, numel(out));
   ARG_FLAT("gelu", inp, act, out, numel(out));
-  return DISPATCH(out, cpu_gelu_forward(DATA(out), DATA(inp), act, numel(out)), CUDA->gelu_forward(act, tensor_ptr(out), tensor_ptr(inp), numel(out)));
+  return DISPATCH(out, cpu_gelu_forward(DATA(out), DATA(inp), act, numel(out)), CUDA->gelu_forward(act, DATA(out), DATA(inp), numel(out)));
 }
 
 WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp) {
@@ -186,7 +183,7 @@ WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTenso
   ARG_FLAT("gelu_backward", dout, act, dinp, numel(dinp));
   ARG_FLAT("gelu_backward", inp, act, dinp, numel(dinp));
   return DISPATCH(dinp, cpu_gelu_backward(DATA(dinp), DATA(dout), DATA(inp), act, numel(dinp)),
-                  CUDA->gelu_backward(act, tensor_ptr(dinp), tensor_ptr(dout), tensor_ptr(inp), numel(dinp)));
+                  CUDA->gelu_backward(act, DATA(dinp), DATA(dout), DATA(inp), numel(dinp)));
 }
 
 WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTensor *v, float lr, float beta1,
@@ -225,7 +222,7 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
   ARG("embedding", out, act, idx, B, T, C);
-  if (on_cuda(out)) return ON_DEVICE(out, CUDA->embedding_forward(F32(out), I32(idx), at, F32(wte), F32(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
+  if (on_cuda(out)) return ON_DEVICE(out, CUDA->embedding_forward(act, DATA(out), I32(idx), at, DATA(wte), DATA(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
   int64_t bad = cpu_embedding_forward(DATA(out), I32(idx), at, DATA(wte), DATA(wpe), act, (size_t)B, (size_t)T, (size_t)C, (size_t)V);
   return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, at, bad, V);
 }
@@ -242,7 +239,7 @@ WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor
   ARG("embedding_backward", dout, act, idx, B, T, C);
   if (dwpe->shape[0] < T) return WK_FAIL(WK_ERR_INVALID_ARG, "embedding_backward: dwpe has fewer than T rows");
   return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), DATA(dout), act, I32(idx), at, (size_t)B, (size_t)T, (size_t)C),
-                  CUDA->embedding_backward(F32(dwte), F32(dwpe), F32(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C));
+                  CUDA->embedding_backward(act, F32(dwte), F32(dwpe), DATA(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C));
 }
 
 /* Rows N = product of all but the last dim of inp, C = the last. Callers zero-initialise the
@@ -268,7 +265,7 @@ WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const Wk
   ARG("layernorm", weight, act, inp, C);
   ARG("layernorm", bias, act, inp, C);
   return DISPATCH(inp, cpu_layernorm_forward(DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), act, (size_t)N, (size_t)C, eps),
-                  CUDA->layernorm_forward(act, tensor_ptr(out), F32(mean), F32(rstd), tensor_ptr(inp), tensor_ptr(weight), tensor_ptr(bias), (size_t)N, (size_t)C, eps));
+                  CUDA->layernorm_forward(act, DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), (size_t)N, (size_t)C, eps));
 }
 
 WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias, const WkTensor *dout,
@@ -287,7 +284,7 @@ WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *d
   ARG("layernorm_backward", dbias, WK_F32, inp, C);
   return DISPATCH(inp,
                   cpu_layernorm_backward(DATA(dinp), F32(dweight), F32(dbias), DATA(dout), DATA(inp), DATA(weight), F32(mean), F32(rstd), act, (size_t)N, (size_t)C),
-                  CUDA->layernorm_backward(act, tensor_ptr(dinp), tensor_ptr(dweight), tensor_ptr(dbias), tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C));
+                  CUDA->layernorm_backward(act, DATA(dinp), F32(dweight), F32(dbias), DATA(dout), DATA(inp), DATA(weight), F32(mean), F32(rstd), (size_t)N, (size_t)C));
 }
 
 /* inp [..., C], w [C, OC] or transposed [OC, C]. */
@@ -309,7 +306,7 @@ WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, con
   if (bias) ARG("matmul", bias, act, inp, OC);
   if (out->shape[out->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul: out's last dim must be %lld", (long long)OC);
   if (!on_cuda(inp)) return cpu_matmul_forward(DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
-  return ON_DEVICE(inp, CUDA->matmul_forward(act, tensor_ptr(out), tensor_ptr(inp), tensor_ptr(w), bias ? tensor_ptr(bias) : NULL, (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  return ON_DEVICE(inp, CUDA->matmul_forward(act, DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
@@ -322,7 +319,7 @@ WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, co
   ARG_FLAT("matmul_backward", dout, act, inp, N * OC);
   if (dbias) ARG("matmul_backward", dbias, WK_F32, inp, OC);
   if (!on_cuda(inp)) return cpu_matmul_backward(DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
-  return ON_DEVICE(inp, CUDA->matmul_backward(act, tensor_ptr(dinp), tensor_ptr(dw), dbias ? tensor_ptr(dbias) : NULL, tensor_ptr(dout), tensor_ptr(inp), tensor_ptr(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+  return ON_DEVICE(inp, CUDA->matmul_backward(act, DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 /* ---- attention and loss ----------------------------------------------------------------------- */
@@ -347,7 +344,7 @@ WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int 
   ARG("attention", out, act, qkv, B, T, C);
   ARG("attention", att, act, qkv, B, heads, T, T);
   if (!on_cuda(qkv)) return cpu_attention_forward(DATA(out), DATA(att), DATA(qkv), act, (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
-  return ON_DEVICE(qkv, CUDA->attention_forward(F32(out), F32(att), F32(qkv), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
+  return ON_DEVICE(qkv, CUDA->attention_forward(act, DATA(out), DATA(att), DATA(qkv), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
 }
 
 WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv, const WkTensor *att,
@@ -358,7 +355,7 @@ WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const Wk
   ARG("attention_backward", dqkv, act, qkv, B, T, 3 * C);
   ARG("attention_backward", dout, act, qkv, B, T, C);
   ARG("attention_backward", att, act, qkv, B, heads, T, T);
-  if (on_cuda(qkv)) return ON_DEVICE(qkv, CUDA->attention_backward(F32(dqkv), F32(dout), F32(qkv), F32(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
+  if (on_cuda(qkv)) return ON_DEVICE(qkv, CUDA->attention_backward(act, DATA(dqkv), DATA(dout), DATA(qkv), DATA(att), (size_t)B, (size_t)T, (size_t)C, (size_t)heads));
   return cpu_attention_backward(DATA(dqkv), DATA(dout), DATA(qkv), DATA(att), act, (size_t)B, (size_t)T, (size_t)C, (size_t)heads);
 }
 
@@ -387,7 +384,7 @@ WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkT
   WkDType act = WK_F32;
   WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at, &act));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));  /* losses are reported values: f32 */
-  if (on_cuda(logits)) return ON_DEVICE(logits, CUDA->cross_entropy_forward(F32(losses), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
+  if (on_cuda(logits)) return ON_DEVICE(logits, CUDA->cross_entropy_forward(act, F32(losses), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
   int64_t bad = cpu_cross_entropy_forward(F32(losses), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
   return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, at, bad, V);
 }
@@ -400,7 +397,7 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
   WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V, &at, &act));
   ARG_FLAT("cross_entropy_backward", dlogits, act, logits, numel(logits));
   return DISPATCH(logits, cpu_cross_entropy_backward(DATA(dlogits), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
-                  CUDA->cross_entropy_backward(F32(dlogits), F32(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
+                  CUDA->cross_entropy_backward(act, DATA(dlogits), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }
 
 /* ---- Llama-family ops (CPU only for now) ------------------------------------------------------ */

@@ -3,11 +3,13 @@
  * products of attention through cuBLAS, and the bias gradient's column reduction.
  *
  * Precision: the storage type of the tensors picks the GEMM. 2-byte tensors (bf16, f16) multiply on
- * the tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F over 16-bit inputs); f32 tensors run
+ * the tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F over 16-bit inputs), the output rounded
+ * once; the weight gradient, f32 under every policy as on the CPU, is the same product with an f32
+ * C/D (cuBLASLt's COMPUTE_32F takes 16-bit A/B with an f32 C/D), so it accumulates unrounded. f32 tensors run
  * true fp32 arithmetic, TF32 off: the f32 path is the one checked against the CPU reference within
  * 1e-4 (TF32's 10-bit mantissa errs by ~1e-3), and a run that wants speed stores its weights in bf16.
  * The bias is added by the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS), not by a pass of its own.
- * The bias gradient is a deterministic two-stage block reduction (column tiles x row chunks into
+ * The bias gradient (f32) is a deterministic two-stage block reduction (column tiles x row chunks into
  * scratch, then a sum over chunks added to dbias): the BGRAD epilogues would overwrite dbias where the
  * op accumulates, and are supported for fewer layouts than the op allows.
  *
@@ -95,7 +97,8 @@ static uint32_t alignment_of(const void *p) {
   return alignment;
 }
 
-static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t type) {
+/* type: A's, B's and the bias's; d_type: C's and D's. */
+static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t type, cudaDataType_t d_type) {
   cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_TRY(cublasLtMatmulDescCreate(&desc->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
@@ -109,7 +112,7 @@ static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t ty
   /* op(A) is [m, k], op(B) [k, n]: the stored shapes are those, transposed where op is T */
   CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->a, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, (int64_t)g.lda));
   CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->b, type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, (int64_t)g.ldb));
-  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->d, type, g.m, g.n, (int64_t)g.ldd));
+  CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->d, d_type, g.m, g.n, (int64_t)g.ldd));
   CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&desc->preference));
   uint64_t workspace = LT_WORKSPACE_BYTES;
   CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(desc->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -127,20 +130,20 @@ static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t ty
   return WK_OK;
 }
 
-static WkStatus lt_gemm(const LtGemm &g, WkDType dtype) {
+/* D = op(A) op(B) (+ beta D) with A and B of dtype and D of d_dtype (dtype, or f32). */
+static WkStatus lt_gemm(const LtGemm &g, WkDType dtype, WkDType d_dtype) {
   if (g.m == 0 || g.n == 0) return WK_OK;
   cublasLtHandle_t lt;
   WK_TRY(handles_for_current_device(NULL, &lt));
-  cudaDataType_t type = cuda_type(dtype);
   LtDescriptors desc;
-  WK_TRY(describe(&desc, g, type));
+  WK_TRY(describe(&desc, g, cuda_type(dtype), cuda_type(d_dtype)));
   cublasLtMatmulHeuristicResult_t heuristic;
   int found = 0;
   CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1,
                                             &heuristic, &found));
   if (found == 0)
-    return WK_FAIL(WK_ERR_DEVICE, "cuBLASLt has no algorithm for a %s GEMM [%zu x %zu x %zu]%s", wk_dtype_name(dtype),
-                   g.m, g.n, g.k, g.bias ? " with a bias epilogue" : "");
+    return WK_FAIL(WK_ERR_DEVICE, "cuBLASLt has no algorithm for a %s GEMM into %s [%zu x %zu x %zu]%s",
+                   wk_dtype_name(dtype), wk_dtype_name(d_dtype), g.m, g.n, g.k, g.bias ? " with a bias epilogue" : "");
   DeviceScratch workspace;
   WK_TRY(scratch_new(&workspace, LT_WORKSPACE_BYTES));
   float alpha = 1.0f;
@@ -176,17 +179,16 @@ __global__ static void column_partial_sums_kernel(float *partial, const Storage 
   }
 }
 
-template <typename Storage>
-__global__ static void add_chunk_sums_kernel(Storage *dbias, const float *partial, size_t chunks, size_t OC) {
+__global__ static void add_chunk_sums_kernel(float *dbias, const float *partial, size_t chunks, size_t OC) {
   GRID_STRIDE(o, OC) {
     float sum = 0.0f;
     for (size_t c = 0; c < chunks; c++) sum += partial[c * OC + o];
-    dbias[o] = from_float<Storage>(to_float(dbias[o]) + sum);
+    dbias[o] += sum;
   }
 }
 
 template <typename Storage>
-static WkStatus bias_gradient(Storage *dbias, const Storage *dout, size_t N, size_t OC) {
+static WkStatus bias_gradient(float *dbias, const Storage *dout, size_t N, size_t OC) {
   size_t chunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
   if (chunks > 65535) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul_backward: %zu rows exceed the bias reduction's grid", N);
   DeviceScratch partial;
@@ -195,7 +197,7 @@ static WkStatus bias_gradient(Storage *dbias, const Storage *dout, size_t N, siz
   column_partial_sums_kernel<Storage><<<grid, THREADS, 0, current_stream()>>>((float *)partial.ptr, dout, N, OC);
   WkStatus status = launch_status("bias gradient (partial sums)");
   if (status == WK_OK) {
-    add_chunk_sums_kernel<Storage><<<blocks_for(OC, THREADS), THREADS, 0, current_stream()>>>(dbias, (float *)partial.ptr, chunks, OC);
+    add_chunk_sums_kernel<<<blocks_for(OC, THREADS), THREADS, 0, current_stream()>>>(dbias, (float *)partial.ptr, chunks, OC);
     status = launch_status("bias gradient (chunk sums)");
   }
   scratch_free(&partial);
@@ -214,11 +216,11 @@ extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *in
   g.B = inp, g.ldb = C;
   g.D = out, g.ldd = OC;
   g.bias = bias;
-  return lt_gemm(g, dtype);
+  return lt_gemm(g, dtype, dtype);
 }
 
 template <typename Storage>
-static WkStatus matmul_backward(WkDType dtype, Storage *dinp, Storage *dw, Storage *dbias, const Storage *dout,
+static WkStatus matmul_backward(WkDType dtype, Storage *dinp, float *dw, float *dbias, const Storage *dout,
                                 const Storage *inp, const Storage *w, size_t N, size_t C, size_t OC, int transpose_w) {
   /* dinp^T[C, N] += op(w)^T[C, OC] @ dout^T[OC, N] */
   LtGemm input = {};
@@ -227,7 +229,7 @@ static WkStatus matmul_backward(WkDType dtype, Storage *dinp, Storage *dw, Stora
   input.A = w, input.lda = transpose_w ? C : OC;
   input.B = dout, input.ldb = OC;
   input.D = dinp, input.ldd = C, input.beta = 1.0f;
-  WK_TRY(lt_gemm(input, dtype));
+  WK_TRY(lt_gemm(input, dtype, dtype));
   LtGemm weight = {};
   weight.trans_b = true, weight.k = N, weight.beta = 1.0f, weight.D = dw;
   if (transpose_w) { /* dw row-major [OC, C] += dout^T @ inp: column-major [C, OC] = inp^T-view @ dout-view^T */
@@ -235,14 +237,14 @@ static WkStatus matmul_backward(WkDType dtype, Storage *dinp, Storage *dw, Stora
   } else { /* dw row-major [C, OC] += inp^T @ dout: column-major [OC, C] = dout-view @ inp-view^T */
     weight.m = OC, weight.n = C, weight.A = dout, weight.lda = OC, weight.B = inp, weight.ldb = C, weight.ldd = OC;
   }
-  WK_TRY(lt_gemm(weight, dtype));
+  WK_TRY(lt_gemm(weight, dtype, WK_F32));  /* the parameter gradient accumulates in f32 */
   return dbias && OC && N ? bias_gradient(dbias, dout, N, OC) : WK_OK;
 }
 
-extern "C" WkStatus cuda_matmul_backward(WkDType dtype, void *dinp, void *dw, void *dbias, const void *dout,
+extern "C" WkStatus cuda_matmul_backward(WkDType dtype, void *dinp, float *dw, float *dbias, const void *dout,
                                          const void *inp, const void *w, size_t N, size_t C, size_t OC,
                                          int transpose_w) {
   STORAGE_DISPATCH(dtype, "matmul_backward",
-                   matmul_backward(dtype, (Storage *)dinp, (Storage *)dw, (Storage *)dbias, (const Storage *)dout,
+                   matmul_backward(dtype, (Storage *)dinp, dw, dbias, (const Storage *)dout,
                                    (const Storage *)inp, (const Storage *)w, N, C, OC, transpose_w));
 }

@@ -1,7 +1,7 @@
 /*
  * elementwise.cu — the CUDA mirror of runtime/ops/cpu/elementwise.c: fill, scale, add, axpy, round,
- * sumsq, GELU and AdamW, one grid-stride loop each; scale, add, axpy and GELU store f32, bf16 or f16
- * and compute in f32.
+ * sumsq, GELU and AdamW, one grid-stride loop each; add, axpy and GELU store f32, bf16 or f16 and
+ * compute in f32; scale, round, sumsq and AdamW serve the f32 weights and their gradients only.
  */
 #include "common.cuh"
 
@@ -25,9 +25,8 @@ extern "C" WkStatus cuda_fill(void *data, size_t n, size_t elem_size, const void
   return WK_OK;
 }
 
-template <typename Storage>
-__global__ static void scale_kernel(Storage *x, size_t n, float alpha) {
-  GRID_STRIDE(i, n) x[i] = from_float<Storage>(to_float(x[i]) * alpha);
+__global__ static void scale_kernel(float *x, size_t n, float alpha) {
+  GRID_STRIDE(i, n) x[i] *= alpha;
 }
 template <typename Storage>
 __global__ static void add_kernel(Storage *out, const Storage *a, const Storage *b, size_t n) {
@@ -58,8 +57,9 @@ __global__ static void round_kernel(float *x, size_t n, WkDType dtype) {
   }
 }
 
-extern "C" WkStatus cuda_scale(WkDType dtype, void *x, size_t n, float alpha) {
-  LAUNCH_STORED(dtype, "scale", scale_kernel, n, (Storage *)x, n, alpha);
+extern "C" WkStatus cuda_scale(float *x, size_t n, float alpha) {
+  if (n) LAUNCH(scale_kernel, n, x, n, alpha);
+  return WK_OK;
 }
 extern "C" WkStatus cuda_add(WkDType dtype, void *out, const void *a, const void *b, size_t n) {
   LAUNCH_STORED(dtype, "add", add_kernel, n, (Storage *)out, (const Storage *)a, (const Storage *)b, n);

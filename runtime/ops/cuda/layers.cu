@@ -1,33 +1,34 @@
 /*
  * layers.cu — the CUDA mirror of runtime/ops/cpu/layers.c (less the matmuls, in blas.cu): embedding
- * and layernorm, forward and backward. Layernorm stores f32, bf16 or f16 and computes in f32.
+ * and layernorm, forward and backward. Activations and the tables or weights they read are stored f32,
+ * bf16 or f16 (computed in f32, rounded once on the store); the parameter gradients and layernorm's
+ * mean and rstd are f32, as on the CPU.
  */
 #include "common.cuh"
 
 /* ---- embedding and layernorm ------------------------------------------------------------------------ */
 
-__global__ static void embedding_forward_kernel(float *out, const int32_t *idx, WkIndexLayout at, const float *wte,
-                                                const float *wpe, size_t T, size_t C, size_t V, size_t n, int *bad) {
+template <typename Storage>
+__global__ static void embedding_forward_kernel(Storage *out, const int32_t *idx, WkIndexLayout at, const Storage *wte,
+                                                const Storage *wpe, size_t T, size_t C, size_t V, size_t n, int *bad) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
     int32_t token = idx[wk_index_offset(at, (int64_t)row)];
     if (token < 0 || (size_t)token >= V) {
       *bad = 1;
-      out[i] = 0.0f;
+      out[i] = from_float<Storage>(0.0f);
     } else {
-      out[i] = wte[(size_t)token * C + c] + wpe[(row % T) * C + c];
+      out[i] = from_float<Storage>(to_float(wte[(size_t)token * C + c]) + to_float(wpe[(row % T) * C + c]));
     }
   }
 }
 
-
-extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkIndexLayout idx_layout, const float *wte,
-                                           const float *wpe, size_t B, size_t T, size_t C, size_t V) {
-  size_t n = B * T * C;
-  if (n == 0) return WK_OK;
+template <typename Storage>
+static WkStatus embedding_forward(Storage *out, const int32_t *idx, WkIndexLayout idx_layout, const Storage *wte,
+                                  const Storage *wpe, size_t T, size_t C, size_t V, size_t n) {
   DeviceScratch flag;
   WK_TRY(scalar_new(&flag, sizeof(int)));
-  embedding_forward_kernel<<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
+  embedding_forward_kernel<Storage><<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
       out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
   WkStatus launched = launch_status("embedding");
   if (launched != WK_OK) {
@@ -37,31 +38,50 @@ extern "C" WkStatus cuda_embedding_forward(float *out, const int32_t *idx, WkInd
   return check_flag(&flag, "embedding");
 }
 
+/* out and the tables of dtype, as on the CPU: the sum is formed in f32 and rounded once. */
+extern "C" WkStatus cuda_embedding_forward(WkDType dtype, void *out, const int32_t *idx, WkIndexLayout idx_layout,
+                                           const void *wte, const void *wpe, size_t B, size_t T, size_t C, size_t V) {
+  size_t n = B * T * C;
+  if (n == 0) return WK_OK;
+  STORAGE_DISPATCH(dtype, "embedding", embedding_forward((Storage *)out, idx, idx_layout, (const Storage *)wte,
+                                                         (const Storage *)wpe, T, C, V, n));
+}
+
 /* Token rows scatter: two positions may hold the same token, so dwte takes atomics (contended only
- * as often as a token repeats within the batch). */
-__global__ static void token_gradient_kernel(float *dwte, const float *dout, const int32_t *idx, WkIndexLayout at,
+ * as often as a token repeats within the batch). dout is of the activation dtype, dwte and dwpe f32. */
+template <typename Storage>
+__global__ static void token_gradient_kernel(float *dwte, const Storage *dout, const int32_t *idx, WkIndexLayout at,
                                              size_t C, size_t n) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
-    atomicAdd(&dwte[(size_t)idx[wk_index_offset(at, (int64_t)row)] * C + c], dout[i]);
+    atomicAdd(&dwte[(size_t)idx[wk_index_offset(at, (int64_t)row)] * C + c], to_float(dout[i]));
   }
 }
 
 /* Positions gather: dwpe[t, c] += the sum over b of dout[b, t, c], a thread per (t, c), in b order. */
-__global__ static void position_gradient_kernel(float *dwpe, const float *dout, size_t B, size_t T, size_t C) {
+template <typename Storage>
+__global__ static void position_gradient_kernel(float *dwpe, const Storage *dout, size_t B, size_t T, size_t C) {
   GRID_STRIDE(i, T * C) {
     float sum = 0.0f;
-    for (size_t b = 0; b < B; b++) sum += dout[b * T * C + i];
+    for (size_t b = 0; b < B; b++) sum += to_float(dout[b * T * C + i]);
     dwpe[i] += sum;
   }
 }
 
-extern "C" WkStatus cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *idx,
-                                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
-  if (B * T * C == 0) return WK_OK;
-  LAUNCH(token_gradient_kernel, B * T * C, dwte, dout, idx, idx_layout, C, B * T * C);
-  LAUNCH(position_gradient_kernel, T * C, dwpe, dout, B, T, C);
+template <typename Storage>
+static WkStatus embedding_backward(float *dwte, float *dwpe, const Storage *dout, const int32_t *idx,
+                                   WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
+  LAUNCH(token_gradient_kernel<Storage>, B * T * C, dwte, dout, idx, idx_layout, C, B * T * C);
+  LAUNCH(position_gradient_kernel<Storage>, T * C, dwpe, dout, B, T, C);
   return WK_OK;
+}
+
+extern "C" WkStatus cuda_embedding_backward(WkDType dtype, float *dwte, float *dwpe, const void *dout,
+                                            const int32_t *idx, WkIndexLayout idx_layout, size_t B, size_t T,
+                                            size_t C) {
+  if (B * T * C == 0) return WK_OK;
+  STORAGE_DISPATCH(dtype, "embedding_backward",
+                   embedding_backward(dwte, dwpe, (const Storage *)dout, idx, idx_layout, B, T, C));
 }
 
 /* One warp per row (rows are short: C = 768 is 24 floats a lane, all in L1 for the second and third
@@ -133,20 +153,19 @@ __global__ static void layernorm_backward_kernel(Storage *dinp, float *partial, 
   for (size_t c = threadIdx.x; c < 2 * C; c += blockDim.x) partial[blockIdx.x * 2 * C + c] = column_sums[c];
 }
 
-/* dweight and dbias += the blocks' column sums, in block order (deterministic). */
-template <typename Storage>
-__global__ static void layernorm_column_sums_kernel(Storage *dweight, Storage *dbias, const float *partial,
-                                                    size_t blocks, size_t C) {
+/* dweight and dbias (f32, the parameter gradients) += the blocks' column sums, in block order
+ * (deterministic). */
+__global__ static void layernorm_column_sums_kernel(float *dweight, float *dbias, const float *partial, size_t blocks,
+                                                    size_t C) {
   GRID_STRIDE(i, 2 * C) {
     float sum = 0.0f;
     for (size_t b = 0; b < blocks; b++) sum += partial[b * 2 * C + i];
-    Storage *into = i < C ? dweight + i : dbias + (i - C);
-    *into = from_float<Storage>(to_float(*into) + sum);
+    *(i < C ? dweight + i : dbias + (i - C)) += sum;
   }
 }
 
 template <typename Storage>
-static WkStatus layernorm_backward(Storage *dinp, Storage *dweight, Storage *dbias, const Storage *dout,
+static WkStatus layernorm_backward(Storage *dinp, float *dweight, float *dbias, const Storage *dout,
                                    const Storage *inp, const Storage *weight, const float *mean, const float *rstd,
                                    size_t N, size_t C) {
   int device = 0, sms = 0, shared_limit = 0;
@@ -166,7 +185,7 @@ static WkStatus layernorm_backward(Storage *dinp, Storage *dweight, Storage *dbi
       dinp, (float *)partial.ptr, dout, inp, weight, mean, rstd, N, C);
   WkStatus status = launch_status("layernorm backward");
   if (status == WK_OK) {
-    layernorm_column_sums_kernel<Storage><<<blocks_for(2 * C, THREADS), THREADS, 0, current_stream()>>>(
+    layernorm_column_sums_kernel<<<blocks_for(2 * C, THREADS), THREADS, 0, current_stream()>>>(
         dweight, dbias, (float *)partial.ptr, blocks, C);
     status = launch_status("layernorm column sums");
   }
@@ -174,11 +193,11 @@ static WkStatus layernorm_backward(Storage *dinp, Storage *dweight, Storage *dbi
   return status;
 }
 
-extern "C" WkStatus cuda_layernorm_backward(WkDType dtype, void *dinp, void *dweight, void *dbias, const void *dout,
+extern "C" WkStatus cuda_layernorm_backward(WkDType dtype, void *dinp, float *dweight, float *dbias, const void *dout,
                                             const void *inp, const void *weight, const float *mean, const float *rstd,
                                             size_t N, size_t C) {
   if (N == 0 || C == 0) return WK_OK;
   STORAGE_DISPATCH(dtype, "layernorm_backward",
-                   layernorm_backward((Storage *)dinp, (Storage *)dweight, (Storage *)dbias, (const Storage *)dout,
+                   layernorm_backward((Storage *)dinp, dweight, dbias, (const Storage *)dout,
                                       (const Storage *)inp, (const Storage *)weight, mean, rstd, N, C));
 }

@@ -6,14 +6,17 @@
  * max rescales the running sum) and two block reductions, so the forward reads each logit once and
  * the backward twice (the pass, then the write). The loss sum is the deterministic two-stage sum of
  * the losses (no atomics); it and the bad-target flag come back to the host in one copy.
+ * As on the CPU, the logits and dlogits are stored f32, bf16 or f16 (read exactly, dlogits rounded
+ * once per element); the log-sum-exp, the losses and their sum stay f32 and double.
  */
 #include "common.cuh"
 
 /* log(sum(exp(row))) over the block's threads, returned to all of them. */
-__device__ static float block_log_sum_exp(const float *row, size_t V) {
+template <typename Storage>
+__device__ static float block_log_sum_exp(const Storage *row, size_t V) {
   float maxval = -INFINITY, sum = 0.0f;
   for (size_t v = threadIdx.x; v < V; v += blockDim.x) {
-    float x = row[v];
+    float x = to_float(row[v]);
     if (x > maxval) {
       sum = sum * expf(maxval - x) + 1.0f;
       maxval = x;
@@ -29,7 +32,8 @@ __device__ static float block_log_sum_exp(const float *row, size_t V) {
 /* Rows a block apart, grid-stride (the loop is block-uniform, so the reductions stay in step). */
 #define BLOCK_ROW_LOOP(n, N) for (size_t n = blockIdx.x; n < (N); n += gridDim.x)
 
-__global__ static void cross_entropy_forward_kernel(float *losses, const float *logits, const int32_t *targets,
+template <typename Storage>
+__global__ static void cross_entropy_forward_kernel(float *losses, const Storage *logits, const int32_t *targets,
                                                     WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
                                                     float normalizer, int *bad) {
   BLOCK_ROW_LOOP(n, N) {
@@ -47,7 +51,7 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const float *
       continue;
     }
     float lse = block_log_sum_exp(logits + n * V, V);
-    if (threadIdx.x == 0) losses[n] = (lse - logits[n * V + target]) / normalizer;
+    if (threadIdx.x == 0) losses[n] = (lse - to_float(logits[n * V + target])) / normalizer;
   }
 }
 
@@ -57,15 +61,16 @@ struct LossResult {
   int bad_target;
 };
 
-extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logits, const int32_t *targets,
-                                               WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
-                                               float normalizer, double *loss_sum) {
+template <typename Storage>
+static WkStatus cross_entropy_forward(float *losses, const Storage *logits, const int32_t *targets,
+                                      WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                      float normalizer, double *loss_sum) {
   DeviceScratch result;
   WK_TRY(scalar_new(&result, sizeof(LossResult)));
   LossResult *device = (LossResult *)result.ptr;
   WkStatus status = WK_OK;
   if (N) {
-    cross_entropy_forward_kernel<<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
+    cross_entropy_forward_kernel<Storage><<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
         losses, logits, targets, targets_layout, mask, N, V, normalizer, &device->bad_target);
     status = launch_status("cross_entropy");
     if (status == WK_OK) status = device_sum(&device->loss_sum, losses, N, false);
@@ -81,25 +86,48 @@ extern "C" WkStatus cuda_cross_entropy_forward(float *losses, const float *logit
   return WK_OK;
 }
 
-__global__ static void cross_entropy_backward_kernel(float *dlogits, const float *logits, const int32_t *targets,
+extern "C" WkStatus cuda_cross_entropy_forward(WkDType dtype, float *losses, const void *logits,
+                                               const int32_t *targets, WkIndexLayout targets_layout,
+                                               const uint8_t *mask, size_t N, size_t V, float normalizer,
+                                               double *loss_sum) {
+  STORAGE_DISPATCH(dtype, "cross_entropy",
+                   cross_entropy_forward(losses, (const Storage *)logits, targets, targets_layout, mask, N, V,
+                                         normalizer, loss_sum));
+}
+
+template <typename Storage>
+__global__ static void cross_entropy_backward_kernel(Storage *dlogits, const Storage *logits, const int32_t *targets,
                                                      WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
                                                      float scale) {
   BLOCK_ROW_LOOP(n, N) {
     if (mask && !mask[n]) continue;
-    const float *row = logits + n * V;
+    const Storage *row = logits + n * V;
+    Storage *drow = dlogits + n * V;
     float lse = block_log_sum_exp(row, V);
     size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
-    for (size_t v = threadIdx.x; v < V; v += blockDim.x)
-      dlogits[n * V + v] += scale * (expf(row[v] - lse) - (target == v ? 1.0f : 0.0f));
+    for (size_t v = threadIdx.x; v < V; v += blockDim.x) {
+      float p = expf(to_float(row[v]) - lse);
+      drow[v] = from_float<Storage>(to_float(drow[v]) + scale * (p - (target == v ? 1.0f : 0.0f)));
+    }
   }
 }
 
-extern "C" WkStatus cuda_cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
-                                                float normalizer, float dloss) {
-  if (N == 0) return WK_OK;
-  cross_entropy_backward_kernel<<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
-      dlogits, logits, targets, targets_layout, mask, N, V, dloss / normalizer);
+template <typename Storage>
+static WkStatus cross_entropy_backward(Storage *dlogits, const Storage *logits, const int32_t *targets,
+                                       WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
+                                       float scale) {
+  cross_entropy_backward_kernel<Storage><<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
+      dlogits, logits, targets, targets_layout, mask, N, V, scale);
   LAUNCH_CHECK();
   return WK_OK;
+}
+
+extern "C" WkStatus cuda_cross_entropy_backward(WkDType dtype, void *dlogits, const void *logits,
+                                                const int32_t *targets, WkIndexLayout targets_layout,
+                                                const uint8_t *mask, size_t N, size_t V, float normalizer,
+                                                float dloss) {
+  if (N == 0) return WK_OK;
+  STORAGE_DISPATCH(dtype, "cross_entropy_backward",
+                   cross_entropy_backward((Storage *)dlogits, (const Storage *)logits, targets, targets_layout,
+                                          mask, N, V, dloss / normalizer));
 }
