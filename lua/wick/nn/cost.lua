@@ -7,7 +7,7 @@
 -- micro batch in rows. Figures are design figures: what the formulas give, never a timing.
 local cost = {}
 
-local F32 = 4  -- bytes of an f32 value: master weights, their gradients, AdamW's moments, the softmax's P
+local F32 = 4  -- bytes of an f32 value: master weights, their gradients, AdamW's moments
 
 -- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
 -- the final LayerNorm; the output projection is tied.
@@ -39,20 +39,20 @@ function cost.kernels(m, B, storage)
   local V, T, L, NH, C = m.vocab, m.seq_len, m.layers, m.heads, m.dim
   local S = storage or F32
   local N, hs = B * T, C / NH
-  local att = B * NH * T * T  -- the probabilities of one layer, kept in f32
+  local att = B * NH * T * T  -- the probabilities of one layer, stored like the activations
   local function gemm(name, M, K, Nn, calls)
     return { name = name, flops = 2 * M * K * Nn, bytes = S * (M * K + K * Nn + M * Nn), calls = calls }
   end
   return {
     gemm('qkv', N, C, 3 * C, L),
-    { name = 'attention QK^T', flops = 2 * att * hs, bytes = S * (2 * N * C) + F32 * att, calls = L },
-    { name = 'attention PV', flops = 2 * att * hs, bytes = F32 * att + S * (2 * N * C), calls = L },
+    { name = 'attention QK^T', flops = 2 * att * hs, bytes = S * (2 * N * C + att), calls = L },
+    { name = 'attention PV', flops = 2 * att * hs, bytes = S * (att + 2 * N * C), calls = L },
     gemm('attention projection', N, C, C, L),
     gemm('mlp up', N, C, 4 * C, L),
     gemm('mlp down', N, 4 * C, C, L),
     gemm('classifier', N, C, V, 1),
-    { name = 'causal softmax', flops = 0, bytes = 2 * F32 * att, calls = L },
-    { name = 'softmax backward', flops = 0, bytes = 3 * F32 * att, calls = L },
+    { name = 'causal softmax', flops = 0, bytes = 2 * S * att, calls = L },
+    { name = 'softmax backward', flops = 0, bytes = 3 * S * att, calls = L },
     { name = 'layernorm', flops = 0, bytes = 2 * S * N * C, calls = 2 * L + 1 },
     { name = 'layernorm backward', flops = 0, bytes = 4 * S * N * C, calls = 2 * L + 1 },
     { name = 'gelu', flops = 0, bytes = 2 * S * N * 4 * C, calls = L },
