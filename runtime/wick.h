@@ -200,9 +200,12 @@ WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
 /* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
 typedef enum {
   WK_DATASET_CACHE_BYTES = 0,       /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
-  WK_DATASET_MAX_OPEN_SHARDS = 1    /* shards kept open (mapped) at once (default 64, min 1) */
+  WK_DATASET_MAX_OPEN_SHARDS = 1,   /* shards kept open (mapped) at once (default 64, min 1) */
+  WK_DATASET_PARAM_COUNT
 } WkDatasetParam;
 WK_API WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value);
+/* What wk_dataset_set accepts for param. */
+WK_API WkStatus wk_dataset_param_bounds(WkDatasetParam param, int64_t *min, int64_t *max);
 WK_API int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param);
 
 typedef struct {
@@ -244,10 +247,13 @@ WK_API uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t);    /* identity: 
 typedef enum {
   WK_TOKENIZER_SPECIAL = 0,  /* 1: special tokens written in text become their ids; 0 (default): plain
                                 text, as tiktoken's encode_ordinary */
-  WK_TOKENIZER_EOS = 1       /* the EOS id (default: tokenizer_config.json's eos_token beside a
+  WK_TOKENIZER_EOS = 1,      /* the EOS id (default: tokenizer_config.json's eos_token beside a
                                 tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+  WK_TOKENIZER_PARAM_COUNT
 } WkTokenizerParam;
 WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
+/* What wk_tokenizer_set accepts for param on t (EOS: its vocabulary), or on any tokenizer when t is NULL. */
+WK_API WkStatus wk_tokenizer_param_bounds(const WkTokenizer *t, WkTokenizerParam param, int64_t *min, int64_t *max);
 
 /* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
  * 0xFFFFFFFF. */
@@ -279,6 +285,9 @@ typedef struct {
 
 WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
                                   int decode, int threads, WkTokenizeStats *stats);
+/* What wk_tokenize_jsonl accepts for its parameters (threads: 0 for all CPUs). */
+typedef enum { WK_TOKENIZE_THREADS = 0, WK_TOKENIZE_PARAM_COUNT } WkTokenizeParam;
+WK_API WkStatus wk_tokenize_param_bounds(WkTokenizeParam param, int64_t *min, int64_t *max);
 
 /* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst,
  * llm.c/nanoGPT token .bin files, Parquet (.parquet) and WebDataset tar shards (.tar, .tar.gz,
@@ -297,8 +306,9 @@ typedef enum {
   WK_CONVERT_RESUME = 7,        /* 1: keep shards already in the output that hold exactly the tokens
                                    this run would write there (an interrupted run resumes) */
   WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
-  WK_CONVERT_HEADERLESS_BIN = 9 /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
+  WK_CONVERT_HEADERLESS_BIN = 9, /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
                                    llm.c files, and a file without llm.c's magic is refused */
+  WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 
 typedef enum {
@@ -330,6 +340,8 @@ WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer)
 WK_API WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *t);
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
+/* What wk_converter_set accepts for param (zstd style: ZSTD_cParam_getBounds). */
+WK_API WkStatus wk_converter_param_bounds(WkConvertParam param, int64_t *min, int64_t *max);
 /* The text of each document, default "text": the string member of a .jsonl line, the column of a
  * .parquet file, the member extension of a WebDataset .tar sample ("txt", or "json": see below). */
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);

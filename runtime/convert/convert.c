@@ -38,10 +38,24 @@
 enum {
   MAX_THREADS = 64,
   MAX_BAD_KEPT = 1000,
-  DEFAULT_SHARD_TOKENS = 1 << 26,
-  DEFAULT_LEVEL = 3,
   MAX_SHARDS_IN_FLIGHT = 2,  /* one being compressed while the next is built */
 };
+
+/* THREADS' default (0) is replaced by the online CPUs when the converter is made; LEVEL's bounds are
+ * zstd's, asked of the library at run time (wk_converter_param_bounds). */
+static const WkParamSpec PARAM_SPECS[WK_CONVERT_PARAM_COUNT] = {
+    [WK_CONVERT_THREADS] = {1, MAX_THREADS, 0, "threads"},
+    [WK_CONVERT_SHARD_TOKENS] = {1, INT64_C(1) << 40, INT64_C(1) << 26, "shard_tokens"},
+    [WK_CONVERT_BLOCK_TOKENS] = {1, WK_SHARD_MAX_BLOCK_TOKENS, WK_SHARD_DEFAULT_BLOCK_TOKENS, "block_tokens"},
+    [WK_CONVERT_COMPRESSION] = {0, 1, WK_CODEC_ZSTD, "compression"},
+    [WK_CONVERT_LEVEL] = {0, 0, 3, "level"},
+    [WK_CONVERT_STRICT] = {0, 1, 0, "strict"},
+    [WK_CONVERT_PROGRESS] = {0, 1, 0, "progress"},
+    [WK_CONVERT_RESUME] = {0, 1, 0, "resume"},
+    [WK_CONVERT_TEXT_SPLIT] = {WK_TEXT_SPLIT_FILE, WK_TEXT_SPLIT_LINE, WK_TEXT_SPLIT_FILE, "text_split"},
+    [WK_CONVERT_HEADERLESS_BIN] = {0, 1, 0, "headerless_bin"},
+};
+static const WkParamTable PARAMS = {"converter", PARAM_SPECS, WK_CONVERT_PARAM_COUNT};
 
 struct WkConverter {
   char *out_dir;
@@ -49,7 +63,7 @@ struct WkConverter {
   WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
   char *json_field;
-  int64_t threads, shard_tokens, block_tokens, compression, level, strict, progress, resume, split, headerless_bin;
+  int64_t params[WK_CONVERT_PARAM_COUNT];
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
   size_t input_count, input_capacity;
@@ -81,11 +95,8 @@ WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer) {
     cv->tokenizer = cv->owned;
   }
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  cv->threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : cpus;
-  cv->shard_tokens = DEFAULT_SHARD_TOKENS;
-  cv->block_tokens = WK_SHARD_DEFAULT_BLOCK_TOKENS;
-  cv->compression = WK_CODEC_ZSTD;
-  cv->level = DEFAULT_LEVEL;
+  wk_param_defaults(&PARAMS, cv->params);
+  cv->params[WK_CONVERT_THREADS] = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : cpus;
   cv->out_dir = strdup(out_dir);
   cv->field = strdup("text");
   cv->json_field = strdup("text");
@@ -118,32 +129,22 @@ void wk_converter_free(WkConverter *cv) {
   free(cv);
 }
 
-WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) {
-  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set: converter is NULL");
-  int64_t lo, hi;
-  int64_t *slot;
-  const char *what;
-  switch (param) {
-    case WK_CONVERT_THREADS: slot = &cv->threads, lo = 1, hi = MAX_THREADS, what = "threads"; break;
-    case WK_CONVERT_SHARD_TOKENS: slot = &cv->shard_tokens, lo = 1, hi = INT64_C(1) << 40, what = "shard size"; break;
-    case WK_CONVERT_BLOCK_TOKENS:
-      slot = &cv->block_tokens, lo = 1, hi = WK_SHARD_MAX_BLOCK_TOKENS, what = "block size";
-      break;
-    case WK_CONVERT_COMPRESSION: slot = &cv->compression, lo = 0, hi = 1, what = "compression"; break;
-    case WK_CONVERT_LEVEL: slot = &cv->level, lo = ZSTD_minCLevel(), hi = ZSTD_maxCLevel(), what = "zstd level"; break;
-    case WK_CONVERT_STRICT: slot = &cv->strict, lo = 0, hi = 1, what = "strict"; break;
-    case WK_CONVERT_PROGRESS: slot = &cv->progress, lo = 0, hi = 1, what = "progress"; break;
-    case WK_CONVERT_RESUME: slot = &cv->resume, lo = 0, hi = 1, what = "resume"; break;
-    case WK_CONVERT_TEXT_SPLIT: slot = &cv->split, lo = 0, hi = 2, what = "text split"; break;
-    case WK_CONVERT_HEADERLESS_BIN: slot = &cv->headerless_bin, lo = 0, hi = 1, what = "headerless bin"; break;
-    default: return WK_FAIL(WK_ERR_INVALID_ARG, "unknown converter parameter %d", (int)param);
-  }
-  if (value < lo || value > hi)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "converter %s %lld is out of range %lld..%lld", what, (long long)value,
-                   (long long)lo, (long long)hi);
-  *slot = value;
+WkStatus wk_converter_param_bounds(WkConvertParam param, int64_t *min, int64_t *max) {
+  WK_TRY(wk_param_bounds(&PARAMS, (int)param, min, max));
+  if (param == WK_CONVERT_LEVEL) *min = ZSTD_minCLevel(), *max = ZSTD_maxCLevel();
   return WK_OK;
 }
+
+WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set: converter is NULL");
+  int64_t min, max;
+  WK_TRY(wk_converter_param_bounds(param, &min, &max));
+  WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
+  cv->params[param] = value;
+  return WK_OK;
+}
+
+static int64_t param(const WkConverter *cv, WkConvertParam p) { return cv->params[p]; }
 
 WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *tokenizer) {
   if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_use_tokenizer: converter is NULL");
@@ -588,7 +589,7 @@ static WkStatus flush_shard(Run *r) {
     r->shards = grown;
     r->shard_capacity = cap;
   }
-  if (r->cv->resume && reusable(r, job, name)) {
+  if (param(r->cv, WK_CONVERT_RESUME) && reusable(r, job, name)) {
     r->cv->stats.reused++;
     job->done = true;
     job->pieces_left = 0;
@@ -617,7 +618,7 @@ static WkStatus end_document(Run *r) {
   WK_TRY(append_tokens(r, stored, 1));
   r->doc_open = false;
   r->cv->stats.documents++;
-  if (r->buffer_tokens >= (uint64_t)r->cv->shard_tokens) WK_TRY(flush_shard(r));
+  if (r->buffer_tokens >= (uint64_t)param(r->cv, WK_CONVERT_SHARD_TOKENS)) WK_TRY(flush_shard(r));
   return WK_OK;
 }
 
@@ -643,7 +644,7 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
   if (c->first) r->line_base = 0;
   for (size_t k = 0; k < c->bad_count; k++) {
     uint64_t line = r->line_base + c->bad[k].line;
-    if (cv->strict)
+    if (param(cv, WK_CONVERT_STRICT))
       return WK_FAIL(WK_ERR_FORMAT, "%s:%" PRIu64 ": %s (--strict: bad lines are fatal)", in->path, line,
                      c->bad[k].reason);
     WK_TRY(keep_bad_line(cv, in->path, line, c->bad[k].reason));
@@ -699,7 +700,7 @@ static Chunk *next_chunk(Run *r, WkStatus *status) {
       pthread_mutex_unlock(&r->lock);
       return NULL;
     }
-    if (r->cv->progress) {
+    if (param(r->cv, WK_CONVERT_PROGRESS)) {
       /* Wake up now and then to keep the bar moving during long chunks. */
       struct timespec deadline;
       clock_gettime(CLOCK_REALTIME, &deadline);
@@ -734,7 +735,7 @@ static WkStatus build(Run *r) {
     status = consume_chunk(r, c);
     chunk_consumed(r);
     if (status != WK_OK) return status;
-    if (r->cv->progress) draw_progress(r, false);
+    if (param(r->cv, WK_CONVERT_PROGRESS)) draw_progress(r, false);
   }
   if (status != WK_OK) return status;
   if (r->doc_open) WK_TRY(end_document(r));
@@ -783,13 +784,16 @@ static WkStatus write_index(Run *r) {
   cv->stats.shards = r->shard_count;
   char extra[512];
   char compression[32];
-  if (cv->compression) snprintf(compression, sizeof compression, "zstd:%d", (int)cv->level);
+  if (param(cv, WK_CONVERT_COMPRESSION))
+    snprintf(compression, sizeof compression, "zstd:%d", (int)param(cv, WK_CONVERT_LEVEL));
   else snprintf(compression, sizeof compression, "none");
+  static const char *const SPLIT_NAMES[] = {[WK_TEXT_SPLIT_FILE] = "file", [WK_TEXT_SPLIT_PARAGRAPH] = "paragraph",
+                                            [WK_TEXT_SPLIT_LINE] = "line"};
   snprintf(extra, sizeof extra,
            "\"compression\": \"%s\", \"block_tokens\": %lld, \"shard_tokens\": %lld, \"split\": \"%s\", "
            "\"inputs\": %zu, \"bad\": %" PRIu64 ", \"empty\": %" PRIu64 ", \"nulls\": %" PRIu64,
-           compression, (long long)cv->block_tokens, (long long)cv->shard_tokens,
-           cv->split == WK_TEXT_SPLIT_LINE ? "line" : cv->split == WK_TEXT_SPLIT_PARAGRAPH ? "paragraph" : "file",
+           compression, (long long)param(cv, WK_CONVERT_BLOCK_TOKENS), (long long)param(cv, WK_CONVERT_SHARD_TOKENS),
+           SPLIT_NAMES[param(cv, WK_CONVERT_TEXT_SPLIT)],
            cv->input_count, cv->stats.bad, cv->stats.empty, cv->stats.nulls);
   char *text = NULL;
   size_t length = 0;
@@ -844,22 +848,22 @@ WkStatus wk_converter_run(WkConverter *cv) {
   cv->bad_kept = 0;
   memset(&cv->stats, 0, sizeof cv->stats);
   cv->stats.inputs = cv->input_count;
-  for (size_t i = 0; i < cv->input_count; i++) cv->inputs[i].headerless = cv->headerless_bin != 0;
+  for (size_t i = 0; i < cv->input_count; i++) cv->inputs[i].headerless = param(cv, WK_CONVERT_HEADERLESS_BIN) != 0;
 
-  Run r = {.cv = cv, .threads = (uint32_t)cv->threads, .start_ns = start_ns};
+  Run r = {.cv = cv, .threads = (uint32_t)param(cv, WK_CONVERT_THREADS), .start_ns = start_ns};
   WK_TRY(choose_tokenizer(cv, &r.tokenizer));
   r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .json_field = cv->json_field,
-                             .split = (WkTextSplit)cv->split,
+                             .split = (WkTextSplit)param(cv, WK_CONVERT_TEXT_SPLIT),
                              .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
       .vocab_size = r.tokenizer->vocab_size,
       .eos = r.tokenizer->eos,
-      .block_tokens = (uint32_t)cv->block_tokens,
-      .codec = cv->compression ? WK_CODEC_ZSTD : WK_CODEC_RAW,
-      .level = (int)cv->level,
+      .block_tokens = (uint32_t)param(cv, WK_CONVERT_BLOCK_TOKENS),
+      .codec = param(cv, WK_CONVERT_COMPRESSION) ? WK_CODEC_ZSTD : WK_CODEC_RAW,
+      .level = (int)param(cv, WK_CONVERT_LEVEL),
   };
-  WK_TRY(convert_output_open(cv->out_dir, cv->resume != 0, &r.out));
+  WK_TRY(convert_output_open(cv->out_dir, param(cv, WK_CONVERT_RESUME) != 0, &r.out));
 
   r.ring_size = 2 * (uint64_t)r.threads + 2;
   r.ring = calloc(r.ring_size, sizeof *r.ring);
@@ -917,6 +921,6 @@ WkStatus wk_converter_run(WkConverter *cv) {
   pthread_cond_destroy(&r.changed);
   pthread_mutex_destroy(&r.lock);
   cv->stats.seconds = (double)(wk_now_ns() - start_ns) / 1e9;
-  if (cv->progress) draw_progress(&r, true);
+  if (param(cv, WK_CONVERT_PROGRESS)) draw_progress(&r, true);
   return status;
 }

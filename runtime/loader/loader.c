@@ -52,13 +52,8 @@ enum {
 #define DEFAULT_CACHE_BYTES (64ll << 20) /* per source and node */
 #define NO_BUFFER UINT64_MAX
 
-typedef struct {
-  int64_t min, max, fallback;
-  const char *name;
-} ParamSpec;
-
 /* fallback 0 for MICRO_BATCH and PREFETCH means "derived at start". */
-static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
+static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_SEQ_LEN] = {1, 1 << 24, 1024, "seq_len"},
     [WK_LOADER_GLOBAL_BATCH] = {1, 1 << 24, 8, "global_batch"},
     [WK_LOADER_MICRO_BATCH] = {0, 1 << 24, 0, "micro_batch"},
@@ -93,6 +88,7 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
                                        "low_speed_window_ms"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
 };
+static const WkParamTable PARAMS = {"loader", PARAM_SPECS, WK_LOADER_PARAM_COUNT};
 
 typedef struct {
   char *path;
@@ -191,7 +187,7 @@ struct WkLoader {
 WkLoader *wk_loader_new(void) {
   WkLoader *loader = wk_calloc(1, sizeof *loader, "loader");
   if (!loader) return NULL;
-  for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
+  wk_param_defaults(&PARAMS, loader->params);
   pthread_mutex_init(&loader->lock, NULL);
   loader->audit_fd = -1;
   pthread_cond_init(&loader->ready, NULL);
@@ -201,11 +197,7 @@ WkLoader *wk_loader_new(void) {
 }
 
 WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max) {
-  if ((int)param < 0 || param >= WK_LOADER_PARAM_COUNT)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "unknown loader parameter %d", (int)param);
-  *min = PARAMS[param].min;
-  *max = PARAMS[param].max;
-  return WK_OK;
+  return wk_param_bounds(&PARAMS, (int)param, min, max);
 }
 
 static WkStatus require_not_started(const WkLoader *loader, const char *what) {
@@ -216,10 +208,8 @@ static WkStatus require_not_started(const WkLoader *loader, const char *what) {
 WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
   int64_t min, max;
   WK_TRY(wk_loader_param_bounds(param, &min, &max));
-  WK_TRY(require_not_started(loader, PARAMS[param].name));
-  if (value < min || value > max)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "loader %s=%lld is outside [%lld, %lld]", PARAMS[param].name,
-                   (long long)value, (long long)min, (long long)max);
+  WK_TRY(require_not_started(loader, PARAM_SPECS[param].name));
+  WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
   if (param == WK_LOADER_DEVICE) WK_TRY(wk_device_copy_check(value));
   loader->params[param] = value;
   return WK_OK;
