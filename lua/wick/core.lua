@@ -71,6 +71,16 @@ function core.try(status)
   return nil, core.last_error(), ffi.string(C.wk_status_name(status))
 end
 
+-- The bounds a C setter accepts for param, asked of its query (query(param, &min, &max):
+-- wk_loader_param_bounds, wk_converter_param_bounds, ...; zstd's getBounds pattern), as Lua numbers
+-- clipped to the exactly representable integers: C holds each bound, Lua never writes one again.
+local EXACT_INTEGER = 2 ^ 53
+function core.bounds(query, param)
+  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  core.check(query(param, lo, hi), 2)
+  return math.max(tonumber(lo[0]), -EXACT_INTEGER), math.min(tonumber(hi[0]), EXACT_INTEGER)
+end
+
 -- A handle-returning call gave NULL: raise with the library's message.
 function core.check_handle(handle, level)
   if handle == nil then error(core.last_error(), (level or 1) + 1) end

@@ -8,10 +8,11 @@ local core = require 'wick.core'
 local TOKENIZER = require 'wick.tokenizer'
 local ffi, C = core.ffi, core.C
 
--- The converter's own limits (runtime/convert/convert.c, runtime/format/shard.h).
-local MAX_THREADS = 64
-local MAX_SHARD_TOKENS = 2 ^ 40
-local MAX_BLOCK_TOKENS = 2 ^ 24
+-- An integer option with the converter's own bounds (wk_converter_param_bounds).
+local function bounded(option, param)
+  option.min, option.max = core.bounds(C.wk_converter_param_bounds, param)
+  return option
+end
 
 local function compression_form(v)
   return type(v) == 'string' and (v == 'none' or v == 'zstd' or v:match('^zstd:%-?%d+$') ~= nil),
@@ -61,11 +62,12 @@ local SPEC = cli.spec {
       help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
     { 'compression', 'string', value = 'zstd[:LEVEL]|none', default = 'zstd:3', check = compression_form,
       help = "block compression; 'none' writes raw, mmap-able blocks" },
-    { 'shard_size', 'size', value = 'TOKENS', min = 1, max = MAX_SHARD_TOKENS, default = 64 * 2 ^ 20,
+    bounded({ 'shard_size', 'size', value = 'TOKENS', default = 64 * 2 ^ 20,
       help = 'a shard closes after the document that reaches this many tokens (K, M, G = 2^10, 2^20, 2^30)' },
-    { 'block_size', 'size', value = 'TOKENS', min = 1, max = MAX_BLOCK_TOKENS, default = 64 * 2 ^ 10,
-      help = 'tokens per block: the unit of fetch and decode' },
-    { 'threads', 'integer', min = 1, max = MAX_THREADS, help = 'worker threads (default: all CPUs, at most 64)' },
+      C.WK_CONVERT_SHARD_TOKENS),
+    bounded({ 'block_size', 'size', value = 'TOKENS', default = 64 * 2 ^ 10,
+      help = 'tokens per block: the unit of fetch and decode' }, C.WK_CONVERT_BLOCK_TOKENS),
+    bounded({ 'threads', 'integer', help = 'worker threads (default: all CPUs, up to the maximum)' }, C.WK_CONVERT_THREADS),
     { 'strict', 'flag', help = 'fail on the first bad line or document instead of skipping it' },
     { 'resume', 'flag', help = 'keep shards of an interrupted run that hold exactly what this run would write' },
     { 'progress', 'flag', help = 'draw a progress bar on stderr (default: when stderr is a terminal)' },

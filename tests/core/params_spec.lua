@@ -1,6 +1,6 @@
 -- The one parameter model (runtime/core/param.c): every subsystem with integer knobs answers a bounds
 -- query for each of them, its setter accepts exactly that range and refuses the rest in one message
--- format.
+-- format, and the Lua options take their ranges from the query.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
 local core = require 'wick.core'
@@ -80,5 +80,22 @@ describe('the parameter model', function()
     check_table('tokenizer', C.WK_TOKENIZER_PARAM_COUNT,
       function(p, min, max) return C.wk_tokenizer_param_bounds(tok, p, min, max) end,
       function(p, v) return C.wk_tokenizer_set(tok, p, v) end)
+  end)
+
+  it('is where the Lua options take their ranges from', function()
+    local function bounds(query, p) return { core.bounds(query, p) } end
+    local shard = require('wick.shard').SPEC
+    local function range(spec, name)
+      for _, o in ipairs(spec.options) do if o[1] == name then return { o.min, o.max } end end
+    end
+    assert.are.same(bounds(C.wk_converter_param_bounds, C.WK_CONVERT_THREADS), range(shard, 'threads'))
+    assert.are.same(bounds(C.wk_converter_param_bounds, C.WK_CONVERT_SHARD_TOKENS), range(shard, 'shard_size'))
+    assert.are.same(bounds(C.wk_converter_param_bounds, C.WK_CONVERT_BLOCK_TOKENS), range(shard, 'block_size'))
+    assert.are.same(bounds(C.wk_tokenize_param_bounds, C.WK_TOKENIZE_THREADS),
+                    range(require('wick.tokenize').SPEC, 'threads'))
+    local eos = require('wick.tokenizer').OPTIONS:option('eos')
+    local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+    assert.are.equal(0, C.wk_tokenizer_param_bounds(nil, C.WK_TOKENIZER_EOS, lo, hi))
+    assert.are.same({ tonumber(lo[0]), tonumber(hi[0]) }, { eos.min, eos.max })
   end)
 end)

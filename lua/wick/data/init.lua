@@ -32,10 +32,8 @@ local DTYPES = { i32 = C.WK_I32, i64 = C.WK_I64 }
 
 -- An integer option whose range is the C setter's own (wk_loader_param_bounds): one source of truth.
 local function bounded(name, param, help)
-  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
-  core.check(C.wk_loader_param_bounds(param, lo, hi))
-  return { name, 'integer', min = math.max(tonumber(lo[0]), -2 ^ 53), max = math.min(tonumber(hi[0]), 2 ^ 53),
-           param = param, help = help }
+  local min, max = core.bounds(C.wk_loader_param_bounds, param)
+  return { name, 'integer', min = min, max = max, param = param, help = help }
 end
 
 -- Remote sources' options (http://, https://, s3://; wick.dataset.open takes them too).
