@@ -143,6 +143,20 @@ typedef struct {
   int64_t low_speed_window_ms;  /* the window of low_speed_bytes_per_s (30 s) */
 } WkRemoteOptions;
 WK_API void wk_remote_options_default(WkRemoteOptions *out);
+/* The integer options by number, for their bounds (zstd style, as the other parameter tables). */
+typedef enum {
+  WK_REMOTE_CACHE_DISK_BYTES = 0,
+  WK_REMOTE_PREFETCH_BYTES,
+  WK_REMOTE_MAX_TRANSFERS,
+  WK_REMOTE_CONNECT_TIMEOUT_MS,
+  WK_REMOTE_STALL_TIMEOUT_MS,
+  WK_REMOTE_REQUEST_TIMEOUT_MS,
+  WK_REMOTE_RETRIES,
+  WK_REMOTE_LOW_SPEED_BYTES_PER_S,
+  WK_REMOTE_LOW_SPEED_WINDOW_MS,
+  WK_REMOTE_PARAM_COUNT
+} WkRemoteParam;
+WK_API WkStatus wk_remote_param_bounds(WkRemoteParam param, int64_t *min, int64_t *max);
 /* wk_dataset_open with remote options (NULL: the defaults); a local dataset ignores them. */
 WK_API WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote);
 
@@ -388,17 +402,6 @@ typedef enum {
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
-  /* Remote sources (WkRemoteOptions has their meaning and defaults; the cache directory is set by
-   * wk_loader_set_cache_dir): */
-  WK_LOADER_CACHE_DISK_BYTES,
-  WK_LOADER_PREFETCH_BYTES,
-  WK_LOADER_MAX_TRANSFERS,
-  WK_LOADER_CONNECT_TIMEOUT_MS,
-  WK_LOADER_STALL_TIMEOUT_MS,
-  WK_LOADER_REQUEST_TIMEOUT_MS,
-  WK_LOADER_RETRIES,
-  WK_LOADER_LOW_SPEED_BYTES_PER_S,
-  WK_LOADER_LOW_SPEED_WINDOW_MS,
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
                                   or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
   WK_LOADER_PARAM_COUNT
@@ -462,8 +465,8 @@ WK_API WkLoader *wk_loader_new(void);
 WK_API void wk_loader_free(WkLoader *loader);
 WK_API WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value);
 WK_API WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max);
-/* The on-disk cache of remote sources added after this (NULL: the default, see WkRemoteOptions). */
-WK_API WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir);
+/* How remote sources added after this are fetched and cached (copied, cache_dir too; NULL: the defaults). */
+WK_API WkStatus wk_loader_set_remote(WkLoader *loader, const WkRemoteOptions *remote);
 /* max_epochs 0: the source starts a new epoch (new shuffle) whenever it runs out. */
 WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index);
 /* Piecewise-linear weight over steps (points sorted by step); one point = a constant. */

@@ -20,14 +20,9 @@ local M = {}
 
 -- The options of a remote dataset (wick.data.REMOTE_OPTIONS: cache_dir, cache_disk_bytes, ...) as C's struct.
 local function remote_options(opts)
-  local checked = require('wick.data').REMOTE_OPTIONS:check(opts, 3)
-  local c = ffi.new('WkRemoteOptions')
-  C.wk_remote_options_default(c)
-  for name, value in pairs(checked) do
-    if name ~= 'cache_dir' then c[name] = value end
-  end
-  c.cache_dir = checked.cache_dir -- a Lua string: alive for the open call below
-  return c, checked.cache_dir
+  local data = require 'wick.data'
+  local checked = data.REMOTE_OPTIONS:check(opts, 3)
+  return data.remote_options(checked), checked.cache_dir -- a Lua string: alive for the open call below
 end
 
 -- Opens a dataset directory (or its index.json): a path, file://, http(s):// or s3://bucket/prefix.

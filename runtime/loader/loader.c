@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../io/remote/remote.h" /* wk_remote_options_check */
 #include "device_copy.h"
 #include "residency.h"
 
@@ -75,17 +76,6 @@ static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
-    [WK_LOADER_CACHE_DISK_BYTES] = {0, INT64_MAX, WK_REMOTE_CACHE_DISK_BYTES_DEFAULT, "cache_disk_bytes"},
-    [WK_LOADER_PREFETCH_BYTES] = {0, WK_REMOTE_PREFETCH_BYTES_MAX, WK_REMOTE_PREFETCH_BYTES_DEFAULT, "prefetch_bytes"},
-    [WK_LOADER_MAX_TRANSFERS] = {1, WK_REMOTE_MAX_TRANSFERS_MAX, WK_REMOTE_MAX_TRANSFERS_DEFAULT, "max_transfers"},
-    [WK_LOADER_CONNECT_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT, "connect_timeout_ms"},
-    [WK_LOADER_STALL_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT, "stall_timeout_ms"},
-    [WK_LOADER_REQUEST_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT, "request_timeout_ms"},
-    [WK_LOADER_RETRIES] = {0, WK_REMOTE_RETRIES_MAX, WK_REMOTE_RETRIES_DEFAULT, "retries"},
-    [WK_LOADER_LOW_SPEED_BYTES_PER_S] = {1, WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX, WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT,
-                                         "low_speed_bytes_per_s"},
-    [WK_LOADER_LOW_SPEED_WINDOW_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT,
-                                       "low_speed_window_ms"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
 };
 static const WkParamTable PARAMS = {"loader", PARAM_SPECS, WK_LOADER_PARAM_COUNT};
@@ -179,7 +169,8 @@ struct WkLoader {
   char last_skip_reason[BUFFER_ERROR_CAPACITY];
   int audit_fd;  /* -1 unless wk_loader_audit */
   char *audit_path;
-  char *cache_dir;  /* remote sources' disk cache; NULL: the default */
+  WkRemoteOptions remote;  /* how remote sources are fetched; its cache_dir is ours (cache_dir below) */
+  char *cache_dir;
 };
 
 /* ---- configuration ----------------------------------------------------------------------------- */
@@ -188,6 +179,7 @@ WkLoader *wk_loader_new(void) {
   WkLoader *loader = wk_calloc(1, sizeof *loader, "loader");
   if (!loader) return NULL;
   wk_param_defaults(&PARAMS, loader->params);
+  wk_remote_options_default(&loader->remote);
   pthread_mutex_init(&loader->lock, NULL);
   loader->audit_fd = -1;
   pthread_cond_init(&loader->ready, NULL);
@@ -215,34 +207,26 @@ WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
   return WK_OK;
 }
 
-WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir) {
-  WK_TRY(require_not_started(loader, "cache_dir"));
-  char *copy = dir ? strdup(dir) : NULL;
-  if (dir && !copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for cache_dir");
+WkStatus wk_loader_set_remote(WkLoader *loader, const WkRemoteOptions *remote) {
+  WK_TRY(require_not_started(loader, "remote options"));
+  WkRemoteOptions options;
+  if (remote) options = *remote;
+  else wk_remote_options_default(&options);
+  WK_TRY(wk_remote_options_check(&options));
+  char *copy = options.cache_dir ? strdup(options.cache_dir) : NULL;
+  if (options.cache_dir && !copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for cache_dir");
   free(loader->cache_dir);
   loader->cache_dir = copy;
+  loader->remote = options;
+  loader->remote.cache_dir = copy;
   return WK_OK;
-}
-
-static WkRemoteOptions remote_options(const WkLoader *loader) {
-  return (WkRemoteOptions){.cache_dir = loader->cache_dir,
-                           .cache_disk_bytes = loader->params[WK_LOADER_CACHE_DISK_BYTES],
-                           .prefetch_bytes = loader->params[WK_LOADER_PREFETCH_BYTES],
-                           .max_transfers = loader->params[WK_LOADER_MAX_TRANSFERS],
-                           .connect_timeout_ms = loader->params[WK_LOADER_CONNECT_TIMEOUT_MS],
-                           .stall_timeout_ms = loader->params[WK_LOADER_STALL_TIMEOUT_MS],
-                           .request_timeout_ms = loader->params[WK_LOADER_REQUEST_TIMEOUT_MS],
-                           .retries = loader->params[WK_LOADER_RETRIES],
-                           .low_speed_bytes_per_s = loader->params[WK_LOADER_LOW_SPEED_BYTES_PER_S],
-                           .low_speed_window_ms = loader->params[WK_LOADER_LOW_SPEED_WINDOW_MS]};
 }
 
 WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index) {
   WK_TRY(require_not_started(loader, "add_source"));
   uint32_t i = loader->mix.count;
   if (i == WK_MIX_MAX_SOURCES) return WK_FAIL(WK_ERR_INVALID_ARG, "a mix holds at most %d sources", WK_MIX_MAX_SOURCES);
-  WkRemoteOptions remote = remote_options(loader);
-  WkDataset *ds = wk_dataset_open_with(path, &remote);
+  WkDataset *ds = wk_dataset_open_with(path, &loader->remote);
   if (!ds) return wk_last_status();
   char *copy = strdup(path);
   if (!copy) {

@@ -49,7 +49,7 @@ describe('the parameter model', function()
     assert.is_true(lo[0] < 0 and hi[0] >= 19, 'zstd levels: ' .. tostring(lo[0]) .. '..' .. tostring(hi[0]))
   end)
 
-  it('gives the dataset, the loader and the tokenize tool the same', function()
+  it('gives the dataset, the loader, its remote options and the tokenize tool the same', function()
     helper.write_file(root .. '/a.txt', corpus.text(3, 200))
     local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/ds') .. ' -q')
     assert.are.equal(0, r.rc, r.err)
@@ -61,6 +61,19 @@ describe('the parameter model', function()
     check_table('loader', C.WK_LOADER_PARAM_COUNT, C.wk_loader_param_bounds,
       function(p, v) return C.wk_loader_set(loader, p, v) end,
       function(p) return p == C.WK_LOADER_DEVICE end) -- a device index is also checked against the machine
+    local fields = { [C.WK_REMOTE_CACHE_DISK_BYTES] = 'cache_disk_bytes', [C.WK_REMOTE_RETRIES] = 'retries',
+                     [C.WK_REMOTE_PREFETCH_BYTES] = 'prefetch_bytes', [C.WK_REMOTE_MAX_TRANSFERS] = 'max_transfers',
+                     [C.WK_REMOTE_CONNECT_TIMEOUT_MS] = 'connect_timeout_ms',
+                     [C.WK_REMOTE_STALL_TIMEOUT_MS] = 'stall_timeout_ms',
+                     [C.WK_REMOTE_REQUEST_TIMEOUT_MS] = 'request_timeout_ms',
+                     [C.WK_REMOTE_LOW_SPEED_BYTES_PER_S] = 'low_speed_bytes_per_s',
+                     [C.WK_REMOTE_LOW_SPEED_WINDOW_MS] = 'low_speed_window_ms' }
+    check_table('remote option', C.WK_REMOTE_PARAM_COUNT, C.wk_remote_param_bounds, function(p, v)
+      local options = ffi.new('WkRemoteOptions') -- the loader takes them as one struct, checked as it enters
+      C.wk_remote_options_default(options)
+      options[fields[p]] = v
+      return C.wk_loader_set_remote(loader, options)
+    end)
     local tok = ffi.gc(C.wk_tokenizer_open('bytes', nil), C.wk_tokenizer_free)
     check_table('tokenize', C.WK_TOKENIZE_PARAM_COUNT, C.wk_tokenize_param_bounds,
       function(_, v) -- threads is an argument: a value in range gets as far as opening the input

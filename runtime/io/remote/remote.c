@@ -17,6 +17,7 @@
  * each holds a reference to the blob's fetch target, freed with the last holder.
  */
 #include <errno.h>
+#include <stddef.h> /* offsetof */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ enum {
   JOB_CAPACITY = 256,
   INDEX_HEADER_LINES = 5,      /* magic, hash, etag, modified, job; then an empty line and the body */
 };
+#define TIMEOUT_MS_MAX (INT64_C(24) * 3600 * 1000) /* a day: longer is a mistake, not a slow network */
 static const char INDEX_MAGIC[] = "wick-index 1";
 static const char NO_VALUE[] = "-";
 
@@ -106,38 +108,45 @@ static void *storer_main(void *arg); /* the store thread (prefetch, below) */
 
 /* ---- options ------------------------------------------------------------------------------------ */
 
+/* Every integer option's bounds and default, and where it sits in WkRemoteOptions: their one place. */
+static const WkParamSpec PARAM_SPECS[WK_REMOTE_PARAM_COUNT] = {
+    [WK_REMOTE_CACHE_DISK_BYTES] = {0, INT64_MAX, INT64_C(16) << 30, "cache_disk_bytes"},
+    [WK_REMOTE_PREFETCH_BYTES] = {0, INT64_C(1) << 40, INT64_C(64) << 20, "prefetch_bytes"},
+    [WK_REMOTE_MAX_TRANSFERS] = {1, 256, 16, "max_transfers"},
+    [WK_REMOTE_CONNECT_TIMEOUT_MS] = {1, TIMEOUT_MS_MAX, 10000, "connect_timeout_ms"},
+    [WK_REMOTE_STALL_TIMEOUT_MS] = {1, TIMEOUT_MS_MAX, 30000, "stall_timeout_ms"},
+    [WK_REMOTE_REQUEST_TIMEOUT_MS] = {1, TIMEOUT_MS_MAX, 600000, "request_timeout_ms"},
+    [WK_REMOTE_RETRIES] = {0, 100, 5, "retries"},
+    [WK_REMOTE_LOW_SPEED_BYTES_PER_S] = {1, INT64_C(1) << 30, 1024, "low_speed_bytes_per_s"},
+    [WK_REMOTE_LOW_SPEED_WINDOW_MS] = {1, TIMEOUT_MS_MAX, 30000, "low_speed_window_ms"},
+};
+static const WkParamTable PARAMS = {"remote option", PARAM_SPECS, WK_REMOTE_PARAM_COUNT};
+static const size_t FIELDS[WK_REMOTE_PARAM_COUNT] = {
+    [WK_REMOTE_CACHE_DISK_BYTES] = offsetof(WkRemoteOptions, cache_disk_bytes),
+    [WK_REMOTE_PREFETCH_BYTES] = offsetof(WkRemoteOptions, prefetch_bytes),
+    [WK_REMOTE_MAX_TRANSFERS] = offsetof(WkRemoteOptions, max_transfers),
+    [WK_REMOTE_CONNECT_TIMEOUT_MS] = offsetof(WkRemoteOptions, connect_timeout_ms),
+    [WK_REMOTE_STALL_TIMEOUT_MS] = offsetof(WkRemoteOptions, stall_timeout_ms),
+    [WK_REMOTE_REQUEST_TIMEOUT_MS] = offsetof(WkRemoteOptions, request_timeout_ms),
+    [WK_REMOTE_RETRIES] = offsetof(WkRemoteOptions, retries),
+    [WK_REMOTE_LOW_SPEED_BYTES_PER_S] = offsetof(WkRemoteOptions, low_speed_bytes_per_s),
+    [WK_REMOTE_LOW_SPEED_WINDOW_MS] = offsetof(WkRemoteOptions, low_speed_window_ms),
+};
+
+static int64_t *field(WkRemoteOptions *o, WkRemoteParam p) { return (int64_t *)((char *)o + FIELDS[p]); }
+
 void wk_remote_options_default(WkRemoteOptions *out) {
-  *out = (WkRemoteOptions){.cache_dir = NULL,
-                           .cache_disk_bytes = WK_REMOTE_CACHE_DISK_BYTES_DEFAULT,
-                           .prefetch_bytes = WK_REMOTE_PREFETCH_BYTES_DEFAULT,
-                           .max_transfers = WK_REMOTE_MAX_TRANSFERS_DEFAULT,
-                           .connect_timeout_ms = WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT,
-                           .stall_timeout_ms = WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT,
-                           .request_timeout_ms = WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT,
-                           .retries = WK_REMOTE_RETRIES_DEFAULT,
-                           .low_speed_bytes_per_s = WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT,
-                           .low_speed_window_ms = WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT};
+  *out = (WkRemoteOptions){.cache_dir = NULL};
+  for (int p = 0; p < WK_REMOTE_PARAM_COUNT; p++) *field(out, p) = PARAM_SPECS[p].fallback;
 }
 
-static WkStatus check_options(const WkRemoteOptions *o) {
-  const struct {
-    const char *name;
-    int64_t value, min, max;
-  } checks[] = {
-      {"cache_disk_bytes", o->cache_disk_bytes, 0, INT64_MAX},
-      {"prefetch_bytes", o->prefetch_bytes, 0, WK_REMOTE_PREFETCH_BYTES_MAX},
-      {"max_transfers", o->max_transfers, 1, WK_REMOTE_MAX_TRANSFERS_MAX},
-      {"connect_timeout_ms", o->connect_timeout_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
-      {"stall_timeout_ms", o->stall_timeout_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
-      {"request_timeout_ms", o->request_timeout_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
-      {"retries", o->retries, 0, WK_REMOTE_RETRIES_MAX},
-      {"low_speed_bytes_per_s", o->low_speed_bytes_per_s, 1, WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX},
-      {"low_speed_window_ms", o->low_speed_window_ms, 1, WK_REMOTE_TIMEOUT_MS_MAX},
-  };
-  for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
-    if (checks[i].value < checks[i].min || checks[i].value > checks[i].max)
-      return WK_FAIL(WK_ERR_INVALID_ARG, "remote option %s=%lld is outside [%lld, %lld]", checks[i].name,
-                     (long long)checks[i].value, (long long)checks[i].min, (long long)checks[i].max);
+WkStatus wk_remote_param_bounds(WkRemoteParam param, int64_t *min, int64_t *max) {
+  return wk_param_bounds(&PARAMS, (int)param, min, max);
+}
+
+WkStatus wk_remote_options_check(const WkRemoteOptions *o) {
+  for (int p = 0; p < WK_REMOTE_PARAM_COUNT; p++)
+    WK_TRY(wk_param_check(&PARAMS, p, *field((WkRemoteOptions *)o, p), PARAM_SPECS[p].min, PARAM_SPECS[p].max));
   return WK_OK;
 }
 
@@ -169,7 +178,7 @@ WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out) {
   WkRemoteOptions defaults;
   wk_remote_options_default(&defaults);
   if (!options) options = &defaults;
-  WK_TRY(check_options(options));
+  WK_TRY(wk_remote_options_check(options));
   const char *ca = getenv("WICK_CA_BUNDLE");
   if (ca && *ca && access(ca, R_OK) != 0)
     return WK_FAIL(WK_ERR_INVALID_ARG, "WICK_CA_BUNDLE='%s': cannot read it (%s); give a PEM file of CA certificates",

@@ -254,6 +254,9 @@ typedef struct WkRemote WkRemote;
 /* Checks the options and the environment they default to (WICK_CACHE_DIR, XDG_CACHE_HOME, HOME,
  * WICK_CA_BUNDLE, AWS_*), then starts the engine and opens the cache. */
 WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out);
+/* Every integer option within its bounds (wk_remote_param_bounds), else "remote option <name>=<value> is
+ * outside [min, max]". */
+WkStatus wk_remote_options_check(const WkRemoteOptions *options);
 void wk_remote_close(WkRemote *r);
 /* The text of a dataset index at `location` (http, https or s3), through the cache; identity is the
  * XXH3-128 hex of the text (the cache directory of the dataset's shards). text is malloc'd. */
