@@ -303,11 +303,15 @@ WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const
 typedef enum { WK_TOKENIZE_THREADS = 0, WK_TOKENIZE_PARAM_COUNT } WkTokenizeParam;
 WK_API WkStatus wk_tokenize_param_bounds(WkTokenizeParam param, int64_t *min, int64_t *max);
 
-/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst,
- * llm.c/nanoGPT token .bin files, Parquet (.parquet) and WebDataset tar shards (.tar, .tar.gz,
- * .tgz) -> a dataset directory. Deterministic: the same inputs give
- * byte-identical shards and index whatever the thread count. */
+/* Converter: the input formats of wk_converter_input_format (text, JSONL, llm.c/nanoGPT tokens, Parquet,
+ * WebDataset tar, ...) -> a dataset directory. Deterministic: the same inputs give byte-identical shards
+ * and index whatever the thread count. */
 typedef struct WkConverter WkConverter;
+
+/* The i-th input format, in the order a file's name is tried against them: its names ("*.jsonl, *.ndjson";
+ * the last one is "anything else": text) and, in *reads, what the converter reads from such a file. NULL
+ * past the end. */
+WK_API const char *wk_converter_input_format(uint32_t i, const char **reads);
 
 typedef enum {
   WK_CONVERT_THREADS = 0,       /* worker threads (default: online CPUs, at most 64) */

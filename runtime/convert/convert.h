@@ -29,7 +29,30 @@
 #include "../format/shard_writer.h"
 #include "../tokenizer/tokenizer.h"
 
-typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN, INPUT_PARQUET, INPUT_TAR } InputKind;
+/* The converter's input formats, listed once: X(KIND, names, cut, process, reads). An input's kind is the
+ * first format one of whose comma-separated names ("*.SUFFIX") its path matches; the last, TEXT, takes
+ * the rest. cut is the producer's (it gets the input open as a blob; NULL: one chunk, which the worker
+ * reads whole), process the worker's. names and reads are what `run -m wick.shard --help` lists
+ * (wk_converter_input_format), and the README's list is checked against them (tests/convert/
+ * formats_spec.lua). A new format is a line here, its reader (input_NAME.c) and that README list. */
+#define CONVERT_INPUTS(X)                                                                                        \
+  X(JSONL, "*.jsonl, *.ndjson", cut_lines_input, process_lines,                                                  \
+    "one JSON object per line; the document is its --field string")                                             \
+  X(JSONL_ZST, "*.jsonl.zst, *.ndjson.zst", cut_lines_input, process_lines, "the same, zstd-compressed")         \
+  X(TOKENS_BIN, "*.bin", cut_tokens_input, process_tokens,                                                       \
+    "llm.c (magic 20240520) GPT-2 tokens, or headerless nanoGPT uint16 tokens with --headerless-bin; "          \
+    "documents separated by <|endoftext|>")                                                                     \
+  X(PARQUET, "*.parquet", cut_parquet_input, convert_process_records,                                            \
+    "the strings of the --field column, one document per row (null rows are counted and skipped); snappy, "      \
+    "gzip, zstd; data pages v1 and v2")                                                                         \
+  X(TAR, "*.tar, *.tar.gz, *.tgz", cut_tar_input, convert_process_records,                                       \
+    "WebDataset shards: each sample's member with extension --field (txt, or json with --json-field naming "    \
+    "its string)")                                                                                              \
+  X(TEXT, "anything else", NULL, process_text, "text: one document per file (or per paragraph, or line: --split)")
+
+#define CONVERT_INPUT_KIND(kind, names, cut, process, reads) INPUT_##kind,
+typedef enum { CONVERT_INPUTS(CONVERT_INPUT_KIND) INPUT_KIND_COUNT } InputKind;
+#undef CONVERT_INPUT_KIND
 
 typedef struct WkRemote WkRemote;
 
@@ -175,7 +198,7 @@ WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
 /* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
 void convert_output_close(ConvertOutput *o, bool failed);
 
-/* An input's kind, by its name's suffix (convert_input.c). */
+/* An input's kind, by its name's suffix (CONVERT_INPUTS). */
 InputKind convert_input_kind(const char *path);
 /* Whether a file found in a directory (or under a prefix) is read: its name matches a pattern (or none
  * are set). */

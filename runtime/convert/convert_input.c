@@ -2,20 +2,13 @@
  * convert_input.c — the converter's inputs: listing them, cutting them into chunks (producer
  * thread), and turning a chunk into tokens and document ends (worker threads).
  *
- * Input kinds, by name:
- *   *.jsonl, *.ndjson           one JSON object per line; the document is its string field (--field)
- *   *.jsonl.zst, *.ndjson.zst   the same, zstd-compressed (any number of frames)
- *   *.bin                       GPT-2 tokens: llm.c files (256 x int32 header, magic 20240520, version
- *                               1, token count; then uint16 tokens), or headerless nanoGPT uint16
- *                               files when asked (a file without the magic is refused otherwise: read
- *                               as tokens, a damaged header would be silently wrong data); documents
- *                               are separated by <|endoftext|> (50256)
- *   *.parquet                   the strings of the --field column, one document per row; null rows are
- *                               counted and skipped (input_parquet.c)
- *   *.tar, *.tar.gz, *.tgz      WebDataset shards: the --field member (by extension) of each sample
- *                               (input_tar.c)
- *   anything else               text: the whole file is one document (source trees, books), or
- *                               with --split each paragraph or each line is
+ * The formats are listed once, in convert.h (CONVERT_INPUTS): the table at the end of this file is made
+ * from that list, and the two dispatchers (convert_cut_input, convert_process_chunk) read it. The .jsonl
+ * and .bin cutters and workers are here; Parquet and tar are input_parquet.c and input_tar.c.
+ * .bin files are llm.c's (256 x int32 header, magic 20240520, version 1, token count; then uint16
+ * tokens), or nanoGPT's headerless uint16 files when asked (a file without the magic is refused
+ * otherwise: read as tokens, a damaged header would be silently wrong data); their documents are
+ * separated by <|endoftext|> (50256).
  * Directories are walked recursively in byte-wise sorted order, skipping hidden entries and, when
  * include patterns are set, files whose name matches none of them.
  */
@@ -47,15 +40,6 @@ enum {
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-InputKind convert_input_kind(const char *path) {
-  if (ends_with(path, ".jsonl.zst") || ends_with(path, ".ndjson.zst")) return INPUT_JSONL_ZST;
-  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return INPUT_JSONL;
-  if (ends_with(path, ".bin")) return INPUT_TOKENS_BIN;
-  if (ends_with(path, ".parquet")) return INPUT_PARQUET;
-  if (ends_with(path, ".tar") || ends_with(path, ".tar.gz") || ends_with(path, ".tgz")) return INPUT_TAR;
-  return INPUT_TEXT;
 }
 
 static int compare_strings(const void *a, const void *b) {
@@ -364,33 +348,9 @@ static const ChunkSizes CHUNK_SIZES = {.line_bytes = LINE_CHUNK_BYTES, .bin_toke
 
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop) {
-  switch (in->kind) {
-    case INPUT_JSONL:
-    case INPUT_JSONL_ZST: return cut_lines(in, i, blob, sizes, emit, arg, stop);
-    case INPUT_TOKENS_BIN: return cut_tokens(in, i, blob, sizes, emit, arg, stop);
-    case INPUT_TEXT:
-    case INPUT_PARQUET:
-    case INPUT_TAR: break;
-  }
+  if (in->kind == INPUT_JSONL || in->kind == INPUT_JSONL_ZST) return cut_lines(in, i, blob, sizes, emit, arg, stop);
+  if (in->kind == INPUT_TOKENS_BIN) return cut_tokens(in, i, blob, sizes, emit, arg, stop);
   return WK_FAIL(WK_ERR_INTERNAL, "input kind %d is not cut from a blob", (int)in->kind);
-}
-
-WkStatus convert_cut_input(const ChunkContext *ctx, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
-  const Input *in = &ctx->inputs[i];
-  if (in->kind == INPUT_TEXT) { /* one chunk: the worker reads the file */
-    Chunk *c = NULL;
-    WK_TRY(new_chunk(i, NULL, 0, &c));
-    c->first = c->last = true;
-    c->input_bytes = in->size;
-    return emit(arg, c);
-  }
-  WkBlob *blob = convert_open_input(in);
-  if (!blob) return wk_last_status();
-  WkStatus status = in->kind == INPUT_PARQUET ? convert_cut_parquet(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg)
-                    : in->kind == INPUT_TAR   ? convert_cut_tar(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg)
-                                              : convert_cut_blob(in, i, blob, &CHUNK_SIZES, emit, arg, stop);
-  blob->close(blob);
-  return status;
 }
 
 /* ---- processing (worker threads) ------------------------------------------------------------- */
@@ -468,7 +428,8 @@ static WkStatus process_text(const ChunkContext *ctx, const Input *in, Chunk *c)
   return status;
 }
 
-static WkStatus process_lines(const ChunkContext *ctx, Chunk *c) {
+static WkStatus process_lines(const ChunkContext *ctx, const Input *in, Chunk *c) {
+  (void)in; /* a line numbers itself within the chunk */
   WkScratch scratch = {0};
   WkStatus status = WK_OK;
   const uint8_t *p = c->data, *end = c->data + c->length;
@@ -517,24 +478,6 @@ static WkStatus process_tokens(const ChunkContext *ctx, const Input *in, Chunk *
   return WK_OK;
 }
 
-void convert_process_chunk(const ChunkContext *ctx, Chunk *c) {
-  const Input *in = &ctx->inputs[c->input];
-  WkStatus status;
-  switch (in->kind) {
-    case INPUT_TEXT: status = process_text(ctx, in, c); break;
-    case INPUT_JSONL:
-    case INPUT_JSONL_ZST: status = process_lines(ctx, c); break;
-    case INPUT_TOKENS_BIN: status = process_tokens(ctx, in, c); break;
-    case INPUT_PARQUET:
-    case INPUT_TAR: status = convert_process_records(ctx, in, c); break;
-    default: status = WK_FAIL(WK_ERR_INTERNAL, "unknown input kind %d", (int)in->kind);
-  }
-  c->status = status;
-  if (status != WK_OK) snprintf(c->message, sizeof c->message, "%s", wk_last_error());
-  free(c->data); /* the input bytes are no longer needed */
-  c->data = NULL;
-}
-
 void convert_chunk_free(Chunk *c) {
   if (!c) return;
   free(c->data);
@@ -542,4 +485,97 @@ void convert_chunk_free(Chunk *c) {
   free(c->doc_ends);
   free(c->bad);
   free(c);
+}
+
+/* ---- the formats (CONVERT_INPUTS) ----------------------------------------------------------- */
+
+/* The cutters as the table calls them: the input open as a blob, the converter's own sizes and limits. */
+typedef WkStatus (*InputCut)(const ChunkContext *ctx, uint32_t i, WkBlob *blob, ChunkEmit emit, void *arg,
+                             const atomic_bool *stop);
+typedef WkStatus (*InputProcess)(const ChunkContext *ctx, const Input *in, Chunk *c);
+
+static WkStatus cut_lines_input(const ChunkContext *ctx, uint32_t i, WkBlob *blob, ChunkEmit emit, void *arg,
+                                const atomic_bool *stop) {
+  return cut_lines(&ctx->inputs[i], i, blob, &CHUNK_SIZES, emit, arg, stop);
+}
+
+static WkStatus cut_tokens_input(const ChunkContext *ctx, uint32_t i, WkBlob *blob, ChunkEmit emit, void *arg,
+                                 const atomic_bool *stop) {
+  return cut_tokens(&ctx->inputs[i], i, blob, &CHUNK_SIZES, emit, arg, stop);
+}
+
+static WkStatus cut_parquet_input(const ChunkContext *ctx, uint32_t i, WkBlob *blob, ChunkEmit emit, void *arg,
+                                  const atomic_bool *stop) {
+  (void)stop; /* a row group is read whole; the emit callback stops it */
+  return convert_cut_parquet(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg);
+}
+
+static WkStatus cut_tar_input(const ChunkContext *ctx, uint32_t i, WkBlob *blob, ChunkEmit emit, void *arg,
+                              const atomic_bool *stop) {
+  (void)stop;
+  return convert_cut_tar(ctx, i, blob, &CONVERT_RECORD_LIMITS, emit, arg);
+}
+
+typedef struct {
+  const char *names;  /* "*.jsonl, *.ndjson" */
+  InputCut cut;
+  InputProcess process;
+  const char *reads;
+} InputFormat;
+
+_Static_assert(INPUT_TEXT == INPUT_KIND_COUNT - 1, "TEXT, which takes what no other format names, is the last");
+
+#define CONVERT_INPUT_ROW(kind, names, cut, process, reads) [INPUT_##kind] = {names, cut, process, reads},
+static const InputFormat FORMATS[INPUT_KIND_COUNT] = {CONVERT_INPUTS(CONVERT_INPUT_ROW)};
+#undef CONVERT_INPUT_ROW
+
+/* Whether path ends with one of the "*.SUFFIX" names of a comma-separated list. */
+static bool matches_names(const char *path, const char *names) {
+  for (const char *p = names; *p;) {
+    size_t n = strcspn(p, ",");
+    if (p[0] == '*') {
+      size_t length = strlen(path), m = n - 1;
+      if (length >= m && strncmp(path + length - m, p + 1, m) == 0) return true;
+    }
+    p += n;
+    p += strspn(p, ", ");
+  }
+  return false;
+}
+
+InputKind convert_input_kind(const char *path) {
+  for (int k = 0; k < INPUT_TEXT; k++)
+    if (matches_names(path, FORMATS[k].names)) return (InputKind)k;
+  return INPUT_TEXT;
+}
+
+const char *wk_converter_input_format(uint32_t i, const char **reads) {
+  if (i >= INPUT_KIND_COUNT) return NULL;
+  if (reads) *reads = FORMATS[i].reads;
+  return FORMATS[i].names;
+}
+
+WkStatus convert_cut_input(const ChunkContext *ctx, uint32_t i, ChunkEmit emit, void *arg, const atomic_bool *stop) {
+  const Input *in = &ctx->inputs[i];
+  if (!FORMATS[in->kind].cut) { /* one chunk: the worker reads the file */
+    Chunk *c = NULL;
+    WK_TRY(new_chunk(i, NULL, 0, &c));
+    c->first = c->last = true;
+    c->input_bytes = in->size;
+    return emit(arg, c);
+  }
+  WkBlob *blob = convert_open_input(in);
+  if (!blob) return wk_last_status();
+  WkStatus status = FORMATS[in->kind].cut(ctx, i, blob, emit, arg, stop);
+  blob->close(blob);
+  return status;
+}
+
+void convert_process_chunk(const ChunkContext *ctx, Chunk *c) {
+  const Input *in = &ctx->inputs[c->input];
+  WkStatus status = FORMATS[in->kind].process(ctx, in, c);
+  c->status = status;
+  if (status != WK_OK) snprintf(c->message, sizeof c->message, "%s", wk_last_error());
+  free(c->data); /* the input bytes are no longer needed */
+  c->data = NULL;
 }
