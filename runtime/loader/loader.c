@@ -133,7 +133,7 @@ struct WkLoader {
   uint64_t next_seq;
   bool have_step;
   uint64_t planned_step;
-  WkSlot *slots;        /* the planned step's global batch */
+  WkDraw *draws;        /* the planned step's global batch */
   uint64_t step_fingerprint;
   WkSourcePosition positions[WK_MIX_MAX_SOURCES];
   WkSourcePosition step_before[WK_MIX_MAX_SOURCES];
@@ -496,8 +496,8 @@ static WkStatus allocate_ring(WkLoader *loader) {
   loader->buffers = buffers;
   loader->locs = locs;
   loader->buffer_count = count;
-  loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
-  return loader->slots ? WK_OK : wk_last_status();
+  loader->draws = wk_calloc(loader->mix.global_batch, sizeof(WkDraw), "loader step plan");
+  return loader->draws ? WK_OK : wk_last_status();
 }
 
 static void *reader_thread(void *arg);
@@ -578,24 +578,24 @@ WkStatus wk_loader_start(WkLoader *loader) {
 
 /* ---- planning (by the planner, without the lock) --------------------------------------------------- */
 
-static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
+static uint64_t hash_draws(const WkLoader *loader, uint64_t step) {
   uint64_t h = wk_mix64(step, loader->mix.global_batch);
   for (uint32_t j = 0; j < loader->mix.global_batch; j++) {
-    const WkSlot *slot = &loader->slots[j];
-    uint64_t source = slot->source == WK_SLOT_PAD ? 0 : wk_order_fingerprint(loader->sources[slot->source].order);
-    h = wk_mix64(wk_mix64(h, source), slot->draw);
+    const WkDraw *draw = &loader->draws[j];
+    uint64_t source = draw->source == WK_DRAW_PAD ? 0 : wk_order_fingerprint(loader->sources[draw->source].order);
+    h = wk_mix64(wk_mix64(h, source), draw->index);
   }
   return h;
 }
 
 static WkStatus plan_step(WkLoader *loader, uint64_t step) {
   memcpy(loader->step_before, loader->positions, sizeof loader->positions);
-  WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->slots));
+  WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->draws));
   /* Published before any of the step's rows is read: no node cache entry this step may need is taken. */
   for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_plan(loader->sources[i].residency, loader->positions[i].draws);
   loader->have_step = true;
   loader->planned_step = step;
-  loader->step_fingerprint = hash_slots(loader, step);
+  loader->step_fingerprint = hash_draws(loader, step);
   return WK_OK;
 }
 
@@ -604,30 +604,30 @@ static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
   uint32_t first = (uint32_t)param(loader, WK_LOADER_RANK) * loader->per_rank + b->micro * loader->rows;
   b->ahead_count = 0;
   for (uint32_t r = 0; r < loader->rows; r++) {
-    const WkSlot *slot = &loader->slots[first + r];
+    const WkDraw *draw = &loader->draws[first + r];
     WkSampleInfo *info = &b->info[r];
     memset(info, 0, sizeof *info);
-    if (slot->source == WK_SLOT_PAD) {
+    if (draw->source == WK_DRAW_PAD) {
       info->status = WK_SAMPLE_PADDING;
       continue;
     }
-    uint64_t epoch_length = loader->mix.epoch_length[slot->source];
-    uint64_t epoch = slot->draw / epoch_length;
-    Source *source = &loader->sources[slot->source];
-    WK_TRY(wk_order_locate(source->order, epoch, slot->draw % epoch_length, &b->locs[r]));
+    uint64_t epoch_length = loader->mix.epoch_length[draw->source];
+    uint64_t epoch = draw->index / epoch_length;
+    Source *source = &loader->sources[draw->source];
+    WK_TRY(wk_order_locate(source->order, epoch, draw->index % epoch_length, &b->locs[r]));
     if (source->ahead_from == NO_BUFFER || b->locs[r].buffer_from > source->ahead_from) {
       /* This row starts a buffer: ask for the next one (and for this one too when it is the stream's first,
        * so that its blocks come in parallel, not one read at a time). */
       for (uint32_t ahead = source->ahead_from == NO_BUFFER ? 0 : 1; ahead <= 1; ahead++) {
         WkUnitRef units[AHEAD_CAPACITY];
         uint32_t n = 0;
-        WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, ahead, units,
+        WK_TRY(wk_order_units_after(source->order, epoch, draw->index % epoch_length, ahead, units,
                                     AHEAD_CAPACITY - b->ahead_count, &n));
-        for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
+        for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){draw->source, units[u]};
       }
       source->ahead_from = b->locs[r].buffer_from;
     }
-    info->source = slot->source;
+    info->source = draw->source;
     info->shard = b->locs[r].shard;
     info->offset = b->locs[r].offset;
     info->length = b->locs[r].length;
@@ -1053,7 +1053,7 @@ void wk_loader_free(WkLoader *loader) {
   for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free_buffer(&loader->buffers[i]);
   free(loader->buffers);
   free(loader->locs);
-  free(loader->slots);
+  free(loader->draws);
   for (uint32_t t = 0; t < MAX_THREADS; t++)
     for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_free(loader->readers[t].contexts[i]);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
