@@ -25,7 +25,7 @@ extern "C" {
  * thread-safe; shards open on first use; memory is bounded by WK_DATASET_CACHE_BYTES and
  * WK_DATASET_MAX_OPEN_SHARDS, never by the dataset's size.
  *
- * What the loader's reads (residency.c) need beyond that: */
+ * What the loader's reads (node_reader.c) need beyond that: */
 
 /* Tokens per block, one value for the whole dataset (every shard is checked against it when it opens). */
 WkStatus wk_dataset_block_tokens(WkDataset *ds, uint32_t *out);

@@ -7,12 +7,12 @@
  * locating its rows: arithmetic on the order's tables, which are built when the order enters a new
  * window; in pad mode that reads shards' document indexes, so planning can wait on I/O while the
  * other threads fill and the consumer takes), and reads, decodes and packs its rows without the lock,
- * through each source's residency (residency.c). The consumer takes micro-batches strictly in order, so the stream is the
+ * through each source's node cache reader (node_reader.c). The consumer takes micro-batches strictly in order, so the stream is the
  * same for any number of threads. The ring has `prefetch` buffers: a full ring stops the readers
  * (backpressure, bounded memory).
  *
  * Each source's low water (the first draw this loader may still read: the earliest step among the
- * micro-batches being filled) is passed to its residency whenever a micro-batch is done, so decoded
+ * micro-batches being filled) is passed to its node cache reader whenever a micro-batch is done, so decoded
  * units are let go exactly when the order has passed them.
  *
  * The consumer takes a micro-batch as tensors made once per ring slot (device_copy.c); with a device,
@@ -32,7 +32,7 @@
 
 #include "../io/remote/remote.h" /* wk_remote_options_check */
 #include "device_copy.h"
-#include "residency.h"
+#include "node_cache.h"
 
 enum {
   MAX_THREADS = 64,
@@ -84,7 +84,7 @@ typedef struct {
   char *path;
   WkDataset *ds;
   WkOrder *order;
-  WkResidency *residency;
+  WkNodeReader *node_reader;  /* its reads through the node cache */
   uint64_t ahead_from;  /* the last buffer (by its first draw) whose successor was read ahead, or NO_BUFFER */
 } Source;
 
@@ -97,7 +97,7 @@ typedef enum { BUFFER_FREE, BUFFER_PLANNED, BUFFER_FILLING, BUFFER_READY } Buffe
 
 typedef struct {
   struct WkLoader *loader;
-  WkResidencyThread *contexts[WK_MIX_MAX_SOURCES];
+  WkNodeReaderThread *contexts[WK_MIX_MAX_SOURCES];
 } Reader;
 
 typedef struct {
@@ -314,15 +314,15 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
   return h;
 }
 
-static WkStatus open_residency(WkLoader *loader, Source *source) {
+static WkStatus open_node_reader(WkLoader *loader, Source *source) {
   WkOrderConfig o = order_config(loader);
-  WkResidencyConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
+  WkNodeReaderConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
                            .identity = stream_identity(loader, source), .seq_len = o.seq_len,
                            .unit_tokens = wk_order_unit_tokens(source->order),
                            .buffer_units = wk_order_buffer_units(source->order),
                            .window_boundaries = wk_order_max_window_boundaries(source->order)};
-  source->residency = wk_residency_new(source->ds, &cfg);
-  return source->residency ? WK_OK : wk_last_status();
+  source->node_reader = wk_node_reader_new(source->ds, &cfg);
+  return source->node_reader ? WK_OK : wk_last_status();
 }
 
 static WkStatus open_orders(WkLoader *loader) {
@@ -333,7 +333,7 @@ static WkStatus open_orders(WkLoader *loader) {
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
     source->ahead_from = NO_BUFFER;
-    WK_TRY(open_residency(loader, source));
+    WK_TRY(open_node_reader(loader, source));
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
     if (loader->mix.epoch_length[i] == 0)
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' is too small for one epoch: it needs at least one sample of "
@@ -457,8 +457,8 @@ static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
     n = (uint32_t)(fit - held);
   }
   for (uint32_t i = 0; i < loader->mix.count; i++) {
-    WkResidency *r = loader->sources[i].residency;
-    uint64_t room = wk_residency_buffers_room(r);
+    WkNodeReader *r = loader->sources[i].node_reader;
+    uint64_t room = wk_node_reader_buffers_room(r);
     while (n > MIN_RING && buffers_in_flight(loader, i, n) > room) n--;
     uint64_t need = buffers_in_flight(loader, i, n);
     if (need > room)
@@ -467,7 +467,7 @@ static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
                      "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
                      loader->sources[i].path, (long long)param(loader, WK_LOADER_CACHE_BYTES), (unsigned long long)room,
                      (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
-                     n, loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
+                     n, loader->mix.global_batch, (unsigned long long)wk_node_reader_cache_bytes_for(r, need));
   }
   *count = n + held;
   return WK_OK;
@@ -502,12 +502,12 @@ static WkStatus allocate_ring(WkLoader *loader) {
 
 static void *reader_thread(void *arg);
 
-/* A reader thread's own state: one residency context per source (its memo and scratch buffers). */
+/* A reader thread's own state: one node cache reader context per source (its memo and scratch buffers). */
 static WkStatus make_reader(WkLoader *loader, Reader *reader) {
   reader->loader = loader;
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     if (reader->contexts[i]) continue; /* made by an earlier start that failed later on */
-    reader->contexts[i] = wk_residency_thread_new(loader->sources[i].residency);
+    reader->contexts[i] = wk_node_reader_thread_new(loader->sources[i].node_reader);
     if (!reader->contexts[i]) return wk_last_status();
   }
   return WK_OK;
@@ -563,7 +563,7 @@ WkStatus wk_loader_start(WkLoader *loader) {
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
   for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->positions[i].draws;
   for (uint32_t i = 0; i < loader->mix.count; i++)
-    WK_TRY(wk_residency_start(loader->sources[i].residency, loader->positions[i].draws));
+    WK_TRY(wk_node_reader_start(loader->sources[i].node_reader, loader->positions[i].draws));
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
   for (uint32_t t = 0; t < threads; t++) WK_TRY(make_reader(loader, &loader->readers[t]));
   loader->started = true;
@@ -592,7 +592,7 @@ static WkStatus plan_step(WkLoader *loader, uint64_t step) {
   memcpy(loader->step_before, loader->positions, sizeof loader->positions);
   WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->draws));
   /* Published before any of the step's rows is read: no node cache entry this step may need is taken. */
-  for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_plan(loader->sources[i].residency, loader->positions[i].draws);
+  for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_plan(loader->sources[i].node_reader, loader->positions[i].draws);
   loader->have_step = true;
   loader->planned_step = step;
   loader->step_fingerprint = hash_draws(loader, step);
@@ -678,11 +678,11 @@ static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo 
   pthread_mutex_unlock(&loader->lock);
 }
 
-/* Reads a row's tokens through its source's residency, then completes the row around them. */
+/* Reads a row's tokens through its source's node cache reader, then completes the row around them. */
 static WkStatus fill_row(WkLoader *loader, const Reader *reader, Buffer *b, uint32_t r) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), s = b->info[r].source;
   Source *source = &loader->sources[s];
-  WK_TRY(wk_residency_read(source->residency, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
+  WK_TRY(wk_node_reader_read(source->node_reader, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
                            b->rows.token_bytes));
   wk_pack_row((WkPackMode)param(loader, WK_LOADER_MODE), L, wk_dataset_eos(source->ds), &b->locs[r], &b->rows, r);
   return WK_OK;
@@ -786,17 +786,17 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
     for (uint32_t a = 0; a < b->ahead_count; a++)
-      wk_residency_read_ahead(loader->sources[b->ahead[a].source].residency, b->ahead[a].unit);
+      wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
     if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
     if (b->status == WK_OK) fill_rows(loader, reader, b);
     if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_flush(loader->sources[i].residency, reader->contexts[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
     if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
     for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
     pthread_mutex_unlock(&loader->lock);
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_advance(loader->sources[i].residency, lows[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_advance(loader->sources[i].node_reader, lows[i]);
     pthread_mutex_lock(&loader->lock);
   }
   pthread_mutex_unlock(&loader->lock);
@@ -1021,9 +1021,9 @@ void wk_loader_stats(WkLoader *loader, WkLoaderStats *out) {
   out->buffer_bytes = loader->buffer_bytes;
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
-    if (!loader->sources[i].residency) continue;
-    WkResidencyStats r;
-    wk_residency_stats(loader->sources[i].residency, &r);
+    if (!loader->sources[i].node_reader) continue;
+    WkNodeReaderStats r;
+    wk_node_reader_stats(loader->sources[i].node_reader, &r);
     out->decoded_bytes += r.decoded_bytes;
     out->delivered_bytes += r.delivered_bytes;
     out->node_decoded_bytes += r.node.decoded_bytes;
@@ -1055,9 +1055,9 @@ void wk_loader_free(WkLoader *loader) {
   free(loader->locs);
   free(loader->draws);
   for (uint32_t t = 0; t < MAX_THREADS; t++)
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_free(loader->readers[t].contexts[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_free(loader->readers[t].contexts[i]);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
-    wk_residency_free(loader->sources[i].residency);
+    wk_node_reader_free(loader->sources[i].node_reader);
     wk_order_free(loader->sources[i].order);
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);

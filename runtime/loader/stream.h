@@ -3,9 +3,9 @@
  *
  * Owns, bottom up (each file calls only the ones above it in this list):
  *   order.c       the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
- *                 shards, buffers of units (blocks) and samples, with the residency each sample needs
- *   unitcache.c   the node's decoded units and straddler edges, shared by its ranks, held by the order
- *   residency.c   a source's reads for the loader, through the unit cache (zstd decoded, raw copied)
+ *                 shards, buffers of units (blocks) and samples, with how long each sample's unit is held
+ *   node_cache.c  the node's decoded units and straddler edges, shared by its ranks, held by the order
+ *   node_reader.c a source's reads for the loader, through the node cache (zstd decoded, raw copied)
  *   pack.c        a sample's tokens in a row -> the row's mask, padding, doc ids and positions
  *   mix.c         several sources -> one deterministic stream with per-source cursors
  *   cursor.c      the stream's state as a short line of text
@@ -98,7 +98,7 @@ typedef struct {
 } WkUnitRef;
 WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, uint32_t ahead, WkUnitRef *out,
                               uint32_t capacity, uint32_t *count);
-/* Item `item` of a shard (its place, without residency), for tools and tests. */
+/* Item `item` of a shard (its place, without its hold), for tools and tests. */
 WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLoc *out);
 /* Identifies the dataset's content (shard names and sizes, block size): part of every shuffle key. */
 uint64_t wk_order_fingerprint(const WkOrder *order);
