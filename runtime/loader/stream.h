@@ -10,6 +10,8 @@
  *   mix.c         several sources -> one deterministic stream with per-source cursors
  *   cursor.c      the stream's state as a short line of text
  *   loader.c      C threads that read, decode, pack and batch ahead into a bounded ring
+ *                 (ring.c sizes and lays out the ring, plan.c plans each micro-batch, audit.c
+ *                 writes the audit file; loader.h is what they share)
  *   device_copy.c a ring slot's batch as tensors, and its copy to the loader's device
  * Does not own the datasets it reads (runtime/dataset/) nor their format (runtime/format/). Of tensors
  * it knows only its batches (device_copy.c). Layer: the top of the read path (runtime/LAYERS).
