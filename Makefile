@@ -280,7 +280,7 @@ example: all
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
   $(addprefix runtime/format/,shard.c index.c) runtime/loader/cursor.c \
-  $(filter-out runtime/convert/convert.c runtime/convert/output.c,$(wildcard runtime/convert/*.c)) \
+  $(filter-out $(addprefix runtime/convert/,convert.c settings.c builder.c output.c),$(wildcard runtime/convert/*.c)) \
   $(sort $(wildcard runtime/io/*.c runtime/io/remote/*.c runtime/tokenizer/*.c runtime/tokenizer/bpe/*.c \
     runtime/convert/parquet/*.c)) \
   $(addprefix runtime/dist/,protocol.c world.c)

@@ -1,7 +1,8 @@
 /*
  * runtime/convert — the converter: text corpora (local or remote) -> a dataset directory of shards.
  *
- * Owns its pipeline (convert.c: threads, ordering, shards, progress), its inputs (below, and
+ * Owns its settings (settings.c), its pipeline (convert.c: threads; builder.c: ordering, shards,
+ * progress, the index; converter.h is what those three share), its inputs (below, and
  * remote_input.c for http(s):// and s3:// inputs through runtime/io/remote), its output directory
  * (output.c: lock, staging directory, swap) and a Parquet reader of its own (parquet/). The shard
  * writer and the index are the format's (runtime/format/); tokenizers are runtime/tokenizer/'s.
