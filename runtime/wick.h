@@ -213,9 +213,10 @@ WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
 
 /* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
 typedef enum {
-  WK_DATASET_CACHE_BYTES = 0,       /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
+  WK_DATASET_BLOCK_CACHE_BYTES = 0, /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
   WK_DATASET_MAX_OPEN_SHARDS = 1,   /* shards kept open (mapped) at once (default 64, min 1) */
-  WK_DATASET_PARAM_COUNT
+  WK_DATASET_PARAM_COUNT,
+  WK_DATASET_CACHE_BYTES = WK_DATASET_BLOCK_CACHE_BYTES  /* its old name, for one release */
 } WkDatasetParam;
 WK_API WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value);
 /* What wk_dataset_set accepts for param. */
@@ -400,7 +401,7 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
-  WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per source, shared by the node's local
+  WK_LOADER_NODE_CACHE_BYTES,  /* node cache of decoded units per source, shared by the node's local
                                   ranks (default 64 MiB; at least two buffers plus a window's edges) */
   WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
@@ -408,7 +409,8 @@ typedef enum {
                                   machine has no such device) */
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
                                   or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
-  WK_LOADER_PARAM_COUNT
+  WK_LOADER_PARAM_COUNT,
+  WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES  /* its old name, for one release */
 } WkLoaderParam;
 
 enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */

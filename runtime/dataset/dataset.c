@@ -38,7 +38,7 @@ enum {
 };
 
 static const WkParamSpec PARAM_SPECS[WK_DATASET_PARAM_COUNT] = {
-    [WK_DATASET_CACHE_BYTES] = {0, INT64_MAX, 64 << 20, "cache_bytes"},
+    [WK_DATASET_BLOCK_CACHE_BYTES] = {0, INT64_MAX, 64 << 20, "block_cache_bytes"},
     [WK_DATASET_MAX_OPEN_SHARDS] = {1, 1 << 20, 64, "max_open_shards"},
 };
 static const WkParamTable PARAMS = {"dataset", PARAM_SPECS, WK_DATASET_PARAM_COUNT};
@@ -132,7 +132,7 @@ WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote)
   if (!ds) return NULL;
   pthread_mutex_init(&ds->lock, NULL);
   ds->max_open = PARAM_SPECS[WK_DATASET_MAX_OPEN_SHARDS].fallback;
-  ds->cache_budget = PARAM_SPECS[WK_DATASET_CACHE_BYTES].fallback;
+  ds->cache_budget = PARAM_SPECS[WK_DATASET_BLOCK_CACHE_BYTES].fallback;
   ds->path = strdup(given);
   struct stat st;
   char *index_path = NULL;
@@ -679,20 +679,20 @@ WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value) {
   WK_TRY(wk_dataset_param_bounds(param, &min, &max));
   WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
   pthread_mutex_lock(&ds->lock);
-  if (param == WK_DATASET_CACHE_BYTES) ds->cache_budget = value;
+  if (param == WK_DATASET_BLOCK_CACHE_BYTES) ds->cache_budget = value;
   else {
     ds->max_open = value;
     evict_shards(ds);
   }
   pthread_mutex_unlock(&ds->lock);
-  if (param == WK_DATASET_CACHE_BYTES) wk_cache_set_budget(ds->cache, (uint64_t)value);
+  if (param == WK_DATASET_BLOCK_CACHE_BYTES) wk_cache_set_budget(ds->cache, (uint64_t)value);
   return WK_OK;
 }
 
 int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param) {
   if (!ds) return -1;
   switch (param) {
-    case WK_DATASET_CACHE_BYTES: return ds->cache_budget;
+    case WK_DATASET_BLOCK_CACHE_BYTES: return ds->cache_budget;
     case WK_DATASET_MAX_OPEN_SHARDS: return ds->max_open;
     default: return -1;
   }

@@ -59,7 +59,7 @@ static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
-    [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
+    [WK_LOADER_NODE_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
@@ -207,7 +207,7 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
 
 static WkStatus open_node_reader(WkLoader *loader, Source *source) {
   WkOrderConfig o = order_config(loader);
-  WkNodeReaderConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
+  WkNodeReaderConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_NODE_CACHE_BYTES),
                            .identity = stream_identity(loader, source), .seq_len = o.seq_len,
                            .unit_tokens = wk_order_unit_tokens(source->order),
                            .buffer_units = wk_order_buffer_units(source->order),

@@ -56,7 +56,7 @@ describe('the parameter model', function()
     local ds = ffi.gc(C.wk_dataset_open(root .. '/ds'), C.wk_dataset_close)
     check_table('dataset', C.WK_DATASET_PARAM_COUNT, C.wk_dataset_param_bounds,
       function(p, v) return C.wk_dataset_set(ds, p, v) end,
-      function(p) return p == C.WK_DATASET_CACHE_BYTES end) -- its max would be a cache of 8 EiB
+      function(p) return p == C.WK_DATASET_BLOCK_CACHE_BYTES end) -- its max would be a cache of 8 EiB
     local loader = ffi.gc(C.wk_loader_new(), C.wk_loader_free)
     check_table('loader', C.WK_LOADER_PARAM_COUNT, C.wk_loader_param_bounds,
       function(p, v) return C.wk_loader_set(loader, p, v) end,
