@@ -81,6 +81,18 @@ function core.bounds(query, param)
   return math.max(tonumber(lo[0]), -EXACT_INTEGER), math.min(tonumber(hi[0]), EXACT_INTEGER)
 end
 
+-- A public name that changed keeps its old spelling for one release: renamed(where, old, new) returns
+-- the new name and warns (once per process and name) that the old one goes.
+local warned = {}
+function core.renamed(where, old, new)
+  if not warned[where .. '\0' .. old] then
+    warned[where .. '\0' .. old] = true
+    C.wk_log_message(C.WK_LOG_WARN, ("%s: '%s' is now '%s'; the old name goes in the next release"):format(where, old,
+      new))
+  end
+  return new
+end
+
 -- A handle-returning call gave NULL: raise with the library's message.
 function core.check_handle(handle, level)
   if handle == nil then error(core.last_error(), (level or 1) + 1) end

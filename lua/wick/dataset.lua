@@ -6,7 +6,7 @@
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
 --   ds:text(tokens, count) -> string (the 'bytes' tokenizer only)
---   ds:set('cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
+--   ds:set('block_cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
 -- Sampling, packing and loading live above this, in wick.data.
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
@@ -14,7 +14,16 @@ local ffi, C = core.ffi, core.C
 local Dataset = {}
 Dataset.__index = Dataset
 
-local PARAMS = { cache_bytes = C.WK_DATASET_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
+local PARAMS = { block_cache_bytes = C.WK_DATASET_BLOCK_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
+-- Old names (the block cache was `cache_bytes`, which data.loader{} uses for its node cache).
+local RENAMED = { cache_bytes = 'block_cache_bytes' }
+
+local function param_of(name)
+  if RENAMED[name] then name = core.renamed('wick.dataset', name, RENAMED[name]) end
+  local param = PARAMS[name]
+  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 3) end
+  return param
+end
 
 local M = {}
 
@@ -115,17 +124,9 @@ function Dataset:text(tokens, count, eos_text)
   return table.concat(parts)
 end
 
-function Dataset:set(name, value)
-  local param = PARAMS[name]
-  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
-  core.check(C.wk_dataset_set(live(self), param, value), 2)
-end
+function Dataset:set(name, value) core.check(C.wk_dataset_set(live(self), param_of(name), value), 2) end
 
-function Dataset:get(name)
-  local param = PARAMS[name]
-  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
-  return tonumber(C.wk_dataset_get(live(self), param))
-end
+function Dataset:get(name) return tonumber(C.wk_dataset_get(live(self), param_of(name))) end
 
 function Dataset:stats()
   local s = ffi.new('WkDatasetStats')
