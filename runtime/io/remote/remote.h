@@ -18,9 +18,10 @@
  *               every wait bounded (connect and stall timeouts, a low-speed limit, a deadline per attempt
  *               sized to its bytes, one over all of a request's attempts, a number of attempts)
  *   diskcache.c the node-shared on-disk cache (below)
- *   remote.c    a remote dataset's context (options, engine, cache, statistics), its index fetched
- *               through the cache (a conditional request), and the remote blob: read_at from the cache
- *               or by a Range request, advise(WILLNEED) as prefetch, forget for a corrupt copy
+ *   remote.c    a remote dataset's context (options, engine, cache, statistics, fetch targets)
+ *   remote_index.c  its index fetched through the cache (a conditional request)
+ *   remote_blob.c   the remote blob: read_at from the cache or by a Range request, advise(WILLNEED)
+ *               as prefetch, forget for a corrupt copy (remote_context.h: what the three share)
  *
  * Not here: the shard format and its checksums (shard.c verifies every block; dataset.c forgets a
  * remote block whose checksum fails and reads it once more before it reports the URL and offset).
