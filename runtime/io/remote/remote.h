@@ -17,6 +17,8 @@
  *               against Content-Range, adjacent prefetches merged, a cut transfer resumed by Range,
  *               every wait bounded (connect and stall timeouts, a low-speed limit, a deadline per attempt
  *               sized to its bytes, one over all of a request's attempts, a number of attempts)
+ *   transfer.c  one transfer's life in the engine: started (merged with neighbours), its attempts and
+ *               their callbacks, resumed, retried or finished (transfer.h: the engine's state)
  *   diskcache.c the node-shared on-disk cache (below)
  *   remote.c    a remote dataset's context (options, engine, cache, statistics, fetch targets)
  *   remote_index.c  its index fetched through the cache (a conditional request)
