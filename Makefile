@@ -221,12 +221,19 @@ run: $(HOST_OBJ) build/libwick.so
 	  $(LDFLAGS_EXTRA) $(LUAJIT_LIBS) -ledit $(LIBS)
 
 # ffi.cdef text = the WK_CDEF region of wick.h after the preprocessor (no comments, no macros).
+CDEF_TEXT = { echo '\#define WK_API'; awk '$$0 == "/* WK_CDEF_BEGIN */" { on = 1 } on { print } $$0 == "/* WK_CDEF_END */" { on = 0 }' runtime/wick.h; } | $(CC) -E -P -x c - | grep -v '^\s*$$'
 build/lua/wick/cdef.lua: runtime/wick.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CDEF  $@")
-	$(Q){ echo 'return [=['; \
-	  { echo '#define WK_API'; awk '$$0 == "/* WK_CDEF_BEGIN */" { on = 1 } on { print } $$0 == "/* WK_CDEF_END */" { on = 0 }' $<; } | $(CC) -E -P -x c - | grep -v '^\s*$$'; \
-	  echo ']=]'; } > $@.tmp && mv $@.tmp $@
+	$(Q){ echo 'return [=['; $(CDEF_TEXT); echo ']=]'; } > $@.tmp && mv $@.tmp $@
+
+# The layout table version.c answers wk_abi_layout from: every struct of that same text, with its fields.
+build/gen/abi_layout.h: runtime/wick.h runtime/core/abi_layout.awk
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN   $@")
+	$(Q)$(CDEF_TEXT) | awk -f runtime/core/abi_layout.awk > $@.tmp && mv $@.tmp $@
+$(OBJ)/runtime/core/version.o: build/gen/abi_layout.h
+$(OBJ)/runtime/core/version.o: CFLAGS_BASE += -Ibuild/gen
 
 build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)
@@ -287,11 +294,11 @@ FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS)
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS) build/gen/abi_layout.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lpthread -lm
+	  -Iruntime -Ibuild/gen -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
