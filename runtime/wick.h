@@ -361,6 +361,8 @@ WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
 /* What wk_converter_set accepts for param (zstd style: ZSTD_cParam_getBounds). */
 WK_API WkStatus wk_converter_param_bounds(WkConvertParam param, int64_t *min, int64_t *max);
+/* Its default (THREADS: 0, the online CPUs counted when a converter is made). */
+WK_API WkStatus wk_converter_param_default(WkConvertParam param, int64_t *value);
 /* The text of each document, default "text": the string member of a .jsonl line, the column of a
  * .parquet file, the member extension of a WebDataset .tar sample ("txt", or "json": see below). */
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);
@@ -471,6 +473,8 @@ WK_API WkLoader *wk_loader_new(void);
 WK_API void wk_loader_free(WkLoader *loader);
 WK_API WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value);
 WK_API WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max);
+/* Its default (0 for MICRO_BATCH and PREFETCH: derived at start). */
+WK_API WkStatus wk_loader_param_default(WkLoaderParam param, int64_t *value);
 /* How remote sources added after this are fetched and cached (copied, cache_dir too; NULL: the defaults). */
 WK_API WkStatus wk_loader_set_remote(WkLoader *loader, const WkRemoteOptions *remote);
 /* max_epochs 0: the source starts a new epoch (new shuffle) whenever it runs out. */

@@ -86,6 +86,10 @@ WkStatus wk_converter_param_bounds(WkConvertParam param, int64_t *min, int64_t *
   return WK_OK;
 }
 
+WkStatus wk_converter_param_default(WkConvertParam param, int64_t *value) {
+  return wk_param_default(&PARAMS, (int)param, value);
+}
+
 WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value) {
   if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set: converter is NULL");
   int64_t min, max;

@@ -95,7 +95,8 @@ WkStatus wk_param_bounds(const WkParamTable *table, int param, int64_t *min, int
 /* WK_OK when min <= value <= max, else "<owner> <name>=<value> is outside [min, max]". min and max are
  * the caller's, so a bound known only at run time (zstd's levels, a vocabulary) reads the same. */
 WkStatus wk_param_check(const WkParamTable *table, int param, int64_t value, int64_t min, int64_t max);
-/* Fills values[0 .. table->count) with the defaults. */
+/* The default of `param` (0 where the subsystem derives it); fills values[0 .. table->count) with all. */
+WkStatus wk_param_default(const WkParamTable *table, int param, int64_t *value);
 void wk_param_defaults(const WkParamTable *table, int64_t *values);
 
 /* ---- bounded blocking queue ------------------------------------------------------------------ */

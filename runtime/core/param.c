@@ -20,6 +20,13 @@ WkStatus wk_param_check(const WkParamTable *table, int param, int64_t value, int
                  (long long)value, (long long)min, (long long)max);
 }
 
+WkStatus wk_param_default(const WkParamTable *table, int param, int64_t *value) {
+  if (param < 0 || param >= table->count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "unknown %s parameter %d", table->owner, param);
+  *value = table->specs[param].fallback;
+  return WK_OK;
+}
+
 void wk_param_defaults(const WkParamTable *table, int64_t *values) {
   for (int p = 0; p < table->count; p++) values[p] = table->specs[p].fallback;
 }

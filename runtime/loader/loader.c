@@ -85,6 +85,10 @@ WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max)
   return wk_param_bounds(&PARAMS, (int)param, min, max);
 }
 
+WkStatus wk_loader_param_default(WkLoaderParam param, int64_t *value) {
+  return wk_param_default(&PARAMS, (int)param, value);
+}
+
 static WkStatus require_not_started(const WkLoader *loader, const char *what) {
   if (loader->started) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: the loader has already started", what);
   return WK_OK;
