@@ -81,6 +81,14 @@ function core.bounds(query, param)
   return math.max(tonumber(lo[0]), -EXACT_INTEGER), math.min(tonumber(hi[0]), EXACT_INTEGER)
 end
 
+-- The default C gives param when it is not set, asked of its query (query(param, &value):
+-- wk_loader_param_default, wk_converter_param_default).
+function core.default(query, param)
+  local value = ffi.new('int64_t[1]')
+  core.check(query(param, value), 2)
+  return tonumber(value[0])
+end
+
 -- A public name that changed keeps its old spelling for one release: renamed(where, old, new) returns
 -- the new name and warns (once per process and name) that the old one goes.
 local warned = {}

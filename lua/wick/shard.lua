@@ -8,9 +8,11 @@ local core = require 'wick.core'
 local TOKENIZER = require 'wick.tokenizer'
 local ffi, C = core.ffi, core.C
 
--- An integer option with the converter's own bounds (wk_converter_param_bounds).
-local function bounded(option, param)
+-- An integer option with the converter's own bounds (wk_converter_param_bounds), and its default when
+-- `with_default` (wk_converter_param_default).
+local function bounded(option, param, with_default)
   option.min, option.max = core.bounds(C.wk_converter_param_bounds, param)
+  if with_default then option.default = core.default(C.wk_converter_param_default, param) end
   return option
 end
 
@@ -76,11 +78,11 @@ local SPEC = cli.spec {
       help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
     { 'compression', 'string', value = 'zstd[:LEVEL]|none', default = 'zstd:3', check = compression_form,
       help = "block compression; 'none' writes raw, mmap-able blocks" },
-    bounded({ 'shard_size', 'size', value = 'TOKENS', default = 64 * 2 ^ 20,
+    bounded({ 'shard_size', 'size', value = 'TOKENS',
       help = 'a shard closes after the document that reaches this many tokens (K, M, G = 2^10, 2^20, 2^30)' },
-      C.WK_CONVERT_SHARD_TOKENS),
-    bounded({ 'block_size', 'size', value = 'TOKENS', default = 64 * 2 ^ 10,
-      help = 'tokens per block: the unit of fetch and decode' }, C.WK_CONVERT_BLOCK_TOKENS),
+      C.WK_CONVERT_SHARD_TOKENS, true),
+    bounded({ 'block_size', 'size', value = 'TOKENS',
+      help = 'tokens per block: the unit of fetch and decode' }, C.WK_CONVERT_BLOCK_TOKENS, true),
     bounded({ 'threads', 'integer', help = 'worker threads (default: all CPUs, up to the maximum)' }, C.WK_CONVERT_THREADS),
     { 'strict', 'flag', help = 'fail on the first bad line or document instead of skipping it' },
     { 'resume', 'flag', help = 'keep shards of an interrupted run that hold exactly what this run would write' },

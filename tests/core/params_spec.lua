@@ -111,4 +111,25 @@ describe('the parameter model', function()
     assert.are.equal(0, C.wk_tokenizer_param_bounds(nil, C.WK_TOKENIZER_EOS, lo, hi))
     assert.are.same({ tonumber(lo[0]), tonumber(hi[0]) }, { eos.min, eos.max })
   end)
+
+  it('gives the defaults too, which the Lua tools show instead of writing them again', function()
+    local function option(spec, name)
+      for _, o in ipairs(spec.options) do if o[1] == name then return o end end
+    end
+    local shard = require('wick.shard').SPEC
+    assert.are.equal(core.default(C.wk_converter_param_default, C.WK_CONVERT_SHARD_TOKENS), option(shard, 'shard_size').default)
+    assert.are.equal(core.default(C.wk_converter_param_default, C.WK_CONVERT_BLOCK_TOKENS), option(shard, 'block_size').default)
+    assert.are.equal(2 ^ 26, option(shard, 'shard_size').default) -- what the converter writes when not told
+    local r = helper.run('-m wick.data.inspect --help')
+    local help = r.out .. r.err
+    for name, param in pairs { ['window-tokens'] = C.WK_LOADER_WINDOW_TOKENS, ['seq-len'] = C.WK_LOADER_SEQ_LEN } do
+      local default = core.default(C.wk_loader_param_default, param)
+      local shown = help:match('%-%-' .. name:gsub('%-', '%%-') .. ' N[^\n]*default ([^)]+)%)')
+      assert.truthy(shown, name .. ' in ' .. help)
+      assert.are.equal(default, shown:match('^2%^(%d+)$') and 2 ^ tonumber(shown:match('^2%^(%d+)$')) or tonumber(shown))
+    end
+    local value = ffi.new('int64_t[1]')
+    assert.are_not.equal(0, C.wk_loader_param_default(C.WK_LOADER_PARAM_COUNT, value))
+    assert.are.equal(('unknown loader parameter %d'):format(C.WK_LOADER_PARAM_COUNT), core.last_error())
+  end)
 end)
