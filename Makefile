@@ -240,6 +240,14 @@ build/lua/wick/cdef.lua: runtime/wick.h
 build/lua/wick/nccl_cdef.lua: runtime/dist/nccl_module.h
 	$(call cdef,WK_NCCL_CDEF,,WK_NCCL_MODULE_FUNCTIONS(WK_NCCL_MODULE_PROTOTYPE))
 
+# The layout table version.c answers wk_abi_layout from: every struct of the cdef's text, with its fields.
+build/gen/abi_layout.h: build/lua/wick/cdef.lua runtime/core/abi_layout.awk
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN   $@")
+	$(Q)sed '1d;$$d' $< | awk -f runtime/core/abi_layout.awk > $@.tmp && mv $@.tmp $@
+$(OBJ)/runtime/core/version.o: build/gen/abi_layout.h
+$(OBJ)/runtime/core/version.o: CFLAGS_BASE += -Ibuild/gen
+
 build/tests/%: tests/c/%.c build/libwick.a $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
@@ -301,18 +309,18 @@ example: all
 FUZZ_CC ?= clang
 FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
   $(addprefix runtime/format/,shard.c index.c) runtime/loader/cursor.c \
-  $(addprefix runtime/convert/,convert_input.c remote_input.c records.c input_parquet.c input_tar.c) \
+  $(filter-out $(addprefix runtime/convert/,convert.c settings.c builder.c output.c),$(wildcard runtime/convert/*.c)) \
   $(sort $(wildcard runtime/io/*.c runtime/io/remote/*.c runtime/tokenizer/*.c runtime/tokenizer/bpe/*.c \
     runtime/convert/parquet/*.c)) \
   $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: $(FUZZ_BIN)
 
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS)
+build/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(HEADERS) build/gen/abi_layout.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: ✗ $(FUZZ_CC) (install clang and libclang-rt-14-dev: make deps)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -Iruntime -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lpthread -lm
+	  -Iruntime -Ibuild/gen -o $@ $< $(FUZZ_LIB_C) -lzstd -lsnappy -lz -larchive -lxxhash -lpcre2-8 -lunistring -lcurl -lcrypto -lpthread -lm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -143,6 +143,20 @@ typedef struct {
   int64_t low_speed_window_ms;  /* the window of low_speed_bytes_per_s (30 s) */
 } WkRemoteOptions;
 WK_API void wk_remote_options_default(WkRemoteOptions *out);
+/* The integer options by number, for their bounds (zstd style, as the other parameter tables). */
+typedef enum {
+  WK_REMOTE_CACHE_DISK_BYTES = 0,
+  WK_REMOTE_PREFETCH_BYTES,
+  WK_REMOTE_MAX_TRANSFERS,
+  WK_REMOTE_CONNECT_TIMEOUT_MS,
+  WK_REMOTE_STALL_TIMEOUT_MS,
+  WK_REMOTE_REQUEST_TIMEOUT_MS,
+  WK_REMOTE_RETRIES,
+  WK_REMOTE_LOW_SPEED_BYTES_PER_S,
+  WK_REMOTE_LOW_SPEED_WINDOW_MS,
+  WK_REMOTE_PARAM_COUNT
+} WkRemoteParam;
+WK_API WkStatus wk_remote_param_bounds(WkRemoteParam param, int64_t *min, int64_t *max);
 /* wk_dataset_open with remote options (NULL: the defaults); a local dataset ignores them. */
 WK_API WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote);
 
@@ -199,10 +213,14 @@ WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
 
 /* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
 typedef enum {
-  WK_DATASET_CACHE_BYTES = 0,       /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
-  WK_DATASET_MAX_OPEN_SHARDS = 1    /* shards kept open (mapped) at once (default 64, min 1) */
+  WK_DATASET_BLOCK_CACHE_BYTES = 0, /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
+  WK_DATASET_MAX_OPEN_SHARDS = 1,   /* shards kept open (mapped) at once (default 64, min 1) */
+  WK_DATASET_PARAM_COUNT,
+  WK_DATASET_CACHE_BYTES = WK_DATASET_BLOCK_CACHE_BYTES  /* its old name, for one release */
 } WkDatasetParam;
 WK_API WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value);
+/* What wk_dataset_set accepts for param. */
+WK_API WkStatus wk_dataset_param_bounds(WkDatasetParam param, int64_t *min, int64_t *max);
 WK_API int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param);
 
 typedef struct {
@@ -244,10 +262,13 @@ WK_API uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t);    /* identity: 
 typedef enum {
   WK_TOKENIZER_SPECIAL = 0,  /* 1: special tokens written in text become their ids; 0 (default): plain
                                 text, as tiktoken's encode_ordinary */
-  WK_TOKENIZER_EOS = 1       /* the EOS id (default: tokenizer_config.json's eos_token beside a
+  WK_TOKENIZER_EOS = 1,      /* the EOS id (default: tokenizer_config.json's eos_token beside a
                                 tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+  WK_TOKENIZER_PARAM_COUNT
 } WkTokenizerParam;
 WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
+/* What wk_tokenizer_set accepts for param on t (EOS: its vocabulary), or on any tokenizer when t is NULL. */
+WK_API WkStatus wk_tokenizer_param_bounds(const WkTokenizer *t, WkTokenizerParam param, int64_t *min, int64_t *max);
 
 /* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
  * 0xFFFFFFFF. */
@@ -279,12 +300,19 @@ typedef struct {
 
 WK_API WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *output, const char *field,
                                   int decode, int threads, WkTokenizeStats *stats);
+/* What wk_tokenize_jsonl accepts for its parameters (threads: 0 for all CPUs). */
+typedef enum { WK_TOKENIZE_THREADS = 0, WK_TOKENIZE_PARAM_COUNT } WkTokenizeParam;
+WK_API WkStatus wk_tokenize_param_bounds(WkTokenizeParam param, int64_t *min, int64_t *max);
 
-/* Converter: text (.txt and any other file: one document per file), .jsonl, .jsonl.zst,
- * llm.c/nanoGPT token .bin files, Parquet (.parquet) and WebDataset tar shards (.tar, .tar.gz,
- * .tgz) -> a dataset directory. Deterministic: the same inputs give
- * byte-identical shards and index whatever the thread count. */
+/* Converter: the input formats of wk_converter_input_format (text, JSONL, llm.c/nanoGPT tokens, Parquet,
+ * WebDataset tar, ...) -> a dataset directory. Deterministic: the same inputs give byte-identical shards
+ * and index whatever the thread count. */
 typedef struct WkConverter WkConverter;
+
+/* The i-th input format, in the order a file's name is tried against them: its names ("*.jsonl, *.ndjson";
+ * the last one is "anything else": text) and, in *reads, what the converter reads from such a file. NULL
+ * past the end. */
+WK_API const char *wk_converter_input_format(uint32_t i, const char **reads);
 
 typedef enum {
   WK_CONVERT_THREADS = 0,       /* worker threads (default: online CPUs, at most 64) */
@@ -297,8 +325,9 @@ typedef enum {
   WK_CONVERT_RESUME = 7,        /* 1: keep shards already in the output that hold exactly the tokens
                                    this run would write there (an interrupted run resumes) */
   WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
-  WK_CONVERT_HEADERLESS_BIN = 9 /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
+  WK_CONVERT_HEADERLESS_BIN = 9, /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
                                    llm.c files, and a file without llm.c's magic is refused */
+  WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 
 typedef enum {
@@ -330,6 +359,10 @@ WK_API WkConverter *wk_converter_new(const char *out_dir, const char *tokenizer)
 WK_API WkStatus wk_converter_use_tokenizer(WkConverter *cv, const WkTokenizer *t);
 WK_API void wk_converter_free(WkConverter *cv);
 WK_API WkStatus wk_converter_set(WkConverter *cv, WkConvertParam param, int64_t value);
+/* What wk_converter_set accepts for param (zstd style: ZSTD_cParam_getBounds). */
+WK_API WkStatus wk_converter_param_bounds(WkConvertParam param, int64_t *min, int64_t *max);
+/* Its default (THREADS: 0, the online CPUs counted when a converter is made). */
+WK_API WkStatus wk_converter_param_default(WkConvertParam param, int64_t *value);
 /* The text of each document, default "text": the string member of a .jsonl line, the column of a
  * .parquet file, the member extension of a WebDataset .tar sample ("txt", or "json": see below). */
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);
@@ -370,26 +403,16 @@ typedef enum {
   WK_LOADER_PAD_LAST,          /* at the end of finite sources: 1 pad the last batch, 0 drop it */
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
-  WK_LOADER_CACHE_BYTES,       /* node cache of decoded units per source, shared by the node's local
+  WK_LOADER_NODE_CACHE_BYTES,  /* node cache of decoded units per source, shared by the node's local
                                   ranks (default 64 MiB; at least two buffers plus a window's edges) */
   WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
-  /* Remote sources (WkRemoteOptions has their meaning and defaults; the cache directory is set by
-   * wk_loader_set_cache_dir): */
-  WK_LOADER_CACHE_DISK_BYTES,
-  WK_LOADER_PREFETCH_BYTES,
-  WK_LOADER_MAX_TRANSFERS,
-  WK_LOADER_CONNECT_TIMEOUT_MS,
-  WK_LOADER_STALL_TIMEOUT_MS,
-  WK_LOADER_REQUEST_TIMEOUT_MS,
-  WK_LOADER_RETRIES,
-  WK_LOADER_LOW_SPEED_BYTES_PER_S,
-  WK_LOADER_LOW_SPEED_WINDOW_MS,
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
                                   or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
-  WK_LOADER_PARAM_COUNT
+  WK_LOADER_PARAM_COUNT,
+  WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES  /* its old name, for one release */
 } WkLoaderParam;
 
 enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */
@@ -450,8 +473,10 @@ WK_API WkLoader *wk_loader_new(void);
 WK_API void wk_loader_free(WkLoader *loader);
 WK_API WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value);
 WK_API WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max);
-/* The on-disk cache of remote sources added after this (NULL: the default, see WkRemoteOptions). */
-WK_API WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir);
+/* Its default (0 for MICRO_BATCH and PREFETCH: derived at start). */
+WK_API WkStatus wk_loader_param_default(WkLoaderParam param, int64_t *value);
+/* How remote sources added after this are fetched and cached (copied, cache_dir too; NULL: the defaults). */
+WK_API WkStatus wk_loader_set_remote(WkLoader *loader, const WkRemoteOptions *remote);
 /* max_epochs 0: the source starts a new epoch (new shuffle) whenever it runs out. */
 WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index);
 /* Piecewise-linear weight over steps (points sorted by step); one point = a constant. */

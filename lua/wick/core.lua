@@ -71,6 +71,36 @@ function core.try(status)
   return nil, core.last_error(), ffi.string(C.wk_status_name(status))
 end
 
+-- The bounds a C setter accepts for param, asked of its query (query(param, &min, &max):
+-- wk_loader_param_bounds, wk_converter_param_bounds, ...; zstd's getBounds pattern), as Lua numbers
+-- clipped to the exactly representable integers: C holds each bound, Lua never writes one again.
+local EXACT_INTEGER = 2 ^ 53
+function core.bounds(query, param)
+  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  core.check(query(param, lo, hi), 2)
+  return math.max(tonumber(lo[0]), -EXACT_INTEGER), math.min(tonumber(hi[0]), EXACT_INTEGER)
+end
+
+-- The default C gives param when it is not set, asked of its query (query(param, &value):
+-- wk_loader_param_default, wk_converter_param_default).
+function core.default(query, param)
+  local value = ffi.new('int64_t[1]')
+  core.check(query(param, value), 2)
+  return tonumber(value[0])
+end
+
+-- A public name that changed keeps its old spelling for one release: renamed(where, old, new) returns
+-- the new name and warns (once per process and name) that the old one goes.
+local warned = {}
+function core.renamed(where, old, new)
+  if not warned[where .. '\0' .. old] then
+    warned[where .. '\0' .. old] = true
+    C.wk_log_message(C.WK_LOG_WARN, ("%s: '%s' is now '%s'; the old name goes in the next release"):format(where, old,
+      new))
+  end
+  return new
+end
+
 -- A handle-returning call gave NULL: raise with the library's message.
 function core.check_handle(handle, level)
   if handle == nil then error(core.last_error(), (level or 1) + 1) end

@@ -1,7 +1,8 @@
 /*
  * runtime/convert — the converter: text corpora (local or remote) -> a dataset directory of shards.
  *
- * Owns its pipeline (convert.c: threads, ordering, shards, progress), its inputs (below, and
+ * Owns its settings (settings.c), its pipeline (convert.c: threads; builder.c: ordering, shards,
+ * progress, the index; converter.h is what those three share), its inputs (below, and
  * remote_input.c for http(s):// and s3:// inputs through runtime/io/remote), its output directory
  * (output.c: lock, staging directory, swap) and a Parquet reader of its own (parquet/). The shard
  * writer and the index are the format's (runtime/format/); tokenizers are runtime/tokenizer/'s.
@@ -13,7 +14,10 @@
  * each chunk into tokens and document ends independently; the builder consumes chunk results in
  * number order, so the document sequence, and with it every shard, depends only on the inputs.
  *
- *   convert_input.c   listing inputs; cutting .txt, .jsonl(.zst) and .bin; turning chunks into tokens
+ *   convert_input.c   listing inputs; the format table (CONVERT_INPUTS) and its dispatch; chunks
+ *   input_text.c      text files: one document per file, paragraph or line
+ *   input_jsonl.c     .jsonl and .jsonl.zst: one document per line's --field string
+ *   input_bin.c       llm.c and nanoGPT .bin token files
  *   records.c         chunks of records (one text per row or sample), for the readers below
  *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
  *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
@@ -29,7 +33,31 @@
 #include "../format/shard_writer.h"
 #include "../tokenizer/tokenizer.h"
 
-typedef enum { INPUT_TEXT, INPUT_JSONL, INPUT_JSONL_ZST, INPUT_TOKENS_BIN, INPUT_PARQUET, INPUT_TAR } InputKind;
+/* The converter's input formats, listed once: X(KIND, names, cut, process, reads). An input's kind is the
+ * first format one of whose comma-separated names ("*.SUFFIX") its path matches; the last, TEXT, takes
+ * the rest. cut is the producer's (it gets the input open as a blob; NULL: one chunk, which the worker
+ * reads whole), process the worker's. names and reads are what `run -m wick.shard --help` lists
+ * (wk_converter_input_format), and the README's list is checked against them (tests/convert/
+ * formats_spec.lua). A new format is a line here, its reader (input_NAME.c) and that README list. */
+#define CONVERT_INPUTS(X)                                                                                        \
+  X(JSONL, "*.jsonl, *.ndjson", cut_lines_input, convert_process_lines,                                          \
+    "one JSON object per line; the document is its --field string")                                              \
+  X(JSONL_ZST, "*.jsonl.zst, *.ndjson.zst", cut_lines_input, convert_process_lines, "the same, zstd-compressed") \
+  X(TOKENS_BIN, "*.bin", cut_tokens_input, convert_process_tokens,                                               \
+    "llm.c (magic 20240520) GPT-2 tokens, or headerless nanoGPT uint16 tokens with --headerless-bin; "           \
+    "documents separated by <|endoftext|>")                                                                      \
+  X(PARQUET, "*.parquet", cut_parquet_input, convert_process_records,                                            \
+    "the strings of the --field column, one document per row (null rows are counted and skipped); snappy, "      \
+    "gzip, zstd; data pages v1 and v2")                                                                          \
+  X(TAR, "*.tar, *.tar.gz, *.tgz", cut_tar_input, convert_process_records,                                       \
+    "WebDataset shards: each sample's member with extension --field (txt, or json with --json-field naming "     \
+    "its string)")                                                                                               \
+  X(TEXT, "anything else", NULL, convert_process_text,                                                           \
+    "text: one document per file (or per paragraph, or line: --split)")
+
+#define CONVERT_INPUT_KIND(kind, names, cut, process, reads) INPUT_##kind,
+typedef enum { CONVERT_INPUTS(CONVERT_INPUT_KIND) INPUT_KIND_COUNT } InputKind;
+#undef CONVERT_INPUT_KIND
 
 typedef struct WkRemote WkRemote;
 
@@ -86,6 +114,10 @@ void convert_process_chunk(const ChunkContext *ctx, Chunk *chunk);
  * of a document at the chunk's current token count. */
 WkStatus convert_bad_add(BadLine **bad, size_t *count, size_t *capacity, uint64_t line, const char *reason);
 WkStatus convert_chunk_end_document(Chunk *c);
+/* A new chunk of input `input` owning data (NULL for a text file: the worker reads it), and a bad line
+ * (numbered within the chunk) reported by a worker. */
+WkStatus convert_chunk_new(uint32_t input, uint8_t *data, size_t length, Chunk **out);
+WkStatus convert_chunk_bad_line(Chunk *c, uint64_t line, const char *reason);
 void convert_chunk_free(Chunk *chunk);
 
 /* Producer side: cuts input i into chunks, handing each to emit (which may block for backpressure
@@ -103,6 +135,19 @@ typedef struct {
 } ChunkSizes;
 WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                           void *arg, const atomic_bool *stop);
+
+/* ---- the readers of CONVERT_INPUTS: input_jsonl.c, input_bin.c, input_text.c ----------------------- */
+
+/* .jsonl(.zst): newline-terminated chunks of about sizes->line_bytes; each line's field -> a document. */
+WkStatus convert_cut_lines(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                           void *arg, const atomic_bool *stop);
+WkStatus convert_process_lines(const ChunkContext *ctx, const Input *in, Chunk *c);
+/* .bin: chunks of sizes->bin_tokens tokens (after an llm.c header, unless headerless). */
+WkStatus convert_cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
+                            void *arg, const atomic_bool *stop);
+WkStatus convert_process_tokens(const ChunkContext *ctx, const Input *in, Chunk *c);
+/* Text: the worker reads the whole file and splits it (WkTextSplit). */
+WkStatus convert_process_text(const ChunkContext *ctx, const Input *in, Chunk *c);
 
 /* ---- records (records.c): chunks of Parquet rows and tar samples ------------------------------- */
 
@@ -175,7 +220,7 @@ WkStatus convert_output_publish(ConvertOutput *o, uint32_t shards);
 /* Unlocks and frees; after a failure also removes the staging directory's temporaries. */
 void convert_output_close(ConvertOutput *o, bool failed);
 
-/* An input's kind, by its name's suffix (convert_input.c). */
+/* An input's kind, by its name's suffix (CONVERT_INPUTS). */
 InputKind convert_input_kind(const char *path);
 /* Whether a file found in a directory (or under a prefix) is read: its name matches a pattern (or none
  * are set). */

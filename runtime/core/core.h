@@ -4,8 +4,9 @@
  * Owns: the error model (thread-local status + message, the WK_FAIL/WK_TRY macros that record the
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
  * pipeline stages running on C threads, where optional modules live (module.c), a small JSON reader
- * (json.h), opening files that must be regular ones (files.c), the one content hash (hash.c), and
- * memory shared by a node's processes (shared.h). It knows nothing about data, tensors or devices.
+ * (json.h), opening files that must be regular ones (files.c), the one content hash (hash.c), the
+ * parameter tables of the subsystems above (param.c), and memory shared by a node's processes
+ * (shared.h). It knows nothing about data, tensors or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */
@@ -72,6 +73,31 @@ void wk_module_path(const char *name, const char *override_env, char *path, size
 
 /* XXH3-64 with seed 0: the checksum of every shard field and block, and the disk cache's key slots. */
 uint64_t wk_hash64(const void *data, size_t length);
+
+/* ---- parameters (param.c) ------------------------------------------------------------------- */
+
+/* One integer parameter of a subsystem: the range its setter accepts and its default (0 where the
+ * subsystem derives it later, as the loader's micro_batch). */
+typedef struct {
+  int64_t min, max, fallback;
+  const char *name;  /* as the refusal and the Lua option spell it */
+} WkParamSpec;
+
+/* A subsystem's parameters, indexed by its public enum (WkLoaderParam, WkConvertParam, ...). */
+typedef struct {
+  const char *owner;  /* "loader", "converter", ...: the first word of every refusal */
+  const WkParamSpec *specs;
+  int count;
+} WkParamTable;
+
+/* The bounds of `param`; an index outside the table is "unknown <owner> parameter N". */
+WkStatus wk_param_bounds(const WkParamTable *table, int param, int64_t *min, int64_t *max);
+/* WK_OK when min <= value <= max, else "<owner> <name>=<value> is outside [min, max]". min and max are
+ * the caller's, so a bound known only at run time (zstd's levels, a vocabulary) reads the same. */
+WkStatus wk_param_check(const WkParamTable *table, int param, int64_t value, int64_t min, int64_t max);
+/* The default of `param` (0 where the subsystem derives it); fills values[0 .. table->count) with all. */
+WkStatus wk_param_default(const WkParamTable *table, int param, int64_t *value);
+void wk_param_defaults(const WkParamTable *table, int64_t *values);
 
 /* ---- bounded blocking queue ------------------------------------------------------------------ */
 

@@ -1,7 +1,7 @@
 /*
  * cache.h — the decoded-block cache of plain dataset reads (wk_dataset_read): LRU with pinned entries, a
  * byte budget and single-flight decodes (cache.c). The loader reads through the node cache instead
- * (residency.h).
+ * (node_cache.h).
  *
  * Internal header: dataset.c and tests include it; Lua never sees it.
  */

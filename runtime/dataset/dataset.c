@@ -33,11 +33,15 @@
 enum {
   OPENER_THREADS_MAX = 8,    /* remote shards opened at once for read-ahead (two round trips each) */
   ADVICE_QUEUE = 4096,       /* read-ahead waiting for its shard to open; more is dropped (a hint) */
-  DEFAULT_CACHE_BYTES = 64 << 20,
-  DEFAULT_MAX_OPEN_SHARDS = 64,
   MAX_INDEX_BYTES = 1 << 30,
   SHARD_KEY_CAPACITY = 128,  /* "data/<32 hex>/<shard number>" */
 };
+
+static const WkParamSpec PARAM_SPECS[WK_DATASET_PARAM_COUNT] = {
+    [WK_DATASET_BLOCK_CACHE_BYTES] = {0, INT64_MAX, 64 << 20, "block_cache_bytes"},
+    [WK_DATASET_MAX_OPEN_SHARDS] = {1, 1 << 20, 64, "max_open_shards"},
+};
+static const WkParamTable PARAMS = {"dataset", PARAM_SPECS, WK_DATASET_PARAM_COUNT};
 
 typedef struct {
   WkBlob *blob;
@@ -127,8 +131,8 @@ WkDataset *wk_dataset_open_with(const char *path, const WkRemoteOptions *remote)
   WkDataset *ds = wk_calloc(1, sizeof *ds, "dataset");
   if (!ds) return NULL;
   pthread_mutex_init(&ds->lock, NULL);
-  ds->max_open = DEFAULT_MAX_OPEN_SHARDS;
-  ds->cache_budget = DEFAULT_CACHE_BYTES;
+  ds->max_open = PARAM_SPECS[WK_DATASET_MAX_OPEN_SHARDS].fallback;
+  ds->cache_budget = PARAM_SPECS[WK_DATASET_BLOCK_CACHE_BYTES].fallback;
   ds->path = strdup(given);
   struct stat st;
   char *index_path = NULL;
@@ -665,35 +669,33 @@ WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo 
   return WK_OK;
 }
 
+WkStatus wk_dataset_param_bounds(WkDatasetParam param, int64_t *min, int64_t *max) {
+  return wk_param_bounds(&PARAMS, (int)param, min, max);
+}
+
 WkStatus wk_dataset_set(WkDataset *ds, WkDatasetParam param, int64_t value) {
   if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_set: dataset is NULL");
-  switch (param) {
-    case WK_DATASET_CACHE_BYTES:
-      if (value < 0) return WK_FAIL(WK_ERR_INVALID_ARG, "dataset cache budget %lld must be >= 0", (long long)value);
-      pthread_mutex_lock(&ds->lock);
-      ds->cache_budget = value;
-      pthread_mutex_unlock(&ds->lock);
-      wk_cache_set_budget(ds->cache, (uint64_t)value);
-      return WK_OK;
-    case WK_DATASET_MAX_OPEN_SHARDS:
-      if (value < 1 || value > 1 << 20)
-        return WK_FAIL(WK_ERR_INVALID_ARG, "max open shards %lld must be in 1..%d", (long long)value, 1 << 20);
-      pthread_mutex_lock(&ds->lock);
-      ds->max_open = value;
-      evict_shards(ds);
-      pthread_mutex_unlock(&ds->lock);
-      return WK_OK;
+  int64_t min, max;
+  WK_TRY(wk_dataset_param_bounds(param, &min, &max));
+  WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
+  pthread_mutex_lock(&ds->lock);
+  if (param == WK_DATASET_BLOCK_CACHE_BYTES) ds->cache_budget = value;
+  else {
+    ds->max_open = value;
+    evict_shards(ds);
   }
-  return WK_FAIL(WK_ERR_INVALID_ARG, "unknown dataset parameter %d", (int)param);
+  pthread_mutex_unlock(&ds->lock);
+  if (param == WK_DATASET_BLOCK_CACHE_BYTES) wk_cache_set_budget(ds->cache, (uint64_t)value);
+  return WK_OK;
 }
 
 int64_t wk_dataset_get(const WkDataset *ds, WkDatasetParam param) {
   if (!ds) return -1;
   switch (param) {
-    case WK_DATASET_CACHE_BYTES: return ds->cache_budget;
+    case WK_DATASET_BLOCK_CACHE_BYTES: return ds->cache_budget;
     case WK_DATASET_MAX_OPEN_SHARDS: return ds->max_open;
+    default: return -1;
   }
-  return -1;
 }
 
 void wk_dataset_stats(WkDataset *ds, WkDatasetStats *out) {

@@ -22,10 +22,10 @@ extern "C" {
 
 /* WkDataset, WkShardInfo and wk_dataset_* are public (Lua reads datasets through the FFI), so they
  * are declared in ../wick.h, data section, with the signatures this contract always had. Reads are
- * thread-safe; shards open on first use; memory is bounded by WK_DATASET_CACHE_BYTES and
+ * thread-safe; shards open on first use; memory is bounded by WK_DATASET_BLOCK_CACHE_BYTES and
  * WK_DATASET_MAX_OPEN_SHARDS, never by the dataset's size.
  *
- * What the loader's reads (residency.c) need beyond that: */
+ * What the loader's reads (node_reader.c) need beyond that: */
 
 /* Tokens per block, one value for the whole dataset (every shard is checked against it when it opens). */
 WkStatus wk_dataset_block_tokens(WkDataset *ds, uint32_t *out);

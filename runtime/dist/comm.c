@@ -90,17 +90,6 @@ struct WkDist {
   bool running;                       /* the worker is inside a collective */
 };
 
-static const char *kind_name(CollectiveKind kind) {
-  switch (kind) {
-    case COLL_ALL_REDUCE: return "all_reduce";
-    case COLL_BROADCAST: return "broadcast";
-    case COLL_ALL_GATHER: return "all_gather";
-    case COLL_REDUCE_SCATTER: return "reduce_scatter";
-    case COLL_BARRIER: return "barrier";
-  }
-  return "?";
-}
-
 /* ---- progress --------------------------------------------------------------------------------- */
 
 /* Sleeps until the record changes (no wakeups while the group is idle), posts it, then rests
@@ -268,48 +257,93 @@ static WkStatus open_nccl(WkDist *d, int device_index) {
   return st;
 }
 
+/* ---- the collectives, described once ------------------------------------------------------------ */
+
+/* How a collective's tensors relate: one tensor reduced or sent in place, an output holding world_size
+ * times the input (gathers) or the reverse (scatters), or none (the barrier). */
+typedef enum { IN_PLACE, GATHERS, SCATTERS, NO_TENSOR } CollectiveShape;
+
+/* Runs a collective over Gloo; count is the elements each rank ends with. */
+typedef WkStatus (*GlooRun)(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag);
+
+typedef struct {
+  const char *name;       /* in progress records, hang reports and every message */
+  CollectiveShape shape;  /* what is checked, what a world of one copies, what count each rank ends with */
+  bool reduces;           /* takes a WkReduceOp */
+  GlooRun gloo;
+} CollectiveSpec;
+
+/* AVG is reduced as SUM; the division happens once every contribution is in. */
+static void finish_average(WkDist *d, const Collective *c, size_t count, WkDType dtype) {
+  if (c->op == WK_REDUCE_AVG) dist_finish_average(tensor_ptr(c->out), count, dtype, d->world.world_size);
+}
+
+static WkStatus gloo_run_all_reduce(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag) {
+  WK_TRY(gloo_all_reduce(d->gloo, tensor_ptr(c->out), count, dtype, c->op, tag, d->timeout_ms));
+  finish_average(d, c, count, dtype);
+  return WK_OK;
+}
+
+static WkStatus gloo_run_broadcast(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag) {
+  return gloo_broadcast(d->gloo, tensor_ptr(c->out), count * wk_dtype_size(dtype), c->root, tag, d->timeout_ms);
+}
+
+static WkStatus gloo_run_all_gather(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag) {
+  return gloo_all_gather(d->gloo, tensor_ptr(c->out), tensor_ptr(c->in), count * wk_dtype_size(dtype), tag,
+                         d->timeout_ms);
+}
+
+static WkStatus gloo_run_reduce_scatter(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag) {
+  WK_TRY(gloo_reduce_scatter(d->gloo, tensor_ptr(c->out), tensor_ptr(c->in), count, dtype, c->op, tag,
+                             d->timeout_ms));
+  finish_average(d, c, count, dtype);
+  return WK_OK;
+}
+
+static WkStatus gloo_run_barrier(WkDist *d, const Collective *c, size_t count, WkDType dtype, uint32_t tag) {
+  (void)c, (void)count, (void)dtype;
+  return gloo_barrier(d->gloo, tag, d->timeout_ms);
+}
+
+static const CollectiveSpec COLLECTIVES[] = {
+    [COLL_ALL_REDUCE] = {"all_reduce", IN_PLACE, true, gloo_run_all_reduce},
+    [COLL_BROADCAST] = {"broadcast", IN_PLACE, false, gloo_run_broadcast},
+    [COLL_ALL_GATHER] = {"all_gather", GATHERS, false, gloo_run_all_gather},
+    [COLL_REDUCE_SCATTER] = {"reduce_scatter", SCATTERS, true, gloo_run_reduce_scatter},
+    [COLL_BARRIER] = {"barrier", NO_TENSOR, false, gloo_run_barrier},
+};
+
+_Static_assert(sizeof COLLECTIVES / sizeof COLLECTIVES[0] == COLL_BARRIER + 1, "every collective is described");
+
+static const char *kind_name(CollectiveKind kind) { return COLLECTIVES[kind].name; }
+
+/* The elements each rank ends with: a scatter leaves each its world_size-th of the input. */
+static size_t rank_count(const WkDist *d, const Collective *c) {
+  size_t count = c->in ? (size_t)wk_tensor_numel(c->in) : 0;
+  return COLLECTIVES[c->kind].shape == SCATTERS ? count / (size_t)d->world.world_size : count;
+}
+
 /* The world-1 collectives: everything is already reduced, only gathers and scatters copy. */
 static WkStatus run_alone(const Collective *c) {
-  if (c->kind == COLL_ALL_GATHER || c->kind == COLL_REDUCE_SCATTER) return wk_tensor_copy(c->out, c->in);
+  CollectiveShape shape = COLLECTIVES[c->kind].shape;
+  if (shape == GATHERS || shape == SCATTERS) return wk_tensor_copy(c->out, c->in);
   return WK_OK;
 }
 
 static WkStatus run_gloo(WkDist *d, const Collective *c, uint32_t tag) {
-  size_t count = c->in ? (size_t)wk_tensor_numel(c->in) : 0;
-  WkDType dtype = c->in ? c->in->dtype : WK_U8;
-  int64_t t = d->timeout_ms;
-  switch (c->kind) {
-    case COLL_ALL_REDUCE: {
-      WK_TRY(gloo_all_reduce(d->gloo, tensor_ptr(c->out), count, dtype, c->op, tag, t));
-      if (c->op == WK_REDUCE_AVG) dist_finish_average(tensor_ptr(c->out), count, dtype, d->world.world_size);
-      return WK_OK;
-    }
-    case COLL_BROADCAST: return gloo_broadcast(d->gloo, tensor_ptr(c->out), count * wk_dtype_size(dtype), c->root, tag, t);
-    case COLL_ALL_GATHER:
-      return gloo_all_gather(d->gloo, tensor_ptr(c->out), tensor_ptr(c->in), count * wk_dtype_size(dtype), tag, t);
-    case COLL_REDUCE_SCATTER: {
-      size_t block = count / (size_t)d->world.world_size;
-      WK_TRY(gloo_reduce_scatter(d->gloo, tensor_ptr(c->out), tensor_ptr(c->in), block, dtype, c->op, tag, t));
-      if (c->op == WK_REDUCE_AVG) dist_finish_average(tensor_ptr(c->out), block, dtype, d->world.world_size);
-      return WK_OK;
-    }
-    case COLL_BARRIER: return gloo_barrier(d->gloo, tag, t);
-  }
-  return WK_FAIL(WK_ERR_INTERNAL, "collective kind %d", (int)c->kind);
+  return COLLECTIVES[c->kind].gloo(d, c, rank_count(d, c), c->in ? c->in->dtype : WK_U8, tag);
 }
 
 static WkStatus run_nccl(WkDist *d, const Collective *c) {
   WK_TRY(open_nccl(d, wk_tensor_device_index(c->in)));
-  size_t count = (size_t)wk_tensor_numel(c->in);
-  if (c->kind == COLL_REDUCE_SCATTER) count /= (size_t)d->world.world_size;
-  return nccl_group_run(d->nccl, c->kind, tensor_ptr(c->out), tensor_ptr(c->in), count, c->in->dtype, c->op,
-                        c->root, c->stream, d->timeout_ms);
+  return nccl_group_run(d->nccl, c->kind, tensor_ptr(c->out), tensor_ptr(c->in), rank_count(d, c), c->in->dtype,
+                        c->op, c->root, c->stream, d->timeout_ms);
 }
 
 /* Runs c (on the caller's thread or the worker) and turns a failure into the hang report. */
 static WkStatus execute(WkDist *d, Collective *c) {
   if (d->world.world_size == 1) return run_alone(c);
-  if (c->progress.numel == 0 && c->kind != COLL_BARRIER) return WK_OK; /* every rank skips it alike */
+  if (c->progress.numel == 0 && COLLECTIVES[c->kind].shape != NO_TENSOR) return WK_OK; /* every rank skips it alike */
   record_progress(d, &c->progress);
   uint64_t start = wk_now_ns();
   bool cuda = c->in && tensor_device(c->in) == WK_DEVICE_CUDA;
@@ -444,52 +478,54 @@ static WkStatus run_now(WkDist *d, Collective *c, const char *site) {
   return st;
 }
 
+/* What every collective checks before it is numbered: the group, its tensors (by shape), its reduction. */
+static WkStatus check_collective(WkDist *d, const Collective *c) {
+  const CollectiveSpec *spec = &COLLECTIVES[c->kind];
+  WK_TRY(check_group(d, spec->name));
+  int64_t world = d->world.world_size;
+  if (spec->shape == IN_PLACE) WK_TRY(check_tensor(c->in, "the", spec->name));
+  if (spec->shape == GATHERS) WK_TRY(check_pair(c->out, c->in, world, 1, spec->name));
+  if (spec->shape == SCATTERS) WK_TRY(check_pair(c->out, c->in, 1, world, spec->name));
+  if (spec->reduces) WK_TRY(check_op(c->op, spec->name));
+  return WK_OK;
+}
+
+static WkStatus run_checked(WkDist *d, Collective *c, const char *site) {
+  WK_TRY(check_collective(d, c));
+  return run_now(d, c, site);
+}
+
 WkStatus wk_dist_all_reduce(WkDist *d, WkTensor *t, WkReduceOp op, const char *site) {
-  WK_TRY(check_group(d, "all_reduce"));
-  WK_TRY(check_tensor(t, "the", "all_reduce"));
-  WK_TRY(check_op(op, "all_reduce"));
-  Collective c = {.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op};
-  return run_now(d, &c, site);
+  return run_checked(d, &(Collective){.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op}, site);
 }
 
 WkStatus wk_dist_broadcast(WkDist *d, WkTensor *t, int root, const char *site) {
-  WK_TRY(check_group(d, "broadcast"));
-  WK_TRY(check_tensor(t, "the", "broadcast"));
+  Collective c = {.kind = COLL_BROADCAST, .out = t, .in = t, .root = root};
+  WK_TRY(check_collective(d, &c));
   if (root < 0 || root >= d->world.world_size)
     return WK_FAIL(WK_ERR_INVALID_ARG, "broadcast: root %d is not a rank of this world of %d", root, d->world.world_size);
-  Collective c = {.kind = COLL_BROADCAST, .out = t, .in = t, .root = root};
   return run_now(d, &c, site);
 }
 
 WkStatus wk_dist_all_gather(WkDist *d, WkTensor *out, const WkTensor *t, const char *site) {
-  WK_TRY(check_group(d, "all_gather"));
-  WK_TRY(check_pair(out, t, d->world.world_size, 1, "all_gather"));
-  Collective c = {.kind = COLL_ALL_GATHER, .out = out, .in = t};
-  return run_now(d, &c, site);
+  return run_checked(d, &(Collective){.kind = COLL_ALL_GATHER, .out = out, .in = t}, site);
 }
 
 WkStatus wk_dist_reduce_scatter(WkDist *d, WkTensor *out, const WkTensor *t, WkReduceOp op, const char *site) {
-  WK_TRY(check_group(d, "reduce_scatter"));
-  WK_TRY(check_pair(out, t, 1, d->world.world_size, "reduce_scatter"));
-  WK_TRY(check_op(op, "reduce_scatter"));
-  Collective c = {.kind = COLL_REDUCE_SCATTER, .out = out, .in = t, .op = op};
-  return run_now(d, &c, site);
+  return run_checked(d, &(Collective){.kind = COLL_REDUCE_SCATTER, .out = out, .in = t, .op = op}, site);
 }
 
 WkStatus wk_dist_barrier(WkDist *d, const char *site) {
-  WK_TRY(check_group(d, "barrier"));
-  Collective c = {.kind = COLL_BARRIER};
-  return run_now(d, &c, site);
+  return run_checked(d, &(Collective){.kind = COLL_BARRIER}, site);
 }
 
 WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const char *site) {
-  if (check_group(d, "all_reduce") != WK_OK || check_tensor(t, "the", "all_reduce") != WK_OK ||
-      check_op(op, "all_reduce") != WK_OK)
-    return NULL;
+  Collective c = {.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op};
+  if (check_collective(d, &c) != WK_OK) return NULL;
   WkWork *w = wk_calloc(1, sizeof *w, "asynchronous all_reduce");
   if (!w) return NULL;
   w->dist = d;
-  w->c = (Collective){.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op};
+  w->c = c;
   number(d, &w->c, site);
   w->c.stream = caller_stream(&w->c);
   if (d->world.world_size == 1) { /* nothing to wait for */

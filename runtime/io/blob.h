@@ -47,23 +47,6 @@ WkBlob *wk_blob_open_file(const char *path);
 WkBlob *wk_blob_open(const char *location);
 bool wk_blob_is_remote(const char *location);
 
-/* ---- remote sources: option defaults and ranges (remote/remote.c checks them; the loader's parameter
- * table hands the same ones to Lua) ------------------------------------------------------------------ */
-#define WK_REMOTE_CACHE_DISK_BYTES_DEFAULT (16ll << 30)
-#define WK_REMOTE_PREFETCH_BYTES_DEFAULT (64ll << 20)
-#define WK_REMOTE_PREFETCH_BYTES_MAX (1ll << 40)
-#define WK_REMOTE_MAX_TRANSFERS_DEFAULT 16
-#define WK_REMOTE_MAX_TRANSFERS_MAX 256
-#define WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT 10000
-#define WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT 30000
-#define WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT 600000
-#define WK_REMOTE_TIMEOUT_MS_MAX (24ll * 3600 * 1000)
-#define WK_REMOTE_RETRIES_DEFAULT 5
-#define WK_REMOTE_RETRIES_MAX 100
-#define WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT 1024
-#define WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX (1ll << 30)
-#define WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT 30000
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,18 +1,19 @@
 /*
  * loader.c — the pipeline: reader threads fill a bounded ring of micro-batches ahead of the
- * consumer (docs/pipeline.md).
+ * consumer (docs/pipeline.md). The ring's sizing and layout are ring.c's, planning plan.c's, the audit
+ * file audit.c's (loader.h has what they share).
  *
  * One lock guards the ring. A reader thread takes the planner (one at a time) and the next
  * micro-batch number under the lock, plans it without the lock (mix allocation once per step, then
  * locating its rows: arithmetic on the order's tables, which are built when the order enters a new
  * window; in pad mode that reads shards' document indexes, so planning can wait on I/O while the
  * other threads fill and the consumer takes), and reads, decodes and packs its rows without the lock,
- * through each source's residency (residency.c). The consumer takes micro-batches strictly in order, so the stream is the
- * same for any number of threads. The ring has `prefetch` buffers: a full ring stops the readers
+ * through each source's node cache reader (node_reader.c). The consumer takes micro-batches strictly
+ * in order, so the stream is the same for any number of threads. The ring has `prefetch` buffers: a full ring stops the readers
  * (backpressure, bounded memory).
  *
  * Each source's low water (the first draw this loader may still read: the earliest step among the
- * micro-batches being filled) is passed to its residency whenever a micro-batch is done, so decoded
+ * micro-batches being filled) is passed to its node cache reader whenever a micro-batch is done, so decoded
  * units are let go exactly when the order has passed them.
  *
  * The consumer takes a micro-batch as tensors made once per ring slot (device_copy.c); with a device,
@@ -21,7 +22,6 @@
  *
  * The cursor reflects what the consumer has received, never what was prefetched.
  */
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,19 +30,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "device_copy.h"
-#include "residency.h"
-
-enum {
-  MAX_THREADS = 64,
-  BUFFER_ALIGNMENT = 64,  /* each array of a buffer starts on its own cache line */
-  BUFFER_ERROR_CAPACITY = 1024,
-  SKIP_LOG_LIMIT = 20,    /* distinct corrupt-data reasons logged before going quiet */
-  DEFAULT_PREFETCH_PER_THREAD = 4, /* ring = 4 x (threads + 1) micro-batches unless set */
-  MIN_RING = 2,                   /* one micro-batch consumed while the next is filled */
-  MAX_DEVICE_INDEX = 1023,
-  AHEAD_CAPACITY = 256,           /* units a micro-batch asks to be read ahead */
-};
+#include "../io/remote/remote.h" /* wk_remote_options_check */
+#include "loader.h"
 
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
  * buffers of 4M tokens (8 MiB of u16) whose samples are shuffled together: the working set. */
@@ -50,15 +39,8 @@ enum {
 #define DEFAULT_BUFFER_TOKENS (1ll << 22)
 #define MAX_SHUFFLE_TOKENS (1ll << 40)
 #define DEFAULT_CACHE_BYTES (64ll << 20) /* per source and node */
-#define NO_BUFFER UINT64_MAX
-
-typedef struct {
-  int64_t min, max, fallback;
-  const char *name;
-} ParamSpec;
-
 /* fallback 0 for MICRO_BATCH and PREFETCH means "derived at start". */
-static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
+static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_SEQ_LEN] = {1, 1 << 24, 1024, "seq_len"},
     [WK_LOADER_GLOBAL_BATCH] = {1, 1 << 24, 8, "global_batch"},
     [WK_LOADER_MICRO_BATCH] = {0, 1 << 24, 0, "micro_batch"},
@@ -77,121 +59,20 @@ static const ParamSpec PARAMS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
-    [WK_LOADER_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
+    [WK_LOADER_NODE_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
-    [WK_LOADER_CACHE_DISK_BYTES] = {0, INT64_MAX, WK_REMOTE_CACHE_DISK_BYTES_DEFAULT, "cache_disk_bytes"},
-    [WK_LOADER_PREFETCH_BYTES] = {0, WK_REMOTE_PREFETCH_BYTES_MAX, WK_REMOTE_PREFETCH_BYTES_DEFAULT, "prefetch_bytes"},
-    [WK_LOADER_MAX_TRANSFERS] = {1, WK_REMOTE_MAX_TRANSFERS_MAX, WK_REMOTE_MAX_TRANSFERS_DEFAULT, "max_transfers"},
-    [WK_LOADER_CONNECT_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_CONNECT_TIMEOUT_MS_DEFAULT, "connect_timeout_ms"},
-    [WK_LOADER_STALL_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_STALL_TIMEOUT_MS_DEFAULT, "stall_timeout_ms"},
-    [WK_LOADER_REQUEST_TIMEOUT_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_REQUEST_TIMEOUT_MS_DEFAULT, "request_timeout_ms"},
-    [WK_LOADER_RETRIES] = {0, WK_REMOTE_RETRIES_MAX, WK_REMOTE_RETRIES_DEFAULT, "retries"},
-    [WK_LOADER_LOW_SPEED_BYTES_PER_S] = {1, WK_REMOTE_LOW_SPEED_BYTES_PER_S_MAX, WK_REMOTE_LOW_SPEED_BYTES_PER_S_DEFAULT,
-                                         "low_speed_bytes_per_s"},
-    [WK_LOADER_LOW_SPEED_WINDOW_MS] = {1, WK_REMOTE_TIMEOUT_MS_MAX, WK_REMOTE_LOW_SPEED_WINDOW_MS_DEFAULT,
-                                       "low_speed_window_ms"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
 };
-
-typedef struct {
-  char *path;
-  WkDataset *ds;
-  WkOrder *order;
-  WkResidency *residency;
-  uint64_t ahead_from;  /* the last buffer (by its first draw) whose successor was read ahead, or NO_BUFFER */
-} Source;
-
-typedef struct {
-  uint32_t source;
-  WkUnitRef unit;
-} Ahead;
-
-typedef enum { BUFFER_FREE, BUFFER_PLANNED, BUFFER_FILLING, BUFFER_READY } BufferState;
-
-typedef struct {
-  struct WkLoader *loader;
-  WkResidencyThread *contexts[WK_MIX_MAX_SOURCES];
-} Reader;
-
-typedef struct {
-  BufferState state;
-  uint64_t seq;          /* micro-batch number since start */
-  uint64_t step;
-  uint32_t micro;
-  uint64_t fingerprint;
-  uint64_t skipped;
-  WkStatus status;
-  char error[BUFFER_ERROR_CAPACITY];
-  WkRows rows;
-  WkSampleInfo *info;
-  WkSampleLoc *locs;
-  Ahead ahead[AHEAD_CAPACITY]; /* units of the next buffers, read ahead when this micro-batch starts one */
-  uint32_t ahead_count;
-  WkSourcePosition before[WK_MIX_MAX_SOURCES]; /* at the start of `step` */
-  WkSourcePosition after[WK_MIX_MAX_SOURCES];  /* after `step` */
-  WkStorage *storage;   /* pinned: rows, then info */
-  WkBatchTensors tensors;
-} Buffer;
-
-struct WkLoader {
-  int64_t params[WK_LOADER_PARAM_COUNT];
-  Source sources[WK_MIX_MAX_SOURCES];
-  WkMixConfig mix;
-  WkCursor start;       /* where the stream starts: zero or a restored cursor */
-  bool restored;
-  /* derived at start */
-  uint32_t rows, per_rank, micro_steps;
-  size_t buffer_bytes;
-  /* planner: touched only by the thread holding `planning` */
-  uint64_t next_seq;
-  bool have_step;
-  uint64_t planned_step;
-  WkSlot *slots;        /* the planned step's global batch */
-  uint64_t step_fingerprint;
-  WkSourcePosition positions[WK_MIX_MAX_SOURCES];
-  WkSourcePosition step_before[WK_MIX_MAX_SOURCES];
-  WkSourcePosition start_positions[WK_MIX_MAX_SOURCES]; /* at the start step (restored or zero) */
-  bool ended;             /* under the lock, like what follows */
-  uint64_t end_seq;
-  bool planning;          /* a reader is planning the next micro-batch (outside the lock) */
-  uint64_t plan_low[WK_MIX_MAX_SOURCES]; /* each source's first draw of the step last planned */
-  /* ring */
-  Buffer *buffers;
-  WkSampleLoc *locs;         /* [buffer_count x rows] */
-  uint32_t buffer_count;
-  pthread_mutex_t lock;
-  pthread_cond_t ready;      /* the consumer waits here for filled buffers */
-  pthread_cond_t free;       /* readers wait here for empty buffers (or for the end) */
-  uint32_t readers_waiting;
-  uint64_t wake_consumer_at; /* the consumer sleeps until this micro-batch is ready */
-  pthread_t threads[MAX_THREADS];
-  Reader readers[MAX_THREADS];
-  uint32_t thread_count;
-  bool started, stopping;
-  WkDeviceCopy *device_copy;  /* NULL: batches stay on the CPU */
-  /* consumer */
-  uint64_t consumed;
-  Buffer *held;               /* the last micro-batch returned */
-  uint64_t held_from;         /* the first micro-batch of its step still held */
-  bool failed;
-  WkStatus failure;
-  char failure_message[BUFFER_ERROR_CAPACITY];
-  uint64_t skipped;
-  WkLoaderStats stats;
-  uint32_t skip_logs;
-  char last_skip_reason[BUFFER_ERROR_CAPACITY];
-  int audit_fd;  /* -1 unless wk_loader_audit */
-  char *audit_path;
-  char *cache_dir;  /* remote sources' disk cache; NULL: the default */
-};
+static const WkParamTable PARAMS = {"loader", PARAM_SPECS, WK_LOADER_PARAM_COUNT};
 
 /* ---- configuration ----------------------------------------------------------------------------- */
 
 WkLoader *wk_loader_new(void) {
   WkLoader *loader = wk_calloc(1, sizeof *loader, "loader");
   if (!loader) return NULL;
-  for (int p = 0; p < WK_LOADER_PARAM_COUNT; p++) loader->params[p] = PARAMS[p].fallback;
+  wk_param_defaults(&PARAMS, loader->params);
+  wk_remote_options_default(&loader->remote);
   pthread_mutex_init(&loader->lock, NULL);
   loader->audit_fd = -1;
   pthread_cond_init(&loader->ready, NULL);
@@ -201,11 +82,11 @@ WkLoader *wk_loader_new(void) {
 }
 
 WkStatus wk_loader_param_bounds(WkLoaderParam param, int64_t *min, int64_t *max) {
-  if ((int)param < 0 || param >= WK_LOADER_PARAM_COUNT)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "unknown loader parameter %d", (int)param);
-  *min = PARAMS[param].min;
-  *max = PARAMS[param].max;
-  return WK_OK;
+  return wk_param_bounds(&PARAMS, (int)param, min, max);
+}
+
+WkStatus wk_loader_param_default(WkLoaderParam param, int64_t *value) {
+  return wk_param_default(&PARAMS, (int)param, value);
 }
 
 static WkStatus require_not_started(const WkLoader *loader, const char *what) {
@@ -216,43 +97,33 @@ static WkStatus require_not_started(const WkLoader *loader, const char *what) {
 WkStatus wk_loader_set(WkLoader *loader, WkLoaderParam param, int64_t value) {
   int64_t min, max;
   WK_TRY(wk_loader_param_bounds(param, &min, &max));
-  WK_TRY(require_not_started(loader, PARAMS[param].name));
-  if (value < min || value > max)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "loader %s=%lld is outside [%lld, %lld]", PARAMS[param].name,
-                   (long long)value, (long long)min, (long long)max);
+  WK_TRY(require_not_started(loader, PARAM_SPECS[param].name));
+  WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
   if (param == WK_LOADER_DEVICE) WK_TRY(wk_device_copy_check(value));
   loader->params[param] = value;
   return WK_OK;
 }
 
-WkStatus wk_loader_set_cache_dir(WkLoader *loader, const char *dir) {
-  WK_TRY(require_not_started(loader, "cache_dir"));
-  char *copy = dir ? strdup(dir) : NULL;
-  if (dir && !copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for cache_dir");
+WkStatus wk_loader_set_remote(WkLoader *loader, const WkRemoteOptions *remote) {
+  WK_TRY(require_not_started(loader, "remote options"));
+  WkRemoteOptions options;
+  if (remote) options = *remote;
+  else wk_remote_options_default(&options);
+  WK_TRY(wk_remote_options_check(&options));
+  char *copy = options.cache_dir ? strdup(options.cache_dir) : NULL;
+  if (options.cache_dir && !copy) return WK_FAIL(WK_ERR_NOMEM, "out of memory for cache_dir");
   free(loader->cache_dir);
   loader->cache_dir = copy;
+  loader->remote = options;
+  loader->remote.cache_dir = copy;
   return WK_OK;
-}
-
-static WkRemoteOptions remote_options(const WkLoader *loader) {
-  return (WkRemoteOptions){.cache_dir = loader->cache_dir,
-                           .cache_disk_bytes = loader->params[WK_LOADER_CACHE_DISK_BYTES],
-                           .prefetch_bytes = loader->params[WK_LOADER_PREFETCH_BYTES],
-                           .max_transfers = loader->params[WK_LOADER_MAX_TRANSFERS],
-                           .connect_timeout_ms = loader->params[WK_LOADER_CONNECT_TIMEOUT_MS],
-                           .stall_timeout_ms = loader->params[WK_LOADER_STALL_TIMEOUT_MS],
-                           .request_timeout_ms = loader->params[WK_LOADER_REQUEST_TIMEOUT_MS],
-                           .retries = loader->params[WK_LOADER_RETRIES],
-                           .low_speed_bytes_per_s = loader->params[WK_LOADER_LOW_SPEED_BYTES_PER_S],
-                           .low_speed_window_ms = loader->params[WK_LOADER_LOW_SPEED_WINDOW_MS]};
 }
 
 WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_t max_epochs, uint32_t *index) {
   WK_TRY(require_not_started(loader, "add_source"));
   uint32_t i = loader->mix.count;
   if (i == WK_MIX_MAX_SOURCES) return WK_FAIL(WK_ERR_INVALID_ARG, "a mix holds at most %d sources", WK_MIX_MAX_SOURCES);
-  WkRemoteOptions remote = remote_options(loader);
-  WkDataset *ds = wk_dataset_open_with(path, &remote);
+  WkDataset *ds = wk_dataset_open_with(path, &loader->remote);
   if (!ds) return wk_last_status();
   char *copy = strdup(path);
   if (!copy) {
@@ -294,8 +165,6 @@ WkStatus wk_loader_restore(WkLoader *loader, const char *cursor) {
 }
 
 /* ---- start -------------------------------------------------------------------------------------- */
-
-static int64_t param(const WkLoader *loader, WkLoaderParam p) { return loader->params[p]; }
 
 static WkOrderConfig order_config(const WkLoader *loader) {
   return (WkOrderConfig){
@@ -340,15 +209,15 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
   return h;
 }
 
-static WkStatus open_residency(WkLoader *loader, Source *source) {
+static WkStatus open_node_reader(WkLoader *loader, Source *source) {
   WkOrderConfig o = order_config(loader);
-  WkResidencyConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_CACHE_BYTES),
+  WkNodeReaderConfig cfg = {.what = source->path, .cache_bytes = (uint64_t)param(loader, WK_LOADER_NODE_CACHE_BYTES),
                            .identity = stream_identity(loader, source), .seq_len = o.seq_len,
                            .unit_tokens = wk_order_unit_tokens(source->order),
                            .buffer_units = wk_order_buffer_units(source->order),
                            .window_boundaries = wk_order_max_window_boundaries(source->order)};
-  source->residency = wk_residency_new(source->ds, &cfg);
-  return source->residency ? WK_OK : wk_last_status();
+  source->node_reader = wk_node_reader_new(source->ds, &cfg);
+  return source->node_reader ? WK_OK : wk_last_status();
 }
 
 static WkStatus open_orders(WkLoader *loader) {
@@ -359,7 +228,7 @@ static WkStatus open_orders(WkLoader *loader) {
     source->order = wk_order_new(source->ds, &config);
     if (!source->order) return wk_error_context("source '%s'", source->path);
     source->ahead_from = NO_BUFFER;
-    WK_TRY(open_residency(loader, source));
+    WK_TRY(open_node_reader(loader, source));
     loader->mix.epoch_length[i] = wk_order_epoch_length(source->order);
     if (loader->mix.epoch_length[i] == 0)
       return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s' is too small for one epoch: it needs at least one sample of "
@@ -414,126 +283,14 @@ static WkStatus check_cursor(WkLoader *loader) {
   return WK_OK;
 }
 
-static size_t align_up(size_t n) { return (n + BUFFER_ALIGNMENT - 1) / BUFFER_ALIGNMENT * BUFFER_ALIGNMENT; }
-
-static uint32_t token_bytes(const WkLoader *loader) {
-  return param(loader, WK_LOADER_DTYPE) == WK_I64 ? sizeof(int64_t) : sizeof(int32_t);
-}
-
-static size_t buffer_size(const WkLoader *loader) {
-  size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
-  size_t bytes = align_up(m * (L + 1) * token_bytes(loader)) + align_up(m * L) + align_up(m * sizeof(WkSampleInfo));
-  if (param(loader, WK_LOADER_DOCUMENT_IDS)) bytes += 2 * align_up(m * (L + 1) * sizeof(int32_t));
-  return bytes;
-}
-
-static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
-  size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
-  /* Pinned when a GPU is present, so host-to-device copies of a batch run asynchronously. */
-  WK_TRY(wk_storage_new(MEMORY_PINNED, 0, loader->buffer_bytes, &b->storage));
-  char *p = b->storage->data;
-  b->rows.tokens = p;
-  b->rows.token_bytes = token_bytes(loader);
-  p += align_up(m * (L + 1) * b->rows.token_bytes);
-  b->rows.loss_mask = (uint8_t *)p;
-  p += align_up(m * L);
-  b->info = (WkSampleInfo *)p;
-  p += align_up(m * sizeof(WkSampleInfo));
-  if (param(loader, WK_LOADER_DOCUMENT_IDS)) {
-    b->rows.doc_ids = (int32_t *)p;
-    b->rows.positions = (int32_t *)(p + align_up(m * (L + 1) * sizeof(int32_t)));
-  }
-  return wk_batch_tensors_new(&b->tensors, b->storage, &b->rows, loader->rows, (uint32_t)L, loader->device_copy);
-}
-
-static void free_buffer(Buffer *b) {
-  wk_batch_tensors_free(&b->tensors);
-  if (b->storage) wk_storage_release(b->storage);
-  b->storage = NULL;
-}
-
-/* Buffers of source i live at once while `ring` micro-batches are in flight: in each partition, those an
- * interval of their draws can overlap (the steps they span and the step being planned, over the
- * source's mean buffer), plus one, as the interval rarely starts on a buffer's first draw. */
-static uint64_t buffers_in_flight(const WkLoader *loader, uint32_t i, uint32_t ring) {
-  const WkOrder *order = loader->sources[i].order;
-  uint64_t partitions = (uint64_t)param(loader, WK_LOADER_PARTITIONS);
-  uint64_t draws = ((ring + loader->micro_steps - 1) / loader->micro_steps + 1) * loader->mix.global_batch;
-  double per_buffer = (double)wk_order_buffer_units(order) * (double)wk_order_epoch_length(order) /
-                      (double)(wk_order_total_units(order) ? wk_order_total_units(order) : 1);
-  if (per_buffer < 1) per_buffer = 1;
-  return partitions * ((uint64_t)ceil((double)draws / (double)partitions / per_buffer) + 1);
-}
-
-/* The ring: `prefetch` micro-batches (default 4 per thread + 4), fewer when the memory budget or a
- * source's node cache cannot hold what that many in flight need, and never fewer than two; plus the
- * earlier micro-batches of a step, held while its later ones are taken (readers never go more than
- * the prefetch ahead: see ahead_limit). */
-static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
-  uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS), held = loader->micro_steps - 1;
-  uint32_t n = param(loader, WK_LOADER_PREFETCH) ? (uint32_t)param(loader, WK_LOADER_PREFETCH)
-                                                 : DEFAULT_PREFETCH_PER_THREAD * (threads + 1);
-  int64_t budget = param(loader, WK_LOADER_MEMORY_BUDGET);
-  if (budget > 0 && (uint64_t)(n + held) * loader->buffer_bytes > (uint64_t)budget) {
-    uint64_t fit = (uint64_t)budget / loader->buffer_bytes;
-    if (fit < MIN_RING + held)
-      return WK_FAIL(WK_ERR_NOMEM, "memory budget %lld bytes holds fewer than %u micro-batches of %zu bytes (2 in "
-                     "flight, and the %u earlier ones of a step, held while its last is taken)", (long long)budget,
-                     MIN_RING + held, loader->buffer_bytes, held);
-    n = (uint32_t)(fit - held);
-  }
-  for (uint32_t i = 0; i < loader->mix.count; i++) {
-    WkResidency *r = loader->sources[i].residency;
-    uint64_t room = wk_residency_buffers_room(r);
-    while (n > MIN_RING && buffers_in_flight(loader, i, n) > room) n--;
-    uint64_t need = buffers_in_flight(loader, i, n);
-    if (need > room)
-      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %lld holds %llu shuffle buffers of %llu units but "
-                     "%llu are in use at once (%u micro-batches in flight, global batch %u, plus the straddling edges "
-                     "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
-                     loader->sources[i].path, (long long)param(loader, WK_LOADER_CACHE_BYTES), (unsigned long long)room,
-                     (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
-                     n, loader->mix.global_batch, (unsigned long long)wk_residency_cache_bytes_for(r, need));
-  }
-  *count = n + held;
-  return WK_OK;
-}
-
-static WkStatus allocate_ring(WkLoader *loader) {
-  if (loader->buffers) return WK_OK; /* allocated by an earlier start that failed later on */
-  loader->buffer_bytes = buffer_size(loader);
-  uint32_t count = 0;
-  WK_TRY(ring_size(loader, &count));
-  Buffer *buffers = wk_calloc(count, sizeof(Buffer), "loader ring");
-  /* Where each row's sample lives: planning metadata, kept out of the (pinned) batch memory. */
-  WkSampleLoc *locs = wk_calloc((size_t)count * loader->rows, sizeof(WkSampleLoc), "loader sample locations");
-  WkStatus status = buffers && locs ? WK_OK : wk_last_status();
-  uint32_t made = 0;
-  for (; status == WK_OK && made < count; made++) {
-    buffers[made].locs = locs + (size_t)made * loader->rows;
-    status = allocate_buffer(loader, &buffers[made]);
-  }
-  if (status != WK_OK) {
-    for (uint32_t j = 0; buffers && j < made; j++) free_buffer(&buffers[j]);
-    free(buffers);
-    free(locs);
-    return status;
-  }
-  loader->buffers = buffers;
-  loader->locs = locs;
-  loader->buffer_count = count;
-  loader->slots = wk_calloc(loader->mix.global_batch, sizeof(WkSlot), "loader step plan");
-  return loader->slots ? WK_OK : wk_last_status();
-}
-
 static void *reader_thread(void *arg);
 
-/* A reader thread's own state: one residency context per source (its memo and scratch buffers). */
+/* A reader thread's own state: one node cache reader context per source (its memo and scratch buffers). */
 static WkStatus make_reader(WkLoader *loader, Reader *reader) {
   reader->loader = loader;
   for (uint32_t i = 0; i < loader->mix.count; i++) {
     if (reader->contexts[i]) continue; /* made by an earlier start that failed later on */
-    reader->contexts[i] = wk_residency_thread_new(loader->sources[i].residency);
+    reader->contexts[i] = wk_node_reader_thread_new(loader->sources[i].node_reader);
     if (!reader->contexts[i]) return wk_last_status();
   }
   return WK_OK;
@@ -575,9 +332,8 @@ static WkStatus prepare(WkLoader *loader, const char *what) {
 
 WkStatus wk_loader_check(WkLoader *loader, uint64_t *ring_bytes) {
   WK_TRY(prepare(loader, "check"));
-  loader->buffer_bytes = buffer_size(loader);
   uint32_t count = 0;
-  WK_TRY(ring_size(loader, &count));
+  WK_TRY(loader_size_ring(loader, &count));
   *ring_bytes = (uint64_t)count * loader->buffer_bytes;
   return WK_OK;
 }
@@ -585,11 +341,11 @@ WkStatus wk_loader_check(WkLoader *loader, uint64_t *ring_bytes) {
 WkStatus wk_loader_start(WkLoader *loader) {
   WK_TRY(prepare(loader, "start"));
   if (!loader->device_copy) WK_TRY(wk_device_copy_new(param(loader, WK_LOADER_DEVICE), &loader->device_copy));
-  WK_TRY(allocate_ring(loader));
+  WK_TRY(loader_allocate_ring(loader));
   memcpy(loader->start_positions, loader->positions, sizeof loader->positions);
   for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->positions[i].draws;
   for (uint32_t i = 0; i < loader->mix.count; i++)
-    WK_TRY(wk_residency_start(loader->sources[i].residency, loader->positions[i].draws));
+    WK_TRY(wk_node_reader_start(loader->sources[i].node_reader, loader->positions[i].draws));
   uint32_t threads = (uint32_t)param(loader, WK_LOADER_THREADS);
   for (uint32_t t = 0; t < threads; t++) WK_TRY(make_reader(loader, &loader->readers[t]));
   loader->started = true;
@@ -600,91 +356,6 @@ WkStatus wk_loader_start(WkLoader *loader) {
     loader->thread_count++;
   }
   return WK_OK;
-}
-
-/* ---- planning (by the planner, without the lock) --------------------------------------------------- */
-
-static uint64_t hash_slots(const WkLoader *loader, uint64_t step) {
-  uint64_t h = wk_mix64(step, loader->mix.global_batch);
-  for (uint32_t j = 0; j < loader->mix.global_batch; j++) {
-    const WkSlot *slot = &loader->slots[j];
-    uint64_t source = slot->source == WK_SLOT_PAD ? 0 : wk_order_fingerprint(loader->sources[slot->source].order);
-    h = wk_mix64(wk_mix64(h, source), slot->draw);
-  }
-  return h;
-}
-
-static WkStatus plan_step(WkLoader *loader, uint64_t step) {
-  memcpy(loader->step_before, loader->positions, sizeof loader->positions);
-  WK_TRY(wk_mix_plan_step(&loader->mix, step, loader->positions, loader->slots));
-  /* Published before any of the step's rows is read: no node cache entry this step may need is taken. */
-  for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_plan(loader->sources[i].residency, loader->positions[i].draws);
-  loader->have_step = true;
-  loader->planned_step = step;
-  loader->step_fingerprint = hash_slots(loader, step);
-  return WK_OK;
-}
-
-/* Locates the rows of micro-batch b: this rank's slice of the step's global batch. */
-static WkStatus plan_rows(WkLoader *loader, Buffer *b) {
-  uint32_t first = (uint32_t)param(loader, WK_LOADER_RANK) * loader->per_rank + b->micro * loader->rows;
-  b->ahead_count = 0;
-  for (uint32_t r = 0; r < loader->rows; r++) {
-    const WkSlot *slot = &loader->slots[first + r];
-    WkSampleInfo *info = &b->info[r];
-    memset(info, 0, sizeof *info);
-    if (slot->source == WK_SLOT_PAD) {
-      info->status = WK_SAMPLE_PADDING;
-      continue;
-    }
-    uint64_t epoch_length = loader->mix.epoch_length[slot->source];
-    uint64_t epoch = slot->draw / epoch_length;
-    Source *source = &loader->sources[slot->source];
-    WK_TRY(wk_order_locate(source->order, epoch, slot->draw % epoch_length, &b->locs[r]));
-    if (source->ahead_from == NO_BUFFER || b->locs[r].buffer_from > source->ahead_from) {
-      /* This row starts a buffer: ask for the next one (and for this one too when it is the stream's first,
-       * so that its blocks come in parallel, not one read at a time). */
-      for (uint32_t ahead = source->ahead_from == NO_BUFFER ? 0 : 1; ahead <= 1; ahead++) {
-        WkUnitRef units[AHEAD_CAPACITY];
-        uint32_t n = 0;
-        WK_TRY(wk_order_units_after(source->order, epoch, slot->draw % epoch_length, ahead, units,
-                                    AHEAD_CAPACITY - b->ahead_count, &n));
-        for (uint32_t u = 0; u < n; u++) b->ahead[b->ahead_count++] = (Ahead){slot->source, units[u]};
-      }
-      source->ahead_from = b->locs[r].buffer_from;
-    }
-    info->source = slot->source;
-    info->shard = b->locs[r].shard;
-    info->offset = b->locs[r].offset;
-    info->length = b->locs[r].length;
-    info->epoch = epoch;
-  }
-  return WK_OK;
-}
-
-/* Assigns the next micro-batch to buffer b. Returns false at the end of the stream. Runs without the
- * loader's lock, by the one thread holding the planner (loader->planning): what it reads and writes is
- * the planner's state, which nobody else touches (they see plan_low, published under the lock). */
-static bool plan_next(WkLoader *loader, Buffer *b) {
-  uint64_t seq = loader->next_seq;
-  uint64_t absolute = loader->start.step * loader->micro_steps + loader->start.micro + seq;
-  b->seq = seq;
-  b->step = absolute / loader->micro_steps;
-  b->micro = (uint32_t)(absolute % loader->micro_steps);
-  b->status = WK_OK;
-  b->skipped = 0;
-  WkStatus status = WK_OK;
-  if (!loader->have_step || loader->planned_step != b->step) status = plan_step(loader, b->step);
-  if (status == WK_ERR_CLOSED) return false; /* the end of the stream, at micro-batch `seq` */
-  if (status == WK_OK) status = plan_rows(loader, b);
-  if (status != WK_OK) {
-    b->status = status;
-    snprintf(b->error, sizeof b->error, "%s", wk_last_error());
-  }
-  b->fingerprint = loader->step_fingerprint;
-  memcpy(b->before, loader->step_before, sizeof b->before);
-  memcpy(b->after, loader->positions, sizeof b->after);
-  return true;
 }
 
 /* ---- reading (no lock) --------------------------------------------------------------------------- */
@@ -704,11 +375,11 @@ static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo 
   pthread_mutex_unlock(&loader->lock);
 }
 
-/* Reads a row's tokens through its source's residency, then completes the row around them. */
+/* Reads a row's tokens through its source's node cache reader, then completes the row around them. */
 static WkStatus fill_row(WkLoader *loader, const Reader *reader, Buffer *b, uint32_t r) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), s = b->info[r].source;
   Source *source = &loader->sources[s];
-  WK_TRY(wk_residency_read(source->residency, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
+  WK_TRY(wk_node_reader_read(source->node_reader, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
                            b->rows.token_bytes));
   wk_pack_row((WkPackMode)param(loader, WK_LOADER_MODE), L, wk_dataset_eos(source->ds), &b->locs[r], &b->rows, r);
   return WK_OK;
@@ -796,7 +467,7 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_PLANNED;
     uint64_t seq = loader->next_seq;
     pthread_mutex_unlock(&loader->lock);
-    bool more = plan_next(loader, b);
+    bool more = loader_plan_next(loader, b);
     pthread_mutex_lock(&loader->lock);
     loader->planning = false;
     if (loader->readers_waiting) pthread_cond_broadcast(&loader->free); /* the next planner may go */
@@ -812,17 +483,17 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_FILLING;
     pthread_mutex_unlock(&loader->lock);
     for (uint32_t a = 0; a < b->ahead_count; a++)
-      wk_residency_read_ahead(loader->sources[b->ahead[a].source].residency, b->ahead[a].unit);
+      wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
     if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
     if (b->status == WK_OK) fill_rows(loader, reader, b);
     if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_flush(loader->sources[i].residency, reader->contexts[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
     pthread_mutex_lock(&loader->lock);
     b->state = BUFFER_READY;
     if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
     for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
     pthread_mutex_unlock(&loader->lock);
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_advance(loader->sources[i].residency, lows[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_advance(loader->sources[i].node_reader, lows[i]);
     pthread_mutex_lock(&loader->lock);
   }
   pthread_mutex_unlock(&loader->lock);
@@ -837,47 +508,6 @@ WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN);
   const WkRows *rows = &loader->held->rows;
   out->token_hash = XXH3_64bits(wk_rows_tokens(rows, L, row), (L + 1u) * (size_t)rows->token_bytes);
-  return WK_OK;
-}
-
-/* ---- audit ------------------------------------------------------------------------------------- */
-
-enum { AUDIT_LINE_CAPACITY = 256 };
-static const char *const SAMPLE_STATUS_NAMES[] = {"ok", "skipped", "padding"};
-
-WkStatus wk_loader_audit(WkLoader *loader, const char *path) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return WK_FAIL_ERRNO("open audit file", path);
-  char *copy = strdup(path);
-  if (!copy) {
-    close(fd);
-    return WK_FAIL(WK_ERR_NOMEM, "out of memory for the audit path");
-  }
-  if (loader->audit_fd >= 0) close(loader->audit_fd);
-  free(loader->audit_path);
-  loader->audit_fd = fd;
-  loader->audit_path = copy;
-  return WK_OK;
-}
-
-/* One write per batch of whole lines, so ranks appending to one file never split a line. */
-static WkStatus audit_batch(WkLoader *loader, const WkBatch *batch) {
-  size_t capacity = (size_t)loader->rows * AUDIT_LINE_CAPACITY, used = 0;
-  char *text = wk_malloc(capacity, "audit lines");
-  if (!text) return wk_last_status();
-  for (uint32_t r = 0; r < loader->rows; r++) {
-    WkSampleInfo info;
-    wk_loader_sample_info(loader, r, &info);
-    int n = snprintf(text + used, capacity - used,
-                     "step=%llu micro=%u rank=%lld row=%u id=%u:%u:%llu epoch=%llu hash=%016llx status=%s\n",
-                     (unsigned long long)batch->step, batch->micro_step, (long long)param(loader, WK_LOADER_RANK), r,
-                     info.source, info.shard, (unsigned long long)info.offset, (unsigned long long)info.epoch,
-                     (unsigned long long)info.token_hash, SAMPLE_STATUS_NAMES[info.status]);
-    if (n > 0 && (size_t)n < capacity - used) used += (size_t)n;
-  }
-  ssize_t written = write(loader->audit_fd, text, used);
-  free(text);
-  if (written != (ssize_t)used) return WK_FAIL_ERRNO("write audit file", loader->audit_path);
   return WK_OK;
 }
 
@@ -964,7 +594,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};
   WK_TRY(wk_batch_tensors_deliver(&b->tensors, out));
-  if (loader->audit_fd >= 0) return audit_batch(loader, out);
+  if (loader->audit_fd >= 0) return loader_audit_batch(loader, out);
   return WK_OK;
 }
 
@@ -1047,9 +677,9 @@ void wk_loader_stats(WkLoader *loader, WkLoaderStats *out) {
   out->buffer_bytes = loader->buffer_bytes;
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
-    if (!loader->sources[i].residency) continue;
-    WkResidencyStats r;
-    wk_residency_stats(loader->sources[i].residency, &r);
+    if (!loader->sources[i].node_reader) continue;
+    WkNodeReaderStats r;
+    wk_node_reader_stats(loader->sources[i].node_reader, &r);
     out->decoded_bytes += r.decoded_bytes;
     out->delivered_bytes += r.delivered_bytes;
     out->node_decoded_bytes += r.node.decoded_bytes;
@@ -1076,14 +706,14 @@ void wk_loader_free(WkLoader *loader) {
   pthread_mutex_unlock(&loader->lock);
   for (uint32_t t = 0; t < loader->thread_count; t++) pthread_join(loader->threads[t], NULL);
   wk_device_copy_free(loader->device_copy);
-  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) free_buffer(&loader->buffers[i]);
+  for (uint32_t i = 0; loader->buffers && i < loader->buffer_count; i++) loader_free_buffer(&loader->buffers[i]);
   free(loader->buffers);
   free(loader->locs);
-  free(loader->slots);
+  free(loader->draws);
   for (uint32_t t = 0; t < MAX_THREADS; t++)
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_residency_thread_free(loader->readers[t].contexts[i]);
+    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_free(loader->readers[t].contexts[i]);
   for (uint32_t i = 0; i < loader->mix.count; i++) {
-    wk_residency_free(loader->sources[i].residency);
+    wk_node_reader_free(loader->sources[i].node_reader);
     wk_order_free(loader->sources[i].order);
     wk_dataset_close(loader->sources[i].ds);
     free(loader->sources[i].path);

@@ -5,7 +5,7 @@
  * topped up by largest remainder so the counts sum to G; the unrounded rest stays as credit. So
  * over any run of steps each source's realized count is within one sample of its weighted share:
  * exact per block, not only on average, also while weights follow a schedule. The n_i labels are
- * then spread over the G slots by a keyed permutation, so every rank's slice sees the mix.
+ * then spread over the batch's G draws by a keyed permutation, so every rank's slice sees the mix.
  *
  * Each source keeps its own draw counter: re-weighting or adding a source at resume time changes
  * only future draws. A source with max_epochs stops when its draws run out; its share moves to
@@ -37,7 +37,7 @@ static uint64_t available_draws(const WkMixConfig *mix, uint32_t i, const WkSour
   return p[i].draws < limit ? limit - p[i].draws : 0;
 }
 
-/* Counts per source for one step; returns how many slots could be filled (< G only at the end). */
+/* Counts per source for one step; returns how many draws could be filled (< G only at the end). */
 static uint32_t allocate(const WkMixConfig *mix, uint64_t step, WkSourcePosition *p, uint32_t *counts) {
   uint32_t G = mix->global_batch, n = mix->count;
   double weight[WK_MIX_MAX_SOURCES], share[WK_MIX_MAX_SOURCES];
@@ -66,7 +66,7 @@ static uint32_t allocate(const WkMixConfig *mix, uint64_t step, WkSourcePosition
       given += (uint32_t)take;
       if (round == 0) p[i].credit = exact - (double)take;
     }
-    /* Largest remainders get the slots rounding left over (ties: lower source index). */
+    /* Largest remainders get the draws rounding left over (ties: lower source index). */
     while (given < left) {
       uint32_t best = n;
       for (uint32_t i = 0; i < n; i++)
@@ -82,7 +82,7 @@ static uint32_t allocate(const WkMixConfig *mix, uint64_t step, WkSourcePosition
   return filled;
 }
 
-WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePosition *positions, WkSlot *slots) {
+WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePosition *positions, WkDraw *draws) {
   uint32_t G = mix->global_batch;
   uint32_t counts[WK_MIX_MAX_SOURCES];
   WkSourcePosition before[WK_MIX_MAX_SOURCES];
@@ -100,8 +100,8 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
     return WK_FAIL(WK_ERR_CLOSED, "the data stream ended at step %llu (every source used its epochs)",
                    (unsigned long long)step);
   }
-  /* Slot j takes the label at permuted position perm(j) of [source 0 x n_0, source 1 x n_1, ...,
-   * pad x (G - filled)]; its draw is the next one of that source in slot order. */
+  /* Draw j takes the label at permuted position perm(j) of [source 0 x n_0, source 1 x n_1, ...,
+   * pad x (G - filled)]; its index is the next draw of that source in batch order. */
   uint64_t key = wk_mix64(wk_mix64(mix->seed, 0x6d6978 /* "mix" */), step);
   uint64_t next_draw[WK_MIX_MAX_SOURCES];
   for (uint32_t i = 0; i < mix->count; i++) next_draw[i] = before[i].draws;
@@ -110,9 +110,9 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
     uint32_t source = 0;
     while (source < mix->count && label >= counts[source]) label -= counts[source++];
     if (source == mix->count) {
-      slots[j] = (WkSlot){.source = WK_SLOT_PAD, .draw = 0};
+      draws[j] = (WkDraw){.source = WK_DRAW_PAD, .index = 0};
     } else {
-      slots[j] = (WkSlot){.source = source, .draw = next_draw[source]++};
+      draws[j] = (WkDraw){.source = source, .index = next_draw[source]++};
     }
   }
   for (uint32_t i = 0; i < mix->count; i++) positions[i].draws = next_draw[i];

@@ -1,6 +1,6 @@
 /*
  * pack.c — completes one row of a micro-batch around a sample's tokens: loss mask, padding, document
- * ids and positions. The tokens themselves are read into the row first (residency.c), as int32 or
+ * ids and positions. The tokens themselves are read into the row first (node_reader.c), as int32 or
  * int64, so a row is written once, in the dtype the model consumes.
  *
  * Packed mode: the sample is seq_len+1 consecutive tokens of a shard's stream (documents joined by

@@ -3,19 +3,21 @@
  *
  * Owns, bottom up (each file calls only the ones above it in this list):
  *   order.c       the global sample sequence: a pure function of (dataset, seed, epoch), in windows of
- *                 shards, buffers of units (blocks) and samples, with the residency each sample needs
- *   unitcache.c   the node's decoded units and straddler edges, shared by its ranks, held by the order
- *   residency.c   a source's reads for the loader, through the unit cache (zstd decoded, raw copied)
+ *                 shards, buffers of units (blocks) and samples, with how long each sample's unit is held
+ *   node_cache.c  the node's decoded units and straddler edges, shared by its ranks, held by the order
+ *   node_reader.c a source's reads for the loader, through the node cache (zstd decoded, raw copied)
  *   pack.c        a sample's tokens in a row -> the row's mask, padding, doc ids and positions
  *   mix.c         several sources -> one deterministic stream with per-source cursors
  *   cursor.c      the stream's state as a short line of text
  *   loader.c      C threads that read, decode, pack and batch ahead into a bounded ring
+ *                 (ring.c sizes and lays out the ring, plan.c plans each micro-batch, audit.c
+ *                 writes the audit file; loader.h is what they share)
  *   device_copy.c a ring slot's batch as tensors, and its copy to the loader's device
  * Does not own the datasets it reads (runtime/dataset/) nor their format (runtime/format/). Of tensors
  * it knows only its batches (device_copy.c). Layer: the top of the read path (runtime/LAYERS).
  *
  * stream.h — the layers above WkDataset: order (which sample comes at each position of a source's
- * stream), mix (which source fills each slot of a global batch), pack (a sample -> one row of
+ * stream), mix (which source fills each draw of a global batch), pack (a sample -> one row of
  * tokens, mask, doc ids, positions) and the cursor that captures all of it in a few hundred bytes.
  *
  * Everything here is a pure function of its inputs and the cursor: no threads, no I/O except the
@@ -98,7 +100,7 @@ typedef struct {
 } WkUnitRef;
 WkStatus wk_order_units_after(WkOrder *order, uint64_t epoch, uint64_t c, uint32_t ahead, WkUnitRef *out,
                               uint32_t capacity, uint32_t *count);
-/* Item `item` of a shard (its place, without residency), for tools and tests. */
+/* Item `item` of a shard (its place, without its hold), for tools and tests. */
 WkStatus wk_order_item(WkOrder *order, uint32_t shard, uint64_t item, WkSampleLoc *out);
 /* Identifies the dataset's content (shard names and sizes, block size): part of every shuffle key. */
 uint64_t wk_order_fingerprint(const WkOrder *order);
@@ -110,7 +112,7 @@ uint64_t wk_order_max_window_boundaries(const WkOrder *order);
 
 
 
-/* ---- mix.c: which source fills each slot of a global batch --------------------------------------- */
+/* ---- mix.c: which source fills each draw of a global batch --------------------------------------- */
 
 /* Piecewise-linear weight over steps: weight(step) interpolates between points, constant outside. */
 enum { WK_SCHEDULE_MAX_POINTS = 64 };
@@ -129,12 +131,13 @@ typedef struct {
 } WkSourcePosition;
 
 enum { WK_MIX_MAX_SOURCES = 32 };
-enum { WK_SLOT_PAD = 0xFFFFFFFFu };  /* a slot left empty at the end of the stream (masked) */
+enum { WK_DRAW_PAD = 0xFFFFFFFFu };  /* a draw left empty at the end of the stream (masked) */
 
+/* One place of a global batch: the source it is drawn from and which of that source's draws it is. */
 typedef struct {
-  uint32_t source;  /* index into the mix, or WK_SLOT_PAD */
-  uint64_t draw;    /* the source's draw index for this slot */
-} WkSlot;
+  uint32_t source;  /* index into the mix, or WK_DRAW_PAD */
+  uint64_t index;   /* the source's draw index */
+} WkDraw;
 
 typedef struct {
   uint32_t count;
@@ -143,12 +146,12 @@ typedef struct {
   uint64_t max_epochs[WK_MIX_MAX_SOURCES];  /* 0: unlimited (a source that runs out starts over) */
   uint64_t seed;
   uint32_t global_batch;
-  bool pad_last;  /* at the end: pad the final partial batch with masked slots (else drop it) */
+  bool pad_last;  /* at the end: pad the final partial batch with masked draws (else drop it) */
 } WkMixConfig;
 
-/* Plans global batch `step`: fills slots[global_batch] and advances positions. Returns
+/* Plans global batch `step`: fills draws[global_batch] and advances positions. Returns
  * WK_ERR_CLOSED when every source is exhausted (nothing of this step is left to draw). */
-WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePosition *positions, WkSlot *slots);
+WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePosition *positions, WkDraw *draws);
 
 /* ---- pack.c: one sample -> one row ----------------------------------------------------------------- */
 

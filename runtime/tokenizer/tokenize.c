@@ -380,6 +380,16 @@ static WkStatus run_pipeline(Run *run, Reader *reader, FILE *out, const char *ou
   return status;
 }
 
+/* The tool's one parameter is an argument of wk_tokenize_jsonl; its bounds are asked for as the others'. */
+static const WkParamSpec PARAM_SPECS[WK_TOKENIZE_PARAM_COUNT] = {
+    [WK_TOKENIZE_THREADS] = {0, MAX_THREADS, 0, "threads"},  /* 0: all CPUs */
+};
+static const WkParamTable PARAMS = {"tokenize", PARAM_SPECS, WK_TOKENIZE_PARAM_COUNT};
+
+WkStatus wk_tokenize_param_bounds(WkTokenizeParam param, int64_t *min, int64_t *max) {
+  return wk_param_bounds(&PARAMS, (int)param, min, max);
+}
+
 static int default_threads(void) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   return cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus;
@@ -390,9 +400,9 @@ WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *
   memset(stats, 0, sizeof *stats);
   if (!t || !input || !output || !field || !field[0])
     return WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenize_jsonl: tokenizer, input, output and field are required");
-  if (threads < 0 || threads > MAX_THREADS)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenize_jsonl: threads %d is outside [0, %d] (0: all CPUs)", threads,
-                   MAX_THREADS);
+  int64_t min, max;
+  WK_TRY(wk_tokenize_param_bounds(WK_TOKENIZE_THREADS, &min, &max));
+  WK_TRY(wk_param_check(&PARAMS, WK_TOKENIZE_THREADS, threads, min, max));
   if (!decode && !t->encode) return WK_FAIL(WK_ERR_UNSUPPORTED, "tokenizer '%s' cannot encode text", t->name);
   if (decode && !t->decode) return WK_FAIL(WK_ERR_UNSUPPORTED, "tokenizer '%s' cannot decode tokens", t->name);
   if (threads == 0) threads = default_threads();

@@ -145,21 +145,27 @@ uint32_t wk_tokenizer_vocab_size(const WkTokenizer *t) { return t->vocab_size; }
 uint32_t wk_tokenizer_eos(const WkTokenizer *t) { return t->eos; }
 uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t) { return t->fingerprint; }
 
+/* EOS's static bound is any id but WK_TOKENIZER_NONE; an open tokenizer narrows it to its vocabulary.
+ * Neither default is used: a tokenizer's EOS comes from its files, special is off when it opens. */
+static const WkParamSpec PARAM_SPECS[WK_TOKENIZER_PARAM_COUNT] = {
+    [WK_TOKENIZER_SPECIAL] = {0, 1, 0, "special"},
+    [WK_TOKENIZER_EOS] = {0, WK_TOKENIZER_NONE - 1, WK_TOKENIZER_NONE, "eos"},
+};
+static const WkParamTable PARAMS = {"tokenizer", PARAM_SPECS, WK_TOKENIZER_PARAM_COUNT};
+
+WkStatus wk_tokenizer_param_bounds(const WkTokenizer *t, WkTokenizerParam param, int64_t *min, int64_t *max) {
+  WK_TRY(wk_param_bounds(&PARAMS, (int)param, min, max));
+  if (t && param == WK_TOKENIZER_EOS) *max = (int64_t)t->vocab_size - 1;
+  return WK_OK;
+}
+
 WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value) {
-  switch (param) {
-    case WK_TOKENIZER_SPECIAL:
-      if (value != 0 && value != 1)
-        return WK_FAIL(WK_ERR_INVALID_ARG, "WK_TOKENIZER_SPECIAL must be 0 or 1, not %lld", (long long)value);
-      t->honour_special = value == 1;
-      return WK_OK;
-    case WK_TOKENIZER_EOS:
-      if (value < 0 || value >= t->vocab_size)
-        return WK_FAIL(WK_ERR_INVALID_ARG, "WK_TOKENIZER_EOS %lld is outside the vocabulary of '%s' (%u)",
-                       (long long)value, t->name, t->vocab_size);
-      t->eos = (uint32_t)value;
-      return WK_OK;
-  }
-  return WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_set: unknown parameter %d", (int)param);
+  int64_t min, max;
+  WK_TRY(wk_tokenizer_param_bounds(t, param, &min, &max));
+  WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
+  if (param == WK_TOKENIZER_SPECIAL) t->honour_special = value == 1;
+  else t->eos = (uint32_t)value;
+  return WK_OK;
 }
 
 uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length) {

@@ -234,9 +234,9 @@ end)
 -- this process, from the page cache: the same frames as zstd_cli.
 local BLOCK_TOKENS = 65536
 local block_out = ffi.new('uint32_t[?]', BLOCK_TOKENS)
-add('decode', 'wick.dataset.open(zstd), cache_bytes 0, ds:read of every block, in this process', function()
+add('decode', 'wick.dataset.open(zstd), block_cache_bytes 0, ds:read of every block, in this process', function()
   local ds = assert(wick_dataset.open(c.zstd))
-  ds:set('cache_bytes', 0)
+  ds:set('block_cache_bytes', 0)
   local t0 = report.now()
   for s = 0, ds.shards - 1 do
     local n = ds:shard(s).tokens

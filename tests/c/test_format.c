@@ -270,7 +270,7 @@ static void test_u32_dataset_concurrent_reads(void) {
   CHECK(ds != NULL);
   if (ds) {
     CHECK(wk_dataset_token_bytes(ds) == 4 && wk_dataset_vocab_size(ds) == VOCAB && wk_dataset_eos(ds) == EOS);
-    CHECK(wk_dataset_set(ds, WK_DATASET_CACHE_BYTES, 3 * 4000) == WK_OK); /* 3 of 20+ blocks */
+    CHECK(wk_dataset_set(ds, WK_DATASET_BLOCK_CACHE_BYTES, 3 * 4000) == WK_OK); /* 3 of 20+ blocks */
     CHECK(wk_dataset_set(ds, WK_DATASET_MAX_OPEN_SHARDS, 1) == WK_OK);
     Reader readers[THREADS];
     pthread_t threads[THREADS];

@@ -36,6 +36,27 @@ describe('the FFI declarations', function()
     assert.are.equal(-1, tonumber(C.wk_abi_layout('NoSuchStruct', nil)))
   end)
 
+  it("check a struct added to wick.h with no row written by hand: the build writes the layout table", function()
+    local awk = helper.ROOT .. '/runtime/core/abi_layout.awk'
+    local function rows(cdef)
+      return helper.sh(('printf %%s %s | awk -f %s'):format(q(cdef), q(awk)))
+    end
+    local r = rows('typedef struct WkOpaque WkOpaque;\ntypedef struct {\n  uint32_t a, b;\n  const char *name;\n' ..
+                   '  char text[16];\n} WkNew;\n')
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.same({ '    SIZE_OF(WkNew),', '    OFFSET_OF(WkNew, a),', '    OFFSET_OF(WkNew, b),',
+                      '    OFFSET_OF(WkNew, name),', '    OFFSET_OF(WkNew, text),' }, helper.lines(r.out))
+    local bad = rows('typedef struct {\n  void (*callback)(int);\n} WkCallback;\n')
+    assert.are_not.equal(0, bad.rc)
+    assert.matches('WkCallback: a nested struct or a function pointer', bad.err, 1, true)
+    -- The table the library answers from is that script's output for wick.h, struct for struct.
+    local generated = helper.read_file(helper.ROOT .. '/build/gen/abi_layout.h')
+    local count = select(2, generated:gsub('SIZE_OF%(', ''))
+    local structs = 0
+    for _ in pairs(cdef_structs()) do structs = structs + 1 end
+    assert.are.equal(structs, count)
+  end)
+
   it('describe the build', function()
     local info = require('wick').build_info()
     assert.are.equal(core.version, info.version)

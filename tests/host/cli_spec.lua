@@ -150,7 +150,7 @@ describe('tool options', function()
     local function shard(args) return helper.run('-m wick.data.convert ' .. q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. args) end
     assert_one_line(shard(' --shard-size 12Q'), 2, "--shard-size needs a whole number with an optional K, M or G")
     assert_one_line(shard(' --block-size 32M'), 2, '--block-size = 33554432 must be within [1, 16777216]')
-    assert_one_line(shard(' --compression zstd:99'), 2, 'wick.data.convert: converter zstd level 99 is out of range')
+    assert_one_line(shard(' --compression zstd:99'), 2, 'wick.data.convert: converter level=99 is outside [')
     assert_one_line(shard(' --tokenizer nope'), 2, "tokenizer 'nope' is neither a built-in (bytes) nor a readable file")
     assert_one_line(helper.run('-m wick.data.convert ' .. q(root .. '/none.txt') .. ' -o ' .. q(root .. '/o')), 1,
       "none.txt': No such file or directory")

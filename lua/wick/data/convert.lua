@@ -8,31 +8,48 @@ local core = require 'wick.core'
 local TOKENIZER = require 'wick.data.tokenizer'
 local ffi, C = core.ffi, core.C
 
--- The converter's own limits (runtime/convert/convert.c, runtime/format/shard.h).
-local MAX_THREADS = 64
-local MAX_SHARD_TOKENS = 2 ^ 40
-local MAX_BLOCK_TOKENS = 2 ^ 24
+-- An integer option with the converter's own bounds (wk_converter_param_bounds), and its default when
+-- `with_default` (wk_converter_param_default).
+local function bounded(option, param, with_default)
+  option.min, option.max = core.bounds(C.wk_converter_param_bounds, param)
+  if with_default then option.default = core.default(C.wk_converter_param_default, param) end
+  return option
+end
 
 local function compression_form(v)
   return type(v) == 'string' and (v == 'none' or v == 'zstd' or v:match('^zstd:%-?%d+$') ~= nil),
       "must be 'none', 'zstd' or 'zstd:LEVEL'"
 end
 
-local DESCRIPTION = [[
+-- The input formats, as --help and the README list them, from the converter's own table
+-- (wk_converter_input_format): the names padded to a column, what is read wrapped to WIDTH.
+local WIDTH, NAMES_WIDTH = 100, 28
+local function input_formats()
+  local lines, reads = {}, ffi.new('const char *[1]')
+  local i = 0
+  while true do
+    local names = C.wk_converter_input_format(i, reads)
+    if names == nil then return table.concat(lines, '\n') end
+    local line = ('  %-' .. NAMES_WIDTH .. 's'):format(ffi.string(names))
+    for word in ffi.string(reads[0]):gmatch('%S+') do
+      if #line + 1 + #word > WIDTH and line:match('%S') then
+        lines[#lines + 1] = line
+        line = (' '):rep(NAMES_WIDTH + 2)
+      end
+      line = line .. ' ' .. word
+    end
+    lines[#lines + 1] = line
+    i = i + 1
+  end
+end
+
+local DESCRIPTION = ([[
 Converts text to a Wick dataset (index.json + shard-NNNNN.wks; format: runtime/format/FORMAT.md).
 INPUTS are files or directories (walked recursively in sorted order, hidden entries skipped):
-  *.jsonl, *.ndjson            one JSON object per line; the document is its --field string
-  *.jsonl.zst, *.ndjson.zst    the same, zstd-compressed
-  *.bin                        llm.c (magic 20240520) GPT-2 tokens, or headerless nanoGPT uint16
-                               tokens with --headerless-bin; documents separated by <|endoftext|>
-  *.parquet                    the strings of the --field column, one document per row (null rows
-                               are counted and skipped); snappy, gzip, zstd; data pages v1 and v2
-  *.tar, *.tar.gz, *.tgz       WebDataset shards: each sample's member with extension --field (txt,
-                               or json with --json-field naming its string)
-  anything else                text: one document per file (or per paragraph, or line: --split)
+%s
 Bad lines (invalid JSON, missing field, invalid UTF-8) are skipped and reported as file:line (for
 Parquet and tar: file:row and file:sample).
-The output is byte-identical for the same inputs and options, whatever --threads.]]
+The output is byte-identical for the same inputs and options, whatever --threads.]]):format(input_formats())
 
 local SPEC = cli.spec {
   name = 'wick.data.convert',
@@ -61,11 +78,12 @@ local SPEC = cli.spec {
       help = "only files matching one of these comma-separated globs when walking directories, e.g. '*.py,*.md'" },
     { 'compression', 'string', value = 'zstd[:LEVEL]|none', default = 'zstd:3', check = compression_form,
       help = "block compression; 'none' writes raw, mmap-able blocks" },
-    { 'shard_size', 'size', value = 'TOKENS', min = 1, max = MAX_SHARD_TOKENS, default = 64 * 2 ^ 20,
+    bounded({ 'shard_size', 'size', value = 'TOKENS',
       help = 'a shard closes after the document that reaches this many tokens (K, M, G = 2^10, 2^20, 2^30)' },
-    { 'block_size', 'size', value = 'TOKENS', min = 1, max = MAX_BLOCK_TOKENS, default = 64 * 2 ^ 10,
-      help = 'tokens per block: the unit of fetch and decode' },
-    { 'threads', 'integer', min = 1, max = MAX_THREADS, help = 'worker threads (default: all CPUs, at most 64)' },
+      C.WK_CONVERT_SHARD_TOKENS, true),
+    bounded({ 'block_size', 'size', value = 'TOKENS',
+      help = 'tokens per block: the unit of fetch and decode' }, C.WK_CONVERT_BLOCK_TOKENS, true),
+    bounded({ 'threads', 'integer', help = 'worker threads (default: all CPUs, up to the maximum)' }, C.WK_CONVERT_THREADS),
     { 'strict', 'flag', help = 'fail on the first bad line or document instead of skipping it' },
     { 'resume', 'flag', help = 'keep shards of an interrupted run that hold exactly what this run would write' },
     { 'progress', 'flag', help = 'draw a progress bar on stderr (default: when stderr is a terminal)' },
@@ -84,7 +102,8 @@ local function human_bytes(n)
   return string.format(u == 1 and '%d %s' or '%.1f %s', n, units[u])
 end
 
-local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.help(SPEC) end, parse = parse }
+local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.help(SPEC) end, parse = parse,
+            input_formats = input_formats }
 
 -- Runs the converter; returns the stats table and the list of reported bad lines. `opts` holds
 -- the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses

@@ -6,7 +6,7 @@
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
 --   ds:text(tokens, count) -> string (the 'bytes' tokenizer only)
---   ds:set('cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
+--   ds:set('block_cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
 -- Sampling, packing and loading live above this, in wick.data.
 local core = require 'wick.core'
 local ffi, C = core.ffi, core.C
@@ -15,20 +15,24 @@ local Dataset = {}
 Dataset.__index = Dataset
 local own_handle, close_handle = core.handle(C.wk_dataset_close)
 
-local PARAMS = { cache_bytes = C.WK_DATASET_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
+local PARAMS = { block_cache_bytes = C.WK_DATASET_BLOCK_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
+-- Old names (the block cache was `cache_bytes`, which data.loader{} uses for its node cache).
+local RENAMED = { cache_bytes = 'block_cache_bytes' }
+
+local function param_of(name)
+  if RENAMED[name] then name = core.renamed('wick.dataset', name, RENAMED[name]) end
+  local param = PARAMS[name]
+  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 3) end
+  return param
+end
 
 local M = {}
 
 -- The options of a remote dataset (wick.data.REMOTE_OPTIONS: cache_dir, cache_disk_bytes, ...) as C's struct.
 local function remote_options(opts)
-  local checked = require('wick.data').REMOTE_OPTIONS:check(opts, 3)
-  local c = ffi.new('WkRemoteOptions')
-  C.wk_remote_options_default(c)
-  for name, value in pairs(checked) do
-    if name ~= 'cache_dir' then c[name] = value end
-  end
-  c.cache_dir = checked.cache_dir -- a Lua string: alive for the open call below
-  return c, checked.cache_dir
+  local data = require 'wick.data'
+  local checked = data.REMOTE_OPTIONS:check(opts, 3)
+  return data.remote_options(checked), checked.cache_dir -- a Lua string: alive for the open call below
 end
 
 -- Opens a dataset directory (or its index.json): a path, file://, http(s):// or s3://bucket/prefix.
@@ -116,17 +120,9 @@ function Dataset:text(tokens, count, eos_text)
   return table.concat(parts)
 end
 
-function Dataset:set(name, value)
-  local param = PARAMS[name]
-  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
-  core.check(C.wk_dataset_set(live(self), param, value), 2)
-end
+function Dataset:set(name, value) core.check(C.wk_dataset_set(live(self), param_of(name), value), 2) end
 
-function Dataset:get(name)
-  local param = PARAMS[name]
-  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 2) end
-  return tonumber(C.wk_dataset_get(live(self), param))
-end
+function Dataset:get(name) return tonumber(C.wk_dataset_get(live(self), param_of(name))) end
 
 function Dataset:stats()
   local s = ffi.new('WkDatasetStats')

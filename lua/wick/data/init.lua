@@ -32,30 +32,53 @@ local DTYPES = { i32 = C.WK_I32, i64 = C.WK_I64 }
 
 -- An integer option whose range is the C setter's own (wk_loader_param_bounds): one source of truth.
 local function bounded(name, param, help)
-  local lo, hi = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
-  core.check(C.wk_loader_param_bounds(param, lo, hi))
-  return { name, 'integer', min = math.max(tonumber(lo[0]), -2 ^ 53), max = math.min(tonumber(hi[0]), 2 ^ 53),
-           param = param, help = help }
+  local min, max = core.bounds(C.wk_loader_param_bounds, param)
+  return { name, 'integer', min = min, max = max, param = param, help = help }
+end
+
+-- An option whose C default 0 means "derived at start", which Lua spells by leaving the option out: the
+-- smallest value it may be given is larger than C's bound.
+local function derived(option, min)
+  option.min = min
+  return option
+end
+
+-- An integer field of WkRemoteOptions, with the bounds C checks it against (wk_remote_param_bounds).
+local function remote(name, param, help)
+  local min, max = core.bounds(C.wk_remote_param_bounds, param)
+  return { name, 'integer', min = min, max = max, help = help }
 end
 
 -- Remote sources' options (http://, https://, s3://; wick.dataset.open takes them too).
 local REMOTE = {
   { 'cache_dir', 'string', help = 'on-disk cache of remote data, shared by the node (default WICK_CACHE_DIR, '
     .. 'else $XDG_CACHE_HOME/wick, else ~/.cache/wick)' },
-  bounded('cache_disk_bytes', C.WK_LOADER_CACHE_DISK_BYTES, 'bytes the cache directory may hold (default 16 GiB)'),
-  bounded('prefetch_bytes', C.WK_LOADER_PREFETCH_BYTES, 'read-ahead queued or in transfer, per source (default 64 MiB)'),
-  bounded('max_transfers', C.WK_LOADER_MAX_TRANSFERS, 'parallel transfers per source (default 16)'),
-  bounded('connect_timeout_ms', C.WK_LOADER_CONNECT_TIMEOUT_MS, 'connection timeout, then retried (default 10 s)'),
-  bounded('stall_timeout_ms', C.WK_LOADER_STALL_TIMEOUT_MS, 'a transfer receiving nothing this long is retried (default 30 s)'),
-  bounded('request_timeout_ms', C.WK_LOADER_REQUEST_TIMEOUT_MS,
+  remote('cache_disk_bytes', C.WK_REMOTE_CACHE_DISK_BYTES, 'bytes the cache directory may hold (default 16 GiB)'),
+  remote('prefetch_bytes', C.WK_REMOTE_PREFETCH_BYTES, 'read-ahead queued or in transfer, per source (default 64 MiB)'),
+  remote('max_transfers', C.WK_REMOTE_MAX_TRANSFERS, 'parallel transfers per source (default 16)'),
+  remote('connect_timeout_ms', C.WK_REMOTE_CONNECT_TIMEOUT_MS, 'connection timeout, then retried (default 10 s)'),
+  remote('stall_timeout_ms', C.WK_REMOTE_STALL_TIMEOUT_MS, 'a transfer receiving nothing this long is retried (default 30 s)'),
+  remote('request_timeout_ms', C.WK_REMOTE_REQUEST_TIMEOUT_MS,
     'one request at most, all its attempts and the waits between them (default 10 min)'),
-  bounded('retries', C.WK_LOADER_RETRIES, 'attempts after the first, with backoff (default 5)'),
-  bounded('low_speed_bytes_per_s', C.WK_LOADER_LOW_SPEED_BYTES_PER_S,
+  remote('retries', C.WK_REMOTE_RETRIES, 'attempts after the first, with backoff (default 5)'),
+  remote('low_speed_bytes_per_s', C.WK_REMOTE_LOW_SPEED_BYTES_PER_S,
     'a transfer receiving less over low_speed_window_ms is retried; it also sizes each attempt\'s deadline '
     .. '(default 1024)'),
-  bounded('low_speed_window_ms', C.WK_LOADER_LOW_SPEED_WINDOW_MS, 'the window of low_speed_bytes_per_s (default 30 s)'),
+  remote('low_speed_window_ms', C.WK_REMOTE_LOW_SPEED_WINDOW_MS, 'the window of low_speed_bytes_per_s (default 30 s)'),
 }
 data.REMOTE_OPTIONS = schema.define('remote option', REMOTE)
+
+-- Checked remote options (by name) as C's WkRemoteOptions, the defaults where one is not given; its
+-- cache_dir points into the Lua string, so keep `options` alive for the call that reads it.
+function data.remote_options(options)
+  local c = ffi.new('WkRemoteOptions')
+  C.wk_remote_options_default(c)
+  for _, option in ipairs(REMOTE) do
+    local value = options[option[1]]
+    if value ~= nil then c[option[1]] = value end
+  end
+  return c
+end
 
 local function with_remote(options)
   for _, option in ipairs(REMOTE) do options[#options + 1] = option end
@@ -69,8 +92,8 @@ local LOADER = schema.define('loader option', with_remote {
     end, help = 'a dataset (directory or index.json; a path, file://, http(s):// or s3://) or a data.mix{}' },
   bounded('seq_len', C.WK_LOADER_SEQ_LEN, 'tokens per sample minus one (default 1024)'),
   bounded('global_batch', C.WK_LOADER_GLOBAL_BATCH, 'samples per optimizer step over all ranks (default 8)'),
-  { 'micro_batch', 'integer', min = 1, max = 2 ^ 24, param = C.WK_LOADER_MICRO_BATCH,
-    help = 'rows per next() on this rank (default: global batch / world size)' },
+  derived(bounded('micro_batch', C.WK_LOADER_MICRO_BATCH,
+    'rows per next() on this rank (default: global batch / world size)'), 1),
   bounded('world_size', C.WK_LOADER_WORLD_SIZE, 'ranks sharing the stream (default: WORLD_SIZE, or 1)'),
   bounded('rank', C.WK_LOADER_RANK, 'this rank (default: RANK, or 0)'),
   { 'seed', 'uint64', param = C.WK_LOADER_SEED, help = 'shuffle seed, any 64-bit integer (default 0)' },
@@ -78,10 +101,9 @@ local LOADER = schema.define('loader option', with_remote {
   bounded('partitions', C.WK_LOADER_PARTITIONS, 'canonical partitions (default 1)'),
   bounded('chunk', C.WK_LOADER_CHUNK, 'draws per partition turn (default 1)'),
   bounded('threads', C.WK_LOADER_THREADS, 'reader threads (default 2)'),
-  { 'prefetch', 'integer', min = 2, max = 4096, param = C.WK_LOADER_PREFETCH,
-    help = 'micro-batches buffered ahead (default 4 per thread + 4)' },
+  derived(bounded('prefetch', C.WK_LOADER_PREFETCH, 'micro-batches buffered ahead (default 4 per thread + 4)'), 2),
   bounded('memory_budget', C.WK_LOADER_MEMORY_BUDGET, 'bytes for the batch ring; 0 no limit (default 0)'),
-  bounded('cache_bytes', C.WK_LOADER_CACHE_BYTES, 'node cache of each source (default 64 MiB)'),
+  bounded('cache_bytes', C.WK_LOADER_NODE_CACHE_BYTES, 'node cache of each source (default 64 MiB)'),
   { 'mode', 'enum', values = { 'packed', 'pad' }, help = 'packed windows or one padded document per row' },
   { 'on_corrupt', 'enum', values = { 'error', 'skip' }, help = 'stop at corrupt data, or mask and count it' },
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
@@ -207,7 +229,7 @@ local function configure(handle, opts)
   set(handle, C.WK_LOADER_ON_CORRUPT, ON_CORRUPT[o.on_corrupt or 'error'])
   set(handle, C.WK_LOADER_PAD_LAST, AT_END[o.at_end or 'drop'])
   set(handle, C.WK_LOADER_DOCUMENT_IDS, o.document_ids and 1 or 0)
-  if o.cache_dir then core.check(C.wk_loader_set_cache_dir(handle, o.cache_dir), 3) end
+  core.check(C.wk_loader_set_remote(handle, data.remote_options(o)), 3)
   set(handle, C.WK_LOADER_MIXED_TOKENIZERS, o.mixed_tokenizers and 1 or 0)
   if o.device ~= nil then
     local kind, index = T.parse_device(o.device, 3)

@@ -15,7 +15,8 @@ local data = require 'wick.data'
 local LOADER, SHUFFLE = data.LOADER_OPTIONS, data.SHUFFLE_OPTIONS
 
 local EXACT_INTEGER = 2 ^ 53
-local DEFAULT_WINDOW_TOKENS, DEFAULT_BUFFER_TOKENS = 2 ^ 29, 2 ^ 22 -- the loader's (runtime/loader/loader.c)
+local C = core.C
+local function loader_default(param) return core.default(C.wk_loader_param_default, param) end -- the loader's own
 
 local spec = {
   name = 'wick.data.inspect',
@@ -25,21 +26,21 @@ local spec = {
     { 'data', 'path', help = 'a dataset (directory or index.json), or a .lua file returning a data.mix{}' },
     { 'mix', 'string', value = 'EXPR', help = "a Lua expression of a mix, with `data` and `wick` in scope, e.g. \z
       \"data.mix{ {'a', weight = 3}, {'b'} }\"" },
-    cli.from(LOADER, 'seq_len', { default = 1024, help = 'tokens per sample minus one' }),
-    cli.from(LOADER, 'global_batch', { default = 8, help = 'samples per step over all ranks' }),
+    cli.from(LOADER, 'seq_len', { default = loader_default(C.WK_LOADER_SEQ_LEN), help = 'tokens per sample minus one' }),
+    cli.from(LOADER, 'global_batch', { default = loader_default(C.WK_LOADER_GLOBAL_BATCH), help = 'samples per step over all ranks' }),
     cli.from(LOADER, 'micro_batch', { help = 'rows per micro-batch (default: global batch / world)' }),
     cli.from(LOADER, 'world_size', { 'world', default = 1, help = 'world size' }),
     cli.from(LOADER, 'rank', { default = 0, help = 'the rank to show' }),
     cli.from(LOADER, 'seed', { default = 0, help = 'shuffle seed' }),
     { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 1, help = 'global steps to print' },
     cli.from(LOADER, 'mode', { default = 'packed', help = 'packed windows or one padded document per row' }),
-    cli.from(SHUFFLE, 'window_tokens', { default = DEFAULT_WINDOW_TOKENS }),
-    cli.from(SHUFFLE, 'buffer_tokens', { default = DEFAULT_BUFFER_TOKENS }),
+    cli.from(SHUFFLE, 'window_tokens', { default = loader_default(C.WK_LOADER_WINDOW_TOKENS) }),
+    cli.from(SHUFFLE, 'buffer_tokens', { default = loader_default(C.WK_LOADER_BUFFER_TOKENS) }),
     { 'no_shuffle', 'flag', help = 'stored order instead of the shuffle' },
     cli.from(LOADER, 'partitions', { default = 1, help = 'canonical partitions' }),
     cli.from(LOADER, 'chunk', { default = 1, help = 'draws per partition turn' }),
     cli.from(LOADER, 'on_corrupt', { default = 'error', help = 'stop at corrupt data, or mask and count it' }),
-    cli.from(LOADER, 'threads', { default = 2, help = 'reader threads' }),
+    cli.from(LOADER, 'threads', { default = loader_default(C.WK_LOADER_THREADS), help = 'reader threads' }),
     { 'from', 'path', value = 'FILE', help = 'start from the cursor saved in this file' },
     { 'save_cursor', 'path', value = 'FILE', help = 'write the cursor after the printed steps to this file' },
     { 'fingerprint', 'flag', help = 'also print one line per step with its order fingerprint' },

@@ -9,7 +9,7 @@ local ffi, C = core.ffi, core.C
 
 local NAME = 'wick.data.tokenize'
 local TOKENIZER = require 'wick.data.tokenizer'
-local MAX_THREADS = 256
+local MIN_THREADS, MAX_THREADS = core.bounds(C.wk_tokenize_param_bounds, C.WK_TOKENIZE_THREADS)
 
 local SPEC = cli.spec {
   name = NAME,
@@ -24,7 +24,7 @@ local SPEC = cli.spec {
     { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text' },
     { 'output', 'path', default = '-', help = "where to write ('-': standard output)" },
     { 'special', 'flag', help = 'special tokens written in the text become their ids' },
-    { 'threads', 'integer', min = 0, max = MAX_THREADS, default = 0, help = 'worker threads (0: all CPUs)' },
+    { 'threads', 'integer', min = MIN_THREADS, max = MAX_THREADS, default = 0, help = 'worker threads (0: all CPUs)' },
     { 'stats', 'flag', help = 'print lines, tokens and MB/s (per core too) on stderr' },
   },
 }

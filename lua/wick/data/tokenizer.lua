@@ -16,11 +16,15 @@ local ffi, C = core.ffi, core.C
 local NONE = 0xFFFFFFFF
 local PATTERNS = { 'r50k', 'r50k_base', 'gpt2', 'p50k', 'p50k_base', 'cl100k', 'cl100k_base', 'o200k', 'o200k_base' }
 
+-- Any tokenizer's EOS bounds (an open one narrows them to its vocabulary): wk_tokenizer_param_bounds with no tokenizer.
+local EOS_MIN, EOS_MAX = core.bounds(function(param, lo, hi) return C.wk_tokenizer_param_bounds(nil, param, lo, hi) end,
+                                     C.WK_TOKENIZER_EOS)
+
 local OPTIONS = schema.define('tokenizer option', {
   { 'special', 'boolean', default = false,
     help = 'special tokens written in text become their ids (default: plain text, as encode_ordinary)' },
   { 'pattern', 'enum', values = PATTERNS, help = "a tiktoken rank file's encoding, when its name does not say" },
-  { 'eos', types = { 'string', 'integer' }, min = 0, max = NONE - 1, help = 'the EOS token, by text or id' },
+  { 'eos', types = { 'string', 'integer' }, min = EOS_MIN, max = EOS_MAX, help = 'the EOS token, by text or id' },
 })
 
 local Tokenizer = {}

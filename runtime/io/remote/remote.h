@@ -17,10 +17,13 @@
  *               against Content-Range, adjacent prefetches merged, a cut transfer resumed by Range,
  *               every wait bounded (connect and stall timeouts, a low-speed limit, a deadline per attempt
  *               sized to its bytes, one over all of a request's attempts, a number of attempts)
+ *   transfer.c  one transfer's life in the engine: started (merged with neighbours), its attempts and
+ *               their callbacks, resumed, retried or finished (transfer.h: the engine's state)
  *   diskcache.c the node-shared on-disk cache (below)
- *   remote.c    a remote dataset's context (options, engine, cache, statistics), its index fetched
- *               through the cache (a conditional request), and the remote blob: read_at from the cache
- *               or by a Range request, advise(WILLNEED) as prefetch, forget for a corrupt copy
+ *   remote.c    a remote dataset's context (options, engine, cache, statistics, fetch targets)
+ *   remote_index.c  its index fetched through the cache (a conditional request)
+ *   remote_blob.c   the remote blob: read_at from the cache or by a Range request, advise(WILLNEED)
+ *               as prefetch, forget for a corrupt copy (remote_context.h: what the three share)
  *
  * Not here: the shard format and its checksums (shard.c verifies every block; dataset.c forgets a
  * remote block whose checksum fails and reads it once more before it reports the URL and offset).
@@ -254,6 +257,9 @@ typedef struct WkRemote WkRemote;
 /* Checks the options and the environment they default to (WICK_CACHE_DIR, XDG_CACHE_HOME, HOME,
  * WICK_CA_BUNDLE, AWS_*), then starts the engine and opens the cache. */
 WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out);
+/* Every integer option within its bounds (wk_remote_param_bounds), else "remote option <name>=<value> is
+ * outside [min, max]". */
+WkStatus wk_remote_options_check(const WkRemoteOptions *options);
 void wk_remote_close(WkRemote *r);
 /* The text of a dataset index at `location` (http, https or s3), through the cache; identity is the
  * XXH3-128 hex of the text (the cache directory of the dataset's shards). text is malloc'd. */

@@ -1,6 +1,6 @@
 /*
- * residency.c — a source's reads for the loader: a located sample (order.c) -> its tokens in a row,
- * through the node's unit cache (unitcache.c).
+ * node_reader.c — a source's reads for the loader: a located sample (order.c) -> its tokens in a row,
+ * through the node cache (node_cache.c).
  *
  * The thread that first needs a unit reads it into the cache: a zstd block is verified and decoded, a
  * raw block verified and copied (pread, not the file mapping: mapped pages would stay resident, and
@@ -12,7 +12,7 @@
  * pages a unit comes from are only asked for ahead (read-ahead), never mapped.
  *
  * Sharing: when the process is one of several local ranks of a job (LOCAL_WORLD_SIZE > 1 and a job id
- * from the launcher, torchrun or SLURM), the unit cache is a region in /dev/shm named by the job and the
+ * from the launcher, torchrun or SLURM), the node cache is a region in /dev/shm named by the job and the
  * stream (wk_shared_job_name), so all local ranks read each unit once between them; otherwise it is
  * private.
  */
@@ -26,19 +26,19 @@
 
 #include "../core/shared.h"
 #include "../format/shard.h"    /* wk_tokens_widen */
-#include "residency.h"
+#include "node_cache.h"
 
 enum {
   MEMO_ENTRIES = 256,         /* per thread: more than the units of a buffer or two */
 };
 
-struct WkResidency {
+struct WkNodeReader {
   WkDataset *ds;
-  WkResidencyConfig cfg;
+  WkNodeReaderConfig cfg;
   char what[256];
   uint32_t token_bytes;
   pthread_mutex_t lock;       /* the cache's creation, the waters */
-  _Atomic(WkUnitCache *) cache; /* created at the first read */
+  _Atomic(WkNodeCache *) cache; /* created at the first read */
   uint64_t low_water, high_water;
   _Atomic uint64_t decoded_bytes, delivered_bytes;
 };
@@ -49,7 +49,7 @@ typedef struct {
   uint64_t hold_until;
 } Memo;
 
-struct WkResidencyThread {
+struct WkNodeReaderThread {
   Memo memo[MEMO_ENTRIES];
   uint64_t delivered;         /* bytes delivered since the last flush (shared counters are flushed once
                                  per micro-batch, not per sample: they bounce between cores) */
@@ -59,44 +59,44 @@ struct WkResidencyThread {
 
 static uint64_t unit_key(uint32_t shard, uint32_t unit) { return ((uint64_t)shard + 1) << 32 | unit; }
 
-static uint64_t unit_bytes(const WkResidency *r) { return r->cfg.unit_tokens * r->token_bytes; }
-static uint64_t edge_bytes(const WkResidencyConfig *cfg, uint32_t token_bytes) { return (cfg->seq_len + 1ull) * token_bytes; }
+static uint64_t unit_bytes(const WkNodeReader *r) { return r->cfg.unit_tokens * r->token_bytes; }
+static uint64_t edge_bytes(const WkNodeReaderConfig *cfg, uint32_t token_bytes) { return (cfg->seq_len + 1ull) * token_bytes; }
 
 /* Edges in flight peak near half a window (each boundary waits from its first unit's buffer to its
  * second's); a margin of a few standard deviations, capped by the window. */
-static uint32_t edge_slots(const WkResidencyConfig *cfg) {
+static uint32_t edge_slots(const WkNodeReaderConfig *cfg) {
   double n = (double)cfg->window_boundaries;
   double slots = n / 2 + 4 * sqrt(n) + 16;
   return (uint32_t)(slots < n + 1 ? slots : n + 1);
 }
 
-static WkUnitCacheConfig cache_config(const WkResidencyConfig *cfg, uint32_t token_bytes, uint64_t budget,
+static WkNodeCacheConfig cache_config(const WkNodeReaderConfig *cfg, uint32_t token_bytes, uint64_t budget,
                                       const char *what, const char *name) {
-  return (WkUnitCacheConfig){.what = what, .shared_name = name, .identity = cfg->identity, .budget_bytes = budget,
+  return (WkNodeCacheConfig){.what = what, .shared_name = name, .identity = cfg->identity, .budget_bytes = budget,
                              .unit_bytes = cfg->unit_tokens * token_bytes, .edge_bytes = edge_bytes(cfg, token_bytes),
                              .edge_slots = edge_slots(cfg)};
 }
 
 /* ---- sharing ------------------------------------------------------------------------------------- */
 
-static WkStatus open_cache(WkResidency *r) {
+static WkStatus open_cache(WkNodeReader *r) {
   char what[32], name[WK_SHARED_NAME_CAPACITY];
   bool shared;
-  snprintf(what, sizeof what, "unit cache %016" PRIx64, r->cfg.identity);
+  snprintf(what, sizeof what, "node cache %016" PRIx64, r->cfg.identity);
   WK_TRY(wk_shared_job_name(what, name, &shared));
-  WkUnitCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what,
+  WkNodeCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what,
                                       shared ? name : NULL);
-  WkUnitCache *cache = NULL;
-  WK_TRY(wk_unit_cache_open(&cfg, r->low_water, &cache));
-  wk_unit_cache_set_high_water(cache, r->high_water);
+  WkNodeCache *cache = NULL;
+  WK_TRY(wk_node_cache_open(&cfg, r->low_water, &cache));
+  wk_node_cache_set_high_water(cache, r->high_water);
   atomic_store_explicit(&r->cache, cache, memory_order_release);
   return WK_OK;
 }
 
 /* ---- lifetime -------------------------------------------------------------------------------------- */
 
-WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg) {
-  WkResidency *r = wk_calloc(1, sizeof *r, "residency");
+WkNodeReader *wk_node_reader_new(WkDataset *ds, const WkNodeReaderConfig *cfg) {
+  WkNodeReader *r = wk_calloc(1, sizeof *r, "node cache reader");
   if (!r) return NULL;
   r->ds = ds;
   r->cfg = *cfg;
@@ -107,55 +107,55 @@ WkResidency *wk_residency_new(WkDataset *ds, const WkResidencyConfig *cfg) {
   return r;
 }
 
-void wk_residency_free(WkResidency *r) {
+void wk_node_reader_free(WkNodeReader *r) {
   if (!r) return;
-  wk_unit_cache_close(r->cache);
+  wk_node_cache_close(r->cache);
   pthread_mutex_destroy(&r->lock);
   free(r);
 }
 
-WkStatus wk_residency_start(WkResidency *r, uint64_t first_draw) {
+WkStatus wk_node_reader_start(WkNodeReader *r, uint64_t first_draw) {
   r->low_water = first_draw;
   return WK_OK;
 }
 
-uint64_t wk_residency_buffers_room(WkResidency *r) {
-  WkUnitCacheConfig c = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, "", NULL);
-  return wk_unit_cache_slots(&c) / r->cfg.buffer_units;
+uint64_t wk_node_reader_buffers_room(WkNodeReader *r) {
+  WkNodeCacheConfig c = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, "", NULL);
+  return wk_node_cache_slots(&c) / r->cfg.buffer_units;
 }
 
-uint64_t wk_residency_cache_bytes_for(WkResidency *r, uint64_t buffers) {
-  WkUnitCacheConfig c = cache_config(&r->cfg, r->token_bytes, 0, "", NULL);
-  return wk_unit_cache_bytes_for(&c, (uint32_t)(buffers * r->cfg.buffer_units));
+uint64_t wk_node_reader_cache_bytes_for(WkNodeReader *r, uint64_t buffers) {
+  WkNodeCacheConfig c = cache_config(&r->cfg, r->token_bytes, 0, "", NULL);
+  return wk_node_cache_bytes_for(&c, (uint32_t)(buffers * r->cfg.buffer_units));
 }
 
-void wk_residency_advance(WkResidency *r, uint64_t low_water) {
+void wk_node_reader_advance(WkNodeReader *r, uint64_t low_water) {
   pthread_mutex_lock(&r->lock);
   if (low_water > r->low_water) r->low_water = low_water;
-  if (r->cache) wk_unit_cache_set_low_water(r->cache, r->low_water);
+  if (r->cache) wk_node_cache_set_low_water(r->cache, r->low_water);
   pthread_mutex_unlock(&r->lock);
 }
 
-void wk_residency_plan(WkResidency *r, uint64_t high_water) {
+void wk_node_reader_plan(WkNodeReader *r, uint64_t high_water) {
   pthread_mutex_lock(&r->lock);
   r->high_water = high_water;
-  if (r->cache) wk_unit_cache_set_high_water(r->cache, high_water);
+  if (r->cache) wk_node_cache_set_high_water(r->cache, high_water);
   pthread_mutex_unlock(&r->lock);
 }
 
-WkResidencyThread *wk_residency_thread_new(WkResidency *r) {
-  WkResidencyThread *t = wk_calloc(1, sizeof *t, "residency thread");
+WkNodeReaderThread *wk_node_reader_thread_new(WkNodeReader *r) {
+  WkNodeReaderThread *t = wk_calloc(1, sizeof *t, "node cache reader thread");
   if (!t) return NULL;
   t->scratch = wk_malloc(unit_bytes(r), "decoded unit");
   t->edge = wk_malloc(edge_bytes(&r->cfg, r->token_bytes), "edge");
   if (!t->scratch || !t->edge) {
-    wk_residency_thread_free(t);
+    wk_node_reader_thread_free(t);
     return NULL;
   }
   return t;
 }
 
-void wk_residency_thread_free(WkResidencyThread *t) {
+void wk_node_reader_thread_free(WkNodeReaderThread *t) {
   if (!t) return;
   free(t->scratch);
   free(t->edge);
@@ -165,7 +165,7 @@ void wk_residency_thread_free(WkResidencyThread *t) {
 /* ---- reading ------------------------------------------------------------------------------------- */
 
 typedef struct {
-  WkResidency *r;
+  WkNodeReader *r;
   uint32_t shard;
   const WkUnitUse *use;
 } Fill;
@@ -174,7 +174,7 @@ typedef struct {
  * order's duties for it). */
 static WkStatus fill_unit(void *ctx, uint8_t *dst) {
   const Fill *f = ctx;
-  WkResidency *r = f->r;
+  WkNodeReader *r = f->r;
   uint64_t begin = (uint64_t)f->use->unit * r->cfg.unit_tokens, end = begin + r->cfg.unit_tokens;
   WkShardInfo info;
   WK_TRY(wk_dataset_shard_info(r->ds, f->shard, &info));
@@ -182,17 +182,17 @@ static WkStatus fill_unit(void *ctx, uint8_t *dst) {
   WK_TRY(wk_dataset_decode_range(r->ds, f->shard, begin, end, dst));
   uint64_t bytes = (end - begin) * r->token_bytes;
   atomic_fetch_add(&r->decoded_bytes, bytes);
-  wk_unit_cache_add_decoded(r->cache, bytes);
+  wk_node_cache_add_decoded(r->cache, bytes);
   for (uint32_t d = 0; d < f->use->duties; d++) {
     const WkEdgeDuty *duty = &f->use->duty[d];
-    wk_unit_cache_put_edge(r->cache, unit_key(f->shard, duty->boundary), duty->hold_until,
+    wk_node_cache_put_edge(r->cache, unit_key(f->shard, duty->boundary), duty->hold_until,
                            dst + (duty->begin - begin) * r->token_bytes,
                            (uint32_t)((duty->end - duty->begin) * r->token_bytes));
   }
   return WK_OK;
 }
 
-static WkStatus ensure_cache(WkResidency *r) {
+static WkStatus ensure_cache(WkNodeReader *r) {
   if (atomic_load_explicit(&r->cache, memory_order_acquire)) return WK_OK;
   pthread_mutex_lock(&r->lock);
   WkStatus status = r->cache ? WK_OK : open_cache(r);
@@ -201,7 +201,7 @@ static WkStatus ensure_cache(WkResidency *r) {
 }
 
 /* The unit's decoded tokens: from this thread's memo, or the node cache (decoding it if nobody has). */
-static WkStatus get_unit(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
+static WkStatus get_unit(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
                          const uint8_t **data) {
   uint64_t key = unit_key(loc->shard, use->unit);
   Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
@@ -211,27 +211,27 @@ static WkStatus get_unit(WkResidency *r, WkResidencyThread *t, const WkSampleLoc
   }
   Fill fill = {r, loc->shard, use};
   WkUnitHit hit;
-  WK_TRY(wk_unit_cache_get(r->cache, key, use->hold, fill_unit, &fill, t->scratch, &hit));
+  WK_TRY(wk_node_cache_get(r->cache, key, use->hold, fill_unit, &fill, t->scratch, &hit));
   if (hit.cached) *m = (Memo){.key = key, .data = hit.data, .hold_until = hit.hold_until};
   *data = hit.data;
   return WK_OK;
 }
 
 /* Tokens [begin, end) of the sample that lie in one unit, into dst (the row at the sample's offset). */
-static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
+static WkStatus read_part(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
                           uint64_t begin, uint64_t end, uint8_t *dst, uint32_t dst_bytes) {
   uint64_t unit_begin = (uint64_t)use->unit * r->cfg.unit_tokens, count = end - begin;
   uint8_t *out = dst + (begin - loc->offset) * dst_bytes;
   if (use->from_edge) {
     uint64_t boundary = loc->units[1].unit;
-    if (wk_unit_cache_take_edge(r->cache, unit_key(loc->shard, (uint32_t)boundary), t->edge,
+    if (wk_node_cache_take_edge(r->cache, unit_key(loc->shard, (uint32_t)boundary), t->edge,
                                 (uint32_t)(count * r->token_bytes))) {
       wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
       return WK_OK;
     }
     /* Not saved: the earlier unit is still resident (the edge slots were full while ranks ran far
      * apart), or nobody on this node decoded it (its samples went to other nodes): decode it here. */
-    if (wk_unit_cache_copy_resident(r->cache, unit_key(loc->shard, use->unit), (begin - unit_begin) * r->token_bytes,
+    if (wk_node_cache_copy_resident(r->cache, unit_key(loc->shard, use->unit), (begin - unit_begin) * r->token_bytes,
                                     t->edge, (uint32_t)(count * r->token_bytes))) {
       wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
       return WK_OK;
@@ -247,7 +247,7 @@ static WkStatus read_part(WkResidency *r, WkResidencyThread *t, const WkSampleLo
   return WK_OK;
 }
 
-WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
+WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
   t->delivered += loc->length * r->token_bytes;
   WK_TRY(ensure_cache(r));
   uint64_t end = loc->offset + loc->length;
@@ -257,24 +257,24 @@ WkStatus wk_residency_read(WkResidency *r, WkResidencyThread *t, const WkSampleL
   return WK_OK;
 }
 
-void wk_residency_read_ahead(WkResidency *r, WkUnitRef unit) {
+void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit) {
   uint64_t begin = (uint64_t)unit.unit * r->cfg.unit_tokens;
   wk_dataset_advise(r->ds, unit.shard, begin, begin + r->cfg.unit_tokens, WK_ADVICE_WILLNEED);
 }
 
-void wk_residency_thread_flush(WkResidency *r, WkResidencyThread *t) {
+void wk_node_reader_thread_flush(WkNodeReader *r, WkNodeReaderThread *t) {
   if (t->delivered == 0) return;
   atomic_fetch_add(&r->delivered_bytes, t->delivered);
-  WkUnitCache *cache = atomic_load_explicit(&r->cache, memory_order_acquire);
-  if (cache) wk_unit_cache_add_delivered(cache, t->delivered);
+  WkNodeCache *cache = atomic_load_explicit(&r->cache, memory_order_acquire);
+  if (cache) wk_node_cache_add_delivered(cache, t->delivered);
   t->delivered = 0;
 }
 
-void wk_residency_stats(WkResidency *r, WkResidencyStats *out) {
+void wk_node_reader_stats(WkNodeReader *r, WkNodeReaderStats *out) {
   memset(out, 0, sizeof *out);
   out->decoded_bytes = atomic_load(&r->decoded_bytes);
   out->delivered_bytes = atomic_load(&r->delivered_bytes);
   pthread_mutex_lock(&r->lock);
-  if (r->cache) wk_unit_cache_stats(r->cache, &out->node);
+  if (r->cache) wk_node_cache_stats(r->cache, &out->node);
   pthread_mutex_unlock(&r->lock);
 }

@@ -1,10 +1,10 @@
 /*
- * unitcache.c — a source's decoded units and edges, shared by the local ranks of a node (shared.c): each
+ * node_cache.c — a source's decoded units and edges, shared by the local ranks of a node (shared.c): each
  * unit is decoded once per node and stays exactly as long as the order says it is needed.
  *
- * Residency follows the order, not recency. An entry carries the absolute draws of its buffer's first
- * and last item (its hold, from order.c) and becomes reusable once every attached reader's low water
- * (the first draw it may still read) is past the last. So an entry a reader still needs is never taken
+ * What stays cached follows the order, not recency. An entry carries the absolute draws of its
+ * buffer's first and last item (its hold, from order.c) and becomes reusable once every attached
+ * reader's low water (the first draw it may still read) is past the last. So an entry a reader still needs is never taken
  * from under it, and readers copy from entries without holding the lock. When every slot is still
  * needed, a reader waits for the node's slowest reader to move on (backpressure: no rank runs ahead of
  * its node by more than the cache holds), except the slowest reader itself: it takes the slot of the
@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "../core/shared.h"
-#include "residency.h"
+#include "node_cache.h"
 
 enum {
   CACHE_VERSION = 2,          /* 2: readers and decoders recorded with their start times */
@@ -88,7 +88,7 @@ typedef struct {
   _Atomic uint64_t decoded_bytes, delivered_bytes;
 } Header;
 
-struct WkUnitCache {
+struct WkNodeCache {
   WkSharedRegion region;
   Header *h;
   Entry *entries;
@@ -110,7 +110,7 @@ static uint32_t bucket_count(uint32_t entries) {
 }
 
 /* The layout of a region with `units` unit slots, without memory behind it. */
-static Header layout_with(const WkUnitCacheConfig *cfg, uint32_t units) {
+static Header layout_with(const WkNodeCacheConfig *cfg, uint32_t units) {
   Header h = {.version = CACHE_VERSION, .identity = cfg->identity, .unit_bytes = align_up(cfg->unit_bytes),
               .edge_bytes = align_up(cfg->edge_bytes), .units = units, .edges = cfg->edge_slots};
   memcpy(h.magic, CACHE_MAGIC, sizeof h.magic);
@@ -126,7 +126,7 @@ static uint64_t region_bytes(const Header *h) { return h->edge_data_at + (uint64
 
 /* The most unit slots whose region fits the budget: a first guess from the sizes, then down past the
  * alignment and bucket rounding. */
-static Header layout(const WkUnitCacheConfig *cfg) {
+static Header layout(const WkNodeCacheConfig *cfg) {
   Header empty = layout_with(cfg, 0);
   uint64_t fixed = region_bytes(&empty);
   uint64_t per_unit = align_up(cfg->unit_bytes) + sizeof(Entry) + 2 * sizeof(int32_t);
@@ -137,9 +137,9 @@ static Header layout(const WkUnitCacheConfig *cfg) {
   return h;
 }
 
-uint32_t wk_unit_cache_slots(const WkUnitCacheConfig *cfg) { return layout(cfg).units; }
+uint32_t wk_node_cache_slots(const WkNodeCacheConfig *cfg) { return layout(cfg).units; }
 
-uint64_t wk_unit_cache_bytes_for(const WkUnitCacheConfig *cfg, uint32_t units) {
+uint64_t wk_node_cache_bytes_for(const WkNodeCacheConfig *cfg, uint32_t units) {
   Header h = layout_with(cfg, units);
   return region_bytes(&h);
 }
@@ -148,23 +148,23 @@ uint64_t wk_unit_cache_bytes_for(const WkUnitCacheConfig *cfg, uint32_t units) {
 
 static uint32_t bucket_of(const Header *h, uint64_t key) { return (uint32_t)(wk_mix64(key, 0x75) & (h->buckets - 1)); }
 
-static uint32_t entry_count(const WkUnitCache *c) { return c->layout.units + c->layout.edges; }
+static uint32_t entry_count(const WkNodeCache *c) { return c->layout.units + c->layout.edges; }
 
 /* An index read from the region: -1 (none) or an entry in [first, end); anything else marks the cache
  * corrupted and reads as none. */
-static int32_t checked_index(WkUnitCache *c, int32_t i, uint32_t first, uint32_t end) {
+static int32_t checked_index(WkNodeCache *c, int32_t i, uint32_t first, uint32_t end) {
   if (i == -1 || (i >= (int32_t)first && (uint32_t)i < end)) return i;
   c->corrupt = true;
   return -1;
 }
 
-static int32_t next_in_chain(WkUnitCache *c, int32_t link) { return checked_index(c, link, 0, entry_count(c)); }
+static int32_t next_in_chain(WkNodeCache *c, int32_t link) { return checked_index(c, link, 0, entry_count(c)); }
 
-static int32_t *free_list(WkUnitCache *c, uint32_t index) {
+static int32_t *free_list(WkNodeCache *c, uint32_t index) {
   return index < c->layout.units ? &c->h->free_units : &c->h->free_edges;
 }
 
-static void push_free(WkUnitCache *c, uint32_t index) {
+static void push_free(WkNodeCache *c, uint32_t index) {
   Entry *e = &c->entries[index];
   int32_t *head = free_list(c, index);
   e->state = ENTRY_FREE;
@@ -172,7 +172,7 @@ static void push_free(WkUnitCache *c, uint32_t index) {
   *head = (int32_t)index;
 }
 
-static void link_entry(WkUnitCache *c, uint32_t index) {
+static void link_entry(WkNodeCache *c, uint32_t index) {
   Entry *e = &c->entries[index];
   int32_t *head = &c->bucket[bucket_of(&c->layout, e->key)];
   e->next = *head;
@@ -180,13 +180,13 @@ static void link_entry(WkUnitCache *c, uint32_t index) {
 }
 
 /* A chain is at most every entry long: a longer one loops. */
-static bool chain_too_long(WkUnitCache *c, uint32_t steps) {
+static bool chain_too_long(WkNodeCache *c, uint32_t steps) {
   if (steps <= entry_count(c)) return false;
   c->corrupt = true;
   return true;
 }
 
-static void unlink_entry(WkUnitCache *c, uint32_t index) {
+static void unlink_entry(WkNodeCache *c, uint32_t index) {
   int32_t *link = &c->bucket[bucket_of(&c->layout, c->entries[index].key)];
   for (uint32_t steps = 0;; steps++) {
     int32_t i = next_in_chain(c, *link);
@@ -197,7 +197,7 @@ static void unlink_entry(WkUnitCache *c, uint32_t index) {
   *link = c->entries[index].next;
 }
 
-static Entry *find(WkUnitCache *c, uint64_t key) {
+static Entry *find(WkNodeCache *c, uint64_t key) {
   uint32_t steps = 0;
   for (int32_t i = next_in_chain(c, c->bucket[bucket_of(&c->layout, key)]); i >= 0 && !chain_too_long(c, steps++);
        i = next_in_chain(c, c->entries[i].next))
@@ -215,7 +215,7 @@ static bool still_running(int32_t pid, uint32_t started) {
 }
 
 /* Lock held. Rebuilds chains and free lists from the entries' states (after a holder died). */
-static void rebuild(WkUnitCache *c) {
+static void rebuild(WkNodeCache *c) {
   Header *h = c->h;
   for (uint32_t b = 0; b < c->layout.buckets; b++) c->bucket[b] = -1;
   h->free_units = h->free_edges = -1;
@@ -228,7 +228,7 @@ static void rebuild(WkUnitCache *c) {
 }
 
 /* Lock held. Clears readers and decoders that died; returns whether anything changed. */
-static bool clear_dead(WkUnitCache *c) {
+static bool clear_dead(WkNodeCache *c) {
   Header *h = c->h;
   bool changed = false;
   for (uint32_t r = 0; r < MAX_READERS; r++) {
@@ -250,21 +250,21 @@ static bool clear_dead(WkUnitCache *c) {
   return changed;
 }
 
-static WkStatus check_intact(WkUnitCache *c) {
+static WkStatus check_intact(WkNodeCache *c) {
   if (!c->corrupt) return WK_OK;
   return WK_FAIL(WK_ERR_IO, "%s: node cache '/dev/shm%s' is corrupted (a link outside its %u entries, or a loop): "
                  "a process of this user wrote into it; remove it and start the job again", c->what, c->region.name,
                  entry_count(c));
 }
 
-static void lock(WkUnitCache *c) {
+static void lock(WkNodeCache *c) {
   if (wk_shared_lock(&c->h->lock)) rebuild(c);
 }
 
-static void unlock(WkUnitCache *c) { wk_shared_unlock(&c->h->lock); }
+static void unlock(WkNodeCache *c) { wk_shared_unlock(&c->h->lock); }
 
 /* The first draw any attached reader may still read; `slowest` gets its pid. */
-static uint64_t min_low_water(const WkUnitCache *c, int32_t *slowest) {
+static uint64_t min_low_water(const WkNodeCache *c, int32_t *slowest) {
   uint64_t low = UINT64_MAX;
   for (uint32_t r = 0; r < MAX_READERS; r++) {
     int32_t pid = atomic_load(&c->h->readers[r].pid);
@@ -278,7 +278,7 @@ static uint64_t min_low_water(const WkUnitCache *c, int32_t *slowest) {
 }
 
 /* Lock held. A unit entry no reader can be reading now, needed furthest in the future; -1 if none. */
-static int32_t steal_unit(WkUnitCache *c) {
+static int32_t steal_unit(WkNodeCache *c) {
   uint64_t high = 0;
   for (uint32_t r = 0; r < MAX_READERS; r++)
     if (atomic_load(&c->h->readers[r].pid) != 0 && atomic_load(&c->h->readers[r].high_water) > high)
@@ -297,7 +297,7 @@ static int32_t steal_unit(WkUnitCache *c) {
 }
 
 /* Lock held. A free entry of the kind (units or edges), or one no reader needs any more. */
-static int32_t take_entry(WkUnitCache *c, bool edge) {
+static int32_t take_entry(WkNodeCache *c, bool edge) {
   int32_t *head = edge ? &c->h->free_edges : &c->h->free_units;
   int32_t free_entry = edge ? checked_index(c, *head, c->layout.units, entry_count(c))
                             : checked_index(c, *head, 0, c->layout.units);
@@ -325,7 +325,7 @@ static WkStatus init_region(void *ctx, void *base) {
   Header *h = base;
   memcpy(h, want, sizeof *h);
   WK_TRY(wk_shared_lock_init(&h->lock));
-  WkUnitCache view = {.h = h, .layout = *want, .entries = (Entry *)((uint8_t *)base + h->entries_at),
+  WkNodeCache view = {.h = h, .layout = *want, .entries = (Entry *)((uint8_t *)base + h->entries_at),
                       .bucket = (int32_t *)((uint8_t *)base + h->buckets_at)};
   memset(view.entries, 0, sizeof(Entry) * entry_count(&view));
   rebuild(&view);
@@ -346,7 +346,7 @@ static WkStatus check_layout(const volatile Header *got, const Header *want, con
   return WK_OK;
 }
 
-static WkStatus attach(WkUnitCache *c, uint64_t first_draw) {
+static WkStatus attach(WkNodeCache *c, uint64_t first_draw) {
   lock(c);
   clear_dead(c);
   for (uint32_t r = 0; r < MAX_READERS; r++) {
@@ -364,13 +364,13 @@ static WkStatus attach(WkUnitCache *c, uint64_t first_draw) {
   return WK_FAIL(WK_ERR_INVALID_ARG, "%s: more than %d loaders share one node cache", c->what, MAX_READERS);
 }
 
-WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, WkUnitCache **out) {
+WkStatus wk_node_cache_open(const WkNodeCacheConfig *cfg, uint64_t first_draw, WkNodeCache **out) {
   *out = NULL;
   Header want = layout(cfg);
   if (want.units == 0)
     return WK_FAIL(WK_ERR_INVALID_ARG, "%s: a cache of %llu bytes cannot hold one unit", cfg->what,
                    (unsigned long long)cfg->budget_bytes);
-  WkUnitCache *c = wk_calloc(1, sizeof *c, "unit cache");
+  WkNodeCache *c = wk_calloc(1, sizeof *c, "node cache");
   if (!c) return wk_last_status();
   snprintf(c->what, sizeof c->what, "%s", cfg->what);
   c->layout = want;
@@ -399,7 +399,7 @@ WkStatus wk_unit_cache_open(const WkUnitCacheConfig *cfg, uint64_t first_draw, W
   return WK_OK;
 }
 
-void wk_unit_cache_close(WkUnitCache *c) {
+void wk_node_cache_close(WkNodeCache *c) {
   if (!c) return;
   lock(c);
   clear_dead(c); /* a killed peer must not keep the region's name alive */
@@ -412,18 +412,18 @@ void wk_unit_cache_close(WkUnitCache *c) {
   free(c);
 }
 
-void wk_unit_cache_set_low_water(WkUnitCache *c, uint64_t draw) {
+void wk_node_cache_set_low_water(WkNodeCache *c, uint64_t draw) {
   atomic_store(&c->h->readers[c->reader].low_water, draw);
   wk_shared_wake(&c->h->lock);
 }
 
-void wk_unit_cache_set_high_water(WkUnitCache *c, uint64_t draw) {
+void wk_node_cache_set_high_water(WkNodeCache *c, uint64_t draw) {
   atomic_store(&c->h->readers[c->reader].high_water, draw);
 }
 
-void wk_unit_cache_add_delivered(WkUnitCache *c, uint64_t bytes) { atomic_fetch_add(&c->h->delivered_bytes, bytes); }
+void wk_node_cache_add_delivered(WkNodeCache *c, uint64_t bytes) { atomic_fetch_add(&c->h->delivered_bytes, bytes); }
 
-void wk_unit_cache_stats(WkUnitCache *c, WkNodeCacheStats *out) {
+void wk_node_cache_stats(WkNodeCache *c, WkNodeCacheStats *out) {
   lock(c);
   *out = c->h->stats;
   unlock(c);
@@ -442,7 +442,7 @@ typedef struct {
 
 /* Lock held on entry and on return. Sleeps until something changes (or a slice passes), clearing dead
  * peers; fails once the wait has lasted WAIT_LIMIT_MS. */
-static WkStatus wait_for_change(WkUnitCache *c, Wait *w, const char *for_what, int32_t pid) {
+static WkStatus wait_for_change(WkNodeCache *c, Wait *w, const char *for_what, int32_t pid) {
   uint64_t now = wk_now_ns();
   if (w->started_ns == 0) {
     w->started_ns = now;
@@ -461,16 +461,16 @@ static WkStatus wait_for_change(WkUnitCache *c, Wait *w, const char *for_what, i
 
 /* ---- units ------------------------------------------------------------------------------------------ */
 
-static uint8_t *unit_data(WkUnitCache *c, const Entry *e) {
+static uint8_t *unit_data(WkNodeCache *c, const Entry *e) {
   return c->unit_data + (size_t)(e - c->entries) * c->layout.unit_bytes;
 }
 
-static uint8_t *edge_data(WkUnitCache *c, const Entry *e) {
+static uint8_t *edge_data(WkNodeCache *c, const Entry *e) {
   return c->edge_data + (size_t)(e - c->entries - c->layout.units) * c->layout.edge_bytes;
 }
 
 /* Lock held. Backs entry i's data with pages on its first use; on failure it goes back to the free list. */
-static WkStatus back_entry(WkUnitCache *c, int32_t i) {
+static WkStatus back_entry(WkNodeCache *c, int32_t i) {
   Entry *e = &c->entries[i];
   if (e->backed) return WK_OK;
   bool edge = (uint32_t)i >= c->layout.units;
@@ -485,7 +485,7 @@ static WkStatus back_entry(WkUnitCache *c, int32_t i) {
   return WK_OK;
 }
 
-WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill fill, void *ctx, uint8_t *scratch,
+WkStatus wk_node_cache_get(WkNodeCache *c, uint64_t key, WkHold hold, WkUnitFill fill, void *ctx, uint8_t *scratch,
                            WkUnitHit *out) {
   Wait w = {0};
   key &= ~EDGE_KEY_TAG;
@@ -543,7 +543,7 @@ WkStatus wk_unit_cache_get(WkUnitCache *c, uint64_t key, WkHold hold, WkUnitFill
 
 /* ---- edges ------------------------------------------------------------------------------------------ */
 
-void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, const void *data, uint32_t bytes) {
+void wk_node_cache_put_edge(WkNodeCache *c, uint64_t key, uint64_t hold_until, const void *data, uint32_t bytes) {
   key |= EDGE_KEY_TAG;
   if (bytes > c->layout.edge_bytes) return; /* cannot happen: edges are shorter than a sample */
   lock(c);
@@ -565,7 +565,7 @@ void wk_unit_cache_put_edge(WkUnitCache *c, uint64_t key, uint64_t hold_until, c
   unlock(c);
 }
 
-bool wk_unit_cache_take_edge(WkUnitCache *c, uint64_t key, void *dst, uint32_t bytes) {
+bool wk_node_cache_take_edge(WkNodeCache *c, uint64_t key, void *dst, uint32_t bytes) {
   key |= EDGE_KEY_TAG;
   lock(c);
   Entry *e = find(c, key);
@@ -576,7 +576,7 @@ bool wk_unit_cache_take_edge(WkUnitCache *c, uint64_t key, void *dst, uint32_t b
   return found;
 }
 
-bool wk_unit_cache_copy_resident(WkUnitCache *c, uint64_t key, uint64_t offset, void *dst, uint32_t bytes) {
+bool wk_node_cache_copy_resident(WkNodeCache *c, uint64_t key, uint64_t offset, void *dst, uint32_t bytes) {
   lock(c);
   Entry *e = find(c, key);
   bool found = e && e->state == ENTRY_READY && offset + bytes <= c->layout.unit_bytes;
@@ -585,4 +585,4 @@ bool wk_unit_cache_copy_resident(WkUnitCache *c, uint64_t key, uint64_t offset, 
   return found;
 }
 
-void wk_unit_cache_add_decoded(WkUnitCache *c, uint64_t bytes) { atomic_fetch_add(&c->h->decoded_bytes, bytes); }
+void wk_node_cache_add_decoded(WkNodeCache *c, uint64_t bytes) { atomic_fetch_add(&c->h->decoded_bytes, bytes); }
