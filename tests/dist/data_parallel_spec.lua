@@ -18,6 +18,8 @@ local KEY_BIAS_NOISE = 1e-4     -- what rounding noise makes of a parameter with
 local BF16_NORM_TOLERANCE = 2 ^ -8  -- relative: bf16 keeps 8 significant bits of each summed gradient
 local BF16_LOSS_TOLERANCE = 0.01    -- relative, over 10 steps of AdamW on those gradients
 local SMALL_BUCKETS = 4096      -- bytes: several buckets, so that some start during the backward
+local SHARD_DIM, SHARD_PARAMETERS = 15, 9915
+local SHARD_WEIGHT_TOLERANCE = 1e-6  -- relative L2 per tensor, sharded against unsharded on the same ranks
 local LAYOUTS = { { world = 1, micro = 4 }, { world = 2, micro = 2 }, { world = 4, micro = 1 } }
 
 -- Documents of 1..23 bytes: padded rows of 16 + 1 tokens keep a varying number of targets.
@@ -31,12 +33,13 @@ local function short_documents(count)
   return docs
 end
 
-local function train(dataset, mode, world, dir, bucket_bytes, grad_dtype)
-  grad_dtype = grad_dtype or 'fp32'
-  local name = ('%s/%s-%d-%s'):format(dir, mode, world, grad_dtype)
+local function train(dataset, mode, world, dir, bucket_bytes, grad_dtype, shard, dim)
+  grad_dtype, shard, dim = grad_dtype or 'fp32', shard or 'none', dim or 16
+  local name = ('%s/%s-%d-%s-%s-%d'):format(dir, mode, world, grad_dtype, shard, dim)
   local out, audit = name .. '.safetensors', name .. '.audit'
-  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d %s'):format(
-    q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes, grad_dtype))
+  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d %s %s %d')
+    :format(q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes, grad_dtype,
+    shard, dim))
   assert(r.rc == 0, r.out .. r.err)
   local steps = {}
   for line in r.out:gmatch('%[rank0%] (step [^\n]+)') do
@@ -127,6 +130,40 @@ describe('data parallelism', function()
       for _ in pairs(varied) do counts = counts + 1 end
       if mode == 'pad' then assert.is_true(counts > 3, 'pad mode should vary the target count per step') end
       assert.is_true(reference.steps[STEPS].loss < reference.steps[1].loss, 'it learns')
+    end)
+  end
+
+  -- Sharding moves the optimizer state and the reduced gradients, not the training: each level gives
+  -- the unsharded run's losses and weights on the same ranks (only the order of sums may differ).
+  -- dim 15 makes 9915 parameters: on 2 and 4 ranks the head of the flat storage (N mod W elements)
+  -- is the replicated bucket, next to several sharded ones.
+  for _, mode in ipairs({ 'packed', 'pad' }) do
+    it(('gives the unsharded losses and weights with shard = optimizer and gradients, on 1x4, 2x2, 4x1 (%s mode)')
+      :format(mode), function()
+      for _, layout in ipairs(LAYOUTS) do
+        local plain = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', 'none', SHARD_DIM)
+        assert.are.equal(SHARD_PARAMETERS, plain.grads)
+        for _, level in ipairs({ 'optimizer', 'gradients' }) do
+          local run = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', level, SHARD_DIM)
+          local head = SHARD_PARAMETERS % layout.world
+          for s, step in ipairs(run.steps) do
+            local want = plain.steps[s]
+            assert.are.equal(layout.micro, step.micro)
+            assert.are.equal(want.tokens, step.tokens)
+            assert.is_true(math.abs(step.loss - want.loss) <= LOSS_TOLERANCE * want.loss,
+              ('%s on %d ranks, step %d: loss %.9g, unsharded %.9g'):format(level, layout.world, s, step.loss, want.loss))
+            assert.is_true(math.abs(step.grad_norm - want.grad_norm) <= LOSS_TOLERANCE * want.grad_norm)
+            -- and one sum of squares, and one all-gather a sharded bucket (not the replicated head);
+            -- alone, the reduce-scatters remain, as copies into the slice
+            local sharded = step.buckets - (head > 0 and 1 or 0)
+            local alone = level == 'gradients' and step.buckets or 0
+            assert.are.equal(layout.world == 1 and alone or step.buckets + 2 + 1 + sharded, step.collectives)
+          end
+          assert.are.same(samples_by_step(plain.audit), samples_by_step(run.audit))
+          local worst, why = compare_weights(plain.weights, run.weights)
+          assert.is_true(worst <= SHARD_WEIGHT_TOLERANCE, ('%s on %d ranks: %s'):format(level, layout.world, why))
+        end
+      end
     end)
   end
 

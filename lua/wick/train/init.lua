@@ -205,12 +205,14 @@ function train.new(job)
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
     weight_decay = o.weight_decay, clip = o.clip }
-  if state then
+  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype,
+    shard = config.parallel.shard })
+  if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
     checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model)
-    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step)
+    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step,
+      self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
-  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype })
   self.flag = T.zeros({ 1 }, 'f32')
   local host = require 'wick.host'
   self.live = runlog.live_mode(self.rank) -- rank 0's progress line: 'terminal', 'launcher' or nil
@@ -296,6 +298,7 @@ function Trainer:save()
     version = wick().version, world_size = self.world_size,
     lr_scale = ('%.17g'):format(self.lr_scale) }
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
+  local m, v, copies = self.opt:full_moments(self.model, self.dp.layout) -- sharded: gathered on every rank
   local path
   if self.rank == 0 then
     local why = take_checkpoint_dir(self) -- taken already, unless a save() with checkpoint.every 0
@@ -304,8 +307,12 @@ function Trainer:save()
     meta.data = self.manifests
     path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
       self.model:save(tmp .. '/model.safetensors')
-      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model)
+      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model, m, v)
     end, c.checkpoint.keep)
+  end
+  if copies then
+    m:free()
+    v:free()
   end
   if self.world_size > 1 then self.dist:barrier() end -- no rank runs ahead of a checkpoint
   return path
