@@ -294,6 +294,39 @@ checkpoint = { every = 2, keep = 2 },]]
       end
     end)
 
+    -- A sharded run's checkpoint holds the gathered moments (today's files), so it resumes onto any
+    -- world size and sharding: the resumed steps give the straight run's losses.
+    it('resumes 4 ranks with shard = optimizer onto 2 unsharded, and 2 with gradients onto 4', function()
+      local path = write_recipe(root .. '/sharded.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
+end },
+checkpoint = { every = 2, keep = 2 },]])
+      local straight = root .. '/shard-straight.jsonl'
+      local r = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s'):format(q(path),
+        q(root .. '/ck-shard-straight'), q(straight)))
+      assert.are.equal(0, r.rc, r.err)
+      local want = losses(straight)
+      for i, case in ipairs({ { 4, 'optimizer', 2, 'none' }, { 2, 'gradients', 4, 'gradients' } }) do
+        local dir, log = ('%s/ck-shard%d'):format(root, i), ('%s/shard%d.jsonl'):format(root, i)
+        local first = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s')
+          :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
+        assert.are.equal(0, first.rc, first.err)
+        assert.is_nil(losses(log)[5], 'stopped after step 4')
+        local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
+          :format(case[3], q(path), case[4], q(dir), q(log)))
+        assert.are.equal(0, resumed.rc, resumed.err)
+        assert.matches('resume: from ' .. dir .. '/step-00000004 (step 4)', resumed.out, 1, true)
+        local got = losses(log)
+        for step = 1, 8 do
+          local a, b = tonumber(want[step]), tonumber(got[step])
+          assert.is_true(math.abs(a - b) < 1e-5 * a,
+            ('%d ranks %s -> %d ranks %s, step %d: %s vs %s'):format(case[1], case[2], case[3], case[4], step, want[step],
+            got[step]))
+        end
+      end
+    end)
+
     it('keeps the last K, ignores a checkpoint killed mid-write, and writes provenance', function()
       local path = write_recipe(root .. '/kept.lua', dataset, 'checkpoint = { every = 2, keep = 2 },')
       local dir = root .. '/kept'
