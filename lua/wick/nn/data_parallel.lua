@@ -59,8 +59,8 @@ local OPTIONS = schema.define('nn.data_parallel option', {
   { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
     help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },
   { 'shard', 'enum', values = { 'none', 'optimizer', 'gradients' }, default = 'none',
-    help = "what each rank keeps of its 1/world slice only: 'optimizer' (AdamW's moments), 'gradients' (and the "
-      .. 'reduced gradients)' },
+    help = "what the ranks split into 1/world slices: 'optimizer' AdamW's moments, 'gradients' also the reduced "
+      .. 'gradients' },
 })
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
