@@ -2,7 +2,8 @@
 -- and 4 ranks x 1 (real processes, Gloo) sees the same samples (per the loader's audit), the same
 -- per-step losses and target counts, and ends with the same weights within fp32 tolerance, also
 -- in pad mode where every micro-batch has its own number of target tokens. Gradients all-reduced in
--- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes.
+-- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes. Sharded
+-- (parallel.shard = optimizer | gradients), the same ranks give the unsharded run's losses and weights.
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local wick = require 'wick'
@@ -243,6 +244,37 @@ describe('data parallelism', function()
     local bad = helper.run(('%s --parallel.grad_dtype=f16'):format(q(recipe)))
     assert.are_not.equal(0, bad.rc)
     assert.matches('parallel.grad_dtype', bad.err)
+    helper.rmtree(dir)
+  end)
+
+  -- The paths the fixture's fp32 runs do not take: a compute copy refreshed from all-gathered f32
+  -- masters (bf16, fp16 with its loss scaler), and bf16 reduce-scatters.
+  it("keeps the unsharded losses under bf16 and fp16 and with bf16 gradients, from a recipe's parallel.shard", function()
+    local dir = helper.tmpdir()
+    local function losses(args)
+      local log = dir .. '/log.jsonl'
+      os.remove(log)
+      local r = helper.run(('--nproc-per-node 2 %s --steps=3 --log.sample=0 --log=%s %s'):format(
+        q(helper.ROOT .. '/recipes/tiny.lua'), q(log), args))
+      assert.are.equal(0, r.rc, r.out .. r.err)
+      local out = {}
+      for loss in helper.read_file(log):gmatch('"loss":([^,}]+)') do out[#out + 1] = tonumber(loss) end
+      assert.are.equal(3, #out)
+      return out
+    end
+    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16' }) do
+      local want = losses(case)
+      for _, level in ipairs({ 'optimizer', 'gradients' }) do
+        local got = losses(case .. ' --parallel.shard=' .. level)
+        for s = 1, 3 do
+          assert.is_true(math.abs(got[s] - want[s]) <= LOSS_TOLERANCE * want[s],
+            ('%s, shard %s, step %d: %.9g, unsharded %.9g'):format(case, level, s, got[s], want[s]))
+        end
+      end
+    end
+    local bad = helper.run(('%s --parallel.shard=parameters'):format(q(helper.ROOT .. '/recipes/tiny.lua')))
+    assert.are_not.equal(0, bad.rc)
+    assert.matches('parallel.shard', bad.err, 1, true)
     helper.rmtree(dir)
   end)
 
