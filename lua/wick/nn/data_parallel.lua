@@ -188,7 +188,8 @@ function DataParallel:launch(i)
   local b = self.buckets[i]
   if b.wire then b.wire:copy(b.view) end
   if b.scatter then
-    self.works[i] = self.dist:reduce_scatter_start(b.wire_out or b.piece.grads, b.wire or b.view, 'sum', site_of(self))
+    local out = b.wire_out or b.piece.grads
+    self.works[i] = self.dist:reduce_scatter_start(out, b.wire or b.view, 'sum', site_of(self))
   else
     self.works[i] = self.dist:all_reduce_start(b.wire or b.view, 'sum', site_of(self))
   end

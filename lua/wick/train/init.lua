@@ -14,9 +14,9 @@
 -- with the new micro batch, so the samples of every step stay the same), normalised by the step's
 -- global target count (wick.nn.data_parallel; parallel.shard splits AdamW's state and the reduced
 -- gradients over the ranks, a checkpoint gathers the moments whole), clipped (optim.clip), stepped
--- by AdamW with the learning rate of its schedule, under the recipe's precision policy. Metrics of a step: step,
--- loss, lr, tokens, tokens_per_s, data_wait (seconds this rank waited for data), grad_norm,
--- loss_scale, fingerprint (of the step's global batch, equal on every rank), micro_steps, ranks
+-- by AdamW with the learning rate of its schedule, under the recipe's precision policy. Metrics of
+-- a step: step, loss, lr, tokens, tokens_per_s, data_wait (seconds this rank waited for data),
+-- grad_norm, loss_scale, fingerprint (of the step's global batch, equal on every rank), micro_steps, ranks
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
