@@ -333,9 +333,7 @@ end
 function DataParallel:free()
   for _, b in ipairs(self.buckets) do
     b.view:free()
-    for _, t in ipairs({ b.wire or false, b.wire_out or false, b.piece and b.piece.grads or false }) do
-      if t then t:free() end
-    end
+    for _, t in pairs({ b.wire, b.wire_out, b.piece and b.piece.grads }) do t:free() end
   end
   if self.layout then
     self.layout:free()
