@@ -9,6 +9,7 @@
 --   dist:reduce_scatter(out, t, op)  -- t holds world_size * out:numel(); out gets this rank's block
 --   dist:barrier()
 --   local work = dist:all_reduce_start(t, op); ...; work:wait()   -- runs on the group's worker
+--   local work = dist:reduce_scatter_start(out, t, op); ...; work:wait()
 --   dist.store:set(key, value), :get(key, timeout), :wait(keys, timeout), :add(key, n), :compare_set(...)
 --   dist:close()
 --
@@ -293,10 +294,18 @@ function Group:all_reduce_start(t, op, site)
   return setmetatable({ handle = handle, tensor = t }, Work)
 end
 
+-- Starts a reduce-scatter (out and t as reduce_scatter's) and returns at once; both must stay
+-- untouched until work:wait().
+function Group:reduce_scatter_start(out, t, op, site)
+  local handle = core.check_handle(C.wk_dist_reduce_scatter_start(group_handle(self), out, t, reduce_op(op, 2),
+    site or call_site()), 2)
+  return setmetatable({ handle = handle, tensor = t, out = out }, Work)
+end
+
 function Work:wait()
   if self.handle == nil then error('work:wait() called twice', 2) end
   local handle = self.handle
-  self.handle, self.tensor = nil, nil
+  self.handle, self.tensor, self.out = nil, nil, nil
   check(C.wk_work_wait(handle), 2)
 end
 

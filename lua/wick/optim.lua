@@ -2,6 +2,7 @@
 --   local opt = wick.optim.adamw { lr = 6e-4, betas = { 0.9, 0.95 }, eps = 1e-8,
 --                                  weight_decay = 0.1, clip = 1.0 }
 --   local applied, grad_norm = opt:step(model)
+-- Under a sharded nn.data_parallel, opt:step(model, layout) updates this rank's pieces only.
 -- lr may be a number or a function(step) -> number (a schedule). One step: the global gradient
 -- norm is measured (after undoing the fp16 loss scale); a non-finite norm skips the step and
 -- lowers the loss scale; otherwise the gradient is scaled by the clip coefficient inside the
@@ -51,27 +52,34 @@ function optim.adamw(opts)
   }, AdamW)
 end
 
-local function group(flat, m, v, first, numel, decay)
-  if numel == 0 then return nil end
+-- Views of elements first .. first + numel - 1 (0-based, within piece p) of the parameters, their
+-- gradients (p.grads) and the moments (at p.at in them); nil when empty.
+local function group(flat, p, m, v, first, numel, decay)
+  if numel <= 0 then return nil end
   return {
-    params = flat.params:narrow(1, first, numel), grads = flat.grads:narrow(1, first, numel),
-    m = m:narrow(1, first, numel), v = v:narrow(1, first, numel), decay = decay,
+    params = flat.params:narrow(1, p.offset + first + 1, numel), grads = p.grads:narrow(1, first + 1, numel),
+    m = m:narrow(1, p.at + first + 1, numel), v = v:narrow(1, p.at + first + 1, numel), decay = decay,
   }
 end
 
-function AdamW:build(model)
+-- Moments for the parameters this rank updates: all of them, or with a layout (wick.nn.shard,
+-- from a sharded nn.data_parallel) its pieces only, each { offset, numel, at, grads }.
+function AdamW:build(model, layout)
+  self:free()
   local flat = model:flat_parameters()
-  local n = flat.params:numel()
+  local pieces = layout and layout.pieces or { { offset = 0, numel = flat.params:numel(), at = 0, grads = flat.grads } }
+  local n = layout and layout.numel or flat.params:numel()
   self.m = T.zeros({ n }, 'f32', flat.params.device)
   self.v = T.zeros({ n }, 'f32', flat.params.device)
-  self.flat = flat
-  self.groups = {
-    group(flat, self.m, self.v, 1, flat.decay_numel, true),
-    group(flat, self.m, self.v, flat.decay_numel + 1, n - flat.decay_numel, false),
-  }
+  self.flat, self.layout, self.groups = flat, layout, {}
+  for _, p in ipairs(pieces) do -- the decayed elements come first in the flat storage
+    local decayed = math.max(0, math.min(p.numel, flat.decay_numel - p.offset))
+    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, 0, decayed, true)
+    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, decayed, p.numel - decayed, false)
+  end
 end
 
--- Releases the moment buffers now (they are as large as the model).
+-- Releases the moment buffers now (they are as large as the model, or as this rank's slice).
 function AdamW:free()
   if self.m then self.m:free() end
   if self.v then self.v:free() end
@@ -80,17 +88,54 @@ function AdamW:free()
       if type(t) ~= 'boolean' then t:free() end
     end
   end
-  self.groups, self.flat = nil, nil
+  self.groups, self.flat, self.layout, self.m, self.v = nil, nil, nil, nil, nil
 end
 
--- The L2 norm of all gradients, unscaled.
+-- The L2 norm of all gradients, unscaled: with a layout, each rank's pieces' sum of squares summed
+-- over the ranks.
 function AdamW:grad_norm(model, loss_scale)
-  check(C.wk_op_sumsq(model:flat_parameters().grads, self.sumsq))
-  return math.sqrt(self.sumsq[0]) / loss_scale
+  local layout = self.layout
+  if not layout then
+    check(C.wk_op_sumsq(model:flat_parameters().grads, self.sumsq))
+    return math.sqrt(self.sumsq[0]) / loss_scale
+  end
+  local sum = 0
+  for _, p in ipairs(layout.pieces) do
+    if layout:counts(p) then
+      check(C.wk_op_sumsq(p.grads, self.sumsq))
+      sum = sum + self.sumsq[0]
+    end
+  end
+  return math.sqrt(layout:sum(sum, layout.site)) / loss_scale
 end
 
-function AdamW:step(model)
-  if not self.groups or self.flat ~= model:flat_parameters() then self:build(model) end
+-- The moments m and v as full tensors in flat order (a layout's slices gathered from every rank:
+-- a collective, on every rank, and copies the caller frees) and whether they are copies.
+function AdamW:full_moments(model, layout)
+  if not self.m or self.layout ~= layout then self:build(model, layout) end
+  if not layout then return self.m, self.v, false end
+  local n = model:flat_parameters().params:numel()
+  local m, v = T.empty({ n }, 'f32', self.m.device), T.empty({ n }, 'f32', self.m.device)
+  layout:gather(m, self.m, layout.site)
+  layout:gather(v, self.v, layout.site)
+  return m, v, true
+end
+
+-- Sets the moments from full tensors in flat order (this rank's pieces of them with a layout).
+function AdamW:load_moments(model, layout, m, v)
+  self:build(model, layout)
+  if layout then
+    layout:pack(self.m, m)
+    layout:pack(self.v, v)
+  else
+    self.m:copy(m)
+    self.v:copy(v)
+  end
+end
+
+-- layout: as build's (nil: every parameter, the same update on every rank).
+function AdamW:step(model, layout)
+  if not self.groups or self.flat ~= model:flat_parameters() or self.layout ~= layout then self:build(model, layout) end
   local scaler = model.policy and model.policy.scaler
   local loss_scale = scaler and scaler.scale or 1
   local norm = self:grad_norm(model, loss_scale)

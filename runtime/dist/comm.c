@@ -519,16 +519,19 @@ WkStatus wk_dist_barrier(WkDist *d, const char *site) {
   return run_checked(d, &(Collective){.kind = COLL_BARRIER}, site);
 }
 
-WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const char *site) {
-  Collective c = {.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op};
+/* Queues c, checked as the blocking collective checks it, on the group's worker (started on first
+ * use) and returns at once. */
+static WkWork *start(WkDist *d, Collective c, const char *site) {
   if (check_collective(d, &c) != WK_OK) return NULL;
-  WkWork *w = wk_calloc(1, sizeof *w, "asynchronous all_reduce");
+  WkWork *w = wk_calloc(1, sizeof *w, "asynchronous collective");
   if (!w) return NULL;
   w->dist = d;
   w->c = c;
   number(d, &w->c, site);
   w->c.stream = caller_stream(&w->c);
-  if (d->world.world_size == 1) { /* nothing to wait for */
+  if (d->world.world_size == 1) { /* nothing to wait for, a copy at most */
+    w->status = run_alone(&w->c);
+    if (w->status != WK_OK) snprintf(w->message, sizeof w->message, "%s", wk_last_error());
     w->done = true;
     return w;
   }
@@ -538,7 +541,7 @@ WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const ch
     if (rc != 0) {
       pthread_mutex_unlock(&d->lock);
       free(w);
-      WK_FAIL(WK_ERR_NOMEM, "all_reduce: cannot start the collectives' worker thread: %s", strerror(rc));
+      WK_FAIL(WK_ERR_NOMEM, "%s: cannot start the collectives' worker thread: %s", kind_name(c.kind), strerror(rc));
       return NULL;
     }
     d->worker_started = true;
@@ -549,6 +552,14 @@ WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const ch
   pthread_cond_broadcast(&d->changed);
   pthread_mutex_unlock(&d->lock);
   return w;
+}
+
+WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const char *site) {
+  return start(d, (Collective){.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op}, site);
+}
+
+WkWork *wk_dist_reduce_scatter_start(WkDist *d, WkTensor *out, const WkTensor *t, WkReduceOp op, const char *site) {
+  return start(d, (Collective){.kind = COLL_REDUCE_SCATTER, .out = out, .in = t, .op = op}, site);
 }
 
 WkStatus wk_work_wait(WkWork *w) {

@@ -2,7 +2,8 @@
 -- and 4 ranks x 1 (real processes, Gloo) sees the same samples (per the loader's audit), the same
 -- per-step losses and target counts, and ends with the same weights within fp32 tolerance, also
 -- in pad mode where every micro-batch has its own number of target tokens. Gradients all-reduced in
--- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes.
+-- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes. Sharded
+-- (parallel.shard = optimizer | gradients), the same ranks give the unsharded run's losses and weights.
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local wick = require 'wick'
@@ -18,6 +19,8 @@ local KEY_BIAS_NOISE = 1e-4     -- what rounding noise makes of a parameter with
 local BF16_NORM_TOLERANCE = 2 ^ -8  -- relative: bf16 keeps 8 significant bits of each summed gradient
 local BF16_LOSS_TOLERANCE = 0.01    -- relative, over 10 steps of AdamW on those gradients
 local SMALL_BUCKETS = 4096      -- bytes: several buckets, so that some start during the backward
+local SHARD_DIM, SHARD_PARAMETERS = 15, 9915
+local SHARD_WEIGHT_TOLERANCE = 1e-6  -- relative L2 per tensor, sharded against unsharded on the same ranks
 local LAYOUTS = { { world = 1, micro = 4 }, { world = 2, micro = 2 }, { world = 4, micro = 1 } }
 
 -- Documents of 1..23 bytes: padded rows of 16 + 1 tokens keep a varying number of targets.
@@ -31,12 +34,13 @@ local function short_documents(count)
   return docs
 end
 
-local function train(dataset, mode, world, dir, bucket_bytes, grad_dtype)
-  grad_dtype = grad_dtype or 'fp32'
-  local name = ('%s/%s-%d-%s'):format(dir, mode, world, grad_dtype)
+local function train(dataset, mode, world, dir, bucket_bytes, grad_dtype, shard, dim)
+  grad_dtype, shard, dim = grad_dtype or 'fp32', shard or 'none', dim or 16
+  local name = ('%s/%s-%d-%s-%s-%d'):format(dir, mode, world, grad_dtype, shard, dim)
   local out, audit = name .. '.safetensors', name .. '.audit'
-  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d %s'):format(
-    q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes, grad_dtype))
+  local r = helper.sh(('cd %s && timeout 120 %s --nproc-per-node %d tests/fixtures/dist/train.lua %s %s %d %s %s %d %s %s %d')
+    :format(q(helper.ROOT), q(helper.RUN), world, q(dataset), mode, STEPS, q(out), q(audit), bucket_bytes, grad_dtype,
+    shard, dim))
   assert(r.rc == 0, r.out .. r.err)
   local steps = {}
   for line in r.out:gmatch('%[rank0%] (step [^\n]+)') do
@@ -130,27 +134,63 @@ describe('data parallelism', function()
     end)
   end
 
-  it('runs its step in compiled traces, with no NYI aborts once warm (a world of 1, in process)', function()
-    local dist = wick.dist.init { timeout = 10 }
-    local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
-    local vocab = loader:vocab_size()
-    local model = wick.nn.gpt { vocab = vocab, seq_len = 16, layers = 1, heads = 2, dim = 16, seed = 1 }
-    local opt = wick.optim.adamw { lr = 1e-3 }
-    local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = SMALL_BUCKETS })
-    for _ = 1, 30 do dp:step(loader, opt) end  -- buffers allocated, traces recorded
-    local log = os.tmpname()
-    local jit_v = require 'jit.v'
-    jit_v.on(log)
-    for _ = 1, 100 do assert(dp:step(loader, opt).micro_steps == 2) end
-    jit_v.off()
-    local text = helper.read_file(log)
-    os.remove(log)
-    assert.is_nil(text:match('[^\n]*NYI[^\n]*'))
-    loader:close()
-    dp:free()
-    model:free()
-    opt:free()
-    dist:close()
+  -- Sharding moves the optimizer state and the reduced gradients, not the training: each level gives
+  -- the unsharded run's losses and weights on the same ranks (only the order of sums may differ).
+  -- dim 15 makes 9915 parameters: on 2 and 4 ranks the head of the flat storage (N mod W elements)
+  -- is the replicated bucket, next to several sharded ones.
+  for _, mode in ipairs({ 'packed', 'pad' }) do
+    it(('gives the unsharded losses and weights with shard = optimizer and gradients, on 1x4, 2x2, 4x1 (%s mode)')
+      :format(mode), function()
+      for _, layout in ipairs(LAYOUTS) do
+        local plain = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', 'none', SHARD_DIM)
+        assert.are.equal(SHARD_PARAMETERS, plain.grads)
+        for _, level in ipairs({ 'optimizer', 'gradients' }) do
+          local run = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', level, SHARD_DIM)
+          local head = SHARD_PARAMETERS % layout.world
+          for s, step in ipairs(run.steps) do
+            local want = plain.steps[s]
+            assert.are.equal(layout.micro, step.micro)
+            assert.are.equal(want.tokens, step.tokens)
+            assert.is_true(math.abs(step.loss - want.loss) <= LOSS_TOLERANCE * want.loss,
+              ('%s on %d ranks, step %d: loss %.9g, unsharded %.9g'):format(level, layout.world, s, step.loss, want.loss))
+            assert.is_true(math.abs(step.grad_norm - want.grad_norm) <= LOSS_TOLERANCE * want.grad_norm)
+            -- and one sum of squares, and one all-gather a sharded bucket (not the replicated head);
+            -- alone, the reduce-scatters remain, as copies into the slice
+            local sharded = step.buckets - (head > 0 and 1 or 0)
+            local alone = level == 'gradients' and step.buckets or 0
+            assert.are.equal(layout.world == 1 and alone or step.buckets + 2 + 1 + sharded, step.collectives)
+          end
+          assert.are.same(samples_by_step(plain.audit), samples_by_step(run.audit))
+          local worst, why = compare_weights(plain.weights, run.weights)
+          assert.is_true(worst <= SHARD_WEIGHT_TOLERANCE, ('%s on %d ranks: %s'):format(level, layout.world, why))
+        end
+      end
+    end)
+  end
+
+  it('runs its step in compiled traces, with no NYI aborts once warm, sharded too (a world of 1, in process)', function()
+    for _, level in ipairs({ 'none', 'gradients' }) do
+      local dist = wick.dist.init { timeout = 10 }
+      local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
+      local vocab = loader:vocab_size()
+      local model = wick.nn.gpt { vocab = vocab, seq_len = 16, layers = 1, heads = 2, dim = 16, seed = 1 }
+      local opt = wick.optim.adamw { lr = 1e-3, clip = 1.0 }
+      local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = SMALL_BUCKETS, shard = level })
+      for _ = 1, 30 do dp:step(loader, opt) end  -- buffers allocated, traces recorded
+      local log = os.tmpname()
+      local jit_v = require 'jit.v'
+      jit_v.on(log)
+      for _ = 1, 100 do assert(dp:step(loader, opt).micro_steps == 2) end
+      jit_v.off()
+      local text = helper.read_file(log)
+      os.remove(log)
+      assert.is_nil(text:match('[^\n]*NYI[^\n]*'), level)
+      loader:close()
+      dp:free()
+      model:free()
+      opt:free()
+      dist:close()
+    end
   end)
 
   it('starts gradient all-reduces while the backward pass is still running, and times every rank', function()
@@ -206,6 +246,37 @@ describe('data parallelism', function()
     local bad = helper.run(('%s --parallel.grad_dtype=f16'):format(q(recipe)))
     assert.are_not.equal(0, bad.rc)
     assert.matches('parallel.grad_dtype', bad.err)
+    helper.rmtree(dir)
+  end)
+
+  -- The paths the fixture's fp32 runs do not take: a compute copy refreshed from all-gathered f32
+  -- masters (bf16, fp16 with its loss scaler), and bf16 reduce-scatters.
+  it("keeps the unsharded losses under bf16 and fp16 and with bf16 gradients, from a recipe's parallel.shard", function()
+    local dir = helper.tmpdir()
+    local function losses(args)
+      local log = dir .. '/log.jsonl'
+      os.remove(log)
+      local r = helper.run(('--nproc-per-node 2 %s --steps=3 --log.sample=0 --log=%s %s'):format(
+        q(helper.ROOT .. '/recipes/tiny.lua'), q(log), args))
+      assert.are.equal(0, r.rc, r.out .. r.err)
+      local out = {}
+      for loss in helper.read_file(log):gmatch('"loss":([^,}]+)') do out[#out + 1] = tonumber(loss) end
+      assert.are.equal(3, #out)
+      return out
+    end
+    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16' }) do
+      local want = losses(case)
+      for _, level in ipairs({ 'optimizer', 'gradients' }) do
+        local got = losses(case .. ' --parallel.shard=' .. level)
+        for s = 1, 3 do
+          assert.is_true(math.abs(got[s] - want[s]) <= LOSS_TOLERANCE * want[s],
+            ('%s, shard %s, step %d: %.9g, unsharded %.9g'):format(case, level, s, got[s], want[s]))
+        end
+      end
+    end
+    local bad = helper.run(('%s --parallel.shard=parameters'):format(q(helper.ROOT .. '/recipes/tiny.lua')))
+    assert.are_not.equal(0, bad.rc)
+    assert.matches('parallel.shard', bad.err, 1, true)
     helper.rmtree(dir)
   end)
 

@@ -294,6 +294,39 @@ checkpoint = { every = 2, keep = 2 },]]
       end
     end)
 
+    -- A sharded run's checkpoint holds the gathered moments (today's files), so it resumes onto any
+    -- world size and sharding: the resumed steps give the straight run's losses.
+    it('resumes 4 ranks with shard = optimizer onto 2 unsharded, and 2 with gradients onto 4', function()
+      local path = write_recipe(root .. '/sharded.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
+end },
+checkpoint = { every = 2, keep = 2 },]])
+      local straight = root .. '/shard-straight.jsonl'
+      local r = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s'):format(q(path),
+        q(root .. '/ck-shard-straight'), q(straight)))
+      assert.are.equal(0, r.rc, r.err)
+      local want = losses(straight)
+      for i, case in ipairs({ { 4, 'optimizer', 2, 'none' }, { 2, 'gradients', 4, 'gradients' } }) do
+        local dir, log = ('%s/ck-shard%d'):format(root, i), ('%s/shard%d.jsonl'):format(root, i)
+        local first = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s')
+          :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
+        assert.are.equal(0, first.rc, first.err)
+        assert.is_nil(losses(log)[5], 'stopped after step 4')
+        local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
+          :format(case[3], q(path), case[4], q(dir), q(log)))
+        assert.are.equal(0, resumed.rc, resumed.err)
+        assert.matches('resume: from ' .. dir .. '/step-00000004 (step 4)', resumed.out, 1, true)
+        local got = losses(log)
+        for step = 1, 8 do
+          local a, b = tonumber(want[step]), tonumber(got[step])
+          assert.is_true(math.abs(a - b) < 1e-5 * a,
+            ('%d ranks %s -> %d ranks %s, step %d: %s vs %s'):format(case[1], case[2], case[3], case[4], step, want[step],
+            got[step]))
+        end
+      end
+    end)
+
     it('keeps the last K, ignores a checkpoint killed mid-write, and writes provenance', function()
       local path = write_recipe(root .. '/kept.lua', dataset, 'checkpoint = { every = 2, keep = 2 },')
       local dir = root .. '/kept'
@@ -608,6 +641,7 @@ checkpoint = { every = 2, keep = 2 },]])
   end)
 
   describe('--dry-run', function()
+    local TOLERANCE_SCALARS = 128 -- bytes: the trainer's scalars of one rank (92), and the printed rounding
     local function timed(args, env)
       local start = core.now()
       local r = helper.sh((env or '') .. ' ' .. q(helper.RUN) .. ' ' .. args)
@@ -678,6 +712,48 @@ end },]])
       end
       assert.are.equal(estimates.bf16, estimates.fp16)
       assert.is_true(estimates.bf16 < 0.8 * estimates.fp32)
+    end)
+
+    -- Sharded, each rank's estimate holds its slice of AdamW's moments and the slice buffer; the
+    -- scalars left out grow with the world: the step's timing gather (40 bytes a rank) and, sharded,
+    -- the norm's sum over the ranks (8 bytes a rank, and 8).
+    it('estimates what each rank of a sharded run allocates at its peak, for each level on 2 and 4 ranks', function()
+      local peaked = write_recipe(root .. '/peak-ranks.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if m.step ~= 2 then return end
+  local ffi, C = require 'ffi', require('wick.core').C
+  local stats = ffi.new('WkAllocatorStats')
+  C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
+  print(('peak %d bytes'):format(tonumber(stats.bytes_peak)))
+end },]])
+      local UNITS = { B = 1, KiB = 2 ^ 10, MiB = 2 ^ 20, GiB = 2 ^ 30 }
+      local function bytes(text, name)
+        local value, unit = text:match(name .. ' ([%d.]+) (%a+)')
+        return tonumber(value) * UNITS[unit]
+      end
+      for _, world in ipairs({ 2, 4 }) do
+        local optimizer = {}
+        for _, level in ipairs({ 'none', 'optimizer', 'gradients' }) do
+          local args = ('--nproc-per-node %d %s --steps=2 --parallel.shard=%s'):format(world, q(peaked), level)
+          local planned, ran = timed('--dry-run ' .. args), timed(args)
+          assert.are.equal(0, planned.rc, planned.err)
+          assert.are.equal(0, ran.rc, ran.err)
+          local line = planned.out:match('memory per rank %(fp32, micro batch 2[^)]*%):[^\n]*')
+          local estimate = bytes(line, 'total')
+          optimizer[level] = bytes(line, 'optimizer')
+          local scalars = 40 * world + (level == 'none' and 0 or 8 * world + 8)
+          local peaks = 0
+          for rank, peak in ran.out:gmatch('%[rank(%d)%] peak (%d+) bytes') do
+            peaks = peaks + 1
+            local over = tonumber(peak) - estimate - scalars
+            assert.is_true(over > -8 and over < TOLERANCE_SCALARS,
+              ('%s on %d ranks, rank %s: peak %d, estimate %d'):format(level, world, rank, peak, estimate))
+          end
+          assert.are.equal(world, peaks)
+        end
+        assert.are.equal(optimizer.optimizer, optimizer.gradients)
+        assert.is_true(math.abs(optimizer.optimizer * world - optimizer.none) < 0.01 * optimizer.none)
+      end
     end)
 
     it('passes for the shipped GPU recipe, gpt2_124m.lua, planned for 8 ranks', function()

@@ -1,6 +1,6 @@
 -- wick.nn.data_parallel: one model replicated over the ranks of a wick.dist group.
 --
---   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32' })
+--   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32', shard = 'none' })
 --   local r = dp:step(loader, opt)   -- one optimizer step over the loader's next global batch
 --   -- r.loss (mean over the step's target tokens, all ranks), r.tokens (their count),
 --   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1),
@@ -24,12 +24,22 @@
 --      loss is already divided by the step's global count);
 --   4. steps the optimizer (the same gradients everywhere, so the same update), and gathers
 --      each rank's time split into data wait, compute and communication.
+-- Sharded (wick.nn.shard says which part of the flat parameters a rank owns, block by bucket):
+--   shard = 'optimizer' (ZeRO-1): each rank keeps AdamW's moments for its slice only; gradients
+--      are all-reduced as above, each rank updates its slice of the f32 weights, and the updated
+--      slices are all-gathered into every rank's full weights (under bf16/fp16 these are the f32
+--      masters, whole on every rank: the next forward refreshes the compute copy from them);
+--   shard = 'gradients' (ZeRO-2): as 'optimizer', but step 3 reduce-scatters each bucket instead
+--      (overlapped the same way) into this rank's slice of the gradient, so no rank holds the
+--      reduced full gradient; the full-size buffer stays, backward accumulates into it.
+-- Gradient clipping then takes the global norm from each rank's sum of squares over its slice.
 -- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
 -- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
 local ffi = require 'ffi'
 local core = require 'wick.core'
 local schema = require 'wick.schema'
 local T = require 'wick.tensor'
+local shard = require 'wick.nn.shard'
 
 local C = core.C
 local check = core.check
@@ -48,6 +58,9 @@ local OPTIONS = schema.define('nn.data_parallel option', {
     help = 'gradient bytes per all-reduce (torch DDP: 25 MiB)' },
   { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
     help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },
+  { 'shard', 'enum', values = { 'none', 'optimizer', 'gradients' }, default = 'none',
+    help = "what the ranks split into 1/world slices: 'optimizer' AdamW's moments, 'gradients' also the reduced "
+      .. 'gradients' },
 })
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
@@ -72,9 +85,11 @@ local function gradient_ranges(model, flat)
 end
 
 -- Walks the flat gradient from its end (the backward pass finishes the last layers first) and
--- cuts it into buckets of at most bucket_bytes; a bucket is ready when its last range is.
-local function make_buckets(ranges, bucket_bytes)
-  local limit = math.max(1, math.floor(bucket_bytes / F32_BYTES))
+-- cuts it into buckets of at most bucket_bytes; a bucket is ready when its last range is. With
+-- multiple > 1 (sharded: the world size) every bucket holds a multiple of it, but for the head of
+-- the flat storage, numel mod multiple elements, which becomes a replicated bucket (wick.nn.shard).
+local function make_buckets(ranges, bucket_bytes, multiple)
+  local limit = math.max(multiple, math.floor(bucket_bytes / F32_BYTES / multiple) * multiple)
   local buckets, current = {}, nil
   for i = #ranges, 1, -1 do
     local r = ranges[i]
@@ -91,12 +106,36 @@ local function make_buckets(ranges, bucket_bytes)
     end
   end
   for _, b in ipairs(buckets) do b.offset = b.hi - b.numel end
+  local first = buckets[#buckets]
+  local head = first and first.numel % multiple or 0
+  if head > 0 then
+    buckets[#buckets + 1] = { offset = 0, numel = head, ready = first.ready, replicated = true }
+    first.offset, first.numel = head, first.numel - head
+    if first.numel == 0 then table.remove(buckets, #buckets - 1) end
+  end
   -- Launch order: by readiness, then from the end; the same on every rank.
   table.sort(buckets, function(a, b)
     if a.ready ~= b.ready then return a.ready < b.ready end
     return a.offset > b.offset
   end)
   return buckets
+end
+
+-- The layout and the slice: this rank's packed pieces, the gradients' destination under 'gradients'
+-- and the updated weights' source for their all-gather under both levels.
+local function shard_buffers(self, flat, wire)
+  self.layout = shard.layout(self.dist, self.buckets)
+  self.slice = T.empty({ self.layout.numel }, 'f32', flat.grads.device)
+  for _, b in ipairs(self.buckets) do
+    local p = b.piece
+    b.scatter = self.shard == 'gradients' and not p.replicated
+    if b.scatter then
+      p.grads = self.slice:narrow(1, p.at + 1, p.numel)
+      if b.wire then b.wire_out = T.empty({ p.numel }, wire, flat.grads.device) end
+    else
+      p.grads = flat.grads:narrow(1, p.offset + 1, p.numel)
+    end
+  end
 end
 
 function DataParallel.new(model, dist, opts)
@@ -109,7 +148,8 @@ function DataParallel.new(model, dist, opts)
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank }, DataParallel)
   dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
   local ranges, groups = gradient_ranges(model, flat)
-  self.buckets = make_buckets(ranges, opts.bucket_bytes)
+  self.shard = opts.shard
+  self.buckets = make_buckets(ranges, opts.bucket_bytes, self.shard == 'none' and 1 or self.world_size)
   self.launch_at = {}  -- gradient group -> buckets to launch once it is done
   for g = 1, groups + 1 do self.launch_at[g] = {} end
   for i, b in ipairs(self.buckets) do
@@ -118,6 +158,7 @@ function DataParallel.new(model, dist, opts)
     local list = self.launch_at[b.ready]
     list[#list + 1] = i
   end
+  if self.shard ~= 'none' then shard_buffers(self, flat, wire) end
   self.works = {}
   self.on_ready = function(g)
     if g == groups then self.overlapped = self.launched end  -- on their way before the last group
@@ -135,7 +176,10 @@ end
 -- The recipe line the hang report quotes for this model's collectives: found once (debug.getinfo
 -- is not compiled by the JIT, and a training loop calls from the same line every step).
 local function site_of(self)
-  if not self.site then self.site = require('wick.dist').call_site() or '?' end
+  if not self.site then
+    self.site = require('wick.dist').call_site() or '?'
+    if self.layout then self.layout.site = self.site end
+  end
   return self.site
 end
 
@@ -143,15 +187,20 @@ function DataParallel:launch(i)
   if self.works[i] then return end
   local b = self.buckets[i]
   if b.wire then b.wire:copy(b.view) end
-  self.works[i] = self.dist:all_reduce_start(b.wire or b.view, 'sum', site_of(self))
+  if b.scatter then
+    local out = b.wire_out or b.piece.grads
+    self.works[i] = self.dist:reduce_scatter_start(out, b.wire or b.view, 'sum', site_of(self))
+  else
+    self.works[i] = self.dist:all_reduce_start(b.wire or b.view, 'sum', site_of(self))
+  end
   self.launched = self.launched + 1
 end
 
 -- Backward for one micro-batch; with sync (the last micro-batch of a step), also the gradient
--- all-reduce, returning once the summed gradients are in place.
+-- all-reduce (or reduce-scatter), returning once the summed gradients are in place.
 function DataParallel:backward(sync)
   local model = self.model
-  if not sync or self.world_size == 1 then
+  if not sync or (self.world_size == 1 and self.shard ~= 'gradients') then
     model:backward()
     return
   end
@@ -162,7 +211,7 @@ function DataParallel:backward(sync)
   for i, b in ipairs(self.buckets) do
     self.works[i]:wait()
     self.works[i] = nil
-    if b.wire then b.view:copy(b.wire) end
+    if b.wire_out then b.piece.grads:copy(b.wire_out) elseif b.wire then b.view:copy(b.wire) end
   end
 end
 
@@ -256,7 +305,8 @@ function DataParallel:step(loader, opt)
       loss_share = loss_share + model:forward(micro.inputs, micro.targets, micro.mask, tokens)
       self:backward(m == n)
     end
-    applied, norm = opt:step(model)
+    applied, norm = opt:step(model, self.layout)
+    if applied and self.layout and self.world_size > 1 then self:gather_parameters() end
   end
   local comm = comm_seconds(self) - comm_before
   local loss, ranks, slowest = gather(self, loss_share, data, comm, now() - start)
@@ -264,6 +314,13 @@ function DataParallel:step(loader, opt)
     loss = loss, tokens = tokens, applied = applied, grad_norm = norm, micro_steps = n,
     ranks = ranks, slowest = slowest, overlapped = self.overlapped,
   }
+end
+
+-- Every rank's updated slice of the f32 weights into every rank's full weights.
+function DataParallel:gather_parameters()
+  local params = self.model:flat_parameters().params
+  self.layout:pack(self.slice, params)
+  self.layout:gather(params, self.slice, site_of(self))
 end
 
 -- One log line from a step's result: this rank's split and the slowest rank's.
@@ -276,7 +333,11 @@ end
 function DataParallel:free()
   for _, b in ipairs(self.buckets) do
     b.view:free()
-    if b.wire then b.wire:free() end
+    for _, t in pairs({ b.wire, b.wire_out, b.piece and b.piece.grads }) do t:free() end
+  end
+  if self.layout then
+    self.layout:free()
+    self.slice:free()
   end
   for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
   self.micro, self.buckets = {}, {}

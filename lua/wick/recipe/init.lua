@@ -188,6 +188,7 @@ local LOG = schema.define('log', {
 
 local PARALLEL = schema.define('parallel', {
   schema.from(DATA_PARALLEL, 'grad_dtype'),
+  schema.from(DATA_PARALLEL, 'shard'),
 })
 
 local RECIPE = schema.define('recipe', {

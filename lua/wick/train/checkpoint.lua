@@ -180,11 +180,12 @@ function checkpoint.save(dir, step, metadata, parts, keep)
   return final
 end
 
--- The optimizer's part: AdamW's moments and counters, and the loss scaler.
-function checkpoint.save_optimizer(path, opt, model)
-  if not opt.m then opt:build(model) end
+-- The optimizer's part: AdamW's moments and counters, and the loss scaler. m and v: the full
+-- moments in flat order (opt:full_moments gathers a sharded optimizer's on every rank first), so the
+-- file is the same whatever the sharding and world size that wrote it.
+function checkpoint.save_optimizer(path, opt, model, m, v)
   local scaler = model.policy.scaler
-  safetensors.save(path, { m = opt.m, v = opt.v }, {
+  safetensors.save(path, { m = m, v = v }, {
     step_count = opt.step_count,
     scale = scaler and ('%.17g'):format(scaler.scale) or nil,
     good_steps = scaler and scaler.good_steps or nil,
@@ -350,14 +351,14 @@ local function optimizer_counts(metadata, path, step)
   return counts
 end
 
--- The optimizer's state into opt (built for model) and the model's loss scaler; `step` is the
--- checkpoint's.
-function checkpoint.load_optimizer(path, opt, model, step)
-  opt:build(model)
-  local counts = optimizer_counts(check_tensors(path, { m = opt.m, v = opt.v }, true), path, step)
+-- The optimizer's state into opt (built for model, and for this rank's pieces with a sharded
+-- nn.data_parallel's layout) and the model's loss scaler; `step` is the checkpoint's.
+function checkpoint.load_optimizer(path, opt, model, step, layout)
+  local params = model:flat_parameters().params -- the moments' shape and dtype in the file
+  local counts = optimizer_counts(check_tensors(path, { m = params, v = params }, true), path, step)
   local tensors, why = safetensors.load(path)
   if not tensors then fail('%s', why) end
-  for _, key in ipairs({ 'm', 'v' }) do opt[key]:copy(tensors[key]) end
+  opt:load_moments(model, layout, tensors.m, tensors.v)
   for _, t in pairs(tensors) do t:free() end
   opt.step_count = counts.step_count
   local scaler = model.policy.scaler

@@ -12,10 +12,11 @@
 -- A step takes the global batch: on W ranks each accumulates global / (W x micro) micro-batches
 -- (batch.schedule can change that count from a step on: the loader is reopened from its cursor
 -- with the new micro batch, so the samples of every step stay the same), normalised by the step's
--- global target count (wick.nn.data_parallel), clipped (optim.clip), stepped by AdamW with the
--- learning rate of its schedule, under the recipe's precision policy. Metrics of a step: step,
--- loss, lr, tokens, tokens_per_s, data_wait (seconds this rank waited for data), grad_norm,
--- loss_scale, fingerprint (of the step's global batch, equal on every rank), micro_steps, ranks
+-- global target count (wick.nn.data_parallel; parallel.shard splits AdamW's state and the reduced
+-- gradients over the ranks, a checkpoint gathers the moments whole), clipped (optim.clip), stepped
+-- by AdamW with the learning rate of its schedule, under the recipe's precision policy. Metrics of
+-- a step: step, loss, lr, tokens, tokens_per_s, data_wait (seconds this rank waited for data),
+-- grad_norm, loss_scale, fingerprint (of the step's global batch, equal on every rank), micro_steps, ranks
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
@@ -205,12 +206,14 @@ function train.new(job)
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
     weight_decay = o.weight_decay, clip = o.clip }
-  if state then
+  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype,
+    shard = config.parallel.shard })
+  if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
     checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model)
-    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step)
+    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step,
+      self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
-  self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype })
   self.flag = T.zeros({ 1 }, 'f32')
   local host = require 'wick.host'
   self.live = runlog.live_mode(self.rank) -- rank 0's progress line: 'terminal', 'launcher' or nil
@@ -296,6 +299,7 @@ function Trainer:save()
     version = wick().version, world_size = self.world_size,
     lr_scale = ('%.17g'):format(self.lr_scale) }
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
+  local m, v, copies = self.opt:full_moments(self.model, self.dp.layout) -- sharded: gathered on every rank
   local path
   if self.rank == 0 then
     local why = take_checkpoint_dir(self) -- taken already, unless a save() with checkpoint.every 0
@@ -304,8 +308,12 @@ function Trainer:save()
     meta.data = self.manifests
     path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
       self.model:save(tmp .. '/model.safetensors')
-      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model)
+      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model, m, v)
     end, c.checkpoint.keep)
+  end
+  if copies then
+    m:free()
+    v:free()
   end
   if self.world_size > 1 then self.dist:barrier() end -- no rank runs ahead of a checkpoint
   return path

@@ -68,20 +68,28 @@ local function check_loader(config, world, micro)
 end
 
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
--- masters and the compute copy), gradients (f32), optimizer state, activations at the micro batch of
--- rows of seq_len tokens (default: the model's). What it leaves out: the data ring (plan.report
--- adds it), a few scalars of the trainer, and the transient scratch of the CPU ops (at most three
--- 256 x 256 f32 tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu).
-function plan.memory(m, micro, policy_name, seq_len)
+-- masters and the compute copy), gradients (f32), optimizer state, the slice buffer of sharded data
+-- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' the reduced gradients),
+-- activations at the micro batch of rows of seq_len tokens (default: the model's). Sharded over
+-- `world` ranks, AdamW's moments cover one slice: P div world + P mod world elements (wick.nn.shard:
+-- a block of each bucket and the replicated head); the weights and the full-size gradient buffer,
+-- which backward accumulates into, stay whole. What it leaves out: the data ring (plan.report adds
+-- it), a few scalars of the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32
+-- tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu), and, sharded, the full
+-- moments a checkpoint save gathers for a moment (plan.report prints them).
+function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local P = train.parameter_count(m)
   seq_len = seq_len or m.seq_len
   local tokens = micro * seq_len
   local stored = m.layers * (BLOCK_DIMS * m.dim + m.heads * seq_len) + MODEL_DIMS * m.dim + MODEL_VOCABS * m.vocab
   local activations = tokens * (stored * STORED_BYTES[policy_name] + (m.layers * BLOCK_F32 + MODEL_F32) * F32)
   local weights = P * (F32 + COMPUTE_COPY_BYTES[policy_name])
-  local grads, optimizer = P * F32, P * F32 * ADAM_STATES
-  return { weights = weights, grads = grads, optimizer = optimizer, activations = activations,
-    total = weights + grads + optimizer + activations }
+  local sharded = shard and shard ~= 'none'
+  local slice = sharded and (P - P % world) / world + P % world or P
+  local grads, optimizer = P * F32, slice * F32 * ADAM_STATES
+  local gather = sharded and slice * F32 or 0
+  return { weights = weights, grads = grads, optimizer = optimizer, gather = gather, activations = activations,
+    total = weights + grads + optimizer + gather + activations, save_gather = sharded and P * F32 * ADAM_STATES or 0 }
 end
 
 -- A loader over one source, opened (its index read) but not started: nil and the message when not.
@@ -160,14 +168,19 @@ function plan.report(job, world, local_ranks)
   end
   if m.vocab > 0 then
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
-    local mem = plan.memory(m, micro, policy, c.data.seq_len)
+    local mem = plan.memory(m, micro, policy, c.data.seq_len, c.parallel.shard, world)
     add('model: %d layers, %d heads, dim %d, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
       m.layers, m.heads, m.dim, m.vocab, m.seq_len, train.parameter_count(m), train.parameter_count(m) / 1e6,
       train.flops_per_token(m) / 1e9)
     local total = mem.total + ring_bytes
-    add('memory per rank (%s, micro batch %d): weights %s, grads %s, optimizer %s, activations %s, data ring %s: ' ..
-      'total %s', policy, micro, gib(mem.weights), gib(mem.grads), gib(mem.optimizer), gib(mem.activations),
-      gib(ring_bytes), gib(total))
+    local sharded = c.parallel.shard ~= 'none'
+    add('memory per rank (%s, micro batch %d%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..
+      'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '', gib(mem.weights), gib(mem.grads),
+      gib(mem.optimizer), sharded and 'gather ' .. gib(mem.gather) .. ', ' or '', gib(mem.activations), gib(ring_bytes),
+      gib(total))
+    if mem.save_gather > 0 then
+      add('  a checkpoint save gathers the full moments on every rank: %s more for its duration', gib(mem.save_gather))
+    end
     local device = c.model.device or 'cpu'
     local machine = device == 'cpu' and plan.machine_memory()
     if machine and total * local_ranks > machine then
