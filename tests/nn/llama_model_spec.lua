@@ -35,7 +35,9 @@ describe('nn.llama', function()
     local count = 0
     for _ in pairs(p) do count = count + 1 end
     assert.are.equal(1 + 2 * 9 + 1 + 1, count)
+    assert.are.equal(model:parameter_count(), require('wick.nn.llama').parameter_count(model.config))
     local qwen = wick.nn.llama(config({ tie_embeddings = true, qkv_bias = true, kv_heads = 1 }))
+    assert.are.equal(qwen:parameter_count(), require('wick.nn.llama').parameter_count(qwen.config))
     assert.is_nil(qwen:named_parameters()['lm_head.weight'])
     assert.are.same({ 2 }, qwen:named_parameters()['model.layers.0.self_attn.k_proj.bias'].shape)
     model:free()

@@ -602,8 +602,8 @@ checkpoint = { every = 2, keep = 2 },]])
         if name then order[#order + 1] = name end
         assert(i < 100, 'a bounded trace')
       end
-      assert.are.same({ 'model.safetensors', 'optimizer.safetensors', 'provenance.json', 'recipe.lua', 'state.safetensors',
-        'DONE', 'tmp', 'rename', 'parent' }, order)
+      assert.are.same({ 'config.json', 'generation_config.json', 'model.safetensors', 'optimizer.safetensors',
+        'provenance.json', 'recipe.lua', 'state.safetensors', 'DONE', 'tmp', 'rename', 'parent' }, order)
     end)
   end)
 

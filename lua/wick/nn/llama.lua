@@ -254,6 +254,15 @@ local function build(cfg)
   return self
 end
 
+-- The parameters of a Llama of this shape (its options: vocab, dim, layers, heads, kv_heads, ffn_dim,
+-- tie_embeddings, qkv_bias), without building it: the dry run plans with this.
+function llama.parameter_count(cfg)
+  local dim, kv = cfg.dim, (cfg.kv_heads or cfg.heads) * (cfg.dim / cfg.heads)
+  local attention = 2 * dim * dim + 2 * dim * kv + (cfg.qkv_bias and dim + 2 * kv or 0)
+  local per_layer = attention + 3 * dim * cfg.ffn_dim + 2 * dim  -- and two RMSNorm weights
+  return cfg.vocab * dim * (cfg.tie_embeddings and 1 or 2) + cfg.layers * per_layer + dim
+end
+
 function llama.new(cfg)
   local model = build(cfg)
   return model:reset(model.config.seed)
