@@ -80,6 +80,12 @@ describe('recipes', function()
       '--batch.global=4 --batch.micro=2 --checkpoint.every=3 --checkpoint.dir=%s'):format(q(root .. '/tuned')))
     assert.are.equal(0, r.rc, r.err)
     assert.matches('vocab 3002', helper.sh(env .. q(helper.RUN) .. ' --dry-run ' .. recipe .. ' --data.seq_len=32').out, 1, true)
+    -- A dataset converted with another tokenizer is refused, though its ids would fit.
+    local other = helper.sh(('WICK_MODEL_DIR=%s WICK_DATA=%s %s --dry-run %s --data.seq_len=32'):format(q(dir), q(dataset),
+      q(helper.RUN), recipe))
+    assert.are.equal(2, other.rc, other.out .. other.err)
+    assert.matches(("source %s was tokenized by bytes, not by model.from_pretrained's %s/tokenizer.json: convert it with " ..
+      'that tokenizer'):format(dataset, dir), other.err, 1, true)
     local tuned = require('wick').nn.from_pretrained(root .. '/tuned/step-00000003')
     assert.are.equal(3002, tuned.config.vocab)
     tuned:free()

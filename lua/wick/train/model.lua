@@ -1,7 +1,8 @@
 -- wick.train.model: the model a recipe's model section describes, for the trainer and the dry run
 -- alike. Its shape comes from the section and the data (a GPT-2 or a Llama trained from scratch) or
 -- from a Hugging Face directory's config.json (model.from_pretrained, fine-tuned); the data is
--- checked against it (its vocabulary, data.seq_len), each problem saying what to change. Then its
+-- checked against it (its vocabulary, data.seq_len, a directory's tokenizer), each problem saying what
+-- to change. Then its
 -- parameters and FLOPs, and the model itself, built or loaded.
 --
 --   local shape, problems = model.shape(config, data_vocab)
@@ -12,6 +13,7 @@ local cost = require 'wick.nn.cost'
 local gpt = require 'wick.nn.gpt'
 local llama = require 'wick.nn.llama'
 local pretrained = require 'wick.nn.pretrained'
+local tokenizer = require 'wick.data.tokenizer'
 
 local model = {}
 
@@ -63,6 +65,24 @@ function model.shape(config, data_vocab)
     problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, seq_len)
   end
   return from_scratch(m, m.vocab or data_vocab, m.seq_len or seq_len), problems
+end
+
+-- Why a source's tokens are not the fine-tuned directory's (nil when they are, or when either side
+-- does not say): `info` is the source's { tokenizer = name, fingerprint = }, from its index.
+function model.tokenizer_problem(config, source, info)
+  local dir = config.model.from_pretrained
+  if not dir or not info.fingerprint then return nil end
+  local path = dir .. '/tokenizer.json'
+  local file = io.open(path, 'rb')
+  if not file then return nil end
+  file:close()
+  local tok = tokenizer.open(path)
+  if not tok then return nil end  -- a tokenizer.json Wick cannot read: the converter says why
+  local same = tok.fingerprint == info.fingerprint
+  tok:close()
+  if same then return nil end
+  return ("source %s was tokenized by %s, not by model.from_pretrained's %s: convert it with that tokenizer"):format(
+    source, info.tokenizer, path)
 end
 
 function model.parameter_count(shape)

@@ -125,7 +125,8 @@ local function probe(config, path, world, micro)
   loader:close()
   local ds, why = require('wick.data.dataset').open(path)
   if not ds then return nil, why end
-  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
+  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, fingerprint = ds.tokenizer_fingerprint,
+    tokens = ds.tokens, shards = ds.shards }
   ds:close()
   return info
 end
@@ -164,6 +165,7 @@ function plan.report(job, world, local_ranks)
         info.tokens / 1e6, info.tokenizer, info.vocab, info.eos)
       vocab = math.max(vocab, info.vocab)
       tokenizers[#tokenizers + 1] = { path, info.tokenizer }
+      problems[#problems + 1] = model.tokenizer_problem(c, path, info)
     else
       problems[#problems + 1] = ('source %s: %s'):format(path, err)
     end
