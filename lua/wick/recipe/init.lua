@@ -151,6 +151,7 @@ local MODEL = schema.define('model', {
   schema.from(GPT, 'seq_len', { required = false, help = 'the longest sequence (default: data.seq_len)' }),
   schema.from(GPT, 'device'),
 })
+
 local DATA = schema.define('data', {
   { 'sources', 'sources', check = check_sources, parse = 'string', required = true,
     help = "a dataset path, or a list of 'path' / { 'path', name = 'web', epochs = n }" },
