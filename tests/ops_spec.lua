@@ -326,6 +326,39 @@ describe('ops on 2-byte activations', function()
     list[#list + 1] = { name = 'attention_backward', product = true,
       inputs = { dqkv = randn({ B, TT, 3 * C_ }), dout = randn({ B, TT, C_ }), qkv = randn({ B, TT, 3 * C_ }), att = probabilities },
       outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end }
+    -- The Llama-family ops: rstd, the weight gradient and the RoPE inverse frequencies stay f32.
+    local H, KVH, hs = 4, 2, 4
+    local inv_freq = T.empty({ hs / 2 })
+    check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 100, 0, 0, 0, 0))
+    local q_shape, kv_shape, packed = { B, TT, H * hs }, { B, TT, KVH * hs }, { B, TT, 3 * H * hs }
+    local llama_cases = {
+      { name = 'rmsnorm', f32 = { rstd = true },
+        inputs = { out = T.empty({ N, C_ }), rstd = T.empty({ N }), inp = randn({ N, C_ }), w = randn({ C_ }) },
+        outputs = { 'out', 'rstd' }, run = function(t) check(C.wk_op_rmsnorm(t.out, t.rstd, t.inp, t.w, 1e-5)) end },
+      { name = 'rmsnorm_backward', f32 = { dw = true, rstd = true },
+        inputs = { dinp = randn({ N, C_ }), dw = randn({ C_ }), dout = randn({ N, C_ }), inp = randn({ N, C_ }), w = randn({ C_ }),
+          rstd = T.full({ N }, 0.9) },
+        outputs = { 'dinp', 'dw' }, run = function(t) check(C.wk_op_rmsnorm_backward(t.dinp, t.dw, t.dout, t.inp, t.w, t.rstd)) end },
+      { name = 'rope', f32 = { inv_freq = true }, inputs = { out = T.empty(q_shape), inp = randn(q_shape), inv_freq = inv_freq },
+        outputs = { 'out' }, run = function(t) check(C.wk_op_rope(t.out, t.inp, t.inv_freq, H, 2)) end },
+      { name = 'rope_backward', f32 = { inv_freq = true }, inputs = { dinp = randn(q_shape), dout = randn(q_shape), inv_freq = inv_freq },
+        outputs = { 'dinp' }, run = function(t) check(C.wk_op_rope_backward(t.dinp, t.dout, t.inv_freq, H, 2)) end },
+      { name = 'swiglu', inputs = { out = T.empty({ 40 }), gate = randn({ 40 }, 2), up = randn({ 40 }) }, outputs = { 'out' },
+        run = function(t) check(C.wk_op_swiglu(t.out, t.gate, t.up)) end },
+      { name = 'swiglu_backward',
+        inputs = { dgate = randn({ 40 }), dup = randn({ 40 }), dout = randn({ 40 }), gate = randn({ 40 }, 2), up = randn({ 40 }) },
+        outputs = { 'dgate', 'dup' }, run = function(t) check(C.wk_op_swiglu_backward(t.dgate, t.dup, t.dout, t.gate, t.up)) end },
+      { name = 'qkv_pack', inputs = { qkv = T.empty(packed), q = randn(q_shape), k = randn(kv_shape), v = randn(kv_shape) },
+        outputs = { 'qkv' }, run = function(t) check(C.wk_op_qkv_pack(t.qkv, t.q, t.k, t.v, H, KVH)) end },
+      { name = 'qkv_pack_backward', inputs = { dq = randn(q_shape), dk = randn(kv_shape), dv = randn(kv_shape), dqkv = randn(packed) },
+        outputs = { 'dq', 'dk', 'dv' }, run = function(t) check(C.wk_op_qkv_pack_backward(t.dq, t.dk, t.dv, t.dqkv, H, KVH)) end },
+      { name = 'attention_cached',
+        inputs = { out = T.empty({ B, 2, H * hs }), q = randn({ B, 2, H * hs }), k = randn({ B, 2, KVH * hs }), v = randn({ B, 2, KVH * hs }),
+          k_cache = randn({ B, 5, KVH * hs }), v_cache = randn({ B, 5, KVH * hs }) },
+        outputs = { 'out', 'k_cache', 'v_cache' },
+        run = function(t) check(C.wk_op_attention_cached(t.out, t.q, t.k, t.v, t.k_cache, t.v_cache, H, KVH, 2)) end },
+    }
+    for _, case in ipairs(llama_cases) do list[#list + 1] = case end
     for _, transpose in ipairs({ 0, 1 }) do
       local w_shape = transpose == 1 and { OCm, Cm } or { Cm, OCm }
       list[#list + 1] = { name = 'matmul ' .. transpose, product = true,

@@ -12,6 +12,7 @@ local SKIPPED = {
   { '^%./run %-m wick%.data%.convert corpus/ ', "converts the reader's own corpus/ (remote_spec.lua: a generated one)" },
   { 'https://data%.example%.org', 'needs the example server (remote_spec.lua: a local nginx)' },
   { 's3://team%-bucket', 'needs the example bucket (s3_spec.lua: moto)' },
+  { '^WICK_MODEL_DIR=~/models/', "fine-tunes the reader's own Hugging Face model (tests/train/recipes_spec.lua: one Wick saves)" },
 }
 
 -- The line without a trailing `# comment` (a # after a space, outside quotes).

@@ -4,6 +4,7 @@
 --   local corpus = wick.recipe.include 'lib/corpus.lua'
 --   corpus.all()            the whole corpus (what `make demo` converts)
 --   corpus.part('licenses') one part: 'modules' (top-level .py), 'packages' (.py of the packages), 'licenses'
+--   corpus.once(dir, build)  dir, made by build() (returning dir and the converter's stats) unless it exists
 -- On several local ranks only local rank 0 converts; the others wait for its index.json.
 local ffi = require 'ffi'
 local host = require 'wick.host'
@@ -61,5 +62,7 @@ function lib.part(name)
     return dir, shard.convert(files, opts)
   end)
 end
+
+lib.once = once
 
 return lib

@@ -8,9 +8,10 @@
  * in f32 and store rounded to nearest even (runtime/ops/cpu/stored.h). It is the dtype of the op's
  * first activation argument (act_dtype below); the others must match it. What stays f32 under every
  * policy is checked as WK_F32: parameter gradients (accumulated in f32), layernorm's mean and rstd,
- * the per-token losses, the optimizer's weights and moments, and the ops that serve only those
- * (scale, round, sumsq, normal, adamw). The CUDA kernels (runtime/ops/cuda) take the very same dtypes,
- * the activation dtype passed to each entry that has one, and round as the CPU does (docs/gpu.md).
+ * rmsnorm's rstd, RoPE's inverse frequencies, the per-token losses, the optimizer's weights and
+ * moments, and the ops that serve only those (scale, round, sumsq, normal, adamw). The CUDA kernels
+ * (runtime/ops/cuda) take the very same dtypes, the activation dtype passed to each entry that has
+ * one, and round as the CPU does (docs/gpu.md); the Llama ops have no CUDA kernels yet.
  */
 #include <math.h>
 #include <stdio.h>
@@ -408,27 +409,31 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
 
 WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, float eps) {
   int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
   WK_TRY(rows_and_channels("rmsnorm", inp, &N, &C));
-  ARG_FLAT("rmsnorm", inp, WK_F32, NULL, numel(inp));
-  ARG_FLAT("rmsnorm", out, WK_F32, inp, numel(inp));
-  ARG("rmsnorm", rstd, WK_F32, inp, N);
-  ARG("rmsnorm", weight, WK_F32, inp, C);
+  ACT("rmsnorm", inp, act);
+  ARG_FLAT("rmsnorm", inp, act, NULL, numel(inp));
+  ARG_FLAT("rmsnorm", out, act, inp, numel(inp));
+  ARG("rmsnorm", rstd, WK_F32, inp, N);  /* one f32 per row, as layernorm's statistics */
+  ARG("rmsnorm", weight, act, inp, C);
   if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "rmsnorm: eps must be positive and finite, got %g", eps);
-  return CPU_ONLY("rmsnorm", inp, cpu_rmsnorm_forward(F32(out), F32(rstd), F32(inp), F32(weight), (size_t)N, (size_t)C, eps));
+  return CPU_ONLY("rmsnorm", inp, cpu_rmsnorm_forward(DATA(out), F32(rstd), DATA(inp), DATA(weight), act, (size_t)N, (size_t)C, eps));
 }
 
 WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout, const WkTensor *inp,
                                 const WkTensor *weight, const WkTensor *rstd) {
   int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
   WK_TRY(rows_and_channels("rmsnorm_backward", inp, &N, &C));
-  ARG_FLAT("rmsnorm_backward", inp, WK_F32, NULL, numel(inp));
-  ARG_FLAT("rmsnorm_backward", dinp, WK_F32, inp, numel(inp));
-  ARG_FLAT("rmsnorm_backward", dout, WK_F32, inp, numel(inp));
+  ACT("rmsnorm_backward", inp, act);
+  ARG_FLAT("rmsnorm_backward", inp, act, NULL, numel(inp));
+  ARG_FLAT("rmsnorm_backward", dinp, act, inp, numel(inp));
+  ARG_FLAT("rmsnorm_backward", dout, act, inp, numel(inp));
   ARG("rmsnorm_backward", rstd, WK_F32, inp, N);
-  ARG("rmsnorm_backward", weight, WK_F32, inp, C);
+  ARG("rmsnorm_backward", weight, act, inp, C);
   ARG("rmsnorm_backward", dweight, WK_F32, inp, C);
   return CPU_ONLY("rmsnorm_backward", inp,
-                  cpu_rmsnorm_backward(F32(dinp), F32(dweight), F32(dout), F32(inp), F32(weight), F32(rstd), (size_t)N, (size_t)C));
+                  cpu_rmsnorm_backward(DATA(dinp), F32(dweight), DATA(dout), DATA(inp), DATA(weight), F32(rstd), act, (size_t)N, (size_t)C));
 }
 
 static bool positive(double x) { return x > 0 && isfinite(x); }
@@ -468,10 +473,11 @@ WkStatus wk_op_rope_frequencies(WkTensor *inv_freq, WkRopeKind kind, double thet
   return status;
 }
 
-/* inp [B, T, heads * hs] with hs even; inv_freq [hs / 2]. */
+/* inp [B, T, heads * hs] with hs even, of the op's activation dtype; inv_freq [hs / 2] f32. */
 static WkStatus rope_dims(const char *op, const WkTensor *inp, const WkTensor *inv_freq, int heads, int64_t start,
-                          int64_t *B, int64_t *T, int64_t *hs) {
-  ARG(op, inp, WK_F32, NULL, ANY, ANY, ANY);
+                          int64_t *B, int64_t *T, int64_t *hs, WkDType *act) {
+  WK_TRY(act_dtype(op, "inp", inp, act));
+  ARG(op, inp, *act, NULL, ANY, ANY, ANY);
   *B = inp->shape[0];
   *T = inp->shape[1];
   if (heads < 1 || inp->shape[2] % heads != 0 || (inp->shape[2] / heads) % 2 != 0)
@@ -485,82 +491,92 @@ static WkStatus rope_dims(const char *op, const WkTensor *inp, const WkTensor *i
 
 WkStatus wk_op_rope(WkTensor *out, const WkTensor *inp, const WkTensor *inv_freq, int heads, int64_t start) {
   int64_t B = 0, T = 0, hs = 0;
-  WK_TRY(rope_dims("rope", inp, inv_freq, heads, start, &B, &T, &hs));
-  ARG("rope", out, WK_F32, inp, B, T, heads * hs);
-  return CPU_ONLY("rope", inp, cpu_rope_forward(F32(out), F32(inp), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+  WkDType act = WK_F32;
+  WK_TRY(rope_dims("rope", inp, inv_freq, heads, start, &B, &T, &hs, &act));
+  ARG("rope", out, act, inp, B, T, heads * hs);
+  return CPU_ONLY("rope", inp, cpu_rope_forward(DATA(out), DATA(inp), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
 }
 
 WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inv_freq, int heads, int64_t start) {
   int64_t B = 0, T = 0, hs = 0;
-  WK_TRY(rope_dims("rope_backward", dout, inv_freq, heads, start, &B, &T, &hs));
-  ARG("rope_backward", dinp, WK_F32, dout, B, T, heads * hs);
+  WkDType act = WK_F32;
+  WK_TRY(rope_dims("rope_backward", dout, inv_freq, heads, start, &B, &T, &hs, &act));
+  ARG("rope_backward", dinp, act, dout, B, T, heads * hs);
   return CPU_ONLY("rope_backward", dout,
-                  cpu_rope_backward(F32(dinp), F32(dout), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+                  cpu_rope_backward(DATA(dinp), DATA(dout), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
 }
 
 WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up) {
-  ARG_FLAT("swiglu", out, WK_F32, NULL, numel(out));
-  ARG_FLAT("swiglu", gate, WK_F32, out, numel(out));
-  ARG_FLAT("swiglu", up, WK_F32, out, numel(out));
-  return CPU_ONLY("swiglu", out, cpu_swiglu_forward(F32(out), F32(gate), F32(up), numel(out)));
+  WkDType act = WK_F32;
+  ACT("swiglu", out, act);
+  ARG_FLAT("swiglu", out, act, NULL, numel(out));
+  ARG_FLAT("swiglu", gate, act, out, numel(out));
+  ARG_FLAT("swiglu", up, act, out, numel(out));
+  return CPU_ONLY("swiglu", out, cpu_swiglu_forward(DATA(out), DATA(gate), DATA(up), act, numel(out)));
 }
 
 WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *dout, const WkTensor *gate,
                                const WkTensor *up) {
-  ARG_FLAT("swiglu_backward", dout, WK_F32, NULL, numel(dout));
-  ARG_FLAT("swiglu_backward", dgate, WK_F32, dout, numel(dout));
-  ARG_FLAT("swiglu_backward", dup, WK_F32, dout, numel(dout));
-  ARG_FLAT("swiglu_backward", gate, WK_F32, dout, numel(dout));
-  ARG_FLAT("swiglu_backward", up, WK_F32, dout, numel(dout));
-  return CPU_ONLY("swiglu_backward", dout, cpu_swiglu_backward(F32(dgate), F32(dup), F32(dout), F32(gate), F32(up), numel(dout)));
+  WkDType act = WK_F32;
+  ACT("swiglu_backward", dout, act);
+  ARG_FLAT("swiglu_backward", dout, act, NULL, numel(dout));
+  ARG_FLAT("swiglu_backward", dgate, act, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", dup, act, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", gate, act, dout, numel(dout));
+  ARG_FLAT("swiglu_backward", up, act, dout, numel(dout));
+  return CPU_ONLY("swiglu_backward", dout, cpu_swiglu_backward(DATA(dgate), DATA(dup), DATA(dout), DATA(gate), DATA(up), act, numel(dout)));
 }
 
-/* q [B, T, heads * hs]; k and v [B, T, kv_heads * hs]; kv_heads divides heads. */
-static WkStatus qkv_pack_dims(const char *op, const WkTensor *q, int heads, int kv_heads, int64_t *B, int64_t *T,
-                              int64_t *hs) {
-  ARG(op, q, WK_F32, NULL, ANY, ANY, ANY);
+/* q [B, T, heads * hs] of the op's activation dtype; k and v [B, T, kv_heads * hs]; kv_heads divides heads. */
+static WkStatus qkv_pack_dims(const char *op, const char *name, const WkTensor *q, int heads, int kv_heads, int64_t *B,
+                              int64_t *T, int64_t *hs, WkDType *act) {
+  WK_TRY(act_dtype(op, name, q, act));
+  WK_TRY(check_arg(op, name, q, *act, NULL, SHAPE(ANY, ANY, ANY), CONTIGUOUS));
   *B = q->shape[0];
   *T = q->shape[1];
   if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || q->shape[2] % heads != 0)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: heads = %d must be a multiple of kv_heads = %d and divide q's last dim %lld", op,
-                   heads, kv_heads, (long long)q->shape[2]);
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s: heads = %d must be a multiple of kv_heads = %d and divide %s's last dim %lld", op,
+                   heads, kv_heads, name, (long long)q->shape[2]);
   *hs = q->shape[2] / heads;
   return WK_OK;
 }
 
 WkStatus wk_op_qkv_pack(WkTensor *qkv, const WkTensor *q, const WkTensor *k, const WkTensor *v, int heads, int kv_heads) {
   int64_t B = 0, T = 0, hs = 0;
-  WK_TRY(qkv_pack_dims("qkv_pack", q, heads, kv_heads, &B, &T, &hs));
-  ARG("qkv_pack", k, WK_F32, q, B, T, kv_heads * hs);
-  ARG("qkv_pack", v, WK_F32, q, B, T, kv_heads * hs);
-  ARG("qkv_pack", qkv, WK_F32, q, B, T, 3 * heads * hs);
-  return CPU_ONLY("qkv_pack", q, cpu_qkv_pack(F32(qkv), F32(q), F32(k), F32(v), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+  WkDType act = WK_F32;
+  WK_TRY(qkv_pack_dims("qkv_pack", "q", q, heads, kv_heads, &B, &T, &hs, &act));
+  ARG("qkv_pack", k, act, q, B, T, kv_heads * hs);
+  ARG("qkv_pack", v, act, q, B, T, kv_heads * hs);
+  ARG("qkv_pack", qkv, act, q, B, T, 3 * heads * hs);
+  return CPU_ONLY("qkv_pack", q, cpu_qkv_pack(DATA(qkv), DATA(q), DATA(k), DATA(v), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
 }
 
 WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const WkTensor *dqkv, int heads, int kv_heads) {
   int64_t B = 0, T = 0, hs = 0;
-  WK_TRY(qkv_pack_dims("qkv_pack_backward", dq, heads, kv_heads, &B, &T, &hs));
-  ARG("qkv_pack_backward", dk, WK_F32, dq, B, T, kv_heads * hs);
-  ARG("qkv_pack_backward", dv, WK_F32, dq, B, T, kv_heads * hs);
-  ARG("qkv_pack_backward", dqkv, WK_F32, dq, B, T, 3 * heads * hs);
+  WkDType act = WK_F32;
+  WK_TRY(qkv_pack_dims("qkv_pack_backward", "dq", dq, heads, kv_heads, &B, &T, &hs, &act));
+  ARG("qkv_pack_backward", dk, act, dq, B, T, kv_heads * hs);
+  ARG("qkv_pack_backward", dv, act, dq, B, T, kv_heads * hs);
+  ARG("qkv_pack_backward", dqkv, act, dq, B, T, 3 * heads * hs);
   return CPU_ONLY("qkv_pack_backward", dq,
-                  cpu_qkv_pack_backward(F32(dq), F32(dk), F32(dv), F32(dqkv), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+                  cpu_qkv_pack_backward(DATA(dq), DATA(dk), DATA(dv), DATA(dqkv), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
 }
 
 WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v, WkTensor *k_cache,
                                 WkTensor *v_cache, int heads, int kv_heads, int64_t start) {
   int64_t B = 0, Tq = 0, hs = 0;
-  WK_TRY(qkv_pack_dims("attention_cached", q, heads, kv_heads, &B, &Tq, &hs));
-  ARG("attention_cached", k, WK_F32, q, B, Tq, kv_heads * hs);
-  ARG("attention_cached", v, WK_F32, q, B, Tq, kv_heads * hs);
-  ARG("attention_cached", k_cache, WK_F32, q, B, ANY, kv_heads * hs);
+  WkDType act = WK_F32;
+  WK_TRY(qkv_pack_dims("attention_cached", "q", q, heads, kv_heads, &B, &Tq, &hs, &act));
+  ARG("attention_cached", k, act, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", v, act, q, B, Tq, kv_heads * hs);
+  ARG("attention_cached", k_cache, act, q, B, ANY, kv_heads * hs);
   int64_t Tmax = k_cache->shape[1];
-  ARG("attention_cached", v_cache, WK_F32, q, B, Tmax, kv_heads * hs);
-  ARG("attention_cached", out, WK_F32, q, B, Tq, heads * hs);
+  ARG("attention_cached", v_cache, act, q, B, Tmax, kv_heads * hs);
+  ARG("attention_cached", out, act, q, B, Tq, heads * hs);
   if (start < 0 || start + Tq > Tmax)
     return WK_FAIL(WK_ERR_INVALID_ARG, "attention_cached: positions %lld..%lld do not fit a cache of %lld", (long long)start,
                    (long long)(start + Tq - 1), (long long)Tmax);
   if (on_cuda(q)) return WK_FAIL(WK_ERR_UNSUPPORTED, "attention_cached: not implemented on CUDA yet");
-  return cpu_attention_cached(F32(out), F32(q), F32(k), F32(v), F32(k_cache), F32(v_cache), (size_t)B, (size_t)Tq, (size_t)Tmax,
-                              (size_t)heads, (size_t)kv_heads, (size_t)hs, start);
+  return cpu_attention_cached(DATA(out), DATA(q), DATA(k), DATA(v), DATA(k_cache), DATA(v_cache), act, (size_t)B, (size_t)Tq,
+                              (size_t)Tmax, (size_t)heads, (size_t)kv_heads, (size_t)hs, start);
 }

@@ -69,28 +69,30 @@ void cpu_cross_entropy_backward(void *dlogits, const void *logits, WkDType act, 
                                 float normalizer, float dloss);
 void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
-/* Llama-family kernels (rmsnorm.c, rope.c, swiglu.c, qkv_pack.c). */
-void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, size_t N, size_t C,
-                         float eps);
-void cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                          const float *rstd, size_t N, size_t C);
+/* Llama-family kernels (rmsnorm.c, rope.c, swiglu.c, qkv_pack.c, attention_cached.c): activations in
+ * act as above; rstd, the weight gradient and the RoPE inverse frequencies are f32. */
+void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, WkDType act, size_t N,
+                         size_t C, float eps);
+void cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
+                          const float *rstd, WkDType act, size_t N, size_t C);
 typedef struct {
   WkRopeKind kind;
   double theta, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
 } WkRopeScaling;
 void cpu_rope_frequencies(float *inv_freq, size_t half, const WkRopeScaling *scaling);
-void cpu_rope_forward(float *out, const float *inp, const float *inv_freq, size_t B, size_t T, size_t H,
+void cpu_rope_forward(void *out, const void *inp, const float *inv_freq, WkDType act, size_t B, size_t T, size_t H,
                       size_t hs, int64_t start);
-void cpu_rope_backward(float *dinp, const float *dout, const float *inv_freq, size_t B, size_t T, size_t H,
-                       size_t hs, int64_t start);
-void cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
-void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
-void cpu_qkv_pack(float *qkv, const float *q, const float *k, const float *v, size_t N, size_t NH, size_t KVH,
-                  size_t hs);
-void cpu_qkv_pack_backward(float *dq, float *dk, float *dv, const float *dqkv, size_t N, size_t NH, size_t KVH,
-                           size_t hs);
-WkStatus cpu_attention_cached(float *out, const float *q, const float *k, const float *v, float *k_cache,
-                              float *v_cache, size_t B, size_t Tq, size_t Tmax, size_t NH, size_t KVH, size_t hs,
+void cpu_rope_backward(void *dinp, const void *dout, const float *inv_freq, WkDType act, size_t B, size_t T,
+                       size_t H, size_t hs, int64_t start);
+void cpu_swiglu_forward(void *out, const void *gate, const void *up, WkDType act, size_t n);
+void cpu_swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up, WkDType act,
+                         size_t n);
+void cpu_qkv_pack(void *qkv, const void *q, const void *k, const void *v, WkDType act, size_t N, size_t NH,
+                  size_t KVH, size_t hs);
+void cpu_qkv_pack_backward(void *dq, void *dk, void *dv, const void *dqkv, WkDType act, size_t N, size_t NH,
+                           size_t KVH, size_t hs);
+WkStatus cpu_attention_cached(void *out, const void *q, const void *k, const void *v, void *k_cache, void *v_cache,
+                              WkDType act, size_t B, size_t Tq, size_t Tmax, size_t NH, size_t KVH, size_t hs,
                               int64_t start);  /* allocates scores */
 
 /* ---- CUDA kernels (runtime/ops/cuda), on the current stream ------------------------------------

@@ -35,7 +35,9 @@ describe('nn.llama', function()
     local count = 0
     for _ in pairs(p) do count = count + 1 end
     assert.are.equal(1 + 2 * 9 + 1 + 1, count)
+    assert.are.equal(model:parameter_count(), require('wick.nn.llama').parameter_count(model.config))
     local qwen = wick.nn.llama(config({ tie_embeddings = true, qkv_bias = true, kv_heads = 1 }))
+    assert.are.equal(qwen:parameter_count(), require('wick.nn.llama').parameter_count(qwen.config))
     assert.is_nil(qwen:named_parameters()['lm_head.weight'])
     assert.are.same({ 2 }, qwen:named_parameters()['model.layers.0.self_attn.k_proj.bias'].shape)
     model:free()
@@ -94,11 +96,17 @@ describe('nn.llama', function()
     return rows
   end
 
-  it('generates greedily with its key/value cache the tokens a full recomputation picks', function()
-    local model = wick.nn.llama(config({ seed = 9 }))
+  -- Weights large enough that the greedy tokens are far from ties.
+  local function generating_model(overrides)
+    local model = wick.nn.llama(config(overrides))
     for _, p in pairs(model:named_parameters()) do
       if p:dim() == 2 then p:copy(T.randn(p.shape, { seed = p:numel(), std = 0.5 })) end
     end
+    return model
+  end
+
+  it('generates greedily with its key/value cache the tokens a full recomputation picks', function()
+    local model = generating_model({ seed = 9 })
     local prompt = T.new({ { 1, 5, 2 }, { 7, 3, 3 } }, 'i32')
     local ids = model:generate(prompt, { max_new_tokens = 8 })
     assert.are.same({ 2, 11 }, ids.shape)
@@ -115,13 +123,31 @@ describe('nn.llama', function()
     model:free()
   end)
 
+  it('generates under bf16 with a bf16 key/value cache the tokens a full bf16 recomputation picks', function()
+    local model = generating_model({ seed = 9, precision = 'bf16' })
+    local caches = model:new_cache(1, 4)
+    assert.are.equal('bf16', caches[1].k.dtype)
+    local prompt = T.new({ { 1, 5, 2 }, { 7, 3, 3 } }, 'i32')
+    local ids = model:generate(prompt, { max_new_tokens = 8 })
+    assert.are.same(greedy_without_cache(model, prompt, 8), ids:totable())
+    assert.are.equal('bf16', model.logits.dtype)
+    model:free()
+  end)
+
   it('computes under bf16 with rounded weights and activations, close to fp32', function()
     local fp32, bf16 = wick.nn.llama(config({ seed = 2 })), wick.nn.llama(config({ seed = 2, precision = 'bf16' }))
     local idx, targets = batch()
     local exact, rounded = fp32:forward(idx, targets), bf16:forward(idx, targets)
     assert.are_not.equal(exact, rounded)
     assert.is_true(math.abs(exact - rounded) < 1e-2 * exact, ('fp32 %g, bf16 %g'):format(exact, rounded))
+    -- 2-byte storage: activations and their gradients are bf16, rstd and parameter gradients f32.
+    local block = bf16.blocks[1]
+    assert.are.equal('bf16', block.mlp.hidden.dtype)
+    assert.are.equal('bf16', block.self_attn.qkv.dtype)
+    assert.are.equal('f32', block.input_layernorm.rstd.dtype)
     bf16:backward()
+    assert.are.equal('bf16', block.self_attn.grad_q_rot.dtype)
+    assert.are.equal('f32', block.self_attn.q_proj.grad_weight.dtype)
     local sum = core.ffi.new('double[1]')
     core.check(core.C.wk_op_sumsq(bf16:flat_parameters().grads, sum))
     assert.is_true(sum[0] > 0 and sum[0] < math.huge)

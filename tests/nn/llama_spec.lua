@@ -6,6 +6,7 @@
 -- gradient on a batch. Wick loads each directory, must give that loss and every gradient within 1e-4
 -- relative, then saves the model back (sharded), and transformers must load what Wick wrote and give
 -- Wick's logits within 1e-5, and its greedy generate the tokens of Wick's (key/value cached) generate.
+-- A checkpoint the trainer writes for a Llama recipe loads in transformers the same way.
 local helper = require 'helper'
 local gradcheck = require 'gradcheck'
 local wick = require 'wick'
@@ -100,6 +101,26 @@ describe('the Llama family against transformers', function()
       model:free()
     end)
   end
+
+  it("a Llama recipe's checkpoint is a directory transformers loads, with the trainer's logits", function()
+    if venv_error then
+      pending('skipped: ' .. venv_error)
+      return
+    end
+    local data = require('data_helper').make_dataset(root .. '/recipe-data', require('data_helper').documents(200, 40, 6),
+      { shard_size = 4096 })
+    local run = helper.run(('%s --data.sources %s --steps 4 --data.seq_len 16 --checkpoint.every 4 --checkpoint.dir %s ' ..
+      '--log.sample 0'):format(q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(data), q(root .. '/recipe-ck')))
+    assert.are.equal(0, run.rc, run.err)
+    local dir = root .. '/recipe-ck/step-00000004'
+    local model = wick.nn.from_pretrained(dir)
+    local inputs = wick.tensor.new({ { 1, 7, 3, 49, 0, 12 }, { 5, 5, 8, 2, 31, 9 } }, 'i32')
+    wick.safetensors.save(root .. '/recipe-batch.safetensors', { inputs = inputs })
+    oracle(('logits %s %s %s'):format(q(dir), q(root .. '/recipe-batch.safetensors'), q(root .. '/recipe-logits.safetensors')))
+    local err = relative_error(model:forward(inputs), load(root .. '/recipe-logits.safetensors').logits)
+    assert(err <= LOGITS_TOL, ('logits: relative error %.3g'):format(err))
+    model:free()
+  end)
 
   it('GPT-2 saved by Wick loads in transformers with the same logits', function()
     if venv_error then

@@ -41,6 +41,60 @@ describe('recipes', function()
     assert.is_not_nil(weights['transformer.wte.weight'])
   end)
 
+  it('llama_tiny.lua trains a Llama on 2 ranks: the loss falls, its checkpoint is a Hugging Face directory', function()
+    local out = root .. '/llama'
+    local r = helper.run(('--nproc-per-node 2 %s --data.sources %s --steps 30 --data.seq_len 32 --checkpoint.every 30 ' ..
+      '--checkpoint.dir %s --log.sample 20'):format(q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(dataset), q(out)))
+    assert.are.equal(0, r.rc, r.err)
+    local losses = {}
+    for loss in r.out:gmatch('loss (%d+%.%d+)') do losses[#losses + 1] = tonumber(loss) end
+    assert.is_true(losses[#losses] < 0.8 * losses[1], r.out)
+    assert.matches('[rank0] sample:\n[rank0] ', r.out, 1, true)
+    local model = require('wick').nn.from_pretrained(out .. '/step-00000030')
+    assert.are.same({ 2, 4, 2, 64, 176 }, { model.config.layers, model.config.heads, model.config.kv_heads, model.config.dim,
+      model.config.ffn_dim })
+    model:free()
+  end)
+
+  -- The README's fine-tune command, on a small random Llama that Wick saves with the example Llama 3
+  -- style tokenizer (make example) and the example documents.
+  it('llama3_finetune.lua fine-tunes WICK_MODEL_DIR on WICK_DATA, converted with the model\'s tokenizer', function()
+    local tokenizer = helper.ROOT .. '/build/example/llama3/tokenizer.json'
+    if not io.open(tokenizer) then
+      pending('skipped: no ' .. tokenizer .. ' (make example, which needs the test venv)')
+      return
+    end
+    local dir = root .. '/hf-llama'
+    local made = helper.run('-e ' .. q(("require('wick').nn.llama { vocab = 3002, dim = 32, layers = 2, heads = 4, kv_heads = 2, " ..
+      "ffn_dim = 64, max_positions = 64 }:save_pretrained(%q)"):format(dir)))
+    assert.are.equal(0, made.rc, made.err)
+    os.execute(('cp %s %s/'):format(q(tokenizer), q(dir)))
+    local docs = helper.ROOT .. '/build/example/docs.jsonl'
+    local env = ('WICK_MODEL_DIR=%s WICK_DATA=%s '):format(q(dir), q(docs))
+    local recipe = q(helper.ROOT .. '/recipes/llama3_finetune.lua')
+    local planned = helper.sh(env .. q(helper.RUN) .. ' --dry-run ' .. recipe)
+    assert.are.equal(2, planned.rc, planned.out .. planned.err)
+    assert.matches('data.seq_len 512 is above the 64 positions of model.from_pretrained ' .. dir .. ': lower data.seq_len',
+      planned.err, 1, true)
+    local r = helper.sh(env .. q(helper.RUN) .. ' --nproc-per-node 2 ' .. recipe .. (' --data.seq_len=32 --steps=3 ' ..
+      '--batch.global=4 --batch.micro=2 --checkpoint.every=3 --checkpoint.dir=%s'):format(q(root .. '/tuned')))
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('vocab 3002', helper.sh(env .. q(helper.RUN) .. ' --dry-run ' .. recipe .. ' --data.seq_len=32').out, 1, true)
+    -- A dataset converted with another tokenizer is refused, though its ids would fit.
+    local other = helper.sh(('WICK_MODEL_DIR=%s WICK_DATA=%s %s --dry-run %s --data.seq_len=32'):format(q(dir), q(dataset),
+      q(helper.RUN), recipe))
+    assert.are.equal(2, other.rc, other.out .. other.err)
+    assert.matches(("source %s was tokenized by bytes, not by model.from_pretrained's %s/tokenizer.json: convert it with " ..
+      'that tokenizer'):format(dataset, dir), other.err, 1, true)
+    local tuned = require('wick').nn.from_pretrained(root .. '/tuned/step-00000003')
+    assert.are.equal(3002, tuned.config.vocab)
+    tuned:free()
+    -- what the recipe converted, named by the pair it was converted for
+    local converted = ('%s/build/llama3_finetune/data-%s'):format(helper.ROOT, require('wick.recipe.provenance').hash(dir .. '\n' .. docs))
+    assert.is_not_nil(io.open(converted .. '/index.json'))
+    helper.rmtree(converted)
+  end)
+
   it('mix.lua trains on its three sources with their weight schedules; tiny.lua plans for 8 ranks', function()
     local r = helper.run(q(helper.ROOT .. '/recipes/mix.lua') .. ' --steps 5 --data.seq_len 16')
     assert.are.equal(0, r.rc, r.err)

@@ -15,19 +15,23 @@ local POLL_US = 20000
 local WAIT_POLLS = 1500 -- 30 s
 local DRY_RUN_SECONDS = 5
 
--- A recipe file of a tiny GPT on `dataset`, with `extra` fields (Lua source) added to its table.
-local function write_recipe(path, dataset, extra)
+local GPT_MODEL = 'model = { layers = 1, heads = 2, dim = 16 },'
+local LLAMA_MODEL = "model = { arch = 'llama', layers = 1, heads = 4, kv_heads = 2, dim = 16, ffn_dim = 24 },"
+
+-- A recipe file of a tiny GPT (or of `model`, a model section's Lua source) on `dataset`, with
+-- `extra` fields (Lua source) added to its table.
+local function write_recipe(path, dataset, extra, model)
   return helper.write_file(path, ([[
 local wick = require 'wick'
 return {
-  model = { layers = 1, heads = 2, dim = 16 },
+  %s
   data = { sources = { %q }, seq_len = 32 },
   batch = { global = 8, micro = 2 },
   optim = { lr = 3e-3, warmup = 2, clip = 1.0 },
   steps = 8, seed = 3, timeout = 30,
   %s
 }
-]]):format(dataset, extra or ''))
+]]):format(model or GPT_MODEL, dataset, extra or ''))
 end
 
 -- step -> the JSON text of its loss (the shortest text of the double: equal text, equal double),
@@ -72,6 +76,27 @@ describe('recipes', function()
       local r = helper.run(q(bad))
       assert.are.equal(2, r.rc, r.err)
       assert.matches('typo.lua: eval.evrey: unknown key (did you mean eval.every?)', r.err, 1, true)
+    end)
+
+    it('refuses a model section that is not one model, naming the key and what to change', function()
+      local cases = {
+        { "model = { layers = 1, heads = 2, dim = 16, kv_heads = 1 },", "model.kv_heads is a Llama's: set model.arch = 'llama', or drop it" },
+        { "model = { arch = 'llama', layers = 1, heads = 2, dim = 16 },", 'model.ffn_dim is required (or model.from_pretrained = a model directory)' },
+        { "model = { arch = 'llama', layers = 1, heads = 4, kv_heads = 3, dim = 16, ffn_dim = 8 },", 'model.heads 4 is not a multiple of model.kv_heads 3' },
+        { "model = { arch = 'llama', layers = 1, heads = 16, dim = 16, ffn_dim = 8 },", 'model.dim / model.heads = 1 must be even (RoPE rotates pairs)' },
+        { "model = { arch = 'llama', layers = 1, heads = 2, dim = 16, ffn_dim = 8, device = 'cuda:0' },",
+          "model.device = 'cuda:0': the Llama ops have no CUDA kernels yet (docs/models.md): train it on the CPU" },
+        { "model = { from_pretrained = '/nowhere', arch = 'llama' },", "model.arch: model.from_pretrained's config.json gives the model's shape: drop model.arch" },
+      }
+      for i, case in ipairs(cases) do
+        local r = helper.run(q(write_recipe(root .. '/model' .. i .. '.lua', dataset, nil, case[1])))
+        assert.are.equal(2, r.rc, r.err)
+        assert.matches(case[2], r.err, 1, true)
+      end
+      local missing = helper.run('--dry-run ' .. q(write_recipe(root .. '/missing-model.lua', dataset, nil,
+        ("model = { from_pretrained = %q },"):format(root .. '/no-model'))))
+      assert.are.equal(2, missing.rc)
+      assert.matches('model.from_pretrained: ' .. root .. '/no-model/config.json: cannot be read', missing.err, 1, true)
     end)
 
     it('refuses a wrong type with its path', function()
@@ -256,14 +281,15 @@ callbacks = { on_checkpoint = function(t, info)
 end },
 checkpoint = { every = 2, keep = 2 },]]
 
-    it('resumes exactly after kill -9 on 2 ranks, and onto 1 and 4 ranks at the same global batch', function()
-      local path = write_recipe(root .. '/killable.lua', dataset, KILLABLE)
+    -- Runs `path` on 2 ranks straight into dir-straight, and again into dir, killed (kill -9) once it has
+    -- checkpointed step 4; the logs are name-straight.jsonl and name-killed.jsonl.
+    local function straight_and_killed(path, dir, name)
       local straight = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s'):format(q(path),
-        q(root .. '/ck-straight'), q(root .. '/straight.jsonl')))
+        q(dir .. '-straight'), q(root .. '/' .. name .. '-straight.jsonl')))
       assert.are.equal(0, straight.rc, straight.err)
-      local dir, mark = root .. '/ck', root .. '/killed.mark'
+      local mark = root .. '/' .. name .. '.mark'
       local pid = helper.sh(('KILL_MARK=%s setsid %s --nproc-per-node 2 %s --checkpoint.dir=%s --log=%s ' ..
-        '>/dev/null 2>&1 & echo $!'):format(q(mark), q(helper.RUN), q(path), q(dir), q(root .. '/killed.jsonl'))).out
+        '>/dev/null 2>&1 & echo $!'):format(q(mark), q(helper.RUN), q(path), q(dir), q(root .. '/' .. name .. '-killed.jsonl'))).out
       assert.is_true(wait_for(mark), 'the job never reached its checkpoint at step 4')
       pid = assert(pid:match('%d+'), 'no pid')
       os.execute('kill -9 -' .. pid) -- the launcher's process group: the launcher and both ranks
@@ -272,15 +298,25 @@ checkpoint = { every = 2, keep = 2 },]]
         ffi.C.usleep(POLL_US)
       end
       assert.are_not.equal(0, os.execute('kill -0 -' .. pid .. ' 2>/dev/null'), 'the job is gone')
-      local killed = losses(root .. '/killed.jsonl')
-      assert.is_nil(killed[5], 'killed after step 4')
-      os.execute(('cp -r %s %s && cp -r %s %s'):format(q(dir), q(dir .. '1'), q(dir), q(dir .. '4')))
-      local want = losses(root .. '/straight.jsonl')
-      local resumed = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s --resume'):format(q(path), q(dir),
-        q(root .. '/killed.jsonl')))
+      assert.is_nil(losses(root .. '/' .. name .. '-killed.jsonl')[5], 'killed after step 4')
+    end
+
+    -- Resumes the killed run of straight_and_killed on 2 ranks: every loss equals the straight run's.
+    local function resume_exactly(path, dir, name)
+      local log = root .. '/' .. name .. '-killed.jsonl'
+      local resumed = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s --resume'):format(q(path), q(dir), q(log)))
       assert.are.equal(0, resumed.rc, resumed.err)
       assert.matches('resume: from ' .. dir .. '/step-00000004 (step 4)', resumed.out, 1, true)
-      assert.are.same(want, losses(root .. '/killed.jsonl'))  -- all 8 steps, bit for bit
+      assert.are.same(losses(root .. '/' .. name .. '-straight.jsonl'), losses(log))  -- all 8 steps, bit for bit
+    end
+
+    it('resumes exactly after kill -9 on 2 ranks, and onto 1 and 4 ranks at the same global batch', function()
+      local path = write_recipe(root .. '/killable.lua', dataset, KILLABLE)
+      local dir = root .. '/ck'
+      straight_and_killed(path, dir, 'gpt')
+      os.execute(('cp -r %s %s && cp -r %s %s'):format(q(dir), q(dir .. '1'), q(dir), q(dir .. '4')))
+      resume_exactly(path, dir, 'gpt')
+      local want = losses(root .. '/gpt-straight.jsonl')
       for _, ranks in ipairs({ 1, 4 }) do
         local log = ('%s/onto%d.jsonl'):format(root, ranks)
         local r = helper.run(('--nproc-per-node %d %s --checkpoint.dir=%s%d --log=%s --resume'):format(ranks, q(path), q(dir),
@@ -325,6 +361,41 @@ checkpoint = { every = 2, keep = 2 },]])
             got[step]))
         end
       end
+    end)
+
+    it('resumes a Llama exactly after kill -9; its checkpoints are Hugging Face directories a fine-tune starts from', function()
+      local path = write_recipe(root .. '/llama-killable.lua', dataset, KILLABLE, LLAMA_MODEL)
+      local dir = root .. '/ck-llama'
+      straight_and_killed(path, dir, 'llama')
+      resume_exactly(path, dir, 'llama')
+      local last = dir .. '/step-00000008'
+      local config = helper.read_file(last .. '/config.json')
+      assert.matches('"architectures":["LlamaForCausalLM"]', config, 1, true)
+      assert.matches('"num_key_value_heads":2', config, 1, true)
+      local loaded = helper.run('-e ' .. q(("local m = require('wick').nn.from_pretrained(%q); print(m.config.ffn_dim, m:parameter_count())")
+        :format(last)))
+      assert.are.equal(0, loaded.rc, loaded.err)
+      assert.matches('24\t10192', loaded.out)
+      -- A fine-tune of that directory: its shapes come from config.json, the data is checked against them.
+      local tune = helper.write_file(root .. '/tune.lua', ([[
+return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 32 }, batch = { global = 8, micro = 2 },
+  optim = { lr = 1e-3 }, steps = 2, seed = 3, timeout = 30 }
+]]):format(last, dataset))
+      local planned = helper.run('--dry-run ' .. q(tune))
+      assert.are.equal(0, planned.rc, planned.err)
+      assert.matches('model: llama from ' .. last .. ', 1 layers, 4 heads (2 kv), dim 16, ffn_dim 24, vocab 257', planned.out, 1, true)
+      local long = helper.run('--dry-run ' .. q(tune) .. ' --data.seq_len=64')
+      assert.are.equal(2, long.rc, long.out .. long.err)
+      assert.matches('data.seq_len 64 is above the 32 positions of model.from_pretrained ' .. last .. ': lower data.seq_len',
+        long.err, 1, true)
+      local shaped = helper.run('--dry-run ' .. q(tune) .. ' --model.dim=32')
+      assert.are.equal(2, shaped.rc)
+      assert.matches("model.dim: model.from_pretrained's config.json gives the model's shape: drop model.dim", shaped.err, 1, true)
+      local log = root .. '/tune.jsonl'
+      local tuned = helper.run(q(tune) .. ' --log=' .. q(log))
+      assert.are.equal(0, tuned.rc, tuned.err)
+      local scratch, first = losses(root .. '/llama-straight.jsonl'), losses(log)
+      assert.is_true(tonumber(first[1]) < tonumber(scratch[1]), ('fine-tune %s, from scratch %s'):format(first[1], scratch[1]))
     end)
 
     it('keeps the last K, ignores a checkpoint killed mid-write, and writes provenance', function()
@@ -635,8 +706,8 @@ checkpoint = { every = 2, keep = 2 },]])
         if name then order[#order + 1] = name end
         assert(i < 100, 'a bounded trace')
       end
-      assert.are.same({ 'model.safetensors', 'optimizer.safetensors', 'provenance.json', 'recipe.lua', 'state.safetensors',
-        'DONE', 'tmp', 'rename', 'parent' }, order)
+      assert.are.same({ 'config.json', 'generation_config.json', 'model.safetensors', 'optimizer.safetensors',
+        'provenance.json', 'recipe.lua', 'state.safetensors', 'DONE', 'tmp', 'rename', 'parent' }, order)
     end)
   end)
 
@@ -687,31 +758,36 @@ checkpoint = { every = 2, keep = 2 },]])
     -- The estimate is what the tensors of a step hold at the allocator's peak, under each policy: the
     -- weights, gradients, optimizer state, activations and the data ring. It leaves out the trainer's
     -- scalars (92 bytes on one rank: measured so) and is printed to 0.01 KiB (5 bytes either way).
-    it('estimates the memory that a real step of the same recipe allocates at its peak, under each policy', function()
+    it('estimates the memory that a real step of the same recipe allocates at its peak, GPT-2 or Llama, under each policy', function()
       local TOLERANCE = 128
-      local peaked = write_recipe(root .. '/peak.lua', dataset, [[
+      local PEAK = [[
 callbacks = { on_step_end = function(t, m)
   if m.step ~= 2 then return end
   local ffi, C = require 'ffi', require('wick.core').C
   local stats = ffi.new('WkAllocatorStats')
   C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
   print(('peak %d bytes'):format(tonumber(stats.bytes_peak)))
-end },]])
+end },]]
       local UNITS = { KiB = 2 ^ 10, MiB = 2 ^ 20, GiB = 2 ^ 30 }
-      local estimates = {}
-      for _, policy in ipairs({ 'fp32', 'bf16', 'fp16' }) do
-        local args = q(peaked) .. ' --steps=2 --precision=' .. policy
-        local planned, ran = timed('--dry-run ' .. args), timed(args)
-        assert.are.equal(0, planned.rc, planned.err)
-        assert.are.equal(0, ran.rc, ran.err)
-        local value, unit = planned.out:match('memory per rank %(' .. policy .. ', micro batch 2%):.-: total ([%d.]+) (%a+)')
-        local estimate, peak = tonumber(value) * UNITS[unit], tonumber(ran.out:match('peak (%d+) bytes'))
-        assert.is_true(peak - estimate > -8 and peak - estimate < TOLERANCE,
-          ('%s: peak %d, estimate %d'):format(policy, peak, estimate))
-        estimates[policy] = estimate
+      local function check(name, model)
+        local peaked = write_recipe(root .. '/peak-' .. name .. '.lua', dataset, PEAK, model)
+        local estimates = {}
+        for _, policy in ipairs({ 'fp32', 'bf16', 'fp16' }) do
+          local args = q(peaked) .. ' --steps=2 --precision=' .. policy
+          local planned, ran = timed('--dry-run ' .. args), timed(args)
+          assert.are.equal(0, planned.rc, planned.err)
+          assert.are.equal(0, ran.rc, ran.err)
+          local value, unit = planned.out:match('memory per rank %(' .. policy .. ', micro batch 2%):.-: total ([%d.]+) (%a+)')
+          local estimate, peak = tonumber(value) * UNITS[unit], tonumber(ran.out:match('peak (%d+) bytes'))
+          assert.is_true(peak - estimate > -8 and peak - estimate < TOLERANCE,
+            ('%s %s: peak %d, estimate %d'):format(name, policy, peak, estimate))
+          estimates[policy] = estimate
+        end
+        assert.are.equal(estimates.bf16, estimates.fp16)
+        assert.is_true(estimates.bf16 < 0.8 * estimates.fp32)
       end
-      assert.are.equal(estimates.bf16, estimates.fp16)
-      assert.is_true(estimates.bf16 < 0.8 * estimates.fp32)
+      check('gpt', GPT_MODEL)
+      check('llama', LLAMA_MODEL)
     end)
 
     -- Sharded, each rank's estimate holds its slice of AdamW's moments and the slice buffer; the

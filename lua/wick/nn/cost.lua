@@ -19,14 +19,15 @@ end
 
 -- FLOPs per trained token, forward + backward: 6 per parameter (2 forward, 4 backward) plus
 -- attention's scores and weighted sum, 12 L C T (PaLM's appendix B; llm.c counts the same way).
-function cost.flops_per_token(m)
-  return 6 * cost.parameter_count(m) + 12 * m.layers * m.dim * m.seq_len
+-- `parameters` (default: a GPT-2's of this shape) lets another decoder (wick.nn.llama) count its own.
+function cost.flops_per_token(m, parameters)
+  return 6 * (parameters or cost.parameter_count(m)) + 12 * m.layers * m.dim * m.seq_len
 end
 
 -- Model FLOPs utilization: the share of `peak_flops` (FLOP/s, all devices together) that
 -- tokens_per_s trained tokens a second use.
-function cost.mfu(m, tokens_per_s, peak_flops)
-  return cost.flops_per_token(m) * tokens_per_s / peak_flops
+function cost.mfu(m, tokens_per_s, peak_flops, parameters)
+  return cost.flops_per_token(m, parameters) * tokens_per_s / peak_flops
 end
 
 -- The kernels of one step of micro batch B whose activations are stored in `storage` bytes (4 for

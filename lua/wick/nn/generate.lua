@@ -72,6 +72,12 @@ local function sample(row, V, opts, draw)
   return order[cut]
 end
 
+-- The logits as f32 for the sampler: a bf16/fp16 model's are widened (exactly) into a buffer.
+local function f32_logits(self, logits)
+  if logits.dtype == 'f32' then return logits end
+  return self:buffer('step_logits_f32', logits.shape):copy(logits)
+end
+
 function llama.Llama:generate(prompt, opts)
   if not T.is_tensor(prompt) or prompt:dim() ~= 2 or prompt.dtype ~= 'i32' then
     error('generate: prompt must be an int32 tensor [B, T]', 2)
@@ -93,7 +99,7 @@ function llama.Llama:generate(prompt, opts)
   local step_ids = ffi.cast('int32_t *', next_ids:data())
   local logits = self:step(packed, caches, 0)
   for t = T0, total - 1 do
-    local rows, width = ffi.cast('float *', logits:data()), logits:size(2)
+    local rows, width = ffi.cast('float *', f32_logits(self, logits):data()), logits:size(2)
     for b = 1, B do
       local row = rows + ((b - 1) * width + width - 1) * V
       local id = opts.temperature == 0 and argmax(row, V) or sample(row, V, opts, draw)

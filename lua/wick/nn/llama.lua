@@ -103,14 +103,13 @@ local function with_last(shape, n)
 end
 
 function Projection:forward(input)
-  local out = self:buffer('output', with_last(input.shape, self.weight:size(1)))
+  local out = self:activation('output', with_last(input.shape, self.weight:size(1)))
   check(C.wk_op_matmul(out, input, self.weight, self.bias, 1))
-  return self:store(out)
+  return out
 end
 
 function Projection:backward(input, grad_output, grad_input)
   check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, 1))
-  self:store(grad_input)
 end
 
 local RMSNorm = nn.class(nn.Module)
@@ -123,14 +122,13 @@ local function rmsnorm(n, eps, opts)
 end
 
 function RMSNorm:forward(input)
-  local out = self:buffer('output', input.shape)
+  local out = self:activation('output', input.shape)
   check(C.wk_op_rmsnorm(out, self:buffer('rstd', { input:numel() / input:size(-1) }), input, self.weight, self.eps))
-  return self:store(out)
+  return out
 end
 
 function RMSNorm:backward(input, grad_output, grad_input)
   check(C.wk_op_rmsnorm_backward(grad_input, self.grad_weight, grad_output, input, self.weight, self.rstd))
-  self:store(grad_input)
 end
 
 -- Grouped-query self-attention: q/k/v projections, RoPE on q and k, the kv heads repeated into the
@@ -152,15 +150,14 @@ function Attention:forward(input)
   local B, TT = input:size(1), input:size(2)
   local q, k = self.q_proj:forward(input), self.k_proj:forward(input)
   local v = self.v_proj:forward(input)
-  local q_rot, k_rot = self:buffer('q_rot', q.shape), self:buffer('k_rot', k.shape)
+  local q_rot, k_rot = self:activation('q_rot', q.shape), self:activation('k_rot', k.shape)
   check(C.wk_op_rope(q_rot, q, self.inv_freq, self.heads, 0))
   check(C.wk_op_rope(k_rot, k, self.inv_freq, self.kv_heads, 0))
   local width = q:size(3)
-  local qkv = self:buffer('qkv', { B, TT, 3 * width })
-  check(C.wk_op_qkv_pack(qkv, self:store(q_rot), self:store(k_rot), v, self.heads, self.kv_heads))
-  local y = self:buffer('y', { B, TT, width })
-  check(C.wk_op_attention(y, self:buffer('att', { B, self.heads, TT, TT }), qkv, self.heads))
-  self:store(y)
+  local qkv = self:activation('qkv', { B, TT, 3 * width })
+  check(C.wk_op_qkv_pack(qkv, q_rot, k_rot, v, self.heads, self.kv_heads))
+  local y = self:activation('y', { B, TT, width })
+  check(C.wk_op_attention(y, self:activation('att', { B, self.heads, TT, TT }), qkv, self.heads))
   return self.o_proj:forward(y)
 end
 
@@ -171,13 +168,13 @@ function Attention:backward(input, grad_output, grad_input)
   check(C.wk_op_attention_backward(dqkv, dy, self.qkv, self.att, self.heads))
   local dq_rot, dk_rot = self:zeroed('grad_q_rot', self.q_rot.shape), self:zeroed('grad_k_rot', self.k_rot.shape)
   local dv = self:zeroed('grad_v', self.v_proj.output.shape)
-  check(C.wk_op_qkv_pack_backward(dq_rot, dk_rot, dv, self:store(dqkv), self.heads, self.kv_heads))
+  check(C.wk_op_qkv_pack_backward(dq_rot, dk_rot, dv, dqkv, self.heads, self.kv_heads))
   local dq, dk = self:zeroed('grad_q', dq_rot.shape), self:zeroed('grad_k', dk_rot.shape)
-  check(C.wk_op_rope_backward(dq, self:store(dq_rot), self.inv_freq, self.heads, 0))
-  check(C.wk_op_rope_backward(dk, self:store(dk_rot), self.inv_freq, self.kv_heads, 0))
-  self.q_proj:backward(input, self:store(dq), grad_input)
-  self.k_proj:backward(input, self:store(dk), grad_input)
-  self.v_proj:backward(input, self:store(dv), grad_input)
+  check(C.wk_op_rope_backward(dq, dq_rot, self.inv_freq, self.heads, 0))
+  check(C.wk_op_rope_backward(dk, dk_rot, self.inv_freq, self.kv_heads, 0))
+  self.q_proj:backward(input, dq, grad_input)
+  self.k_proj:backward(input, dk, grad_input)
+  self.v_proj:backward(input, dv, grad_input)
 end
 
 -- SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
@@ -193,9 +190,9 @@ end
 
 function MLP:forward(input)
   local gate, up = self.gate_proj:forward(input), self.up_proj:forward(input)
-  local hidden = self:buffer('hidden', gate.shape)
+  local hidden = self:activation('hidden', gate.shape)
   check(C.wk_op_swiglu(hidden, gate, up))
-  return self.down_proj:forward(self:store(hidden))
+  return self.down_proj:forward(hidden)
 end
 
 function MLP:backward(input, grad_output, grad_input)
@@ -203,9 +200,9 @@ function MLP:backward(input, grad_output, grad_input)
   local dhidden = self:zeroed('grad_hidden', gate.shape)
   self.down_proj:backward(self.hidden, grad_output, dhidden)
   local dgate, dup = self:zeroed('grad_gate', gate.shape), self:zeroed('grad_up', up.shape)
-  check(C.wk_op_swiglu_backward(dgate, dup, self:store(dhidden), gate, up))
-  self.gate_proj:backward(input, self:store(dgate), grad_input)
-  self.up_proj:backward(input, self:store(dup), grad_input)
+  check(C.wk_op_swiglu_backward(dgate, dup, dhidden, gate, up))
+  self.gate_proj:backward(input, dgate, grad_input)
+  self.up_proj:backward(input, dup, grad_input)
 end
 
 -- A decoder layer: x1 = x + attn(norm(x)); out = x1 + mlp(norm(x1)), GPT-2's pre-norm block with
@@ -257,6 +254,15 @@ local function build(cfg)
   return self
 end
 
+-- The parameters of a Llama of this shape (its options: vocab, dim, layers, heads, kv_heads, ffn_dim,
+-- tie_embeddings, qkv_bias), without building it: the dry run plans with this.
+function llama.parameter_count(cfg)
+  local dim, kv = cfg.dim, (cfg.kv_heads or cfg.heads) * (cfg.dim / cfg.heads)
+  local attention = 2 * dim * dim + 2 * dim * kv + (cfg.qkv_bias and dim + 2 * kv or 0)
+  local per_layer = attention + 3 * dim * cfg.ffn_dim + 2 * dim  -- and two RMSNorm weights
+  return cfg.vocab * dim * (cfg.tie_embeddings and 1 or 2) + cfg.layers * per_layer + dim
+end
+
 function llama.new(cfg)
   local model = build(cfg)
   return model:reset(model.config.seed)
@@ -279,7 +285,7 @@ end
 local function no_positions(self, TT)
   local key = 'zero_positions'
   local fresh = self[key] == nil or self[key]:size(1) ~= TT
-  local rows = self:buffer(key, { TT, self.config.dim })
+  local rows = self:activation(key, { TT, self.config.dim })
   if fresh then check(C.wk_op_fill(rows, 0)) end
   return rows
 end
@@ -296,9 +302,8 @@ function Llama:forward(idx, targets, mask, count)
   gpt.refresh_compute_weights(self)
   idx = gpt.staged(self, 'idx', idx, 'i32', true)
   self.idx = idx
-  local x = self:buffer('embedded', { B, TT, cfg.dim })
+  local x = self:activation('embedded', { B, TT, cfg.dim })
   check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
-  self:store(x)
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
@@ -306,9 +311,8 @@ function Llama:forward(idx, targets, mask, count)
   end
   self.final = x
   local normed = self.model.norm:forward(x)
-  local logits = self:buffer('logits', { B, TT, cfg.vocab })
+  local logits = self:activation('logits', { B, TT, cfg.vocab })
   check(C.wk_op_matmul(logits, normed, self:head().weight, nil, 1))
-  self:store(logits)
   if targets == nil then
     self.targets = nil
     return logits
@@ -338,12 +342,10 @@ function Llama:backward(on_ready)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1
   local dlogits = self:zeroed('grad_logits', self.logits.shape)
   check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.targets, self.mask, self.count, scale))
-  self:store(dlogits)
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   local head = self:head()
   check(C.wk_op_matmul_backward(dnormed, head.grad_weight, nil, dlogits, self.model.norm.output, head.weight, 1))
-  self:store(dnormed)
-  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:buffer('grad_b', { B, TT, cfg.dim })
+  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:activation('grad_b', { B, TT, cfg.dim })
   self.model.norm:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
   for l = #self.blocks, 1, -1 do
@@ -352,7 +354,8 @@ function Llama:backward(on_ready)
     dx, dprev = dprev, dx
     if on_ready then on_ready(#self.blocks - l + 2) end
   end
-  local unused = self:zeroed('grad_zero_positions', { TT, cfg.dim })
+  local unused = self:buffer('grad_zero_positions', { TT, cfg.dim })  -- f32, as a parameter gradient is
+  check(C.wk_op_fill(unused, 0))
   check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.idx))
   if on_ready then on_ready(#self.blocks + 2) end
 end
@@ -363,13 +366,13 @@ end
 -- generating does not disturb a training step's saved activations. Forward only.
 
 local function project(self, key, input, proj)
-  local out = self:buffer(key, with_last(input.shape, proj.weight:size(1)))
+  local out = self:activation(key, with_last(input.shape, proj.weight:size(1)))
   check(C.wk_op_matmul(out, input, proj.weight, proj.bias, 1))
   return out
 end
 
 function RMSNorm:step(input)
-  local out = self:buffer('step_output', input.shape)
+  local out = self:activation('step_output', input.shape)
   check(C.wk_op_rmsnorm(out, self:buffer('step_rstd', { input:numel() / input:size(-1) }), input, self.weight, self.eps))
   return out
 end
@@ -377,38 +380,38 @@ end
 function Attention:step(input, cache, start)
   local q, k = project(self, 'step_q', input, self.q_proj), project(self, 'step_k', input, self.k_proj)
   local v = project(self, 'step_v', input, self.v_proj)
-  local q_rot, k_rot = self:buffer('step_q_rot', q.shape), self:buffer('step_k_rot', k.shape)
+  local q_rot, k_rot = self:activation('step_q_rot', q.shape), self:activation('step_k_rot', k.shape)
   check(C.wk_op_rope(q_rot, q, self.inv_freq, self.heads, start))
   check(C.wk_op_rope(k_rot, k, self.inv_freq, self.kv_heads, start))
-  local y = self:buffer('step_y', q.shape)
+  local y = self:activation('step_y', q.shape)
   check(C.wk_op_attention_cached(y, q_rot, k_rot, v, cache.k, cache.v, self.heads, self.kv_heads, start))
   return project(self, 'step_out', y, self.o_proj)
 end
 
 function MLP:step(input)
   local gate, up = project(self, 'step_gate', input, self.gate_proj), project(self, 'step_up', input, self.up_proj)
-  local hidden = self:buffer('step_hidden', gate.shape)
+  local hidden = self:activation('step_hidden', gate.shape)
   check(C.wk_op_swiglu(hidden, gate, up))
   return project(self, 'step_out', hidden, self.down_proj)
 end
 
 function Layer:step(input, cache, start)
-  local x1 = self:buffer('step_x1', input.shape)
+  local x1 = self:activation('step_x1', input.shape)
   check(C.wk_op_add(x1, input, self.self_attn:step(self.input_layernorm:step(input), cache, start)))
-  local out = self:buffer('step_output', input.shape)
+  local out = self:activation('step_output', input.shape)
   check(C.wk_op_add(out, x1, self.mlp:step(self.post_attention_layernorm:step(x1))))
   return out
 end
 
--- Empty caches for B sequences of up to Tmax positions: one { k, v } per layer.
+-- Empty caches for B sequences of up to Tmax positions: one { k, v } per layer, in the policy's dtype.
 function Llama:new_cache(B, Tmax)
   local cfg = self.config
   if Tmax > cfg.max_positions then
     error(('llama: %d positions exceed max_positions %d'):format(Tmax, cfg.max_positions), 2)
   end
-  local width, caches = cfg.kv_heads * (cfg.dim / cfg.heads), {}
+  local width, dtype, caches = cfg.kv_heads * (cfg.dim / cfg.heads), self.policy.dtype, {}
   for l = 1, cfg.layers do
-    caches[l] = { k = T.zeros({ B, Tmax, width }, 'f32', self.device), v = T.zeros({ B, Tmax, width }, 'f32', self.device) }
+    caches[l] = { k = T.zeros({ B, Tmax, width }, dtype, self.device), v = T.zeros({ B, Tmax, width }, dtype, self.device) }
   end
   return caches
 end
@@ -418,10 +421,10 @@ end
 function Llama:step(idx, caches, start)
   local B, TT = idx:size(1), idx:size(2)
   gpt.refresh_compute_weights(self)
-  local x = self:buffer('step_embedded', { B, TT, self.config.dim })
+  local x = self:activation('step_embedded', { B, TT, self.config.dim })
   check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
   for l, block in ipairs(self.blocks) do x = block:step(x, caches[l], start) end
-  local logits = self:buffer('step_logits', { B, TT, self.config.vocab })
+  local logits = self:activation('step_logits', { B, TT, self.config.vocab })
   check(C.wk_op_matmul(logits, self.model.norm:step(x), self:head().weight, nil, 1))
   return logits
 end

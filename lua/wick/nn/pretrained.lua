@@ -282,9 +282,9 @@ local LOAD_OPTIONS = schema.define('from_pretrained option', {
   { 'precision', 'precision', check = require('wick.precision').check, help = "'fp32', 'bf16' or 'fp16'" },
 })
 
-function pretrained.from_pretrained(dir, opts)
-  if type(dir) ~= 'string' then error('from_pretrained: dir must be a directory path', 2) end
-  opts = LOAD_OPTIONS:check(opts or {}, 2)
+-- What a directory's config.json describes: the family ('llama' or 'gpt2'), the options of its model
+-- (wick.nn.llama's or wick.nn.gpt's, unchecked by the model yet) and how its files name the weights.
+local function read_config(dir)
   local config_path = dir .. '/' .. CONFIG
   local c = read_json(config_path)
   local archs = c.architectures
@@ -292,20 +292,39 @@ function pretrained.from_pretrained(dir, opts)
     fail(config_path, 'architectures must name one architecture, got %s', json.encode(archs))
   end
   local arch = archs[1]
-  local new, model_opts, source, ignored
+  local found = { path = config_path, architecture = arch, hf = c }
   if LLAMA_FAMILY[arch] then
-    new, model_opts, source, ignored = llama.new_uninitialised, llama_options(config_path, arch, c), exact, llama_ignored
+    found.family, found.new, found.source, found.ignored = 'llama', llama.new_uninitialised, exact, llama_ignored
+    found.options = llama_options(config_path, arch, c)
   elseif arch == 'GPT2LMHeadModel' then
-    new, model_opts, source, ignored = gpt.new, gpt2_options(config_path, c), gpt2_source, gpt2_ignored
+    found.family, found.new, found.source, found.ignored = 'gpt2', gpt.new, gpt2_source, gpt2_ignored
+    found.options = gpt2_options(config_path, c)
   else
     fail(config_path, "architectures = ['%s'] is not implemented (LlamaForCausalLM, MistralForCausalLM, "
       .. 'Qwen2ForCausalLM, GPT2LMHeadModel)', arch)
   end
+  return found
+end
+
+-- The family and model options of dir's config.json, read and checked as from_pretrained reads
+-- them, without the weights (the dry run plans a fine-tune from this).
+function pretrained.config(dir)
+  if type(dir) ~= 'string' then error('from_pretrained: dir must be a directory path', 2) end
+  local found = read_config(dir)
+  return { family = found.family, options = found.options }
+end
+
+function pretrained.from_pretrained(dir, opts)
+  if type(dir) ~= 'string' then error('from_pretrained: dir must be a directory path', 2) end
+  opts = LOAD_OPTIONS:check(opts or {}, 2)
+  local found = read_config(dir)
+  local model_opts = found.options
   model_opts.device, model_opts.precision = opts.device, opts.precision
-  local ok, model = pcall(new, model_opts)  -- the model's own checks (head counts, rope) name the file too
-  if not ok then fail(config_path, '%s', model) end
-  model.hf = { architecture = arch, bos_token_id = c.bos_token_id, eos_token_id = c.eos_token_id }
-  local loaded, err = pcall(load_weights, dir, model, source, ignored)
+  local ok, model = pcall(found.new, model_opts)  -- the model's own checks (head counts, rope) name the file too
+  if not ok then fail(found.path, '%s', model) end
+  local c = found.hf
+  model.hf = { architecture = found.architecture, bos_token_id = c.bos_token_id, eos_token_id = c.eos_token_id }
+  local loaded, err = pcall(load_weights, dir, model, found.source, found.ignored)
   if not loaded then
     model:free()
     error(err, 2)

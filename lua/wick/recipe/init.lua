@@ -22,6 +22,8 @@ local recipe = {}
 
 local LOADER = require('wick.data').LOADER_OPTIONS
 local GPT = require('wick.nn.gpt').OPTIONS
+local LLAMA = require('wick.nn.llama').OPTIONS
+local LLAMA_ROPE = require('wick.nn.llama').ROPE
 local ADAMW = require('wick.optim').ADAMW_OPTIONS
 local DATA_PARALLEL = require('wick.nn.data_parallel').OPTIONS
 
@@ -128,10 +130,25 @@ end
 
 local function section(name, set, help) return { name, 'section', schema = set, help = help } end
 
+-- A shape key of one architecture: optional here (wick.train.model says which the recipe needs), no
+-- default (an unset key stays out of the flattened recipe).
+local function shape_key(set, name, help, key)
+  local option = schema.from(set, name, { key or name, required = false, help = help })
+  option.default = nil
+  return option
+end
+
 local MODEL = schema.define('model', {
-  schema.from(GPT, 'layers'), schema.from(GPT, 'heads'), schema.from(GPT, 'dim'),
+  { 'arch', 'enum', values = { 'gpt2', 'llama' }, help = 'what to train from scratch: gpt2 (default) or llama' },
+  { 'from_pretrained', 'string', help = 'a Hugging Face model directory to fine-tune: its config.json gives the shapes' },
+  shape_key(GPT, 'layers', 'transformer blocks'), shape_key(GPT, 'heads', 'attention heads; divide dim'),
+  shape_key(GPT, 'dim', 'model width'),
+  shape_key(LLAMA, 'kv_heads', 'llama: key/value heads, dividing heads (default heads)'),
+  shape_key(LLAMA, 'ffn_dim', 'llama: width of the SwiGLU feed-forward'),
+  shape_key(LLAMA_ROPE, 'theta', 'llama: base of the rotary frequencies (default 10000)', 'rope_theta'),
+  shape_key(LLAMA, 'tie_embeddings', 'llama: the output head is the token embedding (default false)'),
   schema.from(GPT, 'vocab', { required = false, help = "token ids are below this (default: the data's vocabulary)" }),
-  schema.from(GPT, 'seq_len', { required = false, help = 'learned positions (default: data.seq_len)' }),
+  schema.from(GPT, 'seq_len', { required = false, help = 'the longest sequence (default: data.seq_len)' }),
   schema.from(GPT, 'device'),
 })
 
@@ -192,7 +209,7 @@ local PARALLEL = schema.define('parallel', {
 })
 
 local RECIPE = schema.define('recipe', {
-  section('model', MODEL, 'the GPT'),
+  section('model', MODEL, 'the model: a GPT-2 or Llama from scratch, or a Hugging Face directory'),
   section('data', DATA, 'what to train on'),
   section('batch', BATCH, 'batch sizes'),
   schema.from(GPT, 'precision', { default = 'fp32' }),
@@ -225,12 +242,46 @@ recipe.FLAGS = FLAGS
 
 local fail = args.fail
 
--- What the tree cannot say: one of steps and epochs, heads dividing dim, the eval source.
+-- The model section's keys that shape a model, and those only a Llama has.
+local SHAPE_KEYS = { 'arch', 'layers', 'heads', 'dim', 'kv_heads', 'ffn_dim', 'rope_theta', 'tie_embeddings', 'vocab',
+  'seq_len' }
+local LLAMA_KEYS = { 'kv_heads', 'ffn_dim', 'rope_theta', 'tie_embeddings' }
+
+-- A model from a directory takes its shapes from there; one from scratch needs its own, those of
+-- its architecture only.
+local function check_model(m)
+  if m.from_pretrained then
+    for _, key in ipairs(SHAPE_KEYS) do
+      if m[key] ~= nil then
+        return ("model.%s: model.from_pretrained's config.json gives the model's shape: drop model.%s"):format(key, key)
+      end
+    end
+    return nil
+  end
+  local needed = { 'layers', 'heads', 'dim' }
+  if m.arch == 'llama' then needed[#needed + 1] = 'ffn_dim' end
+  for _, key in ipairs(needed) do
+    if m[key] == nil then return ('model.%s is required (or model.from_pretrained = a model directory)'):format(key) end
+  end
+  if m.arch ~= 'llama' then
+    for _, key in ipairs(LLAMA_KEYS) do
+      if m[key] ~= nil then return ("model.%s is a Llama's: set model.arch = 'llama', or drop it"):format(key) end
+    end
+  end
+  if m.dim % m.heads ~= 0 then return ('model.dim %d is not divisible by model.heads %d'):format(m.dim, m.heads) end
+  if m.kv_heads and m.heads % m.kv_heads ~= 0 then
+    return ('model.heads %d is not a multiple of model.kv_heads %d'):format(m.heads, m.kv_heads)
+  end
+  if m.arch == 'llama' and (m.dim / m.heads) % 2 ~= 0 then
+    return ('model.dim / model.heads = %d must be even (RoPE rotates pairs)'):format(m.dim / m.heads)
+  end
+end
+
+-- What the tree cannot say: one of steps and epochs, the model's shape, the eval source.
 local function check_relations(c)
   if (c.steps == nil) == (c.epochs == nil) then return 'give steps or epochs (one of them)' end
-  if c.model.dim % c.model.heads ~= 0 then
-    return ('model.dim %d is not divisible by model.heads %d'):format(c.model.dim, c.model.heads)
-  end
+  local why = check_model(c.model)
+  if why then return why end
   if c.batch.schedule and c.batch.micro then return 'batch.schedule sets the micro batch: drop batch.micro' end
   if c.eval.every > 0 and not c.eval.source then return 'eval.every needs eval.source' end
   for name in pairs(c.data.mix) do

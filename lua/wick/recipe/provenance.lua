@@ -48,7 +48,8 @@ local FIXED = {
   ['seed'] = 'the data order and the initial weights follow from the seed',
   ['data.seq_len'] = 'the cursor counts samples of this length',
 }
-for _, k in ipairs({ 'model.layers', 'model.heads', 'model.dim', 'model.vocab', 'model.seq_len' }) do
+for _, k in ipairs({ 'model.arch', 'model.from_pretrained', 'model.layers', 'model.heads', 'model.kv_heads', 'model.dim',
+  'model.ffn_dim', 'model.rope_theta', 'model.tie_embeddings', 'model.vocab', 'model.seq_len' }) do
   FIXED[k] = 'the saved weights have the old shape'
 end
 local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true,

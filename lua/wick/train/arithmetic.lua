@@ -2,7 +2,7 @@
 -- learning rate and the micro batch of each step, the loader's options, the steps of an epoch, the
 -- model's parameters and FLOPs per token. The trainer (wick.train, which also offers these to loops
 -- of your own) and the dry run (wick.train.plan) both compute with them.
-local cost = require 'wick.nn.cost'
+local model = require 'wick.train.model'
 local recipe = require 'wick.recipe'
 local args = require 'wick.recipe.args'
 
@@ -84,9 +84,10 @@ function arithmetic.loader_options(config, world, rank, micro, horizon)
   return o
 end
 
--- A GPT's parameters and FLOPs per token (wick.nn.cost, which holds the formulas; plan.lua reads them here).
-arithmetic.parameter_count = cost.parameter_count
-arithmetic.flops_per_token = cost.flops_per_token
+-- A model's parameters and FLOPs per token, from its shape: a GPT-2's, or a Llama's when the shape
+-- says arch = 'llama' (wick.train.model; wick.nn.cost and wick.nn.llama hold the formulas).
+arithmetic.parameter_count = model.parameter_count
+arithmetic.flops_per_token = model.flops_per_token
 
 -- Steps of `epochs` passes over the sources: their samples per epoch (read from a loader of equal
 -- weights, opened only for this) times epochs, over the global batch.

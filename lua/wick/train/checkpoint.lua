@@ -4,7 +4,9 @@
 --   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a
 --                            run) for its whole lifetime; it holds that process's pid
 --   DIR/step-00000040/
---     model.safetensors      the weights, Hugging Face GPT-2 names (loadable by transformers)
+--     config.json            with model.safetensors (the weights, f32, by Hugging Face names) and
+--     generation_config.json a Hugging Face model directory: wick.nn.from_pretrained and
+--                            transformers load it as it is (GPT2LMHeadModel or a Llama family's)
 --     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler
 --     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
 --                            recipe's text and hash, every field of the checked recipe, the
@@ -328,6 +330,13 @@ local function check_tensors(path, expected, required)
     end
   end
   return metadata
+end
+
+-- The model into a checkpoint's directory, as a Hugging Face model directory (save_pretrained): its
+-- weights in one model.safetensors at any size, the file load_model reads back.
+local ONE_FILE = 2 ^ 53
+function checkpoint.save_model(dir, model)
+  model:save_pretrained(dir, { max_shard_bytes = ONE_FILE })
 end
 
 -- The weights of a checkpoint into model: every tensor of the model's dtype and shape.

@@ -21,9 +21,9 @@
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
 local checkpoint = require 'wick.train.checkpoint'
-local cost = require 'wick.nn.cost'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
+local model = require 'wick.train.model'
 local recipe = require 'wick.recipe'
 local provenance = require 'wick.recipe.provenance'
 local runlog = require 'wick.train.runlog'
@@ -187,20 +187,10 @@ function train.new(job)
   open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
   check_repl_at(self, job.flags.repl_at)
-  local vocab = self.loader:vocab_size()
-  local m = config.model
-  if m.vocab and m.vocab < vocab then
-    fail(self, ('model.vocab %d is below the data\'s vocabulary %d (token ids would not fit)'):format(m.vocab, vocab))
-  end
-  self.model_config = { vocab = m.vocab or vocab, seq_len = m.seq_len or config.data.seq_len, layers = m.layers,
-    heads = m.heads, dim = m.dim }
-  if self.model_config.seq_len < config.data.seq_len then
-    fail(self, ('model.seq_len %d is below data.seq_len %d'):format(self.model_config.seq_len, config.data.seq_len))
-  end
-  local mc = {}
-  for k, v in pairs(self.model_config) do mc[k] = v end
-  mc.precision, mc.device, mc.seed = config.precision, m.device, config.seed
-  self.model = w.nn.gpt(mc)
+  local problems
+  self.model_config, problems = model.shape(config, self.loader:vocab_size())
+  if #problems > 0 then fail(self, problems[1]) end
+  self.model = model.build(self.model_config, config)
   self.lr_at = arithmetic.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
@@ -264,7 +254,7 @@ function Trainer:train_step()
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
   }
   if self.config.log.peak_flops then
-    metrics.mfu = cost.mfu(self.model_config, metrics.tokens_per_s, self.config.log.peak_flops * self.world_size)
+    metrics.mfu = model.mfu(self.model_config, metrics.tokens_per_s, self.config.log.peak_flops * self.world_size)
   end
   self.last = r
   return metrics
@@ -307,7 +297,7 @@ function Trainer:save()
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
     path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
-      self.model:save(tmp .. '/model.safetensors')
+      checkpoint.save_model(tmp, self.model)
       checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model, m, v)
     end, c.checkpoint.keep)
   end

@@ -7,6 +7,7 @@
 local core = require 'wick.core'
 local recipe = require 'wick.recipe'
 local train = require 'wick.train.arithmetic' -- the job's arithmetic, without loading the trainer
+local model = require 'wick.train.model'
 
 local plan = {}
 
@@ -67,22 +68,50 @@ local function check_loader(config, world, micro)
   return bytes
 end
 
+-- The same for wick.nn.llama, per token in the stored dtype: a layer keeps 20 x dim (its two norms'
+-- outputs 2, the residual x1 and the output 2; q, its rotation, y and the projection 4, qkv 3; their
+-- gradients 6; the gradients of the residual and of a norm 2; the feed-forward's projection 1),
+-- 6 x kv_dim (k, v, k's rotation and their gradients) and 6 x ffn_dim (gate, up, their product and
+-- the gradients), plus the probabilities; the model 5 x dim and 2 x vocab as a GPT's. f32: each
+-- RMSNorm's rstd (2 a layer, 1 for the final norm), the losses and the mask. Per position, not per
+-- token: the zero position rows the embedding adds (stored) and their unused gradient (f32); and the
+-- f32 inverse frequencies, head size / 2 of them.
+local LLAMA = { layer_dims = 20, layer_kv_dims = 6, layer_ffn_dims = 6, model_dims = 5, model_vocabs = 2, layer_f32 = 2,
+  model_f32 = 3 }
+
+-- The elements a training step keeps: per token (stored dtype, and f32), per position (both), and
+-- once (f32).
+local function llama_elements(m, seq_len)
+  local L, hs = m.layers, m.dim / m.heads
+  local kv = m.kv_heads * hs
+  local per_layer = LLAMA.layer_dims * m.dim + LLAMA.layer_kv_dims * kv + LLAMA.layer_ffn_dims * m.ffn_dim + m.heads * seq_len
+  return { stored = L * per_layer + LLAMA.model_dims * m.dim + LLAMA.model_vocabs * m.vocab,
+    f32 = L * LLAMA.layer_f32 + LLAMA.model_f32, position_stored = m.dim, position_f32 = m.dim, once_f32 = hs / 2 }
+end
+
+local function gpt_elements(m, seq_len)
+  return { stored = m.layers * (BLOCK_DIMS * m.dim + m.heads * seq_len) + MODEL_DIMS * m.dim + MODEL_VOCABS * m.vocab,
+    f32 = m.layers * BLOCK_F32 + MODEL_F32, position_stored = 0, position_f32 = 0, once_f32 = 0 }
+end
+
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
 -- masters and the compute copy), gradients (f32), optimizer state, the slice buffer of sharded data
 -- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' the reduced gradients),
--- activations at the micro batch of rows of seq_len tokens (default: the model's). Sharded over
--- `world` ranks, AdamW's moments cover one slice: P div world + P mod world elements (wick.nn.shard:
--- a block of each bucket and the replicated head); the weights and the full-size gradient buffer,
--- which backward accumulates into, stay whole. What it leaves out: the data ring (plan.report adds
--- it), a few scalars of the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32
--- tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu), and, sharded, the full
--- moments a checkpoint save gathers for a moment (plan.report prints them).
+-- activations at the micro batch of rows of seq_len tokens (default: the model's), for a shape of
+-- wick.train.model (a GPT-2 when it names no arch). Sharded over `world` ranks, AdamW's moments
+-- cover one slice: P div world + P mod world elements (wick.nn.shard: a block of each bucket and the
+-- replicated head); the weights and the full-size gradient buffer, which backward accumulates into,
+-- stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
+-- the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product and two [T, T]
+-- f32 matrices in attention, runtime/ops/cpu), and, sharded, the full moments a checkpoint save
+-- gathers for a moment (plan.report prints them).
 function plan.memory(m, micro, policy_name, seq_len, shard, world)
-  local P = train.parameter_count(m)
+  local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
-  local tokens = micro * seq_len
-  local stored = m.layers * (BLOCK_DIMS * m.dim + m.heads * seq_len) + MODEL_DIMS * m.dim + MODEL_VOCABS * m.vocab
-  local activations = tokens * (stored * STORED_BYTES[policy_name] + (m.layers * BLOCK_F32 + MODEL_F32) * F32)
+  local tokens, S = micro * seq_len, STORED_BYTES[policy_name]
+  local e = (m.arch == 'llama' and llama_elements or gpt_elements)(m, seq_len)
+  local activations = tokens * (e.stored * S + e.f32 * F32) + seq_len * (e.position_stored * S + e.position_f32 * F32)
+    + e.once_f32 * F32
   local weights = P * (F32 + COMPUTE_COPY_BYTES[policy_name])
   local sharded = shard and shard ~= 'none'
   local slice = sharded and (P - P % world) / world + P % world or P
@@ -104,7 +133,8 @@ local function probe(config, path, world, micro)
   loader:close()
   local ds, why = require('wick.data.dataset').open(path)
   if not ds then return nil, why end
-  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, tokens = ds.tokens, shards = ds.shards }
+  local info = { vocab = vocab, eos = eos, tokenizer = ds.tokenizer, fingerprint = ds.tokenizer_fingerprint,
+    tokens = ds.tokens, shards = ds.shards }
   ds:close()
   return info
 end
@@ -143,6 +173,7 @@ function plan.report(job, world, local_ranks)
         info.tokens / 1e6, info.tokenizer, info.vocab, info.eos)
       vocab = math.max(vocab, info.vocab)
       tokenizers[#tokenizers + 1] = { path, info.tokenizer }
+      problems[#problems + 1] = model.tokenizer_problem(c, path, info)
     else
       problems[#problems + 1] = ('source %s: %s'):format(path, err)
     end
@@ -153,25 +184,21 @@ function plan.report(job, world, local_ranks)
         :format(tokenizers[1][1], tokenizers[1][2], tokenizers[i][1], tokenizers[i][2])
     end
   end
-  local m = { vocab = c.model.vocab or vocab, seq_len = c.model.seq_len or c.data.seq_len, layers = c.model.layers,
-    heads = c.model.heads, dim = c.model.dim }
-  if c.model.vocab and vocab > c.model.vocab then
-    problems[#problems + 1] = ("model.vocab %d is below the data's vocabulary %d"):format(c.model.vocab, vocab)
-  end
-  if m.seq_len < c.data.seq_len then
-    problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, c.data.seq_len)
-  end
+  local m, model_problems = model.shape(c, vocab)
+  for _, p in ipairs(model_problems) do problems[#problems + 1] = p end
   local ring_bytes = 0
   if #problems == 0 then
     local bytes, why = check_loader(c, world, micro)
     if bytes then ring_bytes = bytes else problems[#problems + 1] = why end
   end
-  if m.vocab > 0 then
+  if m and m.vocab > 0 then
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
     local mem = plan.memory(m, micro, policy, c.data.seq_len, c.parallel.shard, world)
-    add('model: %d layers, %d heads, dim %d, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
-      m.layers, m.heads, m.dim, m.vocab, m.seq_len, train.parameter_count(m), train.parameter_count(m) / 1e6,
-      train.flops_per_token(m) / 1e9)
+    local P = model.parameter_count(m)
+    add('model: %s%s, %d layers, %d heads%s, dim %d%s, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
+      m.arch, c.model.from_pretrained and (' from ' .. c.model.from_pretrained) or '', m.layers, m.heads,
+      m.kv_heads and (' (' .. m.kv_heads .. ' kv)') or '', m.dim, m.ffn_dim and (', ffn_dim ' .. m.ffn_dim) or '', m.vocab,
+      m.seq_len, P, P / 1e6, model.flops_per_token(m) / 1e9)
     local total = mem.total + ring_bytes
     local sharded = c.parallel.shard ~= 'none'
     add('memory per rank (%s, micro batch %d%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..

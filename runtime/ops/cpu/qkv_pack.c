@@ -2,58 +2,71 @@
  * qkv_pack.c — grouped-query attention in front of the causal attention op: packs separate q
  * [B,T,NH*hs], k and v [B,T,KVH*hs] into the fused qkv [B,T,3*NH*hs] that wk_op_attention reads,
  * repeating each kv head for the NH/KVH query heads of its group; the backward splits dqkv back
- * and sums each group's gradient into its kv head. A copy of B*T*3C floats per layer is cheap
+ * and sums each group's gradient into its kv head. A copy of B*T*3C elements per layer is cheap
  * next to the attention's [T,T] products, and the attention kernels stay one implementation.
+ * All are activations of one stored dtype (stored.h): the pack copies their bytes; the backward
+ * sums a group in f32 and rounds the kv head's gradient once.
  */
 #include <string.h>
 
 #include "../ops.h"
 #include "parallel.h"
+#include "stored.h"
 
 typedef struct {
-  float *qkv, *dq, *dk, *dv;
-  const float *q, *k, *v, *dqkv;
+  void *qkv, *dq, *dk, *dv;
+  const void *q, *k, *v, *dqkv;
+  WkDType act;
   size_t NH, KVH, hs;
 } PackJob;
 
 static void pack_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   PackJob *j = ctx;
-  size_t C = j->NH * j->hs, KC = j->KVH * j->hs, group = j->NH / j->KVH;
+  WkDType act = j->act;
+  size_t C = j->NH * j->hs, KC = j->KVH * j->hs, group = j->NH / j->KVH, head_bytes = j->hs * wk_dtype_size(act);
   for (size_t n = begin; n < end; n++) {
-    float *row = j->qkv + n * 3 * C;
-    memcpy(row, j->q + n * C, C * sizeof *row);
+    void *row = stored_at(j->qkv, act, n * 3 * C);
+    memcpy(row, stored_at(j->q, act, n * C), C * wk_dtype_size(act));
     for (size_t h = 0; h < j->NH; h++) {
-      size_t kv = (h / group) * j->hs;
-      memcpy(row + C + h * j->hs, j->k + n * KC + kv, j->hs * sizeof *row);
-      memcpy(row + 2 * C + h * j->hs, j->v + n * KC + kv, j->hs * sizeof *row);
+      size_t kv = n * KC + (h / group) * j->hs;
+      memcpy(stored_at(row, act, C + h * j->hs), stored_at(j->k, act, kv), head_bytes);
+      memcpy(stored_at(row, act, 2 * C + h * j->hs), stored_at(j->v, act, kv), head_bytes);
     }
+  }
+}
+
+/* grad[i] += the sum over the group's query heads of part (the k or the v third of a dqkv row). */
+static void sum_group(void *grad, const void *part, WkDType act, size_t first_head, size_t group, size_t hs) {
+  for (size_t i = 0; i < hs; i++) {
+    float sum = stored_get(grad, act, i);
+    for (size_t h = first_head; h < first_head + group; h++) sum += stored_get(part, act, h * hs + i);
+    stored_put(grad, act, i, sum);
   }
 }
 
 static void unpack_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   PackJob *j = ctx;
+  WkDType act = j->act;
   size_t C = j->NH * j->hs, KC = j->KVH * j->hs, group = j->NH / j->KVH;
   for (size_t n = begin; n < end; n++) {
-    const float *row = j->dqkv + n * 3 * C;
-    for (size_t c = 0; c < C; c++) j->dq[n * C + c] += row[c];
-    for (size_t h = 0; h < j->NH; h++) {
-      float *dk = j->dk + n * KC + (h / group) * j->hs, *dv = j->dv + n * KC + (h / group) * j->hs;
-      for (size_t i = 0; i < j->hs; i++) {
-        dk[i] += row[C + h * j->hs + i];
-        dv[i] += row[2 * C + h * j->hs + i];
-      }
+    const void *row = stored_at(j->dqkv, act, n * 3 * C);
+    for (size_t c = 0; c < C; c++) stored_put(j->dq, act, n * C + c, stored_get(j->dq, act, n * C + c) + stored_get(row, act, c));
+    for (size_t g = 0; g < j->KVH; g++) {
+      size_t kv = n * KC + g * j->hs;
+      sum_group(stored_at(j->dk, act, kv), stored_at(row, act, C), act, g * group, group, j->hs);
+      sum_group(stored_at(j->dv, act, kv), stored_at(row, act, 2 * C), act, g * group, group, j->hs);
     }
   }
 }
 
-void cpu_qkv_pack(float *qkv, const float *q, const float *k, const float *v, size_t N, size_t NH, size_t KVH,
-                  size_t hs) {
-  PackJob job = {.qkv = qkv, .q = q, .k = k, .v = v, .NH = NH, .KVH = KVH, .hs = hs};
+void cpu_qkv_pack(void *qkv, const void *q, const void *k, const void *v, WkDType act, size_t N, size_t NH,
+                  size_t KVH, size_t hs) {
+  PackJob job = {.qkv = qkv, .q = q, .k = k, .v = v, .act = act, .NH = NH, .KVH = KVH, .hs = hs};
   parallel_for(N, parallel_row_grain(3 * NH * hs), pack_rows, &job);
 }
 
-void cpu_qkv_pack_backward(float *dq, float *dk, float *dv, const float *dqkv, size_t N, size_t NH, size_t KVH,
-                           size_t hs) {
-  PackJob job = {.dq = dq, .dk = dk, .dv = dv, .dqkv = dqkv, .NH = NH, .KVH = KVH, .hs = hs};
+void cpu_qkv_pack_backward(void *dq, void *dk, void *dv, const void *dqkv, WkDType act, size_t N, size_t NH,
+                           size_t KVH, size_t hs) {
+  PackJob job = {.dq = dq, .dk = dk, .dv = dv, .dqkv = dqkv, .act = act, .NH = NH, .KVH = KVH, .hs = hs};
   parallel_for(N, parallel_row_grain(3 * NH * hs), unpack_rows, &job);
 }

@@ -6,11 +6,14 @@
  * scaling), computed once per model so that every layer and both passes use the very same values.
  *
  * The angle is the f32 product p * inv_freq[i], as in transformers, whose cos/sin tables are f32.
+ * The inverse frequencies stay f32 under every policy; the rotated activations and their gradients
+ * are read and written in their stored dtype (stored.h), the rotation computed in f32.
  */
 #include <math.h>
 
 #include "../ops.h"
 #include "parallel.h"
+#include "stored.h"
 
 void cpu_rope_frequencies(float *inv_freq, size_t half, const WkRopeScaling *scaling) {
   double dim = 2.0 * (double)half;
@@ -34,45 +37,49 @@ void cpu_rope_frequencies(float *inv_freq, size_t half, const WkRopeScaling *sca
 }
 
 typedef struct {
-  float *out;
-  const float *inp, *inv_freq;
+  void *out;
+  const void *inp;
+  const float *inv_freq;
+  WkDType act;
   size_t T, H, hs;
   int64_t start;
-  float sign;  /* +1 rotates forward, -1 back (the backward) */
+  float sign;       /* +1 rotates forward, -1 back (the backward) */
+  bool accumulate;  /* add into out (a gradient) rather than overwrite it */
 } RopeJob;
 
 static void rope_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   RopeJob *j = ctx;
   size_t half = j->hs / 2, width = j->H * j->hs;
+  WkDType act = j->act;
   for (size_t n = begin; n < end; n++) {
     float position = (float)(j->start + (int64_t)(n % j->T));
     for (size_t i = 0; i < half; i++) {
       float angle = position * j->inv_freq[i];
       float cos_a = cosf(angle), sin_a = j->sign * sinf(angle);
       for (size_t h = 0; h < j->H; h++) {
-        const float *x = j->inp + n * width + h * j->hs;
-        float *y = j->out + n * width + h * j->hs;
-        float x1 = x[i], x2 = x[i + half];
-        y[i] += x1 * cos_a - x2 * sin_a;
-        y[i + half] += x2 * cos_a + x1 * sin_a;
+        size_t first = n * width + h * j->hs + i, second = first + half;
+        float x1 = stored_get(j->inp, act, first), x2 = stored_get(j->inp, act, second);
+        float y1 = j->accumulate ? stored_get(j->out, act, first) : 0.0f;
+        float y2 = j->accumulate ? stored_get(j->out, act, second) : 0.0f;
+        stored_put(j->out, act, first, y1 + (x1 * cos_a - x2 * sin_a));
+        stored_put(j->out, act, second, y2 + (x2 * cos_a + x1 * sin_a));
       }
     }
   }
 }
 
-static void rope_apply(float *out, const float *inp, const float *inv_freq, size_t B, size_t T, size_t H,
-                       size_t hs, int64_t start, float sign) {
-  RopeJob job = {out, inp, inv_freq, T, H, hs, start, sign};
+static void rope_apply(void *out, const void *inp, const float *inv_freq, WkDType act, size_t B, size_t T, size_t H,
+                       size_t hs, int64_t start, float sign, bool accumulate) {
+  RopeJob job = {out, inp, inv_freq, act, T, H, hs, start, sign, accumulate};
   parallel_for(B * T, parallel_row_grain(4 * H * hs), rope_rows, &job);
 }
 
-void cpu_rope_forward(float *out, const float *inp, const float *inv_freq, size_t B, size_t T, size_t H,
+void cpu_rope_forward(void *out, const void *inp, const float *inv_freq, WkDType act, size_t B, size_t T, size_t H,
                       size_t hs, int64_t start) {
-  cpu_fill(out, B * T * H * hs, sizeof *out, &(float){0.0f});
-  rope_apply(out, inp, inv_freq, B, T, H, hs, start, 1.0f);
+  rope_apply(out, inp, inv_freq, act, B, T, H, hs, start, 1.0f, false);
 }
 
-void cpu_rope_backward(float *dinp, const float *dout, const float *inv_freq, size_t B, size_t T, size_t H,
-                       size_t hs, int64_t start) {
-  rope_apply(dinp, dout, inv_freq, B, T, H, hs, start, -1.0f);
+void cpu_rope_backward(void *dinp, const void *dout, const float *inv_freq, WkDType act, size_t B, size_t T,
+                       size_t H, size_t hs, int64_t start) {
+  rope_apply(dinp, dout, inv_freq, act, B, T, H, hs, start, -1.0f, true);
 }

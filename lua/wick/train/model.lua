@@ -1,0 +1,128 @@
+-- wick.train.model: the model a recipe's model section describes, for the trainer and the dry run
+-- alike. Its shape comes from the section and the data (a GPT-2 or a Llama trained from scratch) or
+-- from a Hugging Face directory's config.json (model.from_pretrained, fine-tuned); the data is
+-- checked against it (its vocabulary, data.seq_len, a directory's tokenizer), each problem saying what
+-- to change. Then its
+-- parameters and FLOPs, and the model itself, built or loaded.
+--
+--   local shape, problems = model.shape(config, data_vocab)
+--   -- shape: { arch = 'gpt2'|'llama', vocab =, seq_len =, layers =, heads =, dim =, and for a Llama
+--   --          kv_heads =, ffn_dim =, tie_embeddings =, qkv_bias =, options = wick.nn.llama's }
+--   local m = model.build(shape, config)
+local cost = require 'wick.nn.cost'
+local gpt = require 'wick.nn.gpt'
+local llama = require 'wick.nn.llama'
+local pretrained = require 'wick.nn.pretrained'
+local tokenizer = require 'wick.data.tokenizer'
+
+local model = {}
+
+local function from_directory(dir)
+  local found = pretrained.config(dir)
+  local o = found.options
+  if found.family == 'gpt2' then
+    return { arch = 'gpt2', vocab = o.vocab, seq_len = o.seq_len, layers = o.layers, heads = o.heads, dim = o.dim }
+  end
+  return { arch = 'llama', vocab = o.vocab, seq_len = o.max_positions, layers = o.layers, heads = o.heads, dim = o.dim,
+    kv_heads = o.kv_heads, ffn_dim = o.ffn_dim, tie_embeddings = o.tie_embeddings, qkv_bias = o.qkv_bias, options = o }
+end
+
+local function from_scratch(m, vocab, seq_len)
+  local shape = { arch = m.arch or 'gpt2', vocab = vocab, seq_len = seq_len, layers = m.layers, heads = m.heads,
+    dim = m.dim }
+  if shape.arch == 'llama' then
+    shape.kv_heads, shape.ffn_dim, shape.tie_embeddings = m.kv_heads or m.heads, m.ffn_dim, m.tie_embeddings or false
+    shape.qkv_bias = false
+    shape.options = { vocab = vocab, dim = m.dim, layers = m.layers, heads = m.heads, kv_heads = shape.kv_heads,
+      ffn_dim = m.ffn_dim, rope = { theta = m.rope_theta }, max_positions = seq_len,
+      tie_embeddings = shape.tie_embeddings }
+  end
+  return shape
+end
+
+-- The shape, and what the data disagrees with; a directory that cannot be read: nil and that.
+local function shape_of(config, data_vocab)
+  local m, seq_len, problems = config.model, config.data.seq_len, {}
+  if m.from_pretrained then
+    local ok, shape = pcall(from_directory, m.from_pretrained)
+    if not ok then return nil, { 'model.from_pretrained: ' .. tostring(shape):gsub('^.-:%d+: ', '') } end
+    if data_vocab > shape.vocab then
+      problems[#problems + 1] = ("model.from_pretrained %s: its vocab_size %d is below the data's vocabulary %d: " ..
+        "convert the data with the model's tokenizer (its tokenizer.json)"):format(m.from_pretrained, shape.vocab, data_vocab)
+    end
+    if seq_len > shape.seq_len then
+      problems[#problems + 1] = ('data.seq_len %d is above the %d positions of model.from_pretrained %s: lower data.seq_len')
+        :format(seq_len, shape.seq_len, m.from_pretrained)
+    end
+    return shape, problems
+  end
+  if m.vocab and m.vocab < data_vocab then
+    problems[#problems + 1] = ("model.vocab %d is below the data's vocabulary %d (token ids would not fit)")
+      :format(m.vocab, data_vocab)
+  end
+  if m.seq_len and m.seq_len < seq_len then
+    problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, seq_len)
+  end
+  return from_scratch(m, m.vocab or data_vocab, m.seq_len or seq_len), problems
+end
+
+-- Why a source's tokens are not the fine-tuned directory's (nil when they are, or when either side
+-- does not say): `info` is the source's { tokenizer = name, fingerprint = }, from its index.
+function model.tokenizer_problem(config, source, info)
+  local dir = config.model.from_pretrained
+  if not dir or not info.fingerprint then return nil end
+  local path = dir .. '/tokenizer.json'
+  local file = io.open(path, 'rb')
+  if not file then return nil end
+  file:close()
+  local tok = tokenizer.open(path)
+  if not tok then return nil end  -- a tokenizer.json Wick cannot read: the converter says why
+  local same = tok.fingerprint == info.fingerprint
+  tok:close()
+  if same then return nil end
+  return ("source %s was tokenized by %s, not by model.from_pretrained's %s: convert it with that tokenizer"):format(
+    source, info.tokenizer, path)
+end
+
+-- The shape of a checked recipe's model on data of `data_vocab` token ids, and the list of what the
+-- data, the device and the model disagree on; a directory that cannot be read gives nil and its one
+-- problem.
+function model.shape(config, data_vocab)
+  local shape, problems = shape_of(config, data_vocab)
+  local device = config.model.device or 'cpu'
+  if shape and shape.arch == 'llama' and device ~= 'cpu' then
+    problems[#problems + 1] = ("model.device = '%s': the Llama ops have no CUDA kernels yet (docs/models.md): " ..
+      "train it on the CPU"):format(device)
+  end
+  return shape, problems
+end
+
+function model.parameter_count(shape)
+  if shape.arch == 'llama' then return llama.parameter_count(shape) end
+  return cost.parameter_count(shape)
+end
+
+function model.flops_per_token(shape) return cost.flops_per_token(shape, model.parameter_count(shape)) end
+
+function model.mfu(shape, tokens_per_s, peak_flops)
+  return cost.mfu(shape, tokens_per_s, peak_flops, model.parameter_count(shape))
+end
+
+-- The model of `shape` under the recipe's precision, on model.device: a directory's weights, or
+-- initialised from the recipe's seed.
+function model.build(shape, config)
+  local m = config.model
+  if m.from_pretrained then
+    return pretrained.from_pretrained(m.from_pretrained, { precision = config.precision, device = m.device })
+  end
+  if shape.arch == 'llama' then
+    local o = {}
+    for k, v in pairs(shape.options) do o[k] = v end
+    o.precision, o.device, o.seed = config.precision, m.device, config.seed
+    return llama.new(o)
+  end
+  return gpt.new { vocab = shape.vocab, seq_len = shape.seq_len, layers = shape.layers, heads = shape.heads,
+    dim = shape.dim, precision = config.precision, device = m.device, seed = config.seed }
+end
+
+return model

@@ -1,0 +1,23 @@
+-- llama_tiny.lua: a small Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU) trained from scratch
+-- on CPU on the embedded corpus (converted once into build/demo/data), as tiny.lua trains a GPT-2:
+-- the same data, batch and optimizer, a model of about the same size. Every checkpoint is a Hugging
+-- Face model directory (config.json beside model.safetensors) that wick.nn.from_pretrained and
+-- transformers load.
+--   ./run --nproc-per-node 2 recipes/llama_tiny.lua
+--   ./run recipes/llama_tiny.lua --steps=20 --checkpoint.every=10
+--   ./run --dry-run recipes/llama_tiny.lua                         # parameters and memory
+local wick = require 'wick'
+local corpus = wick.recipe.include 'lib/corpus.lua'
+local shape = wick.recipe.include 'lib/small_gpt.lua'
+
+return {
+  model = { arch = 'llama', layers = 2, heads = 4, kv_heads = 2, dim = 64, ffn_dim = 176, rope_theta = 10000 },
+  data = { sources = { corpus.all() }, seq_len = 64 },
+  batch = { global = 16, micro = 8 },
+  precision = 'fp32',
+  optim = shape.optim,
+  steps = 4000,
+  seed = 1,
+  checkpoint = { every = 0, dir = wick.recipe.build_dir .. '/llama_tiny/checkpoints' },
+  log = { sample = 200 },
+}
