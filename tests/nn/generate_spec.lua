@@ -49,6 +49,25 @@ describe('generate', function()
     model:free()
   end)
 
+  it("is the trainer's end-of-run sample of a Llama, in windows of seq_len past the model's positions", function()
+    local sampling = require 'wick.train.sampling'
+    local model = random_llama({ vocab = 11, dim = 8, layers = 2, heads = 4, kv_heads = 2, ffn_dim = 12,
+      max_positions = 8, seed = 4 })
+    local eos = 10
+    local trainer = { model = model, model_config = { seq_len = 8, vocab = 11 }, config = { seed = 3 },
+      loader = { eos = function() return eos end } }
+    local first = model:generate(T.new({ { eos } }, 'i32'), { max_new_tokens = 7, temperature = 0.8, seed = 3 })
+    local ids = first:totable()[1]
+    -- The second window continues from the last 4 tokens with the next seed.
+    local second = model:generate(T.new({ { unpack(ids, 5, 8) } }, 'i32'), { max_new_tokens = 3, temperature = 0.8,
+      seed = 4 }):totable()[1]
+    local expected = { unpack(ids, 2, 8) }
+    for i = 5, 7 do expected[#expected + 1] = second[i] end
+    assert.are.same(expected, sampling.sample(trainer, 10))
+    assert.are.same({ unpack(expected, 1, 5) }, sampling.sample(trainer, 5))
+    model:free()
+  end)
+
   describe('run -m wick.generate', function()
     local root, dir
     setup(function()
