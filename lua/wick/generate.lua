@@ -58,7 +58,7 @@ function M.generate(opts)
   end
   local ids = prompt_ids(tok, opts.prompt, model.config.vocab)
   local prompt = T.new({ ids }, 'i32')
-  local stop = pretrained.stop_ids(opts.model)
+  local stop = pretrained.stop_ids(opts.model, model.config.vocab)
   local done, out, lengths = pcall(model.generate, model, prompt, {
     max_new_tokens = opts.max_new_tokens, temperature = opts.temperature, top_k = opts.top_k,
     top_p = opts.top_p, seed = opts.seed, stop = stop })

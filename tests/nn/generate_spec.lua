@@ -68,6 +68,28 @@ describe('generate', function()
     model:free()
   end)
 
+  it("reads the stop ids from generation_config.json's eos_token_id: an id, a list, or none", function()
+    local pretrained = require 'wick.nn.pretrained'
+    local root = helper.tmpdir()
+    local path = root .. '/generation_config.json'
+    assert.are.same({}, pretrained.stop_ids(root, 11))
+    helper.write_file(path, '{"bos_token_id": 1}')
+    assert.are.same({}, pretrained.stop_ids(root, 11))
+    helper.write_file(path, '{"eos_token_id": 7}')
+    assert.are.same({ 7 }, pretrained.stop_ids(root, 11))
+    helper.write_file(path, '{"eos_token_id": [7, 9]}')
+    assert.are.same({ 7, 9 }, pretrained.stop_ids(root, 11))
+    helper.write_file(path, '{"eos_token_id": "</s>"}')
+    assert.has_error(function() pretrained.stop_ids(root, 11) end,
+      path .. ': eos_token_id must be a token id or a list of them, got "</s>"')
+    helper.write_file(path, '{"eos_token_id": [7, -1]}')
+    assert.has_error(function() pretrained.stop_ids(root, 11) end,
+      path .. ': eos_token_id must be a token id or a list of them, got [7,-1]')
+    helper.write_file(path, '{"eos_token_id": [7, 11]}')
+    assert.has_error(function() pretrained.stop_ids(root, 11) end, path .. ': eos_token_id 11 is not below the model vocab 11')
+    helper.rmtree(root)
+  end)
+
   describe('run -m wick.generate', function()
     local root, dir
     setup(function()
