@@ -114,11 +114,11 @@ function llama.Llama:generate(prompt, opts)
     error(('generate: %d prompt + %d new tokens exceed max_positions %d'):format(T0, opts.max_new_tokens,
       self.config.max_positions), 2)
   end
+  local stops = stop_set(opts.stop, V)
   local packed = prompt:contiguous()
   local out = T.empty({ B, total }, 'i32')
   local ids, given = ffi.cast('int32_t *', out:data()), ffi.cast('const int32_t *', packed:data())
   for b = 0, B - 1 do ffi.copy(ids + b * total, given + b * T0, T0 * ffi.sizeof('int32_t')) end
-  local stops = stop_set(opts.stop, V)
   local caches = self:new_cache(B, total)
   local draw = uniform(opts.seed)
   local next_ids = T.empty({ B, 1 }, 'i32')
