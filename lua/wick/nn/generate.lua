@@ -2,12 +2,15 @@
 --   local ids = model:generate(prompt, { max_new_tokens = 32, temperature = 0.8, top_k = 50, top_p = 0.95,
 --                                        seed = 1 })
 -- prompt: int32 [B, T0] token ids (rows of the same length); returns a new int32 [B, T0 + max_new_tokens]
--- tensor, the prompt followed by the generated tokens. The prompt runs through the model once, filling
+-- tensor, the prompt followed by the generated tokens, and a table of each row's length. The prompt runs through the model once, filling
 -- the cache; each new token then costs one position. temperature = 0 (the default) is greedy decoding:
 -- the most likely token, the first one on ties, as transformers' greedy generate picks. Otherwise tokens
 -- are sampled from softmax(logits / temperature) restricted to the top_k most likely (0: all) and to the
 -- smallest set whose probability reaches top_p, from a generator seeded by seed: the same seed gives the
--- same tokens. Generation runs for max_new_tokens exactly (there is no stop token).
+-- same tokens. stop = { id, ... } ends a row at the first of those tokens it generates, the stop token
+-- included (as transformers does); generation ends when every row has stopped or has max_new_tokens
+-- new tokens, and the tensor is as wide as its longest row: a row that stopped earlier repeats its
+-- stop token after it (its length, the second result, says where it ended).
 local ffi = require 'ffi'
 local bit = require 'bit'
 local T = require 'wick.tensor'
@@ -20,7 +23,29 @@ local OPTIONS = schema.define('generate option', {
   { 'top_k', 'integer', min = 0, max = 2 ^ 31 - 1, default = 0, help = 'sample among the k most likely (0: all)' },
   { 'top_p', 'number', min = 1e-9, max = 1, default = 1, help = 'sample within this much probability mass' },
   { 'seed', 'integer', min = 0, max = 2 ^ 53, default = 0, help = 'seeds the sampler' },
+  { 'stop', 'token id list', check = function(v)
+    if type(v) ~= 'table' then return false, 'must be a list of token ids' end
+    for i, id in pairs(v) do
+      if type(i) ~= 'number' or i < 1 or i > #v or i % 1 ~= 0 then return false, 'must be a list (keys 1..n)' end
+      if type(id) ~= 'number' or id % 1 ~= 0 or id < 0 or id > 2 ^ 31 - 1 then
+        return false, ('stop[%d] must be an integer token id >= 0, got %s'):format(i, tostring(id))
+      end
+    end
+    return true
+  end, default = {}, help = 'token ids that end a row (the stop token is kept)' },
 })
+
+llama.GENERATE_OPTIONS = OPTIONS  -- the command line (wick.generate) declares its flags from these
+
+-- The stop ids as a set, each checked against the model's vocabulary.
+local function stop_set(stop, V)
+  local set = {}
+  for i, id in ipairs(stop) do
+    if id >= V then error(('generate: stop[%d] = %d is not below vocab %d'):format(i, id, V), 3) end
+    set[id] = true
+  end
+  return set
+end
 
 -- splitmix64: uniform doubles in [0, 1), a pure function of the seed and the draw's number.
 local function uniform(seed)
@@ -89,6 +114,7 @@ function llama.Llama:generate(prompt, opts)
     error(('generate: %d prompt + %d new tokens exceed max_positions %d'):format(T0, opts.max_new_tokens,
       self.config.max_positions), 2)
   end
+  local stops = stop_set(opts.stop, V)
   local packed = prompt:contiguous()
   local out = T.empty({ B, total }, 'i32')
   local ids, given = ffi.cast('int32_t *', out:data()), ffi.cast('const int32_t *', packed:data())
@@ -97,23 +123,41 @@ function llama.Llama:generate(prompt, opts)
   local draw = uniform(opts.seed)
   local next_ids = T.empty({ B, 1 }, 'i32')
   local step_ids = ffi.cast('int32_t *', next_ids:data())
+  local lengths, running = {}, B
   local logits = self:step(packed, caches, 0)
+  local width = total
   for t = T0, total - 1 do
-    local rows, width = ffi.cast('float *', f32_logits(self, logits):data()), logits:size(2)
+    local rows, positions = ffi.cast('float *', f32_logits(self, logits):data()), logits:size(2)
     for b = 1, B do
-      local row = rows + ((b - 1) * width + width - 1) * V
-      local id = opts.temperature == 0 and argmax(row, V) or sample(row, V, opts, draw)
+      local id
+      if lengths[b] then
+        id = ids[(b - 1) * total + lengths[b] - 1]  -- a stopped row repeats its stop token
+      else
+        local row = rows + ((b - 1) * positions + positions - 1) * V
+        id = opts.temperature == 0 and argmax(row, V) or sample(row, V, opts, draw)
+        if stops[id] then lengths[b], running = t + 1, running - 1 end
+      end
       ids[(b - 1) * total + t], step_ids[b - 1] = id, id
+    end
+    if running == 0 then
+      width = t + 1
+      break
     end
     if t + 1 < total then logits = self:step(next_ids, caches, t) end
   end
+  for b = 1, B do lengths[b] = lengths[b] or total end
   for _, cache in ipairs(caches) do
     cache.k:free()
     cache.v:free()
   end
   next_ids:free()
   packed:free()
-  return out
+  if width == total then return out, lengths end
+  local view = out:narrow(2, 1, width)
+  local kept = view:contiguous()
+  view:free()
+  out:free()
+  return kept, lengths
 end
 
 return llama

@@ -332,6 +332,26 @@ function pretrained.from_pretrained(dir, opts)
   return model
 end
 
+-- The token ids that end generation by dir's generation_config.json: its eos_token_id (an id or a list
+-- of them, as transformers writes either), each below vocab; none when the file or the key is absent.
+function pretrained.stop_ids(dir, vocab)
+  if type(dir) ~= 'string' then error('stop_ids: dir must be a directory path', 2) end
+  if type(vocab) ~= 'number' or vocab % 1 ~= 0 or vocab < 1 then error('stop_ids: vocab must be a positive integer', 2) end
+  local path = dir .. '/' .. GENERATION_CONFIG
+  local f = io.open(path, 'rb')
+  if not f then return {} end
+  f:close()
+  local eos = read_json(path).eos_token_id
+  local ids = type(eos) == 'table' and eos or { eos }
+  for i, id in pairs(ids) do
+    if type(i) ~= 'number' or type(id) ~= 'number' or id % 1 ~= 0 or id < 0 or id > 2 ^ 31 - 1 then
+      fail(path, 'eos_token_id must be a token id or a list of them, got %s', json.encode(eos))
+    end
+    if id >= vocab then fail(path, 'eos_token_id %d is not below the model vocab %d', id, vocab) end
+  end
+  return ids
+end
+
 -- ---- save_pretrained ------------------------------------------------------------------------------------
 
 -- config.json of each model class, with the keys from_pretrained reads back.

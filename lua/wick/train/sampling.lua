@@ -1,9 +1,12 @@
 -- wick.train.sampling: text from the model being trained: n tokens sampled after the EOS token
 -- (temperature 0.8, a generator seeded by the recipe's seed, so a run samples the same text each
 -- time), and token ids read back as text by the tokenizer the data was converted with. They are the
--- trainer's methods (trainer:sample(n), :decode(ids), :printable(ids)).
+-- trainer's methods (trainer:sample(n), :decode(ids), :printable(ids)). A Llama samples with
+-- model:generate (its key/value cache: one position per token); a GPT, which has none, recomputes
+-- its window for each token.
 local recipe = require 'wick.recipe'
 local T = require 'wick.tensor'
+require 'wick.nn.generate'  -- model:generate of nn.llama models
 
 local sampling = {}
 
@@ -38,8 +41,32 @@ function sampling.printable(self, ids)
   return (sampling.decode(self, ids):gsub('[^\n\32-\126]', '?'))
 end
 
+-- n token ids from model:generate, in windows of seq_len positions: each after the first continues
+-- from the last half window of tokens, with the next seed.
+local function generated(self, n)
+  local seq, ids, out = self.model_config.seq_len, { self.loader:eos() }, {}
+  local window = 0
+  while #out < n do
+    local context = {}
+    for i = math.max(1, #ids - math.floor(seq / 2) + 1), #ids do context[#context + 1] = ids[i] end
+    local prompt = T.new({ context }, 'i32')
+    local new = math.min(n - #out, seq - #context)
+    local tokens = self.model:generate(prompt, { max_new_tokens = new, temperature = SAMPLE_TEMPERATURE,
+      seed = self.config.seed + window })
+    local row = tokens:totable()[1]
+    tokens:free()
+    prompt:free()
+    for i = #context + 1, #row do
+      ids[#ids + 1], out[#out + 1] = row[i], row[i]
+    end
+    window = window + 1
+  end
+  return out
+end
+
 -- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token.
 function sampling.sample(self, n)
+  if self.model.generate then return generated(self, n) end
   local seq, V = self.model_config.seq_len, self.model_config.vocab
   local ids = { self.loader:eos() }
   local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
