@@ -85,16 +85,10 @@ function model.tokenizer_problem(config, source, info)
 end
 
 -- The shape of a checked recipe's model on data of `data_vocab` token ids, and the list of what the
--- data, the device and the model disagree on; a directory that cannot be read gives nil and its one
+-- data and the model disagree on; a directory that cannot be read gives nil and its one
 -- problem.
 function model.shape(config, data_vocab)
-  local shape, problems = shape_of(config, data_vocab)
-  local device = config.model.device or 'cpu'
-  if shape and shape.arch == 'llama' and device ~= 'cpu' then
-    problems[#problems + 1] = ("model.device = '%s': the Llama ops have no CUDA kernels yet (docs/models.md): " ..
-      "train it on the CPU"):format(device)
-  end
-  return shape, problems
+  return shape_of(config, data_vocab)
 end
 
 function model.parameter_count(shape)
