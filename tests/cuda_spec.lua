@@ -544,6 +544,95 @@ describe('a bf16 GPT on CUDA agrees with the CPU\'s bf16 #gpu', function()
   end)
 end)
 
+-- The Llama-family ops (runtime/ops/cuda/{rmsnorm,rope,swiglu,qkv_pack}.cu) against the CPU, on f32
+-- storage (REL_TOL) and on bf16 (one rounding step; the packing copies bits, so its qkv is exact).
+-- The gradients are accumulated into inputs that are not zero, as the model's are. Shapes: 2 query
+-- heads per kv head (grouped-query attention), an odd number of rows, and a RoPE start past 0.
+local function llama_ops(dtype, device)
+  local rows, width, heads, kv_heads, hs, ffn = 2 * 7, 24, 4, 2, 6, 20
+  local function act(shape, seed) return randn_as(dtype, shape, seed, device) end
+  local inp, w = act({ rows, width }, 50), act({ width }, 51)
+  local norm, rstd = T.empty({ rows, width }, dtype, device), T.empty({ rows }, 'f32', device)
+  check(C.wk_op_rmsnorm(norm, rstd, inp, w, 1e-5))
+  local dnorm, dw = act({ rows, width }, 52), randn({ width }, 53, device)
+  check(C.wk_op_rmsnorm_backward(dnorm, dw, act({ rows, width }, 54), inp, w, rstd))
+
+  local inv_freq = T.empty({ hs / 2 }, 'f32', device)
+  check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 10000, 0, 0, 0, 0))
+  local x = act({ 2, 7, width }, 55)
+  local rotated, drot = T.empty({ 2, 7, width }, dtype, device), act({ 2, 7, width }, 56)
+  check(C.wk_op_rope(rotated, x, inv_freq, heads, 3))
+  check(C.wk_op_rope_backward(drot, act({ 2, 7, width }, 57), inv_freq, heads, 3))
+
+  local gate, up = act({ rows, ffn }, 58), act({ rows, ffn }, 59)
+  local gated, dgate, dup = T.empty({ rows, ffn }, dtype, device), act({ rows, ffn }, 60), act({ rows, ffn }, 61)
+  check(C.wk_op_swiglu(gated, gate, up))
+  check(C.wk_op_swiglu_backward(dgate, dup, act({ rows, ffn }, 62), gate, up))
+
+  local q, k, v = act({ 2, 7, heads * hs }, 63), act({ 2, 7, kv_heads * hs }, 64), act({ 2, 7, kv_heads * hs }, 65)
+  local qkv = T.empty({ 2, 7, 3 * heads * hs }, dtype, device)
+  check(C.wk_op_qkv_pack(qkv, q, k, v, heads, kv_heads))
+  local dq, dk, dv = act(q.shape, 66), act(k.shape, 67), act(v.shape, 68)
+  check(C.wk_op_qkv_pack_backward(dq, dk, dv, act(qkv.shape, 69), heads, kv_heads))
+  return { norm, rstd, dnorm, dw, rotated, drot, gated, dgate, dup, qkv, dq, dk, dv }
+end
+
+describe('the Llama-family ops on CUDA agree with the CPU #gpu', function()
+  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on f32 storage', function()
+    if not gpu_or_skip() then return end
+    agree('Llama ops (f32)', function(device) return llama_ops('f32', device) end)
+  end)
+
+  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on bf16 storage', function()
+    if not gpu_or_skip() then return end
+    agree_stored('Llama ops (bf16)', { [10] = true }, function(device) return llama_ops('bf16', device) end)
+  end)
+
+  it('rmsnorm backward sums dweight over more rows than blocks, the same bits run after run', function()
+    if not gpu_or_skip() then return end
+    local rows, width = 4099, 96
+    local function run(device)
+      local inp, w = randn({ rows, width }, 70, device), randn({ width }, 71, device)
+      local out, rstd = T.empty({ rows, width }, 'f32', device), T.empty({ rows }, 'f32', device)
+      check(C.wk_op_rmsnorm(out, rstd, inp, w, 1e-6))
+      local dinp, dw = T.zeros({ rows, width }, 'f32', device), T.zeros({ width }, 'f32', device)
+      check(C.wk_op_rmsnorm_backward(dinp, dw, randn({ rows, width }, 72, device), inp, w, rstd))
+      return { out, rstd, dinp, dw }
+    end
+    agree('rmsnorm (4099 rows)', run)
+    assert.are.equal(bytes(run(DEVICE)[4]), bytes(run(DEVICE)[4]), 'dweight differs between two runs')
+  end)
+end)
+
+-- A Llama (grouped-query attention, RoPE, SwiGLU, RMSNorm) on CUDA against the CPU: the loss and every
+-- weight gradient, in f32 and in bf16 (where a step apart in one op moves the later ones by about a
+-- step, as for the bf16 GPT above).
+for _, case in ipairs({ { precision = 'fp32', loss = REL_TOL, grads = 10 * REL_TOL }, { precision = 'bf16', loss = STEP.bf16, grads = 4 * STEP.bf16 } }) do
+  describe('a ' .. case.precision .. ' Llama on CUDA agrees with the CPU #gpu', function()
+    it('forward and backward', function()
+      if not gpu_or_skip() then return end
+      local cfg = { vocab = 13, dim = 16, layers = 2, heads = 4, kv_heads = 2, ffn_dim = 24, max_positions = 8, seed = 3,
+                    precision = case.precision }
+      local idx = T.new({ { 1, 5, 9, 2, 0, 12 }, { 3, 3, 8, 11, 4, 7 } }, 'i32')
+      local targets = T.new({ { 5, 9, 2, 0, 12, 1 }, { 3, 8, 11, 4, 7, 12 } }, 'i32')
+      local results = {}
+      for _, device in ipairs({ 'cpu', DEVICE }) do
+        cfg.device = device
+        local model = wick.nn.llama(cfg)
+        model:zero_grad()
+        local loss = model:forward(idx, targets)
+        model:backward()
+        assert.are.equal(device, model.logits.device)
+        results[device] = { loss = loss, grads = model:flat_parameters().grads:to('cpu') }
+      end
+      local gpu, cpu = results[DEVICE], results.cpu
+      assert.is_true(math.abs(gpu.loss - cpu.loss) / cpu.loss <= case.loss, ('loss %g vs %g'):format(gpu.loss, cpu.loss))
+      local err = relative_error(gpu.grads, cpu.grads)
+      assert.is_true(err <= case.grads, ('weight gradients: relative error %.3g'):format(err))
+    end)
+  end)
+end
+
 describe('a loader on the GPU #gpu', function()
   local helper = require 'helper'
   local data_helper = require 'data_helper'
