@@ -17,7 +17,8 @@ extern "C" {
 
 /* The dtypes are the CPU's (runtime/ops/ops.c): activations, their gradients and the weights' compute
  * copy in the op's `dtype` (f32, bf16 or f16, void pointers); parameter gradients, layernorm's mean
- * and rstd, rmsnorm's rstd, RoPE's inverse frequencies, losses and the optimizer's tensors f32 (float pointers). */
+ * and rstd, rmsnorm's rstd, RoPE's inverse frequencies, losses and the optimizer's tensors f32 (float
+ * pointers). */
 #define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
   X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
   X(WkStatus, scale, (float *x, size_t n, float alpha))                                                        \

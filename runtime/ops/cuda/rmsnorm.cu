@@ -16,7 +16,8 @@ __global__ static void rmsnorm_forward_kernel(Storage *out, float *rstd, const S
     float sumsq = 0.0f;
     for (size_t c = lane(); c < C; c += WARP) sumsq += to_float(x[c]) * to_float(x[c]);
     float s = rsqrtf(warp_sum(sumsq) / (float)C + eps);
-    for (size_t c = lane(); c < C; c += WARP) out[n * C + c] = from_float<Storage>(to_float(x[c]) * s * to_float(weight[c]));
+    for (size_t c = lane(); c < C; c += WARP)
+      out[n * C + c] = from_float<Storage>(to_float(x[c]) * s * to_float(weight[c]));
     if (lane() == 0) rstd[n] = s;
   }
 }
