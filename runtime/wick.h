@@ -653,7 +653,7 @@ WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, 
                             float grad_scale);
 
 /* Llama-family ops: RMSNorm, rotary position embeddings, the SwiGLU gate and grouped-query attention's
- * q/k/v packing. CPU only for now: on CUDA tensors they fail with "<op>: not implemented on CUDA yet". */
+ * q/k/v packing, on either device (same dtypes as the GPT-2 ops). */
 /* Over the last dim C: out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] (f32) is kept for the backward. */
 WK_API WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
                               float eps);
@@ -683,7 +683,8 @@ WK_API WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv
                                         int heads, int kv_heads);
 /* Generation's attention: k and v [B,Tq,kv_heads*hs] of positions start..start+Tq-1 are written into
  * the caches [B,Tmax,kv_heads*hs] there, then the queries q [B,Tq,heads*hs] of those positions attend
- * causally to cache positions 0..their own -> out [B,Tq,heads*hs] (grouped as in qkv_pack). Forward only. */
+ * causally to cache positions 0..their own -> out [B,Tq,heads*hs] (grouped as in qkv_pack). Forward only;
+ * CPU only for now: on CUDA tensors it fails with "attention_cached: not implemented on CUDA yet". */
 WK_API WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v,
                                        WkTensor *k_cache, WkTensor *v_cache, int heads, int kv_heads,
                                        int64_t start);

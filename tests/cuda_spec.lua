@@ -10,6 +10,7 @@ local core = require 'wick.core'
 local T = wick.tensor
 local C = core.C
 local check = core.check
+local cases = require 'helpers.gpu_cases'
 
 local REL_TOL = 1e-4
 local DEVICE = 'cuda:0'
@@ -35,15 +36,9 @@ local function relative_error(a, b)
 end
 
 -- run(device) builds inputs on device, runs the op(s) and returns the tensors to compare.
-local function agree(name, run)
-  local cpu, gpu = run('cpu'), run(DEVICE)
-  for k = 1, #cpu do
-    local err = relative_error(gpu[k], cpu[k])
-    assert.is_true(err < REL_TOL, ('%s output %d: relative error %.3g'):format(name, k, err))
-  end
-end
+local function agree(name, run) cases.agree(name, run, DEVICE, relative_error, REL_TOL, 'relative error') end
 
-local function randn(shape, seed, device) return T.randn(shape, { seed = seed, device = device }) end
+local randn = cases.randn
 
 local function bytes(t)
   local host = t.device == 'cpu' and t or t:to('cpu')
@@ -166,14 +161,8 @@ describe('CUDA agrees with the CPU #gpu', function()
 
   it('embedding forward and backward', function()
     if not gpu_or_skip() then return end
-    agree('embedding', function(device)
-      local idx = T.new({ { 0, 4, 10, 2, 2 }, { 1, 1, 3, 9, 7 } }, 'i32', device)
-      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
-      check(C.wk_op_embedding(out, idx, wte, wpe))
-      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
-      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), idx))
-      return { out, dwte, dwpe }
-    end)
+    local function idx(device) return T.new({ { 0, 4, 10, 2, 2 }, { 1, 1, 3, 9, 7 } }, 'i32', device) end
+    agree('embedding', cases.embedding(idx, B, TT, CH, V, 3))
     local bad = T.new({ { 0, 11, 0, 0, 0 }, { 0, 0, 0, 0, 0 } }, 'i32', DEVICE)
     assert.has_error(function()
       check(C.wk_op_embedding(T.empty({ B, TT, CH }, 'f32', DEVICE), bad, randn({ V, CH }, 3, DEVICE), randn({ TT, CH }, 4, DEVICE)))
@@ -182,14 +171,7 @@ describe('CUDA agrees with the CPU #gpu', function()
 
   it('layernorm forward and backward', function()
     if not gpu_or_skip() then return end
-    agree('layernorm', function(device)
-      local inp, w, b = randn({ N, CH }, 6, device), randn({ CH }, 7, device), randn({ CH }, 8, device)
-      local out, mean, rstd = T.empty({ N, CH }, 'f32', device), T.empty({ N }, 'f32', device), T.empty({ N }, 'f32', device)
-      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
-      local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros({ CH }, 'f32', device), T.zeros({ CH }, 'f32', device)
-      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ N, CH }, 9, device), inp, w, mean, rstd))
-      return { out, mean, rstd, dinp, dw, db }
-    end)
+    agree('layernorm', cases.layernorm(N, CH, 6))
   end)
 
   -- A warp per row, grid-stride: past the launch cap of 1,048,560 blocks (8 rows each) the rows
@@ -209,16 +191,7 @@ describe('CUDA agrees with the CPU #gpu', function()
   for _, transpose in ipairs({ 0, 1 }) do
     it('matmul forward and backward, transpose_w = ' .. transpose, function()
       if not gpu_or_skip() then return end
-      agree('matmul', function(device)
-        local OC = 7
-        local inp, bias = randn({ N, CH }, 10, device), randn({ OC }, 11, device)
-        local w = randn(transpose == 1 and { OC, CH } or { CH, OC }, 12, device)
-        local out = T.empty({ N, OC }, 'f32', device)
-        check(C.wk_op_matmul(out, inp, w, bias, transpose))
-        local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros(w.shape, 'f32', device), T.zeros({ OC }, 'f32', device)
-        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ N, OC }, 13, device), inp, w, transpose))
-        return { out, dinp, dw, db }
-      end)
+      agree('matmul', cases.matmul(N, CH, 7, transpose, true, 10))
     end)
   end
 
@@ -234,14 +207,7 @@ describe('CUDA agrees with the CPU #gpu', function()
 
   it('attention forward and backward', function()
     if not gpu_or_skip() then return end
-    agree('attention', function(device)
-      local qkv = randn({ B, TT, 3 * CH }, 16, device)
-      local out, att = T.empty({ B, TT, CH }, 'f32', device), T.empty({ B, NH, TT, TT }, 'f32', device)
-      check(C.wk_op_attention(out, att, qkv, NH))
-      local dqkv = T.zeros(qkv.shape, 'f32', device)
-      check(C.wk_op_attention_backward(dqkv, randn({ B, TT, CH }, 17, device), qkv, att, NH))
-      return { out, att, dqkv }
-    end)
+    agree('attention', cases.attention(B, TT, CH, NH, 16))
   end)
 
   -- Realistic shapes: GPT-2's widths, rows and sequences not multiples of a warp or a block, so the
@@ -250,32 +216,10 @@ describe('CUDA agrees with the CPU #gpu', function()
     if not gpu_or_skip() then return end
     local rows, width, seq, heads = 2 * 257, 768, 257, 12
     for _, transpose in ipairs({ 0, 1 }) do
-      agree('matmul 768 -> 2304, transpose_w = ' .. transpose, function(device)
-        local inp, bias = randn({ rows, width }, 30, device), randn({ 3 * width }, 31, device)
-        local w = randn(transpose == 1 and { 3 * width, width } or { width, 3 * width }, 32, device)
-        local out = T.empty({ rows, 3 * width }, 'f32', device)
-        check(C.wk_op_matmul(out, inp, w, bias, transpose))
-        local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros(w.shape, 'f32', device), T.zeros({ 3 * width }, 'f32', device)
-        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ rows, 3 * width }, 33, device), inp, w, transpose))
-        return { out, dinp, dw, db }
-      end)
+      agree('matmul 768 -> 2304, transpose_w = ' .. transpose, cases.matmul(rows, width, 3 * width, transpose, true, 30))
     end
-    agree('layernorm 768', function(device)
-      local inp, w, b = randn({ rows, width }, 34, device), randn({ width }, 35, device), randn({ width }, 36, device)
-      local out, mean, rstd = T.empty({ rows, width }, 'f32', device), T.empty({ rows }, 'f32', device), T.empty({ rows }, 'f32', device)
-      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
-      local dinp, dw, db = T.zeros({ rows, width }, 'f32', device), T.zeros({ width }, 'f32', device), T.zeros({ width }, 'f32', device)
-      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ rows, width }, 37, device), inp, w, mean, rstd))
-      return { out, mean, rstd, dinp, dw, db }
-    end)
-    agree('attention T = 257, 12 heads', function(device)
-      local qkv = randn({ 2, seq, 3 * width }, 38, device)
-      local out, att = T.empty({ 2, seq, width }, 'f32', device), T.empty({ 2, heads, seq, seq }, 'f32', device)
-      check(C.wk_op_attention(out, att, qkv, heads))
-      local dqkv = T.zeros(qkv.shape, 'f32', device)
-      check(C.wk_op_attention_backward(dqkv, randn({ 2, seq, width }, 39, device), qkv, att, heads))
-      return { out, att, dqkv }
-    end)
+    agree('layernorm 768', cases.layernorm(rows, width, 34))
+    agree('attention T = 257, 12 heads', cases.attention(2, seq, width, heads, 38))
   end)
 
   it('cross-entropy over the GPT-2 vocabulary', function()
@@ -543,6 +487,95 @@ describe('a bf16 GPT on CUDA agrees with the CPU\'s bf16 #gpu', function()
       ('loss after a step %g vs %g'):format(gpu.next_loss, cpu.next_loss))
   end)
 end)
+
+-- The Llama-family ops (runtime/ops/cuda/{rmsnorm,rope,swiglu,qkv_pack}.cu) against the CPU, on f32
+-- storage (REL_TOL) and on bf16 (one rounding step; the packing copies bits, so its qkv is exact).
+-- The gradients are accumulated into inputs that are not zero, as the model's are. Shapes: 2 query
+-- heads per kv head (grouped-query attention), an odd number of rows, and a RoPE start past 0.
+local function llama_ops(dtype, device)
+  local rows, width, heads, kv_heads, hs, ffn = 2 * 7, 24, 4, 2, 6, 20
+  local function act(shape, seed) return randn_as(dtype, shape, seed, device) end
+  local inp, w = act({ rows, width }, 50), act({ width }, 51)
+  local norm, rstd = T.empty({ rows, width }, dtype, device), T.empty({ rows }, 'f32', device)
+  check(C.wk_op_rmsnorm(norm, rstd, inp, w, 1e-5))
+  local dnorm, dw = act({ rows, width }, 52), randn({ width }, 53, device)
+  check(C.wk_op_rmsnorm_backward(dnorm, dw, act({ rows, width }, 54), inp, w, rstd))
+
+  local inv_freq = T.empty({ hs / 2 }, 'f32', device)
+  check(C.wk_op_rope_frequencies(inv_freq, C.WK_ROPE_DEFAULT, 10000, 0, 0, 0, 0))
+  local x = act({ 2, 7, width }, 55)
+  local rotated, drot = T.empty({ 2, 7, width }, dtype, device), act({ 2, 7, width }, 56)
+  check(C.wk_op_rope(rotated, x, inv_freq, heads, 3))
+  check(C.wk_op_rope_backward(drot, act({ 2, 7, width }, 57), inv_freq, heads, 3))
+
+  local gate, up = act({ rows, ffn }, 58), act({ rows, ffn }, 59)
+  local gated, dgate, dup = T.empty({ rows, ffn }, dtype, device), act({ rows, ffn }, 60), act({ rows, ffn }, 61)
+  check(C.wk_op_swiglu(gated, gate, up))
+  check(C.wk_op_swiglu_backward(dgate, dup, act({ rows, ffn }, 62), gate, up))
+
+  local q, k, v = act({ 2, 7, heads * hs }, 63), act({ 2, 7, kv_heads * hs }, 64), act({ 2, 7, kv_heads * hs }, 65)
+  local qkv = T.empty({ 2, 7, 3 * heads * hs }, dtype, device)
+  check(C.wk_op_qkv_pack(qkv, q, k, v, heads, kv_heads))
+  local dq, dk, dv = act(q.shape, 66), act(k.shape, 67), act(v.shape, 68)
+  check(C.wk_op_qkv_pack_backward(dq, dk, dv, act(qkv.shape, 69), heads, kv_heads))
+  return { norm, rstd, dnorm, dw, rotated, drot, gated, dgate, dup, qkv, dq, dk, dv }
+end
+
+describe('the Llama-family ops on CUDA agree with the CPU #gpu', function()
+  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on f32 storage', function()
+    if not gpu_or_skip() then return end
+    agree('Llama ops (f32)', function(device) return llama_ops('f32', device) end)
+  end)
+
+  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on bf16 storage', function()
+    if not gpu_or_skip() then return end
+    agree_stored('Llama ops (bf16)', { [10] = true }, function(device) return llama_ops('bf16', device) end)
+  end)
+
+  it('rmsnorm backward sums dweight over more rows than blocks, the same bits run after run', function()
+    if not gpu_or_skip() then return end
+    local rows, width = 4099, 96
+    local function run(device)
+      local inp, w = randn({ rows, width }, 70, device), randn({ width }, 71, device)
+      local out, rstd = T.empty({ rows, width }, 'f32', device), T.empty({ rows }, 'f32', device)
+      check(C.wk_op_rmsnorm(out, rstd, inp, w, 1e-6))
+      local dinp, dw = T.zeros({ rows, width }, 'f32', device), T.zeros({ width }, 'f32', device)
+      check(C.wk_op_rmsnorm_backward(dinp, dw, randn({ rows, width }, 72, device), inp, w, rstd))
+      return { out, rstd, dinp, dw }
+    end
+    agree('rmsnorm (4099 rows)', run)
+    assert.are.equal(bytes(run(DEVICE)[4]), bytes(run(DEVICE)[4]), 'dweight differs between two runs')
+  end)
+end)
+
+-- A Llama (grouped-query attention, RoPE, SwiGLU, RMSNorm) on CUDA against the CPU: the loss and every
+-- weight gradient, in f32 and in bf16 (where a step apart in one op moves the later ones by about a
+-- step, as for the bf16 GPT above).
+for _, case in ipairs({ { precision = 'fp32', loss = REL_TOL, grads = 10 * REL_TOL }, { precision = 'bf16', loss = STEP.bf16, grads = 4 * STEP.bf16 } }) do
+  describe('a ' .. case.precision .. ' Llama on CUDA agrees with the CPU #gpu', function()
+    it('forward and backward', function()
+      if not gpu_or_skip() then return end
+      local cfg = { vocab = 13, dim = 16, layers = 2, heads = 4, kv_heads = 2, ffn_dim = 24, max_positions = 8, seed = 3,
+                    precision = case.precision }
+      local idx = T.new({ { 1, 5, 9, 2, 0, 12 }, { 3, 3, 8, 11, 4, 7 } }, 'i32')
+      local targets = T.new({ { 5, 9, 2, 0, 12, 1 }, { 3, 8, 11, 4, 7, 12 } }, 'i32')
+      local results = {}
+      for _, device in ipairs({ 'cpu', DEVICE }) do
+        cfg.device = device
+        local model = wick.nn.llama(cfg)
+        model:zero_grad()
+        local loss = model:forward(idx, targets)
+        model:backward()
+        assert.are.equal(device, model.logits.device)
+        results[device] = { loss = loss, grads = model:flat_parameters().grads:to('cpu') }
+      end
+      local gpu, cpu = results[DEVICE], results.cpu
+      assert.is_true(math.abs(gpu.loss - cpu.loss) / cpu.loss <= case.loss, ('loss %g vs %g'):format(gpu.loss, cpu.loss))
+      local err = relative_error(gpu.grads, cpu.grads)
+      assert.is_true(err <= case.grads, ('weight gradients: relative error %.3g'):format(err))
+    end)
+  end)
+end
 
 describe('a loader on the GPU #gpu', function()
   local helper = require 'helper'

@@ -17,7 +17,8 @@ extern "C" {
 
 /* The dtypes are the CPU's (runtime/ops/ops.c): activations, their gradients and the weights' compute
  * copy in the op's `dtype` (f32, bf16 or f16, void pointers); parameter gradients, layernorm's mean
- * and rstd, losses and the optimizer's tensors f32 (float pointers). */
+ * and rstd, rmsnorm's rstd, RoPE's inverse frequencies, losses and the optimizer's tensors f32 (float
+ * pointers). */
 #define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
   X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
   X(WkStatus, scale, (float *x, size_t n, float alpha))                                                        \
@@ -56,6 +57,26 @@ extern "C" {
   X(WkStatus, cross_entropy_backward,                                                                          \
     (WkDType dtype, void *dlogits, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
      const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \
+  X(WkStatus, rmsnorm_forward,                                                                                 \
+    (WkDType dtype, void *out, float *rstd, const void *inp, const void *weight, size_t N, size_t C, float eps)) \
+  X(WkStatus, rmsnorm_backward,                                                                                \
+    (WkDType dtype, void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,         \
+     const float *rstd, size_t N, size_t C))                                                                   \
+  X(WkStatus, rope_forward,                                                                                    \
+    (WkDType dtype, void *out, const void *inp, const float *inv_freq, size_t B, size_t T, size_t H, size_t hs,  \
+     int64_t start))                                                                                           \
+  X(WkStatus, rope_backward,                                                                                   \
+    (WkDType dtype, void *dinp, const void *dout, const float *inv_freq, size_t B, size_t T, size_t H,         \
+     size_t hs, int64_t start))                                                                                \
+  X(WkStatus, swiglu_forward, (WkDType dtype, void *out, const void *gate, const void *up, size_t n))          \
+  X(WkStatus, swiglu_backward,                                                                                 \
+    (WkDType dtype, void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n))     \
+  X(WkStatus, qkv_pack,                                                                                        \
+    (WkDType dtype, void *qkv, const void *q, const void *k, const void *v, size_t N, size_t NH, size_t KVH,   \
+     size_t hs))                                                                                               \
+  X(WkStatus, qkv_pack_backward,                                                                               \
+    (WkDType dtype, void *dq, void *dk, void *dv, const void *dqkv, size_t N, size_t NH, size_t KVH,           \
+     size_t hs))                                                                                               \
   X(WkStatus, adamw,                                                                                           \
     (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,        \
      float eps, float weight_decay, int64_t step, float grad_scale))

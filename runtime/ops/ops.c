@@ -11,7 +11,7 @@
  * rmsnorm's rstd, RoPE's inverse frequencies, the per-token losses, the optimizer's weights and
  * moments, and the ops that serve only those (scale, round, sumsq, normal, adamw). The CUDA kernels
  * (runtime/ops/cuda) take the very same dtypes, the activation dtype passed to each entry that has
- * one, and round as the CPU does (docs/gpu.md); the Llama ops have no CUDA kernels yet.
+ * one, and round as the CPU does (docs/gpu.md); only attention_cached (generation) has none yet.
  */
 #include <math.h>
 #include <stdio.h>
@@ -401,11 +401,7 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
                   CUDA->cross_entropy_backward(act, DATA(dlogits), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }
 
-/* ---- Llama-family ops (CPU only for now) ------------------------------------------------------ */
-
-/* Their CUDA kernels come later: until then a CUDA tensor is refused by name, never touched. */
-#define CPU_ONLY(op, t, cpu_call) \
-  (on_cuda(t) ? WK_FAIL(WK_ERR_UNSUPPORTED, "%s: not implemented on CUDA yet", op) : ((cpu_call), WK_OK))
+/* ---- Llama-family ops ------------------------------------------------------------------------- */
 
 WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, float eps) {
   int64_t N = 0, C = 0;
@@ -417,7 +413,8 @@ WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const
   ARG("rmsnorm", rstd, WK_F32, inp, N);  /* one f32 per row, as layernorm's statistics */
   ARG("rmsnorm", weight, act, inp, C);
   if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "rmsnorm: eps must be positive and finite, got %g", eps);
-  return CPU_ONLY("rmsnorm", inp, cpu_rmsnorm_forward(DATA(out), F32(rstd), DATA(inp), DATA(weight), act, (size_t)N, (size_t)C, eps));
+  return DISPATCH(inp, cpu_rmsnorm_forward(DATA(out), F32(rstd), DATA(inp), DATA(weight), act, (size_t)N, (size_t)C, eps),
+                  CUDA->rmsnorm_forward(act, DATA(out), F32(rstd), DATA(inp), DATA(weight), (size_t)N, (size_t)C, eps));
 }
 
 WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout, const WkTensor *inp,
@@ -432,8 +429,8 @@ WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTenso
   ARG("rmsnorm_backward", rstd, WK_F32, inp, N);
   ARG("rmsnorm_backward", weight, act, inp, C);
   ARG("rmsnorm_backward", dweight, WK_F32, inp, C);
-  return CPU_ONLY("rmsnorm_backward", inp,
-                  cpu_rmsnorm_backward(DATA(dinp), F32(dweight), DATA(dout), DATA(inp), DATA(weight), F32(rstd), act, (size_t)N, (size_t)C));
+  return DISPATCH(inp, cpu_rmsnorm_backward(DATA(dinp), F32(dweight), DATA(dout), DATA(inp), DATA(weight), F32(rstd), act, (size_t)N, (size_t)C),
+                  CUDA->rmsnorm_backward(act, DATA(dinp), F32(dweight), DATA(dout), DATA(inp), DATA(weight), F32(rstd), (size_t)N, (size_t)C));
 }
 
 static bool positive(double x) { return x > 0 && isfinite(x); }
@@ -494,7 +491,8 @@ WkStatus wk_op_rope(WkTensor *out, const WkTensor *inp, const WkTensor *inv_freq
   WkDType act = WK_F32;
   WK_TRY(rope_dims("rope", inp, inv_freq, heads, start, &B, &T, &hs, &act));
   ARG("rope", out, act, inp, B, T, heads * hs);
-  return CPU_ONLY("rope", inp, cpu_rope_forward(DATA(out), DATA(inp), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+  return DISPATCH(inp, cpu_rope_forward(DATA(out), DATA(inp), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start),
+                  CUDA->rope_forward(act, DATA(out), DATA(inp), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
 }
 
 WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inv_freq, int heads, int64_t start) {
@@ -502,8 +500,8 @@ WkStatus wk_op_rope_backward(WkTensor *dinp, const WkTensor *dout, const WkTenso
   WkDType act = WK_F32;
   WK_TRY(rope_dims("rope_backward", dout, inv_freq, heads, start, &B, &T, &hs, &act));
   ARG("rope_backward", dinp, act, dout, B, T, heads * hs);
-  return CPU_ONLY("rope_backward", dout,
-                  cpu_rope_backward(DATA(dinp), DATA(dout), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
+  return DISPATCH(dout, cpu_rope_backward(DATA(dinp), DATA(dout), F32(inv_freq), act, (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start),
+                  CUDA->rope_backward(act, DATA(dinp), DATA(dout), F32(inv_freq), (size_t)B, (size_t)T, (size_t)heads, (size_t)hs, start));
 }
 
 WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up) {
@@ -512,7 +510,8 @@ WkStatus wk_op_swiglu(WkTensor *out, const WkTensor *gate, const WkTensor *up) {
   ARG_FLAT("swiglu", out, act, NULL, numel(out));
   ARG_FLAT("swiglu", gate, act, out, numel(out));
   ARG_FLAT("swiglu", up, act, out, numel(out));
-  return CPU_ONLY("swiglu", out, cpu_swiglu_forward(DATA(out), DATA(gate), DATA(up), act, numel(out)));
+  return DISPATCH(out, cpu_swiglu_forward(DATA(out), DATA(gate), DATA(up), act, numel(out)),
+                  CUDA->swiglu_forward(act, DATA(out), DATA(gate), DATA(up), numel(out)));
 }
 
 WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *dout, const WkTensor *gate,
@@ -524,7 +523,8 @@ WkStatus wk_op_swiglu_backward(WkTensor *dgate, WkTensor *dup, const WkTensor *d
   ARG_FLAT("swiglu_backward", dup, act, dout, numel(dout));
   ARG_FLAT("swiglu_backward", gate, act, dout, numel(dout));
   ARG_FLAT("swiglu_backward", up, act, dout, numel(dout));
-  return CPU_ONLY("swiglu_backward", dout, cpu_swiglu_backward(DATA(dgate), DATA(dup), DATA(dout), DATA(gate), DATA(up), act, numel(dout)));
+  return DISPATCH(dout, cpu_swiglu_backward(DATA(dgate), DATA(dup), DATA(dout), DATA(gate), DATA(up), act, numel(dout)),
+                  CUDA->swiglu_backward(act, DATA(dgate), DATA(dup), DATA(dout), DATA(gate), DATA(up), numel(dout)));
 }
 
 /* q [B, T, heads * hs] of the op's activation dtype; k and v [B, T, kv_heads * hs]; kv_heads divides heads. */
@@ -548,7 +548,8 @@ WkStatus wk_op_qkv_pack(WkTensor *qkv, const WkTensor *q, const WkTensor *k, con
   ARG("qkv_pack", k, act, q, B, T, kv_heads * hs);
   ARG("qkv_pack", v, act, q, B, T, kv_heads * hs);
   ARG("qkv_pack", qkv, act, q, B, T, 3 * heads * hs);
-  return CPU_ONLY("qkv_pack", q, cpu_qkv_pack(DATA(qkv), DATA(q), DATA(k), DATA(v), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+  return DISPATCH(q, cpu_qkv_pack(DATA(qkv), DATA(q), DATA(k), DATA(v), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs),
+                  CUDA->qkv_pack(act, DATA(qkv), DATA(q), DATA(k), DATA(v), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
 }
 
 WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const WkTensor *dqkv, int heads, int kv_heads) {
@@ -558,8 +559,8 @@ WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv, const
   ARG("qkv_pack_backward", dk, act, dq, B, T, kv_heads * hs);
   ARG("qkv_pack_backward", dv, act, dq, B, T, kv_heads * hs);
   ARG("qkv_pack_backward", dqkv, act, dq, B, T, 3 * heads * hs);
-  return CPU_ONLY("qkv_pack_backward", dq,
-                  cpu_qkv_pack_backward(DATA(dq), DATA(dk), DATA(dv), DATA(dqkv), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
+  return DISPATCH(dq, cpu_qkv_pack_backward(DATA(dq), DATA(dk), DATA(dv), DATA(dqkv), act, (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs),
+                  CUDA->qkv_pack_backward(act, DATA(dq), DATA(dk), DATA(dv), DATA(dqkv), (size_t)(B * T), (size_t)heads, (size_t)kv_heads, (size_t)hs));
 }
 
 WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v, WkTensor *k_cache,
@@ -576,6 +577,7 @@ WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor
   if (start < 0 || start + Tq > Tmax)
     return WK_FAIL(WK_ERR_INVALID_ARG, "attention_cached: positions %lld..%lld do not fit a cache of %lld", (long long)start,
                    (long long)(start + Tq - 1), (long long)Tmax);
+  /* Generation runs on the CPU: this op alone has no CUDA kernel yet. */
   if (on_cuda(q)) return WK_FAIL(WK_ERR_UNSUPPORTED, "attention_cached: not implemented on CUDA yet");
   return cpu_attention_cached(DATA(out), DATA(q), DATA(k), DATA(v), DATA(k_cache), DATA(v_cache), act, (size_t)B, (size_t)Tq,
                               (size_t)Tmax, (size_t)heads, (size_t)kv_heads, (size_t)hs, start);

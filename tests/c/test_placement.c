@@ -3,7 +3,8 @@
  * of two devices (wk_cuda_use, wk_cuda_ops_use) that records the device current when each of its entries is called:
  * ops enter their tensors' device, allocations and copies theirs, an op mixing devices is refused
  * naming both before anything runs, a thread's current stream is per device, pinned memory is made
- * on the process's default device, and copy_async casts and copies on the stream it is given.
+ * on the process's default device, copy_async casts and copies on the stream it is given, and the
+ * Llama ops reach their CUDA entries with the CPU kernels' sizes.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -45,6 +46,37 @@ static void fake_host_free(void *ptr) { free(ptr); }
 static WkStatus fake_add(WkDType dtype, void *out, const void *a, const void *b, size_t n) {
   add_device = fake_current;
   for (size_t i = 0; i < n; i++) ((float *)out)[i] = ((const float *)a)[i] + ((const float *)b)[i];
+  return WK_OK;
+}
+
+/* The Llama ops' entries record the device and the sizes ops.c hands them (the kernels' own
+ * arithmetic is checked against the CPU in tests/cuda_spec.lua, on a GPU). */
+static struct {
+  int device;
+  WkDType dtype;
+  size_t a, b, c, d;
+} llama_call;
+
+static void record_llama_call(WkDType dtype, size_t a, size_t b, size_t c, size_t d) {
+  llama_call.device = fake_current;
+  llama_call.dtype = dtype;
+  llama_call.a = a, llama_call.b = b, llama_call.c = c, llama_call.d = d;
+}
+
+static WkStatus fake_rmsnorm_forward(WkDType dtype, void *out, float *rstd, const void *inp, const void *weight,
+                                     size_t N, size_t C, float eps) {
+  record_llama_call(dtype, N, C, 0, 0);
+  return eps == 1e-5f ? WK_OK : WK_FAIL(WK_ERR_INVALID_ARG, "eps %g reached the kernel", eps);
+}
+
+static WkStatus fake_swiglu_forward(WkDType dtype, void *out, const void *gate, const void *up, size_t n) {
+  record_llama_call(dtype, n, 0, 0, 0);
+  return WK_OK;
+}
+
+static WkStatus fake_qkv_pack_backward(WkDType dtype, void *dq, void *dk, void *dv, const void *dqkv, size_t N,
+                                       size_t NH, size_t KVH, size_t hs) {
+  record_llama_call(dtype, N, NH, KVH, hs);
   return WK_OK;
 }
 
@@ -95,6 +127,9 @@ static void use_fake(void) {
   wk_cuda_use(&fake);
   fake_ops = *wk_cuda_ops();
   fake_ops.add = fake_add;
+  fake_ops.rmsnorm_forward = fake_rmsnorm_forward;
+  fake_ops.swiglu_forward = fake_swiglu_forward;
+  fake_ops.qkv_pack_backward = fake_qkv_pack_backward;
   wk_cuda_ops_use(&fake_ops);
 }
 
@@ -115,6 +150,35 @@ static void test_an_op_runs_on_its_tensors_device(void) {
     wk_tensor_free(a);
     wk_tensor_free(b);
   }
+}
+
+static WkTensor *tensor3(WkDType dtype, int64_t B, int64_t T, int64_t C, int device) {
+  int64_t shape[3] = {B, T, C};
+  return wk_tensor_empty(dtype, 3, shape, WK_DEVICE_CUDA, device);
+}
+
+/* rmsnorm, swiglu and qkv_pack (and, by the same DISPATCH, the others) reach the kernels' table on
+ * their tensors' device with the activation dtype and the sizes the CPU kernels get. */
+static void test_the_llama_ops_reach_the_cuda_kernels(void) {
+  int64_t rows_shape[1] = {6};
+  WkTensor *x = tensor3(WK_BF16, 2, 3, 8, 1), *out = tensor3(WK_BF16, 2, 3, 8, 1);
+  WkTensor *rstd = wk_tensor_empty(WK_F32, 1, rows_shape, WK_DEVICE_CUDA, 1);
+  int64_t w_shape[1] = {8};
+  WkTensor *weight = wk_tensor_empty(WK_BF16, 1, w_shape, WK_DEVICE_CUDA, 1);
+  CHECK(x && out && rstd && weight);
+  fake_current = 0;
+  memset(&llama_call, 0, sizeof llama_call);
+  CHECK(wk_op_rmsnorm(out, rstd, x, weight, 1e-5f) == WK_OK);
+  CHECK(llama_call.device == 1 && llama_call.dtype == WK_BF16 && llama_call.a == 6 && llama_call.b == 8);
+  CHECK(wk_op_swiglu(out, x, x) == WK_OK);
+  CHECK(llama_call.device == 1 && llama_call.a == 48);
+  WkTensor *dq = tensor3(WK_BF16, 2, 3, 8, 1), *dk = tensor3(WK_BF16, 2, 3, 4, 1), *dv = tensor3(WK_BF16, 2, 3, 4, 1);
+  WkTensor *dqkv = tensor3(WK_BF16, 2, 3, 24, 1);
+  CHECK(dq && dk && dv && dqkv);
+  CHECK(wk_op_qkv_pack_backward(dq, dk, dv, dqkv, 4, 2) == WK_OK);
+  CHECK(llama_call.a == 6 && llama_call.b == 4 && llama_call.c == 2 && llama_call.d == 2);
+  WkTensor *all[] = {x, out, rstd, weight, dq, dk, dv, dqkv};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wk_tensor_free(all[i]);
 }
 
 static void test_mixing_devices_names_both_and_runs_nothing(void) {
@@ -203,6 +267,7 @@ static void test_pinned_memory_is_made_on_the_default_device(void) {
 int main(void) {
   use_fake();
   RUN_TEST(test_an_op_runs_on_its_tensors_device);
+  RUN_TEST(test_the_llama_ops_reach_the_cuda_kernels);
   RUN_TEST(test_mixing_devices_names_both_and_runs_nothing);
   RUN_TEST(test_allocations_and_copies_enter_their_device);
   RUN_TEST(test_the_current_stream_is_per_device);

@@ -13,6 +13,7 @@ local core = require 'wick.core'
 local T = wick.tensor
 local C = core.C
 local check = core.check
+local cases = require 'helpers.gpu_cases'
 
 local REL_TOL = 1e-3
 local DEVICE = 'cuda:0'
@@ -47,15 +48,11 @@ local function relative_l2(gpu, cpu)
 end
 
 local function agree(name, run)
-  local cpu, gpu = run('cpu'), run(DEVICE)
-  for k = 1, #cpu do
-    local err = relative_l2(gpu[k], cpu[k])
-    assert.is_true(err < REL_TOL, ('%s output %d: relative L2 error %.3g'):format(name, k, err))
-  end
+  cases.agree(name, run, DEVICE, relative_l2, REL_TOL, 'relative L2 error')
   collectgarbage()
 end
 
-local function randn(shape, seed, device) return T.randn(shape, { seed = seed, device = device }) end
+local randn = cases.randn
 
 -- Integers in [0, limit) from a fixed LCG, as an i32 tensor of shape on device.
 local function indices(shape, limit, seed, device)
@@ -71,26 +68,12 @@ end
 describe('CUDA agrees with the CPU at GPT-2 124M shapes #gpu', function()
   it('embedding forward and backward (B 16, T 1024, V 50304, C 768)', function()
     if not realistic_or_skip() then return end
-    agree('embedding', function(device)
-      local idx = indices({ B, TT }, V, 1, device)
-      local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
-      check(C.wk_op_embedding(out, idx, wte, wpe))
-      local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
-      check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), idx))
-      return { out, dwte, dwpe }
-    end)
+    agree('embedding', cases.embedding(function(device) return indices({ B, TT }, V, 1, device) end, B, TT, CH, V, 3))
   end)
 
   it('layernorm forward and backward (16384 rows of 768)', function()
     if not realistic_or_skip() then return end
-    agree('layernorm', function(device)
-      local inp, w, b = randn({ N, CH }, 6, device), randn({ CH }, 7, device), randn({ CH }, 8, device)
-      local out, mean, rstd = T.empty({ N, CH }, 'f32', device), T.empty({ N }, 'f32', device), T.empty({ N }, 'f32', device)
-      check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
-      local dinp, dw, db = T.zeros({ N, CH }, 'f32', device), T.zeros({ CH }, 'f32', device), T.zeros({ CH }, 'f32', device)
-      check(C.wk_op_layernorm_backward(dinp, dw, db, randn({ N, CH }, 9, device), inp, w, mean, rstd))
-      return { out, mean, rstd, dinp, dw, db }
-    end)
+    agree('layernorm', cases.layernorm(N, CH, 6))
   end)
 
   -- A block's four GEMMs and the tied classifier (wte is V x C: transposed).
@@ -99,16 +82,7 @@ describe('CUDA agrees with the CPU at GPT-2 124M shapes #gpu', function()
     local what, IN, OC, transpose = case[1], case[2], case[3], case[4]
     it(('matmul forward and backward: %s (%d x %d -> %d)'):format(what, N, IN, OC), function()
       if not realistic_or_skip() then return end
-      agree('matmul ' .. what, function(device)
-        local inp, bias = randn({ N, IN }, 10, device), randn({ OC }, 11, device)
-        local w = randn(transpose == 1 and { OC, IN } or { IN, OC }, 12, device)
-        local out = T.empty({ N, OC }, 'f32', device)
-        check(C.wk_op_matmul(out, inp, w, transpose == 1 and nil or bias, transpose))
-        local dinp, dw = T.zeros({ N, IN }, 'f32', device), T.zeros(w.shape, 'f32', device)
-        local db = transpose == 1 and nil or T.zeros({ OC }, 'f32', device)
-        check(C.wk_op_matmul_backward(dinp, dw, db, randn({ N, OC }, 13, device), inp, w, transpose))
-        return { out, dinp, dw, db }
-      end)
+      agree('matmul ' .. what, cases.matmul(N, IN, OC, transpose, transpose == 0, 10))  -- the classifier has no bias
     end)
   end
 
@@ -117,14 +91,7 @@ describe('CUDA agrees with the CPU at GPT-2 124M shapes #gpu', function()
   it('attention forward and backward (T 1024, 12 heads, C 768)', function()
     if not realistic_or_skip() then return end
     local AB = 2
-    agree('attention', function(device)
-      local qkv = randn({ AB, TT, 3 * CH }, 16, device)
-      local out, att = T.empty({ AB, TT, CH }, 'f32', device), T.empty({ AB, NH, TT, TT }, 'f32', device)
-      check(C.wk_op_attention(out, att, qkv, NH))
-      local dqkv = T.zeros(qkv.shape, 'f32', device)
-      check(C.wk_op_attention_backward(dqkv, randn({ AB, TT, CH }, 17, device), qkv, att, NH))
-      return { out, att, dqkv }
-    end)
+    agree('attention', cases.attention(AB, TT, CH, NH, 16))
   end)
 
   it('cross-entropy forward and backward (16384 rows of 50304 logits)', function()

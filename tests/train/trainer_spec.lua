@@ -84,8 +84,6 @@ describe('recipes', function()
         { "model = { arch = 'llama', layers = 1, heads = 2, dim = 16 },", 'model.ffn_dim is required (or model.from_pretrained = a model directory)' },
         { "model = { arch = 'llama', layers = 1, heads = 4, kv_heads = 3, dim = 16, ffn_dim = 8 },", 'model.heads 4 is not a multiple of model.kv_heads 3' },
         { "model = { arch = 'llama', layers = 1, heads = 16, dim = 16, ffn_dim = 8 },", 'model.dim / model.heads = 1 must be even (RoPE rotates pairs)' },
-        { "model = { arch = 'llama', layers = 1, heads = 2, dim = 16, ffn_dim = 8, device = 'cuda:0' },",
-          "model.device = 'cuda:0': the Llama ops have no CUDA kernels yet (docs/models.md): train it on the CPU" },
         { "model = { from_pretrained = '/nowhere', arch = 'llama' },", "model.arch: model.from_pretrained's config.json gives the model's shape: drop model.arch" },
       }
       for i, case in ipairs(cases) do

@@ -40,8 +40,9 @@ local function from_scratch(m, vocab, seq_len)
   return shape
 end
 
--- The shape, and what the data disagrees with; a directory that cannot be read: nil and that.
-local function shape_of(config, data_vocab)
+-- The shape of a checked recipe's model on data of `data_vocab` token ids, and the list of what the
+-- data and the model disagree on; a directory that cannot be read gives nil and its one problem.
+function model.shape(config, data_vocab)
   local m, seq_len, problems = config.model, config.data.seq_len, {}
   if m.from_pretrained then
     local ok, shape = pcall(from_directory, m.from_pretrained)
@@ -82,19 +83,6 @@ function model.tokenizer_problem(config, source, info)
   if same then return nil end
   return ("source %s was tokenized by %s, not by model.from_pretrained's %s: convert it with that tokenizer"):format(
     source, info.tokenizer, path)
-end
-
--- The shape of a checked recipe's model on data of `data_vocab` token ids, and the list of what the
--- data, the device and the model disagree on; a directory that cannot be read gives nil and its one
--- problem.
-function model.shape(config, data_vocab)
-  local shape, problems = shape_of(config, data_vocab)
-  local device = config.model.device or 'cpu'
-  if shape and shape.arch == 'llama' and device ~= 'cpu' then
-    problems[#problems + 1] = ("model.device = '%s': the Llama ops have no CUDA kernels yet (docs/models.md): " ..
-      "train it on the CPU"):format(device)
-  end
-  return shape, problems
 end
 
 function model.parameter_count(shape)
