@@ -2,7 +2,7 @@
 -- learned positions but rotary ones (RoPE) on q and k, pre-RMSNorm blocks, grouped-query attention,
 -- a SwiGLU feed-forward, a final RMSNorm and an output head, tied to the embedding or its own. Modules
 -- are named like Hugging Face's LlamaForCausalLM (model.layers.0.self_attn.q_proj.weight, ...) and
--- projections keep nn.Linear's [out, in] layout, so weights move to and from HF files by name.
+-- projections keep torch nn.Linear's [out, in] layout, so weights move to and from HF files by name.
 --
 --   local model = wick.nn.llama { vocab = 32000, dim = 512, layers = 8, heads = 8, kv_heads = 2,
 --                                 ffn_dim = 1536, rope = { theta = 500000, type = 'llama3', factor = 8,
@@ -86,30 +86,15 @@ end
 
 -- ---- modules --------------------------------------------------------------------------------------
 
--- A projection in nn.Linear's layout: weight [out, in], optional bias [out].
-local Projection = nn.class(nn.Module)
+-- A projection: nn.Linear with its weight stored [out, in] (the files' layout), bias optional.
+local Projection = nn.class(nn.Linear)
+Projection.transpose_w = 1
 
 local function projection(n_in, n_out, bias, opts)
   local self = nn.new(Projection, opts.device, opts.policy)
   self:param('weight', { n_out, n_in }, true, nn.init.normal(INIT_STD))
   if bias then self:param('bias', { n_out }, false, nn.init.constant(0)) end
   return self
-end
-
-local function with_last(shape, n)
-  local out = { unpack(shape) }
-  out[#out] = n
-  return out
-end
-
-function Projection:forward(input)
-  local out = self:activation('output', with_last(input.shape, self.weight:size(1)))
-  check(C.wk_op_matmul(out, input, self.weight, self.bias, 1))
-  return out
-end
-
-function Projection:backward(input, grad_output, grad_input)
-  check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, 1))
 end
 
 local RMSNorm = nn.class(nn.Module)
@@ -366,8 +351,8 @@ end
 -- generating does not disturb a training step's saved activations. Forward only.
 
 local function project(self, key, input, proj)
-  local out = self:activation(key, with_last(input.shape, proj.weight:size(1)))
-  check(C.wk_op_matmul(out, input, proj.weight, proj.bias, 1))
+  local out = self:activation(key, nn.with_last(input.shape, proj:out_features()))
+  check(C.wk_op_matmul(out, input, proj.weight, proj.bias, proj.transpose_w))
   return out
 end
 

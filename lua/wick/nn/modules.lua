@@ -112,11 +112,13 @@ function Module:zeroed(key, shape)
   return t
 end
 
+-- A shape with its last dimension changed to n.
 local function with_last(shape, n)
   local out = { unpack(shape) }
   out[#out] = n
   return out
 end
+nn.with_last = with_last
 
 nn.new = new
 nn.class = class
@@ -139,14 +141,21 @@ function nn.linear(n_in, n_out, opts)
   return self:reset(opts.seed)
 end
 
+-- transpose_w = 1: a weight stored [out, in] (torch nn.Linear's layout, which Llama-family files keep).
+Linear.transpose_w = 0
+
+-- The output width: the weight's in -> out dimension, by its layout.
+function Linear:out_features() return self.weight:size(2 - self.transpose_w) end
+
 function Linear:forward(input)
-  local out = self:activation('output', with_last(input.shape, self.weight:size(2)))
-  check(C.wk_op_matmul(out, input, self.weight, self.bias, 0))
+  local out = self:activation('output', with_last(input.shape, self:out_features()))
+  check(C.wk_op_matmul(out, input, self.weight, self.bias, self.transpose_w))
   return out
 end
 
 function Linear:backward(input, grad_output, grad_input)
-  check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, 0))
+  check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight,
+    self.transpose_w))
 end
 
 local LayerNorm = class(Module)
