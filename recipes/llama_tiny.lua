@@ -7,17 +7,9 @@
 --   ./run recipes/llama_tiny.lua --steps=20 --checkpoint.every=10
 --   ./run --dry-run recipes/llama_tiny.lua                         # parameters and memory
 local wick = require 'wick'
-local corpus = wick.recipe.include 'lib/corpus.lua'
-local shape = wick.recipe.include 'lib/small_gpt.lua'
 
-return {
-  model = { arch = 'llama', layers = 2, heads = 4, kv_heads = 2, dim = 64, ffn_dim = 176, rope_theta = 10000 },
-  data = { sources = { corpus.all() }, seq_len = 64 },
-  batch = { global = 16, micro = 8 },
-  precision = 'fp32',
-  optim = shape.optim,
-  steps = 4000,
-  seed = 1,
-  checkpoint = { every = 0, dir = wick.recipe.build_dir .. '/llama_tiny/checkpoints' },
-  log = { sample = 200 },
-}
+-- tiny.lua's job (data, batch, optimizer, steps) with a Llama in place of its GPT-2.
+local job = wick.recipe.copy(wick.recipe.include 'tiny.lua')
+job.model = { arch = 'llama', layers = 2, heads = 4, kv_heads = 2, dim = 64, ffn_dim = 176, rope_theta = 10000 }
+job.checkpoint.dir = wick.recipe.build_dir .. '/llama_tiny/checkpoints'
+return job
