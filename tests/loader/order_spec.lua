@@ -150,12 +150,6 @@ describe('the block-buffer order', function()
 end)
 
 describe('resident memory', function()
-  local function resident_kb()
-    local status = helper.read_file('/proc/self/status')
-    return tonumber(status:match('RssFile:%s*(%d+) kB')) + tonumber(status:match('RssAnon:%s*(%d+) kB')) +
-      tonumber(status:match('RssShmem:%s*(%d+) kB'))
-  end
-
   it('stays flat when the dataset is ten times larger', function()
     if require('wick').build_info().build_flags:find('asan') then
       pending('resident memory is not meaningful under AddressSanitizer')
@@ -166,21 +160,12 @@ describe('resident memory', function()
     local big = data_helper.make_dataset(root .. '/big-raw', docs, { shard_size = 655360, block_size = 4096 })
     local small = data_helper.make_dataset(root .. '/small-raw', { unpack(docs, 1, 3000) },
       { shard_size = 65536, block_size = 4096 })
-    -- Garbage of the specs before this one (and of the loader measured) is collected first: its
-    -- pages going back to the system would count as this loader's memory shrinking.
-    local function settled_kb()
-      collectgarbage('collect')
-      collectgarbage('collect')
-      return resident_kb()
-    end
+    -- Each reading is a fresh process: in this one, memory the earlier specs freed goes back to the
+    -- system at times of malloc's choosing and made the 1x growth negative.
     local function grown(dir)
-      local before = settled_kb()
-      local l = data.loader { data = dir, seq_len = 128, global_batch = 16, shuffle = { buffer_tokens = 8 * 4096 },
-                              cache_bytes = 2 ^ 20 }
-      for _ = 1, math.floor(l:epoch_length() / 16) do l:next() end
-      local after = settled_kb()
-      l:close()
-      return after - before
+      local r = helper.run(('%s/tests/helpers/resident_growth.lua %s'):format(q(helper.ROOT), q(dir)))
+      assert.are.equal(0, r.rc, r.err)
+      return assert(tonumber(r.out:match('^(%-?%d+)%s*$')), r.out)
     end
     local small_growth, big_growth = grown(small), grown(big)
     -- What grows is the node cache (1 MiB here) and the ring, the same for both.
