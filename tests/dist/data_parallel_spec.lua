@@ -4,9 +4,11 @@
 -- in pad mode where every micro-batch has its own number of target tokens. Gradients all-reduced in
 -- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes. Sharded
 -- (parallel.shard = optimizer | gradients), the same ranks give the unsharded run's losses and weights.
+-- A Llama recipe trains to the same samples, losses and gradient norms on 1, 2 and 4 ranks.
 local helper = require 'helper'
 local data_helper = require 'data_helper'
 local wick = require 'wick'
+local json = require 'wick.json'
 local q = helper.shell_quote
 
 local STEPS = 10
@@ -277,6 +279,38 @@ describe('data parallelism', function()
     local bad = helper.run(('%s --parallel.shard=parameters'):format(q(helper.ROOT .. '/recipes/tiny.lua')))
     assert.are_not.equal(0, bad.rc)
     assert.matches('parallel.shard', bad.err, 1, true)
+    helper.rmtree(dir)
+  end)
+
+  -- The fixture trains a GPT-2; the Llama's own ops (RMSNorm, RoPE, SwiGLU, grouped-query attention)
+  -- reduce their parameter gradients over the same buckets, through a recipe as teams run it.
+  it('trains a Llama recipe to the same samples, losses and gradient norms on 1x4, 2x2 and 4x1', function()
+    local dir = helper.tmpdir()
+    local function steps(world)
+      local log = ('%s/llama-%d.jsonl'):format(dir, world)
+      local r = helper.run(('--nproc-per-node %d %s --steps=3 --batch.micro=4 --log.sample=0 --log=%s'):format(world,
+        q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(log)))
+      assert.are.equal(0, r.rc, r.out .. r.err)
+      local out = {}
+      for line in helper.read_file(log):gmatch('[^\n]+') do
+        local step = json.decode(line)
+        if step.loss then out[#out + 1] = step end
+      end
+      assert.are.equal(3, #out)
+      return out
+    end
+    local want = steps(1)
+    for _, world in ipairs({ 2, 4 }) do
+      for s, got in ipairs(steps(world)) do
+        local where = ('%d ranks, step %d'):format(world, s)
+        assert.are.equal(want[s].fingerprint, got.fingerprint, where)
+        assert.are.equal(want[s].tokens, got.tokens, where)
+        for _, key in ipairs({ 'loss', 'grad_norm' }) do
+          assert.is_true(math.abs(got[key] - want[s][key]) <= LOSS_TOLERANCE * want[s][key],
+            ('%s: %s %.12g, 1 rank %.12g'):format(where, key, got[key], want[s][key]))
+        end
+      end
+    end
     helper.rmtree(dir)
   end)
 
