@@ -726,6 +726,13 @@ typedef enum { WK_WORLD_SINGLE = 0, WK_WORLD_TORCHRUN = 1, WK_WORLD_SLURM = 2 } 
 
 enum { WK_HOST_CAPACITY = 256 };
 
+/* The bounds of a job, checked where each value enters: the environment, the store's messages, the
+ * Lua options and a checkpoint's world. */
+enum {
+  WK_DIST_MAX_WORLD = 1 << 24,            /* ranks in a job */
+  WK_DIST_MAX_TIMEOUT_S = 7 * 24 * 3600   /* a wait of a week: longer is a mistake */
+};
+
 typedef struct {
   int32_t rank;
   int32_t world_size;

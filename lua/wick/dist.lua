@@ -28,8 +28,10 @@ local check = core.check
 local dist = {}
 
 local DEFAULT_TIMEOUT = 300      -- seconds
-local MAX_TIMEOUT = 7 * 24 * 3600
-local MAX_WORLD = 2 ^ 24         -- ranks in a job (STORE_MAX_WORLD)
+local MAX_TIMEOUT = C.WK_DIST_MAX_TIMEOUT_S
+local MAX_WORLD = C.WK_DIST_MAX_WORLD
+-- For the recipe's and the checkpoint's fields of the same meaning.
+dist.DEFAULT_TIMEOUT, dist.MAX_TIMEOUT, dist.MAX_WORLD = DEFAULT_TIMEOUT, MAX_TIMEOUT, MAX_WORLD
 local GET_BUFFER_BYTES = 65536   -- a get's first try; longer values are fetched again in full
 local REDUCE = { sum = C.WK_REDUCE_SUM, avg = C.WK_REDUCE_AVG, max = C.WK_REDUCE_MAX, min = C.WK_REDUCE_MIN }
 local SOURCES = { [C.WK_WORLD_SINGLE] = 'single', [C.WK_WORLD_TORCHRUN] = 'torchrun', [C.WK_WORLD_SLURM] = 'slurm' }

@@ -47,11 +47,11 @@ enum {
   STORE_FRAME_HEADER = 4,                        /* u32 little-endian body length */
   STORE_MAX_FRAME = 2 * STORE_MAX_VALUE + 65536, /* a compare-and-set carries two values */
   STORE_MAX_HELLO_FRAME = 256,                   /* what a peer may send before it is authenticated */
-  STORE_MAX_WORLD = 1 << 24,                     /* ranks in a job */
+  STORE_MAX_WORLD = WK_DIST_MAX_WORLD,           /* ranks in a job */
   STORE_NONCE_BYTES = 32,                        /* each side's challenge */
   STORE_PROOF_BYTES = 32                         /* HMAC-SHA256 */
 };
-#define STORE_MAX_TIMEOUT_MS ((int64_t)7 * 24 * 3600 * 1000)  /* a week: longer is a mistake */
+#define STORE_MAX_TIMEOUT_MS ((int64_t)WK_DIST_MAX_TIMEOUT_S * 1000)
 
 /* What a server allows; STORE_LIMITS are the ones of wick.h's wk_store_server_start. */
 typedef struct {

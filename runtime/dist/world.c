@@ -20,7 +20,7 @@
 
 #include "dist.h"
 
-enum { DEFAULT_MASTER_PORT = 29500, MAX_PORT = 65535, MAX_WORLD = 1 << 24 };
+enum { DEFAULT_MASTER_PORT = 29500, MAX_PORT = 65535 };
 
 /* *present = whether the variable is set; a set one must be an integer in [min, max]. */
 static WkStatus env_int(const char *name, long min, long max, bool *present, int32_t *out) {
@@ -71,13 +71,13 @@ static WkStatus check_ranks(const WkWorld *w, const char *rank_name, const char 
 
 static WkStatus from_torchrun(WkWorld *w) {
   const char *because = "RANK or WORLD_SIZE is (torchrun-style launch)";
-  WK_TRY(require_int("RANK", 0, MAX_WORLD - 1, because, &w->rank));
-  WK_TRY(require_int("WORLD_SIZE", 1, MAX_WORLD, because, &w->world_size));
+  WK_TRY(require_int("RANK", 0, WK_DIST_MAX_WORLD - 1, because, &w->rank));
+  WK_TRY(require_int("WORLD_SIZE", 1, WK_DIST_MAX_WORLD, because, &w->world_size));
   bool has_local, has_local_world;
   w->local_rank = w->rank;
   w->local_world_size = w->world_size;
-  WK_TRY(env_int("LOCAL_RANK", 0, MAX_WORLD - 1, &has_local, &w->local_rank));
-  WK_TRY(env_int("LOCAL_WORLD_SIZE", 1, MAX_WORLD, &has_local_world, &w->local_world_size));
+  WK_TRY(env_int("LOCAL_RANK", 0, WK_DIST_MAX_WORLD - 1, &has_local, &w->local_rank));
+  WK_TRY(env_int("LOCAL_WORLD_SIZE", 1, WK_DIST_MAX_WORLD, &has_local_world, &w->local_world_size));
   if (has_local != has_local_world)
     return WK_FAIL(WK_ERR_INVALID_ARG, "LOCAL_RANK and LOCAL_WORLD_SIZE must be set together");
   w->source = WK_WORLD_TORCHRUN;
@@ -97,12 +97,12 @@ static WkStatus slurm_tasks_on_node(const char *text, int32_t node, int32_t *out
     char *end;
     errno = 0;
     long tasks = strtol(p, &end, 10), repeat = 1;
-    if (end == p || tasks < 1 || tasks > MAX_WORLD || errno) break;
+    if (end == p || tasks < 1 || tasks > WK_DIST_MAX_WORLD || errno) break;
     p = end;
     if (*p == '(') {
       if (p[1] != 'x') break;
       repeat = strtol(p + 2, &end, 10);
-      if (end == p + 2 || *end != ')' || repeat < 1 || repeat > MAX_WORLD) break;
+      if (end == p + 2 || *end != ')' || repeat < 1 || repeat > WK_DIST_MAX_WORLD) break;
       p = end + 1;
     }
     if (node < index + repeat) {
@@ -118,13 +118,13 @@ static WkStatus slurm_tasks_on_node(const char *text, int32_t node, int32_t *out
 
 static WkStatus from_slurm(WkWorld *w) {
   const char *because = "SLURM_PROCID is (a task launched by srun)";
-  WK_TRY(require_int("SLURM_PROCID", 0, MAX_WORLD - 1, because, &w->rank));
-  WK_TRY(require_int("SLURM_NTASKS", 1, MAX_WORLD, because, &w->world_size));
-  WK_TRY(require_int("SLURM_LOCALID", 0, MAX_WORLD - 1, because, &w->local_rank));
+  WK_TRY(require_int("SLURM_PROCID", 0, WK_DIST_MAX_WORLD - 1, because, &w->rank));
+  WK_TRY(require_int("SLURM_NTASKS", 1, WK_DIST_MAX_WORLD, because, &w->world_size));
+  WK_TRY(require_int("SLURM_LOCALID", 0, WK_DIST_MAX_WORLD - 1, because, &w->local_rank));
   bool present;
   int32_t node = 0;
-  WK_TRY(env_int("SLURM_NODEID", 0, MAX_WORLD - 1, &present, &node));
-  WK_TRY(env_int("SLURM_NTASKS_PER_NODE", 1, MAX_WORLD, &present, &w->local_world_size));
+  WK_TRY(env_int("SLURM_NODEID", 0, WK_DIST_MAX_WORLD - 1, &present, &node));
+  WK_TRY(env_int("SLURM_NTASKS_PER_NODE", 1, WK_DIST_MAX_WORLD, &present, &w->local_world_size));
   if (!present) {
     const char *per_node = getenv("SLURM_TASKS_PER_NODE");
     if (!per_node) return WK_FAIL(WK_ERR_INVALID_ARG, "SLURM_TASKS_PER_NODE is not set, but %s", because);

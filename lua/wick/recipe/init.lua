@@ -30,8 +30,7 @@ local DATA_PARALLEL = require('wick.nn.data_parallel').OPTIONS
 local MAX_STEPS = 2 ^ 53
 local DEFAULT_KEEP = 3
 local DEFAULT_BASE_BATCH = 256     -- timm's lr_base_size
-local DEFAULT_TIMEOUT = 300        -- seconds a collective may wait (wick.dist)
-local MAX_TIMEOUT = 7 * 24 * 3600  -- wick.dist's own bound
+local DIST = require 'wick.dist'
 local EVENTS = { 'on_train_begin', 'on_step_end', 'on_log', 'on_eval', 'on_checkpoint', 'on_train_end' }
 local IS_EVENT = {}
 for _, e in ipairs(EVENTS) do IS_EVENT[e] = true end
@@ -221,7 +220,7 @@ local RECIPE = schema.define('recipe', {
   section('checkpoint', CHECKPOINT, 'checkpoints'),
   section('log', LOG, 'progress, metrics'),
   { 'callbacks', 'callbacks', check = check_callbacks, help = 'fn(trainer, metrics) by event: ' .. table.concat(EVENTS, ', ') },
-  { 'timeout', 'number', min = 1, max = MAX_TIMEOUT, default = DEFAULT_TIMEOUT, help = 'seconds a collective may wait' },
+  { 'timeout', 'number', min = 1, max = DIST.MAX_TIMEOUT, default = DIST.DEFAULT_TIMEOUT, help = 'seconds a collective may wait' },
   section('parallel', PARALLEL, 'how the ranks share a step'),
 })
 recipe.SCHEMA = RECIPE

@@ -237,7 +237,7 @@ end
 -- ---- reading back ----------------------------------------------------------------------------------
 
 local MAX_STEPS = recipe.SCHEMA:find('steps').max
-local MAX_WORLD = 2 ^ 31
+local MAX_WORLD = require('wick.dist').MAX_WORLD
 local HASH_DIGITS = 16
 
 local function cursor_step(cursor) return tonumber(cursor:match('^wick%-cursor/%d+ step=(%d+) ')) end
