@@ -95,6 +95,7 @@ function cli.spec(spec)
     option.long = option[1]:gsub('_', '-')
     spec.by_flag['--' .. option.long] = option
     if option.short then spec.by_flag['-' .. option.short] = option end
+    if option.alias then spec.by_flag['--' .. option.alias:gsub('_', '-')] = option end -- its old spelling
     local entry = {}
     for k, v in pairs(option) do entry[k] = v end
     -- An option's own check (a string of a given form, say) replaces its type's.
@@ -216,6 +217,9 @@ function cli.parse(spec, args)
     local flag, inline = word:match('^(%-%-[^=]+)=(.*)$')
     flag = flag or word
     local option = spec.by_flag[flag]
+    if option and option.alias and flag == '--' .. option.alias:gsub('_', '-') then
+      require('wick.core').renamed(spec.name, flag, '--' .. option.long)
+    end
     if word == '--' then
       if args[i + 1] and not spec.positional then cli.usage_error(spec, ("unexpected argument '%s'"):format(args[i + 1])) end
       for k = i + 1, #args do positional[#positional + 1] = args[k] end

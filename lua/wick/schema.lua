@@ -19,6 +19,9 @@
 -- Each type also reads its values from text (schema.parse: a command line's --key=value); a type of
 -- an option's own brings its reader as `parse = function(text) ... end`, or the name of the type
 -- whose reader it borrows (`parse = 'number'`). Without one, the option cannot be set from text.
+--
+-- A renamed option says so with `alias = 'old_name'`: for one release its old spelling is read as the
+-- new one wherever options enter (check, check_tree, find; wick.cli's flags), with one warning.
 local ffi = require 'ffi'
 
 local schema = {}
@@ -160,12 +163,24 @@ end
 
 -- what: how messages name one option ("loader option"); options: { name, type, key = value... }.
 function schema.define(what, options)
-  local self = setmetatable({ what = what, options = options, by_name = {}, names = {} }, Schema)
+  local self = setmetatable({ what = what, options = options, by_name = {}, names = {}, renamed = {} }, Schema)
   for _, option in ipairs(options) do
     self.by_name[option[1]] = option
     self.names[#self.names + 1] = option[1]
+    if option.alias then self.renamed[option.alias] = option[1] end
   end
   return self
+end
+
+-- An option declared with `alias = 'old_name'` was renamed: for one release the old spelling is read
+-- as the new one, with a warning naming both. Returns the key's current name, or nil and why when
+-- `given` holds both spellings. `where` names the option set (or the path) in the warning.
+function Schema:current_name(key, given, where)
+  local new = self.renamed[key]
+  if not new then return key end
+  if given and given[new] ~= nil then return nil, ('both %s and its old name %s are given'):format(new, key) end
+  require('wick.core').renamed(where or self.what, key, new) -- late: wick.core loads the C library
+  return new
 end
 
 function Schema:option(name) return self.by_name[name] end
@@ -191,6 +206,11 @@ function Schema:check(given, level, pass)
   for key, value in pairs(given) do
     if type(key) ~= 'string' then
       error(('%ss are named: got a %s key %s'):format(self.what, type(key), describe(key)), level)
+    end
+    local why
+    key, why = self:current_name(key, given)
+    if not key then
+      error(('%ss: %s'):format(self.what, why), level)
     elseif self.by_name[key] then
       out[key] = self:check_value(key, value, level == 0 and 0 or level)
     elseif not (pass and pass[key]) then
@@ -232,8 +252,14 @@ function Schema:check_tree(given, prefix)
   local keys = {}
   for key in pairs(given) do keys[#keys + 1] = key end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end) -- the same first problem every run
-  for _, key in ipairs(keys) do
-    local value, option = given[key], type(key) == 'string' and self.by_name[key]
+  for _, given_key in ipairs(keys) do
+    local value, key = given[given_key], given_key
+    if type(key) == 'string' then
+      local why
+      key, why = self:current_name(key, given, prefix)
+      if not key then return nil, ('%s: %s'):format(prefix or self.what, why) end
+    end
+    local option = type(key) == 'string' and self.by_name[key]
     local path = joined(prefix, tostring(key))
     if not option then
       local near = type(key) == 'string' and schema.nearest(key, self.names)
@@ -261,21 +287,23 @@ function Schema:check_tree(given, prefix)
   return out
 end
 
--- The option at a dotted path ('batch.micro'), or nil and why not (with the nearest name).
+-- The option at a dotted path ('batch.micro') and that path in current names (an old spelling read as
+-- its new one), or nil and why not (with the nearest name).
 function Schema:find(path)
   local set, prefix = self, nil
-  for key in path:gmatch('[^.]+') do
-    local option = set and set.by_name[key]
+  for key, after in path:gmatch('([^.]+)()') do
+    key = set:current_name(key, nil, prefix)
+    local option = set.by_name[key]
     if not option then
-      local near = set and schema.nearest(key, set.names)
+      local near = schema.nearest(key, set.names)
       return nil, ('%s: unknown key%s'):format(joined(prefix, key),
         near and (' (did you mean ' .. joined(prefix, near) .. '?)') or '')
     end
     prefix = joined(prefix, key)
     set = option[2] == 'section' and option.schema or nil
     if not set then
-      if prefix ~= path then return nil, ('%s: %s is not a table of options'):format(path, prefix) end
-      return option
+      if after <= #path then return nil, ('%s: %s is not a table of options'):format(path, prefix) end
+      return option, prefix
     end
   end
   return nil, path .. ': is a table of options; name one of its keys'

@@ -115,17 +115,22 @@ function args.apply(fields, name, raw, overrides)
   for _, o in ipairs(overrides) do
     local path, text = o[1], o[2]
     local value, why
+    local target = path -- in current names: an option's old spelling sets its new one
     local mix_source = path:match('^data%.mix%.([%w_%-]+)$')
     if mix_source then
       value = tonumber(text)
       if value == nil then why = 'must be a number' end
     else
-      local option
-      option, why = fields:find(path)
-      if option then value, why = schema.parse(option, text) end
+      local option, found = fields:find(path)
+      if option then
+        target = found
+        value, why = schema.parse(option, text)
+      else
+        why = found
+      end
     end
     if value == nil then fail(name, ('--%s: %s'):format(path, (why:gsub('^' .. path:gsub('%p', '%%%0') .. ': ', '')))) end
-    set_path(copy, path, value)
+    set_path(copy, target, value)
     applied[#applied + 1] = path .. '=' .. text
   end
   return copy, applied
