@@ -392,8 +392,8 @@ typedef enum {
   WK_LOADER_SEED,              /* shuffle seed (default 0) */
   WK_LOADER_SHUFFLE,           /* 1: hierarchical shuffle, 0: stored order (default 1) */
   WK_LOADER_WINDOW_TOKENS,     /* shards holding this many tokens have their units permuted together (2^29) */
-  WK_LOADER_BUFFER_TOKENS,     /* units holding this many tokens have their samples shuffled together:
-                                  the working set (default 2^22) */
+  WK_LOADER_POOL_TOKENS,       /* the shuffle pool: units holding this many tokens have their samples
+                                  shuffled together, the working set (default 2^22) */
   WK_LOADER_PARTITIONS,        /* canonical partitions, e.g. the number of nodes (default 1) */
   WK_LOADER_CHUNK,             /* draws per partition turn, e.g. global / partitions (default 1) */
   WK_LOADER_MODE,              /* 0 packed windows, 1 one padded document per row (default 0) */
@@ -412,7 +412,8 @@ typedef enum {
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
                                   or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
   WK_LOADER_PARAM_COUNT,
-  WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES  /* its old name, for one release */
+  WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES,  /* old names, for one release */
+  WK_LOADER_BUFFER_TOKENS = WK_LOADER_POOL_TOKENS
 } WkLoaderParam;
 
 enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */

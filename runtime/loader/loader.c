@@ -36,7 +36,7 @@
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
  * buffers of 4M tokens (8 MiB of u16) whose samples are shuffled together: the working set. */
 #define DEFAULT_WINDOW_TOKENS (1ll << 29)
-#define DEFAULT_BUFFER_TOKENS (1ll << 22)
+#define DEFAULT_POOL_TOKENS (1ll << 22)
 #define MAX_SHUFFLE_TOKENS (1ll << 40)
 #define DEFAULT_CACHE_BYTES (64ll << 20) /* per source and node */
 /* fallback 0 for MICRO_BATCH and PREFETCH means "derived at start". */
@@ -49,7 +49,7 @@ static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_SEED] = {INT64_MIN, INT64_MAX, 0, "seed"},
     [WK_LOADER_SHUFFLE] = {0, 1, 1, "shuffle"},
     [WK_LOADER_WINDOW_TOKENS] = {1, MAX_SHUFFLE_TOKENS, DEFAULT_WINDOW_TOKENS, "window_tokens"},
-    [WK_LOADER_BUFFER_TOKENS] = {1, MAX_SHUFFLE_TOKENS, DEFAULT_BUFFER_TOKENS, "buffer_tokens"},
+    [WK_LOADER_POOL_TOKENS] = {1, MAX_SHUFFLE_TOKENS, DEFAULT_POOL_TOKENS, "pool_tokens"},
     [WK_LOADER_PARTITIONS] = {1, 1 << 20, 1, "partitions"},
     [WK_LOADER_CHUNK] = {1, 1 << 24, 1, "chunk"},
     [WK_LOADER_MODE] = {0, 1, 0, "mode"},
@@ -59,7 +59,7 @@ static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_PAD_LAST] = {0, 1, 0, "pad_last"},
     [WK_LOADER_DOCUMENT_IDS] = {0, 1, 0, "document_ids"},
     [WK_LOADER_MEMORY_BUDGET] = {0, INT64_MAX, 0, "memory_budget"},
-    [WK_LOADER_NODE_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "cache_bytes"},
+    [WK_LOADER_NODE_CACHE_BYTES] = {0, INT64_MAX, DEFAULT_CACHE_BYTES, "node_cache_bytes"},
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
@@ -173,7 +173,7 @@ static WkOrderConfig order_config(const WkLoader *loader) {
       .seed = (uint64_t)param(loader, WK_LOADER_SEED),
       .shuffle = param(loader, WK_LOADER_SHUFFLE) != 0,
       .window_tokens = (uint64_t)param(loader, WK_LOADER_WINDOW_TOKENS),
-      .buffer_tokens = (uint64_t)param(loader, WK_LOADER_BUFFER_TOKENS),
+      .buffer_tokens = (uint64_t)param(loader, WK_LOADER_POOL_TOKENS),
       .partitions = (uint32_t)param(loader, WK_LOADER_PARTITIONS),
       .chunk = (uint32_t)param(loader, WK_LOADER_CHUNK),
   };
@@ -253,7 +253,7 @@ static WkStatus check_cursor(WkLoader *loader) {
       {"global batch", c->global_batch, loader->mix.global_batch}, {"seq_len", c->seq_len, o.seq_len},
       {"seed", c->seed, o.seed}, {"mode", c->mode, o.mode}, {"shuffle", c->shuffle, o.shuffle},
       {"shuffle window_tokens", c->window_tokens, o.window_tokens},
-      {"shuffle buffer_tokens", c->buffer_tokens, o.buffer_tokens}, {"partitions", c->partitions, o.partitions},
+      {"shuffle pool_tokens", c->buffer_tokens, o.buffer_tokens}, {"partitions", c->partitions, o.partitions},
       {"chunk", c->chunk, o.chunk}};
   for (size_t f = 0; f < sizeof same / sizeof same[0]; f++)
     if (same[f].cursor != same[f].loader)

@@ -82,9 +82,9 @@ static WkStatus ring_size(WkLoader *loader, uint32_t *count) {
     while (n > MIN_RING && buffers_in_flight(loader, i, n) > room) n--;
     uint64_t need = buffers_in_flight(loader, i, n);
     if (need > room)
-      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': cache_bytes %lld holds %llu shuffle buffers of %llu units but "
+      return WK_FAIL(WK_ERR_INVALID_ARG, "source '%s': node_cache_bytes %lld holds %llu shuffle pools of %llu units but "
                      "%llu are in use at once (%u micro-batches in flight, global batch %u, plus the straddling edges "
-                     "of a window); it needs at least %llu bytes (raise cache_bytes, or lower shuffle.buffer_tokens)",
+                     "of a window); it needs at least %llu bytes (raise node_cache_bytes, or lower shuffle.pool_tokens)",
                      loader->sources[i].path, (long long)param(loader, WK_LOADER_NODE_CACHE_BYTES), (unsigned long long)room,
                      (unsigned long long)wk_order_buffer_units(loader->sources[i].order), (unsigned long long)need,
                      n, loader->mix.global_batch, (unsigned long long)wk_node_reader_cache_bytes_for(r, need));

@@ -204,7 +204,7 @@ local ok, err = pcall(function()
   end
 
   -- bytes per node per epoch, 2 local ranks sharing the disk cache (not the node cache)
-  local ranks = wick_run(server.url .. '/zstd', 0, { nproc = 2, options = 'cache_bytes=' .. NODE_CACHE_BYTES })
+  local ranks = wick_run(server.url .. '/zstd', 0, { nproc = 2, options = 'node_cache_bytes=' .. NODE_CACHE_BYTES })
   local node, data_bytes = ranks[1].fetched + ranks[2].fetched, zstd.bytes + zstd.index_bytes
   report.row('bytes per node per epoch, 2 ranks (x data)', node / data_bytes, 'x', 'dataset size', 1.0, false, 1.0)
   print(('  %.2f MB fetched by the node (rank 0 %.2f, rank 1 %.2f) for a %.2f MB dataset'):format(node / 1e6,

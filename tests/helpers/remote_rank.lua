@@ -12,7 +12,7 @@ local SEQ_LEN, GLOBAL_BATCH, BUFFER_TOKENS = 64, 8, 4096
 local dir, audit, cache_dir, cache_disk_bytes, steps, watch, extra = ...
 local options = {
   data = dir, seq_len = SEQ_LEN, global_batch = GLOBAL_BATCH, seed = 5, audit = audit,
-  shuffle = { buffer_tokens = BUFFER_TOKENS, window_tokens = 40000 },
+  shuffle = { pool_tokens = BUFFER_TOKENS, window_tokens = 40000 },
   cache_dir = cache_dir, cache_disk_bytes = tonumber(cache_disk_bytes), retries = 2,
 }
 for k, v in pairs(extra and assert(loadstring('return ' .. extra))() or {}) do options[k] = v end

@@ -25,8 +25,8 @@ local function settled_kb()
 end
 
 local before = settled_kb()
-local loader = data.loader { data = dir, seq_len = 128, global_batch = 16, shuffle = { buffer_tokens = 8 * 4096 },
-                             cache_bytes = 2 ^ 20 }
+local loader = data.loader { data = dir, seq_len = 128, global_batch = 16, shuffle = { pool_tokens = 8 * 4096 },
+                             node_cache_bytes = 2 ^ 20 }
 for _ = 1, math.floor(loader:epoch_length() / 16) do loader:next() end
 local after = settled_kb()
 loader:close()

@@ -1,5 +1,5 @@
 -- One rank for the node-cache tests (tests/loader/order_spec.lua), run as a real process:
---   ./run tests/helpers/stream_rank.lua DATA SEQ_LEN GLOBAL_BATCH BUFFER_TOKENS CACHE_BYTES READY_DIR [DIE_AFTER [HOW]]
+--   ./run tests/helpers/stream_rank.lua DATA SEQ_LEN GLOBAL_BATCH POOL_TOKENS NODE_CACHE_BYTES READY_DIR [DIE_AFTER [HOW]]
 -- RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (and a job id) come from the environment. Starts its loader, marks
 -- itself ready in READY_DIR and waits until WORLD_SIZE ranks are (so no rank streams a whole epoch
 -- before the other has joined the node cache), then reads one epoch. With DIE_AFTER it kills itself
@@ -11,11 +11,12 @@ local ffi = require 'ffi'
 pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
 local SIGKILL = 9
 
-local dir, seq_len, global_batch, buffer_tokens, cache_bytes, ready_dir, die_after, how = ...
+local dir, seq_len, global_batch, pool_tokens, node_cache_bytes, ready_dir, die_after, how = ...
 local world = tonumber(os.getenv('WORLD_SIZE'))
 local loader = data.loader {
-  data = dir, seq_len = tonumber(seq_len), global_batch = tonumber(global_batch), cache_bytes = tonumber(cache_bytes),
-  shuffle = { buffer_tokens = tonumber(buffer_tokens) }, seed = 11,
+  data = dir, seq_len = tonumber(seq_len), global_batch = tonumber(global_batch),
+  node_cache_bytes = tonumber(node_cache_bytes),
+  shuffle = { pool_tokens = tonumber(pool_tokens) }, seed = 11,
 }
 loader:start()
 io.stdout:write('job=', os.getenv('WICK_JOB_ID') or '', '\n')

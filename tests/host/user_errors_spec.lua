@@ -124,10 +124,10 @@ return {
       assert_one_line(helper.run(q(recipe) .. ' --data.seq_len=16777216'), 2, 'is too small for one epoch')
     end)
 
-    it('a data.cache_bytes too small for the ring of micro-batches', function()
-      local r = dry('--data.cache_bytes=65536')
-      assert.matches("source '" .. dataset .. "': cache_bytes 65536 holds 0 shuffle buffers", r.err, 1, true)
-      assert_one_line(helper.run(q(recipe) .. ' --data.cache_bytes=65536'), 2, 'cache_bytes 65536 holds 0 shuffle buffers')
+    it('a data.node_cache_bytes too small for the ring of micro-batches', function()
+      local r = dry('--data.node_cache_bytes=65536')
+      assert.matches("source '" .. dataset .. "': node_cache_bytes 65536 holds 0 shuffle pools", r.err, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --data.node_cache_bytes=65536'), 2, 'node_cache_bytes 65536 holds 0 shuffle pools')
     end)
 
     it("a model whose memory estimate is above this machine's memory", function()

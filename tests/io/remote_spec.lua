@@ -7,7 +7,7 @@ local data_helper = require 'data_helper'
 local nginx = require 'helpers.nginx'
 local q = helper.shell_quote
 
-local INSPECT = '-m wick.data.inspect --seq-len 64 --global-batch 12 --micro-batch 2 --buffer-tokens 4096 '
+local INSPECT = '-m wick.data.inspect --seq-len 64 --global-batch 12 --micro-batch 2 --pool-tokens 4096 '
   .. '--window-tokens 40000'
 
 local function inspect(data, args, env)

@@ -9,7 +9,7 @@ local q = helper.shell_quote
 
 local PYTHON = helper.TEST_PYTHON
 local BUCKET = 'wick-test-data'
-local INSPECT = '-m wick.data.inspect --seq-len 64 --global-batch 8 --buffer-tokens 4096 --window-tokens 40000'
+local INSPECT = '-m wick.data.inspect --seq-len 64 --global-batch 8 --pool-tokens 4096 --window-tokens 40000'
 local READY_POLLS = 600 -- x 50 ms: moto takes a few seconds to import and start
 
 if helper.sh('test -x ' .. q(PYTHON)).rc ~= 0 then

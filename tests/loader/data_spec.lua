@@ -520,8 +520,8 @@ describe('memory', function()
     local dir = data_helper.make_dataset(root .. '/large', data_helper.documents(20000, 60, 5),
       { shard_size = 65536, block_size = 4096, compression = 'zstd' })
     local CACHE, RING = 65536, 65536
-    local l = loader { data = dir, seq_len = 128, global_batch = 16, cache_bytes = CACHE, memory_budget = RING,
-      shuffle = { window_tokens = 2 * 65536, buffer_tokens = 2 * 4096 } }
+    local l = loader { data = dir, seq_len = 128, global_batch = 16, node_cache_bytes = CACHE, memory_budget = RING,
+      shuffle = { window_tokens = 2 * 65536, pool_tokens = 2 * 4096 } }
     l:next()
     local before = data_helper.anon_rss()
     local rows = 0

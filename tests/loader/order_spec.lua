@@ -24,8 +24,8 @@ end)
 teardown(function() helper.rmtree(root) end)
 
 local function loader(opts)
-  local o = { data = zstd, seq_len = SEQ, global_batch = 8, seed = 5, shuffle = { buffer_tokens = BUFFER },
-              cache_bytes = 2 ^ 20 }
+  local o = { data = zstd, seq_len = SEQ, global_batch = 8, seed = 5, shuffle = { pool_tokens = BUFFER },
+              node_cache_bytes = 2 ^ 20 }
   for k, v in pairs(opts or {}) do o[k] = v end
   return data.loader(o)
 end
@@ -96,12 +96,12 @@ describe('the block-buffer order', function()
   end)
 
   it('decodes each unit once per epoch with the smallest cache it accepts, on data eight times larger', function()
-    local ok, err = pcall(function() loader({ cache_bytes = 4096 }):next() end)
+    local ok, err = pcall(function() loader({ node_cache_bytes = 4096 }):next() end)
     assert.is_false(ok)
     local minimum = tonumber(err:match('it needs at least (%d+) bytes'))
     assert.is_not_nil(minimum, err)
-    assert.matches('shuffle buffers of 4 units but %d+ are in use at once', err)
-    local l = loader { cache_bytes = minimum }
+    assert.matches('shuffle pools of 4 units but %d+ are in use at once', err)
+    local l = loader { node_cache_bytes = minimum }
     local steps = math.floor(l:epoch_length() / 8)
     for _ = 1, steps do l:next() end
     local s = l:stats()
@@ -138,9 +138,9 @@ describe('the block-buffer order', function()
     ok, err = pcall(loader, { shuffle = { windw_tokens = 8 } })
     assert.is_false(ok)
     assert.matches("unknown shuffle option 'windw_tokens' (did you mean 'window_tokens'?)", err, 1, true)
-    ok, err = pcall(loader, { shuffle = { buffer_tokens = 2.5 } })
+    ok, err = pcall(loader, { shuffle = { pool_tokens = 2.5 } })
     assert.is_false(ok)
-    assert.matches('shuffle option buffer_tokens = 2.5 must be a whole number', err, 1, true)
+    assert.matches('shuffle option pool_tokens = 2.5 must be a whole number', err, 1, true)
     local old = 'wick-cursor/1 step=3 micro=0 world=1 global=8 seq=32 seed=5 mode=packed shuffle=1 window=8 ' ..
       'partitions=1 chunk=1 skipped=0 src=0123456789abcdef:24:0x0p+0'
     ok, err = pcall(loader, { cursor = old })
@@ -257,7 +257,7 @@ describe('shuffle quality', function()
     for _, mode in ipairs { 'packed', 'pad' } do
       local ds = assert(dataset.open(zstd))
       local new = quality.measure(quality.loader_order { data = zstd, seq_len = SEQ, global_batch = 16, mode = mode,
-                                                         shuffle = { buffer_tokens = 64 * BLOCK } }, 16, ds)
+                                                         shuffle = { pool_tokens = 64 * BLOCK } }, 16, ds)
       local old = quality.measure(quality.reference_order(ds, { seq_len = SEQ, window = 8, mode = mode }), 16, ds)
       ds:close()
       assert.is_true(new.shards_per_batch >= 0.9 * old.shards_per_batch,
@@ -268,7 +268,7 @@ describe('shuffle quality', function()
   end)
 
   it('prints the figures next to the old order with inspect --quality', function()
-    local r = helper.run(('-m wick.data.inspect --data %s --seq-len %d --global-batch 16 --buffer-tokens %d ' ..
+    local r = helper.run(('-m wick.data.inspect --data %s --seq-len %d --global-batch 16 --pool-tokens %d ' ..
       '--quality'):format(q(zstd), SEQ, 64 * BLOCK))
     assert.are.equal(0, r.rc, r.err)
     assert.matches('distinct shards per batch %(mean%)%s+[%d%.]+%s+[%d%.]+', r.out)

@@ -43,6 +43,12 @@ local function derived(option, min)
   return option
 end
 
+-- A renamed option: its old spelling is read for one release, with a warning (wick.schema's alias).
+local function formerly(old, option)
+  option.alias = old
+  return option
+end
+
 -- An integer field of WkRemoteOptions, with the bounds C checks it against (wk_remote_param_bounds).
 local function remote(name, param, help)
   local min, max = core.bounds(C.wk_remote_param_bounds, param)
@@ -97,13 +103,14 @@ local LOADER = schema.define('loader option', with_remote {
   bounded('world_size', C.WK_LOADER_WORLD_SIZE, 'ranks sharing the stream (default: WORLD_SIZE, or 1)'),
   bounded('rank', C.WK_LOADER_RANK, 'this rank (default: RANK, or 0)'),
   { 'seed', 'uint64', param = C.WK_LOADER_SEED, help = 'shuffle seed, any 64-bit integer (default 0)' },
-  { 'shuffle', 'shuffle', types = { 'boolean', 'table' }, help = 'true, false, or { window_tokens, buffer_tokens }' },
+  { 'shuffle', 'shuffle', types = { 'boolean', 'table' }, help = 'true, false, or { window_tokens, pool_tokens }' },
   bounded('partitions', C.WK_LOADER_PARTITIONS, 'canonical partitions (default 1)'),
   bounded('chunk', C.WK_LOADER_CHUNK, 'draws per partition turn (default 1)'),
   bounded('threads', C.WK_LOADER_THREADS, 'reader threads (default 2)'),
   derived(bounded('prefetch', C.WK_LOADER_PREFETCH, 'micro-batches buffered ahead (default 4 per thread + 4)'), 2),
   bounded('memory_budget', C.WK_LOADER_MEMORY_BUDGET, 'bytes for the batch ring; 0 no limit (default 0)'),
-  bounded('cache_bytes', C.WK_LOADER_NODE_CACHE_BYTES, 'node cache of each source (default 64 MiB)'),
+  formerly('cache_bytes', bounded('node_cache_bytes', C.WK_LOADER_NODE_CACHE_BYTES,
+    'node cache of each source (default 64 MiB)')),
   { 'mode', 'enum', values = { 'packed', 'pad' }, help = 'packed windows or one padded document per row' },
   { 'on_corrupt', 'enum', values = { 'error', 'skip' }, help = 'stop at corrupt data, or mask and count it' },
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
@@ -119,7 +126,8 @@ data.LOADER_OPTIONS = LOADER
 
 local SHUFFLE = schema.define('shuffle option', {
   bounded('window_tokens', C.WK_LOADER_WINDOW_TOKENS, 'shards holding this many tokens have their units permuted together'),
-  bounded('buffer_tokens', C.WK_LOADER_BUFFER_TOKENS, 'units holding this many tokens have their samples shuffled together'),
+  formerly('buffer_tokens', bounded('pool_tokens', C.WK_LOADER_POOL_TOKENS,
+    'the shuffle pool: units holding this many tokens have their samples shuffled together')),
 })
 data.SHUFFLE_OPTIONS = SHUFFLE
 
@@ -203,7 +211,7 @@ local function set_shuffle(handle, shuffle)
   if type(shuffle) ~= 'table' then return end
   if shuffle.window ~= nil then
     error('shuffle.window counted shards; the order now sizes its window in tokens: shuffle = { window_tokens = ' ..
-      'N, buffer_tokens = M } (defaults 2^29 and 2^22)', 0)
+      'N, pool_tokens = M } (defaults 2^29 and 2^22)', 0)
   end
   for name, value in pairs(SHUFFLE:check(shuffle, 0)) do set(handle, SHUFFLE:option(name).param, value) end
 end

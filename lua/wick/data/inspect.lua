@@ -35,7 +35,7 @@ local spec = {
     { 'steps', 'integer', min = 1, max = EXACT_INTEGER, default = 1, help = 'global steps to print' },
     cli.from(LOADER, 'mode', { default = 'packed', help = 'packed windows or one padded document per row' }),
     cli.from(SHUFFLE, 'window_tokens', { default = loader_default(C.WK_LOADER_WINDOW_TOKENS) }),
-    cli.from(SHUFFLE, 'buffer_tokens', { default = loader_default(C.WK_LOADER_BUFFER_TOKENS) }),
+    cli.from(SHUFFLE, 'pool_tokens', { default = loader_default(C.WK_LOADER_POOL_TOKENS) }),
     { 'no_shuffle', 'flag', help = 'stored order instead of the shuffle' },
     cli.from(LOADER, 'partitions', { default = 1, help = 'canonical partitions' }),
     cli.from(LOADER, 'chunk', { default = 1, help = 'draws per partition turn' }),
@@ -101,7 +101,7 @@ local function print_quality(opts)
   if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
   local this = quality.loader_order {
     data = opts.data, seq_len = opts.seq_len, global_batch = opts.global_batch, seed = opts.seed, mode = opts.mode,
-    shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, buffer_tokens = opts.buffer_tokens },
+    shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, pool_tokens = opts.pool_tokens },
     partitions = opts.partitions, chunk = opts.chunk, threads = opts.threads,
   }
   local reference = quality.reference_order(ds, { seq_len = opts.seq_len, seed = opts.seed, mode = opts.mode,
@@ -146,7 +146,7 @@ local function main(args)
     data = source,
     seq_len = opts.seq_len, global_batch = opts.global_batch, micro_batch = opts.micro_batch,
     world_size = opts.world, rank = opts.rank, seed = opts.seed, mode = opts.mode,
-    shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, buffer_tokens = opts.buffer_tokens },
+    shuffle = not opts.no_shuffle and { window_tokens = opts.window_tokens, pool_tokens = opts.pool_tokens },
     partitions = opts.partitions, chunk = opts.chunk,
     on_corrupt = opts.on_corrupt, threads = opts.threads,
     cursor = opts.from and read_file(opts.from):gsub('%s+$', ''),

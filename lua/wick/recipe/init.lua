@@ -159,7 +159,7 @@ local DATA = schema.define('data', {
   schema.from(LOADER, 'seq_len', { default = 1024, help = 'tokens per sample minus one' }),
   schema.from(LOADER, 'shuffle'),
   schema.from(LOADER, 'mode'), schema.from(LOADER, 'threads'), schema.from(LOADER, 'prefetch'),
-  schema.from(LOADER, 'cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
+  schema.from(LOADER, 'node_cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
   schema.from(LOADER, 'device'), schema.from(LOADER, 'audit'),
 })
 

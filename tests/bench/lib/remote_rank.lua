@@ -1,7 +1,7 @@
 -- One rank of the remote benchmark (tests/bench/remote.lua), alone or under the launcher:
 --   ./run tests/bench/lib/remote_rank.lua DATA CACHE_DIR STEPS [OPTION=NUMBER ...]
 -- Opens a loader on DATA (a URL or a local directory) with a fresh cache in CACHE_DIR (and the loader
--- options given, e.g. cache_bytes=8388608 prefetch_bytes=0), then streams STEPS global steps (0: one epoch). Prints one line: the time to the first batch, the bytes fetched
+-- options given, e.g. node_cache_bytes=8388608 prefetch_bytes=0), then streams STEPS global steps (0: one epoch). Prints one line: the time to the first batch, the bytes fetched
 -- by then, the tokens and seconds of the whole stream (timed from the loader's creation), and the
 -- bytes fetched in all.
 local data = require 'wick.data'
