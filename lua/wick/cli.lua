@@ -84,7 +84,7 @@ cli.from = schema.from -- an option declaration copied from another set (the loa
 function cli.spec(spec)
   if spec.schema then return spec end
   local flag_entries, key_entries = {}, {}
-  spec.by_flag = {}
+  spec.by_flag, spec.old_flags = {}, {}
   local has_help = false
   for _, option in ipairs(spec.options) do has_help = has_help or option[1] == 'help' end
   if not has_help then spec.options[#spec.options + 1] = { 'help', 'flag', short = 'h', help = 'show this help and exit' } end
@@ -95,7 +95,10 @@ function cli.spec(spec)
     option.long = option[1]:gsub('_', '-')
     spec.by_flag['--' .. option.long] = option
     if option.short then spec.by_flag['-' .. option.short] = option end
-    if option.alias then spec.by_flag['--' .. option.alias:gsub('_', '-')] = option end -- its old spelling
+    if option.alias then -- a renamed option: its old spelling works for one release
+      local old = '--' .. option.alias:gsub('_', '-')
+      spec.by_flag[old], spec.old_flags[old] = option, true
+    end
     local entry = {}
     for k, v in pairs(option) do entry[k] = v end
     -- An option's own check (a string of a given form, say) replaces its type's.
@@ -217,9 +220,7 @@ function cli.parse(spec, args)
     local flag, inline = word:match('^(%-%-[^=]+)=(.*)$')
     flag = flag or word
     local option = spec.by_flag[flag]
-    if option and option.alias and flag == '--' .. option.alias:gsub('_', '-') then
-      require('wick.core').renamed(spec.name, flag, '--' .. option.long)
-    end
+    if spec.old_flags[flag] then require('wick.core').renamed(spec.name, flag, '--' .. option.long) end
     if word == '--' then
       if args[i + 1] and not spec.positional then cli.usage_error(spec, ("unexpected argument '%s'"):format(args[i + 1])) end
       for k = i + 1, #args do positional[#positional + 1] = args[k] end

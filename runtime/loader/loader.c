@@ -34,7 +34,7 @@
 #include "loader.h"
 
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
- * buffers of 4M tokens (8 MiB of u16) whose samples are shuffled together: the working set. */
+ * pools of 4M tokens (8 MiB of u16) whose samples are shuffled together: the working set. */
 #define DEFAULT_WINDOW_TOKENS (1ll << 29)
 #define DEFAULT_POOL_TOKENS (1ll << 22)
 #define MAX_SHUFFLE_TOKENS (1ll << 40)

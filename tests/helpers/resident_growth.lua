@@ -3,14 +3,13 @@
 --   ./run tests/helpers/resident_growth.lua DATA
 -- Reads one epoch of DATA and prints how many KiB of resident memory (anonymous, file-backed and shared)
 -- the open loader added to the process.
+local core = require 'wick.core'
 local data = require 'wick.data'
 
 local dir = ...
 
 local function resident_kb()
-  local f = assert(io.open('/proc/self/status'))
-  local status = f:read('*a')
-  f:close()
+  local status = assert(core.read_file('/proc/self/status'))
   local kb = 0
   for _, kind in ipairs { 'RssAnon', 'RssFile', 'RssShmem' } do
     kb = kb + tonumber(status:match(kind .. ':%s*(%d+) kB'))
