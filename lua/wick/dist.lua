@@ -24,6 +24,7 @@ local core = require 'wick.core'
 
 local ffi, C = core.ffi, core.C
 local check = core.check
+local schema = require 'wick.schema'
 
 local dist = {}
 
@@ -53,37 +54,44 @@ local function call_site()
 end
 dist.call_site = call_site
 
-local function seconds_to_ms(value, what, level)
-  if type(value) ~= 'number' or value ~= value or value <= 0 or value > MAX_TIMEOUT then
-    error(('%s must be a number of seconds in (0, %d], got %s'):format(what, MAX_TIMEOUT, tostring(value)), level + 1)
-  end
-  return math.max(1, math.floor(value * 1000 + 0.5))
+-- ---- options (wick.schema: each checked where it enters, unknown keys refused) ------------------
+
+local function is_seconds(value)
+  return type(value) == 'number' and value > 0 and value <= MAX_TIMEOUT, -- false for NaN
+    ('must be a number of seconds in (0, %d]'):format(MAX_TIMEOUT)
 end
 
-local function check_keys(opts, allowed, what, level)
-  if type(opts) ~= 'table' then error(what .. ' expects a table of options', level + 1) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for name in pairs(allowed) do names[#names + 1] = name end
-      table.sort(names)
-      error(('%s: unknown option %s (known: %s)'):format(what, tostring(k), table.concat(names, ', ')), level + 1)
-    end
-  end
+local function is_host(value)
+  return type(value) == 'string' and value ~= '', 'must be a host name or address'
 end
 
-local function integer(value, min, max, what, level)
-  if type(value) ~= 'number' or value % 1 ~= 0 or value < min or value > max then
-    error(('%s must be an integer from %d to %d, got %s'):format(what, min, max, tostring(value)), level + 1)
-  end
-  return value
-end
+local TIMEOUT = { 'timeout', 'seconds', check = is_seconds, parse = 'number', help = 'seconds each call may wait' }
+local HOST = { 'host', 'host', check = is_host, parse = 'string', default = '127.0.0.1' }
+local WORLD_SIZE = { 'world_size', 'integer', min = 1, max = MAX_WORLD }
 
-local function host_option(opts, level)
-  if opts.host ~= nil and (type(opts.host) ~= 'string' or opts.host == '') then
-    error(('host must be a host name or address, got %s'):format(tostring(opts.host)), level + 1)
-  end
-  return opts.host or '127.0.0.1'
+local INIT = schema.define('dist.init option', { schema.copy(TIMEOUT, { default = DEFAULT_TIMEOUT }) })
+local CONNECT = schema.define('dist.connect_store option', {
+  HOST,
+  { 'port', 'integer', min = 1, max = 65535, required = true },
+  { 'rank', 'integer', min = 0, max = MAX_WORLD - 1, help = 'with world_size: this rank of the job' },
+  WORLD_SIZE,
+  schema.copy(TIMEOUT, { default = DEFAULT_TIMEOUT }),
+})
+local SERVE = schema.define('dist.serve_store option', {
+  HOST,
+  { 'port', 'integer', min = 0, max = 65535, default = 0, help = '0: any free port' },
+  schema.copy(WORLD_SIZE, { default = 1 }),
+})
+-- The positional arguments of the store's and the group's calls.
+local ARGUMENT = schema.define('argument', {
+  TIMEOUT,
+  { 'delta', 'integer', min = -2 ^ 53, max = 2 ^ 53 },
+  { 'root', 'integer', min = 0, max = MAX_WORLD - 1 },
+})
+
+-- Checked seconds as the milliseconds C takes (at least 1).
+local function milliseconds(seconds, level)
+  return math.max(1, math.floor(ARGUMENT:check_value('timeout', seconds, level + 1) * 1000 + 0.5))
 end
 
 -- What the runtime refuses in the job's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
@@ -132,12 +140,14 @@ end
 
 -- rank and world_size name a rank of the job (the server checks both); without them: anonymous.
 function dist.connect_store(opts)
-  check_keys(opts, { host = true, port = true, rank = true, world_size = true, timeout = true }, 'dist.connect_store', 2)
-  local port = integer(opts.port, 1, 65535, 'port', 2)
-  local world_size = integer(opts.world_size or 0, opts.rank and 1 or 0, MAX_WORLD, 'world_size', 2)
-  local rank = integer(opts.rank or -1, opts.world_size and 0 or -1, world_size - 1, 'rank', 2)
-  local handle = C.wk_store_connect(host_option(opts, 2), port, rank, world_size,
-    seconds_to_ms(opts.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
+  opts = CONNECT:check(opts, 2)
+  if (opts.rank == nil) ~= (opts.world_size == nil) then
+    error('dist.connect_store: rank and world_size name a rank of the job: give both or neither', 2)
+  elseif opts.rank and opts.rank >= opts.world_size then
+    error(('dist.connect_store: rank %d is not below world_size %d'):format(opts.rank, opts.world_size), 2)
+  end
+  local handle = C.wk_store_connect(opts.host, opts.port, opts.rank or -1, opts.world_size or 0,
+    milliseconds(opts.timeout, 2))
   return wrap_store(core.check_handle(handle, 2), true)
 end
 
@@ -160,7 +170,7 @@ end
 -- The value of key, waiting up to timeout seconds (default: the store's); nil, message on timeout.
 function Store:get(key, timeout)
   local handle = store_handle(self)
-  local ms = timeout == 0 and 0 or seconds_to_ms(timeout or self.timeout or DEFAULT_TIMEOUT, 'timeout', 2)
+  local ms = timeout == 0 and 0 or milliseconds(timeout or self.timeout or DEFAULT_TIMEOUT, 2)
   local st = fetch(self, function(buffer, capacity) return C.wk_store_get(handle, key, ms, buffer, capacity, self.length) end)
   if st == C.WK_ERR_TIMEOUT then return nil, core.last_error() end
   check(st, 2)
@@ -171,14 +181,14 @@ function Store:wait(keys, timeout)
   local handle = store_handle(self)
   if type(keys) == 'string' then keys = { keys } end
   local names = ffi.new('const char *[?]', #keys, keys)
-  local st = C.wk_store_wait(handle, names, #keys, seconds_to_ms(timeout or self.timeout or DEFAULT_TIMEOUT, 'timeout', 2))
+  local st = C.wk_store_wait(handle, names, #keys, milliseconds(timeout or self.timeout or DEFAULT_TIMEOUT, 2))
   if st == C.WK_ERR_TIMEOUT then return nil, core.last_error() end
   check(st, 2)
   return true
 end
 
 function Store:add(key, delta)
-  check(C.wk_store_add(store_handle(self), key, integer(delta or 1, -2 ^ 53, 2 ^ 53, 'delta', 2), self.number), 2)
+  check(C.wk_store_add(store_handle(self), key, ARGUMENT:check_value('delta', delta or 1, 2), self.number), 2)
   return tonumber(self.number[0])
 end
 
@@ -205,16 +215,15 @@ local own_server, stop_server = core.handle(function(h, ms) C.wk_store_server_st
 
 -- Listens on host (default loopback): the address its clients reach it at.
 function dist.serve_store(opts)
-  check_keys(opts, { host = true, port = true, world_size = true }, 'dist.serve_store', 2)
-  local handle = C.wk_store_server_start(host_option(opts, 2), integer(opts.port or 0, 0, 65535, 'port', 2),
-    integer(opts.world_size or 1, 1, MAX_WORLD, 'world_size', 2))
+  opts = SERVE:check(opts, 2)
+  local handle = C.wk_store_server_start(opts.host, opts.port, opts.world_size)
   return setmetatable({ handle = own_server(core.check_handle(handle, 2)) }, Server)
 end
 
 function Server:port() return C.wk_store_server_port(self.handle) end
 
 -- Stops serving once every rank that said hello has said bye or dropped, or after timeout seconds.
-function Server:stop(timeout) stop_server(self, timeout and math.floor(timeout * 1000) or 0) end
+function Server:stop(timeout) stop_server(self, (timeout and timeout ~= 0) and milliseconds(timeout, 2) or 0) end
 
 -- ---- process groups -------------------------------------------------------------------------------
 
@@ -237,10 +246,8 @@ end
 -- dist.init { timeout = seconds }: joins the job the environment describes (rank 0 serves the
 -- store); a process with no such environment is a world of 1 and opens no socket.
 function dist.init(opts)
-  opts = opts or {}
-  check_keys(opts, { timeout = true }, 'dist.init', 2)
-  local timeout = opts.timeout or DEFAULT_TIMEOUT
-  local ms = seconds_to_ms(timeout, 'dist.init: timeout', 2)
+  local timeout = INIT:check(opts or {}, 2).timeout
+  local ms = milliseconds(timeout, 2)
   local world, w = dist.world()
   -- Rank r works on cuda:LOCAL_RANK: set before anything touches CUDA, pinned memory included.
   if C.wk_cuda_device_count() > world.local_rank then check(C.wk_cuda_set_default_device(world.local_rank), 2) end
@@ -266,8 +273,16 @@ function Group:all_reduce(t, op, site)
   return t
 end
 
+local function root_rank(self, root, level)
+  root = ARGUMENT:check_value('root', root or 0, level + 1)
+  if root >= self.world_size then
+    error(('root %d is not a rank of this world of %d'):format(root, self.world_size), level + 1)
+  end
+  return root
+end
+
 function Group:broadcast(t, root, site)
-  check(C.wk_dist_broadcast(group_handle(self), t, integer(root or 0, 0, self.world_size - 1, 'root', 2),
+  check(C.wk_dist_broadcast(group_handle(self), t, root_rank(self, root, 2),
     site or call_site()), 2)
   return t
 end

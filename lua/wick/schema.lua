@@ -189,6 +189,20 @@ function Schema:option(name) return self.by_name[name] end
 -- re-raised by whoever knows the user's call site).
 local function above(level) return level == 0 and 0 or (level or 1) + 1 end
 
+-- The message for a key that names no option, with the nearest name that does.
+function Schema:unknown(key)
+  local near = schema.nearest(key, self.names)
+  return ("unknown %s '%s'%s"):format(self.what, key, near and (" (did you mean '" .. near .. "'?)") or '')
+end
+
+-- The option a key names (an old spelling read as its new one, with the warning); raises the
+-- unknown-key message at `level` when it names none.
+function Schema:named(key, level)
+  local option = type(key) == 'string' and self.by_name[self:current_name(key)]
+  if not option then error(self:unknown(tostring(key)), above(level)) end
+  return option
+end
+
 -- Checks one value of a known option; raises (at `level`) with the option's name and the reason.
 function Schema:check_value(name, value, level)
   local option = self.by_name[name]
@@ -214,8 +228,7 @@ function Schema:check(given, level, pass)
     elseif self.by_name[key] then
       out[key] = self:check_value(key, value, level == 0 and 0 or level)
     elseif not (pass and pass[key]) then
-      local near = schema.nearest(key, self.names)
-      error(("unknown %s '%s'%s"):format(self.what, key, near and (" (did you mean '" .. near .. "'?)") or ''), level)
+      error(self:unknown(key), level)
     else
       out[key] = value
     end
@@ -229,13 +242,18 @@ function Schema:check(given, level, pass)
   return out
 end
 
--- An option declaration copied from another set (the loader's, say), so its type and range are
--- written once; `overrides` may rename it ([1]) and change default, help or anything else.
+-- A copy of an option declaration, so its type and range are written once; `overrides` may rename
+-- it ([1]) and change default, help or anything else.
+function schema.copy(option, overrides)
+  local copy = {}
+  for k, v in pairs(option) do copy[k] = v end
+  for k, v in pairs(overrides or {}) do copy[k] = v end
+  return copy
+end
+
+-- An option declaration copied from another set (the loader's, say): schema.copy of its `name`.
 function schema.from(set, name, overrides)
-  local option = {}
-  for k, v in pairs(assert(set:option(name), 'no option ' .. name)) do option[k] = v end
-  for k, v in pairs(overrides or {}) do option[k] = v end
-  return option
+  return schema.copy(assert(set:option(name), 'no option ' .. name), overrides)
 end
 
 -- ---- nested tables -------------------------------------------------------------------------------

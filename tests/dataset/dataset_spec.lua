@@ -163,7 +163,7 @@ describe('wick.dataset', function()
     local warnings = select(2, r.err:gsub("'cache_bytes' is now 'block_cache_bytes'", ''))
     assert.are.equal(1, warnings, r.err)
     local ds = assert(dataset.open(dir))
-    assert.has_error(function() ds:set('cache', 1) end, "wick.dataset: unknown setting 'cache'")
+    assert.has_error(function() ds:set('cache', 1) end, "unknown wick.dataset setting 'cache'")
     ds:close()
   end)
 

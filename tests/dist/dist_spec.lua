@@ -67,9 +67,9 @@ describe('wick.dist collectives', function()
     assert.matches('%[rank1%] [^\n]*WICK_STORE_SECRET: the job secret must be 16 to 1024 bytes, not 5\n', r.err)
     assert.is_nil(r.err:find('traceback', 1, true), r.err)
     r = helper.sh(q(helper.RUN) .. ' -e ' .. q("require('wick').dist.init{ timeout = -1 }"))
-    assert.matches('timeout must be a number of seconds', r.err)
+    assert.matches('dist.init option timeout = %-1 must be a number of seconds in %(0, 604800%]', r.err)
     r = helper.sh(q(helper.RUN) .. ' -e ' .. q("require('wick').dist.init{ timout = 1 }"))
-    assert.matches('unknown option timout', r.err)
+    assert.matches("unknown dist.init option 'timout' (did you mean 'timeout'?)", r.err, 1, true)
   end)
 
   it('shares the store with every rank: add, compare_set and wait across processes', function()
@@ -141,13 +141,46 @@ describe('wick.dist store: the job\'s alone', function()
       local ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1, world_size = 3, timeout = 5 })
       print(a:get('k', 0), ok, err:match('WORLD_SIZE=3, but rank 0 has WORLD_SIZE=2') ~= nil)
       ok, err = pcall(dist.connect_store, { port = server:port(), rank = 1 })
-      print(ok, err:match('world_size must be an integer from 1') ~= nil)
+      print(ok, err:match('rank and world_size name a rank of the job: give both or neither') ~= nil)
       a:close()
       server:stop()]]
     local r = helper.sh(('env WICK_STORE_SECRET=%s %s -e %s'):format(string.rep('k', 32), q(helper.RUN), q(code)))
     assert.are.equal(0, r.rc, r.err)
     assert.are.equal('v\tfalse\ttrue\nfalse\ttrue\n', r.out)
     assert.is_nil(r.err:find('unauthenticated', 1, true), r.err)
+  end)
+
+  it('checks every option and argument where it enters: type, integrality, range, unknown keys', function()
+    local dist = require('wick').dist
+    local function refused(fn, ...)
+      local ok, err = pcall(fn, ...)
+      assert.is_false(ok)
+      return err
+    end
+    assert.matches("unknown dist.serve_store option 'prot' (did you mean 'port'?)",
+      refused(dist.serve_store, { prot = 1 }), 1, true)
+    assert.matches('dist.serve_store option port = 70000 must be within [0, 65535]',
+      refused(dist.serve_store, { port = 70000 }), 1, true)
+    assert.matches('dist.serve_store option world_size = 1.5 must be a whole number',
+      refused(dist.serve_store, { world_size = 1.5 }), 1, true)
+    assert.matches('dist.serve_store option host = "" must be a host name or address',
+      refused(dist.serve_store, { host = '' }), 1, true)
+    assert.matches('dist.connect_store option port is required', refused(dist.connect_store, {}), 1, true)
+    assert.matches('dist.connect_store: rank 2 is not below world_size 2',
+      refused(dist.connect_store, { port = 1, rank = 2, world_size = 2 }), 1, true)
+    assert.matches('dist.connect_store option timeout = nan must be a number of seconds',
+      refused(dist.connect_store, { port = 1, timeout = 0 / 0 }), 1, true)
+    local server = dist.serve_store {}
+    local store = dist.connect_store { port = server:port(), timeout = 5 }
+    assert.matches('argument delta = 0.5 must be a whole number', refused(store.add, store, 'k', 0.5), 1, true)
+    assert.matches('argument timeout = -1 must be a number of seconds', refused(store.get, store, 'k', -1), 1, true)
+    store:close()
+    server:stop()
+    local group = dist.init { timeout = 5 }
+    local t = require('wick').tensor.zeros { 1 }
+    assert.matches('root 1 is not a rank of this world of 1', refused(group.broadcast, group, t, 1), 1, true)
+    assert.matches('argument root = -1 must be within', refused(group.broadcast, group, t, -1), 1, true)
+    group:close()
   end)
 
   it('fails ranks that disagree on WORLD_SIZE at the handshake, in one line naming both values', function()

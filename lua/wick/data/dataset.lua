@@ -9,22 +9,23 @@
 --   ds:set('block_cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
 -- Sampling, packing and loading live above this, in wick.data.
 local core = require 'wick.core'
+local schema = require 'wick.schema'
 local ffi, C = core.ffi, core.C
 
 local Dataset = {}
 Dataset.__index = Dataset
 local own_handle, close_handle = core.handle(C.wk_dataset_close)
 
-local PARAMS = { block_cache_bytes = C.WK_DATASET_BLOCK_CACHE_BYTES, max_open_shards = C.WK_DATASET_MAX_OPEN_SHARDS }
--- Old names (the block cache was `cache_bytes`, which data.loader{} uses for its node cache).
-local RENAMED = { cache_bytes = 'block_cache_bytes' }
-
-local function param_of(name)
-  if RENAMED[name] then name = core.renamed('wick.dataset', name, RENAMED[name]) end
-  local param = PARAMS[name]
-  if not param then error("wick.dataset: unknown setting '" .. tostring(name) .. "'", 3) end
-  return param
+-- The settings of ds:set/ds:get, with the bounds C checks them against (wk_dataset_param_bounds).
+local function setting(name, param, old_name)
+  local min, max = core.bounds(C.wk_dataset_param_bounds, param)
+  return { name, 'integer', min = min, max = max, param = param, alias = old_name }
 end
+local SETTINGS = schema.define('wick.dataset setting', {
+  -- the block cache was `cache_bytes`, which data.loader{} used for its node cache
+  setting('block_cache_bytes', C.WK_DATASET_BLOCK_CACHE_BYTES, 'cache_bytes'),
+  setting('max_open_shards', C.WK_DATASET_MAX_OPEN_SHARDS),
+})
 
 local M = {}
 
@@ -120,9 +121,12 @@ function Dataset:text(tokens, count, eos_text)
   return table.concat(parts)
 end
 
-function Dataset:set(name, value) core.check(C.wk_dataset_set(live(self), param_of(name), value), 2) end
+function Dataset:set(name, value)
+  local option = SETTINGS:named(name, 2)
+  core.check(C.wk_dataset_set(live(self), option.param, SETTINGS:check_value(option[1], value, 2)), 2)
+end
 
-function Dataset:get(name) return tonumber(C.wk_dataset_get(live(self), param_of(name))) end
+function Dataset:get(name) return tonumber(C.wk_dataset_get(live(self), SETTINGS:named(name, 2).param)) end
 
 function Dataset:stats()
   local s = ffi.new('WkDatasetStats')
