@@ -50,7 +50,7 @@ static WkStatus fake_add(WkDType dtype, void *out, const void *a, const void *b,
 }
 
 /* The Llama ops' entries record the device and the sizes ops.c hands them (the kernels' own
- * arithmetic is checked against the CPU in tests/cuda_spec.lua, on a GPU). */
+ * arithmetic is checked against the CPU in tests/ops/cuda_spec.lua, on a GPU). */
 static struct {
   int device;
   WkDType dtype;

@@ -78,7 +78,7 @@ describe('a renamed option (alias)', function()
 
   it("warns once per process, naming both, in data.loader{}, a recipe's override and a tool's flag", function()
     local dir = helper.tmpdir()
-    local data_helper = require 'data_helper'
+    local data_helper = require 'helpers.data'
     local ds = data_helper.make_dataset(dir .. '/ds', data_helper.documents(200, 40, 3), { shard_size = 4096 })
     local script = helper.write_file(dir .. '/old.lua', ([[
       local data = require 'wick.data'

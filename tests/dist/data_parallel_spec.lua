@@ -6,7 +6,7 @@
 -- (parallel.shard = optimizer | gradients), the same ranks give the unsharded run's losses and weights.
 -- A Llama recipe trains to the same samples, losses and gradient norms on 1, 2 and 4 ranks.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local wick = require 'wick'
 local json = require 'wick.json'
 local q = helper.shell_quote

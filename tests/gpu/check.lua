@@ -2,7 +2,7 @@
 -- written to one JSON report (build/gpu-check/report.json, or $WICK_GPU_CHECK_DIR/report.json):
 --   test_gpu           the gpu-tagged tests at their toy shapes (those of make test-gpu)
 --   test_gpu_realistic tests/gpu/shapes_spec.lua at GPT-2 124M's shapes and past 2^23 rows
---   memcheck, racecheck  compute-sanitizer over the op tests (tests/cuda_spec.lua)
+--   memcheck, racecheck  compute-sanitizer over the op tests (tests/ops/cuda_spec.lua)
 --   tiny_cpu_vs_gpu    20 steps of recipes/tiny.lua on the CPU, the GPU in fp32 (losses equal to
 --                      1e-4 relative) and the GPU in bf16 (within 2% of the CPU's fp32)
 --   gpt2_124m          30 steps of recipes/gpt2_124m.lua on synthetic GPT-2 tokens: tokens/s, MFU,
@@ -108,7 +108,7 @@ local function sanitize(step, tool)
     return fail(step, 'compute-sanitizer not found (on PATH or in $CUDA_HOME/bin): install the CUDA toolkit\'s sanitizer')
   end
   local rc, output = sh(step, ('WICK_REQUIRE_GPU=1 %s --tool %s --error-exitcode 99 --print-limit 20 %s tests/busted.lua '
-    .. '--tags=gpu --exclude-tags=none tests/cuda_spec.lua'):format(q(path), tool, RUN))
+    .. '--tags=gpu --exclude-tags=none tests/ops/cuda_spec.lua'):format(q(path), tool, RUN))
   local errors = output:match('ERROR SUMMARY: (%d+) error')
   step.numbers.errors = tonumber(errors)
   busted_counts(step, output)

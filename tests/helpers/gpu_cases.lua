@@ -1,4 +1,4 @@
--- What the GPU specs (tests/cuda_spec.lua at toy and GPT-2 widths, tests/gpu/shapes_spec.lua at GPT-2
+-- What the GPU specs (tests/ops/cuda_spec.lua at toy and GPT-2 widths, tests/gpu/shapes_spec.lua at GPT-2
 -- 124M's shapes) share: seeded normal draws, the comparison of a run on the CPU with the same run on
 -- a GPU, and the f32 op cases each spec runs at its own shapes. A case is a function of the device
 -- that builds its inputs there from seeds, runs the op forward and backward, and returns the outputs

@@ -2,7 +2,7 @@
 -- option declared once through wick.schema, every bad value refused as a one-line usage error
 -- (exit 2), a bad dataset as a one-line data error (exit 1), and --data a path, never Lua.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 local SEQ = 16

@@ -2,7 +2,7 @@
 -- while the other rank's lines are printed above it, prefixed and whole; piped, every line is plain.
 local ffi = require 'ffi'
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 pcall(ffi.cdef, 'int usleep(unsigned int usec);')

@@ -2,7 +2,7 @@
 -- run refuses what the run itself would refuse at its start. Every case is a real `run` process on
 -- a real converted dataset.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 -- One line on stderr naming `text`, nothing of Lua's internals, exit `rc`.

@@ -4,7 +4,7 @@
 -- Each case either delivers exactly the samples of local reading or stops with a clear error (URL, status,
 -- attempts, offset, the rate seen) within a bounded time.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local nginx = require 'helpers.nginx'
 local core = require 'wick.core'
 local q = helper.shell_quote

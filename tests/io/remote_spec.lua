@@ -3,7 +3,7 @@
 -- node-shared disk cache downloads each range once and stays within its budget; errors name the URL,
 -- the status and the attempts.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local nginx = require 'helpers.nginx'
 local q = helper.shell_quote
 

@@ -3,7 +3,7 @@
 -- access key made through its IAM. Reading s3://bucket/prefix gives exactly the local samples; a wrong
 -- secret is refused at once, naming the bucket.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local core = require 'wick.core'
 local q = helper.shell_quote
 

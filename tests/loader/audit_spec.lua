@@ -2,7 +2,7 @@
 -- part of an epoch and save the cursor, 2 ranks resume from it and finish the epoch; the audit
 -- lines of all six processes cover every sample of the epoch exactly once.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local data = require 'wick.data'
 local q = helper.shell_quote
 

@@ -2,7 +2,7 @@
 -- world-size independence, exact resume (also across epochs, world sizes and mix changes), mix
 -- proportions, shuffle quality, packing, corruption skipping and bounded memory.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local data = require 'wick.data'
 local q = helper.shell_quote
 
@@ -624,7 +624,7 @@ describe('batches as tensors', function()
 
   it("refuse device = 'cuda:0' on a machine without one, saying what to do instead", function()
     if C.wk_cuda_device_count() > 0 then
-      pending('this machine has a CUDA device (tests/cuda_spec.lua covers it)')
+      pending('this machine has a CUDA device (tests/ops/cuda_spec.lua covers it)')
       return
     end
     local ok, err = pcall(loader, { device = 'cuda:0' })

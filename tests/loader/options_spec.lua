@@ -2,7 +2,7 @@
 -- keys named with the nearest valid one), the environment it reads, mix weights and schedules, and
 -- the cursor (exact syntax, ranges, a checksum). Each case here was accepted, silently, before.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local data = require 'wick.data'
 local schedule = require 'wick.schedule'
 local ffi = require 'ffi'

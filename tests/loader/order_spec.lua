@@ -3,7 +3,7 @@
 -- through the loader's counters (one process and two real ranks sharing a node cache, one of them
 -- killed), the cache budget it needs, flat resident memory, and its mixing against Wick 0.1's order.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local data = require 'wick.data'
 local dataset = require 'wick.data.dataset'
 local quality = require 'wick.data.quality'

@@ -4,7 +4,7 @@
 -- secret and the user, and regions of jobs whose ranks were killed or died of an error are reclaimed by
 -- the next job on the node and by the launcher when its job ends.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 local SEQ, BUFFER, CACHE = 32, 2048, 600 * 1024

@@ -3,7 +3,7 @@
 -- reference is tests/fixtures/gpt_reference.safetensors, made by tests/fixtures/make_gpt_reference.py
 -- (PyTorch, float64), so this test does not need torch.
 local helper = require 'helper'
-local gradcheck = require 'gradcheck'
+local gradcheck = require 'helpers.gradcheck'
 local wick = require 'wick'
 local core = require 'wick.core'
 

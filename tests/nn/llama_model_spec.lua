@@ -2,7 +2,7 @@
 -- and training with wick.optim. (tests/nn/llama_spec.lua compares it with transformers.)
 local wick = require 'wick'
 local core = require 'wick.core'
-local gradcheck = require 'gradcheck'
+local gradcheck = require 'helpers.gradcheck'
 local T = wick.tensor
 
 local function config(overrides)

@@ -8,7 +8,7 @@
 -- Wick's logits within 1e-5, and its greedy generate the tokens of Wick's (key/value cached) generate.
 -- A checkpoint the trainer writes for a Llama recipe loads in transformers the same way.
 local helper = require 'helper'
-local gradcheck = require 'gradcheck'
+local gradcheck = require 'helpers.gradcheck'
 local wick = require 'wick'
 local q = helper.shell_quote
 
@@ -107,7 +107,7 @@ describe('the Llama family against transformers', function()
       pending('skipped: ' .. venv_error)
       return
     end
-    local data = require('data_helper').make_dataset(root .. '/recipe-data', require('data_helper').documents(200, 40, 6),
+    local data = require('helpers.data').make_dataset(root .. '/recipe-data', require('data_helper').documents(200, 40, 6),
       { shard_size = 4096 })
     local run = helper.run(('%s --data.sources %s --steps 4 --data.seq_len 16 --checkpoint.every 4 --checkpoint.dir %s ' ..
       '--log.sample 0'):format(q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(data), q(root .. '/recipe-ck')))

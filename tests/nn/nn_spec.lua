@@ -1,7 +1,7 @@
 -- wick.nn: the GPT-2 model end to end on the CPU: gradients against finite differences, overfitting
 -- a fixed batch, loss normalisation and accumulation, checkpoints by HF names, precision policies.
 local helper = require 'helper'
-local gradcheck = require 'gradcheck'
+local gradcheck = require 'helpers.gradcheck'
 local wick = require 'wick'
 local T = wick.tensor
 

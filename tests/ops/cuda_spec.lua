@@ -579,7 +579,7 @@ end
 
 describe('a loader on the GPU #gpu', function()
   local helper = require 'helper'
-  local data_helper = require 'data_helper'
+  local data_helper = require 'helpers.data'
   local SEQ = 16
   local root, corpus
 

@@ -2,7 +2,7 @@
 local ffi = require 'ffi'
 local wick = require 'wick'
 local core = require 'wick.core'
-local gradcheck = require 'gradcheck'
+local gradcheck = require 'helpers.gradcheck'
 local T = wick.tensor
 local C = core.C
 local check = core.check

@@ -2,7 +2,7 @@
 -- section (recipe.SCHEMA) except the sources and their mix, so a field added to the schema arrives at
 -- the loader, or is refused by it by name, and is never silently ignored.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local wick = require 'wick'
 local recipe = require 'wick.recipe'
 local schema = require 'wick.schema'

@@ -1,7 +1,7 @@
 -- run -m wick.plot: SVG curves of real training logs, parsed back as XML (Python's ElementTree, an
 -- independent parser), the text chart, and bad logs refused in one line naming file and line.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 -- For each panel (data-field) and run (data-run) of an SVG: its polyline's points as "x,y" strings,

@@ -1,6 +1,6 @@
 -- The shipped recipes keep working: each runs for real on a small dataset.
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local q = helper.shell_quote
 
 describe('recipes', function()

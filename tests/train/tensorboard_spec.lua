@@ -4,7 +4,7 @@
 -- venv) these tests are pending. The encoder's bytes are tests/c/test_tfevents.c's.
 local ffi = require 'ffi'
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local json = require 'wick.json'
 local q = helper.shell_quote
 

@@ -1,7 +1,7 @@
 -- The data loader feeding the model: a tiny GPT trains on batches of a real converted dataset, the
 -- loader's own tensors read in place (tokens int32 [rows, T+1], loss mask u8 [rows, T]).
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local wick = require 'wick'
 local T = wick.tensor
 

@@ -5,7 +5,7 @@
 -- process (ranks through the launcher) on a real converted dataset.
 local ffi = require 'ffi'
 local helper = require 'helper'
-local data_helper = require 'data_helper'
+local data_helper = require 'helpers.data'
 local core = require 'wick.core'
 local q = helper.shell_quote
 
