@@ -107,7 +107,7 @@ describe('the Llama family against transformers', function()
       pending('skipped: ' .. venv_error)
       return
     end
-    local data = require('helpers.data').make_dataset(root .. '/recipe-data', require('data_helper').documents(200, 40, 6),
+    local data = require('helpers.data').make_dataset(root .. '/recipe-data', require('helpers.data').documents(200, 40, 6),
       { shard_size = 4096 })
     local run = helper.run(('%s --data.sources %s --steps 4 --data.seq_len 16 --checkpoint.every 4 --checkpoint.dir %s ' ..
       '--log.sample 0'):format(q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(data), q(root .. '/recipe-ck')))
