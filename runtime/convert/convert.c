@@ -251,9 +251,9 @@ WkStatus wk_converter_run(WkConverter *cv) {
 
   pthread_t producer, workers[MAX_THREADS];
   uint32_t started = 0;
-  bool producer_started = pthread_create(&producer, NULL, producer_main, &r) == 0;
+  bool producer_started = wk_thread_create(&producer, producer_main, &r) == 0;
   for (; producer_started && started < r.threads; started++)
-    if (pthread_create(&workers[started], NULL, worker_main, &r) != 0) break;
+    if (wk_thread_create(&workers[started], worker_main, &r) != 0) break;
   WkStatus status = WK_OK;
   if (!producer_started || started == 0) status = WK_FAIL(WK_ERR_NOMEM, "converter: cannot start threads");
   if (status == WK_OK) status = convert_build(&r);

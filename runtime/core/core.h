@@ -5,14 +5,16 @@
  * call site), logging (WICK_LOG), checked allocation, the bounded blocking queue that connects
  * pipeline stages running on C threads, where optional modules live (module.c), a small JSON reader
  * (json.h), opening files that must be regular ones (files.c), the one content hash (hash.c), the
- * parameter tables of the subsystems above (param.c), and memory shared by a node's processes
- * (shared.h). It knows nothing about data, tensors or devices.
+ * parameter tables of the subsystems above (param.c), memory shared by a node's processes
+ * (shared.h), and starting worker threads that leave the process's signals to the host (thread.c). It knows nothing about data, tensors or devices.
  *
  * Internal header: runtime/ code includes it; Lua never sees it (Lua sees runtime/wick.h only).
  */
 #ifndef WK_CORE_H
 #define WK_CORE_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -113,6 +115,18 @@ void wk_queue_close(WkQueue *q);
 WkStatus wk_queue_push(WkQueue *q, void *item, int64_t timeout_ms);
 WkStatus wk_queue_pop(WkQueue *q, void **item, int64_t timeout_ms);
 size_t wk_queue_length(WkQueue *q);
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+/* pthread_create(thread, NULL, start, arg), the new thread blocking the signals a process is sent
+ * (SIGUSR1, SIGINT, SIGTERM, SIGHUP, SIGQUIT): the kernel then hands such a signal to a thread that
+ * takes it, the host's, so its handler has run when `kill` returns; were it a worker's, the flag
+ * the trainer polls (kill -USR1: pause) could be set a moment after the poll. */
+int wk_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
+/* The same for threads another library starts (Gloo's loop): block those signals in the calling
+ * thread around the call that starts them, then restore its mask. */
+void wk_signals_block(sigset_t *previous);
+void wk_signals_restore(const sigset_t *previous);
 
 /* ---- files ----------------------------------------------------------------------------------- */
 

@@ -591,7 +591,7 @@ static bool advise_later(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t
   pthread_mutex_lock(&ds->lock);
   if (!ds->advice && (ds->advice = wk_queue_new(ADVICE_QUEUE)))
     for (; ds->opener_count < ds->opener_limit; ds->opener_count++) {
-      int rc = pthread_create(&ds->openers[ds->opener_count], NULL, opener_main, ds);
+      int rc = wk_thread_create(&ds->openers[ds->opener_count], opener_main, ds);
       if (rc != 0) {
         wk_logf(WK_LOG_DEBUG, "dataset '%s': read-ahead thread %u not started (%s); reads fetch for themselves",
                 ds->path, ds->opener_count, strerror(rc));

@@ -178,9 +178,12 @@ WkDist *wk_dist_init(const WkWorld *world, int64_t timeout_ms) {
   }
   d->store = wk_store_connect(w->master_addr, w->master_port, w->rank, w->world_size, timeout_ms);
   if (!d->store) goto fail;
+  sigset_t mask;
+  wk_signals_block(&mask);  /* Gloo's loop thread starts here */
   d->gloo = gloo_connect(d->store, GLOO_PREFIX, w->rank, w->world_size, store_local_address(d->store), timeout_ms);
+  wk_signals_restore(&mask);
   if (!d->gloo) goto fail;
-  int rc = pthread_create(&d->progress_thread, NULL, progress_loop, d);
+  int rc = wk_thread_create(&d->progress_thread, progress_loop, d);
   if (rc != 0) {
     WK_FAIL(WK_ERR_NOMEM, "cannot start the progress thread: %s", strerror(rc));
     goto fail;
@@ -537,7 +540,7 @@ static WkWork *start(WkDist *d, Collective c, const char *site) {
   }
   pthread_mutex_lock(&d->lock);
   if (!d->worker_started) {
-    int rc = pthread_create(&d->worker, NULL, work_loop, d);
+    int rc = wk_thread_create(&d->worker, work_loop, d);
     if (rc != 0) {
       pthread_mutex_unlock(&d->lock);
       free(w);

@@ -753,7 +753,7 @@ WkStoreServer *store_server_start_keyed(const char *host, int port, int world_si
     free_server(s);
     return NULL;
   }
-  int rc = pthread_create(&s->thread, NULL, serve, s);
+  int rc = wk_thread_create(&s->thread, serve, s);
   if (rc != 0) {
     WK_FAIL(WK_ERR_NOMEM, "store server: cannot start its thread: %s", strerror(rc));
     free_server(s);

@@ -351,7 +351,7 @@ WkStatus wk_loader_start(WkLoader *loader) {
   loader->started = true;
   for (uint32_t t = 0; t < threads; t++) {
     /* Threads already running are stopped and joined by wk_loader_free. */
-    if (pthread_create(&loader->threads[t], NULL, reader_thread, &loader->readers[t]) != 0)
+    if (wk_thread_create(&loader->threads[t], reader_thread, &loader->readers[t]) != 0)
       return WK_FAIL(WK_ERR_INTERNAL, "cannot start loader thread %u", t);
     loader->thread_count++;
   }

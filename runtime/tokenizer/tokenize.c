@@ -427,7 +427,7 @@ WkStatus wk_tokenize_jsonl(const WkTokenizer *t, const char *input, const char *
   WkStatus status = ids && run.slots ? WK_OK : wk_last_status();
   int started_threads = 0;
   for (; status == WK_OK && started_threads < threads; started_threads++) {
-    int rc = pthread_create(&ids[started_threads], NULL, worker, &run);
+    int rc = wk_thread_create(&ids[started_threads], worker, &run);
     if (rc != 0) status = WK_FAIL(WK_ERR_NOMEM, "cannot start tokenizer thread %d: %s", started_threads, strerror(rc));
     if (rc != 0) break;
   }

@@ -117,6 +117,23 @@ static void test_queue_close_wakes_a_blocked_consumer(void) {
   wk_queue_free(q);
 }
 
+static void *report_mask(void *out) {
+  pthread_sigmask(SIG_BLOCK, NULL, (sigset_t *)out);
+  return NULL;
+}
+
+/* A worker blocks the signals sent to the process, so they reach the host's thread; its creator's
+ * own mask is left as it was. */
+static void test_threads_leave_the_process_signals_to_the_host(void) {
+  sigset_t in_thread, creator;
+  pthread_t thread;
+  CHECK(wk_thread_create(&thread, report_mask, &in_thread) == 0);
+  pthread_join(thread, NULL);
+  CHECK(sigismember(&in_thread, SIGUSR1) && sigismember(&in_thread, SIGINT) && sigismember(&in_thread, SIGTERM));
+  pthread_sigmask(SIG_BLOCK, NULL, &creator);
+  CHECK(!sigismember(&creator, SIGUSR1) && !sigismember(&creator, SIGTERM));
+}
+
 int main(void) {
   RUN_TEST(test_error_slot_records_status_message_and_site);
   RUN_TEST(test_error_message_is_not_a_format_string);
@@ -126,5 +143,6 @@ int main(void) {
   RUN_TEST(test_queue_close_drains_then_reports_closed);
   RUN_TEST(test_queue_threads_hand_over_everything_in_order);
   RUN_TEST(test_queue_close_wakes_a_blocked_consumer);
+  RUN_TEST(test_threads_leave_the_process_signals_to_the_host);
   return check_failures ? 1 : 0;
 }

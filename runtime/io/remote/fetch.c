@@ -198,7 +198,7 @@ WkStatus wk_fetch_new(const WkFetchConfig *config, WkFetch **out) {
     if (mc != CURLM_OK) status = WK_FAIL(WK_ERR_NETWORK, "curl_multi_setopt(%s): %s", options[i].name, curl_multi_strerror(mc));
   }
   if (status == WK_OK) {
-    int rc = pthread_create(&f->thread, NULL, engine_main, f);
+    int rc = wk_thread_create(&f->thread, engine_main, f);
     if (rc != 0) status = WK_FAIL(WK_ERR_INTERNAL, "cannot start the fetch thread: %s", strerror(rc));
     else f->thread_started = true;
   }

@@ -123,7 +123,7 @@ WkStatus wk_remote_open(const WkRemoteOptions *options, WkRemote **out) {
   if (status == WK_OK) status = wk_disk_cache_open(r->cache_dir, (uint64_t)options->cache_disk_bytes, &r->disk);
   if (status == WK_OK && !(r->stores = wk_queue_new(STORE_QUEUE))) status = wk_last_status();
   if (status == WK_OK) {
-    int rc = pthread_create(&r->storer, NULL, remote_storer_main, r);
+    int rc = wk_thread_create(&r->storer, remote_storer_main, r);
     if (rc != 0) status = WK_FAIL(WK_ERR_INTERNAL, "cannot start the cache's store thread: %s", strerror(rc));
     r->storer_started = rc == 0;
   }

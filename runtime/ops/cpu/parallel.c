@@ -74,7 +74,7 @@ static void start_pool_locked(void) {
   int started = 0;
   for (; started < wanted; started++) {
     pthread_t thread;
-    if (pthread_create(&thread, NULL, worker_main, NULL) != 0) break;
+    if (wk_thread_create(&thread, worker_main, NULL) != 0) break;
     pthread_detach(thread);
   }
   pool.workers = started > 0 ? started : -1;
