@@ -538,7 +538,7 @@ typedef struct {
   uint64_t bytes_cached;   /* freed by tensors, kept for reuse (CUDA only) */
   uint64_t device_allocs;  /* calls to the underlying allocator (posix_memalign or cudaMalloc) */
   uint64_t cache_hits;     /* allocations served from the cache */
-  uint64_t bytes_peak;     /* the most bytes_in_use since the last wk_allocator_reset_peak (CPU only; 0 on CUDA) */
+  uint64_t bytes_peak;     /* the most bytes_in_use since the last wk_allocator_reset_peak */
 } WkAllocatorStats;
 
 WK_API const char *wk_dtype_name(WkDType dtype);  /* "f32", "bf16", ...; "?" when out of range */

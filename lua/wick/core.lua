@@ -89,6 +89,16 @@ function core.default(query, param)
   return tonumber(value[0])
 end
 
+local BINARY_UNITS = { { 'GiB', 2 ^ 30 }, { 'MiB', 2 ^ 20 }, { 'KiB', 2 ^ 10 } } -- largest first
+
+-- Bytes in the largest binary unit they fill: '1.50 MiB', '512 bytes'.
+function core.format_bytes(bytes)
+  for _, unit in ipairs(BINARY_UNITS) do
+    if bytes >= unit[2] then return ('%.2f %s'):format(bytes / unit[2], unit[1]) end
+  end
+  return ('%d bytes'):format(bytes)
+end
+
 -- A public name that changed keeps its old spelling for one release: renamed(where, old, new) returns
 -- the new name and warns (once per process and name) that the old one goes.
 local warned = {}

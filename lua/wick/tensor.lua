@@ -5,6 +5,7 @@
 -- Constructors: empty, zeros, full, new (from tables), randn, pinned, borrow (foreign memory), share
 -- (a handle on a tensor owned by C, such as a loader batch's).
 -- Streams and events: tensor.stream(device), tensor.event(device), t:copy_async(src, stream).
+-- Memory: tensor.memory(device) (bytes in use, the peak, ...), tensor.reset_peak(device).
 -- Tensors own their memory: t:free() releases it now (idempotent); the GC is only a backstop, since
 -- it cannot see device memory. Element access is for debugging; math belongs in C ops.
 local ffi = require 'ffi'
@@ -441,6 +442,20 @@ end
 function Event:record(stream) check(C.wk_event_record(handle_of(self, 'event'), stream and handle_of(stream, 'stream')), 2) end
 function Event:synchronize() check(C.wk_event_synchronize(handle_of(self, 'event')), 2) end
 function Event:free() free_event(self) end
+
+local allocator_stats = ffi.new('WkAllocatorStats')
+
+-- The allocator's counters of a device: { in_use, peak, cached, allocs, hits } in bytes and calls;
+-- peak is the most in use at once since the start or tensor.reset_peak(device).
+function tensor.memory(device)
+  local device_type, index = parse_device(device, 2)
+  C.wk_allocator_stats(device_type, index, allocator_stats)
+  local s = allocator_stats
+  return { in_use = tonumber(s.bytes_in_use), peak = tonumber(s.bytes_peak), cached = tonumber(s.bytes_cached),
+           allocs = tonumber(s.device_allocs), hits = tonumber(s.cache_hits) }
+end
+
+function tensor.reset_peak(device) C.wk_allocator_reset_peak(parse_device(device, 2)) end
 
 -- Back to the thread's default stream for ops.
 function tensor.default_stream() C.wk_stream_set_current(nil) end

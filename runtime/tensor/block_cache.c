@@ -128,6 +128,7 @@ WkStatus wk_block_cache_alloc(WkBlockCache *c, size_t bytes, void *stream, void 
     block.stream_count = 1;
     c->live[c->live_count++] = block;  /* alloc_locked reserved the slot */
     c->stats.bytes_in_use += block.size;
+    if (c->stats.bytes_in_use > c->stats.bytes_peak) c->stats.bytes_peak = c->stats.bytes_in_use;
   }
   pthread_mutex_unlock(&c->lock);
   if (status != WK_OK) return status;
@@ -203,6 +204,12 @@ WkStatus wk_block_cache_empty(WkBlockCache *c) {
 void wk_block_cache_stats(WkBlockCache *c, WkAllocatorStats *out) {
   pthread_mutex_lock(&c->lock);
   *out = c->stats;
+  pthread_mutex_unlock(&c->lock);
+}
+
+void wk_block_cache_reset_peak(WkBlockCache *c) {
+  pthread_mutex_lock(&c->lock);
+  c->stats.bytes_peak = c->stats.bytes_in_use;
   pthread_mutex_unlock(&c->lock);
 }
 

@@ -58,6 +58,7 @@ WK_INTERNAL_EXPORT void wk_block_cache_release(WkBlockCache *c, void *ptr);
 /* Waits for the cached blocks' streams, then returns every cached block to the device. */
 WK_INTERNAL_EXPORT WkStatus wk_block_cache_empty(WkBlockCache *c);
 WK_INTERNAL_EXPORT void wk_block_cache_stats(WkBlockCache *c, WkAllocatorStats *out);
+WK_INTERNAL_EXPORT void wk_block_cache_reset_peak(WkBlockCache *c);  /* bytes_peak = bytes_in_use */
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ extern "C" {
   X(WkStatus, record_stream, (int device_index, void *ptr, void *stream))                                      \
   X(void, release, (int device_index, void *ptr))                                                              \
   X(void, allocator_stats, (int device_index, WkAllocatorStats *out))                                          \
+  X(void, reset_peak, (int device_index))                                                                      \
   X(WkStatus, empty_cache, (int device_index))                                                                 \
   X(WkStatus, host_alloc, (size_t bytes, void **out))                                                          \
   X(void, host_free, (void *ptr))                                                                              \

@@ -4,8 +4,8 @@
  * CPU memory is 64-byte aligned (posix_memalign). Pinned host memory comes from cudaHostAlloc when a
  * CUDA device is present, else it is ordinary aligned memory, so code that asks for pinned buffers
  * runs unchanged on a CPU machine. Device memory is the caching allocator of the CUDA module
- * (runtime/tensor/cuda/memory.cu), through its table. The host counters include a peak, so that a
- * test can compare what a training step holds at its highest with the dry run's estimate.
+ * (runtime/tensor/cuda/memory.cu), through its table. Both keep a peak, so that a test can compare
+ * what a training step holds at its highest with the dry run's estimate, and the log each rank's.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -90,6 +90,7 @@ void wk_allocator_stats(WkDeviceType device, int device_index, WkAllocatorStats 
 
 void wk_allocator_reset_peak(WkDeviceType device, int device_index) {
   if (device == WK_DEVICE_CPU) atomic_store(&host_bytes_peak, atomic_load(&host_bytes_in_use));
+  else wk_cuda()->reset_peak(device_index);
 }
 
 /* Without a device nothing is ever cached. */

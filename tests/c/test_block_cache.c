@@ -181,6 +181,23 @@ static void test_sizes_round_and_reuse_at_most_twice(void) {
   wk_block_cache_destroy(&cache);
 }
 
+/* The peak is the most held at once, kept when blocks go back to the cache, lowered only by a reset. */
+static void test_the_peak_is_the_most_held_at_once(void) {
+  open_cache(1u << 20);
+  void *a = take(1000, STREAM_A), *b = take(3000, STREAM_A);
+  wk_block_cache_release(&cache, a);
+  void *c = take(500, STREAM_A);
+  WkAllocatorStats stats;
+  wk_block_cache_stats(&cache, &stats);
+  CHECK(stats.bytes_in_use == last_reserved + 3072 && stats.bytes_peak == 1024 + 3072);
+  wk_block_cache_release(&cache, b);
+  wk_block_cache_reset_peak(&cache);
+  wk_block_cache_stats(&cache, &stats);
+  CHECK(stats.bytes_peak == stats.bytes_in_use && stats.bytes_in_use == last_reserved);
+  wk_block_cache_release(&cache, c);
+  wk_block_cache_destroy(&cache);
+}
+
 int main(void) {
   RUN_TEST(test_same_stream_reuses_at_once);
   RUN_TEST(test_a_block_waits_for_every_stream_that_used_it);
@@ -189,5 +206,6 @@ int main(void) {
   RUN_TEST(test_a_pending_block_is_not_freed_under_a_stream);
   RUN_TEST(test_record_stream_names_what_it_cannot_do);
   RUN_TEST(test_sizes_round_and_reuse_at_most_twice);
+  RUN_TEST(test_the_peak_is_the_most_held_at_once);
   return check_failures ? 1 : 0;
 }

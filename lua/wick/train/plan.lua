@@ -28,14 +28,7 @@ local BLOCK_DIMS, MODEL_DIMS, MODEL_VOCABS = 32, 5, 2
 -- per-token losses, and the loss mask as f32 that data parallelism counts its targets with.
 local BLOCK_F32, MODEL_F32 = 4, 4
 
-local UNITS = { { 'GiB', 2 ^ 30 }, { 'MiB', 2 ^ 20 }, { 'KiB', 2 ^ 10 } } -- largest first
-
-local function gib(bytes)
-  for _, unit in ipairs(UNITS) do
-    if bytes >= unit[2] then return ('%.2f %s'):format(bytes / unit[2], unit[1]) end
-  end
-  return ('%d bytes'):format(bytes)
-end
+local format_bytes = core.format_bytes
 
 -- The memory of this machine, which a CPU rank's estimate must fit: MemTotal of /proc/meminfo, or
 -- the cgroup's limit where lower (v2's memory.max, v1's memory.limit_in_bytes); nil when unknown.
@@ -202,18 +195,19 @@ function plan.report(job, world, local_ranks)
     local total = mem.total + ring_bytes
     local sharded = c.parallel.shard ~= 'none'
     add('memory per rank (%s, micro batch %d%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..
-      'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '', gib(mem.weights), gib(mem.grads),
-      gib(mem.optimizer), sharded and 'gather ' .. gib(mem.gather) .. ', ' or '', gib(mem.activations), gib(ring_bytes),
-      gib(total))
+      'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '', format_bytes(mem.weights),
+      format_bytes(mem.grads), format_bytes(mem.optimizer), sharded and 'gather ' .. format_bytes(mem.gather) .. ', ' or '',
+      format_bytes(mem.activations), format_bytes(ring_bytes), format_bytes(total))
     if mem.save_gather > 0 then
-      add('  a checkpoint save gathers the full moments on every rank: %s more for its duration', gib(mem.save_gather))
+      add('  a checkpoint save gathers the full moments on every rank: %s more for its duration',
+        format_bytes(mem.save_gather))
     end
     local device = c.model.device or 'cpu'
     local machine = device == 'cpu' and plan.machine_memory()
     if machine and total * local_ranks > machine then
       problems[#problems + 1] = ('the memory estimate, %s per rank x %d rank%s on this machine, is above its %s ' ..
-        '(device cpu): lower batch.micro, data.seq_len or the model'):format(gib(total), local_ranks,
-        local_ranks == 1 and '' or 's', gib(machine))
+        '(device cpu): lower batch.micro, data.seq_len or the model'):format(format_bytes(total), local_ranks,
+        local_ranks == 1 and '' or 's', format_bytes(machine))
     end
   end
   if c.steps then add('steps: %d (%.3g billion tokens)', c.steps, c.steps * c.batch.global * c.data.seq_len / 1e9) end

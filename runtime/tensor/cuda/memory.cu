@@ -105,6 +105,11 @@ extern "C" void cuda_allocator_stats(int device, WkAllocatorStats *out) {
   if (cache_for(device, &c) == WK_OK) wk_block_cache_stats(c, out);
 }
 
+extern "C" void cuda_reset_peak(int device) {
+  WkBlockCache *c;
+  if (cache_for(device, &c) == WK_OK) wk_block_cache_reset_peak(c);
+}
+
 /* Only this device's cache, after the streams that used its blocks are done with them. */
 extern "C" WkStatus cuda_empty_cache(int device) {
   WkBlockCache *c;
