@@ -789,8 +789,8 @@ end },]]
     end)
 
     -- Sharded, each rank's estimate holds its slice of AdamW's moments and the slice buffer; the
-    -- scalars left out grow with the world: the step's timing gather (40 bytes a rank) and, sharded,
-    -- the norm's sum over the ranks (8 bytes a rank, and 8).
+    -- scalars left out grow with the world: the step's timing gather (48 bytes a rank) and, sharded,
+    -- the norm's sum over the ranks (8 bytes a rank, and 8). The log records each rank's peak.
     it('estimates what each rank of a sharded run allocates at its peak, for each level on 2 and 4 ranks', function()
       local peaked = write_recipe(root .. '/peak-ranks.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
@@ -809,21 +809,28 @@ end },]])
         local optimizer = {}
         for _, level in ipairs({ 'none', 'optimizer', 'gradients' }) do
           local args = ('--nproc-per-node %d %s --steps=2 --parallel.shard=%s'):format(world, q(peaked), level)
-          local planned, ran = timed('--dry-run ' .. args), timed(args)
+          local log = ('%s/peak-%d-%s.jsonl'):format(root, world, level)
+          os.remove(log)
+          local planned, ran = timed('--dry-run ' .. args), timed(args .. ' --log=' .. q(log))
           assert.are.equal(0, planned.rc, planned.err)
           assert.are.equal(0, ran.rc, ran.err)
           local line = planned.out:match('memory per rank %(fp32, micro batch 2[^)]*%):[^\n]*')
           local estimate = bytes(line, 'total')
           optimizer[level] = bytes(line, 'optimizer')
-          local scalars = 40 * world + (level == 'none' and 0 or 8 * world + 8)
-          local peaks = 0
+          local scalars = 48 * world + (level == 'none' and 0 or 8 * world + 8)
+          local last = require('wick.json').decode(helper.read_file(log):match('([^\n]+)\n$'))
+          local peaks, most = 0, 0
           for rank, peak in ran.out:gmatch('%[rank(%d)%] peak (%d+) bytes') do
             peaks = peaks + 1
             local over = tonumber(peak) - estimate - scalars
             assert.is_true(over > -8 and over < TOLERANCE_SCALARS,
               ('%s on %d ranks, rank %s: peak %d, estimate %d'):format(level, world, rank, peak, estimate))
+            assert.are.equal(tonumber(peak), last.ranks[rank + 1].peak_bytes, 'the log: rank ' .. rank)
+            most = math.max(most, tonumber(peak))
           end
           assert.are.equal(world, peaks)
+          assert.matches('peak tensor memory per rank: most ' .. require('wick.core').format_bytes(most) .. ' %(rank %d%), least ',
+            ran.out)
         end
         assert.are.equal(optimizer.optimizer, optimizer.gradients)
         assert.is_true(math.abs(optimizer.optimizer * world - optimizer.none) < 0.01 * optimizer.none)

@@ -3,7 +3,8 @@
 --   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32', shard = 'none' })
 --   local r = dp:step(loader, opt)   -- one optimizer step over the loader's next global batch
 --   -- r.loss (mean over the step's target tokens, all ranks), r.tokens (their count),
---   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1),
+--   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1)
+--   -- and .peak_bytes (the most tensor memory rank k-1 has held on the model's device so far),
 --   -- r.slowest (rank), r.overlapped (buckets whose all-reduce started before the backward pass
 --   -- reached its last gradient group); dp:timing(r) is one line for the log
 --
@@ -47,7 +48,7 @@ local now = core.now
 
 local DEFAULT_BUCKET_BYTES = 25 * 2 ^ 20   -- torch DDP's default
 local F32_BYTES = 4
-local STATS = 5                            -- loss (a double's bits), data, compute, comm, total (ns)
+local STATS = 6                            -- loss (a double's bits), data, compute, comm, total (ns), peak bytes
 local NS = 1e9
 
 local DataParallel = {}
@@ -145,7 +146,8 @@ function DataParallel.new(model, dist, opts)
     error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
   end
   local flat = model:flat_parameters()
-  local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank }, DataParallel)
+  local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
+    device = flat.params.device }, DataParallel)
   dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
   local ranges, groups = gradient_ranges(model, flat)
   self.shard = opts.shard
@@ -269,6 +271,7 @@ local function gather(self, loss_share, data, comm, total)
   local p = ffi.cast('int64_t *', self.stats:data())
   ffi.cast('double *', p)[0] = loss_share
   p[1], p[2], p[3], p[4] = data * NS, (total - data - comm) * NS, comm * NS, total * NS
+  p[5] = T.memory(self.device).peak
   local ranks, loss = {}, 0
   if self.world_size == 1 then
     self.gathered:copy(self.stats)
@@ -281,7 +284,7 @@ local function gather(self, loss_share, data, comm, total)
     local base = g + r * STATS
     loss = loss + ffi.cast('double *', base)[0]  -- in rank order: the same sum everywhere
     ranks[r + 1] = { data = tonumber(base[1]) / NS, compute = tonumber(base[2]) / NS, comm = tonumber(base[3]) / NS,
-      total = tonumber(base[4]) / NS }
+      total = tonumber(base[4]) / NS, peak_bytes = tonumber(base[5]) }
     if ranks[r + 1].total > ranks[slowest + 1].total then slowest = r end
   end
   return loss, ranks, slowest

@@ -365,6 +365,7 @@ function Trainer:run()
     end
   end
   if c.checkpoint.every > 0 and last_saved ~= self.step then self:save() end
+  if self.last then progress.peak_memory(self, self.last.ranks) end
   emit(self, 'on_train_end', { step = self.step, losses = self.history })
   if c.log.sample > 0 and self.rank == 0 then say(self, 'sample:\n%s', self:printable(self:sample(c.log.sample))) end
   return self

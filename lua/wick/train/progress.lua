@@ -43,6 +43,19 @@ function progress.announce(self, fmt, ...)
   progress.say(self, fmt, ...)
 end
 
+-- The run's last line of memory: the most tensor memory each rank held at once on its device (the
+-- dry run's "memory per rank" estimates it), from the last step's gathered ranks.
+function progress.peak_memory(self, ranks)
+  if #ranks == 1 then return progress.say(self, 'peak tensor memory: %s', core.format_bytes(ranks[1].peak_bytes)) end
+  local most, least = 1, 1
+  for r, t in ipairs(ranks) do
+    if t.peak_bytes > ranks[most].peak_bytes then most = r end
+    if t.peak_bytes < ranks[least].peak_bytes then least = r end
+  end
+  progress.say(self, 'peak tensor memory per rank: most %s (rank %d), least %s (rank %d)',
+    core.format_bytes(ranks[most].peak_bytes), most - 1, core.format_bytes(ranks[least].peak_bytes), least - 1)
+end
+
 -- Shows step m's line when it is due (every log.every steps, else LOG_LINES a run, the first, the
 -- last and an evaluated one), and redraws a live line between; returns whether it was due (the
 -- trainer's on_log).

@@ -86,7 +86,9 @@ end
 -- The JSONL record of a step's metrics (wick.train's).
 local function record_of(m)
   local ranks = {}
-  for i, t in ipairs(m.ranks) do ranks[i] = { data = t.data, compute = t.compute, comm = t.comm, total = t.total } end
+  for i, t in ipairs(m.ranks) do
+    ranks[i] = { data = t.data, compute = t.compute, comm = t.comm, total = t.total, peak_bytes = t.peak_bytes }
+  end
   return { step = m.step, loss = m.loss, lr = m.lr, tokens = m.tokens, tokens_per_s = m.tokens_per_s,
     data_wait = m.data_wait, grad_norm = m.grad_norm, loss_scale = m.loss_scale, fingerprint = m.fingerprint,
     micro_batch = m.micro_batch, applied = m.applied, eval_loss = m.eval_loss, mfu = m.mfu, ranks = ranks }
