@@ -109,33 +109,16 @@ function AdamW:grad_norm(model, loss_scale)
   return math.sqrt(layout:sum(sum, layout.site)) / loss_scale
 end
 
--- The moments m and v as full tensors in flat order (a layout's slices gathered from every rank:
--- a collective, on every rank, and copies the caller frees) and whether they are copies.
-function AdamW:full_moments(model, layout)
-  if not self.m or self.layout ~= layout then self:build(model, layout) end
-  if not layout then return self.m, self.v, false end
-  local n = model:flat_parameters().params:numel()
-  local m, v = T.empty({ n }, 'f32', self.m.device), T.empty({ n }, 'f32', self.m.device)
-  layout:gather(m, self.m, layout.site)
-  layout:gather(v, self.v, layout.site)
-  return m, v, true
-end
-
--- Sets the moments from full tensors in flat order (this rank's pieces of them with a layout).
-function AdamW:load_moments(model, layout, m, v)
-  self:build(model, layout)
-  if layout then
-    layout:pack(self.m, m)
-    layout:pack(self.v, v)
-  else
-    self.m:copy(m)
-    self.v:copy(v)
-  end
+-- The moments m and v of the parameters this rank updates (all of them, or a layout's pieces, at
+-- their `at`), built (zeros) when not yet: what a checkpoint saves and loads.
+function AdamW:moments(model, layout)
+  if not self.m or self.flat ~= model:flat_parameters() or self.layout ~= layout then self:build(model, layout) end
+  return self.m, self.v
 end
 
 -- layout: as build's (nil: every parameter, the same update on every rank).
 function AdamW:step(model, layout)
-  if not self.groups or self.flat ~= model:flat_parameters() or self.layout ~= layout then self:build(model, layout) end
+  self:moments(model, layout)
   local scaler = model.policy and model.policy.scaler
   local loss_scale = scaler and scaler.scale or 1
   local norm = self:grad_norm(model, loss_scale)

@@ -22,7 +22,7 @@ opt:build(model)
 
 local function parts(dir)
   model:save(dir .. '/model.safetensors')
-  checkpoint.save_optimizer(dir .. '/optimizer.safetensors', opt, model, opt.m, opt.v)
+  checkpoint.save_optimizer(dir, opt, model)
 end
 
 local function clean()

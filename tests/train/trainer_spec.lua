@@ -328,9 +328,9 @@ checkpoint = { every = 2, keep = 2 },]]
       end
     end)
 
-    -- A sharded run's checkpoint holds the gathered moments (today's files), so it resumes onto any
-    -- world size and sharding: the resumed steps give the straight run's losses.
-    it('resumes 4 ranks with shard = optimizer onto 2 unsharded, and 2 with gradients onto 4', function()
+    -- Each rank of a sharded run writes its slice of the moments; any world size and sharding reads
+    -- the slices (or an unsharded run's one file) back: the resumed steps give the straight run's losses.
+    it('resumes 4 ranks sharded onto 2 unsharded, 2 onto 4, 4 onto 1 and 2 unsharded onto 4 sharded', function()
       local path = write_recipe(root .. '/sharded.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
   if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
@@ -341,12 +341,24 @@ checkpoint = { every = 2, keep = 2 },]])
         q(root .. '/ck-shard-straight'), q(straight)))
       assert.are.equal(0, r.rc, r.err)
       local want = losses(straight)
-      for i, case in ipairs({ { 4, 'optimizer', 2, 'none' }, { 2, 'gradients', 4, 'gradients' } }) do
+      local cases = { { 4, 'optimizer', 2, 'none' }, { 2, 'gradients', 4, 'gradients' }, { 4, 'gradients', 1, 'none' },
+        { 2, 'none', 4, 'optimizer' } }
+      for i, case in ipairs(cases) do
         local dir, log = ('%s/ck-shard%d'):format(root, i), ('%s/shard%d.jsonl'):format(root, i)
         local first = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s')
           :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
         assert.are.equal(0, first.rc, first.err)
         assert.is_nil(losses(log)[5], 'stopped after step 4')
+        local files = {}
+        for name in io.popen('ls ' .. q(dir .. '/step-00000004')):lines() do
+          if name:match('^optimizer') then files[#files + 1] = name end
+        end
+        local written = { 'optimizer.safetensors' }
+        if case[2] ~= 'none' then
+          written = {}
+          for r = 0, case[1] - 1 do written[r + 1] = ('optimizer-%05d-of-%05d.safetensors'):format(r, case[1]) end
+        end
+        assert.are.same(written, files)
         local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
           :format(case[3], q(path), case[4], q(dir), q(log)))
         assert.are.equal(0, resumed.rc, resumed.err)
@@ -359,6 +371,40 @@ checkpoint = { every = 2, keep = 2 },]])
             got[step]))
         end
       end
+    end)
+
+    -- Rank 1 of a sharded run is killed with SIGKILL halfway through writing its slice of step 4's
+    -- checkpoint: the job fails naming it, step 2's checkpoint stays the newest complete one, and
+    -- the run resumes from it with the straight run's losses.
+    it('keeps the previous checkpoint when a rank is killed in the middle of a sharded save', function()
+      local path = write_recipe(root .. '/killed-in-save.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if m.step ~= 3 or t.rank ~= 1 or not os.getenv('KILL_IN_SAVE') then return end
+  local checkpoint = require 'wick.train.checkpoint'
+  checkpoint.save_optimizer = function(dir)
+    local f = assert(io.open(dir .. '/optimizer-00001-of-00002.safetensors', 'wb'))
+    f:write(string.rep('x', 1000)); f:close()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
+    ffi.C.kill(ffi.C.getpid(), 9)
+  end
+end },
+checkpoint = { every = 2, keep = 3 },]])
+      local dir, log = root .. '/ck-killed-in-save', root .. '/killed-in-save.jsonl'
+      local r = helper.sh(('KILL_IN_SAVE=1 %s --nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s')
+        :format(q(helper.RUN), q(path), q(dir), q(log)))
+      assert.are_not.equal(0, r.rc)
+      assert.matches('rank 1[^\n]*killed by signal 9', r.err)
+      assert.are.equal(2, require('wick.train.checkpoint').latest(dir).step, r.out .. r.err)
+      local resumed = helper.run(('--nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s --resume')
+        :format(q(path), q(dir), q(log)))
+      assert.are.equal(0, resumed.rc, resumed.err)
+      assert.matches('resume: from ' .. dir .. '/step-00000002 (step 2)', resumed.out, 1, true)
+      local straight = root .. '/killed-straight.jsonl'
+      assert.are.equal(0, helper.run(('--nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s')
+        :format(q(path), q(root .. '/ck-killed-straight'), q(straight))).rc)
+      local want, got = losses(straight), losses(log)
+      for step = 1, 8 do assert.are.equal(want[step], got[step], 'step ' .. step) end
     end)
 
     it('resumes a Llama exactly after kill -9; its checkpoints are Hugging Face directories a fine-tune starts from', function()

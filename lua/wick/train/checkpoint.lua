@@ -7,18 +7,22 @@
 --     config.json            with model.safetensors (the weights, f32, by Hugging Face names) and
 --     generation_config.json a Hugging Face model directory: wick.nn.from_pretrained and
 --                            transformers load it as it is (GPT2LMHeadModel or a Llama family's)
---     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler
+--     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler, the
+--                            pieces of the flat parameter order the moments are; a sharded run
+--                            (parallel.shard) writes optimizer-RRRRR-of-WWWWW.safetensors instead,
+--                            each rank its own slice, in parallel; any world size and sharding
+--                            reads either back
 --     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
 --                            recipe's text and hash, every field of the checked recipe, the
 --                            overrides, the runtime version, each source's index.json hash
 --     recipe.lua             the recipe's text, and provenance.json (the same metadata, for people)
 --     DONE                   written last
 --
--- A checkpoint is written into DIR/.step-00000040.tmp-PID; every file is fsynced, then DONE is
--- written and fsynced, the directory fsynced, renamed into place and DIR fsynced: it survives a lost
--- machine, not only a killed process. A writer killed mid-write leaves a temporary directory
--- (removed by the next save) and the previous checkpoints untouched; only directories holding DONE
--- count. After a save the oldest complete ones beyond `keep` are removed.
+-- A checkpoint is written into DIR/.step-00000040.tmp-PID (rank 0's pid); every file is fsynced,
+-- then DONE is written and fsynced, the directory fsynced, renamed into place and DIR fsynced: it
+-- survives a lost machine, not only a killed process. A writer (any rank) killed mid-write leaves a
+-- temporary directory (removed by the next save) and the previous checkpoints untouched; only
+-- directories holding DONE count. After a save the oldest complete ones beyond `keep` are removed.
 --
 -- Reading back, every metadata field is checked for type, integrality, finiteness and range
 -- (wick.schema) and against the others; tensors by dtype and shape from the header before any is
@@ -148,23 +152,31 @@ function checkpoint.latest(dir)
   return list[#list]
 end
 
--- Writes a checkpoint of `step` into dir through a temporary directory. `parts(tmp)` writes the
--- files; metadata is the state's. Returns the checkpoint's path.
-function checkpoint.save(dir, step, metadata, parts, keep)
+-- A write that fails (a full disk) is one line naming the file, not a traceback.
+local function written(fn, ...)
+  local ok, err = pcall(fn, ...)
+  if not ok then fail('%s', (tostring(err):gsub('^.-:%d+: ', ''))) end
+end
+
+-- The temporary directory a checkpoint of `step` is written into (made in dir, where what killed
+-- writers left is removed first: the lock keeps out live ones). Rank 0 makes it; every rank of a
+-- sharded run writes its optimizer slice there.
+function checkpoint.start(dir, step)
   local made, why = make_directories(dir)
   if not made then fail('checkpoint.dir: %s', why) end
-  for _, name in ipairs(entries(dir)) do -- what killed writers left (the lock keeps out live ones)
+  for _, name in ipairs(entries(dir)) do
     if name:match('^%.step%-%d+%.tmp%-%d+$') then sh('rm -rf ' .. quote(dir .. '/' .. name), 'remove ' .. name) end
   end
-  local final = dir .. '/' .. NAME:format(step)
   local tmp = ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), C.getpid())
   made, why = make_directories(tmp)
   if not made then fail('%s', why) end
-  local written, err = pcall(function() -- a full disk is one line naming the file, not a traceback
-    parts(tmp)
-    safetensors.save(tmp .. '/state.safetensors', {}, metadata)
-  end)
-  if not written then fail('%s', (tostring(err):gsub('^.-:%d+: ', ''))) end
+  return tmp
+end
+
+-- Completes the checkpoint in tmp (start's, its other files written): the state with `metadata`,
+-- every file fsynced, DONE last, renamed into place; keeps the newest `keep`. Returns its path.
+function checkpoint.finish(dir, tmp, step, metadata, keep)
+  written(safetensors.save, tmp .. '/state.safetensors', {}, metadata)
   write_file(tmp .. '/recipe.lua', metadata.recipe_text or '')
   local readable = {}
   for k, v in pairs(metadata) do if k ~= 'recipe_text' then readable[k] = v end end
@@ -173,6 +185,7 @@ function checkpoint.save(dir, step, metadata, parts, keep)
   write_file(tmp .. '/' .. DONE, ('%d\n'):format(step))
   sync(tmp .. '/' .. DONE)
   sync(tmp)
+  local final = dir .. '/' .. NAME:format(step)
   if exists(final) then sh('rm -rf ' .. quote(final), 'replace ' .. final) end
   local ok, rename_error = os.rename(tmp, final)
   if not ok then fail('cannot rename %s to %s: %s', tmp, final, rename_error) end
@@ -182,17 +195,63 @@ function checkpoint.save(dir, step, metadata, parts, keep)
   return final
 end
 
--- The optimizer's part: AdamW's moments and counters, and the loss scaler. m and v: the full
--- moments in flat order (opt:full_moments gathers a sharded optimizer's on every rank first), so the
--- file is the same whatever the sharding and world size that wrote it.
-function checkpoint.save_optimizer(path, opt, model, m, v)
+-- One process's checkpoint: start, `parts(tmp)` writes the files, finish. Returns its path.
+function checkpoint.save(dir, step, metadata, parts, keep)
+  local tmp = checkpoint.start(dir, step)
+  written(parts, tmp)
+  return checkpoint.finish(dir, tmp, step, metadata, keep)
+end
+
+-- The optimizer's part: AdamW's moments and counters, and the loss scaler, in one file when one
+-- rank holds them all (OPTIMIZER_FILE), else one file per rank of a sharded run (OPTIMIZER_SLICE),
+-- written by that rank in parallel with the others. A file's m and v are the moments of its
+-- `pieces` ([offset, numel] ranges of the flat parameter order, in that order; all of it when
+-- absent), so a checkpoint reads back onto any world size and sharding (checkpoint.load_optimizer).
+local OPTIMIZER_FILE = 'optimizer.safetensors'
+local OPTIMIZER_SLICE = 'optimizer-%05d-of-%05d.safetensors'
+
+-- The pieces a rank stores: with a layout (wick.nn.shard) its own, the replicated head once (rank
+-- 0's); without, all of it. Each { offset, numel, at } (at: where it starts in the rank's moments).
+local function stored_pieces(layout, numel)
+  if not layout then return { { offset = 0, numel = numel, at = 0 } } end
+  local pieces = {}
+  for _, p in ipairs(layout.pieces) do
+    if layout:counts(p) then pieces[#pieces + 1] = p end
+  end
+  return pieces
+end
+
+-- Writes this rank's optimizer file into dir (a checkpoint's temporary directory); layout: a sharded
+-- nn.data_parallel's (nil: this rank holds every moment). Returns its path.
+function checkpoint.save_optimizer(dir, opt, model, layout)
+  local numel = model:flat_parameters().params:numel()
+  local m, v = opt:moments(model, layout)
+  local pieces, spans = stored_pieces(layout, numel), {}
+  local first = pieces[1].at
+  local at = first
+  for i, p in ipairs(pieces) do
+    assert(p.at == at, 'checkpoint: the pieces a rank stores lie together in its moments')
+    spans[i] = { p.offset, p.numel }
+    at = at + p.numel
+  end
+  local stored_m, stored_v = m:narrow(1, first + 1, at - first), v:narrow(1, first + 1, at - first)
+  local sharded = layout and layout.world_size > 1
+  local path = dir .. '/' .. (sharded and OPTIMIZER_SLICE:format(layout.rank, layout.world_size) or OPTIMIZER_FILE)
   local scaler = model.policy.scaler
-  safetensors.save(path, { m = m, v = v }, {
+  written(safetensors.save, path, { m = stored_m, v = stored_v }, {
     step_count = opt.step_count,
     scale = scaler and ('%.17g'):format(scaler.scale) or nil,
     good_steps = scaler and scaler.good_steps or nil,
     skipped = scaler and scaler.skipped or nil,
+    numel = numel,
+    pieces = json.encode(spans),
   })
+  stored_m:free()
+  stored_v:free()
+  -- Rank 0's finish fsyncs every file in the directory; another rank fsyncs its own, since on a
+  -- shared file system one node's fsync does not reach another node's writes.
+  if layout and layout.rank ~= 0 then sync(path) end
+  return path
 end
 
 -- ---- one writer a directory ------------------------------------------------------------------------
@@ -271,6 +330,8 @@ local OPTIMIZER = schema.define('optimizer state', {
   { 'scale', 'loss scale', check = is_positive },
   { 'good_steps', 'integer', min = 0, max = MAX_STEPS },
   { 'skipped', 'integer', min = 0, max = MAX_STEPS },
+  { 'numel', 'integer', min = 1, max = 2 ^ 53 }, -- the flat parameters' (checked against the model's)
+  { 'pieces', 'string' },                         -- JSON [[offset, numel], ...] (checked by pieces_of)
 })
 
 -- metadata (strings) checked by `set`, numbers where the set declares them; keys matching `elsewhere`
@@ -315,7 +376,7 @@ local function shape_text(shape) return '[' .. table.concat(shape, ', ') .. ']' 
 
 -- Refuses tensors of path whose dtype or shape differ from `expected` (name -> tensor), from the
 -- header, naming the tensor; `required` names must be present. Returns the file's metadata.
-local function check_tensors(path, expected, required)
+local function check_tensors(path, expected, required, whose)
   local header, metadata = safetensors.header(path)
   if not header then fail('%s', metadata) end
   local names = {}
@@ -325,8 +386,8 @@ local function check_tensors(path, expected, required)
     local got, want = header[name], expected[name]
     if not got and required then fail('%s: has no tensor %s', path, name) end
     if got and (got.dtype ~= want.dtype or shape_text(got.shape) ~= shape_text(want.shape)) then
-      fail("%s: %s is %s %s, the model's is %s %s", path, name, got.dtype, shape_text(got.shape), want.dtype,
-        shape_text(want.shape))
+      fail("%s: %s is %s %s, %s %s %s", path, name, got.dtype, shape_text(got.shape), whose or "the model's is",
+        want.dtype, shape_text(want.shape))
     end
   end
   return metadata
@@ -336,7 +397,7 @@ end
 -- weights in one model.safetensors at any size, the file load_model reads back.
 local ONE_FILE = 2 ^ 53
 function checkpoint.save_model(dir, model)
-  model:save_pretrained(dir, { max_shard_bytes = ONE_FILE })
+  written(model.save_pretrained, model, dir, { max_shard_bytes = ONE_FILE })
 end
 
 -- The weights of a checkpoint into model: every tensor of the model's dtype and shape.
@@ -360,19 +421,126 @@ local function optimizer_counts(metadata, path, step)
   return counts
 end
 
--- The optimizer's state into opt (built for model, and for this rank's pieces with a sharded
--- nn.data_parallel's layout) and the model's loss scaler; `step` is the checkpoint's.
-function checkpoint.load_optimizer(path, opt, model, step, layout)
-  local params = model:flat_parameters().params -- the moments' shape and dtype in the file
-  local counts = optimizer_counts(check_tensors(path, { m = params, v = params }, true), path, step)
-  local tensors, why = safetensors.load(path)
-  if not tensors then fail('%s', why) end
-  opt:load_moments(model, layout, tensors.m, tensors.v)
-  for _, t in pairs(tensors) do t:free() end
-  opt.step_count = counts.step_count
+-- The optimizer files of checkpoint dir: its one OPTIMIZER_FILE, or every OPTIMIZER_SLICE of a
+-- sharded run (all K of K, none missing, none of another K).
+local function optimizer_files(dir)
+  local whole, slices, count = false, {}, nil
+  for _, name in ipairs(entries(dir)) do
+    local rank, of = name:match('^optimizer%-(%d+)%-of%-(%d+)%.safetensors$')
+    if name == OPTIMIZER_FILE then
+      whole = true
+    elseif rank then
+      rank, of = tonumber(rank), tonumber(of)
+      if name ~= OPTIMIZER_SLICE:format(rank, of) or of < 1 or of > MAX_WORLD or rank >= of then
+        fail('%s/%s: not an optimizer file name (%s)', dir, name, OPTIMIZER_SLICE:format(0, 2))
+      end
+      if count and of ~= count then fail('%s: optimizer files of %d and of %d ranks', dir, count, of) end
+      count, slices[rank + 1] = of, dir .. '/' .. name
+    end
+  end
+  if whole and count then fail('%s: both %s and %s files', dir, OPTIMIZER_FILE, OPTIMIZER_SLICE:format(0, count)) end
+  if whole then return { dir .. '/' .. OPTIMIZER_FILE } end
+  if not count then fail('%s: has no %s', dir, OPTIMIZER_FILE) end
+  for r = 1, count do
+    if not slices[r] then fail('%s: has no %s', dir, OPTIMIZER_SLICE:format(r - 1, count)) end
+  end
+  return slices
+end
+
+local function is_count(x, min) return type(x) == 'number' and x % 1 == 0 and x >= min and x <= 2 ^ 53 end
+
+-- The pieces of an optimizer file, checked against the model's numel: { { offset =, numel =, at = } }
+-- (at: where the piece starts in the file's m and v), and the elements they hold.
+local function pieces_of(counts, path, numel)
+  if counts.numel and counts.numel ~= numel then
+    fail("%s: numel %d, the model's flat parameters are %d", path, counts.numel, numel)
+  end
+  if not counts.pieces then return { { offset = 0, numel = numel, at = 0 } }, numel end -- a whole file
+  local spans = json.decode(counts.pieces)
+  if type(spans) ~= 'table' or #spans == 0 then fail('%s: pieces must be a list of [offset, numel] pairs', path) end
+  local pieces, at = {}, 0
+  for i, span in ipairs(spans) do
+    local offset, n = type(span) == 'table' and span[1], type(span) == 'table' and span[2]
+    if not (is_count(offset, 0) and is_count(n, 1) and offset + n <= numel and #span == 2) then
+      fail('%s: pieces[%d] must be [offset, numel] within the %d parameters', path, i, numel)
+    end
+    pieces[i] = { offset = offset, numel = n, at = at }
+    at = at + n
+  end
+  return pieces, at
+end
+
+-- Every parameter's moments are in exactly one file: the pieces of all files, sorted, tile [0, numel).
+local function check_coverage(dir, files, numel)
+  local all = {}
+  for _, file in ipairs(files) do
+    for _, p in ipairs(file.pieces) do all[#all + 1] = { offset = p.offset, numel = p.numel, path = file.path } end
+  end
+  table.sort(all, function(a, b) return a.offset < b.offset end)
+  local at = 0
+  for _, p in ipairs(all) do
+    if p.offset ~= at then
+      fail('%s: %s of the parameters\' moments from %d (%s)', dir, p.offset > at and 'no file holds' or
+        'two files hold', math.min(at, p.offset), p.path)
+    end
+    at = at + p.numel
+  end
+  if at ~= numel then fail('%s: no file holds the moments from %d', dir, at) end
+end
+
+-- Copies into dst (the wanted pieces' moments, at their `at`) what src (a file's, at its pieces'
+-- `at`) holds of them.
+local function copy_overlaps(dst, wanted, src, stored)
+  for _, s in ipairs(stored) do
+    for _, w in ipairs(wanted) do
+      local lo, hi = math.max(s.offset, w.offset), math.min(s.offset + s.numel, w.offset + w.numel)
+      if lo < hi then
+        local to, from = dst:narrow(1, w.at + lo - w.offset + 1, hi - lo), src:narrow(1, s.at + lo - s.offset + 1, hi - lo)
+        to:copy(from)
+        to:free()
+        from:free()
+      end
+    end
+  end
+end
+
+-- The optimizer's state of checkpoint dir into opt (built for model, and for this rank's pieces
+-- with a sharded nn.data_parallel's layout) and the model's loss scaler; `step` is the checkpoint's.
+-- The files may come from any world size and sharding: each is read through its mapping, and only
+-- what this rank keeps of it is copied, so a rank never holds more than its own moments.
+function checkpoint.load_optimizer(dir, opt, model, step, layout)
+  local numel = model:flat_parameters().params:numel()
+  local files, first = {}, nil
+  for i, path in ipairs(optimizer_files(dir)) do
+    local header, metadata = safetensors.header(path)
+    if not header then fail('%s', metadata) end
+    local counts = optimizer_counts(checked(OPTIMIZER, metadata, path), path, step)
+    local pieces, held = pieces_of(counts, path, numel)
+    local shape = { dtype = 'f32', shape = { held } }
+    check_tensors(path, { m = shape, v = shape }, true, held < numel and 'its pieces hold' or nil)
+    counts.numel, counts.pieces = nil, nil
+    if first and json.encode(counts) ~= json.encode(first) then
+      fail('%s: its step count and loss scale are not those of %s', path, files[1].path)
+    end
+    first, files[i] = counts, { path = path, pieces = pieces }
+  end
+  check_coverage(dir, files, numel)
+  local m, v = opt:moments(model, layout)
+  local wanted = layout and layout.pieces or { { offset = 0, numel = numel, at = 0 } }
+  for _, file in ipairs(files) do
+    local reader, why = safetensors.open(file.path)
+    if not reader then fail('%s', why) end
+    local file_m, file_v = reader:view('m'), reader:view('v')
+    copy_overlaps(m, wanted, file_m, file.pieces)
+    copy_overlaps(v, wanted, file_v, file.pieces)
+    file_m:free()
+    file_v:free()
+    reader:close()
+  end
+  opt.step_count = first.step_count
   local scaler = model.policy.scaler
-  if scaler and counts.scale then
-    scaler.scale, scaler.good_steps, scaler.skipped = counts.scale, counts.good_steps, counts.skipped
+  if scaler and first.scale then
+    scaler.scale, scaler.good_steps, scaler.skipped = first.scale, first.good_steps, first.skipped
   end
 end
 

@@ -200,8 +200,7 @@ function train.new(job)
     shard = config.parallel.shard })
   if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
     checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model)
-    checkpoint.load_optimizer(self.resumed_from .. '/optimizer.safetensors', self.opt, self.model, self.step,
-      self.dp.layout)
+    checkpoint.load_optimizer(self.resumed_from, self.opt, self.model, self.step, self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
   self.flag = T.zeros({ 1 }, 'f32')
@@ -282,6 +281,20 @@ function Trainer:evaluate()
   return batches > 0 and total / batches or nil
 end
 
+-- Rank 0's temporary checkpoint directory, told to every rank through the store (a key per save:
+-- every rank saves the same number of times).
+local function shared_directory(self, tmp)
+  self.saves = (self.saves or 0) + 1
+  local key = ('checkpoint/save-%d'):format(self.saves)
+  if self.rank == 0 then
+    self.dist.store:set(key, tmp)
+    return tmp
+  end
+  local value, why = self.dist.store:get(key)
+  if not value then cli.fail(('checkpoint: rank 0 did not start the save of step %d: %s'):format(self.step, why)) end
+  return value
+end
+
 function Trainer:save()
   local c = self.config
   local meta = { step = self.step, cursor = self.loader:state(), seed = c.seed, recipe_text = self.job.text,
@@ -289,21 +302,22 @@ function Trainer:save()
     version = wick().version, world_size = self.world_size,
     lr_scale = ('%.17g'):format(self.lr_scale) }
   for path, value in pairs(recipe.flatten(c)) do meta['recipe.' .. path] = value end
-  local m, v, copies = self.opt:full_moments(self.model, self.dp.layout) -- sharded: gathered on every rank
-  local path
+  local layout = self.dp.layout
+  local sharded = layout and self.world_size > 1 -- each rank writes its own optimizer slice
+  local path, tmp
   if self.rank == 0 then
     local why = take_checkpoint_dir(self) -- taken already, unless a save() with checkpoint.every 0
     if why then fail(self, why) end
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
-    path = checkpoint.save(c.checkpoint.dir, self.step, meta, function(tmp)
-      checkpoint.save_model(tmp, self.model)
-      checkpoint.save_optimizer(tmp .. '/optimizer.safetensors', self.opt, self.model, m, v)
-    end, c.checkpoint.keep)
+    tmp = checkpoint.start(c.checkpoint.dir, self.step)
   end
-  if copies then
-    m:free()
-    v:free()
+  if sharded then tmp = shared_directory(self, tmp) end
+  if self.rank == 0 or sharded then checkpoint.save_optimizer(tmp, self.opt, self.model, layout) end
+  if sharded then self.dist:barrier() end -- every slice written before DONE
+  if self.rank == 0 then
+    checkpoint.save_model(tmp, self.model)
+    path = checkpoint.finish(c.checkpoint.dir, tmp, self.step, meta, c.checkpoint.keep)
   end
   if self.world_size > 1 then self.dist:barrier() end -- no rank runs ahead of a checkpoint
   return path

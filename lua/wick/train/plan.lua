@@ -96,8 +96,8 @@ end
 -- replicated head); the weights and the full-size gradient buffer, which backward accumulates into,
 -- stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
 -- the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product and two [T, T]
--- f32 matrices in attention, runtime/ops/cpu), and, sharded, the full moments a checkpoint save
--- gathers for a moment (plan.report prints them).
+-- f32 matrices in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank writes the
+-- moments it holds (wick.train.checkpoint).
 function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
@@ -111,7 +111,7 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local grads, optimizer = P * F32, slice * F32 * ADAM_STATES
   local gather = sharded and slice * F32 or 0
   return { weights = weights, grads = grads, optimizer = optimizer, gather = gather, activations = activations,
-    total = weights + grads + optimizer + gather + activations, save_gather = sharded and P * F32 * ADAM_STATES or 0 }
+    total = weights + grads + optimizer + gather + activations }
 end
 
 -- A loader over one source, opened (its index read) but not started: nil and the message when not.
@@ -198,10 +198,6 @@ function plan.report(job, world, local_ranks)
       'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '', format_bytes(mem.weights),
       format_bytes(mem.grads), format_bytes(mem.optimizer), sharded and 'gather ' .. format_bytes(mem.gather) .. ', ' or '',
       format_bytes(mem.activations), format_bytes(ring_bytes), format_bytes(total))
-    if mem.save_gather > 0 then
-      add('  a checkpoint save gathers the full moments on every rank: %s more for its duration',
-        format_bytes(mem.save_gather))
-    end
     local device = c.model.device or 'cpu'
     local machine = device == 'cpu' and plan.machine_memory()
     if machine and total * local_ranks > machine then
