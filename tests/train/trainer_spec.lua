@@ -586,6 +586,49 @@ return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 
       assert.matches(": v is f16 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
     end)
 
+    it('refuses sharded optimizer files that do not tile the parameters: each one line naming the file', function()
+      local sharded = root .. '/input-sharded'
+      local r = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --steps=4 --parallel.shard=optimizer'):format(
+        q(kept), q(sharded)))
+      assert.are.equal(0, r.rc, r.err)
+      local function resumed(edit)
+        case = case + 1
+        local dir = ('%s/input-%d'):format(root, case)
+        assert(os.execute(('cp -r %s %s'):format(q(sharded), q(dir))) == 0)
+        local step = dir .. '/step-00000004/'
+        edit(step)
+        return helper.run(('%s --checkpoint.dir=%s --steps=6 --resume'):format(q(kept), q(dir))), step
+      end
+      local function edited(key, value)
+        return function(step)
+          local path = step .. 'optimizer-00001-of-00002.safetensors'
+          local tensors, metadata = assert(safetensors.load(path))
+          metadata[key] = value(metadata[key])
+          safetensors.save(path, tensors, metadata)
+          for _, t in pairs(tensors) do t:free() end
+        end
+      end
+      local slice = 'optimizer-00001-of-00002.safetensors'
+      local got, step = resumed(edited('pieces', function() return 'nope' end))
+      assert_refused(got, step .. slice, 'pieces must be a list of [offset, numel] pairs')
+      got, step = resumed(edited('numel', function() return '5' end))
+      assert.matches(literal(step .. slice .. ": numel 5, the model's flat parameters are ") .. '%d+\n$', got.err)
+      got, step = resumed(edited('pieces', function(text) return (text:gsub('^%[%[(%d+)', '[[%1000000')) end))
+      assert.matches(literal(step .. slice .. ': pieces[1] must be [offset, numel] within the ') .. '%d+ parameters\n$',
+        got.err)
+      got, step = resumed(edited('pieces', function(text)
+        return (text:gsub('^%[%[(%d+)', function(offset) return '[[' .. (offset - 1) end))
+      end))
+      assert.matches(literal('checkpoint: ' .. step:sub(1, -2) .. ': the moments of parameter ') .. '%d+' ..
+        literal(' are in two files (one is ' .. step .. slice .. ')\n') .. '$', got.err)
+      got, step = resumed(function(dir) os.remove(dir .. slice) end)
+      assert_refused(got, step:sub(1, -2), 'has no ' .. slice)
+      got, step = resumed(function(dir)
+        assert(os.execute(('cp %s %s'):format(q(dir .. slice), q(dir .. 'optimizer.safetensors'))) == 0)
+      end)
+      assert_refused(got, step:sub(1, -2), 'both optimizer.safetensors and optimizer-00000-of-00002.safetensors files')
+    end)
+
     it("refuses a loss scale that is not finite and > 0, and a scaler's counts that do not fit the step", function()
       local cases = {
         { 'scale', '0', 'scale = 0: must be a finite number > 0' },

@@ -479,13 +479,11 @@ local function check_coverage(dir, files, numel)
   table.sort(all, function(a, b) return a.offset < b.offset end)
   local at = 0
   for _, p in ipairs(all) do
-    if p.offset ~= at then
-      fail('%s: %s of the parameters\' moments from %d (%s)', dir, p.offset > at and 'no file holds' or
-        'two files hold', math.min(at, p.offset), p.path)
-    end
+    if p.offset > at then fail('%s: no file holds the moments of parameters %d to %d', dir, at, p.offset - 1) end
+    if p.offset < at then fail('%s: the moments of parameter %d are in two files (one is %s)', dir, p.offset, p.path) end
     at = at + p.numel
   end
-  if at ~= numel then fail('%s: no file holds the moments from %d', dir, at) end
+  if at ~= numel then fail('%s: no file holds the moments of parameters %d to %d', dir, at, numel - 1) end
 end
 
 -- Copies into dst (the wanted pieces' moments, at their `at`) what src (a file's, at its pieces'
