@@ -220,6 +220,22 @@ describe('nn.gpt', function()
     assert.are.equal(peaks.bf16, peaks.fp16)
   end)
 
+  -- Building a model copies each weight into the flat storage and frees it; the modules' gradients
+  -- (zeros) go first, so the build holds the f32 weights twice at most, and then weights + gradients.
+  it('builds a model within twice its weights, then holds weights and gradients', function()
+    collectgarbage()
+    collectgarbage('stop')
+    finally(function() collectgarbage('restart') end)
+    local before = T.memory('cpu').in_use
+    T.reset_peak('cpu')
+    local model = wick.nn.gpt({ vocab = 64, seq_len = 32, layers = 2, heads = 4, dim = 32, seed = 1 })
+    local weights = model:parameter_count() * 4
+    local after = T.memory('cpu')
+    assert.are.equal(2 * weights, after.in_use - before)
+    assert.is_true(after.peak - before <= 2 * weights, ('peak %d, weights %d'):format(after.peak - before, weights))
+    model:free()
+  end)
+
   it('fp16 loss scaling skips an overflowing step, lowers the scale, and raises it after good steps', function()
     local model = wick.nn.gpt(config({ precision = { 'fp16', scale = 2 ^ 40, growth_interval = 2 } }))
     local idx, targets = batch()

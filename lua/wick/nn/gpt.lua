@@ -98,26 +98,29 @@ function GPT:flatten()
     total = total + p.module[p.key]:numel()
     if p.decay then decay_total = total end
   end
-  local flat = {
-    params = T.empty({ total }, 'f32', self.device),
-    grads = T.zeros({ total }, 'f32', self.device),
-    decay_numel = decay_total,
-  }
+  -- The modules' own gradients are zeros: freed first, and each weight as soon as it is copied, so
+  -- building a model holds its weights twice at most, never weights and gradients twice.
+  for _, p in ipairs(entries) do p.module['grad_' .. p.key]:free() end
+  local flat = { params = T.empty({ total }, 'f32', self.device), decay_numel = decay_total }
   flat.compute = self.policy.lowp and T.empty({ total }, self.policy.dtype, self.device) or flat.params
   self.named, self.named_grads, self.order = {}, {}, {}
-  local offset = 0
-  for _, p in ipairs(entries) do
-    local old, old_grad = p.module[p.key], p.module['grad_' .. p.key]
+  local offset, shapes = 0, {}
+  for i, p in ipairs(entries) do
+    local old = p.module[p.key]
     local shape, numel = old.shape, old:numel()
     local master = view_into(flat.params, offset, shape, numel)
     master:copy(old)
-    p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, offset, shape, numel)
-    p.module['grad_' .. p.key] = view_into(flat.grads, offset, shape, numel)
-    self.named[p.name], self.named_grads[p.name] = master, p.module['grad_' .. p.key]
-    self.order[#self.order + 1] = p.name
     old:free()
-    old_grad:free()
+    p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, offset, shape, numel)
+    self.named[p.name] = master
+    self.order[#self.order + 1] = p.name
+    shapes[i] = { offset, shape, numel }
     offset = offset + numel
+  end
+  flat.grads = T.zeros({ total }, 'f32', self.device)
+  for i, p in ipairs(entries) do
+    p.module['grad_' .. p.key] = view_into(flat.grads, shapes[i][1], shapes[i][2], shapes[i][3])
+    self.named_grads[p.name] = p.module['grad_' .. p.key]
   end
   self.flat = flat
 end
