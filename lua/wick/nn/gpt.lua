@@ -66,12 +66,14 @@ function gpt.new(cfg)
   local self = nn.new(GPT, cfg.device, policy)
   self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
   local opts = { dim = cfg.dim, heads = cfg.heads, layers = cfg.layers, device = self.device, policy = policy }
-  local body = self:add('transformer', nn.new(nn.Module, self.device, policy))
-  body:add('wte', embedding(cfg.vocab, cfg.dim, self.device))
-  body:add('wpe', embedding(cfg.seq_len, cfg.dim, self.device))
-  self.blocks = {}
-  for l = 1, cfg.layers do self.blocks[l] = body:add('h.' .. (l - 1), nn.block(opts)) end
-  body:add('ln_f', nn.layernorm(cfg.dim, { device = self.device, policy = policy }))
+  nn.declared(function()
+    local body = self:add('transformer', nn.new(nn.Module, self.device, policy))
+    body:add('wte', embedding(cfg.vocab, cfg.dim, self.device))
+    body:add('wpe', embedding(cfg.seq_len, cfg.dim, self.device))
+    self.blocks = {}
+    for l = 1, cfg.layers do self.blocks[l] = body:add('h.' .. (l - 1), nn.block(opts)) end
+    body:add('ln_f', nn.layernorm(cfg.dim, { device = self.device, policy = policy }))
+  end)
   self:flatten()
   self:reset(cfg.seed)
   return self
@@ -86,41 +88,39 @@ local function view_into(flat, offset, shape, numel)
   return view
 end
 
--- Moves every parameter and gradient into views of flat buffers: decayed tensors first, so an
--- optimizer covers each group with one view. Under bf16/fp16 the modules compute with a 2-byte
--- copy of the f32 master weights (self.flat.compute, in the policy's dtype), refreshed before each
--- forward; gradients stay f32.
+-- Gives every parameter and gradient (declared under nn.declared: no memory of their own yet) its
+-- view of the flat buffers: decayed tensors first, so an optimizer covers each group with one view.
+-- Under bf16/fp16 the modules compute with a 2-byte copy of the f32 master weights
+-- (self.flat.compute, in the policy's dtype), refreshed before each forward; gradients stay f32.
 function GPT:flatten()
   local entries, total, decay_total = {}, 0, 0
   for _, p in ipairs(self:parameters()) do if p.decay then entries[#entries + 1] = p end end
   for _, p in ipairs(self:parameters()) do if not p.decay then entries[#entries + 1] = p end end
+  local function numel_of(shape)
+    local n = 1
+    for _, size in ipairs(shape) do n = n * size end
+    return n
+  end
   for _, p in ipairs(entries) do
-    total = total + p.module[p.key]:numel()
+    total = total + numel_of(p.shape)
     if p.decay then decay_total = total end
   end
-  -- The modules' own gradients are zeros: freed first, and each weight as soon as it is copied, so
-  -- building a model holds its weights twice at most, never weights and gradients twice.
-  for _, p in ipairs(entries) do p.module['grad_' .. p.key]:free() end
-  local flat = { params = T.empty({ total }, 'f32', self.device), decay_numel = decay_total }
+  local flat = {
+    params = T.empty({ total }, 'f32', self.device),
+    grads = T.zeros({ total }, 'f32', self.device),
+    decay_numel = decay_total,
+  }
   flat.compute = self.policy.lowp and T.empty({ total }, self.policy.dtype, self.device) or flat.params
   self.named, self.named_grads, self.order = {}, {}, {}
-  local offset, shapes = 0, {}
-  for i, p in ipairs(entries) do
-    local old = p.module[p.key]
-    local shape, numel = old.shape, old:numel()
+  local offset = 0
+  for _, p in ipairs(entries) do
+    local shape, numel = p.shape, numel_of(p.shape)
     local master = view_into(flat.params, offset, shape, numel)
-    master:copy(old)
-    old:free()
     p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, offset, shape, numel)
-    self.named[p.name] = master
+    p.module['grad_' .. p.key] = view_into(flat.grads, offset, shape, numel)
+    self.named[p.name], self.named_grads[p.name] = master, p.module['grad_' .. p.key]
     self.order[#self.order + 1] = p.name
-    shapes[i] = { offset, shape, numel }
     offset = offset + numel
-  end
-  flat.grads = T.zeros({ total }, 'f32', self.device)
-  for i, p in ipairs(entries) do
-    p.module['grad_' .. p.key] = view_into(flat.grads, shapes[i][1], shapes[i][2], shapes[i][3])
-    self.named_grads[p.name] = p.module['grad_' .. p.key]
   end
   self.flat = flat
 end

@@ -225,16 +225,18 @@ local function build(cfg)
   self.config = cfg
   self.inv_freq = rope_frequencies(cfg, self.device)
   local opts = { device = self.device, policy = policy }
-  local body = self:add('model', nn.new(nn.Module, self.device, policy))
-  local embed = body:add('embed_tokens', nn.new(nn.Module, self.device, policy))
-  embed:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
-  self.blocks = {}
-  for l = 1, cfg.layers do self.blocks[l] = body:add('layers.' .. (l - 1), layer(cfg, self.inv_freq, opts)) end
-  body:add('norm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
-  if not cfg.tie_embeddings then
-    local head = self:add('lm_head', nn.new(nn.Module, self.device, policy))
-    head:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
-  end
+  nn.declared(function()
+    local body = self:add('model', nn.new(nn.Module, self.device, policy))
+    local embed = body:add('embed_tokens', nn.new(nn.Module, self.device, policy))
+    embed:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
+    self.blocks = {}
+    for l = 1, cfg.layers do self.blocks[l] = body:add('layers.' .. (l - 1), layer(cfg, self.inv_freq, opts)) end
+    body:add('norm', rmsnorm(cfg.dim, cfg.rms_eps, opts))
+    if not cfg.tie_embeddings then
+      local head = self:add('lm_head', nn.new(nn.Module, self.device, policy))
+      head:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
+    end
+  end)
   self:flatten()
   return self
 end

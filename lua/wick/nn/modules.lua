@@ -40,10 +40,25 @@ local function new(cls, device, policy)
   return setmetatable({ device = device or 'cpu', policy = policy or precision.policy('fp32'), children = {} }, cls)
 end
 
+-- Set while a model whose parameters live in flat storage (nn.gpt, nn.llama) builds its modules:
+-- a parameter is then only declared, and the model's flatten() gives it its place in the flat
+-- buffers (memory of its own would only be copied there and freed).
+local declaring = false
+
+-- Runs build() with parameters declared without memory; returns what it returns.
+function nn.declared(build)
+  declaring = true
+  local ok, result = pcall(build)
+  declaring = false
+  if not ok then error(result, 0) end
+  return result
+end
+
 -- (Re)initialises every parameter; parameter k of the tree draws from stream (seed, k), so the
 -- same seed gives the same model on any device. tensor_of(p) is the f32 tensor that holds parameter
 -- p (default: the module's own, p.module[p.key]; a model with compute copies names its masters).
 function Module:reset(seed, tensor_of)
+  if declaring then return self end -- nothing to fill yet: the model resets once flattened
   for k, p in ipairs(self:parameters()) do
     p.init(tensor_of and tensor_of(p) or p.module[p.key], (seed or 0) * 1000003 + k)
   end
@@ -60,7 +75,8 @@ end
 -- it on reset(). decay: whether weight decay applies (matrices and embeddings, not biases/norms).
 function Module:param(key, shape, decay, init)
   self.params = self.params or {}
-  self.params[#self.params + 1] = { key = key, decay = decay, init = init }
+  self.params[#self.params + 1] = { key = key, shape = shape, decay = decay, init = init }
+  if declaring then return end
   self[key] = T.empty(shape, 'f32', self.device)
   self['grad_' .. key] = T.zeros(shape, 'f32', self.device)
 end
@@ -69,7 +85,8 @@ function Module:parameters(prefix, out)
   out = out or {}
   prefix = prefix and prefix ~= '' and prefix .. '.' or (prefix or '')
   for _, p in ipairs(self.params or {}) do
-    out[#out + 1] = { module = self, key = p.key, name = prefix .. p.key, decay = p.decay, init = p.init }
+    out[#out + 1] = { module = self, key = p.key, name = prefix .. p.key, shape = p.shape, decay = p.decay,
+      init = p.init }
   end
   for _, name in ipairs(self.children) do self[name]:parameters(prefix .. name, out) end
   return out
