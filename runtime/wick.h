@@ -624,6 +624,14 @@ WK_API WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTe
                                          const WkTensor *dout, const WkTensor *inp,
                                          const WkTensor *weight, const WkTensor *mean,
                                          const WkTensor *rstd);
+/* The CPU's products run on OpenBLAS, which picks its kernels by CPU model when it loads: a CPU it
+ * does not know (a VM's "Intel Xeon Processor") gets its SSE3 "Prescott" kernels, a third of the
+ * speed of the AVX-512 ones on such a machine. wk_blas_kernels: the kernels it picked;
+ * wk_blas_better_kernels: the OPENBLAS_CORETYPE this CPU's features run faster ("SkylakeX" for
+ * AVX-512, "Haswell" for AVX2 and FMA) when it fell back to pre-AVX2 kernels, else NULL (also when
+ * OPENBLAS_CORETYPE is set: the user's choice stands). `run` starts itself again with it. */
+WK_API const char *wk_blas_kernels(void);
+WK_API const char *wk_blas_better_kernels(void);
 /* out[N,OC] = inp[N,C] @ w + bias; w is [C,OC] (Hugging Face Conv1D layout) or, with
  * transpose_w, [OC,C] (a tied embedding). bias may be NULL. */
 WK_API WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w,

@@ -25,6 +25,15 @@ for name, code in pairs(DTYPES) do
 end
 tensor.DTYPES = DTYPES
 
+-- `run` starts itself on the OpenBLAS kernels the CPU runs best (runtime/host/run.c); a plain luajit
+-- cannot (OpenBLAS chose when it loaded), so it says what to set.
+local better_kernels = C.wk_blas_better_kernels()
+if better_kernels ~= nil then
+  C.wk_log_message(C.WK_LOG_WARN, ("OpenBLAS runs its %s kernels on a CPU that runs %s's: start with "
+    .. 'OPENBLAS_CORETYPE=%s (run does so itself)'):format(ffi.string(C.wk_blas_kernels()), ffi.string(better_kernels),
+    ffi.string(better_kernels)))
+end
+
 local MAX_DIMS = C.WK_MAX_DIMS
 local PRINT_EDGE = 3  -- elements shown at each end of a long dim
 

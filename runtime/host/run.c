@@ -488,7 +488,18 @@ static int run_command(lua_State *L, const Command *cmd, const char *exe) {
   return report(L, rc);
 }
 
+/* OpenBLAS chose its kernels when it loaded, with this process; when it fell back to pre-AVX2 ones on
+ * a CPU that runs better (wk_blas_better_kernels), start again with those named, before anything
+ * else happens. The variable is then set, so this happens once, and every rank inherits it. */
+static void run_on_better_blas_kernels(char **argv) {
+  const char *kernels = wk_blas_better_kernels();
+  if (!kernels || setenv("OPENBLAS_CORETYPE", kernels, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");  /* not started again: go on with OpenBLAS's pick */
+}
+
 int main(int argc, char **argv) {
+  run_on_better_blas_kernels(argv);
   /* Logs must reach a supervisor promptly, also when stdout is a pipe. */
   setvbuf(stdout, NULL, _IOLBF, 0);
   Command cmd = {0};

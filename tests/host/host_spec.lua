@@ -3,6 +3,24 @@ local helper = require 'helper'
 local q = helper.shell_quote
 
 describe('run', function()
+  -- On a CPU whose model OpenBLAS does not know (a VM's), it falls back to its SSE3 kernels when it
+  -- loads; run then starts itself again on the kernels the CPU runs (wk_blas_better_kernels). A
+  -- machine OpenBLAS knows needs nothing, and OPENBLAS_CORETYPE given by the user stands.
+  it('runs on the OpenBLAS kernels the CPU runs best, or on those OPENBLAS_CORETYPE names', function()
+    local probe = q("local C, ffi = require('wick.core').C, require 'ffi' " ..
+      "print(ffi.string(C.wk_blas_kernels()), C.wk_blas_better_kernels() == nil)")
+    local r = helper.run('-e ' .. probe)
+    assert.are.equal(0, r.rc, r.err)
+    local kernels, settled = r.out:match('^(%S+)\t(%a+)\n$')
+    assert.are.equal('true', settled, r.out)
+    local flags = helper.read_file('/proc/cpuinfo'):match('\nflags%s*:([^\n]*)') or ''
+    if flags:find(' avx2 ', 1, true) and flags:find(' fma ', 1, true) then
+      assert.are_not.equal('Prescott', kernels) -- this CPU runs AVX2 kernels at least
+    end
+    r = helper.sh('OPENBLAS_CORETYPE=Prescott ' .. q(helper.RUN) .. ' -e ' .. probe)
+    assert.are.equal('Prescott\ttrue\n', r.out, r.err)
+  end)
+
   it('runs -e code', function()
     local r = helper.run("-e 'io.write(1+1)'")
     assert.are.equal(0, r.rc)
