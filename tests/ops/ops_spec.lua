@@ -605,3 +605,34 @@ describe('Llama-family ops on CUDA tensors', function()
     end, 'attention_cached: not implemented on CUDA yet')
   end)
 end)
+
+describe('the sampler (generation)', function()
+  local out = ffi.new('int32_t[1]')
+  local function pick(logits, temperature, top_k, top_p, u)
+    local row = ffi.new('float[?]', #logits, logits)
+    check(C.wk_sample_token(row, #logits, temperature, top_k, top_p, u, out))
+    return out[0]
+  end
+
+  it('takes the first most likely id at temperature 0', function()
+    assert.are.equal(1, pick({ 1, 3, 3, 2 }, 0, 0, 1, 0))
+  end)
+
+  it('draws by softmax weight, cut by top_k and top_p: probabilities 3/4 and 1/4', function()
+    local logits = { 0, math.log(3) }  -- softmax: 1/4, 3/4; sorted: id 1, then id 0
+    assert.are.equal(1, pick(logits, 1, 0, 1, 0.74))
+    assert.are.equal(0, pick(logits, 1, 0, 1, 0.76))
+    assert.are.equal(1, pick(logits, 1, 1, 1, 0.99))   -- top_k = 1 keeps the most likely only
+    assert.are.equal(1, pick(logits, 1, 0, 0.5, 0.99)) -- its 3/4 alone reaches top_p = 0.5
+    assert.are.equal(0, pick(logits, 1, 0, 0.9, 0.99)) -- 0.9 needs both
+  end)
+
+  it('refuses what is out of range, naming it', function()
+    local row = ffi.new('float[2]')
+    for _, case in ipairs({ { 2, -1, 0, 1, 0 }, { 2, 1, 0, 0, 0 }, { 2, 1, 0, 1, 1 }, { 0, 1, 0, 1, 0 } }) do
+      local ok, message = core.try(C.wk_sample_token(row, case[1], case[2], case[3], case[4], case[5], out))
+      assert.is_nil(ok)
+      assert.matches('sample_token: vocab %d+, temperature', message)
+    end
+  end)
+end)

@@ -13,6 +13,7 @@
 -- stop token after it (its length, the second result, says where it ended).
 local ffi = require 'ffi'
 local bit = require 'bit'
+local core = require 'wick.core'
 local T = require 'wick.tensor'
 local llama = require 'wick.nn.llama'
 local schema = require 'wick.schema'
@@ -34,6 +35,9 @@ local OPTIONS = schema.define('generate option', {
     return true
   end, default = {}, help = 'token ids that end a row (the stop token is kept)' },
 })
+
+local C, check = core.C, core.check
+local picked = ffi.new('int32_t[1]') -- the sampler's answer (runtime/ops/cpu/sample.c)
 
 llama.GENERATE_OPTIONS = OPTIONS  -- the command line (wick.generate) declares its flags from these
 
@@ -58,43 +62,6 @@ local function uniform(seed)
     z = bit.bxor(z, bit.rshift(z, 31))
     return tonumber(bit.rshift(z, 11)) / 2 ^ 53
   end
-end
-
-local function argmax(row, V)
-  local best = 0
-  for v = 1, V - 1 do
-    if row[v] > row[best] then best = v end
-  end
-  return best
-end
-
--- One token from logits row[0 .. V): temperature, then top-k, then top-p, then a draw.
-local function sample(row, V, opts, draw)
-  local order = {}
-  for v = 0, V - 1 do order[v + 1] = v end
-  table.sort(order, function(a, b) return row[a] > row[b] or (row[a] == row[b] and a < b) end)
-  local keep = opts.top_k > 0 and math.min(opts.top_k, V) or V
-  local weights, total = {}, 0
-  for i = 1, keep do
-    weights[i] = math.exp((row[order[i]] - row[order[1]]) / opts.temperature)
-    total = total + weights[i]
-  end
-  local mass, cut = 0, keep
-  for i = 1, keep do  -- the smallest prefix whose probability reaches top_p
-    mass = mass + weights[i] / total
-    if mass >= opts.top_p then
-      cut = i
-      break
-    end
-  end
-  local kept = 0
-  for i = 1, cut do kept = kept + weights[i] end
-  local target, acc = draw() * kept, 0
-  for i = 1, cut do
-    acc = acc + weights[i]
-    if target < acc then return order[i] end
-  end
-  return order[cut]
 end
 
 -- The logits as f32 for the sampler: a bf16/fp16 model's are widened (exactly) into a buffer.
@@ -134,7 +101,9 @@ function llama.Llama:generate(prompt, opts)
         id = ids[(b - 1) * total + lengths[b] - 1]  -- a stopped row repeats its stop token
       else
         local row = rows + ((b - 1) * positions + positions - 1) * V
-        id = opts.temperature == 0 and argmax(row, V) or sample(row, V, opts, draw)
+        local u = opts.temperature == 0 and 0 or draw() -- greedy decoding draws nothing
+        check(C.wk_sample_token(row, V, opts.temperature, opts.top_k, opts.top_p, u, picked), 2)
+        id = picked[0]
         if stops[id] then lengths[b], running = t + 1, running - 1 end
       end
       ids[(b - 1) * total + t], step_ids[b - 1] = id, id
