@@ -220,6 +220,25 @@ describe('nn.gpt', function()
     assert.are.equal(peaks.bf16, peaks.fp16)
   end)
 
+  -- forward reads idx and targets of the right dtype in place; they stay the caller's to free.
+  it("leaves the caller's idx and targets alive when the model is freed", function()
+    local cfg = { vocab = 64, seq_len = 8, layers = 1, heads = 2, dim = 16, seed = 1 }
+    for _, build in ipairs({ wick.nn.gpt, function(c)
+      return wick.nn.llama { vocab = c.vocab, max_positions = c.seq_len, layers = 1, heads = 2, kv_heads = 1, dim = 16,
+        ffn_dim = 24 }
+    end }) do
+      local model = build(cfg)
+      local idx, targets = T.full({ 2, 8 }, 3, 'i32'), T.full({ 2, 8 }, 5, 'i32')
+      model:forward(idx, targets)
+      model:backward()
+      model:free()
+      assert.are.equal(3, idx:get(2, 8))
+      assert.are.equal(5, targets:get(1, 1))
+      idx:free()
+      targets:free()
+    end
+  end)
+
   -- A model's modules declare their parameters without memory, and flatten() gives each its view of
   -- the flat storage: building a model allocates its weights and gradients once, nothing more.
   it('builds a model holding its weights and gradients once, and never more', function()

@@ -64,6 +64,9 @@ function gpt.new(cfg)
   cfg = check_config(cfg)
   local policy = precision.policy(cfg.precision or 'fp32')
   local self = nn.new(GPT, cfg.device, policy)
+  -- forward's idx, targets and mask, for backward: the caller's own tensors when read in place, so
+  -- kept in a plain table, which free() leaves alone (a copy into a buffer is the model's, freed)
+  self.given = {}
   self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
   local opts = { dim = cfg.dim, heads = cfg.heads, layers = cfg.layers, device = self.device, policy = policy }
   nn.declared(function()
@@ -184,7 +187,7 @@ function GPT:forward(idx, targets, mask, count)
   if TT > cfg.seq_len then error(string.format('gpt:forward: T = %d exceeds seq_len %d', TT, cfg.seq_len), 2) end
   refresh_compute_weights(self)
   idx = staged(self, 'idx', idx, 'i32', true)
-  self.idx = idx
+  self.given.idx = idx
   local body = self.transformer
   local x = self:activation('embedded', { B, TT, cfg.dim })
   check(C.wk_op_embedding(x, idx, body.wte.weight, body.wpe.weight))
@@ -198,14 +201,15 @@ function GPT:forward(idx, targets, mask, count)
   local logits = self:activation('logits', { B, TT, cfg.vocab })
   check(C.wk_op_matmul(logits, normed, body.wte.weight, nil, 1))
   if targets == nil then
-    self.targets = nil
+    self.given.targets = nil
     return logits
   end
-  self.targets = staged(self, 'targets', targets, 'i32', true)
-  self.mask = staged(self, 'mask', mask, 'u8')
-  self.count = count or count_selected(self, self.mask, B, TT)
+  self.given.targets = staged(self, 'targets', targets, 'i32', true)
+  self.given.mask = staged(self, 'mask', mask, 'u8')
+  self.count = count or count_selected(self, self.given.mask, B, TT)
   if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
-  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.targets, self.mask, self.count, scalar), 2)
+  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
+    scalar), 2)
   self.loss = scalar[0]
   return self.loss
 end
@@ -237,12 +241,13 @@ end
 -- Accumulates d(loss * scale)/d(parameter) into the gradients (scale = the fp16 loss scale, else 1).
 -- on_ready (optional) is called with g after the gradients of gradient_groups()[g] are final.
 function GPT:backward(on_ready)
-  if not self.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
+  if not self.given.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
   local body, cfg = self.transformer, self.config
-  local B, TT = self.idx:size(1), self.idx:size(2)
+  local B, TT = self.given.idx:size(1), self.given.idx:size(2)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1
   local dlogits = self:zeroed('grad_logits', self.logits.shape)
-  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.targets, self.mask, self.count, scale))
+  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.given.targets, self.given.mask, self.count,
+    scale))
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
   local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:activation('grad_b', { B, TT, cfg.dim })
@@ -254,7 +259,7 @@ function GPT:backward(on_ready)
     dx, dprev = dprev, dx
     if on_ready then on_ready(#self.blocks - l + 2) end
   end
-  check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.idx))
+  check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.given.idx))
   if on_ready then on_ready(#self.blocks + 2) end
 end
 

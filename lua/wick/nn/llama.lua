@@ -222,6 +222,7 @@ local function build(cfg)
   cfg = check_config(cfg)
   local policy = precision.policy(cfg.precision or 'fp32')
   local self = nn.new(Llama, cfg.device, policy)
+  self.given = {} -- as nn.gpt's: the caller's tensors read in place, never freed with the model
   self.config = cfg
   self.inv_freq = rope_frequencies(cfg, self.device)
   local opts = { device = self.device, policy = policy }
@@ -288,7 +289,7 @@ function Llama:forward(idx, targets, mask, count)
   end
   gpt.refresh_compute_weights(self)
   idx = gpt.staged(self, 'idx', idx, 'i32', true)
-  self.idx = idx
+  self.given.idx = idx
   local x = self:activation('embedded', { B, TT, cfg.dim })
   check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
   self.block_inputs = self.block_inputs or {}
@@ -301,14 +302,15 @@ function Llama:forward(idx, targets, mask, count)
   local logits = self:activation('logits', { B, TT, cfg.vocab })
   check(C.wk_op_matmul(logits, normed, self:head().weight, nil, 1))
   if targets == nil then
-    self.targets = nil
+    self.given.targets = nil
     return logits
   end
-  self.targets = gpt.staged(self, 'targets', targets, 'i32', true)
-  self.mask = gpt.staged(self, 'mask', mask, 'u8')
-  self.count = count or gpt.count_selected(self, self.mask, B, TT)
+  self.given.targets = gpt.staged(self, 'targets', targets, 'i32', true)
+  self.given.mask = gpt.staged(self, 'mask', mask, 'u8')
+  self.count = count or gpt.count_selected(self, self.given.mask, B, TT)
   if self.count <= 0 then error('llama:forward: no target is selected by the mask (count = 0)', 2) end
-  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.targets, self.mask, self.count, scalar), 2)
+  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
+    scalar), 2)
   self.loss = scalar[0]
   return self.loss
 end
@@ -323,12 +325,13 @@ function Llama:gradient_groups()
 end
 
 function Llama:backward(on_ready)
-  if not self.targets then error('llama:backward: call forward(idx, targets) first', 2) end
+  if not self.given.targets then error('llama:backward: call forward(idx, targets) first', 2) end
   local cfg = self.config
-  local B, TT = self.idx:size(1), self.idx:size(2)
+  local B, TT = self.given.idx:size(1), self.given.idx:size(2)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1
   local dlogits = self:zeroed('grad_logits', self.logits.shape)
-  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.targets, self.mask, self.count, scale))
+  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.given.targets, self.given.mask, self.count,
+    scale))
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   local head = self:head()
   check(C.wk_op_matmul_backward(dnormed, head.grad_weight, nil, dlogits, self.model.norm.output, head.weight, 1))
@@ -343,7 +346,7 @@ function Llama:backward(on_ready)
   end
   local unused = self:buffer('grad_zero_positions', { TT, cfg.dim })  -- f32, as a parameter gradient is
   check(C.wk_op_fill(unused, 0))
-  check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.idx))
+  check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.given.idx))
   if on_ready then on_ready(#self.blocks + 2) end
 end
 
