@@ -22,7 +22,13 @@ local BF16_NORM_TOLERANCE = 2 ^ -8  -- relative: bf16 keeps 8 significant bits o
 local BF16_LOSS_TOLERANCE = 0.01    -- relative, over 10 steps of AdamW on those gradients
 local SMALL_BUCKETS = 4096      -- bytes: several buckets, so that some start during the backward
 local SHARD_DIM, SHARD_PARAMETERS = 15, 9915
-local SHARD_WEIGHT_TOLERANCE = 1e-6  -- relative L2 per tensor, sharded against unsharded on the same ranks
+-- Relative L2 per tensor, sharded against unsharded on the same ranks, after 10 AdamW steps: the
+-- per-step losses and gradient norms agree to 1e-6, but a reduce-scatter sums in another order than
+-- an all-reduce, and AdamW's m / sqrt(v) turns that order's noise on the smallest gradients into
+-- updates of their own (as WEIGHT_TOLERANCE says). Measured here on 4 ranks: 6.5e-7 with OpenBLAS's
+-- SSE3 kernels, 9.6e-5 with its AVX-512 ones (other roundings, amplified the same way); a wrong
+-- gradient is off by O(1).
+local SHARD_WEIGHT_TOLERANCE = 5e-4
 local LAYOUTS = { { world = 1, micro = 4 }, { world = 2, micro = 2 }, { world = 4, micro = 1 } }
 
 -- Documents of 1..23 bytes: padded rows of 16 + 1 tokens keep a varying number of targets.
