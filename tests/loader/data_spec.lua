@@ -607,17 +607,17 @@ describe('batches as tensors', function()
       model:backward()
       if step > 1 then assert.are.equal(before, cpu_allocs(), 'step ' .. step .. ' allocated') end
       -- what the ops read is the loader's memory itself
-      assert.are.equal(batch.inputs:data(), model.idx:data())
-      assert.are.equal(batch.targets:data(), model.targets:data())
-      assert.are.equal(batch.loss_mask:data(), model.mask:data())
-      assert.are.equal(ffi.cast('char *', batch.tokens:data()) + 4, ffi.cast('char *', model.targets:data()))
+      assert.are.equal(batch.inputs:data(), model.given.idx:data())
+      assert.are.equal(batch.targets:data(), model.given.targets:data())
+      assert.are.equal(batch.loss_mask:data(), model.given.mask:data())
+      assert.are.equal(ffi.cast('char *', batch.tokens:data()) + 4, ffi.cast('char *', model.given.targets:data()))
     end
     -- forward_tokens (its own two views) gives the same loss as the batch's views
     local batch = l:next()
     local a = model:forward(batch.inputs, batch.targets, batch.loss_mask)
     local b = model:forward_tokens(batch.tokens, batch.loss_mask)
     assert.are.equal(a, b)
-    assert.are.equal(batch.tokens:data(), model.idx:data())
+    assert.are.equal(batch.tokens:data(), model.given.idx:data())
     model:free()
     l:close()
   end)

@@ -623,7 +623,7 @@ describe('a loader on the GPU #gpu', function()
     for _ = 1, 8 do
       local batch, expected = l:next(), reference:next()
       local loss = model:forward(batch.inputs, batch.targets, batch.loss_mask)
-      assert.are.equal(batch.inputs:data(), model.idx:data())
+      assert.are.equal(batch.inputs:data(), model.given.idx:data())
       local want = cpu_model:forward(expected.inputs, expected.targets, expected.loss_mask)
       assert.is_true(math.abs(loss - want) / want < REL_TOL, ('loss %g vs %g'):format(loss, want))
     end
