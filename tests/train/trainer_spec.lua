@@ -586,6 +586,21 @@ return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 
       assert.matches(": v is f16 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
     end)
 
+    -- A rank of a sharded run writes its slice where the store says: only into a directory that
+    -- checkpoint.start made for that step in checkpoint.dir.
+    it("takes from the store only the save's own temporary directory", function()
+      local checkpoint = require 'wick.train.checkpoint'
+      local dir = root .. '/temporary'
+      local tmp = checkpoint.start(dir, 4)
+      assert.is_true(checkpoint.is_temporary(dir, 4, tmp))
+      assert.is_false(checkpoint.is_temporary(dir, 5, tmp))               -- another step's name
+      assert.is_false(checkpoint.is_temporary(root, 4, tmp))              -- outside checkpoint.dir
+      assert.is_false(checkpoint.is_temporary(dir, 4, tmp .. '/../..'))  -- a way out of it
+      assert.is_false(checkpoint.is_temporary(dir, 4, dir .. '/.step-00000004.tmp-1')) -- no such directory
+      assert.is_false(checkpoint.is_temporary(dir, 4, 42))
+      helper.rmtree(dir)
+    end)
+
     it('refuses sharded optimizer files that do not tile the parameters: each one line naming the file', function()
       local sharded = root .. '/input-sharded'
       local r = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --steps=4 --parallel.shard=optimizer'):format(

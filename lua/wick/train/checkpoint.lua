@@ -158,6 +158,8 @@ local function written(fn, ...)
   if not ok then fail('%s', (tostring(err):gsub('^.-:%d+: ', ''))) end
 end
 
+local function temporary_path(dir, step, pid) return ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), pid) end
+
 -- The temporary directory a checkpoint of `step` is written into (made in dir, where what killed
 -- writers left is removed first: the lock keeps out live ones). Rank 0 makes it; every rank of a
 -- sharded run writes its optimizer slice there.
@@ -167,10 +169,18 @@ function checkpoint.start(dir, step)
   for _, name in ipairs(entries(dir)) do
     if name:match('^%.step%-%d+%.tmp%-%d+$') then sh('rm -rf ' .. quote(dir .. '/' .. name), 'remove ' .. name) end
   end
-  local tmp = ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), C.getpid())
+  local tmp = temporary_path(dir, step, C.getpid())
   made, why = make_directories(tmp)
   if not made then fail('%s', why) end
   return tmp
+end
+
+-- Whether `path` is a temporary directory start() made for `step` in dir: another rank learns it
+-- through the store and checks it before writing there, so no value in the store can point a
+-- rank's writes anywhere else.
+function checkpoint.is_temporary(dir, step, path)
+  local pid = type(path) == 'string' and path:match('%.tmp%-(%d+)$')
+  return pid and #pid <= 10 and path == temporary_path(dir, step, tonumber(pid)) and is_directory(path) or false
 end
 
 -- Completes the checkpoint in tmp (start's, its other files written): the state with `metadata`,

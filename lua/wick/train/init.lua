@@ -292,6 +292,10 @@ local function shared_directory(self, tmp)
   end
   local value, why = self.dist.store:get(key)
   if not value then cli.fail(('checkpoint: rank 0 did not start the save of step %d: %s'):format(self.step, why)) end
+  if not checkpoint.is_temporary(self.config.checkpoint.dir, self.step, value) then
+    cli.fail(("checkpoint: the store names '%s' for step %d's save, not a temporary directory of checkpoint.dir '%s'")
+      :format(value, self.step, self.config.checkpoint.dir))
+  end
   return value
 end
 
