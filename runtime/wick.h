@@ -627,9 +627,10 @@ WK_API WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTe
 /* The next token from the logits row[0 .. vocab) (f32, host memory): temperature 0 takes the most
  * likely (the first of equals, as transformers' greedy generate); else softmax(row / temperature)
  * over the top_k most likely (0: all), cut to the smallest prefix whose probability reaches top_p,
- * and drawn with u in [0, 1). *out gets the id. */
+ * and drawn with u in [0, 1). order and weights: the caller's scratch of vocab entries each, made
+ * once for a whole generation (NULL at temperature 0). *out gets the id. */
 WK_API WkStatus wk_sample_token(const float *row, int64_t vocab, double temperature, int64_t top_k, double top_p,
-                                double u, int32_t *out);
+                                double u, int32_t *order, double *weights, int32_t *out);
 /* The CPU's products run on OpenBLAS, which picks its kernels by CPU model when it loads: a CPU it
  * does not know (a VM's "Intel Xeon Processor") gets its SSE3 "Prescott" kernels, a third of the
  * speed of the AVX-512 ones on such a machine. wk_blas_kernels: the kernels it picked;

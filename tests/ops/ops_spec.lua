@@ -608,9 +608,10 @@ end)
 
 describe('the sampler (generation)', function()
   local out = ffi.new('int32_t[1]')
+  local order, weights = ffi.new('int32_t[8]'), ffi.new('double[8]')
   local function pick(logits, temperature, top_k, top_p, u)
     local row = ffi.new('float[?]', #logits, logits)
-    check(C.wk_sample_token(row, #logits, temperature, top_k, top_p, u, out))
+    check(C.wk_sample_token(row, #logits, temperature, top_k, top_p, u, order, weights, out))
     return out[0]
   end
 
@@ -630,9 +631,13 @@ describe('the sampler (generation)', function()
   it('refuses what is out of range, naming it', function()
     local row = ffi.new('float[2]')
     for _, case in ipairs({ { 2, -1, 0, 1, 0 }, { 2, 1, 0, 0, 0 }, { 2, 1, 0, 1, 1 }, { 0, 1, 0, 1, 0 } }) do
-      local ok, message = core.try(C.wk_sample_token(row, case[1], case[2], case[3], case[4], case[5], out))
+      local ok, message = core.try(C.wk_sample_token(row, case[1], case[2], case[3], case[4], case[5], order, weights,
+        out))
       assert.is_nil(ok)
       assert.matches('sample_token: vocab %d+, temperature', message)
     end
+    local ok, message = core.try(C.wk_sample_token(row, 2, 1, 0, 1, 0, nil, nil, out)) -- a draw needs its scratch
+    assert.is_nil(ok)
+    assert.matches('scratch missing: out of range', message, 1, true)
   end)
 end)

@@ -88,6 +88,9 @@ function llama.Llama:generate(prompt, opts)
   for b = 0, B - 1 do ffi.copy(ids + b * total, given + b * T0, T0 * ffi.sizeof('int32_t')) end
   local caches = self:new_cache(B, total)
   local draw = uniform(opts.seed)
+  -- the sampler's scratch, once for the whole generation (greedy decoding needs none)
+  local order = opts.temperature > 0 and ffi.new('int32_t[?]', V) or nil
+  local weights = opts.temperature > 0 and ffi.new('double[?]', V) or nil
   local next_ids = T.empty({ B, 1 }, 'i32')
   local step_ids = ffi.cast('int32_t *', next_ids:data())
   local lengths, running = {}, B
@@ -102,7 +105,7 @@ function llama.Llama:generate(prompt, opts)
       else
         local row = rows + ((b - 1) * positions + positions - 1) * V
         local u = opts.temperature == 0 and 0 or draw() -- greedy decoding draws nothing
-        check(C.wk_sample_token(row, V, opts.temperature, opts.top_k, opts.top_p, u, picked), 2)
+        check(C.wk_sample_token(row, V, opts.temperature, opts.top_k, opts.top_p, u, order, weights, picked), 2)
         id = picked[0]
         if stops[id] then lengths[b], running = t + 1, running - 1 end
       end

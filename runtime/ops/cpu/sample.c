@@ -8,6 +8,7 @@
  * prefix's: the same seed (the same u) gives the same token.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "../../core/core.h"
@@ -53,27 +54,19 @@ static int32_t draw(const float *row, const int32_t *order, int64_t keep, double
 }
 
 WkStatus wk_sample_token(const float *row, int64_t vocab, double temperature, int64_t top_k, double top_p, double u,
-                         int32_t *out) {
+                         int32_t *order, double *weights, int32_t *out) {
   if (!row || !out || vocab < 1 || vocab > INT32_MAX || !(temperature >= 0) || isinf(temperature) || top_k < 0 ||
-      !(top_p > 0 && top_p <= 1) || !(u >= 0 && u < 1))
-    return WK_FAIL(WK_ERR_INVALID_ARG, "sample_token: vocab %lld, temperature %g, top_k %lld, top_p %g, u %g: "
-                   "out of range", (long long)vocab, temperature, (long long)top_k, top_p, u);
+      !(top_p > 0 && top_p <= 1) || !(u >= 0 && u < 1) || (temperature > 0 && (!order || !weights)))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "sample_token: vocab %lld, temperature %g, top_k %lld, top_p %g, u %g, "
+                   "scratch %s: out of range", (long long)vocab, temperature, (long long)top_k, top_p, u,
+                   order && weights ? "given" : "missing");
   if (temperature == 0) {
     *out = argmax(row, vocab);
     return WK_OK;
-  }
-  int32_t *order = wk_malloc((size_t)vocab * sizeof *order, "sampler order");
-  double *weights = wk_malloc((size_t)vocab * sizeof *weights, "sampler weights");
-  if (!order || !weights) {
-    free(order);
-    free(weights);
-    return wk_last_status();
   }
   for (int64_t v = 0; v < vocab; v++) order[v] = (int32_t)v;
   qsort_r(order, (size_t)vocab, sizeof *order, by_logit, (void *)row);
   int64_t keep = top_k > 0 && top_k < vocab ? top_k : vocab;
   *out = draw(row, order, keep, temperature, top_p, u, weights);
-  free(order);
-  free(weights);
   return WK_OK;
 }
