@@ -7,7 +7,7 @@
       "tokens_per_s X", the best step of STEPS after one warm-up step
   llama_hf.py generate DIR PROMPT NEW THREADS
       greedy generate (KV cache) of NEW tokens after a PROMPT-token prompt; prints "tokens_per_s X",
-      new tokens per second of the best of 3 runs after a warm-up
+      new tokens per second of the best of REPEATS runs after a warm-up
 """
 import json
 import sys
@@ -31,9 +31,24 @@ def batch(vocab, b, t):
     return torch.randint(0, vocab, (b, t), generator=generator), torch.randint(0, vocab, (b, t), generator=generator)
 
 
-def train(directory, b, t, steps, threads):
+def best_seconds(fn, repeats):
+    """The best time of `repeats` calls of fn, after one untimed warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def load(directory, threads):
     torch.set_num_threads(threads)
-    model = LlamaForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+    return LlamaForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+
+
+def train(directory, b, t, steps, threads):
+    model = load(directory, threads)
     model.train()
     inputs, targets = batch(model.config.vocab_size, b, t)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
@@ -46,18 +61,11 @@ def train(directory, b, t, steps, threads):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    step()
-    best = float("inf")
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    print(f"tokens_per_s {b * t / best:.3f}")
+    print(f"tokens_per_s {b * t / best_seconds(step, steps):.3f}")
 
 
 def generate(directory, prompt, new, threads):
-    torch.set_num_threads(threads)
-    model = LlamaForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+    model = load(directory, threads)
     model.eval()
     inputs, _ = batch(model.config.vocab_size, 1, prompt)
 
@@ -67,13 +75,7 @@ def generate(directory, prompt, new, threads):
                                  pad_token_id=0)
         assert out.shape[1] == prompt + new
 
-    once()
-    best = float("inf")
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        once()
-        best = min(best, time.perf_counter() - t0)
-    print(f"tokens_per_s {new / best:.3f}")
+    print(f"tokens_per_s {new / best_seconds(once, REPEATS):.3f}")
 
 
 if __name__ == "__main__":
