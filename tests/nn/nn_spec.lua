@@ -175,7 +175,7 @@ describe('nn.gpt', function()
   end)
 
   -- Bytes the CPU allocator holds at its peak over a model's construction and one training step.
-  local function step_peak(cfg, B, TT)
+  local function step_peak(cfg, B, TT, build)
     local ffi = require 'ffi'
     local C = require('wick.core').C
     local stats = ffi.new('WkAllocatorStats')
@@ -187,7 +187,7 @@ describe('nn.gpt', function()
     C.wk_allocator_stats(C.WK_DEVICE_CPU, 0, stats)
     local before = stats.bytes_in_use
     C.wk_allocator_reset_peak(C.WK_DEVICE_CPU, 0)
-    local model, opt = wick.nn.gpt(cfg), wick.optim.adamw {}
+    local model, opt = (build or wick.nn.gpt)(cfg), wick.optim.adamw {}
     model:forward(idx, targets)
     model:backward()
     opt:step(model)
@@ -218,6 +218,77 @@ describe('nn.gpt', function()
     end
     assert.is_true(peaks.bf16 <= 0.65 * peaks.fp32, ('bf16 %d bytes, fp32 %d'):format(peaks.bf16, peaks.fp32))
     assert.are.equal(peaks.bf16, peaks.fp16)
+  end)
+
+  -- recompute = 'blocks': the blocks share their activations and backward recomputes each block's
+  -- from its input. The same ops on the same inputs give the same gradients; a step holds one
+  -- block's activations and every block's output, as plan.memory counts.
+  describe("with recompute = 'blocks'", function()
+    local C = require('wick.core').C
+    local GPT = { vocab = 64, seq_len = 32, layers = 4, heads = 4, dim = 32, seed = 1 }
+    local LLAMA = { vocab = 64, max_positions = 32, layers = 4, heads = 4, kv_heads = 2, dim = 32, ffn_dim = 48, seed = 1 }
+    local function with(cfg, extra)
+      local out = {}
+      for k, v in pairs(cfg) do out[k] = v end
+      for k, v in pairs(extra) do out[k] = v end
+      return out
+    end
+    local ARCHS = {
+      { name = 'gpt2', build = wick.nn.gpt, cfg = GPT, shape = GPT },
+      { name = 'llama', build = wick.nn.llama, cfg = LLAMA,
+        shape = with(LLAMA, { arch = 'llama', seq_len = 32 }) },
+    }
+
+    -- Loss and gradients of two steps on batches of two shapes (the shared buffers are reallocated
+    -- between them); the gradients accumulate over both.
+    local function two_steps(arch, extra)
+      local model = arch.build(with(arch.cfg, extra))
+      local losses = {}
+      for step, shape in ipairs({ { 4, 32 }, { 3, 17 } }) do
+        local idx, targets = T.zeros(shape, 'i32'), T.zeros(shape, 'i32')
+        for i = 0, idx:numel() - 1 do
+          C.wk_tensor_set(idx, i, (i * 7 + step) % 64)
+          C.wk_tensor_set(targets, i, (i * 13 + 5) % 64)
+        end
+        losses[step] = model:forward(idx, targets)
+        model:backward()
+        idx:free()
+        targets:free()
+      end
+      local grads = model:flat_parameters().grads:clone()
+      model:free()
+      return losses, grads
+    end
+
+    for _, arch in ipairs(ARCHS) do
+      for _, policy in ipairs({ 'fp32', 'bf16' }) do
+        it(('gives the gradients of a %s without it, under %s'):format(arch.name, policy), function()
+          local kept_losses, kept = two_steps(arch, { precision = policy, recompute = 'none' })
+          local losses, recomputed = two_steps(arch, { precision = policy, recompute = 'blocks' })
+          assert.are.same(kept_losses, losses)
+          local largest, pk = 0, gradcheck.floats(kept)
+          for i = 0, kept:numel() - 1 do largest = math.max(largest, math.abs(pk[i])) end
+          assert.is_true(largest > 0)
+          assert.is_true(max_abs_diff(kept, recomputed) <= 1e-6 * largest)
+          kept:free()
+          recomputed:free()
+        end)
+      end
+
+      it(('holds less memory at the peak of a %s step, what plan.memory estimates'):format(arch.name), function()
+        collectgarbage()
+        collectgarbage('stop')
+        finally(function() collectgarbage('restart') end)
+        local plan = require 'wick.train.plan'
+        local B, peaks = 4, {}
+        for _, recompute in ipairs({ 'none', 'blocks' }) do
+          peaks[recompute] = step_peak(with(arch.cfg, { recompute = recompute }), B, 32, arch.build)
+          local estimate = plan.memory(with(arch.shape, { recompute = recompute }), B, 'fp32')
+          assert.are.equal(estimate.total - 4 * B * 32, peaks[recompute], recompute)  -- less the loss mask, as above
+        end
+        assert.is_true(peaks.blocks < 0.75 * peaks.none, ('%d bytes, without %d'):format(peaks.blocks, peaks.none))
+      end)
+    end
   end)
 
   -- forward reads idx and targets of the right dtype in place; they stay the caller's to free.

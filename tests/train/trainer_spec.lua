@@ -860,7 +860,7 @@ checkpoint = { every = 2, keep = 2 },]])
     -- The estimate is what the tensors of a step hold at the allocator's peak, under each policy: the
     -- weights, gradients, optimizer state, activations and the data ring. It leaves out the trainer's
     -- scalars (92 bytes on one rank: measured so) and is printed to 0.01 KiB (5 bytes either way).
-    it('estimates the memory that a real step of the same recipe allocates at its peak, GPT-2 or Llama, under each policy', function()
+    it('estimates the memory that a real step of the same recipe allocates at its peak, GPT-2 or Llama, under each policy, recomputed or not', function()
       local TOLERANCE = 128
       local PEAK = [[
 callbacks = { on_step_end = function(t, m)
@@ -879,7 +879,7 @@ end },]]
           local planned, ran = timed('--dry-run ' .. args), timed(args)
           assert.are.equal(0, planned.rc, planned.err)
           assert.are.equal(0, ran.rc, ran.err)
-          local value, unit = planned.out:match('memory per rank %(' .. policy .. ', micro batch 2%):.-: total ([%d.]+) (%a+)')
+          local value, unit = planned.out:match('memory per rank %(' .. policy .. ', micro batch 2[%a ,]*%):.-: total ([%d.]+) (%a+)')
           local estimate, peak = tonumber(value) * UNITS[unit], tonumber(ran.out:match('peak (%d+) bytes'))
           assert.is_true(peak - estimate > -8 and peak - estimate < TOLERANCE,
             ('%s %s: peak %d, estimate %d'):format(name, policy, peak, estimate))
@@ -890,6 +890,9 @@ end },]]
       end
       check('gpt', GPT_MODEL)
       check('llama', LLAMA_MODEL)
+      check('gpt-recompute', "model = { layers = 3, heads = 2, dim = 16, recompute = 'blocks' },")
+      check('llama-recompute', "model = { arch = 'llama', layers = 3, heads = 4, kv_heads = 2, dim = 16, ffn_dim = 24, " ..
+        "recompute = 'blocks' },")
     end)
 
     -- Sharded, each rank's estimate holds its slice of AdamW's moments and the slice buffer; the

@@ -50,6 +50,8 @@ local OPTIONS = schema.define('nn.gpt option', {
     help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
   { 'device', 'string', help = "'cpu' or 'cuda:N' (default cpu)" },
   { 'seed', 'integer', min = 0, max = MAX_SEED, default = 0, help = 'initialisation seed' },
+  { 'recompute', 'enum', values = { 'none', 'blocks' }, default = 'none',
+    help = "'blocks': backward recomputes each block's activations from its input instead of keeping them" },
 })
 gpt.OPTIONS = OPTIONS
 
@@ -67,7 +69,8 @@ function gpt.new(cfg)
   -- forward's idx, targets and mask, for backward: the caller's own tensors when read in place, so
   -- kept in a plain table, which free() leaves alone (a copy into a buffer is the model's, freed)
   self.given = {}
-  self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim }
+  self.config = { vocab = cfg.vocab, seq_len = cfg.seq_len, layers = cfg.layers, heads = cfg.heads, dim = cfg.dim,
+    recompute = cfg.recompute }
   local opts = { dim = cfg.dim, heads = cfg.heads, layers = cfg.layers, device = self.device, policy = policy }
   nn.declared(function()
     local body = self:add('transformer', nn.new(nn.Module, self.device, policy))
@@ -77,6 +80,7 @@ function gpt.new(cfg)
     for l = 1, cfg.layers do self.blocks[l] = body:add('h.' .. (l - 1), nn.block(opts)) end
     body:add('ln_f', nn.layernorm(cfg.dim, { device = self.device, policy = policy }))
   end)
+  nn.share_buffers(self.blocks, cfg.recompute == 'blocks')
   self:flatten()
   self:reset(cfg.seed)
   return self
@@ -250,17 +254,29 @@ function GPT:backward(on_ready)
     scale))
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
-  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:activation('grad_b', { B, TT, cfg.dim })
+  local dx = self:zeroed('grad_a', { B, TT, cfg.dim })
   body.ln_f:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
-  for l = #self.blocks, 1, -1 do
-    check(C.wk_op_fill(dprev, 0))
-    self.blocks[l]:backward(self.block_inputs[l], dx, dprev)
-    dx, dprev = dprev, dx
-    if on_ready then on_ready(#self.blocks - l + 2) end
-  end
+  dx = self:backward_blocks(dx, on_ready)
   check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.given.idx))
   if on_ready then on_ready(#self.blocks + 2) end
+end
+
+-- Runs the blocks' backward from the last to the first, from dx (the gradient of the last block's
+-- output), calling on_ready(g) for the groups 2..L+1; returns the gradient of the first block's input.
+-- Under recompute = 'blocks' the blocks share their activations, so each block's are recomputed from
+-- its input first (the last block's are still those of forward).
+function GPT:backward_blocks(dx, on_ready)
+  local blocks = self.blocks
+  local dprev = self:gradient('grad_b', dx.shape)
+  for l = #blocks, 1, -1 do
+    if self.config.recompute == 'blocks' and l < #blocks then blocks[l]:forward(self.block_inputs[l]) end
+    check(C.wk_op_fill(dprev, 0))
+    blocks[l]:backward(self.block_inputs[l], dx, dprev)
+    dx, dprev = dprev, dx
+    if on_ready then on_ready(#blocks - l + 2) end
+  end
+  return dx
 end
 
 -- ---- checkpoints ------------------------------------------------------------------------------------

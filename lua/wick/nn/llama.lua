@@ -65,6 +65,7 @@ local OPTIONS = schema.define('nn.llama option', {
     help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
   { 'device', 'string', help = "'cpu' or 'cuda:N' (generation's attention_cached is CPU-only)" },
   { 'seed', 'integer', min = 0, max = 2 ^ 32 - 1, default = 0, help = 'initialisation seed' },
+  schema.from(gpt.OPTIONS, 'recompute'),
 })
 llama.OPTIONS = OPTIONS
 
@@ -238,6 +239,7 @@ local function build(cfg)
       head:param('weight', { cfg.vocab, cfg.dim }, true, nn.init.normal(INIT_STD))
     end
   end)
+  nn.share_buffers(self.blocks, cfg.recompute == 'blocks')
   self:flatten()
   return self
 end
@@ -335,15 +337,10 @@ function Llama:backward(on_ready)
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   local head = self:head()
   check(C.wk_op_matmul_backward(dnormed, head.grad_weight, nil, dlogits, self.model.norm.output, head.weight, 1))
-  local dx, dprev = self:zeroed('grad_a', { B, TT, cfg.dim }), self:activation('grad_b', { B, TT, cfg.dim })
+  local dx = self:zeroed('grad_a', { B, TT, cfg.dim })
   self.model.norm:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
-  for l = #self.blocks, 1, -1 do
-    check(C.wk_op_fill(dprev, 0))
-    self.blocks[l]:backward(self.block_inputs[l], dx, dprev)
-    dx, dprev = dprev, dx
-    if on_ready then on_ready(#self.blocks - l + 2) end
-  end
+  dx = self:backward_blocks(dx, on_ready)
   local unused = self:buffer('grad_zero_positions', { TT, cfg.dim })  -- f32, as a parameter gradient is
   check(C.wk_op_fill(unused, 0))
   check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.given.idx))
@@ -388,7 +385,7 @@ end
 function Layer:step(input, cache, start)
   local x1 = self:activation('step_x1', input.shape)
   check(C.wk_op_add(x1, input, self.self_attn:step(self.input_layernorm:step(input), cache, start)))
-  local out = self:activation('step_output', input.shape)
+  local out = self:kept('step_output', input.shape)
   check(C.wk_op_add(out, x1, self.mlp:step(self.post_attention_layernorm:step(x1))))
   return out
 end

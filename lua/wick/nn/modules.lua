@@ -104,29 +104,66 @@ function Module:free()
   end
 end
 
--- A reusable buffer self[key] of the given shape and dtype (default f32), reallocated only when
--- those change.
-function Module:buffer(key, shape, dtype)
-  dtype = dtype or 'f32'
+-- A reusable buffer of the given shape and dtype, kept in `store` and reachable as self[key],
+-- reallocated only when those change.
+local function stored(self, store, key, shape, dtype)
   local signature = dtype .. ':' .. table.concat(shape, 'x')
-  local t = self[key]
-  if t and self[key .. '_shape'] == signature then return t end
-  if t then t:free() end
-  t = T.empty(shape, dtype, self.device)
-  self[key], self[key .. '_shape'] = t, signature
+  local t = store[key]
+  if not (t and store[key .. '_shape'] == signature) then
+    if t then t:free() end
+    t = T.empty(shape, dtype, self.device)
+    store[key], store[key .. '_shape'] = t, signature
+  end
+  self[key] = t
   return t
 end
 
--- An activation (or an activation's gradient): a buffer in the policy's storage dtype.
+-- What a module computes in forward and keeps for backward, self[key], of dtype (default f32). It
+-- lives in the module's own fields, or in self.shared_activations when the model gave the module
+-- that table (nn.share_buffers: the same module of every block shares it).
+function Module:buffer(key, shape, dtype)
+  return stored(self, self.shared_activations or self, key, shape, dtype or 'f32')
+end
+
+-- An activation: a buffer in the policy's storage dtype.
 function Module:activation(key, shape)
   return self:buffer(key, shape, self.policy.dtype)
 end
 
+-- An activation that is the module's alone whatever it shares (a block's output: the next block's
+-- input, which backward reads after every later block has run).
+function Module:kept(key, shape)
+  return stored(self, self, key, shape, self.policy.dtype)
+end
+
+-- An activation's gradient, used within one backward of the module: in self.shared_gradients when
+-- the model gave the module that table.
+function Module:gradient(key, shape)
+  return stored(self, self.shared_gradients or self, key, shape, self.policy.dtype)
+end
+
 -- An activation gradient, zeroed: backward accumulates into it.
 function Module:zeroed(key, shape)
-  local t = self:activation(key, shape)
+  local t = self:gradient(key, shape)
   check(C.wk_op_fill(t, 0), 2)
   return t
+end
+
+-- Gives the same module of every block (the modules at one path below them) one table of buffers:
+-- activation gradients always, since a block's backward is done with them before the block below
+-- starts; with recompute the forward activations too, which the model's backward then recomputes
+-- block by block from each block's input (its kept output). A step then holds one block's buffers,
+-- not one per block.
+function nn.share_buffers(blocks, recompute)
+  local stores = {}
+  local function share(module, path)
+    local s = stores[path] or { activations = {}, gradients = {} }
+    stores[path] = s
+    module.shared_gradients = s.gradients
+    module.shared_activations = recompute and s.activations or nil
+    for _, name in ipairs(module.children) do share(module[name], path .. '.' .. name) end
+  end
+  for _, block in ipairs(blocks) do share(block, '') end
 end
 
 -- A shape with its last dimension changed to n.
@@ -257,7 +294,7 @@ function nn.mlp(opts)
   local self = new(MLP, opts.device, opts.policy)
   local sub = { device = opts.device, policy = opts.policy }
   self:add('c_fc', nn.linear(opts.dim, 4 * opts.dim, sub))
-  self.act = nn.gelu(sub)
+  self:add('act', nn.gelu(sub))  -- a child without parameters, so it shares its buffers with its block
   sub.std = INIT_STD / math.sqrt(2 * (opts.layers or 1))
   self:add('c_proj', nn.linear(4 * opts.dim, opts.dim, sub))
   return self
@@ -293,14 +330,14 @@ end
 function Block:forward(input)
   local x1 = self:activation('x1', input.shape)
   check(C.wk_op_add(x1, input, self.attn:forward(self.ln_1:forward(input))))
-  local out = self:activation('output', input.shape)
+  local out = self:kept('output', input.shape)
   check(C.wk_op_add(out, x1, self.mlp:forward(self.ln_2:forward(x1))))
   return out
 end
 
 function Block:backward(input, grad_output, grad_input)
   local shape = input.shape
-  local dx1 = self:activation('grad_x1', shape):copy(grad_output)  -- the residual path
+  local dx1 = self:gradient('grad_x1', shape):copy(grad_output)  -- the residual path
   local dln = self:zeroed('grad_ln', shape)
   self.mlp:backward(self.ln_2.output, grad_output, dln)
   self.ln_2:backward(self.x1, dln, dx1)

@@ -1,5 +1,5 @@
 -- wick.nn.pretrained: Hugging Face model directories, read and written.
---   wick.nn.from_pretrained(dir [, { device =, precision = }]) -> a wick.nn.llama or wick.nn.gpt model
+--   wick.nn.from_pretrained(dir [, { device =, precision =, recompute = }]) -> a wick.nn.llama or wick.nn.gpt model
 --   model:save_pretrained(dir [, { max_shard_bytes =, dtype = 'f32'|'bf16'|'f16' }])
 --     -- config.json, weights (f32 unless dtype says), generation_config.json
 -- A directory holds config.json and either model.safetensors or a sharded checkpoint
@@ -280,6 +280,7 @@ local function gpt2_ignored(name) return name == 'lm_head.weight' or GPT2_IGNORE
 local LOAD_OPTIONS = schema.define('from_pretrained option', {
   { 'device', 'string', help = "'cpu' or 'cuda:N'" },
   { 'precision', 'precision', check = require('wick.precision').check, help = "'fp32', 'bf16' or 'fp16'" },
+  schema.from(gpt.OPTIONS, 'recompute'),
 })
 
 -- What a directory's config.json describes: the family ('llama' or 'gpt2'), the options of its model
@@ -319,7 +320,7 @@ function pretrained.from_pretrained(dir, opts)
   opts = LOAD_OPTIONS:check(opts or {}, 2)
   local found = read_config(dir)
   local model_opts = found.options
-  model_opts.device, model_opts.precision = opts.device, opts.precision
+  model_opts.device, model_opts.precision, model_opts.recompute = opts.device, opts.precision, opts.recompute
   local ok, model = pcall(found.new, model_opts)  -- the model's own checks (head counts, rope) name the file too
   if not ok then fail(found.path, '%s', model) end
   local c = found.hf

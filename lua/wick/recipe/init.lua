@@ -149,6 +149,7 @@ local MODEL = schema.define('model', {
   schema.from(GPT, 'vocab', { required = false, help = "token ids are below this (default: the data's vocabulary)" }),
   schema.from(GPT, 'seq_len', { required = false, help = 'the longest sequence (default: data.seq_len)' }),
   schema.from(GPT, 'device'),
+  schema.from(GPT, 'recompute'),
 })
 
 local DATA = schema.define('data', {

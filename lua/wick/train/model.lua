@@ -6,8 +6,8 @@
 -- parameters and FLOPs, and the model itself, built or loaded.
 --
 --   local shape, problems = model.shape(config, data_vocab)
---   -- shape: { arch = 'gpt2'|'llama', vocab =, seq_len =, layers =, heads =, dim =, and for a Llama
---   --          kv_heads =, ffn_dim =, tie_embeddings =, qkv_bias =, options = wick.nn.llama's }
+--   -- shape: { arch = 'gpt2'|'llama', vocab =, seq_len =, layers =, heads =, dim =, recompute =, and
+--   --          for a Llama kv_heads =, ffn_dim =, tie_embeddings =, qkv_bias =, options = wick.nn.llama's }
 --   local m = model.build(shape, config)
 local cost = require 'wick.nn.cost'
 local gpt = require 'wick.nn.gpt'
@@ -47,6 +47,7 @@ function model.shape(config, data_vocab)
   if m.from_pretrained then
     local ok, shape = pcall(from_directory, m.from_pretrained)
     if not ok then return nil, { 'model.from_pretrained: ' .. tostring(shape):gsub('^.-:%d+: ', '') } end
+    shape.recompute = m.recompute
     if data_vocab > shape.vocab then
       problems[#problems + 1] = ("model.from_pretrained %s: its vocab_size %d is below the data's vocabulary %d: " ..
         "convert the data with the model's tokenizer (its tokenizer.json)"):format(m.from_pretrained, shape.vocab, data_vocab)
@@ -64,7 +65,9 @@ function model.shape(config, data_vocab)
   if m.seq_len and m.seq_len < seq_len then
     problems[#problems + 1] = ('model.seq_len %d is below data.seq_len %d'):format(m.seq_len, seq_len)
   end
-  return from_scratch(m, m.vocab or data_vocab, m.seq_len or seq_len), problems
+  local shape = from_scratch(m, m.vocab or data_vocab, m.seq_len or seq_len)
+  shape.recompute = m.recompute
+  return shape, problems
 end
 
 -- Why a source's tokens are not the fine-tuned directory's (nil when they are, or when either side
@@ -101,16 +104,17 @@ end
 function model.build(shape, config)
   local m = config.model
   if m.from_pretrained then
-    return pretrained.from_pretrained(m.from_pretrained, { precision = config.precision, device = m.device })
+    return pretrained.from_pretrained(m.from_pretrained, { precision = config.precision, device = m.device,
+      recompute = m.recompute })
   end
   if shape.arch == 'llama' then
     local o = {}
     for k, v in pairs(shape.options) do o[k] = v end
-    o.precision, o.device, o.seed = config.precision, m.device, config.seed
+    o.precision, o.device, o.seed, o.recompute = config.precision, m.device, config.seed, m.recompute
     return llama.new(o)
   end
   return gpt.new { vocab = shape.vocab, seq_len = shape.seq_len, layers = shape.layers, heads = shape.heads,
-    dim = shape.dim, precision = config.precision, device = m.device, seed = config.seed }
+    dim = shape.dim, precision = config.precision, device = m.device, seed = config.seed, recompute = m.recompute }
 end
 
 return model

@@ -17,16 +17,26 @@ local ADAM_STATES = 2            -- m and v, f32
 -- under each policy (wick.precision: bf16 and fp16 store both in 2 bytes).
 local STORED_BYTES = { fp32 = F32, bf16 = 2, fp16 = 2 }
 local COMPUTE_COPY_BYTES = { fp32 = 0, bf16 = 2, fp16 = 2 }
--- The buffers wick.nn.modules and wick.nn.gpt hold, per token, in the stored dtype. A block keeps
--- 18 x dim of forward outputs (ln_1 1, qkv 3, attention 1, projection 1, x1 1, ln_2 1, fc 4, gelu 4,
--- projection 1, output 1) and 14 x dim of activation gradients (attention 1, qkv 3, hidden 4, fc 4,
--- the residual 1, the layernorm 1), plus the attention probabilities, heads x T a token. The model
--- adds 5 x dim (the embedding, ln_f, and the gradients of ln_f's output and of the two residual
--- streams) and 2 x vocab (the logits and their gradient).
-local BLOCK_DIMS, MODEL_DIMS, MODEL_VOCABS = 32, 5, 2
--- f32 per token whatever the policy: mean and rstd of each layernorm (4 a block, 2 for ln_f), the
--- per-token losses, and the loss mask as f32 that data parallelism counts its targets with.
-local BLOCK_F32, MODEL_F32 = 4, 4
+-- The buffers wick.nn.modules, wick.nn.gpt and wick.nn.llama hold per token, in the stored dtype
+-- (f32 where named), as multiples of the model's widths: dim, kv (kv_heads x head size), ffn
+-- (ffn_dim) and vocab. A block's forward keeps `forward`, and the attention probabilities (heads x T
+-- a token); one dim of it is the block's output, the next block's input, kept by every block, the
+-- rest by one block only under recompute = 'blocks' (nn.share_buffers). The activation gradients of
+-- backward (`gradients`) are one block's, shared by all. `model` is what the model holds itself.
+-- GPT-2: forward ln_1 1, qkv 3, attention 1, projection 1, x1 1, ln_2 1, fc 4, gelu 4, projection 1,
+-- output 1, f32 the mean and rstd of both layernorms; gradients attention 1, qkv 3, hidden 4, fc 4,
+-- the residual 1, the layernorm 1; the model the embedding, ln_f and the gradients of ln_f's output
+-- and of the two residual streams 5, the logits and their gradient 2 vocab, f32 ln_f's mean and rstd,
+-- the per-token losses and the loss mask as f32 that data parallelism counts its targets with.
+-- Llama: forward the two norms' outputs 2, x1 and the output 2, q, its rotation, y and the projection
+-- 4, qkv 3, the feed-forward's projection 1; k, v and k's rotation; gate, up and their product; f32
+-- each RMSNorm's rstd; gradients y 1, qkv 3, q and its rotation 2, the residual and a norm 2; k, v,
+-- k's rotation; gate, up, the product; the model as a GPT's, with one f32 rstd for its final norm.
+local BUFFERS = {
+  gpt2 = { forward = { dim = 18, f32 = 4 }, gradients = { dim = 14 }, model = { dim = 5, vocab = 2, f32 = 4 } },
+  llama = { forward = { dim = 12, kv = 3, ffn = 3, f32 = 2 }, gradients = { dim = 8, kv = 3, ffn = 3 },
+    model = { dim = 5, vocab = 2, f32 = 3 } },
+}
 
 local format_bytes = core.format_bytes
 
@@ -61,37 +71,33 @@ local function check_loader(config, world, micro)
   return bytes
 end
 
--- The same for wick.nn.llama, per token in the stored dtype: a layer keeps 20 x dim (its two norms'
--- outputs 2, the residual x1 and the output 2; q, its rotation, y and the projection 4, qkv 3; their
--- gradients 6; the gradients of the residual and of a norm 2; the feed-forward's projection 1),
--- 6 x kv_dim (k, v, k's rotation and their gradients) and 6 x ffn_dim (gate, up, their product and
--- the gradients), plus the probabilities; the model 5 x dim and 2 x vocab as a GPT's. f32: each
--- RMSNorm's rstd (2 a layer, 1 for the final norm), the losses and the mask. Per position, not per
--- token: the zero position rows the embedding adds (stored) and their unused gradient (f32); and the
--- f32 inverse frequencies, head size / 2 of them.
-local LLAMA = { layer_dims = 20, layer_kv_dims = 6, layer_ffn_dims = 6, model_dims = 5, model_vocabs = 2, layer_f32 = 2,
-  model_f32 = 3 }
-
--- The elements a training step keeps: per token (stored dtype, and f32), per position (both), and
--- once (f32).
-local function llama_elements(m, seq_len)
-  local L, hs = m.layers, m.dim / m.heads
-  local kv = m.kv_heads * hs
-  local per_layer = LLAMA.layer_dims * m.dim + LLAMA.layer_kv_dims * kv + LLAMA.layer_ffn_dims * m.ffn_dim + m.heads * seq_len
-  return { stored = L * per_layer + LLAMA.model_dims * m.dim + LLAMA.model_vocabs * m.vocab,
-    f32 = L * LLAMA.layer_f32 + LLAMA.model_f32, position_stored = m.dim, position_f32 = m.dim, once_f32 = hs / 2 }
+-- Elements per token of these widths.
+local function per_token(m, widths)
+  local kv = (m.kv_heads or m.heads) * (m.dim / m.heads)
+  return (widths.dim or 0) * m.dim + (widths.kv or 0) * kv + (widths.ffn or 0) * (m.ffn_dim or 0)
+    + (widths.vocab or 0) * m.vocab
 end
 
-local function gpt_elements(m, seq_len)
-  return { stored = m.layers * (BLOCK_DIMS * m.dim + m.heads * seq_len) + MODEL_DIMS * m.dim + MODEL_VOCABS * m.vocab,
-    f32 = m.layers * BLOCK_F32 + MODEL_F32, position_stored = 0, position_f32 = 0, once_f32 = 0 }
+-- The elements a training step keeps: per token (stored dtype, and f32), per position (both), and
+-- once (f32). Per position, not per token, a Llama has the zero position rows its embedding adds
+-- (stored) and their unused gradient (f32); once, the f32 inverse frequencies, head size / 2.
+local function elements(m, seq_len)
+  local b = BUFFERS[m.arch or 'gpt2']
+  local block = per_token(m, b.forward) + m.heads * seq_len
+  local holding = m.recompute == 'blocks' and 1 or m.layers  -- blocks whose forward buffers a step holds
+  local e = { stored = m.layers * m.dim + holding * (block - m.dim) + per_token(m, b.gradients) + per_token(m, b.model),
+    f32 = holding * b.forward.f32 + b.model.f32, position_stored = 0, position_f32 = 0, once_f32 = 0 }
+  if m.arch == 'llama' then
+    e.position_stored, e.position_f32, e.once_f32 = m.dim, m.dim, m.dim / m.heads / 2
+  end
+  return e
 end
 
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
 -- masters and the compute copy), gradients (f32), optimizer state, the slice buffer of sharded data
 -- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' the reduced gradients),
 -- activations at the micro batch of rows of seq_len tokens (default: the model's), for a shape of
--- wick.train.model (a GPT-2 when it names no arch). Sharded over `world` ranks, AdamW's moments
+-- wick.train.model (a GPT-2 when it names no arch; recompute = 'blocks' holds one block's activations). Sharded over `world` ranks, AdamW's moments
 -- cover one slice: P div world + P mod world elements (wick.nn.shard: a block of each bucket and the
 -- replicated head); the weights and the full-size gradient buffer, which backward accumulates into,
 -- stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
@@ -102,7 +108,7 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
   local tokens, S = micro * seq_len, STORED_BYTES[policy_name]
-  local e = (m.arch == 'llama' and llama_elements or gpt_elements)(m, seq_len)
+  local e = elements(m, seq_len)
   local activations = tokens * (e.stored * S + e.f32 * F32) + seq_len * (e.position_stored * S + e.position_f32 * F32)
     + e.once_f32 * F32
   local weights = P * (F32 + COMPUTE_COPY_BYTES[policy_name])
@@ -194,8 +200,9 @@ function plan.report(job, world, local_ranks)
       m.seq_len, P, P / 1e6, model.flops_per_token(m) / 1e9)
     local total = mem.total + ring_bytes
     local sharded = c.parallel.shard ~= 'none'
-    add('memory per rank (%s, micro batch %d%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..
-      'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '', format_bytes(mem.weights),
+    add('memory per rank (%s, micro batch %d%s%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..
+      'total %s', policy, micro, sharded and ', shard ' .. c.parallel.shard or '',
+      m.recompute == 'blocks' and ', recompute blocks' or '', format_bytes(mem.weights),
       format_bytes(mem.grads), format_bytes(mem.optimizer), sharded and 'gather ' .. format_bytes(mem.gather) .. ', ' or '',
       format_bytes(mem.activations), format_bytes(ring_bytes), format_bytes(total))
     local device = c.model.device or 'cpu'
