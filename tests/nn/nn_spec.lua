@@ -311,8 +311,9 @@ describe('nn.gpt', function()
   end)
 
   -- A model's modules declare their parameters without memory, and flatten() gives each its view of
-  -- the flat storage: building a model allocates its weights and gradients once, nothing more.
-  it('builds a model holding its weights and gradients once, and never more', function()
+  -- the flat storage: building a model allocates its weights once, nothing more; the gradients come
+  -- with the first backward (a model that only generates never holds them).
+  it('builds a model holding its weights once, and its gradients from the first backward on', function()
     collectgarbage()
     collectgarbage('stop')
     finally(function() collectgarbage('restart') end)
@@ -320,10 +321,18 @@ describe('nn.gpt', function()
     T.reset_peak('cpu')
     local model = wick.nn.gpt({ vocab = 64, seq_len = 32, layers = 2, heads = 4, dim = 32, seed = 1 })
     local weights = model:parameter_count() * 4
-    local after = T.memory('cpu')
-    assert.are.equal(2 * weights, after.in_use - before)
-    assert.are.equal(2 * weights, after.peak - before)
+    local built = T.memory('cpu')
+    assert.are.equal(weights, built.in_use - before)
+    assert.are.equal(weights, built.peak - before)
+    local idx = T.full({ 1, 4 }, 3, 'i32')
+    model:forward(idx)  -- the logits: no gradients yet
+    assert.is_nil(model.flat.grads)
+    model:forward(idx, idx)
+    model:backward()
+    assert.are.equal(model:parameter_count(), model.flat.grads:numel())
+    assert.is_true(max_abs_diff(model:grads()['transformer.wte.weight'], T.zeros({ 64, 32 })) > 0)
     model:free()
+    idx:free()
   end)
 
   it('fp16 loss scaling skips an overflowing step, lowers the scale, and raises it after good steps', function()

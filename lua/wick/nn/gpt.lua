@@ -95,41 +95,45 @@ local function view_into(flat, offset, shape, numel)
   return view
 end
 
--- Gives every parameter and gradient (declared under nn.declared: no memory of their own yet) its
--- view of the flat buffers: decayed tensors first, so an optimizer covers each group with one view.
+-- Gives every parameter (declared under nn.declared: no memory of its own yet) its view of the flat
+-- buffer of master weights: decayed tensors first, so an optimizer covers each group with one view.
 -- Under bf16/fp16 the modules compute with a 2-byte copy of the f32 master weights
--- (self.flat.compute, in the policy's dtype), refreshed before each forward; gradients stay f32.
+-- (self.flat.compute, in the policy's dtype), refreshed before each forward. The f32 gradients get
+-- their flat buffer at their first use (gradient_storage): a model loaded to generate never holds one.
 function GPT:flatten()
   local entries, total, decay_total = {}, 0, 0
   for _, p in ipairs(self:parameters()) do if p.decay then entries[#entries + 1] = p end end
   for _, p in ipairs(self:parameters()) do if not p.decay then entries[#entries + 1] = p end end
-  local function numel_of(shape)
-    local n = 1
-    for _, size in ipairs(shape) do n = n * size end
-    return n
-  end
   for _, p in ipairs(entries) do
-    total = total + numel_of(p.shape)
+    p.offset, p.numel = total, 1
+    for _, size in ipairs(p.shape) do p.numel = p.numel * size end
+    total = total + p.numel
     if p.decay then decay_total = total end
   end
-  local flat = {
-    params = T.empty({ total }, 'f32', self.device),
-    grads = T.zeros({ total }, 'f32', self.device),
-    decay_numel = decay_total,
-  }
+  local flat = { params = T.empty({ total }, 'f32', self.device), decay_numel = decay_total }
   flat.compute = self.policy.lowp and T.empty({ total }, self.policy.dtype, self.device) or flat.params
-  self.named, self.named_grads, self.order = {}, {}, {}
-  local offset = 0
+  self.named, self.order, self.entries = {}, {}, entries
   for _, p in ipairs(entries) do
-    local shape, numel = p.shape, numel_of(p.shape)
-    local master = view_into(flat.params, offset, shape, numel)
-    p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, offset, shape, numel)
-    p.module['grad_' .. p.key] = view_into(flat.grads, offset, shape, numel)
-    self.named[p.name], self.named_grads[p.name] = master, p.module['grad_' .. p.key]
+    local master = view_into(flat.params, p.offset, p.shape, p.numel)
+    p.module[p.key] = flat.compute == flat.params and master or view_into(flat.compute, p.offset, p.shape, p.numel)
+    self.named[p.name] = master
     self.order[#self.order + 1] = p.name
-    offset = offset + numel
   end
   self.flat = flat
+end
+
+-- The flat f32 gradients (zeroed when made) and every parameter's view of them (module.grad_KEY and
+-- the named gradients), made at the first call.
+function GPT:gradient_storage()
+  local flat = self.flat
+  if flat.grads then return flat.grads end
+  flat.grads = T.zeros({ flat.params:numel() }, 'f32', self.device)
+  self.named_grads = {}
+  for _, p in ipairs(self.entries) do
+    p.module['grad_' .. p.key] = view_into(flat.grads, p.offset, p.shape, p.numel)
+    self.named_grads[p.name] = p.module['grad_' .. p.key]
+  end
+  return flat.grads
 end
 
 -- Initialises the master weights (compute copies follow at the next forward).
@@ -139,17 +143,25 @@ end
 
 function GPT:free()
   nn.Module.free(self)
-  for _, group in ipairs({ self.flat, self.named, self.named_grads, { self.tokens_inputs, self.tokens_targets } }) do
+  for _, group in ipairs({ self.flat, self.named, self.named_grads or {}, { self.tokens_inputs, self.tokens_targets } }) do
     for _, t in pairs(group) do
       if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
     end
   end
 end
 
-function GPT:flat_parameters() return self.flat end
+-- The flat storage { params =, grads =, compute =, decay_numel = } an optimizer and data
+-- parallelism work on: its gradients made if they were not yet.
+function GPT:flat_parameters()
+  self:gradient_storage()
+  return self.flat
+end
 function GPT:named_parameters() return self.named end
-function GPT:grads() return self.named_grads end
-function GPT:zero_grad() check(C.wk_op_fill(self.flat.grads, 0)) end
+function GPT:grads()
+  self:gradient_storage()
+  return self.named_grads
+end
+function GPT:zero_grad() check(C.wk_op_fill(self:gradient_storage(), 0)) end
 
 function GPT:parameter_count() return self.flat.params:numel() end
 
@@ -246,6 +258,7 @@ end
 -- on_ready (optional) is called with g after the gradients of gradient_groups()[g] are final.
 function GPT:backward(on_ready)
   if not self.given.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
+  self:gradient_storage()
   local body, cfg = self.transformer, self.config
   local B, TT = self.given.idx:size(1), self.given.idx:size(2)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1

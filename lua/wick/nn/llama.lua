@@ -328,6 +328,7 @@ end
 
 function Llama:backward(on_ready)
   if not self.given.targets then error('llama:backward: call forward(idx, targets) first', 2) end
+  self:gradient_storage()
   local cfg = self.config
   local B, TT = self.given.idx:size(1), self.given.idx:size(2)
   local scale = self.policy.scaler and self.policy.scaler.scale or 1

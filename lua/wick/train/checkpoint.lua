@@ -234,7 +234,7 @@ end
 -- Writes this rank's optimizer file into dir (a checkpoint's temporary directory); layout: a sharded
 -- nn.data_parallel's (nil: this rank holds every moment). Returns its path.
 function checkpoint.save_optimizer(dir, opt, model, layout)
-  local numel = model:flat_parameters().params:numel()
+  local numel = model:parameter_count()
   local m, v = opt:moments(model, layout)
   local pieces, spans = stored_pieces(layout, numel), {}
   local first = pieces[1].at
@@ -517,7 +517,7 @@ end
 -- The files may come from any world size and sharding: each is read through its mapping, and only
 -- what this rank keeps of it is copied, so a rank never holds more than its own moments.
 function checkpoint.load_optimizer(dir, opt, model, step, layout)
-  local numel = model:flat_parameters().params:numel()
+  local numel = model:parameter_count()
   local files, first = {}, nil
   for i, path in ipairs(optimizer_files(dir)) do
     local header, metadata = safetensors.header(path)
