@@ -699,8 +699,7 @@ WK_API WkStatus wk_op_qkv_pack_backward(WkTensor *dq, WkTensor *dk, WkTensor *dv
                                         int heads, int kv_heads);
 /* Generation's attention: k and v [B,Tq,kv_heads*hs] of positions start..start+Tq-1 are written into
  * the caches [B,Tmax,kv_heads*hs] there, then the queries q [B,Tq,heads*hs] of those positions attend
- * causally to cache positions 0..their own -> out [B,Tq,heads*hs] (grouped as in qkv_pack). Forward only;
- * CPU only for now: on CUDA tensors it fails with "attention_cached: not implemented on CUDA yet". */
+ * causally to cache positions 0..their own -> out [B,Tq,heads*hs] (grouped as in qkv_pack). Forward only. */
 WK_API WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor *k, const WkTensor *v,
                                        WkTensor *k_cache, WkTensor *v_cache, int heads, int kv_heads,
                                        int64_t start);

@@ -77,6 +77,9 @@ extern "C" {
   X(WkStatus, qkv_pack_backward,                                                                               \
     (WkDType dtype, void *dq, void *dk, void *dv, const void *dqkv, size_t N, size_t NH, size_t KVH,           \
      size_t hs))                                                                                               \
+  X(WkStatus, attention_cached,                                                                                \
+    (WkDType dtype, void *out, const void *q, const void *k, const void *v, void *k_cache, void *v_cache,      \
+     size_t B, size_t Tq, size_t Tmax, size_t NH, size_t KVH, size_t hs, int64_t start))                       \
   X(WkStatus, adamw,                                                                                           \
     (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,        \
      float eps, float weight_decay, int64_t step, float grad_scale))

@@ -11,7 +11,7 @@
  * rmsnorm's rstd, RoPE's inverse frequencies, the per-token losses, the optimizer's weights and
  * moments, and the ops that serve only those (scale, round, sumsq, normal, adamw). The CUDA kernels
  * (runtime/ops/cuda) take the very same dtypes, the activation dtype passed to each entry that has
- * one, and round as the CPU does (docs/gpu.md); only attention_cached (generation) has none yet.
+ * one, and round as the CPU does (docs/gpu.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -577,8 +577,8 @@ WkStatus wk_op_attention_cached(WkTensor *out, const WkTensor *q, const WkTensor
   if (start < 0 || start + Tq > Tmax)
     return WK_FAIL(WK_ERR_INVALID_ARG, "attention_cached: positions %lld..%lld do not fit a cache of %lld", (long long)start,
                    (long long)(start + Tq - 1), (long long)Tmax);
-  /* Generation runs on the CPU: this op alone has no CUDA kernel yet. */
-  if (on_cuda(q)) return WK_FAIL(WK_ERR_UNSUPPORTED, "attention_cached: not implemented on CUDA yet");
-  return cpu_attention_cached(DATA(out), DATA(q), DATA(k), DATA(v), DATA(k_cache), DATA(v_cache), act, (size_t)B, (size_t)Tq,
-                              (size_t)Tmax, (size_t)heads, (size_t)kv_heads, (size_t)hs, start);
+  return DISPATCH(q, cpu_attention_cached(DATA(out), DATA(q), DATA(k), DATA(v), DATA(k_cache), DATA(v_cache), act, (size_t)B,
+                                          (size_t)Tq, (size_t)Tmax, (size_t)heads, (size_t)kv_heads, (size_t)hs, start),
+                  CUDA->attention_cached(act, DATA(out), DATA(q), DATA(k), DATA(v), DATA(k_cache), DATA(v_cache), (size_t)B,
+                                         (size_t)Tq, (size_t)Tmax, (size_t)heads, (size_t)kv_heads, (size_t)hs, start));
 }

@@ -488,8 +488,9 @@ describe('a bf16 GPT on CUDA agrees with the CPU\'s bf16 #gpu', function()
   end)
 end)
 
--- The Llama-family ops (runtime/ops/cuda/{rmsnorm,rope,swiglu,qkv_pack}.cu) against the CPU, on f32
--- storage (REL_TOL) and on bf16 (one rounding step; the packing copies bits, so its qkv is exact).
+-- The Llama-family ops (runtime/ops/cuda/{rmsnorm,rope,swiglu,qkv_pack,attention_cached}.cu) against
+-- the CPU, on f32 storage (REL_TOL) and on bf16 (one rounding step; the packing and the caches copy
+-- bits, so qkv and the caches are exact).
 -- The gradients are accumulated into inputs that are not zero, as the model's are. Shapes: 2 query
 -- heads per kv head (grouped-query attention), an odd number of rows, and a RoPE start past 0.
 local function llama_ops(dtype, device)
@@ -518,18 +519,27 @@ local function llama_ops(dtype, device)
   check(C.wk_op_qkv_pack(qkv, q, k, v, heads, kv_heads))
   local dq, dk, dv = act(q.shape, 66), act(k.shape, 67), act(v.shape, 68)
   check(C.wk_op_qkv_pack_backward(dq, dk, dv, act(qkv.shape, 69), heads, kv_heads))
-  return { norm, rstd, dnorm, dw, rotated, drot, gated, dgate, dup, qkv, dq, dk, dv }
+
+  -- generation: 5 positions into an empty cache of 9, then 2 more against what they left
+  local k_cache, v_cache = T.zeros({ 2, 9, kv_heads * hs }, dtype, device), T.zeros({ 2, 9, kv_heads * hs }, dtype, device)
+  local prefill, decoded = T.empty({ 2, 5, heads * hs }, dtype, device), T.empty({ 2, 2, heads * hs }, dtype, device)
+  check(C.wk_op_attention_cached(prefill, act({ 2, 5, heads * hs }, 70), act({ 2, 5, kv_heads * hs }, 71),
+    act({ 2, 5, kv_heads * hs }, 72), k_cache, v_cache, heads, kv_heads, 0))
+  check(C.wk_op_attention_cached(decoded, act({ 2, 2, heads * hs }, 73), act({ 2, 2, kv_heads * hs }, 74),
+    act({ 2, 2, kv_heads * hs }, 75), k_cache, v_cache, heads, kv_heads, 5))
+  return { norm, rstd, dnorm, dw, rotated, drot, gated, dgate, dup, qkv, dq, dk, dv, k_cache, v_cache, prefill, decoded }
 end
 
 describe('the Llama-family ops on CUDA agree with the CPU #gpu', function()
-  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on f32 storage', function()
+  it('rmsnorm, rope, swiglu, qkv_pack and cached attention, forward and backward, on f32 storage', function()
     if not gpu_or_skip() then return end
     agree('Llama ops (f32)', function(device) return llama_ops('f32', device) end)
   end)
 
-  it('rmsnorm, rope, swiglu and qkv_pack, forward and backward, on bf16 storage', function()
+  it('rmsnorm, rope, swiglu, qkv_pack and cached attention, forward and backward, on bf16 storage', function()
     if not gpu_or_skip() then return end
-    agree_stored('Llama ops (bf16)', { [10] = true }, function(device) return llama_ops('bf16', device) end)
+    agree_stored('Llama ops (bf16)', { [10] = true, [14] = true, [15] = true },
+      function(device) return llama_ops('bf16', device) end)
   end)
 
   it('rmsnorm backward sums dweight over more rows than blocks, the same bits run after run', function()

@@ -583,7 +583,7 @@ describe('cached attention (generation)', function()
 end)
 
 describe('Llama-family ops on CUDA tensors', function()
-  it('run the training ops and refuse attention_cached (generation) by name', function()
+  it('run the training ops and generation\'s cached attention', function()
     if C.wk_cuda_device_count() == 0 then
       pending('skipped: no CUDA device on this machine')
       return
@@ -599,10 +599,15 @@ describe('Llama-family ops on CUDA tensors', function()
     local q = T.zeros({ 1, 2, 4 }, 'f32', 'cuda:0')
     check(C.wk_op_rope(T.empty({ 1, 2, 4 }, 'f32', 'cuda:0'), q, inv_freq, 2, 0))
     check(C.wk_op_qkv_pack(qkv, q, q, q, 2, 2))
-    local cache = T.zeros({ 1, 4, 4 }, 'f32', 'cuda:0')
-    assert.has_error(function()
-      check(C.wk_op_attention_cached(T.empty({ 1, 2, 4 }, 'f32', 'cuda:0'), q, q, q, cache, cache, 2, 2, 0))
-    end, 'attention_cached: not implemented on CUDA yet')
+    local k_cache, v_cache = T.zeros({ 1, 4, 4 }, 'f32', 'cuda:0'), T.zeros({ 1, 4, 4 }, 'f32', 'cuda:0')
+    local ones, out = T.full({ 1, 2, 4 }, 1, 'f32', 'cuda:0'), T.empty({ 1, 2, 4 }, 'f32', 'cuda:0')
+    check(C.wk_op_attention_cached(out, q, q, ones, k_cache, v_cache, 2, 2, 1))
+    -- q and k are 0, so each query averages the values of positions 0..its own: position 0 of the
+    -- cache (still 0), then the 1s written at positions 1 and 2
+    assert.is_true(math.abs(out:get(1, 1, 1) - 1 / 2) < 1e-6)
+    assert.is_true(math.abs(out:get(1, 2, 4) - 2 / 3) < 1e-6)
+    assert.are.equal(1, v_cache:get(1, 3, 1))
+    assert.are.equal(0, v_cache:get(1, 4, 1))
   end)
 end)
 

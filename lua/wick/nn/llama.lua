@@ -63,7 +63,7 @@ local OPTIONS = schema.define('nn.llama option', {
   { 'qkv_bias', 'boolean', default = false, help = 'q/k/v projections have biases (Qwen 2)' },
   { 'precision', 'precision', check = precision.check,
     help = "'fp32', 'bf16', 'fp16' or { 'fp16', scale = S, growth_interval = N }" },
-  { 'device', 'string', help = "'cpu' or 'cuda:N' (generation's attention_cached is CPU-only)" },
+  { 'device', 'string', help = "'cpu' or 'cuda:N' (default cpu)" },
   { 'seed', 'integer', min = 0, max = 2 ^ 32 - 1, default = 0, help = 'initialisation seed' },
   schema.from(gpt.OPTIONS, 'recompute'),
 })

@@ -1,8 +1,8 @@
 /*
  * runtime/ops/cuda — the ops half of the CUDA module: one file per CPU counterpart in runtime/ops/cpu
- * (elementwise.cu, layers.cu, attention.cu, loss.cu; rmsnorm.cu, rope.cu, swiglu.cu, qkv_pack.cu for
- * the Llama family) and the cuBLAS matmuls (blas.cu), entered through the kernels' table
- * (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
+ * (elementwise.cu, layers.cu, attention.cu, loss.cu; rmsnorm.cu, rope.cu, swiglu.cu, qkv_pack.cu,
+ * attention_cached.cu for the Llama family) and the cuBLAS matmuls (blas.cu), entered through the
+ * kernels' table (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
  * (embedding, targets) raise a device flag that is read back, so bad tokens fail with the same
  * message class as on the CPU. The design and cost of each kernel: docs/gpu.md.
  *
