@@ -488,6 +488,27 @@ describe('a bf16 GPT on CUDA agrees with the CPU\'s bf16 #gpu', function()
   end)
 end)
 
+-- Generation on the device: the caches, the cached attention and the steps' logits stay there; the
+-- sampler reads the last position's logits copied to the host. Greedy decoding of an f32 Llama then
+-- picks what the CPU picks: the logits agree to REL_TOL, and on the CPU this model's two likeliest
+-- ids are never closer than 4e-3 of its largest logit.
+describe('a Llama on CUDA generates what it generates on the CPU #gpu', function()
+  it('greedy, from a prompt of two rows', function()
+    if not gpu_or_skip() then return end
+    local prompt = T.new({ { 1, 5, 9, 2 }, { 3, 3, 8, 11 } }, 'i32')
+    local generated = {}
+    for _, device in ipairs({ 'cpu', DEVICE }) do
+      local model = wick.nn.llama { vocab = 32, dim = 16, layers = 2, heads = 4, kv_heads = 2, ffn_dim = 24,
+        max_positions = 16, seed = 5, device = device }
+      local out = model:generate(prompt, { max_new_tokens = 8 })
+      generated[device] = bytes(out)
+      out:free()
+      model:free()
+    end
+    assert.are.equal(generated.cpu, generated[DEVICE])
+  end)
+end)
+
 -- The Llama-family ops (runtime/ops/cuda/{rmsnorm,rope,swiglu,qkv_pack,attention_cached}.cu) against
 -- the CPU, on f32 storage (REL_TOL) and on bf16 (one rounding step; the packing and the caches copy
 -- bits, so qkv and the caches are exact).

@@ -64,10 +64,16 @@ local function uniform(seed)
   end
 end
 
--- The logits as f32 for the sampler: a bf16/fp16 model's are widened (exactly) into a buffer.
-local function f32_logits(self, logits)
-  if logits.dtype == 'f32' then return logits end
-  return self:buffer('step_logits_f32', logits.shape):copy(logits)
+-- The logits the sampler reads, f32 in host memory, and their positions per row: an f32 CPU
+-- model's in place, else the last position's copied into `host` [B, 1, V] (from the device, and a
+-- bf16/fp16 model's widened exactly).
+local function host_logits(logits, host)
+  local positions = logits:size(2)
+  if logits.dtype == 'f32' and logits.device == 'cpu' then return logits, positions end
+  local last = logits:narrow(2, positions, 1)
+  host:copy(last)
+  last:free()
+  return host, 1
 end
 
 function llama.Llama:generate(prompt, opts)
@@ -91,13 +97,14 @@ function llama.Llama:generate(prompt, opts)
   -- the sampler's scratch, once for the whole generation (greedy decoding needs none)
   local order = opts.temperature > 0 and ffi.new('int32_t[?]', V) or nil
   local weights = opts.temperature > 0 and ffi.new('double[?]', V) or nil
-  local next_ids = T.empty({ B, 1 }, 'i32')
+  local next_ids, host = T.empty({ B, 1 }, 'i32'), T.empty({ B, 1, V }, 'f32')
   local step_ids = ffi.cast('int32_t *', next_ids:data())
   local lengths, running = {}, B
   local logits = self:step(packed, caches, 0)
   local width = total
   for t = T0, total - 1 do
-    local rows, positions = ffi.cast('float *', f32_logits(self, logits):data()), logits:size(2)
+    local sampled, positions = host_logits(logits, host)
+    local rows = ffi.cast('float *', sampled:data())
     for b = 1, B do
       local id
       if lengths[b] then
@@ -123,6 +130,7 @@ function llama.Llama:generate(prompt, opts)
     cache.v:free()
   end
   next_ids:free()
+  host:free()
   packed:free()
   if width == total then return out, lengths end
   local view = out:narrow(2, 1, width)

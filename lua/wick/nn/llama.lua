@@ -404,11 +404,13 @@ function Llama:new_cache(B, Tmax)
   return caches
 end
 
--- The logits [B, Tq, V] (a buffer the next step overwrites) of tokens idx [B, Tq] (int32, contiguous)
--- at positions start.., their keys and values added to the caches.
+-- The logits [B, Tq, V] (a buffer the next step overwrites) of tokens idx [B, Tq] (int32, on any
+-- device: copied to the model's when elsewhere) at positions start.., their keys and values added to
+-- the caches.
 function Llama:step(idx, caches, start)
   local B, TT = idx:size(1), idx:size(2)
   gpt.refresh_compute_weights(self)
+  idx = gpt.staged(self, 'step_idx', idx, 'i32', true)
   local x = self:activation('step_embedded', { B, TT, self.config.dim })
   check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
   for l, block in ipairs(self.blocks) do x = block:step(x, caches[l], start) end
