@@ -52,12 +52,15 @@ function optim.adamw(opts)
   }, AdamW)
 end
 
--- Views of elements first .. first + numel - 1 (0-based, within piece p) of the parameters, their
--- gradients (p.grads) and the moments (at p.at in them); nil when empty.
-local function group(flat, p, m, v, first, numel, decay)
+-- Views of elements first .. first + numel - 1 (0-based, within piece p) of the parameters (the f32
+-- masters: the flat ones, or a sharded layout's slice of them, at p.at), their gradients (p.grads)
+-- and the moments (at p.at in them); nil when empty.
+local function group(flat, p, m, v, first, numel, decay, masters)
   if numel <= 0 then return nil end
+  local params = masters and masters:narrow(1, p.at + first + 1, numel)
+    or flat.params:narrow(1, p.offset + first + 1, numel)
   return {
-    params = flat.params:narrow(1, p.offset + first + 1, numel), grads = p.grads:narrow(1, first + 1, numel),
+    params = params, grads = p.grads:narrow(1, first + 1, numel),
     m = m:narrow(1, p.at + first + 1, numel), v = v:narrow(1, p.at + first + 1, numel), decay = decay,
   }
 end
@@ -67,15 +70,16 @@ end
 function AdamW:build(model, layout)
   self:free()
   local flat = model:flat_parameters()
-  local pieces = layout and layout.pieces or { { offset = 0, numel = flat.params:numel(), at = 0, grads = flat.grads } }
-  local n = layout and layout.numel or flat.params:numel()
-  self.m = T.zeros({ n }, 'f32', flat.params.device)
-  self.v = T.zeros({ n }, 'f32', flat.params.device)
+  local pieces = layout and layout.pieces or { { offset = 0, numel = flat.numel, at = 0, grads = flat.grads } }
+  local n = layout and layout.numel or flat.numel
+  self.m = T.zeros({ n }, 'f32', flat.grads.device)
+  self.v = T.zeros({ n }, 'f32', flat.grads.device)
   self.flat, self.layout, self.groups = flat, layout, {}
+  local masters = layout and layout.masters
   for _, p in ipairs(pieces) do -- the decayed elements come first in the flat storage
     local decayed = math.max(0, math.min(p.numel, flat.decay_numel - p.offset))
-    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, 0, decayed, true)
-    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, decayed, p.numel - decayed, false)
+    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, 0, decayed, true, masters)
+    self.groups[#self.groups + 1] = group(flat, p, self.m, self.v, decayed, p.numel - decayed, false, masters)
   end
 end
 

@@ -373,6 +373,42 @@ checkpoint = { every = 2, keep = 2 },]])
       end
     end)
 
+    -- Sharded under bf16, a rank holds the f32 masters of its slice only and saves them beside its
+    -- moments (model.safetensors holds the compute copy's values): any sharding resumes from them.
+    -- On one rank every sum is the straight run's, so the losses are its bits; 2 ranks onto 1 as in
+    -- the world-size test above.
+    it('resumes a bf16 run from the slices of f32 masters its ranks saved, onto another sharding', function()
+      local path = write_recipe(root .. '/sharded-bf16.lua', dataset, [[
+callbacks = { on_step_end = function(t, m)
+  if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
+end },
+precision = 'bf16',
+checkpoint = { every = 2, keep = 2 },]])
+      local straight = root .. '/bf16-straight.jsonl'
+      local r = helper.run(('%s --checkpoint.dir=%s --log=%s'):format(q(path), q(root .. '/ck-bf16-straight'), q(straight)))
+      assert.are.equal(0, r.rc, r.err)
+      local want = losses(straight)
+      for i, case in ipairs({ { 1, 'optimizer', 1, 'none' }, { 1, 'none', 1, 'gradients' }, { 1, 'gradients', 1, 'optimizer' },
+        { 2, 'optimizer', 1, 'none' } }) do
+        local dir, log = ('%s/ck-bf16-%d'):format(root, i), ('%s/bf16-%d.jsonl'):format(root, i)
+        local first = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s')
+          :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
+        assert.are.equal(0, first.rc, first.err)
+        local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
+          :format(case[3], q(path), case[4], q(dir), q(log)))
+        assert.are.equal(0, resumed.rc, resumed.err)
+        local got, what = losses(log), ('%d ranks %s -> %d ranks %s'):format(unpack(case))
+        for step = 1, 8 do
+          if case[1] == 1 then
+            assert.are.equal(want[step], got[step], what .. ', step ' .. step)
+          else
+            local a, b = tonumber(want[step]), tonumber(got[step])
+            assert.is_true(math.abs(a - b) < 1e-5 * a, ('%s, step %d: %s vs %s'):format(what, step, want[step], got[step]))
+          end
+        end
+      end
+    end)
+
     -- Rank 1 of a sharded run is killed with SIGKILL halfway through writing its slice of step 4's
     -- checkpoint: the job fails naming it, step 2's checkpoint stays the newest complete one, and
     -- the run resumes from it with the straight run's losses.
@@ -898,7 +934,7 @@ end },]]
     -- Sharded, each rank's estimate holds its slice of AdamW's moments and the slice buffer; the
     -- scalars left out grow with the world: the step's timing gather (48 bytes a rank) and, sharded,
     -- the norm's sum over the ranks (8 bytes a rank, and 8). The log records each rank's peak.
-    it('estimates what each rank of a sharded run allocates at its peak, for each level on 2 and 4 ranks', function()
+    it('estimates what each rank of a sharded run allocates at its peak, for each level on 2 and 4 ranks, and under bf16', function()
       local peaked = write_recipe(root .. '/peak-ranks.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
   if m.step ~= 2 then return end
@@ -912,18 +948,21 @@ end },]])
         local value, unit = text:match(name .. ' ([%d.]+) (%a+)')
         return tonumber(value) * UNITS[unit]
       end
-      for _, world in ipairs({ 2, 4 }) do
-        local optimizer = {}
+      -- under bf16 a sharded rank also keeps only its slice of the f32 masters
+      for _, case in ipairs({ { 2, 'fp32' }, { 4, 'fp32' }, { 2, 'bf16' } }) do
+        local world, policy = case[1], case[2]
+        local optimizer, weights = {}, {}
         for _, level in ipairs({ 'none', 'optimizer', 'gradients' }) do
-          local args = ('--nproc-per-node %d %s --steps=2 --parallel.shard=%s'):format(world, q(peaked), level)
-          local log = ('%s/peak-%d-%s.jsonl'):format(root, world, level)
+          local args = ('--nproc-per-node %d %s --steps=2 --parallel.shard=%s --precision=%s'):format(world, q(peaked), level,
+            policy)
+          local log = ('%s/peak-%d-%s-%s.jsonl'):format(root, world, level, policy)
           os.remove(log)
           local planned, ran = timed('--dry-run ' .. args), timed(args .. ' --log=' .. q(log))
           assert.are.equal(0, planned.rc, planned.err)
           assert.are.equal(0, ran.rc, ran.err)
-          local line = planned.out:match('memory per rank %(fp32, micro batch 2[^)]*%):[^\n]*')
+          local line = planned.out:match('memory per rank %(' .. policy .. ', micro batch 2[^)]*%):[^\n]*')
           local estimate = bytes(line, 'total')
-          optimizer[level] = bytes(line, 'optimizer')
+          optimizer[level], weights[level] = bytes(line, 'optimizer'), bytes(line, 'weights')
           local scalars = 48 * world + (level == 'none' and 0 or 8 * world + 8)
           local last = require('wick.json').decode(helper.read_file(log):match('([^\n]+)\n$'))
           local peaks, most = 0, 0
@@ -941,6 +980,9 @@ end },]])
         end
         assert.are.equal(optimizer.optimizer, optimizer.gradients)
         assert.is_true(math.abs(optimizer.optimizer * world - optimizer.none) < 0.01 * optimizer.none)
+        -- bf16: 4 bytes of masters and 2 of compute copy a parameter, the masters sliced W ways
+        local kept = policy == 'bf16' and (2 + 4 / world) / 6 or 1
+        assert.is_true(math.abs(weights.optimizer - kept * weights.none) < 0.01 * weights.none, policy)
       end
     end)
 

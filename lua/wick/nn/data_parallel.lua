@@ -28,8 +28,8 @@
 -- Sharded (wick.nn.shard says which part of the flat parameters a rank owns, block by bucket):
 --   shard = 'optimizer' (ZeRO-1): each rank keeps AdamW's moments for its slice only; gradients
 --      are all-reduced as above, each rank updates its slice of the f32 weights, and the updated
---      slices are all-gathered into every rank's full weights (under bf16/fp16 these are the f32
---      masters, whole on every rank: the next forward refreshes the compute copy from them);
+--      slices are all-gathered into every rank's full weights; under bf16/fp16 each rank keeps the
+--      f32 masters of its slice only, and the 2-byte compute copy is what is all-gathered;
 --   shard = 'gradients' (ZeRO-2): as 'optimizer', but step 3 reduce-scatters each bucket instead
 --      (overlapped the same way) into this rank's slice of the gradient, so no rank holds the
 --      reduced full gradient; the full-size buffer stays, backward accumulates into it.
@@ -122,17 +122,27 @@ local function make_buckets(ranges, bucket_bytes, multiple)
   return buckets
 end
 
--- The layout and the slice: this rank's packed pieces, the gradients' destination under 'gradients'
--- and the updated weights' source for their all-gather under both levels.
-local function shard_buffers(self, flat, wire)
+-- The layout and this rank's slices (its pieces packed in flat order): self.slice (f32), the
+-- gradients' destination under 'gradients' and, under fp32, the updated weights' all-gather source.
+-- Under bf16/fp16 the slice of the f32 masters moves here (layout.masters, where the optimizer
+-- updates them) and the model frees its full ones; the updated compute copy is all-gathered from
+-- self.compute_slice, in its 2-byte dtype.
+local function shard_buffers(self, model, flat, wire)
   self.layout = shard.layout(self.dist, self.buckets)
-  self.slice = T.empty({ self.layout.numel }, 'f32', flat.grads.device)
+  local n, device, lowp = self.layout.numel, flat.params.device, model.policy.lowp
+  if self.shard == 'gradients' or not lowp then self.slice = T.empty({ n }, 'f32', device) end
+  if lowp then
+    self.layout.masters = T.empty({ n }, 'f32', device)
+    self.layout:pack(self.layout.masters, flat.params)
+    self.compute_slice = T.empty({ n }, model.policy.dtype, device)
+    model:release_masters()
+  end
   for _, b in ipairs(self.buckets) do
     local p = b.piece
     b.scatter = self.shard == 'gradients' and not p.replicated
     if b.scatter then
       p.grads = self.slice:narrow(1, p.at + 1, p.numel)
-      if b.wire then b.wire_out = T.empty({ p.numel }, wire, flat.grads.device) end
+      if b.wire then b.wire_out = T.empty({ p.numel }, wire, device) end
     else
       p.grads = flat.grads:narrow(1, p.offset + 1, p.numel)
     end
@@ -146,6 +156,7 @@ function DataParallel.new(model, dist, opts)
     error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
   end
   local flat = model:flat_parameters()
+  if not flat.params then error('nn.data_parallel: the model\'s masters belong to another data parallelism', 2) end
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
     device = flat.params.device }, DataParallel)
   dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
@@ -160,7 +171,7 @@ function DataParallel.new(model, dist, opts)
     local list = self.launch_at[b.ready]
     list[#list + 1] = i
   end
-  if self.shard ~= 'none' then shard_buffers(self, flat, wire) end
+  if self.shard ~= 'none' then shard_buffers(self, model, flat, wire) end
   self.works = {}
   self.on_ready = function(g)
     if g == groups then self.overlapped = self.launched end  -- on their way before the last group
@@ -309,7 +320,7 @@ function DataParallel:step(loader, opt)
       self:backward(m == n)
     end
     applied, norm = opt:step(model, self.layout)
-    if applied and self.layout and self.world_size > 1 then self:gather_parameters() end
+    if applied and self.layout and (self.world_size > 1 or self.layout.masters) then self:gather_parameters() end
   end
   local comm = comm_seconds(self) - comm_before
   local loss, ranks, slowest = gather(self, loss_share, data, comm, now() - start)
@@ -319,11 +330,17 @@ function DataParallel:step(loader, opt)
   }
 end
 
--- Every rank's updated slice of the f32 weights into every rank's full weights.
+-- Every rank's updated slice into every rank's full weights: of the f32 weights, or under bf16/fp16
+-- of the compute copy, cast from the master slice (rounded as an unsharded forward's refresh rounds).
 function DataParallel:gather_parameters()
-  local params = self.model:flat_parameters().params
-  self.layout:pack(self.slice, params)
-  self.layout:gather(params, self.slice, site_of(self))
+  local layout, flat = self.layout, self.model:flat_parameters()
+  if layout.masters then
+    self.compute_slice:copy(layout.masters)
+    layout:gather(flat.compute, self.compute_slice, site_of(self))
+  else
+    layout:pack(self.slice, flat.params)
+    layout:gather(flat.params, self.slice, site_of(self))
+  end
 end
 
 -- One log line from a step's result: this rank's split and the slowest rank's.
@@ -339,8 +356,8 @@ function DataParallel:free()
     for _, t in pairs({ b.wire, b.wire_out, b.piece and b.piece.grads }) do t:free() end
   end
   if self.layout then
+    for _, t in pairs({ self.slice, self.compute_slice, self.layout.masters }) do t:free() end
     self.layout:free()
-    self.slice:free()
   end
   for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
   self.micro, self.buckets = {}, {}

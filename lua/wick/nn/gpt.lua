@@ -110,7 +110,7 @@ function GPT:flatten()
     total = total + p.numel
     if p.decay then decay_total = total end
   end
-  local flat = { params = T.empty({ total }, 'f32', self.device), decay_numel = decay_total }
+  local flat = { params = T.empty({ total }, 'f32', self.device), numel = total, decay_numel = decay_total }
   flat.compute = self.policy.lowp and T.empty({ total }, self.policy.dtype, self.device) or flat.params
   self.named, self.order, self.entries = {}, {}, entries
   for _, p in ipairs(entries) do
@@ -134,6 +134,22 @@ function GPT:gradient_storage()
     self.named_grads[p.name] = p.module['grad_' .. p.key]
   end
   return flat.grads
+end
+
+-- Hands the f32 master weights to their new owner (a sharded nn.data_parallel keeps this rank's
+-- slice of them) and frees the full ones: a model with a 2-byte compute copy only. Its named
+-- parameters are then the compute copy's views, and forward leaves the compute copy to that owner,
+-- which refreshes it after each update.
+function GPT:release_masters()
+  local flat = self.flat
+  assert(flat.compute ~= flat.params, 'gpt:release_masters: an f32 model computes with its masters')
+  flat.compute:copy(flat.params)  -- the last refresh from the full masters
+  for _, p in ipairs(self.entries) do
+    self.named[p.name]:free()
+    self.named[p.name] = p.module[p.key]
+  end
+  flat.params:free()
+  flat.params = nil
 end
 
 -- Initialises the master weights (compute copies follow at the next forward).
@@ -163,7 +179,7 @@ function GPT:grads()
 end
 function GPT:zero_grad() check(C.wk_op_fill(self:gradient_storage(), 0)) end
 
-function GPT:parameter_count() return self.flat.params:numel() end
+function GPT:parameter_count() return self.flat.numel end
 
 -- ---- forward and backward ------------------------------------------------------------------------
 
@@ -185,10 +201,11 @@ local function count_selected(self, mask, B, TT)
   return scalar[0]
 end
 
--- The compute copy from the masters, rounded to nearest even by the copy's cast.
+-- The compute copy from the masters, rounded to nearest even by the copy's cast (unless the masters
+-- were released: their owner refreshes it).
 local function refresh_compute_weights(self)
   local flat = self.flat
-  if flat.compute ~= flat.params then flat.compute:copy(flat.params) end
+  if flat.params and flat.compute ~= flat.params then flat.compute:copy(flat.params) end
 end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits

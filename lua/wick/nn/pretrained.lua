@@ -417,13 +417,16 @@ local function shards(model, max_bytes, elem_bytes)
   return out
 end
 
--- One weights file: the tensors converted to dtype first (one shard's worth at a time) unless f32.
+-- One weights file of dtype: each tensor of another dtype (the f32 masters, or a compute copy that
+-- stands for released masters) converted first, one shard's worth at a time.
 local function save_shard(path, group, dtype)
-  if dtype == 'f32' then return safetensors.save(path, group, { format = 'pt' }) end
-  local converted = {}
-  for name, t in pairs(group) do converted[name] = t:to(dtype) end
-  safetensors.save(path, converted, { format = 'pt' })
-  for _, t in pairs(converted) do t:free() end
+  local stored, converted = {}, {}
+  for name, t in pairs(group) do
+    stored[name] = t.dtype == dtype and t or t:to(dtype)
+    if stored[name] ~= t then converted[#converted + 1] = stored[name] end
+  end
+  safetensors.save(path, stored, { format = 'pt' })
+  for _, t in ipairs(converted) do t:free() end
 end
 
 local function save_pretrained(model, dir, hf_config, opts)

@@ -11,7 +11,9 @@
 --                            pieces of the flat parameter order the moments are; a sharded run
 --                            (parallel.shard) writes optimizer-RRRRR-of-WWWWW.safetensors instead,
 --                            each rank its own slice, in parallel; any world size and sharding
---                            reads either back
+--                            reads either back. Sharded under bf16/fp16, where each rank holds the
+--                            f32 masters of its slice only, a rank's file adds them (`master`) and
+--                            model.safetensors holds the compute copy's (2-byte) values as f32
 --     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
 --                            recipe's text and hash, every field of the checked recipe, the
 --                            overrides, the runtime version, each source's index.json hash
@@ -244,11 +246,12 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
     spans[i] = { p.offset, p.numel }
     at = at + p.numel
   end
-  local stored_m, stored_v = m:narrow(1, first + 1, at - first), v:narrow(1, first + 1, at - first)
+  local stored = { m = m:narrow(1, first + 1, at - first), v = v:narrow(1, first + 1, at - first) }
+  if layout and layout.masters then stored.master = layout.masters:narrow(1, first + 1, at - first) end
   local sharded = layout and layout.world_size > 1
   local path = dir .. '/' .. (sharded and OPTIMIZER_SLICE:format(layout.rank, layout.world_size) or OPTIMIZER_FILE)
   local scaler = model.policy.scaler
-  written(safetensors.save, path, { m = stored_m, v = stored_v }, {
+  written(safetensors.save, path, stored, {
     step_count = opt.step_count,
     scale = scaler and ('%.17g'):format(scaler.scale) or nil,
     good_steps = scaler and scaler.good_steps or nil,
@@ -256,8 +259,7 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
     numel = numel,
     pieces = json.encode(spans),
   })
-  stored_m:free()
-  stored_v:free()
+  for _, t in pairs(stored) do t:free() end
   -- Rank 0's finish fsyncs every file in the directory; another rank fsyncs its own, since on a
   -- shared file system one node's fsync does not reach another node's writes.
   if layout and layout.rank ~= 0 then sync(path) end
@@ -385,7 +387,7 @@ end
 local function shape_text(shape) return '[' .. table.concat(shape, ', ') .. ']' end
 
 -- Refuses tensors of path whose dtype or shape differ from `expected` (name -> tensor), from the
--- header, naming the tensor; `required` names must be present. Returns the file's metadata.
+-- header, naming the tensor; `required` names must be present. Returns the file's metadata and header.
 local function check_tensors(path, expected, required, whose)
   local header, metadata = safetensors.header(path)
   if not header then fail('%s', metadata) end
@@ -400,7 +402,7 @@ local function check_tensors(path, expected, required, whose)
         want.dtype, shape_text(want.shape))
     end
   end
-  return metadata
+  return metadata, header
 end
 
 -- The model into a checkpoint's directory, as a Hugging Face model directory (save_pretrained): its
@@ -410,11 +412,43 @@ function checkpoint.save_model(dir, model)
   written(model.save_pretrained, model, dir, { max_shard_bytes = ONE_FILE })
 end
 
--- The weights of a checkpoint into model: every tensor of the model's dtype and shape.
-function checkpoint.load_model(path, model)
-  check_tensors(path, model:named_parameters(), false) -- a missing or unexpected name: gpt:load says
+-- Copies into dst (the wanted pieces' values, at their `at`) what src (a file's, at its pieces'
+-- `at`) holds of them.
+local function copy_overlaps(dst, wanted, src, stored)
+  for _, s in ipairs(stored) do
+    for _, w in ipairs(wanted) do
+      local lo, hi = math.max(s.offset, w.offset), math.min(s.offset + s.numel, w.offset + w.numel)
+      if lo < hi then
+        local to, from = dst:narrow(1, w.at + lo - w.offset + 1, hi - lo), src:narrow(1, s.at + lo - s.offset + 1, hi - lo)
+        to:copy(from)
+        to:free()
+        from:free()
+      end
+    end
+  end
+end
+
+-- The weights of a checkpoint into model: every tensor f32, of the model's shape. Where a sharded
+-- data parallelism holds the f32 masters (layout.masters: the model keeps its compute copy only),
+-- this rank's pieces of them are read too, from the file's mapping.
+function checkpoint.load_model(path, model, layout)
+  local expected = {}
+  for name, t in pairs(model:named_parameters()) do expected[name] = { dtype = 'f32', shape = t.shape } end
+  check_tensors(path, expected, false) -- a missing or unexpected name: gpt:load says
   local ok, err = pcall(model.load, model, path)
   if not ok then fail('%s', tostring(err)) end
+  if layout and layout.masters then
+    local reader, why = safetensors.open(path)
+    if not reader then fail('%s', why) end
+    for _, p in ipairs(model.entries) do
+      local view = reader:view(p.name)
+      local flat = view:view({ p.numel })
+      copy_overlaps(layout.masters, layout.pieces, flat, { { offset = p.offset, numel = p.numel, at = 0 } })
+      flat:free()
+      view:free()
+    end
+    reader:close()
+  end
 end
 
 -- The optimizer's counters, checked: its step count cannot be above the checkpoint's step.
@@ -496,22 +530,6 @@ local function check_coverage(dir, files, numel)
   if at ~= numel then fail('%s: no file holds the moments of parameters %d to %d', dir, at, numel - 1) end
 end
 
--- Copies into dst (the wanted pieces' moments, at their `at`) what src (a file's, at its pieces'
--- `at`) holds of them.
-local function copy_overlaps(dst, wanted, src, stored)
-  for _, s in ipairs(stored) do
-    for _, w in ipairs(wanted) do
-      local lo, hi = math.max(s.offset, w.offset), math.min(s.offset + s.numel, w.offset + w.numel)
-      if lo < hi then
-        local to, from = dst:narrow(1, w.at + lo - w.offset + 1, hi - lo), src:narrow(1, s.at + lo - s.offset + 1, hi - lo)
-        to:copy(from)
-        to:free()
-        from:free()
-      end
-    end
-  end
-end
-
 -- The optimizer's state of checkpoint dir into opt (built for model, and for this rank's pieces
 -- with a sharded nn.data_parallel's layout) and the model's loss scaler; `step` is the checkpoint's.
 -- The files may come from any world size and sharding: each is read through its mapping, and only
@@ -525,24 +543,36 @@ function checkpoint.load_optimizer(dir, opt, model, step, layout)
     local counts = optimizer_counts(checked(OPTIMIZER, metadata, path), path, step)
     local pieces, held = pieces_of(counts, path, numel)
     local shape = { dtype = 'f32', shape = { held } }
-    check_tensors(path, { m = shape, v = shape }, true, held < numel and 'its pieces hold' or nil)
+    local whose = held < numel and 'its pieces hold' or nil
+    check_tensors(path, { m = shape, v = shape }, true, whose)
+    local _, header = check_tensors(path, { master = shape }, false, whose)
+    local masters = header.master ~= nil
+    if i > 1 and masters ~= files[1].masters then
+      fail('%s: %s the f32 masters, %s %s', path, masters and 'holds' or 'lacks', files[1].path,
+        masters and 'does not' or 'does')
+    end
     counts.numel, counts.pieces = nil, nil
     if first and json.encode(counts) ~= json.encode(first) then
       fail('%s: its step count and loss scale are not those of %s', path, files[1].path)
     end
-    first, files[i] = counts, { path = path, pieces = pieces }
+    first, files[i] = counts, { path = path, pieces = pieces, masters = masters }
   end
   check_coverage(dir, files, numel)
   local m, v = opt:moments(model, layout)
-  local wanted = layout and layout.pieces or { { offset = 0, numel = numel, at = 0 } }
+  local whole = { { offset = 0, numel = numel, at = 0 } }
+  local wanted = layout and layout.pieces or whole
+  -- the masters a file holds (a sharded bf16/fp16 run's, exact where model.safetensors is rounded):
+  -- into this rank's slice of them, or into the model's full masters
+  local masters, masters_wanted = layout and layout.masters, wanted
+  if not masters then masters, masters_wanted = model:flat_parameters().params, whole end
   for _, file in ipairs(files) do
     local reader, why = safetensors.open(file.path)
     if not reader then fail('%s', why) end
-    local file_m, file_v = reader:view('m'), reader:view('v')
-    copy_overlaps(m, wanted, file_m, file.pieces)
-    copy_overlaps(v, wanted, file_v, file.pieces)
-    file_m:free()
-    file_v:free()
+    for name, into in pairs({ m = m, v = v, master = file.masters and masters or nil }) do
+      local stored = reader:view(name)
+      copy_overlaps(into, name == 'master' and masters_wanted or wanted, stored, file.pieces)
+      stored:free()
+    end
     reader:close()
   end
   opt.step_count = first.step_count

@@ -199,7 +199,7 @@ function train.new(job)
   self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype,
     shard = config.parallel.shard })
   if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
-    checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model)
+    checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model, self.dp.layout)
     checkpoint.load_optimizer(self.resumed_from, self.opt, self.model, self.step, self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end

@@ -94,13 +94,13 @@ local function elements(m, seq_len)
 end
 
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
--- masters and the compute copy), gradients (f32), optimizer state, the slice buffer of sharded data
+-- masters and the compute copy), gradients (f32), optimizer state, the slice buffers of sharded data
 -- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' the reduced gradients),
 -- activations at the micro batch of rows of seq_len tokens (default: the model's), for a shape of
 -- wick.train.model (a GPT-2 when it names no arch; recompute = 'blocks' holds one block's activations). Sharded over `world` ranks, AdamW's moments
 -- cover one slice: P div world + P mod world elements (wick.nn.shard: a block of each bucket and the
--- replicated head); the weights and the full-size gradient buffer, which backward accumulates into,
--- stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
+-- replicated head), and so do the f32 masters under bf16/fp16; the compute weights and the full-size
+-- gradient buffer, which backward accumulates into, stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
 -- the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product and two [T, T]
 -- f32 matrices in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank writes the
 -- moments it holds (wick.train.checkpoint).
@@ -111,11 +111,16 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local e = elements(m, seq_len)
   local activations = tokens * (e.stored * S + e.f32 * F32) + seq_len * (e.position_stored * S + e.position_f32 * F32)
     + e.once_f32 * F32
-  local weights = P * (F32 + COMPUTE_COPY_BYTES[policy_name])
+  local copy = COMPUTE_COPY_BYTES[policy_name]
   local sharded = shard and shard ~= 'none'
   local slice = sharded and (P - P % world) / world + P % world or P
+  -- sharded under a compute copy, a rank keeps the f32 masters of its slice only, and gathers the
+  -- compute copy from a 2-byte slice; 'gradients' adds its f32 slice of the reduced gradients
+  local sliced_masters = sharded and copy > 0
+  local weights = sliced_masters and P * copy + slice * F32 or P * (F32 + copy)
   local grads, optimizer = P * F32, slice * F32 * ADAM_STATES
-  local gather = sharded and slice * F32 or 0
+  local gather = 0
+  if sharded then gather = sliced_masters and slice * copy + (shard == 'gradients' and slice * F32 or 0) or slice * F32 end
   return { weights = weights, grads = grads, optimizer = optimizer, gather = gather, activations = activations,
     total = weights + grads + optimizer + gather + activations }
 end
