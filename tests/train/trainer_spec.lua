@@ -830,8 +830,16 @@ checkpoint = { every = 2, keep = 2 },]])
         '--checkpoint.dir=%s --steps=2'):format(
         q(trace), q(helper.RUN), q(kept), q(dir)))
       assert.are.equal(0, r.rc, r.err)
-      local calls = {}
+      local calls, unfinished = {}, {}
       for line in helper.read_file(trace):gmatch('[^\n]+') do
+        -- a call another thread interrupts is traced in two lines ("<unfinished ...>", then
+        -- "<... fsync resumed>"): joined back into one, by pid
+        local pid, head = line:match('^(%d+) +(.-) <unfinished %.%.%.>$')
+        if pid then unfinished[pid] = head end
+        local resumed_pid, tail = line:match('^(%d+) +<%.%.%. %w+ resumed>(.*)$')
+        if resumed_pid and unfinished[resumed_pid] then
+          line, unfinished[resumed_pid] = unfinished[resumed_pid] .. tail, nil
+        end
         local path = line:match('fsync%(%d+<([^>]*)>%) = 0') or
           (line:match('rename%("[^"]*", "([^"]*)"%) = 0') == dir .. '/step-00000002' and 'rename')
         if path then calls[#calls + 1] = path end
