@@ -731,6 +731,15 @@ WK_API WkStatus wk_safetensors_metadata(const WkSafetensors *f, uint32_t i, cons
 WK_API WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names,
                                     WkTensor *const *tensors, uint32_t meta_count, const char *const *meta_keys,
                                     const char *const *meta_values);
+/* One file written in parts, by whoever holds each (the ranks of a sharded run write their slices of
+ * a checkpoint's weights in parallel): wk_safetensors_create writes the header wk_safetensors_save
+ * would write for `shapes` in the given order, every entry of `dtype`, and sizes the file for all of
+ * them (unwritten bytes read as zeros); wk_safetensors_write_at then writes t's bytes (t of that
+ * dtype) at `offset` bytes into the data section, which it must fit. */
+WK_API WkStatus wk_safetensors_create(const char *path, uint32_t count, const char *const *names,
+                                      WkTensor *const *shapes, WkDType dtype, uint32_t meta_count,
+                                      const char *const *meta_keys, const char *const *meta_values);
+WK_API WkStatus wk_safetensors_write_at(const char *path, uint64_t offset, const WkTensor *t);
 
 /* ==== distributed (runtime/dist) ================================================================
  * Kept apart from the rest: the world, the rendezvous store and the collectives. Every call that

@@ -4,6 +4,8 @@
 --   load(path) -> { name = tensor, ... }, metadata      (CPU tensors; nil, message on failure)
 --   header(path) -> { name = { dtype =, shape = } }, metadata   (the header alone: no tensor read)
 --   save(path, { name = tensor, ... }, metadata?)       (any device and layout; written in name order)
+--   create(path, order, shapes, dtype, metadata?) -> { name = data offset }, then write_at(path,
+--     offset, tensor): one file whose parts several processes write in parallel
 --   open(path) -> reader (nil, message on failure): reader.entries = { name = { dtype =, shape = } },
 --     reader.metadata, reader:view(name) -> a CPU tensor over the file's mapped bytes (no copy; free
 --     it before reader:close()), reader:close()
@@ -111,14 +113,9 @@ function Reader:close()
   end
 end
 
-function safetensors.save(path, tensors, metadata)
-  if type(tensors) ~= 'table' then error('safetensors.save(path, tensors): tensors must be a table', 2) end
-  local names = {}
-  for name, t in pairs(tensors) do
-    if not T.is_tensor(t) then error("safetensors.save: '" .. tostring(name) .. "' is not a tensor", 2) end
-    names[#names + 1] = name
-  end
-  table.sort(names)
+-- The C arrays of names (in the given order) with their tensors, and of the metadata's keys (sorted)
+-- and values; `keep` holds the Lua strings C reads from.
+local function c_arrays(names, tensors, metadata, keep)
   local meta_keys = {}
   for k in pairs(metadata or {}) do meta_keys[#meta_keys + 1] = k end
   table.sort(meta_keys)
@@ -127,12 +124,53 @@ function safetensors.save(path, tensors, metadata)
   for i, name in ipairs(names) do c_names[i - 1], c_tensors[i - 1] = name, tensors[name] end
   local c_keys = ffi.new('const char *[?]', #meta_keys + 1)
   local c_values = ffi.new('const char *[?]', #meta_keys + 1)
-  local values = {} -- keeps the Lua strings alive while C reads them
   for i, k in ipairs(meta_keys) do
-    values[i] = tostring(metadata[k])
-    c_keys[i - 1], c_values[i - 1] = k, values[i]
+    keep[i] = tostring(metadata[k])
+    c_keys[i - 1], c_values[i - 1] = k, keep[i]
   end
-  core.check(C.wk_safetensors_save(path, #names, c_names, c_tensors, #meta_keys, c_keys, c_values), 2)
+  return c_names, c_tensors, #meta_keys, c_keys, c_values
+end
+
+local function checked_names(tensors, what)
+  if type(tensors) ~= 'table' then error(what .. ': tensors must be a table', 3) end
+  local names = {}
+  for name, t in pairs(tensors) do
+    if not T.is_tensor(t) then error(what .. ": '" .. tostring(name) .. "' is not a tensor", 3) end
+    names[#names + 1] = name
+  end
+  return names
+end
+
+function safetensors.save(path, tensors, metadata)
+  local names = checked_names(tensors, 'safetensors.save(path, tensors)')
+  table.sort(names)
+  local keep = {}
+  local c_names, c_tensors, n_meta, c_keys, c_values = c_arrays(names, tensors, metadata, keep)
+  core.check(C.wk_safetensors_save(path, #names, c_names, c_tensors, n_meta, c_keys, c_values), 2)
+end
+
+-- A file of `dtype` tensors named `order` (a list: their order in the file), shaped as in `shapes`
+-- (name -> tensor of any dtype), to be filled by write_at: whoever holds a tensor, or a part of one,
+-- writes it where it lies, in parallel with the others. Returns each name's byte offset in the data
+-- section.
+function safetensors.create(path, order, shapes, dtype, metadata)
+  checked_names(shapes, 'safetensors.create(path, order, shapes, dtype)')
+  local code = T.DTYPES[dtype]
+  if not code then error(("safetensors.create: unknown dtype '%s'"):format(tostring(dtype)), 2) end
+  local keep, offsets, at = {}, {}, 0
+  local c_names, c_tensors, n_meta, c_keys, c_values = c_arrays(order, shapes, metadata, keep)
+  core.check(C.wk_safetensors_create(path, #order, c_names, c_tensors, code, n_meta, c_keys, c_values), 2)
+  local size = tonumber(C.wk_dtype_size(code))
+  for _, name in ipairs(order) do
+    offsets[name] = at
+    at = at + shapes[name]:numel() * size
+  end
+  return offsets
+end
+
+-- Writes t's bytes (of the file's dtype) at `offset` bytes into the data section of a created file.
+function safetensors.write_at(path, offset, t)
+  core.check(C.wk_safetensors_write_at(path, offset, t), 2)
 end
 
 return safetensors

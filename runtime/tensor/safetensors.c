@@ -300,7 +300,10 @@ static void append_json_string(Text *t, const char *s) {
   append(t, "\"", 1);
 }
 
-static WkStatus build_header(Text *t, uint32_t count, const char *const *names, WkTensor *const *tensors,
+/* The header of tensors laid out in the given order; each entry of dtype `as` (its shape the
+ * tensor's), or of the tensor's own dtype where `as` is ANY_DTYPE. */
+enum { ANY_DTYPE = -1 };
+static WkStatus build_header(Text *t, uint32_t count, const char *const *names, WkTensor *const *tensors, int as,
                              uint32_t meta_count, const char *const *meta_keys, const char *const *meta_values) {
   append_text(t, "{");
   if (meta_count > 0) {
@@ -317,10 +320,11 @@ static WkStatus build_header(Text *t, uint32_t count, const char *const *names, 
   for (uint32_t i = 0; i < count; i++) {
     char number[96];
     const WkTensor *x = tensors[i];
-    uint64_t bytes = (uint64_t)wk_tensor_numel(x) * wk_dtype_size(x->dtype);
+    WkDType dtype = as == ANY_DTYPE ? x->dtype : (WkDType)as;
+    uint64_t bytes = (uint64_t)wk_tensor_numel(x) * wk_dtype_size(dtype);
     if (i || meta_count) append_text(t, ",");
     append_json_string(t, names[i]);
-    snprintf(number, sizeof number, ":{\"dtype\":\"%s\",\"shape\":[", FORMAT_NAMES[x->dtype]);
+    snprintf(number, sizeof number, ":{\"dtype\":\"%s\",\"shape\":[", FORMAT_NAMES[dtype]);
     append_text(t, number);
     for (int d = 0; d < x->ndim; d++) {
       snprintf(number, sizeof number, d ? ",%lld" : "%lld", (long long)x->shape[d]);
@@ -337,53 +341,112 @@ static WkStatus build_header(Text *t, uint32_t count, const char *const *names, 
   return WK_OK;
 }
 
-static WkStatus write_all(int fd, const void *src, uint64_t length, const char *path) {
+/* pwrite of all `length` bytes at file offset `at`. */
+static WkStatus write_all_at(int fd, const void *src, uint64_t length, uint64_t at, const char *path) {
   const char *p = src;
   while (length > 0) {
     size_t chunk = length < IO_CHUNK ? (size_t)length : IO_CHUNK;
-    ssize_t n = write(fd, p, chunk);
+    ssize_t n = pwrite(fd, p, chunk, (off_t)at);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return WK_FAIL_ERRNO("write", path);
     p += n;
+    at += (uint64_t)n;
     length -= (uint64_t)n;
   }
   return WK_OK;
 }
 
-/* Writes a tensor's bytes: straight from memory when it is a contiguous CPU tensor, else through a
- * contiguous CPU copy (device tensors, strided views). */
-static WkStatus write_tensor(int fd, const WkTensor *x, const char *path) {
+/* Writes a tensor's bytes at `at`: straight from memory when it is a contiguous CPU tensor, else
+ * through a contiguous CPU copy (device tensors, strided views). */
+static WkStatus write_tensor_at(int fd, const WkTensor *x, uint64_t at, const char *path) {
   uint64_t bytes = (uint64_t)wk_tensor_numel(x) * wk_dtype_size(x->dtype);
-  if (tensor_device(x) == WK_DEVICE_CPU && wk_tensor_is_contiguous(x)) return write_all(fd, tensor_ptr(x), bytes, path);
+  if (tensor_device(x) == WK_DEVICE_CPU && wk_tensor_is_contiguous(x)) return write_all_at(fd, tensor_ptr(x), bytes, at, path);
   WkTensor *host = wk_tensor_empty(x->dtype, x->ndim, x->shape, WK_DEVICE_CPU, 0);
   if (!host) return wk_last_status();
   WkStatus status = wk_tensor_copy(host, x);
-  if (status == WK_OK) status = write_all(fd, tensor_ptr(host), bytes, path);
+  if (status == WK_OK) status = write_all_at(fd, tensor_ptr(host), bytes, at, path);
   wk_tensor_free(host);
   return status;
 }
 
-WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names, WkTensor *const *tensors,
-                             uint32_t meta_count, const char *const *meta_keys, const char *const *meta_values) {
+/* The length prefix and the header; returns where the data section starts in *data_start. */
+static WkStatus write_header(int fd, const Text *header, uint64_t *data_start, const char *path) {
+  uint8_t prefix[HEADER_LENGTH_BYTES];
+  for (int b = 0; b < HEADER_LENGTH_BYTES; b++) prefix[b] = (uint8_t)((uint64_t)header->length >> (8 * b));
+  WK_TRY(write_all_at(fd, prefix, sizeof prefix, 0, path));
+  WK_TRY(write_all_at(fd, header->data, header->length, HEADER_LENGTH_BYTES, path));
+  *data_start = HEADER_LENGTH_BYTES + header->length;
+  return WK_OK;
+}
+
+static WkStatus check_entries(const char *what, const char *path, uint32_t count, const char *const *names,
+                              WkTensor *const *tensors) {
   for (uint32_t i = 0; i < count; i++)
     if (!names[i] || !tensors[i] || !wk_dtype_size(tensors[i]->dtype))
-      return WK_FAIL(WK_ERR_INVALID_ARG, "safetensors save '%s': entry %u has no name or no tensor", path, i);
+      return WK_FAIL(WK_ERR_INVALID_ARG, "%s '%s': entry %u has no name or no tensor", what, path, i);
+  return WK_OK;
+}
+
+WkStatus wk_safetensors_save(const char *path, uint32_t count, const char *const *names, WkTensor *const *tensors,
+                             uint32_t meta_count, const char *const *meta_keys, const char *const *meta_values) {
+  WK_TRY(check_entries("safetensors save", path, count, names, tensors));
   Text header = {0};
-  WkStatus status = build_header(&header, count, names, tensors, meta_count, meta_keys, meta_values);
+  WkStatus status = build_header(&header, count, names, tensors, ANY_DTYPE, meta_count, meta_keys, meta_values);
   /* Written next to the target and renamed: readers never see a half-written file. */
   char tmp[PATH_MAX];
   if (status == WK_OK && (size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
     status = WK_FAIL(WK_ERR_INVALID_ARG, "safetensors save: path '%s' is too long", path);
   int fd = status == WK_OK ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
   if (status == WK_OK && fd < 0) status = WK_FAIL_ERRNO("create", tmp);
-  uint8_t prefix[HEADER_LENGTH_BYTES];
-  for (int b = 0; b < HEADER_LENGTH_BYTES; b++) prefix[b] = (uint8_t)((uint64_t)header.length >> (8 * b));
-  if (status == WK_OK) status = write_all(fd, prefix, sizeof prefix, tmp);
-  if (status == WK_OK) status = write_all(fd, header.data, header.length, tmp);
-  for (uint32_t i = 0; status == WK_OK && i < count; i++) status = write_tensor(fd, tensors[i], tmp);
+  uint64_t at = 0;
+  if (status == WK_OK) status = write_header(fd, &header, &at, tmp);
+  for (uint32_t i = 0; status == WK_OK && i < count; i++) {
+    status = write_tensor_at(fd, tensors[i], at, tmp);
+    at += (uint64_t)wk_tensor_numel(tensors[i]) * wk_dtype_size(tensors[i]->dtype);
+  }
   if (fd >= 0 && close(fd) != 0 && status == WK_OK) status = WK_FAIL_ERRNO("close", tmp);
   if (status == WK_OK && rename(tmp, path) != 0) status = WK_FAIL_ERRNO("rename to", path);
   if (status != WK_OK && fd >= 0) unlink(tmp);
   free(header.data);
+  return status;
+}
+
+/* ---- one file written in parts --------------------------------------------------------------- */
+
+WkStatus wk_safetensors_create(const char *path, uint32_t count, const char *const *names, WkTensor *const *shapes,
+                               WkDType dtype, uint32_t meta_count, const char *const *meta_keys,
+                               const char *const *meta_values) {
+  WK_TRY(check_entries("safetensors create", path, count, names, shapes));
+  if (!wk_dtype_size(dtype)) return WK_FAIL(WK_ERR_INVALID_ARG, "safetensors create '%s': no such dtype %d", path, (int)dtype);
+  Text header = {0};
+  WkStatus status = build_header(&header, count, names, shapes, (int)dtype, meta_count, meta_keys, meta_values);
+  uint64_t data = 0;
+  for (uint32_t i = 0; i < count; i++) data += (uint64_t)wk_tensor_numel(shapes[i]) * wk_dtype_size(dtype);
+  int fd = status == WK_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+  if (status == WK_OK && fd < 0) status = WK_FAIL_ERRNO("create", path);
+  uint64_t data_start = 0;
+  if (status == WK_OK) status = write_header(fd, &header, &data_start, path);
+  if (status == WK_OK && ftruncate(fd, (off_t)(data_start + data)) != 0) status = WK_FAIL_ERRNO("size", path);
+  if (fd >= 0 && close(fd) != 0 && status == WK_OK) status = WK_FAIL_ERRNO("close", path);
+  free(header.data);
+  return status;
+}
+
+WkStatus wk_safetensors_write_at(const char *path, uint64_t offset, const WkTensor *t) {
+  if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "safetensors write '%s': no tensor", path);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return WK_FAIL_ERRNO("open", path);
+  uint8_t prefix[HEADER_LENGTH_BYTES];
+  WkStatus status = read_exactly(fd, prefix, sizeof prefix, 0, path);
+  uint64_t header = 0;
+  for (int b = 0; b < HEADER_LENGTH_BYTES; b++) header |= (uint64_t)prefix[b] << (8 * b);
+  uint64_t bytes = (uint64_t)wk_tensor_numel(t) * wk_dtype_size(t->dtype), at = HEADER_LENGTH_BYTES + header + offset;
+  struct stat st;
+  if (status == WK_OK && fstat(fd, &st) != 0) status = WK_FAIL_ERRNO("stat", path);
+  if (status == WK_OK && (at < offset || at + bytes > (uint64_t)st.st_size))
+    status = WK_FAIL(WK_ERR_INVALID_ARG, "safetensors write '%s': %llu bytes at data offset %llu run past its end", path,
+                     (unsigned long long)bytes, (unsigned long long)offset);
+  if (status == WK_OK) status = write_tensor_at(fd, t, at, path);
+  if (close(fd) != 0 && status == WK_OK) status = WK_FAIL_ERRNO("close", path);
   return status;
 }

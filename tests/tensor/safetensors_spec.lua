@@ -127,6 +127,29 @@ describe('safetensors', function()
     end
   end)
 
+  -- create + write_at: one file whose parts several processes write (a sharded checkpoint's ranks);
+  -- the data lies in the given order, so a part of a tensor is written at its own offset.
+  it('creates a file for tensors laid out in a given order, and writes their parts at their offsets', function()
+    local path = dir .. '/parts.safetensors'
+    local a, b = T.new({ { 1, 2, 3 }, { 4, 5, 6 } }), T.new({ 7, 8 })
+    local offsets = st.create(path, { 'b', 'a' }, { a = a:to('bf16'), b = b }, 'f32', { format = 'pt' })
+    assert.are.same({ b = 0, a = 8 }, offsets)
+    local header, metadata = st.header(path)
+    assert.are.same({ dtype = 'f32', shape = { 2, 3 } }, { dtype = header.a.dtype, shape = header.a.shape })
+    assert.are.equal('pt', metadata.format)
+    local flat = a:view({ 6 })
+    local second, first = flat:narrow(1, 4, 3), flat:narrow(1, 1, 3)
+    st.write_at(path, offsets.a + 3 * 4, second)  -- the second half first: any order
+    st.write_at(path, offsets.b, b)
+    st.write_at(path, offsets.a, first)
+    local back = st.load(path)
+    assert.are.same(a:totable(), back.a:totable())
+    assert.are.same(b:totable(), back.b:totable())
+    assert.has_error(function() st.write_at(path, offsets.a + 20, b) end,
+      "safetensors write '" .. path .. "': 8 bytes at data offset 28 run past its end")
+    assert.has_error(function() st.create(path, { 'a' }, { a = a }, 'f64') end, "safetensors.create: unknown dtype 'f64'")
+  end)
+
   it('writes a name that needs escaping and reads it back', function()
     st.save(dir .. '/n.safetensors', { ['quote"back\\slash\tand tab'] = T.new({ 1, 2 }, 'i32') }, { ['m"'] = 'x\\y' })
     local loaded, metadata = assert(st.load(dir .. '/n.safetensors'))

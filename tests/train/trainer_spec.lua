@@ -373,31 +373,43 @@ checkpoint = { every = 2, keep = 2 },]])
       end
     end)
 
-    -- Sharded under bf16, a rank holds the f32 masters of its slice only and saves them beside its
-    -- moments (model.safetensors holds the compute copy's values): any sharding resumes from them.
-    -- On one rank every sum is the straight run's, so the losses are its bits; 2 ranks onto 1 as in
-    -- the world-size test above.
-    it('resumes a bf16 run from the slices of f32 masters its ranks saved, onto another sharding', function()
+    -- Sharded under bf16, a rank holds the f32 masters of its slice only: each writes its pieces into
+    -- the checkpoint's one model.safetensors, in parallel, and any sharding resumes from it. The file
+    -- is the unsharded run's byte for byte ('optimizer' all-reduces as 'none' does); on one rank every
+    -- sum is the straight run's, so the resumed losses are its bits; 2 ranks onto 1 as in the
+    -- world-size test above.
+    it('writes the f32 masters its ranks hold into one model file and resumes a bf16 run from it onto another sharding',
+      function()
       local path = write_recipe(root .. '/sharded-bf16.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
   if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
 end },
 precision = 'bf16',
 checkpoint = { every = 2, keep = 2 },]])
-      local straight = root .. '/bf16-straight.jsonl'
-      local r = helper.run(('%s --checkpoint.dir=%s --log=%s'):format(q(path), q(root .. '/ck-bf16-straight'), q(straight)))
+      local straight = {}
+      for ranks = 1, 2 do
+        local dir, log = ('%s/ck-bf16-straight-%d'):format(root, ranks), ('%s/bf16-straight-%d.jsonl'):format(root, ranks)
+        local r = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --checkpoint.dir=%s --log=%s'):format(q(helper.RUN), ranks,
+          q(path), q(dir), q(log)))
+        assert.are.equal(0, r.rc, r.err)
+        straight[ranks] = helper.read_file(dir .. '/step-00000004/model.safetensors')
+      end
+      local r = helper.run(('%s --checkpoint.dir=%s --log=%s'):format(q(path), q(root .. '/ck-bf16-straight'),
+        q(root .. '/bf16-straight.jsonl')))
       assert.are.equal(0, r.rc, r.err)
-      local want = losses(straight)
+      local want = losses(root .. '/bf16-straight.jsonl')
       for i, case in ipairs({ { 1, 'optimizer', 1, 'none' }, { 1, 'none', 1, 'gradients' }, { 1, 'gradients', 1, 'optimizer' },
         { 2, 'optimizer', 1, 'none' } }) do
         local dir, log = ('%s/ck-bf16-%d'):format(root, i), ('%s/bf16-%d.jsonl'):format(root, i)
         local first = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s')
           :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
         assert.are.equal(0, first.rc, first.err)
+        local what = ('%d ranks %s -> %d ranks %s'):format(unpack(case))
+        assert.is_true(helper.read_file(dir .. '/step-00000004/model.safetensors') == straight[case[1]], what)
         local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
           :format(case[3], q(path), case[4], q(dir), q(log)))
         assert.are.equal(0, resumed.rc, resumed.err)
-        local got, what = losses(log), ('%d ranks %s -> %d ranks %s'):format(unpack(case))
+        local got = losses(log)
         for step = 1, 8 do
           if case[1] == 1 then
             assert.are.equal(want[step], got[step], what .. ', step ' .. step)

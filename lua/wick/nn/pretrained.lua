@@ -1,7 +1,7 @@
 -- wick.nn.pretrained: Hugging Face model directories, read and written.
 --   wick.nn.from_pretrained(dir [, { device =, precision =, recompute = }]) -> a wick.nn.llama or wick.nn.gpt model
---   model:save_pretrained(dir [, { max_shard_bytes =, dtype = 'f32'|'bf16'|'f16' }])
---     -- config.json, weights (f32 unless dtype says), generation_config.json
+--   model:save_pretrained(dir [, { max_shard_bytes =, dtype = 'f32'|'bf16'|'f16', weights = true }])
+--     -- config.json, weights (f32 unless dtype says; none with weights = false), generation_config.json
 -- A directory holds config.json and either model.safetensors or a sharded checkpoint
 -- (model.safetensors.index.json naming model-0000k-of-0000n.safetensors files beside it). Weights of
 -- f32, bf16 or f16 are converted to the model's f32 straight from a mapping of each file, one tensor at
@@ -393,6 +393,8 @@ local SAVE_OPTIONS = schema.define('save_pretrained option', {
   { 'max_shard_bytes', 'integer', min = 1, max = 2 ^ 53, default = DEFAULT_MAX_SHARD_BYTES,
     help = 'weights beyond this many bytes go to further shards, with an index' },
   { 'dtype', 'enum', values = { 'f32', 'bf16', 'f16' }, default = 'f32', help = 'the dtype the weights are saved in' },
+  { 'weights', 'boolean', default = true,
+    help = 'false: config.json and generation_config.json only, beside weights the caller writes' },
 })
 
 local function make_directory(dir)
@@ -439,9 +441,9 @@ local function save_pretrained(model, dir, hf_config, opts)
   local groups = shards(model, opts.max_shard_bytes, elem_bytes)
   local total = 0
   for _, name in ipairs(model.order) do total = total + model:named_parameters()[name]:numel() * elem_bytes end
-  if #groups == 1 then
+  if opts.weights and #groups == 1 then
     save_shard(dir .. '/' .. SINGLE, groups[1], opts.dtype)
-  else
+  elseif opts.weights then
     local weight_map = {}
     for k, group in ipairs(groups) do
       local file = ('model-%05d-of-%05d.safetensors'):format(k, #groups)

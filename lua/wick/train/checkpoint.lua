@@ -4,16 +4,16 @@
 --   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a
 --                            run) for its whole lifetime; it holds that process's pid
 --   DIR/step-00000040/
---     config.json            with model.safetensors (the weights, f32, by Hugging Face names) and
---     generation_config.json a Hugging Face model directory: wick.nn.from_pretrained and
---                            transformers load it as it is (GPT2LMHeadModel or a Llama family's)
+--     config.json            with model.safetensors (the f32 master weights by Hugging Face names,
+--     generation_config.json their data in the flat parameter order) a Hugging Face model directory:
+--                            wick.nn.from_pretrained and transformers load it as it is
+--                            (GPT2LMHeadModel or a Llama family's); where the ranks hold slices of
+--                            the masters, each writes its own into the one file, in parallel
 --     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler, the
 --                            pieces of the flat parameter order the moments are; a sharded run
 --                            (parallel.shard) writes optimizer-RRRRR-of-WWWWW.safetensors instead,
 --                            each rank its own slice, in parallel; any world size and sharding
---                            reads either back. Sharded under bf16/fp16, where each rank holds the
---                            f32 masters of its slice only, a rank's file adds them (`master`) and
---                            model.safetensors holds the compute copy's (2-byte) values as f32
+--                            reads either back
 --     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
 --                            recipe's text and hash, every field of the checked recipe, the
 --                            overrides, the runtime version, each source's index.json hash
@@ -40,6 +40,7 @@ local schema = require 'wick.schema'
 local checkpoint = {}
 
 local NAME = 'step-%08d'
+local F32 = 4  -- bytes of an f32 master weight
 local DONE = 'DONE'
 local LOCK = 'LOCK'
 
@@ -154,10 +155,11 @@ function checkpoint.latest(dir)
   return list[#list]
 end
 
--- A write that fails (a full disk) is one line naming the file, not a traceback.
+-- A write that fails (a full disk) is one line naming the file, not a traceback; else what fn returns.
 local function written(fn, ...)
-  local ok, err = pcall(fn, ...)
-  if not ok then fail('%s', (tostring(err):gsub('^.-:%d+: ', ''))) end
+  local ok, result = pcall(fn, ...)
+  if not ok then fail('%s', (tostring(result):gsub('^.-:%d+: ', ''))) end
+  return result
 end
 
 local function temporary_path(dir, step, pid) return ('%s/.%s.tmp-%d'):format(dir, NAME:format(step), pid) end
@@ -247,7 +249,6 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
     at = at + p.numel
   end
   local stored = { m = m:narrow(1, first + 1, at - first), v = v:narrow(1, first + 1, at - first) }
-  if layout and layout.masters then stored.master = layout.masters:narrow(1, first + 1, at - first) end
   local sharded = layout and layout.world_size > 1
   local path = dir .. '/' .. (sharded and OPTIMIZER_SLICE:format(layout.rank, layout.world_size) or OPTIMIZER_FILE)
   local scaler = model.policy.scaler
@@ -387,7 +388,7 @@ end
 local function shape_text(shape) return '[' .. table.concat(shape, ', ') .. ']' end
 
 -- Refuses tensors of path whose dtype or shape differ from `expected` (name -> tensor), from the
--- header, naming the tensor; `required` names must be present. Returns the file's metadata and header.
+-- header, naming the tensor; `required` names must be present. Returns the file's metadata.
 local function check_tensors(path, expected, required, whose)
   local header, metadata = safetensors.header(path)
   if not header then fail('%s', metadata) end
@@ -402,14 +403,36 @@ local function check_tensors(path, expected, required, whose)
         want.dtype, shape_text(want.shape))
     end
   end
-  return metadata, header
+  return metadata
 end
 
--- The model into a checkpoint's directory, as a Hugging Face model directory (save_pretrained): its
--- weights in one model.safetensors at any size, the file load_model reads back.
-local ONE_FILE = 2 ^ 53
-function checkpoint.save_model(dir, model)
-  written(model.save_pretrained, model, dir, { max_shard_bytes = ONE_FILE })
+-- The model into a checkpoint's directory, as a Hugging Face model directory, in three calls:
+-- create_model (rank 0, first: model.safetensors with its header, sized for the f32 masters laid out
+-- in the flat parameter order, so a piece of the flat storage lies at 4 x its offset), write_model
+-- (every rank that holds masters: rank 0 all of them, or under sliced masters, layout.masters, each
+-- rank its pieces, in parallel and without gathering them) and finish_model (rank 0, after every
+-- rank wrote: config.json and generation_config.json).
+local MODEL_FILE = 'model.safetensors'
+
+function checkpoint.create_model(dir, model)
+  local offsets = written(safetensors.create, dir .. '/' .. MODEL_FILE, model.order, model:named_parameters(), 'f32',
+    { format = 'pt' })
+  for _, p in ipairs(model.entries) do assert(offsets[p.name] == p.offset * F32, 'checkpoint: a gap in the flat order') end
+end
+
+function checkpoint.write_model(dir, model, layout)
+  local path = dir .. '/' .. MODEL_FILE
+  if not (layout and layout.masters) then return written(safetensors.write_at, path, 0, model.flat.params) end
+  for _, p in ipairs(stored_pieces(layout, model:parameter_count())) do
+    local piece = layout.masters:narrow(1, p.at + 1, p.numel)
+    written(safetensors.write_at, path, p.offset * F32, piece)
+    piece:free()
+  end
+  if layout.rank ~= 0 then sync(path) end  -- as save_optimizer's slices: rank 0's finish syncs its own
+end
+
+function checkpoint.finish_model(dir, model)
+  written(model.save_pretrained, model, dir, { weights = false })
 end
 
 -- Copies into dst (the wanted pieces' values, at their `at`) what src (a file's, at its pieces'
@@ -543,34 +566,22 @@ function checkpoint.load_optimizer(dir, opt, model, step, layout)
     local counts = optimizer_counts(checked(OPTIMIZER, metadata, path), path, step)
     local pieces, held = pieces_of(counts, path, numel)
     local shape = { dtype = 'f32', shape = { held } }
-    local whose = held < numel and 'its pieces hold' or nil
-    check_tensors(path, { m = shape, v = shape }, true, whose)
-    local _, header = check_tensors(path, { master = shape }, false, whose)
-    local masters = header.master ~= nil
-    if i > 1 and masters ~= files[1].masters then
-      fail('%s: %s the f32 masters, %s %s', path, masters and 'holds' or 'lacks', files[1].path,
-        masters and 'does not' or 'does')
-    end
+    check_tensors(path, { m = shape, v = shape }, true, held < numel and 'its pieces hold' or nil)
     counts.numel, counts.pieces = nil, nil
     if first and json.encode(counts) ~= json.encode(first) then
       fail('%s: its step count and loss scale are not those of %s', path, files[1].path)
     end
-    first, files[i] = counts, { path = path, pieces = pieces, masters = masters }
+    first, files[i] = counts, { path = path, pieces = pieces }
   end
   check_coverage(dir, files, numel)
   local m, v = opt:moments(model, layout)
-  local whole = { { offset = 0, numel = numel, at = 0 } }
-  local wanted = layout and layout.pieces or whole
-  -- the masters a file holds (a sharded bf16/fp16 run's, exact where model.safetensors is rounded):
-  -- into this rank's slice of them, or into the model's full masters
-  local masters, masters_wanted = layout and layout.masters, wanted
-  if not masters then masters, masters_wanted = model:flat_parameters().params, whole end
+  local wanted = layout and layout.pieces or { { offset = 0, numel = numel, at = 0 } }
   for _, file in ipairs(files) do
     local reader, why = safetensors.open(file.path)
     if not reader then fail('%s', why) end
-    for name, into in pairs({ m = m, v = v, master = file.masters and masters or nil }) do
+    for name, into in pairs({ m = m, v = v }) do
       local stored = reader:view(name)
-      copy_overlaps(into, name == 'master' and masters_wanted or wanted, stored, file.pieces)
+      copy_overlaps(into, wanted, stored, file.pieces)
       stored:free()
     end
     reader:close()

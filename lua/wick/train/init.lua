@@ -315,12 +315,15 @@ function Trainer:save()
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
     tmp = checkpoint.start(c.checkpoint.dir, self.step)
+    checkpoint.create_model(tmp, self.model) -- before any rank writes its part
   end
   if sharded then tmp = shared_directory(self, tmp) end
+  local masters = layout and layout.masters -- sliced: each rank writes its own
+  if self.rank == 0 or (sharded and masters) then checkpoint.write_model(tmp, self.model, layout) end
   if self.rank == 0 or sharded then checkpoint.save_optimizer(tmp, self.opt, self.model, layout) end
   if sharded then self.dist:barrier() end -- every slice written before DONE
   if self.rank == 0 then
-    checkpoint.save_model(tmp, self.model)
+    checkpoint.finish_model(tmp, self.model)
     path = checkpoint.finish(c.checkpoint.dir, tmp, self.step, meta, c.checkpoint.keep)
   end
   if self.world_size > 1 then self.dist:barrier() end -- no rank runs ahead of a checkpoint
