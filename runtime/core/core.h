@@ -123,10 +123,11 @@ size_t wk_queue_length(WkQueue *q);
  * takes it, the host's, so its handler has run when `kill` returns; were it a worker's, the flag
  * the trainer polls (kill -USR1: pause) could be set a moment after the poll. */
 int wk_thread_create(pthread_t *thread, void *(*start)(void *), void *arg);
-/* The same for threads another library starts (Gloo's loop): block those signals in the calling
- * thread around the call that starts them, then restore its mask. */
-void wk_signals_block(sigset_t *previous);
-void wk_signals_restore(const sigset_t *previous);
+/* The same for threads another library starts (Gloo's loop, NCCL's proxy and the CUDA runtime's, in
+ * the NCCL module): block those signals in the calling thread around the call that starts them,
+ * then restore its mask. */
+WK_INTERNAL_EXPORT void wk_signals_block(sigset_t *previous);
+WK_INTERNAL_EXPORT void wk_signals_restore(const sigset_t *previous);
 
 /* ---- files ----------------------------------------------------------------------------------- */
 

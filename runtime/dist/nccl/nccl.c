@@ -166,7 +166,12 @@ WkStatus wk_nccl_init(const uint8_t *id, size_t length, int rank, int size, int 
   c->device = device_index;
   c->rank = rank;
   c->timeout_ms = timeout_ms;
+  /* NCCL starts its proxy thread (and the CUDA runtime its own) here: they must not take the signals
+   * the host handles (runtime/core/thread.c says why) */
+  sigset_t mask;
+  wk_signals_block(&mask);
   WkStatus st = init(c, id, length, size, timeout_ms);
+  wk_signals_restore(&mask);
   if (st != WK_OK) {
     destroy(c, false);
     return st;
