@@ -234,7 +234,7 @@ describe('data parallelism', function()
     assert.is_true(fp32.steps[1].bytes >= 4 * fp32.grads)
   end)
 
-  it("takes grad_dtype from a recipe's parallel.grad_dtype", function()
+  it("takes grad_dtype and bucket_bytes from a recipe's parallel section", function()
     local dir = helper.tmpdir()
     local recipe = helper.write_file(dir .. '/bf16_grads.lua', ([[
       local wick = require 'wick'
@@ -242,18 +242,22 @@ describe('data parallelism', function()
       job.steps, job.log.sample = 2, 0
       job.callbacks = { on_train_end = function(trainer)
         local b = trainer.dp.buckets[1]
-        print('all-reduced in ' .. (b.wire or b.view).dtype)
+        print(('all-reduced in %%s, %%d buckets'):format((b.wire or b.view).dtype, #trainer.dp.buckets))
       end }
       return job
     ]]):format(helper.ROOT .. '/recipes/tiny.lua'))
-    for _, case in ipairs({ { '', 'f32' }, { '--parallel.grad_dtype=bf16', 'bf16' } }) do
+    -- tiny.lua's 120640 parameters: one bucket of 25 MiB, or 59 of 2048 f32 values
+    for _, case in ipairs({ { '', 'f32, 1 buckets' }, { '--parallel.grad_dtype=bf16', 'bf16, 1 buckets' },
+      { '--parallel.bucket_bytes=8192', 'f32, 59 buckets' } }) do
       local r = helper.run(('--nproc-per-node 2 %s %s'):format(q(recipe), case[1]))
       assert.are.equal(0, r.rc, r.out .. r.err)
-      assert.matches('%[rank0%] all%-reduced in ' .. case[2] .. '\n', r.out)
+      assert.matches('[rank0] all-reduced in ' .. case[2] .. '\n', r.out, 1, true)
     end
-    local bad = helper.run(('%s --parallel.grad_dtype=f16'):format(q(recipe)))
-    assert.are_not.equal(0, bad.rc)
-    assert.matches('parallel.grad_dtype', bad.err)
+    for _, flag in ipairs({ '--parallel.grad_dtype=f16', '--parallel.bucket_bytes=2' }) do
+      local bad = helper.run(('%s %s'):format(q(recipe), flag))
+      assert.are_not.equal(0, bad.rc)
+      assert.matches(flag:match('^%-%-([%w._]+)'), bad.err, 1, true)
+    end
     helper.rmtree(dir)
   end)
 

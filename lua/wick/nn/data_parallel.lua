@@ -55,7 +55,7 @@ local DataParallel = {}
 DataParallel.__index = DataParallel
 
 local OPTIONS = schema.define('nn.data_parallel option', {
-  { 'bucket_bytes', 'integer', min = F32_BYTES, default = DEFAULT_BUCKET_BYTES,
+  { 'bucket_bytes', 'integer', min = F32_BYTES, max = 2 ^ 40, default = DEFAULT_BUCKET_BYTES,
     help = 'gradient bytes per all-reduce (torch DDP: 25 MiB)' },
   { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
     help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },

@@ -206,6 +206,7 @@ local LOG = schema.define('log', {
 local PARALLEL = schema.define('parallel', {
   schema.from(DATA_PARALLEL, 'grad_dtype'),
   schema.from(DATA_PARALLEL, 'shard'),
+  schema.from(DATA_PARALLEL, 'bucket_bytes'),
 })
 
 local RECIPE = schema.define('recipe', {
