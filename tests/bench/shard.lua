@@ -12,7 +12,9 @@
 -- WARMUP, best of REPEATS runs, the levels interleaved.
 -- Goals: AdamW's moments fall W-fold, so a rank's peak falls by 8P(W-1)/W - 4P/W bytes (the
 -- moments freed, less the slice buffer the updated weights are gathered from): the row "freed per
--- rank" is none's peak less the level's, next to that amount (P from the dry run); goal x0.98. A
+-- rank" is none's peak less the level's, next to that amount (P from the dry run); goal x0.98.
+-- Under bf16 the f32 masters are sliced too: 'optimizer' frees 12P(W-1)/W - 2P/W (the moments and
+-- the masters, less the 2-byte slice the compute copy is gathered from), against bf16 'none'. A
 -- sharded step costs at most 25% more than none's on loopback (ratio >= 0.8).
 package.path = require('wick.host').home .. '/tests/bench/lib/?.lua;' .. package.path
 local report = require 'report'
@@ -42,10 +44,10 @@ local function job(level, flags, overrides)
     STEPS, level, overrides)
 end
 
-local function run(level)
+local function run(level, precision)
   local log = ('%s/%s.jsonl'):format(DIR, level)
   os.remove(log)
-  local out, ok = report.capture(job(level, '', '--log=' .. log))
+  local out, ok = report.capture(job(level, '', '--log=' .. log .. ' --precision=' .. (precision or 'fp32')))
   if not ok then error('shard bench: the ' .. level .. ' run failed:\n' .. out) end
   local value, unit = out:match('peak tensor memory per rank: most ([%d.]+) (%a+)')
   if not value then error('shard bench: no peak memory line in the ' .. level .. ' run:\n' .. out) end
@@ -78,6 +80,11 @@ for _, level in ipairs({ 'optimizer', 'gradients' }) do
     "8P(W-1)/W - 4P/W", share / MiB, true, MEMORY_GOAL)
   print(('  peak per rank %.2f MiB'):format(peak[level] / MiB))
 end
+local bf16 = {}
+for _, level in ipairs({ 'none', 'optimizer' }) do bf16[level] = run(level, 'bf16') end
+report.row(('bf16, shard=optimizer, %d ranks: freed per rank (MiB)'):format(WORLD), (bf16.none - bf16.optimizer) / MiB,
+  'MiB', '12P(W-1)/W - 2P/W', (3 * F32 * P * (WORLD - 1) - 2 * P) / WORLD / MiB, true, MEMORY_GOAL)
+print(('  peak per rank %.2f MiB, bf16 none %.2f MiB'):format(bf16.optimizer / MiB, bf16.none / MiB))
 for _, level in ipairs({ 'optimizer', 'gradients' }) do
   report.row(('shard=%s, %d ranks: step time (s)'):format(level, WORLD), time[level], 's', "shard=none's step",
     time.none, false, TIME_GOAL)

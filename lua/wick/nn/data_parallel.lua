@@ -66,22 +66,23 @@ local OPTIONS = schema.define('nn.data_parallel option', {
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
 -- Gradient ranges in flat order: { offset, numel, ready } where ready is the gradient group
--- after which backward() leaves the range alone (the last group + 1 when the model has none).
-local function gradient_ranges(model, flat)
+-- after which backward() leaves the range alone (the last group + 1 when the model has none). From
+-- the model's placements (model.entries, wick.nn.gpt's flatten), so no gradient need exist yet.
+local function gradient_ranges(model)
   local groups = model.gradient_groups and model:gradient_groups() or {}
-  local ready_of = {}
+  local ready_of = {}  -- module -> key -> group
   for g, modules in ipairs(groups) do
     for _, module in ipairs(modules) do
-      for _, p in ipairs(module:parameters()) do ready_of[p.module['grad_' .. p.key]] = g end
+      for _, p in ipairs(module:parameters()) do
+        ready_of[p.module] = ready_of[p.module] or {}
+        ready_of[p.module][p.key] = g
+      end
     end
   end
   local ranges = {}
-  for _, p in ipairs(model:parameters()) do
-    local grad = p.module['grad_' .. p.key]
-    ranges[#ranges + 1] = { offset = tonumber(C.wk_tensor_offset(grad)) - tonumber(C.wk_tensor_offset(flat.grads)),
-      numel = grad:numel(), ready = ready_of[grad] or #groups + 1 }
+  for _, p in ipairs(model.entries) do
+    ranges[#ranges + 1] = { offset = p.offset, numel = p.numel, ready = (ready_of[p.module] or {})[p.key] or #groups + 1 }
   end
-  table.sort(ranges, function(a, b) return a.offset < b.offset end)
   return ranges, #groups
 end
 
@@ -122,27 +123,33 @@ local function make_buckets(ranges, bucket_bytes, multiple)
   return buckets
 end
 
--- The layout and this rank's slices (its pieces packed in flat order): self.slice (f32), the
--- gradients' destination under 'gradients' and, under fp32, the updated weights' all-gather source.
--- Under bf16/fp16 the slice of the f32 masters moves here (layout.masters, where the optimizer
--- updates them) and the model frees its full ones; the updated compute copy is all-gathered from
--- self.compute_slice, in its 2-byte dtype.
-local function shard_buffers(self, model, flat, wire)
+-- The layout and this rank's slice of the f32 masters under bf16/fp16 (layout.masters, where the
+-- optimizer updates them), whereupon the model frees its full masters; the updated compute copy is
+-- all-gathered from self.compute_slice, in its 2-byte dtype. Before the gradients exist, so the full
+-- masters and the full gradients are never held together.
+local function shard_masters(self, model)
+  local flat = model.flat
   self.layout = shard.layout(self.dist, self.buckets)
-  local n, device, lowp = self.layout.numel, flat.params.device, model.policy.lowp
-  if self.shard == 'gradients' or not lowp then self.slice = T.empty({ n }, 'f32', device) end
-  if lowp then
-    self.layout.masters = T.empty({ n }, 'f32', device)
-    self.layout:pack(self.layout.masters, flat.params)
-    self.compute_slice = T.empty({ n }, model.policy.dtype, device)
-    model:release_masters()
-  end
+  if not model.policy.lowp then return end
+  local n = self.layout.numel
+  self.layout.masters = T.empty({ n }, 'f32', self.device)
+  self.layout:pack(self.layout.masters, flat.params)
+  self.compute_slice = T.empty({ n }, model.policy.dtype, self.device)
+  model:release_masters()
+end
+
+-- This rank's f32 slice (self.slice, its pieces packed in flat order): the gradients' destination
+-- under 'gradients' and, under fp32, the updated weights' all-gather source; and each piece's
+-- gradients, in the slice or in the full buffer.
+local function shard_gradients(self, flat, wire)
+  local n = self.layout.numel
+  if self.shard == 'gradients' or not self.layout.masters then self.slice = T.empty({ n }, 'f32', self.device) end
   for _, b in ipairs(self.buckets) do
     local p = b.piece
     b.scatter = self.shard == 'gradients' and not p.replicated
     if b.scatter then
       p.grads = self.slice:narrow(1, p.at + 1, p.numel)
-      if b.wire then b.wire_out = T.empty({ p.numel }, wire, device) end
+      if b.wire then b.wire_out = T.empty({ p.numel }, wire, self.device) end
     else
       p.grads = flat.grads:narrow(1, p.offset + 1, p.numel)
     end
@@ -155,23 +162,25 @@ function DataParallel.new(model, dist, opts)
   if not (model.flat_parameters and dist and dist.world_size) then
     error('nn.data_parallel(model, dist): a model with flat parameters and a wick.dist group', 2)
   end
-  local flat = model:flat_parameters()
-  if not flat.params then error('nn.data_parallel: the model\'s masters belong to another data parallelism', 2) end
+  local params = model.flat.params
+  if not params then error('nn.data_parallel: the model\'s masters belong to another data parallelism', 2) end
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
-    device = flat.params.device }, DataParallel)
-  dist:broadcast(flat.params, 0)  -- every rank starts from rank 0's weights
-  local ranges, groups = gradient_ranges(model, flat)
+    device = params.device }, DataParallel)
+  dist:broadcast(params, 0)  -- every rank starts from rank 0's weights
+  local ranges, groups = gradient_ranges(model)
   self.shard = opts.shard
   self.buckets = make_buckets(ranges, opts.bucket_bytes, self.shard == 'none' and 1 or self.world_size)
+  if self.shard ~= 'none' then shard_masters(self, model) end
+  local flat = model:flat_parameters()  -- the gradients are made here
   self.launch_at = {}  -- gradient group -> buckets to launch once it is done
   for g = 1, groups + 1 do self.launch_at[g] = {} end
   for i, b in ipairs(self.buckets) do
     b.view = flat.grads:narrow(1, b.offset + 1, b.numel)
-    if wire ~= 'f32' then b.wire = T.empty({ b.numel }, wire, flat.grads.device) end
+    if wire ~= 'f32' then b.wire = T.empty({ b.numel }, wire, self.device) end
     local list = self.launch_at[b.ready]
     list[#list + 1] = i
   end
-  if self.shard ~= 'none' then shard_buffers(self, model, flat, wire) end
+  if self.shard ~= 'none' then shard_gradients(self, flat, wire) end
   self.works = {}
   self.on_ready = function(g)
     if g == groups then self.overlapped = self.launched end  -- on their way before the last group

@@ -127,7 +127,7 @@ end
 function GPT:gradient_storage()
   local flat = self.flat
   if flat.grads then return flat.grads end
-  flat.grads = T.zeros({ flat.params:numel() }, 'f32', self.device)
+  flat.grads = T.zeros({ flat.numel }, 'f32', self.device)
   self.named_grads = {}
   for _, p in ipairs(self.entries) do
     p.module['grad_' .. p.key] = view_into(flat.grads, p.offset, p.shape, p.numel)
