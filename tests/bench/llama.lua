@@ -12,6 +12,9 @@
 --                    (x1.0), and a peak of tensor memory at most 1.1x the weights the model
 --                    keeps (its gradients come with the first backward)
 --   generation tok/s greedy, KV cache, PROMPT tokens then NEW, next to transformers' generate; goal x1
+--   recompute        model.recompute = 'blocks' next to keeping every block's activations: the
+--                    step's peak of tensor memory (goal: at most 0.8x) and its tokens/s (a forward of
+--                    every block but the last again: goal at least 0.7x)
 package.path = require('wick.host').home .. '/tests/bench/lib/?.lua;' .. package.path
 local ffi = require 'ffi'
 local report = require 'report'
@@ -80,19 +83,43 @@ local function fixed(shape, seed, modulo)
   return t
 end
 
-local model = wick.nn.from_pretrained(MODEL)
-local opt = wick.optim.adamw { lr = 1e-4, weight_decay = 0.1, clip = 1.0 }
 local inputs, targets = fixed({ BATCH, TIME }, 7919, CONFIG.vocab_size), fixed({ BATCH, TIME }, 104729, CONFIG.vocab_size)
-local function step()
-  model:zero_grad()
-  model:forward(inputs, targets)
-  model:backward()
-  opt:step(model)
+
+-- A model loaded with `recompute`, its optimizer, and its training step.
+local function trainer(recompute)
+  local m = wick.nn.from_pretrained(MODEL, { recompute = recompute })
+  local o = wick.optim.adamw { lr = 1e-4, weight_decay = 0.1, clip = 1.0 }
+  return m, o, function()
+    m:zero_grad()
+    m:forward(inputs, targets)
+    m:backward()
+    o:step(m)
+  end
 end
-step() -- warm-up: buffers and the optimizer's moments are made here
-local train = report.best(STEPS, step)
+
+-- The best step time of STEPS and the peak of tensor memory over the first step (buffers, gradients
+-- and moments made), from before the model's load.
+local function measured(recompute)
+  local before = T.memory('cpu').in_use
+  T.reset_peak('cpu')
+  local m, o, step = trainer(recompute)
+  step()
+  local peak_bytes = T.memory('cpu').peak - before
+  return m, o, step, report.best(STEPS, step), peak_bytes
+end
+
+local model, opt, _, train, kept_peak = measured('none')
 report.row('Llama training on the CPU (tok/s)', BATCH * TIME / train, 'tok/s', 'transformers, same model',
   baseline(('train %q %d %d %d %d'):format(MODEL, BATCH, TIME, STEPS, THREADS)), true, 2.0)
+do
+  local m, o, _, seconds, recomputed_peak = measured('blocks')
+  report.row('recompute=blocks: step peak memory (MiB)', recomputed_peak / 2 ^ 20, 'MiB', 'recompute=none',
+    kept_peak / 2 ^ 20, false, 1 / 0.8)
+  report.row('recompute=blocks: training (tok/s)', BATCH * TIME / seconds, 'tok/s', 'recompute=none',
+    BATCH * TIME / train, true, 0.7)
+  m:free()
+  o:free()
+end
 
 -- ---- generation ------------------------------------------------------------------------------------
 
