@@ -852,8 +852,8 @@ checkpoint = { every = 2, keep = 2 },]])
         if resumed_pid and unfinished[resumed_pid] then
           line, unfinished[resumed_pid] = unfinished[resumed_pid] .. tail, nil
         end
-        local path = line:match('fsync%(%d+<([^>]*)>%) = 0') or
-          (line:match('rename%("[^"]*", "([^"]*)"%) = 0') == dir .. '/step-00000002' and 'rename')
+        local path = line:match('fsync%(%d+<([^>]*)>%)%s*= 0') or
+          (line:match('rename%("[^"]*", "([^"]*)"%)%s*= 0') == dir .. '/step-00000002' and 'rename')
         if path then calls[#calls + 1] = path end
       end
       local tmp = ('%s/.step-00000002.tmp-'):format(dir)
