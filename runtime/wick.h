@@ -846,7 +846,9 @@ WK_API WkStatus wk_dist_barrier(WkDist *dist, const char *site);
  * must stay alive and untouched until wk_work_wait, which returns its status and frees the work.
  * Collectives run in the order they were started, synchronous ones after every pending one. */
 WK_API WkWork *wk_dist_all_reduce_start(WkDist *dist, WkTensor *t, WkReduceOp op, const char *site);
-/* The same for a reduce-scatter (out and t as wk_dist_reduce_scatter's, both untouched until the wait). */
+/* The same for an all-gather and a reduce-scatter (out and t as the blocking calls take them, both
+ * untouched until the wait). */
+WK_API WkWork *wk_dist_all_gather_start(WkDist *dist, WkTensor *out, const WkTensor *t, const char *site);
 WK_API WkWork *wk_dist_reduce_scatter_start(WkDist *dist, WkTensor *out, const WkTensor *t, WkReduceOp op,
                                             const char *site);
 WK_API WkStatus wk_work_wait(WkWork *work);

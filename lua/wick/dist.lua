@@ -10,6 +10,7 @@
 --   dist:barrier()
 --   local work = dist:all_reduce_start(t, op); ...; work:wait()   -- runs on the group's worker
 --   local work = dist:reduce_scatter_start(out, t, op); ...; work:wait()
+--   local work = dist:all_gather_start(out, t); ...; work:wait()
 --   dist.store:set(key, value), :get(key, timeout), :wait(keys, timeout), :add(key, n), :compare_set(...)
 --   dist:close()
 --
@@ -309,6 +310,13 @@ function Group:all_reduce_start(t, op, site)
   local handle = core.check_handle(C.wk_dist_all_reduce_start(group_handle(self), t, reduce_op(op, 2),
     site or call_site()), 2)
   return setmetatable({ handle = handle, tensor = t }, Work)
+end
+
+-- Starts an all-gather (out and t as all_gather's) and returns at once; both must stay untouched
+-- until work:wait().
+function Group:all_gather_start(out, t, site)
+  local handle = core.check_handle(C.wk_dist_all_gather_start(group_handle(self), out, t, site or call_site()), 2)
+  return setmetatable({ handle = handle, tensor = t, out = out }, Work)
 end
 
 -- Starts a reduce-scatter (out and t as reduce_scatter's) and returns at once; both must stay

@@ -561,6 +561,10 @@ WkWork *wk_dist_all_reduce_start(WkDist *d, WkTensor *t, WkReduceOp op, const ch
   return start(d, (Collective){.kind = COLL_ALL_REDUCE, .out = t, .in = t, .op = op}, site);
 }
 
+WkWork *wk_dist_all_gather_start(WkDist *d, WkTensor *out, const WkTensor *t, const char *site) {
+  return start(d, (Collective){.kind = COLL_ALL_GATHER, .out = out, .in = t}, site);
+}
+
 WkWork *wk_dist_reduce_scatter_start(WkDist *d, WkTensor *out, const WkTensor *t, WkReduceOp op, const char *site) {
   return start(d, (Collective){.kind = COLL_REDUCE_SCATTER, .out = out, .in = t, .op = op}, site);
 }
