@@ -150,21 +150,35 @@ function safetensors.save(path, tensors, metadata)
 end
 
 -- A file of `dtype` tensors named `order` (a list: their order in the file), shaped as in `shapes`
--- (name -> tensor of any dtype), to be filled by write_at: whoever holds a tensor, or a part of one,
--- writes it where it lies, in parallel with the others. Returns each name's byte offset in the data
--- section.
+-- (name -> list of sizes), to be filled by write_at: whoever holds a tensor, or a part of one, writes
+-- it where it lies, in parallel with the others. Returns each name's byte offset in the data section.
+-- No tensor need exist: the header is written from views of one element expanded to each shape.
 function safetensors.create(path, order, shapes, dtype, metadata)
-  checked_names(shapes, 'safetensors.create(path, order, shapes, dtype)')
+  if type(order) ~= 'table' or type(shapes) ~= 'table' then
+    error('safetensors.create(path, order, shapes, dtype): order and shapes must be tables', 2)
+  end
   local code = T.DTYPES[dtype]
   if not code then error(("safetensors.create: unknown dtype '%s'"):format(tostring(dtype)), 2) end
+  local one, views = T.zeros({ 1 }, dtype), {}
+  for _, name in ipairs(order) do
+    local shape = shapes[name]
+    if type(shape) ~= 'table' then
+      one:free()
+      error(("safetensors.create: '%s' has no shape"):format(tostring(name)), 2)
+    end
+    views[name] = one:expand(shape)
+  end
   local keep, offsets, at = {}, {}, 0
-  local c_names, c_tensors, n_meta, c_keys, c_values = c_arrays(order, shapes, metadata, keep)
-  core.check(C.wk_safetensors_create(path, #order, c_names, c_tensors, code, n_meta, c_keys, c_values), 2)
+  local c_names, c_tensors, n_meta, c_keys, c_values = c_arrays(order, views, metadata, keep)
+  local status = C.wk_safetensors_create(path, #order, c_names, c_tensors, code, n_meta, c_keys, c_values)
   local size = tonumber(C.wk_dtype_size(code))
   for _, name in ipairs(order) do
     offsets[name] = at
-    at = at + shapes[name]:numel() * size
+    at = at + views[name]:numel() * size
+    views[name]:free()
   end
+  one:free()
+  core.check(status, 2)
   return offsets
 end
 

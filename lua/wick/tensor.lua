@@ -283,6 +283,27 @@ function methods.view(t, shape)
   return make_view(t, C.wk_tensor_offset(t), shape, strides, 2)
 end
 
+-- A view of t as shape without a copy (torch's expand): t's dims align with shape's last ones, and a
+-- dim of size 1 repeats with stride 0; leading new dims repeat all of t.
+function methods.expand(t, shape)
+  alive(t)
+  local own_shape, offset = shape_of(t), #shape - C.wk_tensor_ndim(t)
+  if offset < 0 then error(('expand: [%s] has fewer dims than the tensor'):format(table.concat(shape, ', ')), 2) end
+  local strides = {}
+  for d = 1, #shape do
+    local size = own_shape[d - offset]
+    if size == nil or (size == 1 and shape[d] ~= 1) then
+      strides[d] = 0
+    elseif size == shape[d] then
+      strides[d] = tonumber(C.wk_tensor_stride(t, d - offset - 1))
+    else
+      error(('expand: [%s] to [%s]: only dims of size 1 repeat'):format(table.concat(own_shape, ', '),
+        table.concat(shape, ', ')), 2)
+    end
+  end
+  return make_view(t, C.wk_tensor_offset(t), shape, strides, 2)
+end
+
 -- Elements first .. first+length-1 (1-based) of dim d, sharing storage.
 function methods.narrow(t, d, first, length)
   alive(t)

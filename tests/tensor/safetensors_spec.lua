@@ -132,7 +132,7 @@ describe('safetensors', function()
   it('creates a file for tensors laid out in a given order, and writes their parts at their offsets', function()
     local path = dir .. '/parts.safetensors'
     local a, b = T.new({ { 1, 2, 3 }, { 4, 5, 6 } }), T.new({ 7, 8 })
-    local offsets = st.create(path, { 'b', 'a' }, { a = a:to('bf16'), b = b }, 'f32', { format = 'pt' })
+    local offsets = st.create(path, { 'b', 'a' }, { a = { 2, 3 }, b = { 2 } }, 'f32', { format = 'pt' })
     assert.are.same({ b = 0, a = 8 }, offsets)
     local header, metadata = st.header(path)
     assert.are.same({ dtype = 'f32', shape = { 2, 3 } }, { dtype = header.a.dtype, shape = header.a.shape })
@@ -147,7 +147,8 @@ describe('safetensors', function()
     assert.are.same(b:totable(), back.b:totable())
     assert.has_error(function() st.write_at(path, offsets.a + 20, b) end,
       "safetensors write '" .. path .. "': 8 bytes at data offset 28 run past its end")
-    assert.has_error(function() st.create(path, { 'a' }, { a = a }, 'f64') end, "safetensors.create: unknown dtype 'f64'")
+    assert.has_error(function() st.create(path, { 'a' }, { a = { 2, 3 } }, 'f64') end, "safetensors.create: unknown dtype 'f64'")
+    assert.has_error(function() st.create(path, { 'a', 'c' }, { a = { 2, 3 } }, 'f32') end, "safetensors.create: 'c' has no shape")
   end)
 
   it('writes a name that needs escaping and reads it back', function()

@@ -403,17 +403,17 @@ local function make_directory(dir)
   end
 end
 
--- Groups the tensors, in the model's order, into shards of at most max_bytes (a larger tensor alone)
--- of elements of elem_bytes.
+-- Groups the parameters, in the model's flat order, into shards of at most max_bytes (a larger
+-- tensor alone) of elements of elem_bytes: lists of entries (wick.nn.gpt's flatten).
 local function shards(model, max_bytes, elem_bytes)
   local out, current, bytes = {}, nil, 0
-  for _, name in ipairs(model.order) do
-    local size = model:named_parameters()[name]:numel() * elem_bytes
+  for _, p in ipairs(model.entries) do
+    local size = p.numel * elem_bytes
     if not current or (bytes > 0 and bytes + size > max_bytes) then
       current, bytes = {}, 0
       out[#out + 1] = current
     end
-    current[name] = model:named_parameters()[name]
+    current[#current + 1] = p
     bytes = bytes + size
   end
   return out
@@ -421,11 +421,12 @@ end
 
 -- One weights file of dtype: each tensor of another dtype (the f32 masters, or a compute copy that
 -- stands for released masters) converted first, one shard's worth at a time.
-local function save_shard(path, group, dtype)
+local function save_shard(path, model, group, dtype)
   local stored, converted = {}, {}
-  for name, t in pairs(group) do
-    stored[name] = t.dtype == dtype and t or t:to(dtype)
-    if stored[name] ~= t then converted[#converted + 1] = stored[name] end
+  for _, p in ipairs(group) do
+    local t = model:named_parameters()[p.name]
+    stored[p.name] = t.dtype == dtype and t or t:to(dtype)
+    if stored[p.name] ~= t then converted[#converted + 1] = stored[p.name] end
   end
   safetensors.save(path, stored, { format = 'pt' })
   for _, t in ipairs(converted) do t:free() end
@@ -439,16 +440,15 @@ local function save_pretrained(model, dir, hf_config, opts)
   local elem_bytes, torch_dtype = unpack(SAVE_DTYPES[opts.dtype])
   config.torch_dtype = torch_dtype
   local groups = shards(model, opts.max_shard_bytes, elem_bytes)
-  local total = 0
-  for _, name in ipairs(model.order) do total = total + model:named_parameters()[name]:numel() * elem_bytes end
+  local total = model:parameter_count() * elem_bytes
   if opts.weights and #groups == 1 then
-    save_shard(dir .. '/' .. SINGLE, groups[1], opts.dtype)
+    save_shard(dir .. '/' .. SINGLE, model, groups[1], opts.dtype)
   elseif opts.weights then
     local weight_map = {}
     for k, group in ipairs(groups) do
       local file = ('model-%05d-of-%05d.safetensors'):format(k, #groups)
-      save_shard(dir .. '/' .. file, group, opts.dtype)
-      for name in pairs(group) do weight_map[name] = file end
+      save_shard(dir .. '/' .. file, model, group, opts.dtype)
+      for _, p in ipairs(group) do weight_map[p.name] = file end
     end
     write_file(dir .. '/' .. INDEX, json.encode({ metadata = { total_size = total }, weight_map = weight_map }) .. '\n')
   end
