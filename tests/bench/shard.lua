@@ -23,7 +23,8 @@ local json = require 'wick.json'
 
 local WORLD = 4
 local STEPS, WARMUP, REPEATS = 10, 2, 2
-local LEVELS = { 'none', 'optimizer', 'gradients' }
+local LEVELS = { 'none', 'optimizer', 'gradients', 'parameters' }
+local LAYERS, DIM = 4, 256
 local DIR = host.home .. '/build/bench/shard'
 local UNITS = { bytes = 1, KiB = 2 ^ 10, MiB = 2 ^ 20, GiB = 2 ^ 30 }
 local MEMORY_GOAL = 0.98 -- bytes freed / the moments' share freed, less the slice
@@ -39,9 +40,9 @@ end
 -- One run of a level: the peak per rank (bytes) and the median step time (seconds).
 -- The command line of the job at `level`; `flags` go to run (--dry-run), `overrides` to the recipe.
 local function job(level, flags, overrides)
-  return ("'%s' %s --nproc-per-node %d '%s/recipes/tiny.lua' --model.layers=4 --model.dim=256 --batch.global=%d " ..
-    '--batch.micro=1 --steps=%d --log.sample=0 --parallel.shard=%s %s'):format(host.exe, flags, WORLD, host.home, WORLD,
-    STEPS, level, overrides)
+  return ("'%s' %s --nproc-per-node %d '%s/recipes/tiny.lua' --model.layers=%d --model.dim=%d --batch.global=%d " ..
+    '--batch.micro=1 --steps=%d --log.sample=0 --parallel.shard=%s %s'):format(host.exe, flags, WORLD, host.home, LAYERS,
+    DIM, WORLD, STEPS, level, overrides)
 end
 
 local function run(level, precision)
@@ -80,12 +81,16 @@ for _, level in ipairs({ 'optimizer', 'gradients' }) do
     "8P(W-1)/W - 4P/W", share / MiB, true, MEMORY_GOAL)
   print(('  peak per rank %.2f MiB'):format(peak[level] / MiB))
 end
+local gathered = P - (LAYERS - 2) * require('wick.nn.cost').block_parameter_count({ dim = DIM })
+report.row(('shard=parameters, %d ranks: freed per rank (MiB)'):format(WORLD), (peak.none - peak.parameters) / MiB, 'MiB',
+  '8P(W-1)/W - 8P/W + 4P - 4G', (share + F32 * (P - P / WORLD - gathered)) / MiB, true, MEMORY_GOAL)
+print(('  peak per rank %.2f MiB'):format(peak.parameters / MiB))
 local bf16 = {}
 for _, level in ipairs({ 'none', 'optimizer' }) do bf16[level] = run(level, 'bf16') end
 report.row(('bf16, shard=optimizer, %d ranks: freed per rank (MiB)'):format(WORLD), (bf16.none - bf16.optimizer) / MiB,
   'MiB', '12P(W-1)/W - 2P/W', (3 * F32 * P * (WORLD - 1) - 2 * P) / WORLD / MiB, true, MEMORY_GOAL)
 print(('  peak per rank %.2f MiB, bf16 none %.2f MiB'):format(bf16.optimizer / MiB, bf16.none / MiB))
-for _, level in ipairs({ 'optimizer', 'gradients' }) do
+for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
   report.row(('shard=%s, %d ranks: step time (s)'):format(level, WORLD), time[level], 's', "shard=none's step",
     time.none, false, TIME_GOAL)
 end

@@ -3,7 +3,8 @@
 -- per-step losses and target counts, and ends with the same weights within fp32 tolerance, also
 -- in pad mode where every micro-batch has its own number of target tokens. Gradients all-reduced in
 -- bf16 (parallel.grad_dtype) give the fp32 run's within bf16's precision, for half the bytes. Sharded
--- (parallel.shard = optimizer | gradients), the same ranks give the unsharded run's losses and weights.
+-- (parallel.shard = optimizer | gradients | parameters), the same ranks give the unsharded run's
+-- losses and weights.
 -- A Llama recipe trains to the same samples, losses and gradient norms on 1, 2 and 4 ranks.
 local helper = require 'helper'
 local data_helper = require 'helpers.data'
@@ -142,19 +143,20 @@ describe('data parallelism', function()
     end)
   end
 
-  -- Sharding moves the optimizer state and the reduced gradients, not the training: each level gives
-  -- the unsharded run's losses and weights on the same ranks (only the order of sums may differ).
-  -- dim 15 makes 9915 parameters: on 2 and 4 ranks the head of the flat storage (N mod W elements)
-  -- is the replicated bucket, next to several sharded ones.
+  -- Sharding moves the optimizer state, the reduced gradients and the weights, not the training: each
+  -- level gives the unsharded run's losses and weights on the same ranks (only the order of sums may
+  -- differ). dim 15 makes 9915 parameters: on 2 and 4 ranks the head of the flat storage (N mod W
+  -- elements) is a replicated bucket, next to several sharded ones; under 'parameters' the head of
+  -- every run of a unit (wick.nn.gathered) is one.
   for _, mode in ipairs({ 'packed', 'pad' }) do
-    it(('gives the unsharded losses and weights with shard = optimizer and gradients, on 1x4, 2x2, 4x1 (%s mode)')
-      :format(mode), function()
+    it(('gives the unsharded losses and weights with shard = optimizer, gradients and parameters, on 1x4, 2x2, 4x1'
+      .. ' (%s mode)'):format(mode), function()
       for _, layout in ipairs(LAYOUTS) do
         local plain = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', 'none', SHARD_DIM)
         assert.are.equal(SHARD_PARAMETERS, plain.grads)
-        for _, level in ipairs({ 'optimizer', 'gradients' }) do
+        for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
           local run = train(dataset, mode, layout.world, root, SMALL_BUCKETS, 'fp32', level, SHARD_DIM)
-          local head = SHARD_PARAMETERS % layout.world
+          local replicated = tonumber(run.out:match('%[rank0%] grads %d+ replicated (%d+)'))
           for s, step in ipairs(run.steps) do
             local want = plain.steps[s]
             assert.are.equal(layout.micro, step.micro)
@@ -162,10 +164,12 @@ describe('data parallelism', function()
             assert.is_true(math.abs(step.loss - want.loss) <= LOSS_TOLERANCE * want.loss,
               ('%s on %d ranks, step %d: loss %.9g, unsharded %.9g'):format(level, layout.world, s, step.loss, want.loss))
             assert.is_true(math.abs(step.grad_norm - want.grad_norm) <= LOSS_TOLERANCE * want.grad_norm)
-            -- and one sum of squares, and one all-gather a sharded bucket (not the replicated head);
-            -- alone, the reduce-scatters remain, as copies into the slice
-            local sharded = step.buckets - (head > 0 and 1 or 0)
-            local alone = level == 'gradients' and step.buckets or 0
+            -- and one sum of squares, and one all-gather a sharded bucket (not a replicated one):
+            -- under 'parameters' too, since both blocks of the fixture's model stay gathered from the
+            -- first micro-step's forward to the step's end; alone, the reduce-scatters (and gathers)
+            -- remain, as copies into the slice (and out of it)
+            local sharded = step.buckets - replicated
+            local alone = ({ optimizer = 0, gradients = step.buckets, parameters = 2 * step.buckets })[level]
             assert.are.equal(layout.world == 1 and alone or step.buckets + 2 + 1 + sharded, step.collectives)
           end
           assert.are.same(samples_by_step(plain.audit), samples_by_step(run.audit))
@@ -177,7 +181,7 @@ describe('data parallelism', function()
   end
 
   it('runs its step in compiled traces, with no NYI aborts once warm, sharded too (a world of 1, in process)', function()
-    for _, level in ipairs({ 'none', 'gradients' }) do
+    for _, level in ipairs({ 'none', 'gradients', 'parameters' }) do
       local dist = wick.dist.init { timeout = 10 }
       local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
       local vocab = loader:vocab_size()
@@ -262,13 +266,16 @@ describe('data parallelism', function()
   end)
 
   -- The paths the fixture's fp32 runs do not take: a compute copy refreshed from all-gathered f32
-  -- masters (bf16, fp16 with its loss scaler), and bf16 reduce-scatters.
-  it("keeps the unsharded losses under bf16 and fp16 and with bf16 gradients, from a recipe's parallel.shard", function()
+  -- masters (bf16, fp16 with its loss scaler), bf16 reduce-scatters, and under 'parameters' blocks
+  -- that take turns in the two gather slots (3 layers: the forward and the backward each gather
+  -- and prefetch) and are gathered again for recompute = 'blocks'.
+  it("keeps the unsharded losses under bf16 and fp16, with bf16 gradients and with recompute, from a recipe's parallel.shard",
+    function()
     local dir = helper.tmpdir()
     local function losses(args)
       local log = dir .. '/log.jsonl'
       os.remove(log)
-      local r = helper.run(('--nproc-per-node 2 %s --steps=3 --log.sample=0 --log=%s %s'):format(
+      local r = helper.run(('--nproc-per-node 2 %s --steps=3 --model.layers=3 --log.sample=0 --log=%s %s'):format(
         q(helper.ROOT .. '/recipes/tiny.lua'), q(log), args))
       assert.are.equal(0, r.rc, r.out .. r.err)
       local out = {}
@@ -276,9 +283,9 @@ describe('data parallelism', function()
       assert.are.equal(3, #out)
       return out
     end
-    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16' }) do
+    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16', '--model.recompute=blocks' }) do
       local want = losses(case)
-      for _, level in ipairs({ 'optimizer', 'gradients' }) do
+      for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
         local got = losses(case .. ' --parallel.shard=' .. level)
         for s = 1, 3 do
           assert.is_true(math.abs(got[s] - want[s]) <= LOSS_TOLERANCE * want[s],
@@ -286,20 +293,21 @@ describe('data parallelism', function()
         end
       end
     end
-    local bad = helper.run(('%s --parallel.shard=parameters'):format(q(helper.ROOT .. '/recipes/tiny.lua')))
+    local bad = helper.run(('%s --parallel.shard=weights'):format(q(helper.ROOT .. '/recipes/tiny.lua')))
     assert.are_not.equal(0, bad.rc)
     assert.matches('parallel.shard', bad.err, 1, true)
     helper.rmtree(dir)
   end)
 
   -- The fixture trains a GPT-2; the Llama's own ops (RMSNorm, RoPE, SwiGLU, grouped-query attention)
-  -- reduce their parameter gradients over the same buckets, through a recipe as teams run it.
-  it('trains a Llama recipe to the same samples, losses and gradient norms on 1x4, 2x2 and 4x1', function()
+  -- reduce their parameter gradients over the same buckets, through a recipe as teams run it; and
+  -- gather their weights block by block under 'parameters'.
+  it('trains a Llama recipe to the same samples, losses and gradient norms on 1x4, 2x2 and 4x1, sharded too', function()
     local dir = helper.tmpdir()
-    local function steps(world)
-      local log = ('%s/llama-%d.jsonl'):format(dir, world)
-      local r = helper.run(('--nproc-per-node %d %s --steps=3 --batch.micro=4 --log.sample=0 --log=%s'):format(world,
-        q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(log)))
+    local function steps(world, args)
+      local log = ('%s/llama-%d%s.jsonl'):format(dir, world, args and args:gsub('%W', '') or '')
+      local r = helper.run(('--nproc-per-node %d %s --steps=3 --batch.micro=4 --log.sample=0 --log=%s %s'):format(world,
+        q(helper.ROOT .. '/recipes/llama_tiny.lua'), q(log), args or ''))
       assert.are.equal(0, r.rc, r.out .. r.err)
       local out = {}
       for line in helper.read_file(log):gmatch('[^\n]+') do
@@ -310,9 +318,10 @@ describe('data parallelism', function()
       return out
     end
     local want = steps(1)
-    for _, world in ipairs({ 2, 4 }) do
-      for s, got in ipairs(steps(world)) do
-        local where = ('%d ranks, step %d'):format(world, s)
+    for _, case in ipairs({ { 2 }, { 4 }, { 4, '--parallel.shard=parameters' } }) do
+      local world = case[1]
+      for s, got in ipairs(steps(world, case[2])) do
+        local where = ('%d ranks %s, step %d'):format(world, case[2] or '', s)
         assert.are.equal(want[s].fingerprint, got.fingerprint, where)
         assert.are.equal(want[s].tokens, got.tokens, where)
         for _, key in ipairs({ 'loss', 'grad_norm' }) do

@@ -9,12 +9,17 @@ local cost = {}
 
 local F32 = 4  -- bytes of an f32 value: master weights, their gradients, AdamW's moments
 
--- Parameters of a GPT-2 of this shape: embeddings, blocks (attention and MLP, their LayerNorms),
--- the final LayerNorm; the output projection is tied.
+-- Parameters of one block of a GPT-2 of this shape: attention and MLP, their LayerNorms.
+function cost.block_parameter_count(m)
+  local C = m.dim
+  return 12 * C * C + 13 * C
+end
+
+-- Parameters of a GPT-2 of this shape: embeddings, blocks, the final LayerNorm; the output
+-- projection is tied.
 function cost.parameter_count(m)
-  local C, L = m.dim, m.layers
-  local per_block = 12 * C * C + 13 * C
-  return m.vocab * C + m.seq_len * C + L * per_block + 2 * C
+  local C = m.dim
+  return m.vocab * C + m.seq_len * C + m.layers * cost.block_parameter_count(m) + 2 * C
 end
 
 -- FLOPs per trained token, forward + backward: 6 per parameter (2 forward, 4 backward) plus

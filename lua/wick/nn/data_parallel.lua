@@ -32,7 +32,11 @@
 --      f32 masters of its slice only, and the 2-byte compute copy is what is all-gathered;
 --   shard = 'gradients' (ZeRO-2): as 'optimizer', but step 3 reduce-scatters each bucket instead
 --      (overlapped the same way) into this rank's slice of the gradient, so no rank holds the
---      reduced full gradient; the full-size buffer stays, backward accumulates into it.
+--      reduced full gradient; the full-size buffer stays, backward accumulates into it;
+--   shard = 'parameters' (ZeRO-3): as 'gradients', and each rank keeps the f32 masters of its slice
+--      only, under fp32 too; the model keeps no full weights but what wick.nn.gathered gathers from
+--      the slice, unit by unit, before each block runs (the next block's gather overlapping with
+--      the current one's compute), and the buckets are cut at the runs of those units.
 -- Gradient clipping then takes the global norm from each rank's sum of squares over its slice.
 -- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
 -- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
@@ -41,6 +45,7 @@ local core = require 'wick.core'
 local schema = require 'wick.schema'
 local T = require 'wick.tensor'
 local shard = require 'wick.nn.shard'
+local gathered = require 'wick.nn.gathered'
 
 local C = core.C
 local check = core.check
@@ -59,16 +64,18 @@ local OPTIONS = schema.define('nn.data_parallel option', {
     help = 'gradient bytes per all-reduce (torch DDP: 25 MiB)' },
   { 'grad_dtype', 'enum', values = { 'fp32', 'bf16' }, default = 'fp32',
     help = "dtype the gradients are all-reduced in: 'bf16' halves the bytes on the wire" },
-  { 'shard', 'enum', values = { 'none', 'optimizer', 'gradients' }, default = 'none',
+  { 'shard', 'enum', values = { 'none', 'optimizer', 'gradients', 'parameters' }, default = 'none',
     help = "what the ranks split into 1/world slices: 'optimizer' AdamW's moments, 'gradients' also the reduced "
-      .. 'gradients' },
+      .. "gradients, 'parameters' also the weights (gathered block by block)" },
 })
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
--- Gradient ranges in flat order: { offset, numel, ready } where ready is the gradient group
--- after which backward() leaves the range alone (the last group + 1 when the model has none). From
--- the model's placements (model.entries, wick.nn.gpt's flatten), so no gradient need exist yet.
-local function gradient_ranges(model)
+-- Gradient ranges in flat order: { offset, numel, ready, unit } where ready is the gradient group
+-- after which backward() leaves the range alone (the last group + 1 when the model has none), and
+-- unit (unit_of given: shard = 'parameters') the unit whose weights are gathered together
+-- (wick.nn.gathered). From the model's placements (model.entries, wick.nn.gpt's flatten), so no
+-- gradient need exist yet.
+local function gradient_ranges(model, unit_of)
   local groups = model.gradient_groups and model:gradient_groups() or {}
   local ready_of = {}  -- module -> key -> group
   for g, modules in ipairs(groups) do
@@ -81,24 +88,38 @@ local function gradient_ranges(model)
   end
   local ranges = {}
   for _, p in ipairs(model.entries) do
-    ranges[#ranges + 1] = { offset = p.offset, numel = p.numel, ready = (ready_of[p.module] or {})[p.key] or #groups + 1 }
+    ranges[#ranges + 1] = { offset = p.offset, numel = p.numel, ready = (ready_of[p.module] or {})[p.key] or #groups + 1,
+      unit = unit_of and unit_of[p] }
   end
   return ranges, #groups
 end
 
 -- Walks the flat gradient from its end (the backward pass finishes the last layers first) and
--- cuts it into buckets of at most bucket_bytes; a bucket is ready when its last range is. With
+-- cuts it into buckets of at most bucket_bytes; a bucket is ready when its last range is. A bucket
+-- never spans two units (ranges of different .unit, consecutive ones of a unit making a run). With
 -- multiple > 1 (sharded: the world size) every bucket holds a multiple of it, but for the head of
--- the flat storage, numel mod multiple elements, which becomes a replicated bucket (wick.nn.shard).
+-- each run, its numel mod multiple elements, which becomes a replicated bucket (wick.nn.shard).
 local function make_buckets(ranges, bucket_bytes, multiple)
   local limit = math.max(multiple, math.floor(bucket_bytes / F32_BYTES / multiple) * multiple)
   local buckets, current = {}, nil
+  local function end_run()  -- current is the run's first bucket, the only one that may be short
+    local head = current.numel % multiple
+    if head == 0 then return end
+    local replicated = { hi = current.hi - current.numel + head, numel = head, ready = current.ready,
+      unit = current.unit, replicated = true }
+    current.numel = current.numel - head
+    buckets[current.numel == 0 and #buckets or #buckets + 1] = replicated
+  end
   for i = #ranges, 1, -1 do
     local r = ranges[i]
+    if current and current.unit ~= r.unit then
+      end_run()
+      current = nil
+    end
     local hi = r.offset + r.numel
     while hi > r.offset do
       if not current or current.numel == limit then
-        current = { hi = hi, numel = 0, ready = 0 }
+        current = { hi = hi, numel = 0, ready = 0, unit = r.unit }
         buckets[#buckets + 1] = current
       end
       local take = math.min(limit - current.numel, hi - r.offset)
@@ -107,14 +128,8 @@ local function make_buckets(ranges, bucket_bytes, multiple)
       hi = hi - take
     end
   end
+  if current then end_run() end
   for _, b in ipairs(buckets) do b.offset = b.hi - b.numel end
-  local first = buckets[#buckets]
-  local head = first and first.numel % multiple or 0
-  if head > 0 then
-    buckets[#buckets + 1] = { offset = 0, numel = head, ready = first.ready, replicated = true }
-    first.offset, first.numel = head, first.numel - head
-    if first.numel == 0 then table.remove(buckets, #buckets - 1) end
-  end
   -- Launch order: by readiness, then from the end; the same on every rank.
   table.sort(buckets, function(a, b)
     if a.ready ~= b.ready then return a.ready < b.ready end
@@ -123,19 +138,27 @@ local function make_buckets(ranges, bucket_bytes, multiple)
   return buckets
 end
 
--- The layout and this rank's slice of the f32 masters under bf16/fp16 (layout.masters, where the
--- optimizer updates them), whereupon the model frees its full masters; the updated compute copy is
--- all-gathered from self.compute_slice, in its 2-byte dtype. Before the gradients exist, so the full
--- masters and the full gradients are never held together.
-local function shard_masters(self, model)
+-- The layout and this rank's slice of the f32 masters (layout.masters, where the optimizer updates
+-- them) where the model gives up its full ones: under bf16/fp16, whereupon the model keeps its
+-- compute copy only, and the updated compute copy is all-gathered from self.compute_slice in its
+-- 2-byte dtype; and under 'parameters', whereupon the model keeps no weights at all but what
+-- wick.nn.gathered gathers from self.compute_slice (the masters themselves under fp32). Before the
+-- gradients exist, so the full masters and the full gradients are never held together.
+local function shard_masters(self, model, unit_of)
   local flat = model.flat
   self.layout = shard.layout(self.dist, self.buckets)
-  if not model.policy.lowp then return end
+  if not (model.policy.lowp or unit_of) then return end
   local n = self.layout.numel
   self.layout.masters = T.empty({ n }, 'f32', self.device)
   self.layout:pack(self.layout.masters, flat.params)
-  self.compute_slice = T.empty({ n }, model.policy.dtype, self.device)
-  model:release_masters()
+  self.compute_slice = model.policy.lowp and T.empty({ n }, model.policy.dtype, self.device) or self.layout.masters
+  if not unit_of then
+    model:release_masters()
+    return
+  end
+  self.compute_slice:copy(self.layout.masters)
+  model:release_weights()
+  model.gathered = gathered.new(model, self.dist, self.layout, self.buckets, self.compute_slice, unit_of)
 end
 
 -- This rank's f32 slice (self.slice, its pieces packed in flat order): the gradients' destination
@@ -143,10 +166,10 @@ end
 -- gradients, in the slice or in the full buffer.
 local function shard_gradients(self, flat, wire)
   local n = self.layout.numel
-  if self.shard == 'gradients' or not self.layout.masters then self.slice = T.empty({ n }, 'f32', self.device) end
+  if self.scatters or not self.layout.masters then self.slice = T.empty({ n }, 'f32', self.device) end
   for _, b in ipairs(self.buckets) do
     local p = b.piece
-    b.scatter = self.shard == 'gradients' and not p.replicated
+    b.scatter = self.scatters and not p.replicated
     if b.scatter then
       p.grads = self.slice:narrow(1, p.at + 1, p.numel)
       if b.wire then b.wire_out = T.empty({ p.numel }, wire, self.device) end
@@ -167,10 +190,12 @@ function DataParallel.new(model, dist, opts)
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
     device = params.device }, DataParallel)
   dist:broadcast(params, 0)  -- every rank starts from rank 0's weights
-  local ranges, groups = gradient_ranges(model)
   self.shard = opts.shard
+  self.scatters = self.shard == 'gradients' or self.shard == 'parameters'  -- gradients reduce-scattered
+  local unit_of = self.shard == 'parameters' and model:units() or nil
+  local ranges, groups = gradient_ranges(model, unit_of)
   self.buckets = make_buckets(ranges, opts.bucket_bytes, self.shard == 'none' and 1 or self.world_size)
-  if self.shard ~= 'none' then shard_masters(self, model) end
+  if self.shard ~= 'none' then shard_masters(self, model, unit_of) end
   local flat = model:flat_parameters()  -- the gradients are made here
   self.launch_at = {}  -- gradient group -> buckets to launch once it is done
   for g = 1, groups + 1 do self.launch_at[g] = {} end
@@ -201,6 +226,7 @@ local function site_of(self)
   if not self.site then
     self.site = require('wick.dist').call_site() or '?'
     if self.layout then self.layout.site = self.site end
+    if self.model.gathered then self.model.gathered.site = self.site end
   end
   return self.site
 end
@@ -222,7 +248,7 @@ end
 -- all-reduce (or reduce-scatter), returning once the summed gradients are in place.
 function DataParallel:backward(sync)
   local model = self.model
-  if not sync or (self.world_size == 1 and self.shard ~= 'gradients') then
+  if not sync or (self.world_size == 1 and not self.scatters) then
     model:backward()
     return
   end
@@ -340,16 +366,27 @@ function DataParallel:step(loader, opt)
 end
 
 -- Every rank's updated slice into every rank's full weights: of the f32 weights, or under bf16/fp16
--- of the compute copy, cast from the master slice (rounded as an unsharded forward's refresh rounds).
+-- of the compute copy, cast from the master slice (rounded as an unsharded forward's refresh rounds);
+-- under 'parameters' into the gathered root, the blocks gathered when they run.
 function DataParallel:gather_parameters()
   local layout, flat = self.layout, self.model:flat_parameters()
-  if layout.masters then
+  if self.model.gathered then
+    if self.compute_slice ~= layout.masters then self.compute_slice:copy(layout.masters) end
+    site_of(self)
+    self.model.gathered:refresh()
+  elseif layout.masters then
     self.compute_slice:copy(layout.masters)
     layout:gather(flat.compute, self.compute_slice, site_of(self))
   else
     layout:pack(self.slice, flat.params)
     layout:gather(flat.params, self.slice, site_of(self))
   end
+end
+
+-- The weights the model computes with, from this rank's slice of the masters wherever it holds one
+-- (after they changed outside a step: a resume reads them into the slice).
+function DataParallel:refresh_weights()
+  if self.layout and self.layout.masters then self:gather_parameters() end
 end
 
 -- One log line from a step's result: this rank's split and the slowest rank's.

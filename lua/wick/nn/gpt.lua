@@ -152,6 +152,41 @@ function GPT:release_masters()
   flat.params = nil
 end
 
+-- Hands all the weights to a sharded nn.data_parallel that keeps only this rank's slice of them
+-- (shard = 'parameters'): the flat weights are freed, and gathered (wick.nn.gathered) points every
+-- parameter into the buffers it gathers them into; forward and backward fetch each block from it.
+-- The model then has no named parameters: their values live on all the ranks together.
+function GPT:release_weights(gathered)
+  local flat = self.flat
+  for _, p in ipairs(self.entries) do
+    p.module[p.key]:free()
+    if self.named[p.name] ~= p.module[p.key] then self.named[p.name]:free() end
+  end
+  for _, key in ipairs({ 'compute', 'params' }) do
+    if flat[key] then flat[key]:free() end
+    flat[key] = nil
+  end
+  self.named, self.gathered = nil, gathered
+end
+
+-- The unit of every entry (wick.nn.gathered): l for the parameters of block l, 0 for the others.
+function GPT:units()
+  local block_of = {}
+  for l, block in ipairs(self.blocks) do
+    for _, p in ipairs(block:parameters()) do
+      block_of[p.module] = l
+    end
+  end
+  local unit_of = {}
+  for _, p in ipairs(self.entries) do unit_of[p] = block_of[p.module] or 0 end
+  return unit_of
+end
+
+-- Before block l runs forward (direction 1) or backward (-1): its weights, when gathered.
+function GPT:fetch_block(l, direction)
+  if self.gathered then self.gathered:fetch(l, direction) end
+end
+
 -- Initialises the master weights (compute copies follow at the next forward).
 function GPT:reset(seed)
   return nn.Module.reset(self, seed, function(p) return self.named[p.name] end)
@@ -159,7 +194,8 @@ end
 
 function GPT:free()
   nn.Module.free(self)
-  for _, group in ipairs({ self.flat, self.named, self.named_grads or {}, { self.tokens_inputs, self.tokens_targets } }) do
+  if self.gathered then self.gathered:free() end
+  for _, group in ipairs({ self.flat, self.named or {}, self.named_grads or {}, { self.tokens_inputs, self.tokens_targets } }) do
     for _, t in pairs(group) do
       if T.is_tensor(t) then t:free() end  -- views hold references to the flat storage too
     end
@@ -172,7 +208,12 @@ function GPT:flat_parameters()
   self:gradient_storage()
   return self.flat
 end
-function GPT:named_parameters() return self.named end
+function GPT:named_parameters()
+  if not self.named then
+    error("gpt: the weights are sharded over the ranks (parallel.shard = 'parameters'): no rank holds them whole", 2)
+  end
+  return self.named
+end
 function GPT:grads()
   self:gradient_storage()
   return self.named_grads
@@ -227,6 +268,7 @@ function GPT:forward(idx, targets, mask, count)
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
+    self:fetch_block(l, 1)
     x = block:forward(x)
   end
   self.final = x
@@ -300,6 +342,7 @@ function GPT:backward_blocks(dx, on_ready)
   local blocks = self.blocks
   local dprev = self:gradient('grad_b', dx.shape)
   for l = #blocks, 1, -1 do
+    self:fetch_block(l, -1)
     if self.config.recompute == 'blocks' and l < #blocks then blocks[l]:forward(self.block_inputs[l]) end
     check(C.wk_op_fill(dprev, 0))
     blocks[l]:backward(self.block_inputs[l], dx, dprev)

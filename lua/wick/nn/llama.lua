@@ -244,13 +244,18 @@ local function build(cfg)
   return self
 end
 
+-- The parameters of one layer of a Llama of this shape (its options: dim, heads, kv_heads, ffn_dim,
+-- qkv_bias): attention, MLP and two RMSNorm weights.
+function llama.block_parameter_count(cfg)
+  local dim, kv = cfg.dim, (cfg.kv_heads or cfg.heads) * (cfg.dim / cfg.heads)
+  local attention = 2 * dim * dim + 2 * dim * kv + (cfg.qkv_bias and dim + 2 * kv or 0)
+  return attention + 3 * dim * cfg.ffn_dim + 2 * dim
+end
+
 -- The parameters of a Llama of this shape (its options: vocab, dim, layers, heads, kv_heads, ffn_dim,
 -- tie_embeddings, qkv_bias), without building it: the dry run plans with this.
 function llama.parameter_count(cfg)
-  local dim, kv = cfg.dim, (cfg.kv_heads or cfg.heads) * (cfg.dim / cfg.heads)
-  local attention = 2 * dim * dim + 2 * dim * kv + (cfg.qkv_bias and dim + 2 * kv or 0)
-  local per_layer = attention + 3 * dim * cfg.ffn_dim + 2 * dim  -- and two RMSNorm weights
-  return cfg.vocab * dim * (cfg.tie_embeddings and 1 or 2) + cfg.layers * per_layer + dim
+  return cfg.vocab * cfg.dim * (cfg.tie_embeddings and 1 or 2) + cfg.layers * llama.block_parameter_count(cfg) + cfg.dim
 end
 
 function llama.new(cfg)
@@ -297,6 +302,7 @@ function Llama:forward(idx, targets, mask, count)
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
+    self:fetch_block(l, 1)
     x = block:forward(x)
   end
   self.final = x
@@ -413,7 +419,10 @@ function Llama:step(idx, caches, start)
   idx = gpt.staged(self, 'step_idx', idx, 'i32', true)
   local x = self:activation('step_embedded', { B, TT, self.config.dim })
   check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
-  for l, block in ipairs(self.blocks) do x = block:step(x, caches[l], start) end
+  for l, block in ipairs(self.blocks) do
+    self:fetch_block(l, 1)
+    x = block:step(x, caches[l], start)
+  end
   local logits = self:activation('step_logits', { B, TT, self.config.vocab })
   check(C.wk_op_matmul(logits, self.model.norm:step(x), self:head().weight, nil, 1))
   return logits

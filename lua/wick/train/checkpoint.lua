@@ -415,8 +415,9 @@ end
 local MODEL_FILE = 'model.safetensors'
 
 function checkpoint.create_model(dir, model)
-  local offsets = written(safetensors.create, dir .. '/' .. MODEL_FILE, model.order, model:named_parameters(), 'f32',
-    { format = 'pt' })
+  local shapes = {}
+  for _, p in ipairs(model.entries) do shapes[p.name] = p.shape end
+  local offsets = written(safetensors.create, dir .. '/' .. MODEL_FILE, model.order, shapes, 'f32', { format = 'pt' })
   for _, p in ipairs(model.entries) do assert(offsets[p.name] == p.offset * F32, 'checkpoint: a gap in the flat order') end
 end
 
@@ -452,26 +453,29 @@ local function copy_overlaps(dst, wanted, src, stored)
 end
 
 -- The weights of a checkpoint into model: every tensor f32, of the model's shape. Where a sharded
--- data parallelism holds the f32 masters (layout.masters: the model keeps its compute copy only),
--- this rank's pieces of them are read too, from the file's mapping.
+-- data parallelism holds the f32 masters (layout.masters: the model keeps a compute copy or, under
+-- 'parameters', no weights), only this rank's pieces of them are read, from the file's mapping, and
+-- the caller refreshes the compute weights from them (nn.data_parallel's refresh_weights).
 function checkpoint.load_model(path, model, layout)
   local expected = {}
-  for name, t in pairs(model:named_parameters()) do expected[name] = { dtype = 'f32', shape = t.shape } end
-  check_tensors(path, expected, false) -- a missing or unexpected name: gpt:load says
-  local ok, err = pcall(model.load, model, path)
-  if not ok then fail('%s', tostring(err)) end
-  if layout and layout.masters then
-    local reader, why = safetensors.open(path)
-    if not reader then fail('%s', why) end
-    for _, p in ipairs(model.entries) do
-      local view = reader:view(p.name)
-      local flat = view:view({ p.numel })
-      copy_overlaps(layout.masters, layout.pieces, flat, { { offset = p.offset, numel = p.numel, at = 0 } })
-      flat:free()
-      view:free()
-    end
-    reader:close()
+  for _, p in ipairs(model.entries) do expected[p.name] = { dtype = 'f32', shape = p.shape } end
+  if not (layout and layout.masters) then
+    check_tensors(path, expected, false) -- a missing or unexpected name: gpt:load says
+    local ok, err = pcall(model.load, model, path)
+    if not ok then fail('%s', tostring(err)) end
+    return
   end
+  check_tensors(path, expected, true)
+  local reader, why = safetensors.open(path)
+  if not reader then fail('%s', why) end
+  for _, p in ipairs(model.entries) do
+    local view = reader:view(p.name)
+    local flat = view:view({ p.numel })
+    copy_overlaps(layout.masters, layout.pieces, flat, { { offset = p.offset, numel = p.numel, at = 0 } })
+    flat:free()
+    view:free()
+  end
+  reader:close()
 end
 
 -- The optimizer's counters, checked: its step count cannot be above the checkpoint's step.

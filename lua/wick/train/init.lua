@@ -200,6 +200,7 @@ function train.new(job)
     shard = config.parallel.shard, bucket_bytes = config.parallel.bucket_bytes })
   if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
     checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model, self.dp.layout)
+    self.dp:refresh_weights()
     checkpoint.load_optimizer(self.resumed_from, self.opt, self.model, self.step, self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
@@ -388,7 +389,11 @@ function Trainer:run()
   if c.checkpoint.every > 0 and last_saved ~= self.step then self:save() end
   if self.last then progress.peak_memory(self, self.last.ranks) end
   emit(self, 'on_train_end', { step = self.step, losses = self.history })
-  if c.log.sample > 0 and self.rank == 0 then say(self, 'sample:\n%s', self:printable(self:sample(c.log.sample))) end
+  -- Sharded weights are gathered block by block with every rank: each samples the same text then.
+  if c.log.sample > 0 and (self.rank == 0 or self.model.gathered) then
+    local text = self:printable(self:sample(c.log.sample))
+    if self.rank == 0 then say(self, 'sample:\n%s', text) end
+  end
   return self
 end
 

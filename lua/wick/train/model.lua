@@ -93,6 +93,12 @@ function model.parameter_count(shape)
   return cost.parameter_count(shape)
 end
 
+-- The parameters of one of its blocks (wick.nn.gathered gathers them together).
+function model.block_parameter_count(shape)
+  if shape.arch == 'llama' then return llama.block_parameter_count(shape) end
+  return cost.block_parameter_count(shape)
+end
+
 function model.flops_per_token(shape) return cost.flops_per_token(shape, model.parameter_count(shape)) end
 
 function model.mfu(shape, tokens_per_s, peak_flops)

@@ -95,15 +95,18 @@ end
 
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
 -- masters and the compute copy), gradients (f32), optimizer state, the slice buffers of sharded data
--- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' the reduced gradients),
--- activations at the micro batch of rows of seq_len tokens (default: the model's), for a shape of
--- wick.train.model (a GPT-2 when it names no arch; recompute = 'blocks' holds one block's activations). Sharded over `world` ranks, AdamW's moments
--- cover one slice: P div world + P mod world elements (wick.nn.shard: a block of each bucket and the
--- replicated head), and so do the f32 masters under bf16/fp16; the compute weights and the full-size
--- gradient buffer, which backward accumulates into, stay whole. What it leaves out: the data ring (plan.report adds it), a few scalars of the trainer,
--- the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product and two [T, T]
--- f32 matrices in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank writes the
--- moments it holds (wick.train.checkpoint).
+-- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' or 'parameters' the
+-- reduced gradients), activations at the micro batch of rows of seq_len tokens (default: the
+-- model's), for a shape of wick.train.model (a GPT-2 when it names no arch; recompute = 'blocks'
+-- holds one block's activations). Sharded over `world` ranks, AdamW's moments cover one slice: P div
+-- world + P mod world elements (wick.nn.shard: a block of each bucket and the replicated head; under
+-- 'parameters' each run of a unit has a head of its own, at most world - 1 elements more a run), and
+-- so do the f32 masters under bf16/fp16. The compute weights stay whole, but under 'parameters'
+-- (wick.nn.gathered: the root gathered, two blocks in turn), and so does the full-size gradient
+-- buffer, which backward accumulates into. What it leaves out: the data ring (plan.report adds it), a
+-- few scalars of the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32
+-- tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu). A checkpoint adds
+-- nothing: each rank writes the moments and the masters it holds (wick.train.checkpoint).
 function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
@@ -114,13 +117,20 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local copy = COMPUTE_COPY_BYTES[policy_name]
   local sharded = shard and shard ~= 'none'
   local slice = sharded and (P - P % world) / world + P % world or P
-  -- sharded under a compute copy, a rank keeps the f32 masters of its slice only, and gathers the
-  -- compute copy from a 2-byte slice; 'gradients' adds its f32 slice of the reduced gradients
-  local sliced_masters = sharded and copy > 0
-  local weights = sliced_masters and P * copy + slice * F32 or P * (F32 + copy)
   local grads, optimizer = P * F32, slice * F32 * ADAM_STATES
-  local gather = 0
-  if sharded then gather = sliced_masters and slice * copy + (shard == 'gradients' and slice * F32 or 0) or slice * F32 end
+  local reduced = (shard == 'gradients' or shard == 'parameters') and slice * F32 or 0  -- the reduced gradients' slice
+  local weights, gather
+  if shard == 'parameters' then
+    -- the f32 masters' slice, and the root and two blocks gathered in the compute dtype
+    local block = model.block_parameter_count(m)
+    weights = slice * F32 + (P - m.layers * block + math.min(2, m.layers) * block) * S
+    gather = slice * copy + reduced
+  elseif sharded and copy > 0 then
+    -- the compute copy whole, the f32 masters of this rank's slice, gathered from a 2-byte slice
+    weights, gather = P * copy + slice * F32, slice * copy + reduced
+  else
+    weights, gather = P * (F32 + copy), sharded and slice * F32 or 0
+  end
   return { weights = weights, grads = grads, optimizer = optimizer, gather = gather, activations = activations,
     total = weights + grads + optimizer + gather + activations }
 end

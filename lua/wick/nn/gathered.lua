@@ -1,0 +1,156 @@
+-- wick.nn.gathered: the weights of a model whose ranks each keep only their slice of them
+-- (nn.data_parallel's shard = 'parameters', ZeRO-3 / FSDP), gathered unit by unit where they are used.
+--
+-- A model is cut into units: each transformer block, and the root (every parameter outside the
+-- blocks: the embeddings, the final norm, an untied head). The root is used at both ends of every
+-- forward and backward, so it stays gathered, in a buffer of its own, refreshed after each update.
+-- The blocks take turns in two slots of the largest block's size (one for a model of one block):
+-- block l lives in slot (l - 1) mod 2 + 1, so its parameters are views into that slot, made once. Before block l runs, fetch(l, direction)
+-- makes sure the slot holds block l (its all-gathers waited for) and starts gathering the next block
+-- (l + 1 forward, l - 1 backward) into the other slot, which the block before l has finished with:
+-- communication overlaps with block l's compute. The forward ends holding the last two blocks,
+-- which are the first two the backward needs.
+--
+-- A unit's weights lie in the flat storage as a few runs (wick.nn.gpt's flatten puts decayed tensors
+-- first: a block is one run of matrices and one of biases and norms); data_parallel cuts its buckets
+-- at run boundaries, so a unit is gathered bucket by bucket (wick.nn.shard), each all-gather landing
+-- at the bucket's place in the unit's buffer. A replicated bucket is copied from this rank's slice.
+local T = require 'wick.tensor'
+
+local Gathered = {}
+Gathered.__index = Gathered
+
+local SLOTS = 2
+
+local function slot_of(l) return (l - 1) % SLOTS + 1 end
+
+-- Each unit's runs ({ offset, numel, at }: at is the run's place in the unit's buffer) and numel,
+-- from the units of the entries (unit_of[entry]: 0 for the root, l for block l) in flat order.
+local function unit_runs(entries, unit_of, blocks)
+  local units = { [0] = { runs = {}, numel = 0, entries = {} } }
+  for l = 1, blocks do units[l] = { runs = {}, numel = 0, entries = {} } end
+  local last
+  for _, p in ipairs(entries) do
+    local u = units[unit_of[p]]
+    local run = u.runs[#u.runs]
+    if last ~= u or not run then
+      run = { offset = p.offset, numel = 0, at = u.numel }
+      u.runs[#u.runs + 1] = run
+    end
+    p.unit_at = run.at + p.offset - run.offset  -- where the parameter lies in its unit's buffer
+    run.numel, u.numel = run.numel + p.numel, u.numel + p.numel
+    u.entries[#u.entries + 1] = p
+    last = u
+  end
+  return units
+end
+
+-- The run of unit u that holds the flat range [offset, offset + numel).
+local function run_holding(u, offset, numel)
+  for _, run in ipairs(u.runs) do
+    if offset >= run.offset and offset + numel <= run.offset + run.numel then return run end
+  end
+  error('nn.gathered: a bucket that crosses the runs of its unit')
+end
+
+-- dist: the group; layout: wick.nn.shard's (its buckets cut at runs, each with .unit); source: this
+-- rank's slice in the compute dtype (what the all-gathers send); unit_of: entry -> unit.
+function Gathered.new(model, dist, layout, buckets, source, unit_of)
+  local blocks = #model.blocks
+  local self = setmetatable({ dist = dist, model = model, source = source, blocks = blocks,
+    units = unit_runs(model.entries, unit_of, blocks), holds = {}, pending = {} }, Gathered)
+  for _, b in ipairs(buckets) do
+    local u = self.units[b.unit]
+    local run = run_holding(u, b.offset, b.numel)
+    u.buckets = u.buckets or {}
+    u.buckets[#u.buckets + 1] = { at = run.at + b.offset - run.offset, numel = b.numel, replicated = b.piece.replicated,
+      src = source:narrow(1, b.piece.at + 1, b.piece.numel) }
+  end
+  local largest = 0
+  for l = 1, blocks do largest = math.max(largest, self.units[l].numel) end
+  local dtype, device = source.dtype, source.device
+  self.root = T.empty({ self.units[0].numel }, dtype, device)
+  self.slots = {}
+  for s = 1, math.min(SLOTS, blocks) do self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {} end
+  for u = 0, blocks do self:place(u, u == 0 and self.root or self.slots[slot_of(u)]) end
+  self:refresh()
+  return self
+end
+
+-- Points unit u's parameters (module[key]) and its buckets' destinations into buffer.
+function Gathered:place(u, buffer)
+  local unit = self.units[u]
+  for _, p in ipairs(unit.entries) do
+    local slice = buffer:narrow(1, p.unit_at + 1, p.numel)
+    p.module[p.key] = slice:view(p.shape)
+    slice:free()
+  end
+  for _, b in ipairs(unit.buckets or {}) do b.dst = buffer:narrow(1, b.at + 1, b.numel) end
+end
+
+-- Starts gathering unit u into its buffer; returns the works to wait for (replicated buckets are
+-- copied at once).
+function Gathered:start(u)
+  local works = {}
+  for _, b in ipairs(self.units[u].buckets or {}) do
+    if b.replicated then
+      b.dst:copy(b.src)
+    else
+      works[#works + 1] = self.dist:all_gather_start(b.dst, b.src, self.site)
+    end
+  end
+  return works
+end
+
+local function wait_all(works)
+  for _, w in ipairs(works) do w:wait() end
+end
+
+-- Block l into its slot (waiting for what the slot is still receiving), started, not waited for.
+function Gathered:prefetch(l)
+  local s = slot_of(l)
+  if self.holds[s] == l then return end
+  wait_all(self.pending[s])
+  self.holds[s], self.pending[s] = l, self:start(l)
+end
+
+-- Before block l runs: its weights in place, and the next block's (l + direction) on their way.
+function Gathered:fetch(l, direction)
+  self:prefetch(l)
+  local s = slot_of(l)
+  wait_all(self.pending[s])
+  self.pending[s] = {}
+  local next_block = l + direction
+  if next_block >= 1 and next_block <= self.blocks then self:prefetch(next_block) end
+end
+
+-- After the source slice changed (an optimizer step, a resume): the root gathered again, the
+-- blocks at their next fetch.
+function Gathered:refresh()
+  for s = 1, #self.slots do
+    wait_all(self.pending[s])
+    self.pending[s], self.holds[s] = {}, nil
+  end
+  wait_all(self:start(0))
+end
+
+-- The bytes the gathered weights take: the root buffer and the two slots.
+function Gathered:bytes()
+  local n = self.root:nbytes()
+  for _, slot in ipairs(self.slots) do n = n + slot:nbytes() end
+  return n
+end
+
+function Gathered:free()
+  for s = 1, #self.slots do wait_all(self.pending[s]) end
+  for u = 0, self.blocks do
+    for _, b in ipairs(self.units[u].buckets or {}) do
+      b.src:free()
+      b.dst:free()
+    end
+  end
+  for _, t in ipairs({ self.root, unpack(self.slots) }) do t:free() end
+  self.pending = {}
+end
+
+return { new = Gathered.new, SLOTS = SLOTS }
