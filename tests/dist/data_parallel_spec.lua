@@ -268,7 +268,7 @@ describe('data parallelism', function()
   -- The paths the fixture's fp32 runs do not take: a compute copy refreshed from all-gathered f32
   -- masters (bf16, fp16 with its loss scaler), bf16 reduce-scatters, and under 'parameters' blocks
   -- that take turns in the two gather slots (3 layers: the forward and the backward each gather
-  -- and prefetch) and are gathered again for recompute = 'blocks'.
+  -- and prefetch), are gathered again for recompute = 'blocks', and two ahead in three slots.
   it("keeps the unsharded losses under bf16 and fp16, with bf16 gradients and with recompute, from a recipe's parallel.shard",
     function()
     local dir = helper.tmpdir()
@@ -283,7 +283,8 @@ describe('data parallelism', function()
       assert.are.equal(3, #out)
       return out
     end
-    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16', '--model.recompute=blocks' }) do
+    for _, case in ipairs({ '--precision=bf16', '--precision=fp16', '--parallel.grad_dtype=bf16', '--model.recompute=blocks',
+      '--model.layers=6 --parallel.prefetch=2' }) do
       local want = losses(case)
       for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
         local got = losses(case .. ' --parallel.shard=' .. level)
@@ -330,6 +331,34 @@ describe('data parallelism', function()
         end
       end
     end
+    helper.rmtree(dir)
+  end)
+
+  -- Under 'parameters' a block's weights arrive by all-gathers on the group's worker: a rank killed
+  -- before it joins one is reported as in any other collective, by the rank waiting in it, within
+  -- the timeout, and the launcher names the killed rank.
+  it("reports a rank killed while the others gather a block's weights, naming it", function()
+    local dir = helper.tmpdir()
+    local recipe = helper.write_file(dir .. '/dies.lua', ([[
+      local wick = require 'wick'
+      local job = wick.recipe.copy(wick.recipe.include(%q))
+      job.steps, job.log.sample, job.timeout = 4, 0, 10
+      job.callbacks = { on_step_end = function(trainer, m)
+        if m.step ~= 2 or trainer.rank ~= 1 then return end
+        trainer.model.gathered.fetch = function()  -- step 3's first block: die instead of gathering it
+          local ffi = require 'ffi'
+          pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
+          ffi.C.kill(ffi.C.getpid(), 9)
+        end
+      end }
+      return job
+    ]]):format(helper.ROOT .. '/recipes/tiny.lua'))
+    local r = helper.run(('--nproc-per-node 2 %s --model.layers=3 --parallel.shard=parameters'):format(q(recipe)))
+    assert.are_not.equal(0, r.rc)
+    assert.matches('rank 0: all_gather #%d+ %(%d+ f32%) at [^\n]* waiting for 1 rank: rank 1 left without dist:close%(%)',
+      r.err)
+    assert.matches('run: rank 1 %(pid %d+%) was killed by signal 9', r.err)
+    assert.is_nil(r.err:match('called twice'), r.err)
     helper.rmtree(dir)
   end)
 

@@ -425,8 +425,9 @@ checkpoint = { every = 2, keep = 2 },]])
     end)
 
     -- Rank 1 of a sharded run is killed with SIGKILL halfway through writing its slice of step 4's
-    -- checkpoint: the job fails naming it, step 2's checkpoint stays the newest complete one, and
-    -- the run resumes from it with the straight run's losses.
+    -- checkpoint (under 'parameters' after writing its pieces of the masters into model.safetensors):
+    -- the job fails naming it, step 2's checkpoint stays the newest complete one, and the run resumes
+    -- from it with the straight run's losses.
     it('keeps the previous checkpoint when a rank is killed in the middle of a sharded save', function()
       local path = write_recipe(root .. '/killed-in-save.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
@@ -441,21 +442,22 @@ callbacks = { on_step_end = function(t, m)
   end
 end },
 checkpoint = { every = 2, keep = 3 },]])
-      local dir, log = root .. '/ck-killed-in-save', root .. '/killed-in-save.jsonl'
-      local r = helper.sh(('KILL_IN_SAVE=1 %s --nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s')
-        :format(q(helper.RUN), q(path), q(dir), q(log)))
-      assert.are_not.equal(0, r.rc)
-      assert.matches('rank 1[^\n]*killed by signal 9', r.err)
-      assert.are.equal(2, require('wick.train.checkpoint').latest(dir).step, r.out .. r.err)
-      local resumed = helper.run(('--nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s --resume')
-        :format(q(path), q(dir), q(log)))
-      assert.are.equal(0, resumed.rc, resumed.err)
-      assert.matches('resume: from ' .. dir .. '/step-00000002 (step 2)', resumed.out, 1, true)
-      local straight = root .. '/killed-straight.jsonl'
-      assert.are.equal(0, helper.run(('--nproc-per-node 2 %s --parallel.shard=optimizer --checkpoint.dir=%s --log=%s')
-        :format(q(path), q(root .. '/ck-killed-straight'), q(straight))).rc)
-      local want, got = losses(straight), losses(log)
-      for step = 1, 8 do assert.are.equal(want[step], got[step], 'step ' .. step) end
+      for _, level in ipairs({ 'optimizer', 'parameters' }) do
+        local dir, log = root .. '/ck-killed-in-save-' .. level, root .. '/killed-in-save-' .. level .. '.jsonl'
+        local args = ('--nproc-per-node 2 %s --parallel.shard=%s'):format(q(path), level)
+        local r = helper.sh(('KILL_IN_SAVE=1 %s %s --checkpoint.dir=%s --log=%s'):format(q(helper.RUN), args, q(dir), q(log)))
+        assert.are_not.equal(0, r.rc)
+        assert.matches('rank 1[^\n]*killed by signal 9', r.err)
+        assert.are.equal(2, require('wick.train.checkpoint').latest(dir).step, r.out .. r.err)
+        local resumed = helper.run(('%s --checkpoint.dir=%s --log=%s --resume'):format(args, q(dir), q(log)))
+        assert.are.equal(0, resumed.rc, resumed.err)
+        assert.matches('resume: from ' .. dir .. '/step-00000002 (step 2)', resumed.out, 1, true)
+        local straight = root .. '/killed-straight-' .. level .. '.jsonl'
+        assert.are.equal(0, helper.run(('%s --checkpoint.dir=%s --log=%s'):format(args, q(root .. '/ck-killed-straight-' ..
+          level), q(straight))).rc)
+        local want, got = losses(straight), losses(log)
+        for step = 1, 8 do assert.are.equal(want[step], got[step], level .. ', step ' .. step) end
+      end
     end)
 
     it('resumes a Llama exactly after kill -9; its checkpoints are Hugging Face directories a fine-tune starts from', function()
@@ -1044,6 +1046,13 @@ end },]])
         local expected = tonumber(want[step]) * (step > 3 and 0.5 or 1)
         assert.is_true(math.abs(tonumber(lr[step]) - expected) <= 1e-12 * expected, step .. ': ' .. lr[step])
       end
+      -- sharded weights need every rank: the REPL's forward is refused, naming why, and the run goes on
+      local sharded = helper.run(('--nproc-per-node 2 %s --steps=4 --repl-at=2 --parallel.shard=parameters'):format(q(recipe)),
+        { stdin = "print(pcall(model.forward, model, require('wick.tensor').new({ { 1, 2 } }, 'i32')))\ncontinue()\n" })
+      assert.are.equal(0, sharded.rc, sharded.err)
+      assert.matches("[rank0] false\tmodel: its weights are gathered from every rank (parallel.shard = 'parameters')",
+        sharded.out, 1, true)
+      assert.matches('step 4/4', sharded.out, 1, true)
     end)
 
     it('a rank refuses, in one line, changes it cannot apply that it reads from the store', function()

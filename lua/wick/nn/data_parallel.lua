@@ -1,6 +1,7 @@
 -- wick.nn.data_parallel: one model replicated over the ranks of a wick.dist group.
 --
---   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32', shard = 'none' })
+--   local dp = wick.nn.data_parallel(model, dist, { bucket_bytes = 25 * 2^20, grad_dtype = 'fp32', shard = 'none',
+--                                                   prefetch = 1 })
 --   local r = dp:step(loader, opt)   -- one optimizer step over the loader's next global batch
 --   -- r.loss (mean over the step's target tokens, all ranks), r.tokens (their count),
 --   -- r.applied, r.grad_norm, r.ranks[k] = { data =, compute =, comm =, total = } (seconds, rank k-1)
@@ -35,8 +36,8 @@
 --      reduced full gradient; the full-size buffer stays, backward accumulates into it;
 --   shard = 'parameters' (ZeRO-3): as 'gradients', and each rank keeps the f32 masters of its slice
 --      only, under fp32 too; the model keeps no full weights but what wick.nn.gathered gathers from
---      the slice, unit by unit, before each block runs (the next block's gather overlapping with
---      the current one's compute), and the buckets are cut at the runs of those units.
+--      the slice, unit by unit, before each block runs (the next `prefetch` blocks' gathers
+--      overlapping with the current one's compute), and the buckets are cut at the runs of those units.
 -- Gradient clipping then takes the global norm from each rank's sum of squares over its slice.
 -- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
 -- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
@@ -67,6 +68,8 @@ local OPTIONS = schema.define('nn.data_parallel option', {
   { 'shard', 'enum', values = { 'none', 'optimizer', 'gradients', 'parameters' }, default = 'none',
     help = "what the ranks split into 1/world slices: 'optimizer' AdamW's moments, 'gradients' also the reduced "
       .. "gradients, 'parameters' also the weights (gathered block by block)" },
+  { 'prefetch', 'integer', min = 1, max = gathered.MAX_PREFETCH, default = 1,
+    help = "blocks whose weights are gathered ahead of the one running, under shard = 'parameters'" },
 })
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
@@ -158,7 +161,7 @@ local function shard_masters(self, model, unit_of)
   end
   self.compute_slice:copy(self.layout.masters)
   model:release_weights()
-  model.gathered = gathered.new(model, self.dist, self.layout, self.buckets, self.compute_slice, unit_of)
+  model.gathered = gathered.new(model, self.dist, self.buckets, self.compute_slice, unit_of, self.prefetch)
 end
 
 -- This rank's f32 slice (self.slice, its pieces packed in flat order): the gradients' destination
@@ -190,7 +193,7 @@ function DataParallel.new(model, dist, opts)
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
     device = params.device }, DataParallel)
   dist:broadcast(params, 0)  -- every rank starts from rank 0's weights
-  self.shard = opts.shard
+  self.shard, self.prefetch = opts.shard, opts.prefetch
   self.scatters = self.shard == 'gradients' or self.shard == 'parameters'  -- gradients reduce-scattered
   local unit_of = self.shard == 'parameters' and model:units() or nil
   local ranges, groups = gradient_ranges(model, unit_of)

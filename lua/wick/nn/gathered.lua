@@ -4,12 +4,13 @@
 -- A model is cut into units: each transformer block, and the root (every parameter outside the
 -- blocks: the embeddings, the final norm, an untied head). The root is used at both ends of every
 -- forward and backward, so it stays gathered, in a buffer of its own, refreshed after each update.
--- The blocks take turns in two slots of the largest block's size (one for a model of one block):
--- block l lives in slot (l - 1) mod 2 + 1, so its parameters are views into that slot, made once. Before block l runs, fetch(l, direction)
--- makes sure the slot holds block l (its all-gathers waited for) and starts gathering the next block
--- (l + 1 forward, l - 1 backward) into the other slot, which the block before l has finished with:
--- communication overlaps with block l's compute. The forward ends holding the last two blocks,
--- which are the first two the backward needs.
+-- The blocks take turns in prefetch + 1 slots of the largest block's size (fewer for a model of
+-- fewer blocks): block l lives in slot (l - 1) mod slots + 1, so its parameters are views into that
+-- slot, made once. Before block l runs, fetch(l, direction) makes sure the slot holds block l (its
+-- all-gathers waited for) and starts gathering the next `prefetch` blocks (l + 1.. forward,
+-- l - 1.. backward) into the other slots, which the blocks before l have finished with:
+-- communication overlaps with block l's compute. The forward ends holding the last blocks, which
+-- are the first the backward needs.
 --
 -- A unit's weights lie in the flat storage as a few runs (wick.nn.gpt's flatten puts decayed tensors
 -- first: a block is one run of matrices and one of biases and norms); data_parallel cuts its buckets
@@ -20,9 +21,7 @@ local T = require 'wick.tensor'
 local Gathered = {}
 Gathered.__index = Gathered
 
-local SLOTS = 2
-
-local function slot_of(l) return (l - 1) % SLOTS + 1 end
+local MAX_PREFETCH = 16
 
 -- Each unit's runs ({ offset, numel, at }: at is the run's place in the unit's buffer) and numel,
 -- from the units of the entries (unit_of[entry]: 0 for the root, l for block l) in flat order.
@@ -53,11 +52,12 @@ local function run_holding(u, offset, numel)
   error('nn.gathered: a bucket that crosses the runs of its unit')
 end
 
--- dist: the group; layout: wick.nn.shard's (its buckets cut at runs, each with .unit); source: this
--- rank's slice in the compute dtype (what the all-gathers send); unit_of: entry -> unit.
-function Gathered.new(model, dist, layout, buckets, source, unit_of)
+-- dist: the group; buckets: data_parallel's (cut at runs, each with .unit and its wick.nn.shard
+-- piece); source: this rank's slice in the compute dtype (what the all-gathers send); unit_of:
+-- entry -> unit; prefetch: blocks gathered ahead, 1 to MAX_PREFETCH.
+function Gathered.new(model, dist, buckets, source, unit_of, prefetch)
   local blocks = #model.blocks
-  local self = setmetatable({ dist = dist, model = model, source = source, blocks = blocks,
+  local self = setmetatable({ dist = dist, blocks = blocks, prefetch = prefetch,
     units = unit_runs(model.entries, unit_of, blocks), holds = {}, pending = {} }, Gathered)
   for _, b in ipairs(buckets) do
     local u = self.units[b.unit]
@@ -71,11 +71,13 @@ function Gathered.new(model, dist, layout, buckets, source, unit_of)
   local dtype, device = source.dtype, source.device
   self.root = T.empty({ self.units[0].numel }, dtype, device)
   self.slots = {}
-  for s = 1, math.min(SLOTS, blocks) do self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {} end
-  for u = 0, blocks do self:place(u, u == 0 and self.root or self.slots[slot_of(u)]) end
+  for s = 1, math.min(prefetch + 1, blocks) do self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {} end
+  for u = 0, blocks do self:place(u, u == 0 and self.root or self.slots[self:slot_of(u)]) end
   self:refresh()
   return self
 end
+
+function Gathered:slot_of(l) return (l - 1) % #self.slots + 1 end
 
 -- Points unit u's parameters (module[key]) and its buckets' destinations into buffer.
 function Gathered:place(u, buffer)
@@ -102,26 +104,31 @@ function Gathered:start(u)
   return works
 end
 
+-- Waits for works in the order they started; each leaves the list first, so after a failure (a
+-- dead rank: the hang report) the list holds only those not waited for.
 local function wait_all(works)
-  for _, w in ipairs(works) do w:wait() end
+  while #works > 0 do table.remove(works, 1):wait() end
 end
 
 -- Block l into its slot (waiting for what the slot is still receiving), started, not waited for.
-function Gathered:prefetch(l)
-  local s = slot_of(l)
+function Gathered:start_block(l)
+  local s = self:slot_of(l)
   if self.holds[s] == l then return end
   wait_all(self.pending[s])
   self.holds[s], self.pending[s] = l, self:start(l)
 end
 
--- Before block l runs: its weights in place, and the next block's (l + direction) on their way.
+-- Before block l runs: its weights in place, and the next blocks' (l + direction ..) on their way.
+-- Refused, naming why, while self.alone says this rank runs without the others (a paused run's REPL).
 function Gathered:fetch(l, direction)
-  self:prefetch(l)
-  local s = slot_of(l)
-  wait_all(self.pending[s])
-  self.pending[s] = {}
-  local next_block = l + direction
-  if next_block >= 1 and next_block <= self.blocks then self:prefetch(next_block) end
+  if self.alone then error(self.alone, 0) end
+  self:start_block(l)
+  wait_all(self.pending[self:slot_of(l)])
+  for k = 1, self.prefetch do
+    local ahead = l + k * direction
+    if ahead < 1 or ahead > self.blocks then break end
+    self:start_block(ahead)
+  end
 end
 
 -- After the source slice changed (an optimizer step, a resume): the root gathered again, the
@@ -134,15 +141,12 @@ function Gathered:refresh()
   wait_all(self:start(0))
 end
 
--- The bytes the gathered weights take: the root buffer and the two slots.
-function Gathered:bytes()
-  local n = self.root:nbytes()
-  for _, slot in ipairs(self.slots) do n = n + slot:nbytes() end
-  return n
-end
-
+-- Frees the buffers once no collective writes into them: after a failed one (the group failed, so
+-- the others fail at once) the error was the caller's already.
 function Gathered:free()
-  for s = 1, #self.slots do wait_all(self.pending[s]) end
+  for s = 1, #self.slots do
+    for _, w in ipairs(self.pending[s]) do pcall(w.wait, w) end
+  end
   for u = 0, self.blocks do
     for _, b in ipairs(self.units[u].buckets or {}) do
       b.src:free()
@@ -153,4 +157,4 @@ function Gathered:free()
   self.pending = {}
 end
 
-return { new = Gathered.new, SLOTS = SLOTS }
+return { new = Gathered.new, MAX_PREFETCH = MAX_PREFETCH }

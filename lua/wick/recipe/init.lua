@@ -207,6 +207,7 @@ local PARALLEL = schema.define('parallel', {
   schema.from(DATA_PARALLEL, 'grad_dtype'),
   schema.from(DATA_PARALLEL, 'shard'),
   schema.from(DATA_PARALLEL, 'bucket_bytes'),
+  schema.from(DATA_PARALLEL, 'prefetch'),
 })
 
 local RECIPE = schema.define('recipe', {

@@ -102,8 +102,14 @@ function pause.run(trainer, metrics)
     local globals = helpers(trainer, changes)
     globals.trainer, globals.model, globals.loader, globals.metrics = trainer, trainer.model, trainer.loader, metrics
     for k, v in pairs(globals) do _G[k] = v end
+    local gathered = trainer.world_size > 1 and trainer.model.gathered
+    if gathered then
+      gathered.alone = "model: its weights are gathered from every rank (parallel.shard = 'parameters'), and the other "
+        .. "ranks wait for this REPL: to run the model here, train with another parallel.shard"
+    end
     repl.pause(('paused after step %d on %d rank%s: trainer, model, loader, metrics; set_lr(scale), ' ..
       'set_mix{name = w}, stop(), continue()'):format(trainer.step, trainer.world_size, trainer.world_size == 1 and '' or 's'))
+    if gathered then gathered.alone = nil end
     text = encode(changes)
     if trainer.world_size > 1 then trainer.dist.store:set(key, text) end
   else

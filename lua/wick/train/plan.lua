@@ -102,12 +102,12 @@ end
 -- world + P mod world elements (wick.nn.shard: a block of each bucket and the replicated head; under
 -- 'parameters' each run of a unit has a head of its own, at most world - 1 elements more a run), and
 -- so do the f32 masters under bf16/fp16. The compute weights stay whole, but under 'parameters'
--- (wick.nn.gathered: the root gathered, two blocks in turn), and so does the full-size gradient
+-- (wick.nn.gathered: the root gathered, prefetch + 1 blocks in turn), and so does the full-size gradient
 -- buffer, which backward accumulates into. What it leaves out: the data ring (plan.report adds it), a
 -- few scalars of the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32
 -- tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu). A checkpoint adds
 -- nothing: each rank writes the moments and the masters it holds (wick.train.checkpoint).
-function plan.memory(m, micro, policy_name, seq_len, shard, world)
+function plan.memory(m, micro, policy_name, seq_len, shard, world, prefetch)
   local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
   local tokens, S = micro * seq_len, STORED_BYTES[policy_name]
@@ -121,9 +121,9 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world)
   local reduced = (shard == 'gradients' or shard == 'parameters') and slice * F32 or 0  -- the reduced gradients' slice
   local weights, gather
   if shard == 'parameters' then
-    -- the f32 masters' slice, and the root and two blocks gathered in the compute dtype
+    -- the f32 masters' slice, and the root and prefetch + 1 blocks gathered in the compute dtype
     local block = model.block_parameter_count(m)
-    weights = slice * F32 + (P - m.layers * block + math.min(2, m.layers) * block) * S
+    weights = slice * F32 + (P - m.layers * block + math.min((prefetch or 1) + 1, m.layers) * block) * S
     gather = slice * copy + reduced
   elseif sharded and copy > 0 then
     -- the compute copy whole, the f32 masters of this rank's slice, gathered from a 2-byte slice
@@ -207,7 +207,7 @@ function plan.report(job, world, local_ranks)
   end
   if m and m.vocab > 0 then
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
-    local mem = plan.memory(m, micro, policy, c.data.seq_len, c.parallel.shard, world)
+    local mem = plan.memory(m, micro, policy, c.data.seq_len, c.parallel.shard, world, c.parallel.prefetch)
     local P = model.parameter_count(m)
     add('model: %s%s, %d layers, %d heads%s, dim %d%s, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
       m.arch, c.model.from_pretrained and (' from ' .. c.model.from_pretrained) or '', m.layers, m.heads,
