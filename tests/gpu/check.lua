@@ -7,8 +7,11 @@
 --                      1e-4 relative) and the GPU in bf16 (within 2% of the CPU's fp32)
 --   gpt2_124m          30 steps of recipes/gpt2_124m.lua on synthetic GPT-2 tokens: tokens/s, MFU,
 --                      data stall %, peak GPU memory
---   nccl               NCCL on one GPU (tests/fixtures/dist/nccl_smoke.lua) and, with 2+ GPUs,
---                      data-parallel tiny.lua equal to one GPU (and within 2% with bf16 gradients)
+--   nccl               NCCL on one GPU (tests/fixtures/dist/nccl_smoke.lua), tiny.lua with
+--                      parallel.shard = 'parameters' on it (the gathered blocks' views on the GPU)
+--                      equal to the plain run; with 2+ GPUs, data-parallel tiny.lua equal to one
+--                      GPU (within 2% with bf16 gradients), and each sharding level equal to it
+--                      with its peak memory per rank
 -- Each step runs under its own timeout (TIMEOUTS below: 8 minutes in all) and its failure is
 -- recorded, then the next runs: one run gives the whole picture. Exit 0 when every step passed (or
 -- was skipped, saying why), 1 otherwise; without a GPU, 1 at once with one line.
@@ -26,10 +29,10 @@ local ROOT = host.home
 local RUN = "'" .. host.exe .. "'"
 local OUT = os.getenv('WICK_GPU_CHECK_DIR') or (ROOT .. '/build/gpu-check')
 
--- Seconds each step may take: 475 in all, so that with make's build (about 2 minutes from
+-- Seconds each step may take: 490 in all, so that with make's build (about 2 minutes from
 -- scratch on 16 cores) the whole fits a lent machine's 10 minutes.
 local TIMEOUTS = { test_gpu = 45, test_gpu_realistic = 120, memcheck = 60, racecheck = 60, tiny_cpu_vs_gpu = 60,
-  gpt2_124m = 100, nccl = 30 }
+  gpt2_124m = 100, nccl = 45 }
 local FP32_REL_TOL, BF16_REL_TOL = 1e-4, 0.02
 local TINY_STEPS, GPT2_STEPS, GPT2_WARMUP_STEPS = 20, 30, 5
 -- 32 samples a step (2 micro-batches of 16 x 1024 tokens): 30 steps within the step's timeout even
@@ -219,21 +222,41 @@ end
 
 local function device_count() return tonumber(C.wk_cuda_device_count()) end
 
+-- The most tensor memory a rank of the run logged to label's log held (its last record's).
+local function peak_bytes(label)
+  local last = records(('%s/tiny-%s.jsonl'):format(OUT, label))
+  last = last[#last]
+  local most = 0
+  for _, r in ipairs(last and last.ranks or {}) do most = math.max(most, r.peak_bytes) end
+  return most
+end
+
 local function run_nccl(step)
   local rc, output = sh(step, RUN .. ' tests/fixtures/dist/nccl_smoke.lua')
   if rc ~= 0 or not output:find('nccl smoke ok', 1, true) then fail(step, 'nccl_smoke.lua exited %d', rc) end
   local gpus = device_count()
   step.numbers.gpus = gpus
+  local reference = tiny_gpu_fp32 or tiny(step, 'gpu-fp32', RUN)
+  -- sharded weights gathered into GPU buffers block by block: one rank, the plain run's losses
+  compare(step, 'shard_parameters_1_gpu', tiny(step, 'gpu-shard-parameters', RUN, '--parallel.shard=parameters'),
+    reference, FP32_REL_TOL)
   if gpus < 2 then
     step.numbers.data_parallel = 'skipped: 1 GPU (data-parallel training needs 2 or more)'
     return
   end
-  local reference = tiny_gpu_fp32 or tiny(step, 'gpu-fp32', RUN)
   local ranks = RUN .. ' --nproc-per-node ' .. gpus
   compare(step, 'data_parallel_' .. gpus .. '_gpus', tiny(step, 'gpu-' .. gpus .. '-ranks', ranks), reference, FP32_REL_TOL)
   -- the gradients all-reduced in bf16 over NCCL: within bf16's reach of the fp32 run
   compare(step, 'data_parallel_bf16_grads_' .. gpus .. '_gpus',
     tiny(step, 'gpu-' .. gpus .. '-ranks-bf16-grads', ranks, '--parallel.grad_dtype=bf16'), reference, BF16_REL_TOL)
+  -- each sharding level over NCCL, as make bench's CPU rows: the same losses, and a rank's peak
+  step.numbers.peak_bytes = { none = peak_bytes('gpu-' .. gpus .. '-ranks') }
+  for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
+    local label = ('gpu-%d-ranks-shard-%s'):format(gpus, level)
+    compare(step, ('shard_%s_%d_gpus'):format(level, gpus), tiny(step, label, ranks, '--parallel.shard=' .. level),
+      reference, FP32_REL_TOL)
+    step.numbers.peak_bytes[level] = peak_bytes(label)
+  end
 end
 
 -- The specs that hold gpu-tagged tests: the tests make test-gpu runs, without loading every other
