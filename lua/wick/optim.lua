@@ -72,8 +72,8 @@ function AdamW:build(model, layout)
   local flat = model:flat_parameters()
   local pieces = layout and layout.pieces or { { offset = 0, numel = flat.numel, at = 0, grads = flat.grads } }
   local n = layout and layout.numel or flat.numel
-  self.m = T.zeros({ n }, 'f32', flat.grads.device)
-  self.v = T.zeros({ n }, 'f32', flat.grads.device)
+  self.m = T.zeros({ n }, 'f32', model.device)
+  self.v = T.zeros({ n }, 'f32', model.device)
   self.flat, self.layout, self.groups = flat, layout, {}
   local masters = layout and layout.masters
   for _, p in ipairs(pieces) do -- the decayed elements come first in the flat storage

@@ -83,13 +83,17 @@ for _, level in ipairs({ 'optimizer', 'gradients' }) do
 end
 local gathered = P - (LAYERS - 2) * require('wick.nn.cost').block_parameter_count({ dim = DIM })
 report.row(('shard=parameters, %d ranks: freed per rank (MiB)'):format(WORLD), (peak.none - peak.parameters) / MiB, 'MiB',
-  '8P(W-1)/W - 8P/W + 4P - 4G', (share + F32 * (P - P / WORLD - gathered)) / MiB, true, MEMORY_GOAL)
+  '16P(W-1)/W - 8G - 4G/W', F32 * (4 * P * (WORLD - 1) / WORLD - 2 * gathered - gathered / WORLD) / MiB, true, MEMORY_GOAL)
 print(('  peak per rank %.2f MiB'):format(peak.parameters / MiB))
 local bf16 = {}
-for _, level in ipairs({ 'none', 'optimizer' }) do bf16[level] = run(level, 'bf16') end
+for _, level in ipairs({ 'none', 'optimizer', 'parameters' }) do bf16[level] = run(level, 'bf16') end
 report.row(('bf16, shard=optimizer, %d ranks: freed per rank (MiB)'):format(WORLD), (bf16.none - bf16.optimizer) / MiB,
   'MiB', '12P(W-1)/W - 2P/W', (3 * F32 * P * (WORLD - 1) - 2 * P) / WORLD / MiB, true, MEMORY_GOAL)
 print(('  peak per rank %.2f MiB, bf16 none %.2f MiB'):format(bf16.optimizer / MiB, bf16.none / MiB))
+report.row(('bf16, shard=parameters, %d ranks: freed per rank (MiB)'):format(WORLD), (bf16.none - bf16.parameters) / MiB,
+  'MiB', '18P(W-1)/W - 6G - 4G/W', (18 * P * (WORLD - 1) / WORLD - 6 * gathered - 4 * gathered / WORLD) / MiB, true,
+  MEMORY_GOAL)
+print(('  peak per rank %.2f MiB'):format(bf16.parameters / MiB))
 for _, level in ipairs({ 'optimizer', 'gradients', 'parameters' }) do
   report.row(('shard=%s, %d ranks: step time (s)'):format(level, WORLD), time[level], 's', "shard=none's step",
     time.none, false, TIME_GOAL)

@@ -166,11 +166,13 @@ describe('data parallelism', function()
             assert.is_true(math.abs(step.grad_norm - want.grad_norm) <= LOSS_TOLERANCE * want.grad_norm)
             -- and one sum of squares, and one all-gather a sharded bucket (not a replicated one):
             -- under 'parameters' too, since both blocks of the fixture's model stay gathered from the
-            -- first micro-step's forward to the step's end; alone, the reduce-scatters (and gathers)
-            -- remain, as copies into the slice (and out of it)
+            -- first micro-step's forward to the step's end, but there every micro-step reduces its
+            -- gradients; alone, the reduce-scatters (and gathers) remain, as copies into the slice
+            -- (and out of it)
             local sharded = step.buckets - replicated
-            local alone = ({ optimizer = 0, gradients = step.buckets, parameters = 2 * step.buckets })[level]
-            assert.are.equal(layout.world == 1 and alone or step.buckets + 2 + 1 + sharded, step.collectives)
+            local reduced = level == 'parameters' and step.micro * step.buckets or step.buckets
+            local alone = ({ optimizer = 0, gradients = step.buckets, parameters = reduced + step.buckets })[level]
+            assert.are.equal(layout.world == 1 and alone or reduced + 2 + 1 + sharded, step.collectives)
           end
           assert.are.same(samples_by_step(plain.audit), samples_by_step(run.audit))
           local worst, why = compare_weights(plain.weights, run.weights)

@@ -34,10 +34,12 @@
 --   shard = 'gradients' (ZeRO-2): as 'optimizer', but step 3 reduce-scatters each bucket instead
 --      (overlapped the same way) into this rank's slice of the gradient, so no rank holds the
 --      reduced full gradient; the full-size buffer stays, backward accumulates into it;
---   shard = 'parameters' (ZeRO-3): as 'gradients', and each rank keeps the f32 masters of its slice
---      only, under fp32 too; the model keeps no full weights but what wick.nn.gathered gathers from
---      the slice, unit by unit, before each block runs (the next `prefetch` blocks' gathers
---      overlapping with the current one's compute), and the buckets are cut at the runs of those units.
+--   shard = 'parameters' (ZeRO-3): each rank keeps the f32 masters of its slice only, under fp32
+--      too; the model keeps no full weights but what wick.nn.gathered gathers from the slice, unit
+--      by unit, before each block runs (the next `prefetch` blocks' gathers overlapping with the
+--      current one's compute), and no full gradient: each unit's gradient is reduce-scattered
+--      after its backward, every micro-step, and summed into the slice. The buckets are cut at the
+--      runs of those units.
 -- Gradient clipping then takes the global norm from each rank's sum of squares over its slice.
 -- For a loop of your own: dp:global_count(n), then per micro-batch model:forward(batch.inputs,
 -- batch.targets, batch.loss_mask, count) and dp:backward(is_last_micro_step).
@@ -165,20 +167,39 @@ local function shard_masters(self, model, unit_of)
 end
 
 -- This rank's f32 slice (self.slice, its pieces packed in flat order): the gradients' destination
--- under 'gradients' and, under fp32, the updated weights' all-gather source; and each piece's
--- gradients, in the slice or in the full buffer.
-local function shard_gradients(self, flat, wire)
-  local n = self.layout.numel
+-- under 'gradients' and 'parameters' and, under fp32 'optimizer', the updated weights' all-gather
+-- source; and each piece's gradients, in the slice or in the full buffer. Under 'parameters' every
+-- piece's gradients are in the slice (replicated ones too: the step's sum over its micro-steps),
+-- and each bucket lands (b.landing) where wick.nn.gathered says before it is added there.
+local function shard_gradients(self, wire)
+  local n, gathered = self.layout.numel, self.model.gathered
   if self.scatters or not self.layout.masters then self.slice = T.empty({ n }, 'f32', self.device) end
   for _, b in ipairs(self.buckets) do
     local p = b.piece
     b.scatter = self.scatters and not p.replicated
-    if b.scatter then
+    if b.scatter or gathered then
       p.grads = self.slice:narrow(1, p.at + 1, p.numel)
-      if b.wire then b.wire_out = T.empty({ p.numel }, wire, self.device) end
+      if b.scatter and b.wire then b.wire_out = T.empty({ p.numel }, wire, self.device) end
     else
-      p.grads = flat.grads:narrow(1, p.offset + 1, p.numel)
+      p.grads = self.model.flat.grads:narrow(1, p.offset + 1, p.numel)
     end
+    if gathered then b.landing = b.scatter and b.gathered.landing or b.view end
+  end
+end
+
+-- Under 'parameters': the buckets of each unit, and the block whose backward follows gradient group
+-- g (model:gradient_groups(): a block's group holds the block alone).
+local function unit_schedule(self, model)
+  self.unit_buckets = {}
+  for i, b in ipairs(self.buckets) do
+    self.unit_buckets[b.unit] = self.unit_buckets[b.unit] or {}
+    table.insert(self.unit_buckets[b.unit], i)
+  end
+  local block_of = {}
+  for l, block in ipairs(model.blocks) do block_of[block] = l end
+  self.block_after = {}
+  for g, modules in ipairs(model:gradient_groups()) do
+    if g > 1 and #modules == 1 and block_of[modules[1]] then self.block_after[g - 1] = block_of[modules[1]] end
   end
 end
 
@@ -199,20 +220,22 @@ function DataParallel.new(model, dist, opts)
   local ranges, groups = gradient_ranges(model, unit_of)
   self.buckets = make_buckets(ranges, opts.bucket_bytes, self.shard == 'none' and 1 or self.world_size)
   if self.shard ~= 'none' then shard_masters(self, model, unit_of) end
-  local flat = model:flat_parameters()  -- the gradients are made here
+  local flat = model:flat_parameters()  -- the gradients are made here (under 'parameters' by wick.nn.gathered)
   self.launch_at = {}  -- gradient group -> buckets to launch once it is done
   for g = 1, groups + 1 do self.launch_at[g] = {} end
   for i, b in ipairs(self.buckets) do
-    b.view = flat.grads:narrow(1, b.offset + 1, b.numel)
+    b.view = b.gathered and b.gathered.grads or flat.grads:narrow(1, b.offset + 1, b.numel)
     if wire ~= 'f32' then b.wire = T.empty({ b.numel }, wire, self.device) end
     local list = self.launch_at[b.ready]
     list[#list + 1] = i
   end
-  if self.shard ~= 'none' then shard_gradients(self, flat, wire) end
-  self.works = {}
+  if self.shard ~= 'none' then shard_gradients(self, wire) end
+  if model.gathered then unit_schedule(self, model) end
+  self.works, self.started = {}, {}
   self.on_ready = function(g)
     if g == groups then self.overlapped = self.launched end  -- on their way before the last group
     for _, i in ipairs(self.launch_at[g]) do self:launch(i) end
+    if model.gathered then self:clear_for(self.block_after[g]) end
   end
   self.count = T.zeros({ 1 }, 'i64')
   self.count_ptr = ffi.cast('int64_t *', self.count:data())
@@ -235,11 +258,12 @@ local function site_of(self)
 end
 
 function DataParallel:launch(i)
-  if self.works[i] then return end
+  if self.started[i] then return end  -- this backward's, in flight or finished already
+  self.started[i] = true
   local b = self.buckets[i]
   if b.wire then b.wire:copy(b.view) end
   if b.scatter then
-    local out = b.wire_out or b.piece.grads
+    local out = b.wire_out or b.landing or b.piece.grads
     self.works[i] = self.dist:reduce_scatter_start(out, b.wire or b.view, 'sum', site_of(self))
   else
     self.works[i] = self.dist:all_reduce_start(b.wire or b.view, 'sum', site_of(self))
@@ -247,23 +271,45 @@ function DataParallel:launch(i)
   self.launched = self.launched + 1
 end
 
+-- Waits for bucket i's collective and puts its result in place: cast back from the wire dtype, and
+-- under 'parameters' added from where it landed into the slice.
+function DataParallel:finish(i)
+  local work = self.works[i]
+  if not work then return end
+  self.works[i] = nil
+  work:wait()
+  local b = self.buckets[i]
+  if b.wire_out then (b.landing or b.piece.grads):copy(b.wire_out) elseif b.wire then b.view:copy(b.wire) end
+  if b.landing then check(C.wk_op_axpy(b.piece.grads, 1, b.landing)) end
+end
+
+-- Under 'parameters', before block n's backward: the reduce-scatters of the block whose gradient
+-- slot it takes over done, and the slot zeroed.
+function DataParallel:clear_for(n)
+  local gathered = self.model.gathered
+  local before = n and gathered:previous_occupant(n)
+  if not before then return end
+  for _, i in ipairs(self.unit_buckets[before]) do self:finish(i) end
+  gathered:clear_gradients(n)
+end
+
 -- Backward for one micro-batch; with sync (the last micro-batch of a step), also the gradient
--- all-reduce (or reduce-scatter), returning once the summed gradients are in place.
+-- all-reduce (or reduce-scatter), returning once the summed gradients are in place. Under
+-- 'parameters' every micro-batch's gradients are reduce-scattered (no rank keeps a full gradient
+-- to accumulate into), and the slice sums them.
 function DataParallel:backward(sync)
   local model = self.model
-  if not sync or (self.world_size == 1 and not self.scatters) then
+  local gathered = model.gathered
+  if not (sync or gathered) or (self.world_size == 1 and not self.scatters) then
     model:backward()
     return
   end
   site_of(self)
-  self.launched, self.overlapped = 0, 0
+  self.launched, self.overlapped, self.started = 0, 0, {}
+  if gathered then gathered:zero_gradients() end
   model:backward(self.on_ready)
   for i = 1, #self.buckets do self:launch(i) end
-  for i, b in ipairs(self.buckets) do
-    self.works[i]:wait()
-    self.works[i] = nil
-    if b.wire_out then b.piece.grads:copy(b.wire_out) elseif b.wire then b.view:copy(b.wire) end
-  end
+  for i = 1, #self.buckets do self:finish(i) end
 end
 
 -- The sum of n over all ranks (n: this rank's target tokens in the step).
@@ -351,7 +397,7 @@ function DataParallel:step(loader, opt)
   local tokens = self:global_count(local_targets)
   local loss_share, applied, norm = 0, false, nil
   if tokens > 0 then  -- an all-padding step has no target to learn from, on every rank alike
-    model:zero_grad()
+    if model.gathered then check(C.wk_op_fill(self.slice, 0)) else model:zero_grad() end
     for m = 1, n do
       local micro = self.micro[m]
       loss_share = loss_share + model:forward(micro.inputs, micro.targets, micro.mask, tokens)

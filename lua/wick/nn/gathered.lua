@@ -12,11 +12,21 @@
 -- communication overlaps with block l's compute. The forward ends holding the last blocks, which
 -- are the first the backward needs.
 --
+-- The gradients follow the same units: the root's in a buffer of its own, block l's in gradient
+-- slot (l - 1) mod slots + 1, so that no rank holds the full gradient. Each unit's gradient is
+-- reduce-scattered (nn.data_parallel) once its backward is done, every micro-step, into a landing
+-- buffer of the unit's slot and from there added into the rank's slice; a block's gradient slot is
+-- zeroed for its next occupant once those reduce-scatters are done (reuse(n)).
+--
 -- A unit's weights lie in the flat storage as a few runs (wick.nn.gpt's flatten puts decayed tensors
 -- first: a block is one run of matrices and one of biases and norms); data_parallel cuts its buckets
 -- at run boundaries, so a unit is gathered bucket by bucket (wick.nn.shard), each all-gather landing
 -- at the bucket's place in the unit's buffer. A replicated bucket is copied from this rank's slice.
+local core = require 'wick.core'
 local T = require 'wick.tensor'
+
+local C = core.C
+local check = core.check
 
 local Gathered = {}
 Gathered.__index = Gathered
@@ -63,31 +73,72 @@ function Gathered.new(model, dist, buckets, source, unit_of, prefetch)
     local u = self.units[b.unit]
     local run = run_holding(u, b.offset, b.numel)
     u.buckets = u.buckets or {}
-    u.buckets[#u.buckets + 1] = { at = run.at + b.offset - run.offset, numel = b.numel, replicated = b.piece.replicated,
-      src = source:narrow(1, b.piece.at + 1, b.piece.numel) }
+    u.landing = u.landing or 0  -- the elements this rank receives of the unit's reduce-scatters
+    b.gathered = { at = run.at + b.offset - run.offset, numel = b.numel, replicated = b.piece.replicated,
+      src = source:narrow(1, b.piece.at + 1, b.piece.numel), landing_at = not b.piece.replicated and u.landing or nil }
+    u.buckets[#u.buckets + 1] = b.gathered
+    if not b.piece.replicated then u.landing = u.landing + b.piece.numel end
   end
-  local largest = 0
-  for l = 1, blocks do largest = math.max(largest, self.units[l].numel) end
+  local largest, landing = 0, 0
+  for l = 1, blocks do largest, landing = math.max(largest, self.units[l].numel), math.max(landing, self.units[l].landing or 0) end
   local dtype, device = source.dtype, source.device
   self.root = T.empty({ self.units[0].numel }, dtype, device)
-  self.slots = {}
-  for s = 1, math.min(prefetch + 1, blocks) do self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {} end
-  for u = 0, blocks do self:place(u, u == 0 and self.root or self.slots[self:slot_of(u)]) end
+  self.root_grads = T.empty({ self.units[0].numel }, 'f32', device)
+  self.root_landing = T.empty({ self.units[0].landing or 0 }, 'f32', device)
+  self.slots, self.grad_slots, self.landings = {}, {}, {}
+  for s = 1, math.min(prefetch + 1, blocks) do
+    self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {}
+    self.grad_slots[s], self.landings[s] = T.empty({ largest }, 'f32', device), T.empty({ landing }, 'f32', device)
+  end
+  for u = 0, blocks do
+    local s = u > 0 and self:slot_of(u)
+    self:place(u, s and self.slots[s] or self.root, s and self.grad_slots[s] or self.root_grads,
+      s and self.landings[s] or self.root_landing)
+  end
   self:refresh()
   return self
 end
 
 function Gathered:slot_of(l) return (l - 1) % #self.slots + 1 end
 
--- Points unit u's parameters (module[key]) and its buckets' destinations into buffer.
-function Gathered:place(u, buffer)
+local function view_at(buffer, at, numel, shape)
+  local slice = buffer:narrow(1, at + 1, numel)
+  if not shape then return slice end
+  local view = slice:view(shape)
+  slice:free()
+  return view
+end
+
+-- Points unit u's parameters (module[key]) and their gradients (module['grad_' .. key]) into
+-- buffer and grads, and its buckets' all-gather destinations (dst), gradients (grads) and
+-- reduce-scatter destinations (landing, for a sharded bucket) into buffer, grads and landing.
+function Gathered:place(u, buffer, grads, landing)
   local unit = self.units[u]
   for _, p in ipairs(unit.entries) do
-    local slice = buffer:narrow(1, p.unit_at + 1, p.numel)
-    p.module[p.key] = slice:view(p.shape)
-    slice:free()
+    p.module[p.key] = view_at(buffer, p.unit_at, p.numel, p.shape)
+    p.module['grad_' .. p.key] = view_at(grads, p.unit_at, p.numel, p.shape)
   end
-  for _, b in ipairs(unit.buckets or {}) do b.dst = buffer:narrow(1, b.at + 1, b.numel) end
+  for _, b in ipairs(unit.buckets or {}) do
+    b.dst, b.grads = view_at(buffer, b.at, b.numel), view_at(grads, b.at, b.numel)
+    if b.landing_at then b.landing = view_at(landing, b.landing_at, b.src:numel()) end
+  end
+end
+
+-- Zeroes the gradient buffers before a backward (every micro-step reduce-scatters what it adds).
+function Gathered:zero_gradients()
+  for _, t in ipairs({ self.root_grads, unpack(self.grad_slots) }) do check(C.wk_op_fill(t, 0)) end
+end
+
+-- The block whose gradient slot block n takes over in a backward (n + slots), or nil when n is among
+-- the first blocks of the backward, whose slots zero_gradients cleared.
+function Gathered:previous_occupant(n)
+  local before = n + #self.slots
+  return before <= self.blocks and before or nil
+end
+
+-- Block n's gradient slot zeroed for it (its previous occupant's reduce-scatters waited for already).
+function Gathered:clear_gradients(n)
+  check(C.wk_op_fill(self.grad_slots[self:slot_of(n)], 0))
 end
 
 -- Starts gathering unit u into its buffer; returns the works to wait for (replicated buckets are
@@ -149,11 +200,12 @@ function Gathered:free()
   end
   for u = 0, self.blocks do
     for _, b in ipairs(self.units[u].buckets or {}) do
-      b.src:free()
-      b.dst:free()
+      for _, t in pairs({ b.src, b.dst, b.grads, b.landing }) do t:free() end
     end
   end
-  for _, t in ipairs({ self.root, unpack(self.slots) }) do t:free() end
+  for _, group in ipairs({ { self.root, self.root_grads, self.root_landing }, self.slots, self.grad_slots, self.landings }) do
+    for _, t in ipairs(group) do t:free() end
+  end
   self.pending = {}
 end
 

@@ -126,7 +126,7 @@ end
 -- the named gradients), made at the first call.
 function GPT:gradient_storage()
   local flat = self.flat
-  if flat.grads then return flat.grads end
+  if flat.grads or self.gathered then return flat.grads end  -- gathered: its units' buffers hold them
   flat.grads = T.zeros({ flat.numel }, 'f32', self.device)
   self.named_grads = {}
   for _, p in ipairs(self.entries) do
@@ -155,7 +155,8 @@ end
 -- Hands all the weights to a sharded nn.data_parallel that keeps only this rank's slice of them
 -- (shard = 'parameters'): the flat weights are freed, and gathered (wick.nn.gathered) points every
 -- parameter into the buffers it gathers them into; forward and backward fetch each block from it.
--- The model then has no named parameters: their values live on all the ranks together.
+-- The model then has no named parameters, nor a flat gradient: their values live on all the ranks
+-- together.
 function GPT:release_weights(gathered)
   local flat = self.flat
   for _, p in ipairs(self.entries) do
@@ -215,6 +216,10 @@ function GPT:named_parameters()
   return self.named
 end
 function GPT:grads()
+  if self.gathered then
+    error("gpt: the gradients are reduce-scattered over the ranks (parallel.shard = 'parameters'): no rank holds them whole",
+      2)
+  end
   self:gradient_storage()
   return self.named_grads
 end

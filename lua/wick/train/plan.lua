@@ -94,19 +94,20 @@ local function elements(m, seq_len)
 end
 
 -- Memory per rank: the tensors a training step holds at its peak, by what they are: weights (f32
--- masters and the compute copy), gradients (f32), optimizer state, the slice buffers of sharded data
--- parallelism (parallel.shard: the all-gathers' source, and with 'gradients' or 'parameters' the
--- reduced gradients), activations at the micro batch of rows of seq_len tokens (default: the
+-- masters and the compute copy), gradients (f32), optimizer state, the slice buffers of sharded
+-- data parallelism (parallel.shard: the all-gathers' source, and with 'gradients' or 'parameters'
+-- the reduced gradients), activations at the micro batch of rows of seq_len tokens (default: the
 -- model's), for a shape of wick.train.model (a GPT-2 when it names no arch; recompute = 'blocks'
--- holds one block's activations). Sharded over `world` ranks, AdamW's moments cover one slice: P div
--- world + P mod world elements (wick.nn.shard: a block of each bucket and the replicated head; under
--- 'parameters' each run of a unit has a head of its own, at most world - 1 elements more a run), and
--- so do the f32 masters under bf16/fp16. The compute weights stay whole, but under 'parameters'
--- (wick.nn.gathered: the root gathered, prefetch + 1 blocks in turn), and so does the full-size gradient
--- buffer, which backward accumulates into. What it leaves out: the data ring (plan.report adds it), a
--- few scalars of the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32
--- tiles a product and two [T, T] f32 matrices in attention, runtime/ops/cpu). A checkpoint adds
--- nothing: each rank writes the moments and the masters it holds (wick.train.checkpoint).
+-- holds one block's activations). Sharded over `world` ranks, AdamW's moments cover one slice: P
+-- div world + P mod world elements (wick.nn.shard: a block of each bucket and the replicated head;
+-- under 'parameters' each run of a unit has a head of its own, at most world - 1 elements more a
+-- run), and so do the f32 masters under bf16/fp16. The compute weights stay whole, and so does the
+-- full-size gradient buffer, which backward accumulates into, but under 'parameters'
+-- (wick.nn.gathered: the root and prefetch + 1 blocks in turn, weights and gradients, and a landing
+-- for the reduced part). What it leaves out: the data ring (plan.report adds it), a few scalars of
+-- the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product
+-- and two [T, T] f32 matrices in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank
+-- writes the moments and the masters it holds (wick.train.checkpoint).
 function plan.memory(m, micro, policy_name, seq_len, shard, world, prefetch)
   local P = model.parameter_count(m)
   seq_len = seq_len or m.seq_len
@@ -121,10 +122,12 @@ function plan.memory(m, micro, policy_name, seq_len, shard, world, prefetch)
   local reduced = (shard == 'gradients' or shard == 'parameters') and slice * F32 or 0  -- the reduced gradients' slice
   local weights, gather
   if shard == 'parameters' then
-    -- the f32 masters' slice, and the root and prefetch + 1 blocks gathered in the compute dtype
+    -- the f32 masters' slice; the root and prefetch + 1 blocks gathered in the compute dtype, their
+    -- f32 gradients, and where this rank's part of those lands, 1/world of them
     local block = model.block_parameter_count(m)
-    weights = slice * F32 + (P - m.layers * block + math.min((prefetch or 1) + 1, m.layers) * block) * S
-    gather = slice * copy + reduced
+    local units = P - m.layers * block + math.min((prefetch or 1) + 1, m.layers) * block
+    weights, grads = slice * F32 + units * S, units * F32
+    gather = slice * copy + reduced + math.floor(units / world) * F32
   elseif sharded and copy > 0 then
     -- the compute copy whole, the f32 masters of this rank's slice, gathered from a 2-byte slice
     weights, gather = P * copy + slice * F32, slice * copy + reduced
