@@ -62,6 +62,39 @@ local function run_holding(u, offset, numel)
   error('nn.gathered: a bucket that crosses the runs of its unit')
 end
 
+-- Gives every unit the records of its buckets (each also the data_parallel bucket's .gathered): where
+-- it lies in the unit's buffer (at), this rank's piece of the source slice (src), and for a sharded
+-- bucket where its reduce-scatter lands in the unit's landing (landing_at); and each unit's landing size.
+local function record_buckets(units, buckets, source)
+  for _, b in ipairs(buckets) do
+    local u = units[b.unit]
+    local run = run_holding(u, b.offset, b.numel)
+    u.buckets, u.landing = u.buckets or {}, u.landing or 0
+    local sharded = not b.piece.replicated
+    b.gathered = { at = run.at + b.offset - run.offset, numel = b.numel, replicated = not sharded,
+      src = source:narrow(1, b.piece.at + 1, b.piece.numel), landing_at = sharded and u.landing or nil }
+    u.buckets[#u.buckets + 1] = b.gathered
+    if sharded then u.landing = u.landing + b.piece.numel end
+  end
+end
+
+-- The root's buffers and `count` block slots (weights in dtype; f32 gradients and landings), sized
+-- for the largest block.
+function Gathered:allocate(count, dtype, device)
+  local root, largest, landing = self.units[0], 0, 0
+  for l = 1, self.blocks do
+    largest, landing = math.max(largest, self.units[l].numel), math.max(landing, self.units[l].landing or 0)
+  end
+  self.root = T.empty({ root.numel }, dtype, device)
+  self.root_grads = T.empty({ root.numel }, 'f32', device)
+  self.root_landing = T.empty({ root.landing or 0 }, 'f32', device)
+  self.slots, self.grad_slots, self.landings = {}, {}, {}
+  for s = 1, count do
+    self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {}
+    self.grad_slots[s], self.landings[s] = T.empty({ largest }, 'f32', device), T.empty({ landing }, 'f32', device)
+  end
+end
+
 -- dist: the group; buckets: data_parallel's (cut at runs, each with .unit and its wick.nn.shard
 -- piece); source: this rank's slice in the compute dtype (what the all-gathers send); unit_of:
 -- entry -> unit; prefetch: blocks gathered ahead, 1 to MAX_PREFETCH.
@@ -69,27 +102,8 @@ function Gathered.new(model, dist, buckets, source, unit_of, prefetch)
   local blocks = #model.blocks
   local self = setmetatable({ dist = dist, blocks = blocks, prefetch = prefetch,
     units = unit_runs(model.entries, unit_of, blocks), holds = {}, pending = {} }, Gathered)
-  for _, b in ipairs(buckets) do
-    local u = self.units[b.unit]
-    local run = run_holding(u, b.offset, b.numel)
-    u.buckets = u.buckets or {}
-    u.landing = u.landing or 0  -- the elements this rank receives of the unit's reduce-scatters
-    b.gathered = { at = run.at + b.offset - run.offset, numel = b.numel, replicated = b.piece.replicated,
-      src = source:narrow(1, b.piece.at + 1, b.piece.numel), landing_at = not b.piece.replicated and u.landing or nil }
-    u.buckets[#u.buckets + 1] = b.gathered
-    if not b.piece.replicated then u.landing = u.landing + b.piece.numel end
-  end
-  local largest, landing = 0, 0
-  for l = 1, blocks do largest, landing = math.max(largest, self.units[l].numel), math.max(landing, self.units[l].landing or 0) end
-  local dtype, device = source.dtype, source.device
-  self.root = T.empty({ self.units[0].numel }, dtype, device)
-  self.root_grads = T.empty({ self.units[0].numel }, 'f32', device)
-  self.root_landing = T.empty({ self.units[0].landing or 0 }, 'f32', device)
-  self.slots, self.grad_slots, self.landings = {}, {}, {}
-  for s = 1, math.min(prefetch + 1, blocks) do
-    self.slots[s], self.pending[s] = T.empty({ largest }, dtype, device), {}
-    self.grad_slots[s], self.landings[s] = T.empty({ largest }, 'f32', device), T.empty({ landing }, 'f32', device)
-  end
+  record_buckets(self.units, buckets, source)
+  self:allocate(math.min(prefetch + 1, blocks), source.dtype, source.device)
   for u = 0, blocks do
     local s = u > 0 and self:slot_of(u)
     self:place(u, s and self.slots[s] or self.root, s and self.grad_slots[s] or self.root_grads,
@@ -203,7 +217,8 @@ function Gathered:free()
       for _, t in pairs({ b.src, b.dst, b.grads, b.landing }) do t:free() end
     end
   end
-  for _, group in ipairs({ { self.root, self.root_grads, self.root_landing }, self.slots, self.grad_slots, self.landings }) do
+  local root = { self.root, self.root_grads, self.root_landing }
+  for _, group in ipairs({ root, self.slots, self.grad_slots, self.landings }) do
     for _, t in ipairs(group) do t:free() end
   end
   self.pending = {}

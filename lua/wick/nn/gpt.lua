@@ -153,11 +153,11 @@ function GPT:release_masters()
 end
 
 -- Hands all the weights to a sharded nn.data_parallel that keeps only this rank's slice of them
--- (shard = 'parameters'): the flat weights are freed, and gathered (wick.nn.gathered) points every
--- parameter into the buffers it gathers them into; forward and backward fetch each block from it.
--- The model then has no named parameters, nor a flat gradient: their values live on all the ranks
--- together.
-function GPT:release_weights(gathered)
+-- (shard = 'parameters'): the flat weights are freed, and the data parallelism's model.gathered
+-- (wick.nn.gathered) points every parameter into the buffers it gathers them into; forward and
+-- backward fetch each block from it. The model then has no named parameters, nor a flat gradient:
+-- their values live on all the ranks together.
+function GPT:release_weights()
   local flat = self.flat
   for _, p in ipairs(self.entries) do
     p.module[p.key]:free()
@@ -167,7 +167,7 @@ function GPT:release_weights(gathered)
     if flat[key] then flat[key]:free() end
     flat[key] = nil
   end
-  self.named, self.gathered = nil, gathered
+  self.named = nil
 end
 
 -- The unit of every entry (wick.nn.gathered): l for the parameters of block l, 0 for the others.
