@@ -379,7 +379,26 @@ checkpoint = { every = 2, keep = 2 },]])
     -- the checkpoint's one model.safetensors, in parallel, and any sharding resumes from it. The file
     -- is the unsharded run's byte for byte ('optimizer' all-reduces as 'none' does); on one rank every
     -- sum is the straight run's, so the resumed losses are its bits; 2 ranks onto 1 as in the
-    -- world-size test above.
+    -- world-size test above. 'parameters' reduces the gradients of every micro-step (4 here) and sums
+    -- them in its slice, where the others accumulate in the gradient buffer: other roundings of the
+    -- same sums, so its file holds the same tensors with weights within WEIGHTS_CLOSE (relative L2
+    -- per tensor), and its losses are held to the world-size tolerance.
+    local WEIGHTS_CLOSE = 1e-6  -- measured 5e-9; a wrong gradient is off by O(1)
+    -- The largest relative L2 distance between the same tensors of two weight files (which must hold
+    -- the same names and shapes).
+    local function weights_apart(a_path, b_path)
+      local ffi = require 'ffi'
+      local a, b = require('wick').safetensors.load(a_path), require('wick').safetensors.load(b_path)
+      local worst = 0
+      for name, t in pairs(a) do
+        assert.are.same(t.shape, b[name].shape, name)
+        local x, y, norm, diff = ffi.cast('float *', t:data()), ffi.cast('float *', b[name]:data()), 0, 0
+        for i = 0, t:numel() - 1 do norm, diff = norm + x[i] * x[i], diff + (x[i] - y[i]) ^ 2 end
+        worst = math.max(worst, math.sqrt(diff / math.max(norm, 1e-30)))
+      end
+      for name in pairs(b) do assert.is_not_nil(a[name], name) end
+      return worst
+    end
     it('writes the f32 masters its ranks hold into one model file and resumes a bf16 run from it onto another sharding',
       function()
       local path = write_recipe(root .. '/sharded-bf16.lua', dataset, [[
@@ -394,7 +413,7 @@ checkpoint = { every = 2, keep = 2 },]])
         local r = helper.sh(('STOP_AT=4 %s --nproc-per-node %d %s --checkpoint.dir=%s --log=%s'):format(q(helper.RUN), ranks,
           q(path), q(dir), q(log)))
         assert.are.equal(0, r.rc, r.err)
-        straight[ranks] = helper.read_file(dir .. '/step-00000004/model.safetensors')
+        straight[ranks] = dir .. '/step-00000004/model.safetensors'
       end
       local r = helper.run(('%s --checkpoint.dir=%s --log=%s'):format(q(path), q(root .. '/ck-bf16-straight'),
         q(root .. '/bf16-straight.jsonl')))
@@ -408,13 +427,20 @@ checkpoint = { every = 2, keep = 2 },]])
           :format(q(helper.RUN), case[1], q(path), case[2], q(dir), q(log)))
         assert.are.equal(0, first.rc, first.err)
         local what = ('%d ranks %s -> %d ranks %s'):format(unpack(case))
-        assert.is_true(helper.read_file(dir .. '/step-00000004/model.safetensors') == straight[case[1]], what)
+        local file = dir .. '/step-00000004/model.safetensors'
+        local exact = case[2] ~= 'parameters' and case[4] ~= 'parameters'
+        if case[2] == 'parameters' then
+          local worst = weights_apart(file, straight[case[1]])
+          assert.is_true(worst <= WEIGHTS_CLOSE, ('%s: weights %g apart'):format(what, worst))
+        else
+          assert.is_true(helper.read_file(file) == helper.read_file(straight[case[1]]), what)
+        end
         local resumed = helper.run(('--nproc-per-node %d %s --parallel.shard=%s --checkpoint.dir=%s --log=%s --resume')
           :format(case[3], q(path), case[4], q(dir), q(log)))
         assert.are.equal(0, resumed.rc, resumed.err)
         local got = losses(log)
         for step = 1, 8 do
-          if case[1] == 1 then
+          if case[1] == 1 and exact then
             assert.are.equal(want[step], got[step], what .. ', step ' .. step)
           else
             local a, b = tonumber(want[step]), tonumber(got[step])
