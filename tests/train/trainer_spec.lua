@@ -330,13 +330,15 @@ checkpoint = { every = 2, keep = 2 },]]
 
     -- Each rank of a sharded run writes its slice of the moments; any world size and sharding reads
     -- the slices (or an unsharded run's one file) back: the resumed steps give the straight run's losses.
+    -- Width 15 leaves replicated heads (numel mod W) in the flat order, under 'parameters' one in
+    -- each run of a unit: a rank other than 0 stores its blocks around them.
     it('resumes 4 ranks sharded onto 2 unsharded, 2 onto 4, 4 onto 1, 2 unsharded onto 4 sharded, and across levels',
       function()
       local path = write_recipe(root .. '/sharded.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
   if os.getenv('STOP_AT') == tostring(m.step) then t:stop('stopped for the test') end
 end },
-checkpoint = { every = 2, keep = 2 },]])
+checkpoint = { every = 2, keep = 2 },]], 'model = { layers = 2, heads = 3, dim = 15 },')
       local straight = root .. '/shard-straight.jsonl'
       local r = helper.run(('--nproc-per-node 2 %s --checkpoint.dir=%s --log=%s'):format(q(path),
         q(root .. '/ck-shard-straight'), q(straight)))
@@ -643,7 +645,8 @@ return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 
       assert.matches('checkpoint: ' .. path .. ': lr_scale = -1: must be within [0, inf]', planned.err, 1, true)
     end)
 
-    it('refuses an optimizer step count of -1 or above the step, and moments of another shape or dtype', function()
+    it('refuses an optimizer step count of -1 or above the step, moments of another shape or dtype, and a stray tensor',
+      function()
       local r, path = resume_edited('optimizer.safetensors', function(_, metadata) metadata.step_count = '-1' end)
       assert.are.equal(1, r.rc, r.err)
       assert.matches('^checkpoint: ' .. literal(path .. ': step_count = -1: must be within [0, ') .. '[^\n]*\n$', r.err)
@@ -663,6 +666,8 @@ return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 
       end)
       assert.are.equal(1, r.rc, r.err)
       assert.matches(": v is f16 %[%d+%], the model's is f32 %[%d+%]\n$", r.err)
+      r, path = resume_edited('optimizer.safetensors', function(tensors) tensors.extra = require('wick').tensor.zeros({ 2 }) end)
+      assert_refused(r, path, 'has a tensor extra, which is not expected there')
     end)
 
     -- A rank of a sharded run writes its slice where the store says: only into a directory that

@@ -1,16 +1,17 @@
 -- wick.nn.shard: which part of a model's flat parameters each rank owns under sharded data
--- parallelism (nn.data_parallel's shard = 'optimizer' | 'gradients'), and the collectives that
--- move owned parts: packing them into a rank's slice, gathering slices back into full tensors,
--- and summing a number over the ranks in rank order.
+-- parallelism (nn.data_parallel's shard = 'optimizer' | 'gradients' | 'parameters'), and the
+-- collectives that move owned parts: packing them into a rank's slice, gathering slices back into
+-- full tensors, and summing a number over the ranks in rank order.
 --
 -- The layout follows data_parallel's gradient buckets. Sharded, every bucket holds a multiple of
--- the world size W of elements, except the first N mod W elements of the flat storage (fewer than
--- W), a bucket of their own that every rank keeps whole ("replicated": all-reduced and updated
--- alike everywhere). Every other bucket is cut into W equal blocks, block r owned by rank r. Blocks
--- of each bucket rather than one contiguous 1/W of the storage: a bucket's reduce-scatter then
--- delivers exactly this rank's part of it as soon as backward finishes the bucket, with no
--- re-layout, and each collective is shared evenly. A rank's slice is its pieces (blocks and the
--- replicated head) packed in flat order; every rank's slice has the same size, N div W + N mod W.
+-- the world size W of elements, except a replicated one: the head of a run of the flat storage (its
+-- numel mod W elements, fewer than W; one run unless the buckets are cut at the units of
+-- 'parameters'), which every rank keeps whole (all-reduced and updated alike everywhere). Every
+-- other bucket is cut into W equal blocks, block r owned by rank r. Blocks of each bucket rather than
+-- one contiguous 1/W of the storage: a bucket's reduce-scatter then delivers exactly this rank's part
+-- of it as soon as backward finishes the bucket, with no re-layout, and each collective is shared
+-- evenly. A rank's slice is its pieces (blocks and the replicated heads) packed in flat order; every
+-- rank's slice has the same size (one run: N div W + N mod W).
 local ffi = require 'ffi'
 local T = require 'wick.tensor'
 

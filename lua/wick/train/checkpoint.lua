@@ -236,23 +236,21 @@ local function stored_pieces(layout, numel)
 end
 
 -- Writes this rank's optimizer file into dir (a checkpoint's temporary directory); layout: a sharded
--- nn.data_parallel's (nil: this rank holds every moment). Returns its path.
+-- nn.data_parallel's (nil: this rank holds every moment). Returns its path. The pieces it stores need
+-- not lie together in its moments (a rank other than 0 skips the replicated ones between its
+-- blocks): the file is created for all of them and each is written where it goes, with no copy.
 function checkpoint.save_optimizer(dir, opt, model, layout)
   local numel = model:parameter_count()
   local m, v = opt:moments(model, layout)
-  local pieces, spans = stored_pieces(layout, numel), {}
-  local first = pieces[1].at
-  local at = first
+  local pieces, spans, held = stored_pieces(layout, numel), {}, 0
   for i, p in ipairs(pieces) do
-    assert(p.at == at, 'checkpoint: the pieces a rank stores lie together in its moments')
     spans[i] = { p.offset, p.numel }
-    at = at + p.numel
+    held = held + p.numel
   end
-  local stored = { m = m:narrow(1, first + 1, at - first), v = v:narrow(1, first + 1, at - first) }
   local sharded = layout and layout.world_size > 1
   local path = dir .. '/' .. (sharded and OPTIMIZER_SLICE:format(layout.rank, layout.world_size) or OPTIMIZER_FILE)
   local scaler = model.policy.scaler
-  written(safetensors.save, path, stored, {
+  local offsets = written(safetensors.create, path, { 'm', 'v' }, { m = { held }, v = { held } }, 'f32', {
     step_count = opt.step_count,
     scale = scaler and ('%.17g'):format(scaler.scale) or nil,
     good_steps = scaler and scaler.good_steps or nil,
@@ -260,7 +258,15 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
     numel = numel,
     pieces = json.encode(spans),
   })
-  for _, t in pairs(stored) do t:free() end
+  local at = 0
+  for _, p in ipairs(pieces) do
+    for name, moments in pairs({ m = m, v = v }) do
+      local part = moments:narrow(1, p.at + 1, p.numel)
+      written(safetensors.write_at, path, offsets[name] + at * F32, part)
+      part:free()
+    end
+    at = at + p.numel
+  end
   -- Rank 0's finish fsyncs every file in the directory; another rank fsyncs its own, since on a
   -- shared file system one node's fsync does not reach another node's writes.
   if layout and layout.rank ~= 0 then sync(path) end
@@ -388,7 +394,8 @@ end
 local function shape_text(shape) return '[' .. table.concat(shape, ', ') .. ']' end
 
 -- Refuses tensors of path whose dtype or shape differ from `expected` (name -> tensor), from the
--- header, naming the tensor; `required` names must be present. Returns the file's metadata.
+-- header, naming the tensor; with `required` the names must be exactly those expected. Returns the
+-- file's metadata.
 local function check_tensors(path, expected, required, whose)
   local header, metadata = safetensors.header(path)
   if not header then fail('%s', metadata) end
@@ -402,6 +409,9 @@ local function check_tensors(path, expected, required, whose)
       fail("%s: %s is %s %s, %s %s %s", path, name, got.dtype, shape_text(got.shape), whose or "the model's is",
         want.dtype, shape_text(want.shape))
     end
+  end
+  for name in pairs(required and header or {}) do
+    if not expected[name] then fail('%s: has a tensor %s, which is not expected there', path, name) end
   end
   return metadata
 end
