@@ -24,6 +24,7 @@
 -- at the bucket's place in the unit's buffer. A replicated bucket is copied from this rank's slice.
 local core = require 'wick.core'
 local T = require 'wick.tensor'
+local view_into = require('wick.nn.gpt').view_into
 
 local C = core.C
 local check = core.check
@@ -115,26 +116,18 @@ end
 
 function Gathered:slot_of(l) return (l - 1) % #self.slots + 1 end
 
-local function view_at(buffer, at, numel, shape)
-  local slice = buffer:narrow(1, at + 1, numel)
-  if not shape then return slice end
-  local view = slice:view(shape)
-  slice:free()
-  return view
-end
-
 -- Points unit u's parameters (module[key]) and their gradients (module['grad_' .. key]) into
 -- buffer and grads, and its buckets' all-gather destinations (dst), gradients (grads) and
 -- reduce-scatter destinations (landing, for a sharded bucket) into buffer, grads and landing.
 function Gathered:place(u, buffer, grads, landing)
   local unit = self.units[u]
   for _, p in ipairs(unit.entries) do
-    p.module[p.key] = view_at(buffer, p.unit_at, p.numel, p.shape)
-    p.module['grad_' .. p.key] = view_at(grads, p.unit_at, p.numel, p.shape)
+    p.module[p.key] = view_into(buffer, p.unit_at, p.shape, p.numel)
+    p.module['grad_' .. p.key] = view_into(grads, p.unit_at, p.shape, p.numel)
   end
   for _, b in ipairs(unit.buckets or {}) do
-    b.dst, b.grads = view_at(buffer, b.at, b.numel), view_at(grads, b.at, b.numel)
-    if b.landing_at then b.landing = view_at(landing, b.landing_at, b.src:numel()) end
+    b.dst, b.grads = buffer:narrow(1, b.at + 1, b.numel), grads:narrow(1, b.at + 1, b.numel)
+    if b.landing_at then b.landing = landing:narrow(1, b.landing_at + 1, b.src:numel()) end
   end
 end
 

@@ -400,5 +400,6 @@ end
 
 -- Shared with the other architectures built on GPT's flat storage (wick.nn.llama).
 gpt.staged, gpt.count_selected, gpt.refresh_compute_weights = staged, count_selected, refresh_compute_weights
+gpt.view_into = view_into  -- wick.nn.gathered places parameters in its buffers with it
 
 return gpt
