@@ -422,7 +422,8 @@ WkStatus wk_safetensors_create(const char *path, uint32_t count, const char *con
   WkStatus status = build_header(&header, count, names, shapes, (int)dtype, meta_count, meta_keys, meta_values);
   uint64_t data = 0;
   for (uint32_t i = 0; i < count; i++) data += (uint64_t)wk_tensor_numel(shapes[i]) * wk_dtype_size(dtype);
-  int fd = status == WK_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+  /* O_NOFOLLOW: a link planted where a checkpoint's part goes is refused, not written through. */
+  int fd = status == WK_OK ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
   if (status == WK_OK && fd < 0) status = WK_FAIL_ERRNO("create", path);
   uint64_t data_start = 0;
   if (status == WK_OK) status = write_header(fd, &header, &data_start, path);
@@ -434,7 +435,7 @@ WkStatus wk_safetensors_create(const char *path, uint32_t count, const char *con
 
 WkStatus wk_safetensors_write_at(const char *path, uint64_t offset, const WkTensor *t) {
   if (!t) return WK_FAIL(WK_ERR_INVALID_ARG, "safetensors write '%s': no tensor", path);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return WK_FAIL_ERRNO("open", path);
   uint8_t prefix[HEADER_LENGTH_BYTES];
   WkStatus status = read_exactly(fd, prefix, sizeof prefix, 0, path);

@@ -149,6 +149,13 @@ describe('safetensors', function()
       "safetensors write '" .. path .. "': 8 bytes at data offset 28 run past its end")
     assert.has_error(function() st.create(path, { 'a' }, { a = { 2, 3 } }, 'f64') end, "safetensors.create: unknown dtype 'f64'")
     assert.has_error(function() st.create(path, { 'a', 'c' }, { a = { 2, 3 } }, 'f32') end, "safetensors.create: 'c' has no shape")
+    -- a link planted where a part goes is refused, and what it points at is left alone
+    local target, link = dir .. '/target.txt', dir .. '/planted.safetensors'
+    helper.write_file(target, 'keep')
+    assert(os.execute(('ln -s %s %s'):format(target, link)) == 0)
+    assert.has_error(function() st.create(link, { 'a' }, { a = { 2 } }, 'f32') end)
+    assert.has_error(function() st.write_at(link, 0, b) end)
+    assert.are.equal('keep', helper.read_file(target))
   end)
 
   it('writes a name that needs escaping and reads it back', function()
