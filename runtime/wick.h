@@ -658,7 +658,9 @@ WK_API WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, c
  * under a 0 mask are ignored, so they may hold padding or -1. */
 WK_API WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets,
                                     const WkTensor *mask, float normalizer, double *loss_sum);
-/* dlogits += dloss * mask * (softmax(logits) - onehot(target)) / normalizer */
+/* dlogits = dloss * mask * (softmax(logits) - onehot(target)) / normalizer, written (not added to),
+ * so dlogits may be logits itself: the gradient then replaces the logits in place (no second
+ * [N,V] buffer). Any other overlap of the two is refused. */
 WK_API WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
                                              const WkTensor *targets, const WkTensor *mask,
                                              float normalizer, float dloss);

@@ -108,6 +108,18 @@ static WkStatus check_contiguous(const char *op, const WkTensor *t) {
   return WK_OK;
 }
 
+/* An output that may replace an input in place: the same bytes, or none of them (a partial overlap
+ * would read values the op has already written). Both are contiguous, checked before. */
+static WkStatus same_or_apart(const char *op, const char *out_name, const WkTensor *out, const char *in_name,
+                              const WkTensor *in) {
+  uintptr_t o = (uintptr_t)tensor_ptr(out), i = (uintptr_t)tensor_ptr(in);
+  size_t o_bytes = numel(out) * wk_dtype_size(out->dtype), i_bytes = numel(in) * wk_dtype_size(in->dtype);
+  if (o == i && o_bytes == i_bytes) return WK_OK;
+  if (o + o_bytes <= i || i + i_bytes <= o) return WK_OK;
+  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s overlaps %s without being it (in place means the same tensor)", op,
+                 out_name, in_name);
+}
+
 /* ---- elementwise ------------------------------------------------------------------------------ */
 
 WkStatus wk_op_fill(WkTensor *t, double value) {
@@ -397,6 +409,7 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
   WkDType act = WK_F32;
   WK_TRY(loss_dims("cross_entropy_backward", logits, targets, mask, normalizer, &N, &V, &at, &act));
   ARG_FLAT("cross_entropy_backward", dlogits, act, logits, numel(logits));
+  WK_TRY(same_or_apart("cross_entropy_backward", "dlogits", dlogits, "logits", logits));
   return DISPATCH(logits, cpu_cross_entropy_backward(DATA(dlogits), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss),
                   CUDA->cross_entropy_backward(act, DATA(dlogits), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, dloss));
 }

@@ -124,6 +124,23 @@ describe('nn.gpt', function()
     assert.is_true(max_abs_diff(full, model:flat_parameters().grads) < 1e-6)
   end)
 
+  it("writes the classifier's gradient over the logits, and refuses a second backward of one forward", function()
+    local model = wick.nn.gpt(config())
+    local idx, targets, mask = batch()
+    model:forward(idx, targets, mask)
+    local logits = model.logits
+    local expected, core = T.zeros(logits.shape), require 'wick.core'
+    core.check(core.C.wk_op_cross_entropy_backward(expected, logits, model.given.targets, model.given.mask, model.count, 1))
+    model:backward()
+    assert.are.equal(logits, model.logits)
+    assert.are.same(expected:totable(), model.logits:totable())
+    assert.is_nil(model.grad_logits)
+    assert.has_error(function() model:backward() end,
+      "gpt:backward: the last backward already used this forward's logits: run forward again first")
+    model:forward(idx, targets, mask)
+    model:backward()
+  end)
+
   it('takes a loader batch of tokens [B, T+1] like idx and targets', function()
     local model = wick.nn.gpt(config())
     local tokens = T.new({ { 1, 5, 9, 2, 0, 16, 1 }, { 3, 3, 8, 11, 4, 7, 12 } }, 'i32')
@@ -161,7 +178,7 @@ describe('nn.gpt', function()
     assert.is_true(math.abs(l32 - l16) / l32 < 2e-2)
     bf16:backward()
     local block = bf16.blocks[1]
-    for _, t in ipairs({ bf16.logits, bf16.grad_logits, block.attn.att, block.attn.grad_qkv, block.mlp.act.output,
+    for _, t in ipairs({ bf16.logits, block.attn.att, block.attn.grad_qkv, block.mlp.act.output,
       block.x1, bf16.transformer.wte.weight }) do
       assert.are.equal('bf16', t.dtype)
     end

@@ -171,6 +171,17 @@ describe('ops', function()
       backward = function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, count, 1)) end,
     }
     assert.are.equal(0, dlogits:get(3, 1))
+    -- Written, not added to, so the gradient may replace the logits in place (the models' classifier).
+    dlogits:fill(7)
+    check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, count, 1))
+    local in_place = logits:clone()
+    check(C.wk_op_cross_entropy_backward(in_place, in_place, targets, mask, count, 1))
+    assert.are.same(dlogits:totable(), in_place:totable())
+    assert.are.equal(0, in_place:get(3, 1))
+    local flat = randn({ (N + 1) * V })  -- two [N, V] views a row apart overlap, without being one tensor
+    local lower, upper = flat:narrow(1, 1, N * V):view({ N, V }), flat:narrow(1, V + 1, N * V):view({ N, V })
+    assert.has_error(function() check(C.wk_op_cross_entropy_backward(upper, lower, targets, mask, count, 1)) end,
+      'cross_entropy_backward: dlogits overlaps logits without being it (in place means the same tensor)')
     targets:set(3, -1)  -- masked out: ignored
     check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
     targets:set(2, -1)

@@ -978,7 +978,9 @@ end },]]
           estimates[policy] = estimate
         end
         assert.are.equal(estimates.bf16, estimates.fp16)
-        assert.is_true(estimates.bf16 < 0.8 * estimates.fp32)
+        -- recomputed, these tiny models' step is mostly weights and moments, which stay f32 under bf16
+        local most = name:match('recompute') and 0.85 or 0.8
+        assert.is_true(estimates.bf16 < most * estimates.fp32, name .. ': ' .. estimates.bf16 .. ' vs ' .. estimates.fp32)
       end
       check('gpt', GPT_MODEL)
       check('llama', LLAMA_MODEL)

@@ -290,7 +290,7 @@ function GPT:forward(idx, targets, mask, count)
   if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
   check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
     scalar), 2)
-  self.loss = scalar[0]
+  self.loss, self.logits_consumed = scalar[0], false
   return self.loss
 end
 
@@ -320,15 +320,27 @@ end
 
 -- Accumulates d(loss * scale)/d(parameter) into the gradients (scale = the fp16 loss scale, else 1).
 -- on_ready (optional) is called with g after the gradients of gradient_groups()[g] are final.
+-- The gradient of the loss (times the loss scale) with respect to the logits, written over the
+-- logits (the classifier's backward is their last reader, as in llm.c's fused classifier): a step
+-- holds one [B, T, vocab] buffer, not two. A second backward of one forward would read gradients as
+-- logits, so it is refused. who names the model's backward in errors.
+local function logits_gradient(self, who)
+  if not self.given.targets then error(who .. ': call forward(idx, targets) first', 3) end
+  if self.logits_consumed then
+    error(who .. ": the last backward already used this forward's logits: run forward again first", 3)
+  end
+  self.logits_consumed = true
+  local scale = self.policy.scaler and self.policy.scaler.scale or 1
+  check(C.wk_op_cross_entropy_backward(self.logits, self.logits, self.given.targets, self.given.mask, self.count,
+    scale))
+  return self.logits
+end
+
 function GPT:backward(on_ready)
-  if not self.given.targets then error('gpt:backward: call forward(idx, targets) first', 2) end
+  local dlogits = logits_gradient(self, 'gpt:backward')
   self:gradient_storage()
   local body, cfg = self.transformer, self.config
   local B, TT = self.given.idx:size(1), self.given.idx:size(2)
-  local scale = self.policy.scaler and self.policy.scaler.scale or 1
-  local dlogits = self:zeroed('grad_logits', self.logits.shape)
-  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.given.targets, self.given.mask, self.count,
-    scale))
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
   local dx = self:zeroed('grad_a', { B, TT, cfg.dim })
@@ -400,6 +412,7 @@ end
 
 -- Shared with the other architectures built on GPT's flat storage (wick.nn.llama).
 gpt.staged, gpt.count_selected, gpt.refresh_compute_weights = staged, count_selected, refresh_compute_weights
+gpt.logits_gradient = logits_gradient
 gpt.view_into = view_into  -- wick.nn.gathered places parameters in its buffers with it
 
 return gpt

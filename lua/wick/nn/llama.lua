@@ -319,7 +319,7 @@ function Llama:forward(idx, targets, mask, count)
   if self.count <= 0 then error('llama:forward: no target is selected by the mask (count = 0)', 2) end
   check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
     scalar), 2)
-  self.loss = scalar[0]
+  self.loss, self.logits_consumed = scalar[0], false
   return self.loss
 end
 
@@ -333,14 +333,10 @@ function Llama:gradient_groups()
 end
 
 function Llama:backward(on_ready)
-  if not self.given.targets then error('llama:backward: call forward(idx, targets) first', 2) end
+  local dlogits = gpt.logits_gradient(self, 'llama:backward')
   self:gradient_storage()
   local cfg = self.config
   local B, TT = self.given.idx:size(1), self.given.idx:size(2)
-  local scale = self.policy.scaler and self.policy.scaler.scale or 1
-  local dlogits = self:zeroed('grad_logits', self.logits.shape)
-  check(C.wk_op_cross_entropy_backward(dlogits, self.logits, self.given.targets, self.given.mask, self.count,
-    scale))
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   local head = self:head()
   check(C.wk_op_matmul_backward(dnormed, head.grad_weight, nil, dlogits, self.model.norm.output, head.weight, 1))

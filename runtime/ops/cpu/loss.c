@@ -1,7 +1,9 @@
 /*
  * loss.c — softmax cross-entropy over a loss mask, normalised by a caller-given token count
  * (docs/loss.md: the global count of target tokens, so accumulation and world size never change the
- * gradient). The backward recomputes the softmax from the logits instead of keeping [N,V] probs.
+ * gradient). The backward recomputes the softmax from the logits instead of keeping [N,V] probs,
+ * and writes the gradient (never adds to it), so it may replace the logits in place: a row is read
+ * whole for its log-sum-exp before any of it is written, and then each value right before its own.
  * The logits and their gradient may be stored in a 2-byte dtype (stored.h); the losses, the
  * log-sum-exp and the sum stay f32 and double, since a loss is a value the run reports.
  */
@@ -69,14 +71,17 @@ static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk
   LossJob *j = ctx;
   float weight = j->dloss / j->normalizer;
   for (size_t n = begin; n < end; n++) {
-    if (!counted(j, n)) continue;
     const void *row = stored_at(j->logits, j->act, n * j->V);
     void *drow = stored_at(j->dlogits, j->act, n * j->V);
+    if (!counted(j, n)) {
+      for (size_t v = 0; v < j->V; v++) stored_put(drow, j->act, v, 0.0f);
+      continue;
+    }
     float lse = log_sum_exp(row, j->act, j->V);
     size_t t = (size_t)target(j, n);
     for (size_t v = 0; v < j->V; v++) {
       float p = expf(stored_get(row, j->act, v) - lse);
-      stored_put(drow, j->act, v, stored_get(drow, j->act, v) + weight * (p - (t == v ? 1.0f : 0.0f)));
+      stored_put(drow, j->act, v, weight * (p - (t == v ? 1.0f : 0.0f)));
     }
   }
 }

@@ -4,7 +4,8 @@
  *
  * A block per row (V = 50257 is 197 values a thread): the log-sum-exp is one online pass (a running
  * max rescales the running sum) and two block reductions, so the forward reads each logit once and
- * the backward twice (the pass, then the write). The loss sum is the deterministic two-stage sum of
+ * the backward twice (the pass, then the write, which replaces the logits where dlogits is logits: the
+ * classifier's gradient takes its output's memory, as llm.c's fused classifier does). The loss sum is the deterministic two-stage sum of
  * the losses (no atomics); it and the bad-target flag come back to the host in one copy.
  * As on the CPU, the logits and dlogits are stored f32, bf16 or f16 (read exactly, dlogits rounded
  * once per element); the log-sum-exp, the losses and their sum stay f32 and double.
@@ -100,14 +101,17 @@ __global__ static void cross_entropy_backward_kernel(Storage *dlogits, const Sto
                                                      WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
                                                      float scale) {
   BLOCK_ROW_LOOP(n, N) {
-    if (mask && !mask[n]) continue;
     const Storage *row = logits + n * V;
     Storage *drow = dlogits + n * V;
-    float lse = block_log_sum_exp(row, V);
+    if (mask && !mask[n]) {
+      for (size_t v = threadIdx.x; v < V; v += blockDim.x) drow[v] = from_float<Storage>(0.0f);
+      continue;
+    }
+    float lse = block_log_sum_exp(row, V);  /* every thread's reads of the row end in its reductions */
     size_t target = (size_t)targets[wk_index_offset(at, (int64_t)n)];
     for (size_t v = threadIdx.x; v < V; v += blockDim.x) {
       float p = expf(to_float(row[v]) - lse);
-      drow[v] = from_float<Storage>(to_float(drow[v]) + scale * (p - (target == v ? 1.0f : 0.0f)));
+      drow[v] = from_float<Storage>(scale * (p - (target == v ? 1.0f : 0.0f)));
     }
   }
 }
