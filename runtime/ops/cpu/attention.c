@@ -2,8 +2,8 @@
  * attention.c — causal multi-head self-attention on the CPU, materialising the [B,NH,T,T]
  * probabilities (fine for the small T of CPU training; the CUDA backend does the same).
  *
- * Each (batch, head) pair is a handful of GEMMs on strided views of qkv (row stride 3C), run by
- * OpenBLAS on its own threads: S = Q K^T, softmax, O = P V; and backward dP = dO V^T,
+ * Each (batch, head) pair is a handful of GEMMs on strided views of qkv (row stride 3C), the pairs
+ * split over the pool's threads (one chunk, one scratch a thread): S = Q K^T, softmax, O = P V; and backward dP = dO V^T,
  * dV += P^T dO, dS = P * (dP - rowsum(P * dP)), dQ += dS K, dK += dS^T Q. The GEMMs also compute
  * the masked upper triangle (wasted, but far cheaper than scalar loops); the softmax zeroes it.
  * qkv, out, att and their gradients may be stored in a 2-byte dtype (gemm.h reads and writes them):
@@ -15,6 +15,7 @@
 
 #include "../ops.h"
 #include "gemm.h"
+#include "parallel.h"
 #include "stored.h"
 
 /* Causal softmax of each row t of S[T,T] over columns 0..t, in place; later columns become 0. */
@@ -34,28 +35,64 @@ static void causal_softmax(float *S, size_t T) {
 static GemmOperand slice(const void *data, WkDType act, size_t ld, bool trans) { return (GemmOperand){data, act, ld, trans}; }
 static GemmOperand square(const float *P, size_t T, bool trans) { return (GemmOperand){P, WK_F32, T, trans}; }
 
+/* One job over the B * NH (batch, head) pairs, n = b * NH + h, in about one chunk a thread (a GEMM
+ * inside a chunk runs on its thread alone: fewer pairs than threads leave threads idle). Each chunk
+ * has its own f32 scratch of `scratch_floats` (its [T,T] matrices, then the GEMM tiles). */
+typedef struct {
+  void *out;                        /* forward: out; backward: dqkv */
+  void *att;                        /* forward: the probabilities written */
+  const void *qkv, *dout, *probs;   /* dout and probs (att as forward wrote it): backward */
+  WkDType act;
+  size_t T, C, NH, hs, scratch_floats;
+  float *scratch;
+} HeadsJob;
+
+/* The [T,T] matrices a head needs in f32: forward the scores (att itself when f32); backward dP and,
+ * when att is 2-byte, P widened. Then the tiles of a 2-byte GEMM: [T,T] x [T,hs] or [T,hs] x [hs,T]. */
+static size_t head_scratch_floats(WkDType act, size_t T, size_t hs, bool backward) {
+  if (act == WK_F32) return backward ? T * T : 0;
+  size_t by_scores = cpu_gemm_tiles(T, T, hs), by_values = cpu_gemm_tiles(T, hs, T);
+  return (backward ? 2 : 1) * T * T + (by_scores > by_values ? by_scores : by_values);
+}
+
+static float *chunk_scratch(const HeadsJob *j, size_t chunk) {
+  return j->scratch ? j->scratch + chunk * j->scratch_floats : NULL;
+}
+
+static void heads_forward(void *ctx, size_t begin, size_t end, size_t chunk) {
+  const HeadsJob *j = ctx;
+  WkDType act = j->act;
+  size_t T = j->T, C = j->C, hs = j->hs;
+  float scale = 1.0f / sqrtf((float)hs), *mine = chunk_scratch(j, chunk), *tiles = act == WK_F32 ? NULL : mine + T * T;
+  for (size_t n = begin; n < end; n++) {
+    size_t b = n / j->NH, h = n % j->NH;
+    const void *q = stored_at(j->qkv, act, b * T * 3 * C + h * hs), *k = stored_at(q, act, C), *v = stored_at(q, act, 2 * C);
+    void *P = stored_at(j->att, act, n * T * T);
+    float *S = act == WK_F32 ? P : mine;
+    cpu_gemm_in(T, T, hs, scale, slice(q, act, 3 * C, false), slice(k, act, 3 * C, true), 0.0f, S, WK_F32, T, tiles);
+    causal_softmax(S, T);
+    if (act != WK_F32) stored_store_run(P, S, act, T * T);
+    cpu_gemm_in(T, hs, T, 1.0f, square(S, T, false), slice(v, act, 3 * C, false), 0.0f,
+                stored_at(j->out, act, b * T * C + h * hs), act, C, tiles);
+  }
+}
+
+/* Runs body over the B * NH heads with a scratch of scratch_floats a chunk. */
+static WkStatus run_heads(HeadsJob *job, size_t B, ParallelBody body, const char *what) {
+  size_t heads = B * job->NH, threads = parallel_threads();
+  if (heads == 0) return WK_OK;
+  size_t grain = heads / threads, chunks = parallel_chunks(heads, grain);
+  if (job->scratch_floats > 0 && !(job->scratch = wk_malloc(chunks * job->scratch_floats * sizeof(float), what)))
+    return wk_last_status();
+  parallel_for(heads, grain, body, job);
+  free(job->scratch);
+  return WK_OK;
+}
+
 WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType act, size_t B, size_t T, size_t C,
                                size_t NH) {
-  size_t hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  float *scratch = NULL;  /* the scores of a head, when att is not f32 */
-  if (act != WK_F32 && !(scratch = wk_malloc(T * T * sizeof *scratch, "attention scores"))) return wk_last_status();
-  WkStatus status = WK_OK;
-  for (size_t b = 0; b < B && status == WK_OK; b++) {
-    for (size_t h = 0; h < NH && status == WK_OK; h++) {
-      const void *q = stored_at(qkv, act, b * T * 3 * C + h * hs), *k = stored_at(q, act, C), *v = stored_at(q, act, 2 * C);
-      void *P = stored_at(att, act, (b * NH + h) * T * T);
-      float *S = act == WK_F32 ? P : scratch;
-      status = cpu_gemm(T, T, hs, scale, slice(q, act, 3 * C, false), slice(k, act, 3 * C, true), 0.0f, S, WK_F32, T);
-      if (status != WK_OK) break;
-      causal_softmax(S, T);
-      if (act != WK_F32) stored_store_run(P, S, act, T * T);
-      status = cpu_gemm(T, hs, T, 1.0f, square(S, T, false), slice(v, act, 3 * C, false), 0.0f,
-                        stored_at(out, act, b * T * C + h * hs), act, C);
-    }
-  }
-  free(scratch);
-  return status;
+  HeadsJob job = {out, att, qkv, NULL, NULL, act, T, C, NH, C / NH, head_scratch_floats(act, T, C / NH, false), NULL};
+  return run_heads(&job, B, heads_forward, "attention scores");
 }
 
 /* dP becomes dS = P * (dP - rowsum(P * dP)) * scale: the softmax backward, scaled for Q K^T. */
@@ -69,36 +106,30 @@ static void softmax_backward(float *dP, const float *P, size_t T, float scale) {
   }
 }
 
-/* The five products of one (batch, head); P in f32. */
-static WkStatus head_backward(void *dq, const void *dO, const void *q, const float *P, float *dP, WkDType act,
-                              size_t T, size_t C, size_t hs, float scale) {
-  const void *k = stored_at(q, act, C), *v = stored_at(q, act, 2 * C);
-  void *dk = stored_at(dq, act, C), *dv = stored_at(dq, act, 2 * C);
-  WK_TRY(cpu_gemm(T, T, hs, 1.0f, slice(dO, act, C, false), slice(v, act, 3 * C, true), 0.0f, dP, WK_F32, T));  /* dP = dO V^T */
-  WK_TRY(cpu_gemm(T, hs, T, 1.0f, square(P, T, true), slice(dO, act, C, false), 1.0f, dv, act, 3 * C));         /* dV += P^T dO */
-  softmax_backward(dP, P, T, scale);
-  WK_TRY(cpu_gemm(T, hs, T, 1.0f, square(dP, T, false), slice(k, act, 3 * C, false), 1.0f, dq, act, 3 * C));    /* dQ += dS K */
-  return cpu_gemm(T, hs, T, 1.0f, square(dP, T, true), slice(q, act, 3 * C, false), 1.0f, dk, act, 3 * C);      /* dK += dS^T Q */
+/* The five products of each head; P in f32. */
+static void heads_backward(void *ctx, size_t begin, size_t end, size_t chunk) {
+  const HeadsJob *j = ctx;
+  WkDType act = j->act;
+  size_t T = j->T, C = j->C, hs = j->hs;
+  float scale = 1.0f / sqrtf((float)hs), *dP = chunk_scratch(j, chunk);
+  float *P32 = act == WK_F32 ? NULL : dP + T * T, *tiles = act == WK_F32 ? NULL : P32 + T * T;
+  for (size_t n = begin; n < end; n++) {
+    size_t b = n / j->NH, h = n % j->NH, offset = b * T * 3 * C + h * hs;
+    const void *q = stored_at(j->qkv, act, offset), *k = stored_at(q, act, C), *v = stored_at(q, act, 2 * C);
+    const void *dO = stored_at(j->dout, act, b * T * C + h * hs), *stored_P = stored_at(j->probs, act, n * T * T);
+    void *dq = stored_at(j->out, act, offset), *dk = stored_at(dq, act, C), *dv = stored_at(dq, act, 2 * C);
+    const float *P = act == WK_F32 ? stored_P : P32;
+    if (act != WK_F32) stored_load_run(P32, stored_P, act, T * T);
+    cpu_gemm_in(T, T, hs, 1.0f, slice(dO, act, C, false), slice(v, act, 3 * C, true), 0.0f, dP, WK_F32, T, tiles);  /* dP = dO V^T */
+    cpu_gemm_in(T, hs, T, 1.0f, square(P, T, true), slice(dO, act, C, false), 1.0f, dv, act, 3 * C, tiles);         /* dV += P^T dO */
+    softmax_backward(dP, P, T, scale);
+    cpu_gemm_in(T, hs, T, 1.0f, square(dP, T, false), slice(k, act, 3 * C, false), 1.0f, dq, act, 3 * C, tiles);    /* dQ += dS K */
+    cpu_gemm_in(T, hs, T, 1.0f, square(dP, T, true), slice(q, act, 3 * C, false), 1.0f, dk, act, 3 * C, tiles);     /* dK += dS^T Q */
+  }
 }
 
 WkStatus cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *att, WkDType act, size_t B,
                                 size_t T, size_t C, size_t NH) {
-  size_t hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  size_t matrices = act == WK_F32 ? 1 : 2;  /* dP, and P widened to f32 when att is not f32 */
-  float *dP = wk_malloc(matrices * T * T * sizeof *dP, "attention backward scratch");
-  if (!dP) return wk_last_status();
-  float *P32 = dP + (matrices - 1) * T * T;
-  WkStatus status = WK_OK;
-  for (size_t b = 0; b < B && status == WK_OK; b++) {
-    for (size_t h = 0; h < NH && status == WK_OK; h++) {
-      size_t offset = b * T * 3 * C + h * hs;
-      const void *P = stored_at(att, act, (b * NH + h) * T * T);
-      if (act != WK_F32) stored_load_run(P32, P, act, T * T);
-      status = head_backward(stored_at(dqkv, act, offset), stored_at(dout, act, b * T * C + h * hs),
-                             stored_at(qkv, act, offset), act == WK_F32 ? P : P32, dP, act, T, C, hs, scale);
-    }
-  }
-  free(dP);
-  return status;
+  HeadsJob job = {dqkv, NULL, qkv, dout, att, act, T, C, NH, C / NH, head_scratch_floats(act, T, C / NH, true), NULL};
+  return run_heads(&job, B, heads_backward, "attention backward scratch");
 }

@@ -17,8 +17,16 @@ typedef struct {
 } GemmOperand;
 
 /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, C row-major of dtype c_dtype with ldc elements a
- * row. One sgemm when all three are f32; otherwise in tiles (see gemm.c), which needs a scratch of
- * at most three 256 x 256 f32 tiles: the only way this can fail. */
+ * row. One sgemm when all three are f32; otherwise in tiles (see gemm.c), widened into `tiles`, an
+ * f32 scratch of cpu_gemm_tiles(M, N, K) floats. Allocates nothing, so it can run on a pool worker. */
+void cpu_gemm_in(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
+                 WkDType c_dtype, size_t ldc, float *tiles);
+
+/* The floats of cpu_gemm_in's scratch for an M x N x K product with a 2-byte operand: three tiles of
+ * at most 256 x 256. */
+size_t cpu_gemm_tiles(size_t M, size_t N, size_t K);
+
+/* cpu_gemm_in with its scratch allocated here when an operand is not f32: the only way it can fail. */
 WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
                   WkDType c_dtype, size_t ldc);
 

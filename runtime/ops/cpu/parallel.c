@@ -80,11 +80,15 @@ static void start_pool_locked(void) {
   pool.workers = started > 0 ? started : -1;
 }
 
-size_t parallel_chunks(size_t n, size_t grain) {
+size_t parallel_threads(void) {
   pthread_mutex_lock(&pool.lock);
   if (pool.workers == 0) start_pool_locked();
   pthread_mutex_unlock(&pool.lock);
-  size_t threads = pool.workers > 0 ? (size_t)pool.workers + 1 : 1;
+  return pool.workers > 0 ? (size_t)pool.workers + 1 : 1;
+}
+
+size_t parallel_chunks(size_t n, size_t grain) {
+  size_t threads = parallel_threads();
   size_t by_size = grain ? n / grain : n;
   size_t chunks = threads * CHUNKS_PER_THREAD;
   if (chunks > by_size) chunks = by_size;
