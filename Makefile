@@ -116,7 +116,9 @@ MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA))
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden $(WARNINGS)
+# -fno-trapping-math: nothing here reads floating-point exception flags, and without it gcc keeps
+# the select of a clamp as a branch, so the CPU kernels' exp loops (runtime/ops/cpu/exp.h) stay scalar.
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -fno-trapping-math $(WARNINGS)
 CXXFLAGS_BASE := -std=c++17 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr $(GENCODE)
 LDFLAGS_EXTRA :=

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "../ops.h"
+#include "exp.h"
 #include "gemm.h"
 #include "parallel.h"
 #include "stored.h"
@@ -24,7 +25,7 @@ static void causal_softmax(float *S, size_t T) {
     float *row = S + t * T, maxval = -INFINITY, sum = 0.0f;
     for (size_t t2 = 0; t2 <= t; t2++) maxval = row[t2] > maxval ? row[t2] : maxval;
     for (size_t t2 = 0; t2 <= t; t2++) {
-      row[t2] = expf(row[t2] - maxval);
+      row[t2] = fast_expf(row[t2] - maxval);
       sum += row[t2];
     }
     for (size_t t2 = 0; t2 < T; t2++) row[t2] = t2 <= t ? row[t2] / sum : 0.0f;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../ops.h"
+#include "exp.h"
 #include "parallel.h"
 #include "stored.h"
 
@@ -44,7 +45,7 @@ static void cached_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
       maxval = s[p] > maxval ? s[p] : maxval;
     }
     for (size_t p = 0; p < length; p++) {
-      s[p] = expf(s[p] - maxval);
+      s[p] = fast_expf(s[p] - maxval);
       sum += s[p];
     }
     for (size_t i = 0; i < j->hs; i++) o[i] = 0.0f;

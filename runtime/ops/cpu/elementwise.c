@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "../ops.h"
+#include "exp.h"
 #include "parallel.h"
 #include "stored.h"
 
@@ -89,23 +90,42 @@ typedef struct {
  * come out exact (e^2u = inf gives 1, e^2u = 0 gives -1). */
 static float gelu_tanh(float x) {
   float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+  return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
+}
+
+static void gelu_run(float *restrict out, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + gelu_tanh(inp[i]));
+}
+
+static void gelu_backward_run(float *restrict dinp, const float *restrict dout, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i], th = gelu_tanh(x);
+    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    dinp[i] += local * dout[i];
+  }
 }
 
 static void gelu_forward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
   GeluJob *job = ctx;
-  for (size_t i = begin; i < end; i++) {
-    float x = stored_get(job->inp, job->act, i);
-    stored_put(job->out, job->act, i, 0.5f * x * (1.0f + gelu_tanh(x)));
+  float out[STORED_RUN], inp[STORED_RUN];
+  for (size_t i = begin; i < end; i += STORED_RUN) {
+    size_t n = stored_run_length(i, end);
+    stored_load_at(inp, job->inp, job->act, i, n);
+    gelu_run(out, inp, n);
+    stored_store_at(job->out, out, job->act, i, n);
   }
 }
 
 static void gelu_backward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
   GeluJob *job = ctx;
-  for (size_t i = begin; i < end; i++) {
-    float x = stored_get(job->inp, job->act, i), th = gelu_tanh(x);
-    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    stored_put(job->out, job->act, i, stored_get(job->out, job->act, i) + local * stored_get(job->dout, job->act, i));
+  float dinp[STORED_RUN], dout[STORED_RUN], inp[STORED_RUN];
+  for (size_t i = begin; i < end; i += STORED_RUN) {
+    size_t n = stored_run_length(i, end);
+    stored_load_at(dinp, job->out, job->act, i, n);
+    stored_load_at(dout, job->dout, job->act, i, n);
+    stored_load_at(inp, job->inp, job->act, i, n);
+    gelu_backward_run(dinp, dout, inp, n);
+    stored_store_at(job->out, dinp, job->act, i, n);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "../ops.h"
+#include "exp.h"
 #include "parallel.h"
 #include "stored.h"
 
@@ -26,15 +27,44 @@ typedef struct {
   double partial[PARALLEL_MAX_CHUNKS];
 } LossJob;
 
-/* log(sum(exp(row))) computed stably around the row maximum. */
+enum { LANES = 8 };  /* the partial sums and maxima of a run, that its loops vectorize */
+
+static float run_max(const float *restrict x, size_t n, float maxval) {
+  float lanes[LANES];
+  for (size_t l = 0; l < LANES; l++) lanes[l] = maxval;
+  size_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (size_t l = 0; l < LANES; l++) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  for (; i < n; i++) maxval = x[i] > maxval ? x[i] : maxval;
+  for (size_t l = 0; l < LANES; l++) maxval = lanes[l] > maxval ? lanes[l] : maxval;
+  return maxval;
+}
+
+/* The sum of e^(x - shift) over a run, the exps in e. */
+static float run_sum_exp(float *restrict e, const float *restrict x, size_t n, float shift) {
+  for (size_t i = 0; i < n; i++) e[i] = fast_expf(x[i] - shift);
+  float lanes[LANES] = {0}, sum = 0.0f;
+  size_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (size_t l = 0; l < LANES; l++) lanes[l] += e[i + l];
+  for (; i < n; i++) sum += e[i];
+  for (size_t l = 0; l < LANES; l++) sum += lanes[l];
+  return sum;
+}
+
+/* log(sum(exp(row))) computed stably around the row maximum, in runs of the row widened to f32. */
 static float log_sum_exp(const void *row, WkDType act, size_t V) {
-  float maxval = -INFINITY;
-  for (size_t v = 0; v < V; v++) {
-    float x = stored_get(row, act, v);
-    maxval = x > maxval ? x : maxval;
+  float x[STORED_RUN], e[STORED_RUN], maxval = -INFINITY, sum = 0.0f;
+  for (size_t v = 0; v < V; v += STORED_RUN) {
+    size_t n = stored_run_length(v, V);
+    stored_load_at(x, row, act, v, n);
+    maxval = run_max(x, n, maxval);
   }
-  float sum = 0.0f;
-  for (size_t v = 0; v < V; v++) sum += expf(stored_get(row, act, v) - maxval);
+  for (size_t v = 0; v < V; v += STORED_RUN) {
+    size_t n = stored_run_length(v, V);
+    stored_load_at(x, row, act, v, n);
+    sum += run_sum_exp(e, x, n, maxval);
+  }
   return maxval + logf(sum);
 }
 
@@ -77,11 +107,14 @@ static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk
       for (size_t v = 0; v < j->V; v++) stored_put(drow, j->act, v, 0.0f);
       continue;
     }
-    float lse = log_sum_exp(row, j->act, j->V);
+    float lse = log_sum_exp(row, j->act, j->V), x[STORED_RUN], d[STORED_RUN];
     size_t t = (size_t)target(j, n);
-    for (size_t v = 0; v < j->V; v++) {
-      float p = expf(stored_get(row, j->act, v) - lse);
-      stored_put(drow, j->act, v, weight * (p - (t == v ? 1.0f : 0.0f)));
+    for (size_t v = 0; v < j->V; v += STORED_RUN) {
+      size_t len = stored_run_length(v, j->V);
+      stored_load_at(x, row, j->act, v, len);
+      for (size_t i = 0; i < len; i++) d[i] = weight * fast_expf(x[i] - lse);
+      if (t >= v && t < v + len) d[t - v] = weight * (fast_expf(x[t - v] - lse) - 1.0f);
+      stored_store_at(drow, d, j->act, v, len);
     }
   }
 }

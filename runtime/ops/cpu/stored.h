@@ -5,7 +5,10 @@
  * 2-byte arrays; the CPU kernels still compute in f32. Each element is widened exactly when it is
  * read and rounded to nearest even when it is written (wk_f32_to_bf16, wk_f32_to_f16: the rules of
  * every dtype cast), so the arithmetic between a load and a store is that of the f32 kernels. The
- * dtype is a loop invariant: gcc -O3 unswitches the loops, so the f32 path keeps its plain loads.
+ * dtype is a loop invariant: gcc -O3 unswitches the small loops, so the f32 path keeps its plain
+ * loads. A kernel whose loop must vectorize (an exp per element) instead works in runs: STORED_RUN
+ * elements loaded into f32 buffers on the stack, one f32 loop over restrict pointers, the results
+ * stored back; an f32 run is a memcpy each way, a few percent of the exps between.
  */
 #ifndef WK_OPS_CPU_STORED_H
 #define WK_OPS_CPU_STORED_H
@@ -52,6 +55,22 @@ static inline void stored_store_run(void *restrict dst, const float *restrict sr
   } else {
     memcpy(dst, src, n * sizeof *src);
   }
+}
+
+enum { STORED_RUN = 256 };
+
+/* The length of the run at start of [start, end). */
+static inline size_t stored_run_length(size_t start, size_t end) {
+  return end - start < STORED_RUN ? end - start : STORED_RUN;
+}
+
+/* Elements [start, start + n) of data into the f32 run dst, and back. */
+static inline void stored_load_at(float *restrict dst, const void *restrict data, WkDType dtype, size_t start, size_t n) {
+  stored_load_run(dst, stored_at(data, dtype, start), dtype, n);
+}
+
+static inline void stored_store_at(void *restrict data, const float *restrict src, WkDType dtype, size_t start, size_t n) {
+  stored_store_run(stored_at(data, dtype, start), src, dtype, n);
 }
 
 #endif /* WK_OPS_CPU_STORED_H */
