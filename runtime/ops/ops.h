@@ -1,14 +1,15 @@
 /*
- * runtime/ops — the math of training: forward and backward kernels for GPT-2 and Llama-family models
- * (the Llama ops are CPU only for now: docs/models.md).
+ * runtime/ops — the math of training: forward and backward kernels for GPT-2 and Llama-family models.
  *
  * Owns: ops.c, the public wk_op_* entry points, which check dtypes, shapes, devices and contiguity
- * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM,
- * rows split over a small worker pool, cpu/parallel.h, so every core works); cuda/, the same kernels in
- * CUDA (cuBLAS GEMM), compiled only when nvcc exists, into the CUDA module; cuda_ops.h lists their
- * signatures and cuda_ops.c fills their table. Kernels take raw pointers and sizes and
- * trust their arguments: validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
- * Gradient outputs are accumulated (+=) by every backward kernel.
+ * once and then dispatch on the tensors' device; cpu/, the reference kernels in C (OpenBLAS GEMM on
+ * one thread a call, with the rows of every kernel and of the GEMMs split over one small worker
+ * pool, cpu/parallel.h, so every core works); cuda/, the same kernels in CUDA (cuBLAS GEMM),
+ * compiled only when nvcc exists, into the CUDA module; cuda_ops.h lists their signatures and
+ * cuda_ops.c fills their table. Kernels take raw pointers and sizes and trust their arguments:
+ * validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
+ * Gradient outputs are accumulated (+=) by every backward kernel but cross-entropy's, which writes
+ * the gradient of the logits (over them, when given the same tensor).
  *
  * Not here: tensors, storage and copies (runtime/tensor); module composition (lua/wick/nn/).
  */
