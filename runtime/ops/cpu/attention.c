@@ -20,7 +20,7 @@
 #include "stored.h"
 
 /* Causal softmax of each row t of S[T,T] over columns 0..t, in place; later columns become 0. */
-static void causal_softmax(float *S, size_t T) {
+STORED_RUN_CLONES static void causal_softmax(float *S, size_t T) {
   for (size_t t = 0; t < T; t++) {
     float *row = S + t * T, maxval = -INFINITY, sum = 0.0f;
     for (size_t t2 = 0; t2 <= t; t2++) maxval = row[t2] > maxval ? row[t2] : maxval;
@@ -97,7 +97,7 @@ WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType ac
 }
 
 /* dP becomes dS = P * (dP - rowsum(P * dP)) * scale: the softmax backward, scaled for Q K^T. */
-static void softmax_backward(float *dP, const float *P, size_t T, float scale) {
+STORED_RUN_CLONES static void softmax_backward(float *dP, const float *P, size_t T, float scale) {
   for (size_t t = 0; t < T; t++) {
     float *drow = dP + t * T;
     const float *row = P + t * T;

@@ -93,11 +93,11 @@ static float gelu_tanh(float x) {
   return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
 }
 
-static void gelu_run(float *restrict out, const float *restrict inp, size_t n) {
+STORED_RUN_CLONES static void gelu_run(float *restrict out, const float *restrict inp, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + gelu_tanh(inp[i]));
 }
 
-static void gelu_backward_run(float *restrict dinp, const float *restrict dout, const float *restrict inp, size_t n) {
+STORED_RUN_CLONES static void gelu_backward_run(float *restrict dinp, const float *restrict dout, const float *restrict inp, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float x = inp[i], th = gelu_tanh(x);
     float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);

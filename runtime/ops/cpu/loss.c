@@ -29,7 +29,7 @@ typedef struct {
 
 enum { LANES = 8 };  /* the partial sums and maxima of a run, that its loops vectorize */
 
-static float run_max(const float *restrict x, size_t n, float maxval) {
+STORED_RUN_CLONES static float run_max(const float *restrict x, size_t n, float maxval) {
   float lanes[LANES];
   for (size_t l = 0; l < LANES; l++) lanes[l] = maxval;
   size_t i = 0;
@@ -41,7 +41,7 @@ static float run_max(const float *restrict x, size_t n, float maxval) {
 }
 
 /* The sum of e^(x - shift) over a run, the exps in e. */
-static float run_sum_exp(float *restrict e, const float *restrict x, size_t n, float shift) {
+STORED_RUN_CLONES static float run_sum_exp(float *restrict e, const float *restrict x, size_t n, float shift) {
   for (size_t i = 0; i < n; i++) e[i] = fast_expf(x[i] - shift);
   float lanes[LANES] = {0}, sum = 0.0f;
   size_t i = 0;
@@ -50,6 +50,11 @@ static float run_sum_exp(float *restrict e, const float *restrict x, size_t n, f
   for (; i < n; i++) sum += e[i];
   for (size_t l = 0; l < LANES; l++) sum += lanes[l];
   return sum;
+}
+
+/* The softmax of a run times weight, given its row's log-sum-exp (the target's 1 comes after). */
+STORED_RUN_CLONES static void gradient_run(float *restrict d, const float *restrict x, size_t n, float lse, float weight) {
+  for (size_t i = 0; i < n; i++) d[i] = weight * fast_expf(x[i] - lse);
 }
 
 /* log(sum(exp(row))) computed stably around the row maximum, in runs of the row widened to f32. */
@@ -112,7 +117,7 @@ static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk
     for (size_t v = 0; v < j->V; v += STORED_RUN) {
       size_t len = stored_run_length(v, j->V);
       stored_load_at(x, row, j->act, v, len);
-      for (size_t i = 0; i < len; i++) d[i] = weight * fast_expf(x[i] - lse);
+      gradient_run(d, x, len, lse, weight);
       if (t >= v && t < v + len) d[t - v] = weight * (fast_expf(x[t - v] - lse) - 1.0f);
       stored_store_at(drow, d, j->act, v, len);
     }

@@ -17,11 +17,11 @@ typedef struct {
 
 static float sigmoid(float x) { return 1.0f / (1.0f + fast_expf(-x)); }
 
-static void swiglu_run(float *restrict out, const float *restrict gate, const float *restrict up, size_t n) {
+STORED_RUN_CLONES static void swiglu_run(float *restrict out, const float *restrict gate, const float *restrict up, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }
 
-static void swiglu_backward_run(float *restrict dgate, float *restrict dup, const float *restrict dout,
+STORED_RUN_CLONES static void swiglu_backward_run(float *restrict dgate, float *restrict dup, const float *restrict dout,
                                 const float *restrict gate, const float *restrict up, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float g = gate[i], s = sigmoid(g);
