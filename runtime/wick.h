@@ -612,9 +612,25 @@ WK_API WkStatus wk_op_sumsq(const WkTensor *t, double *out);
 /* Normal(mean, std) values from a counter-based generator: same seed, same values on any device. */
 WK_API WkStatus wk_op_normal(WkTensor *t, uint64_t seed, float mean, float std);
 
-/* out[B,T,C] = wte[idx[b,t]] + wpe[t] */
+/* A step's status: what its embedding and cross-entropy ops find, kept where they run, so that a
+ * step on a GPU has no host sync inside it. Both ops check every index against the vocabulary. Given
+ * no status they report a bad one at once (on a GPU: a flag read back, a host sync per call). Given
+ * one, a tensor of sizeof(WkStepStatus) u8 on their device that is zeroed when the step starts
+ * (wk_op_fill), they mark the first bad index there and go on (zeros for its row; the backward ops
+ * skip ids outside the table), and cross-entropy adds its loss sum there: wk_op_step_status reads it
+ * once, after the step's last backward, before the update. */
+typedef struct {
+  double loss_sum;                 /* every cross-entropy's, added in the order they ran */
+  uint64_t bad_token, bad_target;  /* 0, or the mark of the first bad embedding id or target */
+  int64_t token_limit, target_limit;  /* the vocabulary the bad one was checked against */
+} WkStepStatus;
+/* Reads a step's status (a host sync on a GPU): *loss_sum (may be NULL) gets its sum; a bad index
+ * marked in it gives the error its op would have given at once. */
+WK_API WkStatus wk_op_step_status(const WkTensor *status, double *loss_sum);
+
+/* out[B,T,C] = wte[idx[b,t]] + wpe[t]; status may be NULL (see WkStepStatus). */
 WK_API WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte,
-                                const WkTensor *wpe);
+                                const WkTensor *wpe, WkTensor *status);
 WK_API WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor *dout,
                                          const WkTensor *idx);
 /* Over the last dim C; mean and rstd [N] are saved for the backward. */
@@ -653,11 +669,12 @@ WK_API WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const 
 WK_API WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int heads);
 WK_API WkStatus wk_op_attention_backward(WkTensor *dqkv, const WkTensor *dout, const WkTensor *qkv,
                                          const WkTensor *att, int heads);
-/* losses[N] = mask * -log softmax(logits)[target] / normalizer; *loss_sum = their sum (the mean
- * loss when normalizer is the count of masked-in targets). mask may be NULL (all counted); targets
- * under a 0 mask are ignored, so they may hold padding or -1. */
+/* losses[N] = mask * -log softmax(logits)[target] / normalizer; their sum (the mean loss when
+ * normalizer is the count of masked-in targets) goes to *loss_sum or, given a status instead, is
+ * added to it (one of the two, see WkStepStatus). mask may be NULL (all counted); targets under a 0
+ * mask are ignored, so they may hold padding or -1. */
 WK_API WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets,
-                                    const WkTensor *mask, float normalizer, double *loss_sum);
+                                    const WkTensor *mask, float normalizer, double *loss_sum, WkTensor *status);
 /* dlogits = dloss * mask * (softmax(logits) - onehot(target)) / normalizer, written (not added to),
  * so dlogits may be logits itself: the gradient then replaces the logits in place (no second
  * [N,V] buffer). Any other overlap of the two is refused. */

@@ -15,6 +15,18 @@
 extern "C" {
 #endif
 
+#ifdef __CUDACC__
+#define WK_HOST_DEVICE __host__ __device__
+#else
+#define WK_HOST_DEVICE
+#endif
+
+/* WkStepStatus's mark of a bad index at element n holding id: larger for an earlier element, so the
+ * largest mark (an atomicMax on a GPU) names the first bad one; 0 is no mark. */
+static inline WK_HOST_DEVICE uint64_t wk_bad_mark(uint64_t n, int32_t id) { return ~(n << 32 | (uint32_t)id); }
+static inline uint64_t wk_bad_mark_element(uint64_t mark) { return ~mark >> 32; }
+static inline int32_t wk_bad_mark_id(uint64_t mark) { return (int32_t)(uint32_t)~mark; }
+
 /* The dtypes are the CPU's (runtime/ops/ops.c): activations, their gradients and the weights' compute
  * copy in the op's `dtype` (f32, bf16 or f16, void pointers); parameter gradients, layernorm's mean
  * and rstd, rmsnorm's rstd, RoPE's inverse frequencies, losses and the optimizer's tensors f32 (float
@@ -28,10 +40,10 @@ extern "C" {
   X(WkStatus, sumsq, (const float *x, size_t n, double *out))                                                  \
   X(WkStatus, embedding_forward,                                                                               \
     (WkDType dtype, void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte, const void *wpe, \
-     size_t B, size_t T, size_t C, size_t V))                                                                  \
+     size_t B, size_t T, size_t C, size_t V, WkStepStatus *status))                                            \
   X(WkStatus, embedding_backward,                                                                              \
     (WkDType dtype, float *dwte, float *dwpe, const void *dout, const int32_t *idx, WkIndexLayout idx_layout,  \
-     size_t B, size_t T, size_t C))                                                                            \
+     size_t B, size_t T, size_t C, size_t V))                                                                  \
   X(WkStatus, layernorm_forward,                                                                               \
     (WkDType dtype, void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, \
      size_t N, size_t C, float eps))                                                                           \
@@ -53,7 +65,7 @@ extern "C" {
      size_t C, size_t NH))                                                                                     \
   X(WkStatus, cross_entropy_forward,                                                                           \
     (WkDType dtype, float *losses, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
-     const uint8_t *mask, size_t N, size_t V, float normalizer, double *loss_sum))                             \
+     const uint8_t *mask, size_t N, size_t V, float normalizer, WkStepStatus *status))                         \
   X(WkStatus, cross_entropy_backward,                                                                          \
     (WkDType dtype, void *dlogits, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
      const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \

@@ -215,14 +215,79 @@ WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTenso
 
 /* ---- layers ----------------------------------------------------------------------------------- */
 
-/* `at` counts idx's elements in row-major order. */
-static WkStatus bad_index(const char *op, const char *what, const WkTensor *idx, WkIndexLayout layout, int64_t at,
-                          int64_t limit) {
-  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s[%lld] = %d is outside [0, %lld) (tokenizer and model vocab disagree?)",
-                 op, what, (long long)at, I32(idx)[wk_index_offset(layout, at)], (long long)limit);
+/* ---- a step's status (WkStepStatus in wick.h) ------------------------------------------------------ */
+
+#define STATUS_BYTES ((int64_t)sizeof(WkStepStatus))
+
+/* The error of a bad index marked at idx's element `at` (in row-major order). */
+static WkStatus bad_index(const char *op, const char *what, uint64_t mark, int64_t limit) {
+  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s[%llu] = %d is outside [0, %lld) (tokenizer and model vocab disagree?)",
+                 op, what, (unsigned long long)wk_bad_mark_element(mark), wk_bad_mark_id(mark), (long long)limit);
 }
 
-WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte, const WkTensor *wpe) {
+static WkStatus status_report(const WkStepStatus *s, double *loss_sum) {
+  if (s->bad_token) return bad_index("embedding", "idx", s->bad_token, s->token_limit);
+  if (s->bad_target) return bad_index("cross_entropy", "targets", s->bad_target, s->target_limit);
+  if (loss_sum) *loss_sum = s->loss_sum;
+  return WK_OK;
+}
+
+WkStatus wk_op_step_status(const WkTensor *status, double *loss_sum) {
+  WK_TRY(check_arg("step_status", "status", status, WK_U8, NULL, FLAT_RANK, (int64_t[]){STATUS_BYTES}, CONTIGUOUS));
+  if (!on_cuda(status)) return status_report(tensor_ptr(status), loss_sum);
+  WkStepStatus host;
+  WkTensor *to = wk_tensor_borrow(&host, WK_U8, 1, (int64_t[]){STATUS_BYTES});
+  if (!to) return wk_last_status();
+  WkStatus copied = wk_tensor_copy(to, status);
+  wk_tensor_free(to);
+  WK_TRY(copied);
+  return status_report(&host, loss_sum);
+}
+
+/* Where an op marks what it finds: the caller's status, or else one of its own, which is read and
+ * reported when the op is done (on a GPU a device tensor: that read is the host sync a status saves). */
+typedef struct {
+  bool given;
+  WkTensor *own;        /* the op's own on a GPU */
+  WkStepStatus host;    /* the op's own on the CPU */
+  WkStepStatus *marks;  /* what the kernels write: one of the three */
+} StatusUse;
+
+static WkStatus status_begin(const char *op, WkTensor *given, const WkTensor *ref, StatusUse *use) {
+  use->given = given != NULL;
+  use->own = NULL;
+  use->host = (WkStepStatus){0};
+  if (given) {
+    WK_TRY(check_arg(op, "status", given, WK_U8, ref, FLAT_RANK, (int64_t[]){STATUS_BYTES}, CONTIGUOUS));
+    use->marks = tensor_ptr(given);
+  } else if (on_cuda(ref)) {
+    use->own = wk_tensor_empty(WK_U8, 1, (int64_t[]){STATUS_BYTES}, WK_DEVICE_CUDA, ref->storage->device_index);
+    if (!use->own) return wk_last_status();
+    WkStatus zeroed = wk_op_fill(use->own, 0);
+    if (zeroed != WK_OK) wk_tensor_free(use->own);
+    WK_TRY(zeroed);
+    use->marks = tensor_ptr(use->own);
+  } else {
+    use->marks = &use->host;
+  }
+  return WK_OK;
+}
+
+/* ran: the op's status. The op's own marks become its result (and *loss_sum); the caller's stay. */
+static WkStatus status_end(StatusUse *use, WkStatus ran, double *loss_sum) {
+  if (use->given || ran != WK_OK) {
+    wk_tensor_free(use->own);
+    return ran;
+  }
+  WkStatus read = use->own ? wk_op_step_status(use->own, loss_sum) : status_report(&use->host, loss_sum);
+  wk_tensor_free(use->own);
+  return read;
+}
+
+/* ---- layers ----------------------------------------------------------------------------------- */
+
+WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte, const WkTensor *wpe,
+                         WkTensor *status) {
   WkIndexLayout at;
   ARG_INDEX("embedding", idx, NULL, &at, ANY, ANY);
   int64_t B = idx->shape[0], T = idx->shape[1];
@@ -235,9 +300,11 @@ WkStatus wk_op_embedding(WkTensor *out, const WkTensor *idx, const WkTensor *wte
     return WK_FAIL(WK_ERR_INVALID_ARG, "embedding: sequence of %lld tokens but only %lld positions", (long long)T,
                    (long long)wpe->shape[0]);
   ARG("embedding", out, act, idx, B, T, C);
-  if (on_cuda(out)) return ON_DEVICE(out, CUDA->embedding_forward(act, DATA(out), I32(idx), at, DATA(wte), DATA(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V));
-  int64_t bad = cpu_embedding_forward(DATA(out), I32(idx), at, DATA(wte), DATA(wpe), act, (size_t)B, (size_t)T, (size_t)C, (size_t)V);
-  return bad < 0 ? WK_OK : bad_index("embedding", "idx", idx, at, bad, V);
+  StatusUse use;
+  WK_TRY(status_begin("embedding", status, idx, &use));
+  WkStatus ran = DISPATCH(idx, cpu_embedding_forward(DATA(out), I32(idx), at, DATA(wte), DATA(wpe), act, (size_t)B, (size_t)T, (size_t)C, (size_t)V, use.marks),
+                          CUDA->embedding_forward(act, DATA(out), I32(idx), at, DATA(wte), DATA(wpe), (size_t)B, (size_t)T, (size_t)C, (size_t)V, use.marks));
+  return status_end(&use, ran, NULL);
 }
 
 WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor *dout, const WkTensor *idx) {
@@ -251,8 +318,9 @@ WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const WkTensor
   ACT("embedding_backward", dout, act);
   ARG("embedding_backward", dout, act, idx, B, T, C);
   if (dwpe->shape[0] < T) return WK_FAIL(WK_ERR_INVALID_ARG, "embedding_backward: dwpe has fewer than T rows");
-  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), DATA(dout), act, I32(idx), at, (size_t)B, (size_t)T, (size_t)C),
-                  CUDA->embedding_backward(act, F32(dwte), F32(dwpe), DATA(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C));
+  size_t V = (size_t)dwte->shape[0];  /* ids outside it were marked by the forward: skipped here */
+  return DISPATCH(idx, cpu_embedding_backward(F32(dwte), F32(dwpe), DATA(dout), act, I32(idx), at, (size_t)B, (size_t)T, (size_t)C, V),
+                  CUDA->embedding_backward(act, F32(dwte), F32(dwpe), DATA(dout), I32(idx), at, (size_t)B, (size_t)T, (size_t)C, V));
 }
 
 /* Rows N = product of all but the last dim of inp, C = the last. Callers zero-initialise the
@@ -391,15 +459,19 @@ static WkStatus loss_dims(const char *op, const WkTensor *logits, const WkTensor
 #define MASK(m) ((m) ? (const uint8_t *)tensor_ptr(m) : NULL)
 
 WkStatus wk_op_cross_entropy(WkTensor *losses, const WkTensor *logits, const WkTensor *targets, const WkTensor *mask,
-                             float normalizer, double *loss_sum) {
+                             float normalizer, double *loss_sum, WkTensor *status) {
   int64_t N = 0, V = 0;
   WkIndexLayout at;
   WkDType act = WK_F32;
   WK_TRY(loss_dims("cross_entropy", logits, targets, mask, normalizer, &N, &V, &at, &act));
   ARG_FLAT("cross_entropy", losses, WK_F32, logits, numel(targets));  /* losses are reported values: f32 */
-  if (on_cuda(logits)) return ON_DEVICE(logits, CUDA->cross_entropy_forward(act, F32(losses), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum));
-  int64_t bad = cpu_cross_entropy_forward(F32(losses), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, loss_sum);
-  return bad < 0 ? WK_OK : bad_index("cross_entropy", "targets", targets, at, bad, V);
+  if ((loss_sum == NULL) == (status == NULL))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "cross_entropy: give loss_sum or a step's status (one of the two)");
+  StatusUse use;
+  WK_TRY(status_begin("cross_entropy", status, logits, &use));
+  WkStatus ran = DISPATCH(logits, cpu_cross_entropy_forward(F32(losses), DATA(logits), act, I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, use.marks),
+                          CUDA->cross_entropy_forward(act, F32(losses), DATA(logits), I32(targets), at, MASK(mask), (size_t)N, (size_t)V, normalizer, use.marks));
+  return status_end(&use, ran, loss_sum);
 }
 
 WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits, const WkTensor *targets,

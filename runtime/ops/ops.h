@@ -40,12 +40,15 @@ void cpu_round(float *x, size_t n, WkDType dtype);
 double cpu_sumsq(const float *x, size_t n);
 void cpu_normal(float *x, size_t n, uint64_t seed, float mean, float std);
 /* Index tensors (idx, targets) are read through their WkIndexLayout (runtime/tensor/tensor.h), so
- * views such as a loader batch's tokens[:, :-1] need no gather. Both forwards return the first
- * out-of-range index found (its logical position n) or -1. */
-int64_t cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte,
-                              const void *wpe, WkDType act, size_t B, size_t T, size_t C, size_t V);
+ * views such as a loader batch's tokens[:, :-1] need no gather. Both forwards mark the first index
+ * outside the vocabulary in the step's status (WkStepStatus, host memory here) and go on: a bad id
+ * embeds as zeros (its backward skips it), a bad target scores 0; cross-entropy adds its loss sum. */
+void cpu_mark_bad_ids(uint64_t *mark, int64_t *limit, const int32_t *idx, WkIndexLayout at, const uint8_t *mask,
+                      size_t n, size_t V);
+void cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte, const void *wpe,
+                           WkDType act, size_t B, size_t T, size_t C, size_t V, WkStepStatus *status);
 void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType act, const int32_t *idx,
-                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C);
+                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C, size_t V);
 void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
                            const void *bias, WkDType act, size_t N, size_t C, float eps);
 void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
@@ -62,9 +65,9 @@ WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType ac
                                size_t NH);
 WkStatus cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *att, WkDType act, size_t B,
                                 size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch, two when act is 2-byte */
-int64_t cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
-                                  WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
-                                  float normalizer, double *loss_sum);
+void cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
+                               WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V, float normalizer,
+                               WkStepStatus *status);
 void cpu_cross_entropy_backward(void *dlogits, const void *logits, WkDType act, const int32_t *targets,
                                 WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
                                 float normalizer, float dloss);

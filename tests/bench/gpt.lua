@@ -114,7 +114,7 @@ local ops = {
   { 'layernorm fwd', function() check(C.wk_op_layernorm(ln_out, mean, rstd, x, ones, zeros, 1e-5)) end },
   { 'layernorm bwd', function() check(C.wk_op_layernorm_backward(dx, ones, zeros, ln_out, x, ones, mean, rstd)) end },
   { 'gelu fwd [N,4C]', function() check(C.wk_op_gelu(fc_out, fc_out)) end },
-  { 'cross-entropy fwd [N,V]', function() check(C.wk_op_cross_entropy(losses, logits, targets:view({ N }), nil, N, sum)) end },
+  { 'cross-entropy fwd [N,V]', function() check(C.wk_op_cross_entropy(losses, logits, targets:view({ N }), nil, N, sum, nil)) end },
   { 'cross-entropy bwd', function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets:view({ N }), nil, N, 1)) end },
   { 'adamw over all parameters', function() check(C.wk_op_adamw(flat.params, flat.grads, m, v, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1, 1)) end },
 }

@@ -207,6 +207,31 @@ describe('data parallelism', function()
     end
   end)
 
+  -- The step reads its status once (no host sync per micro-batch on a GPU): a token the model's
+  -- vocabulary lacks still fails the step, before its update, naming the step and the index.
+  it('fails a step whose batch holds a token outside the vocabulary, before updating, in one line', function()
+    local cli = require 'wick.cli'
+    local dist = wick.dist.init { timeout = 10 }
+    local loader = wick.data.loader { data = dataset, seq_len = 16, global_batch = 4, micro_batch = 2, seed = 1 }
+    local model = wick.nn.gpt { vocab = 100, seq_len = 16, layers = 1, heads = 2, dim = 16, seed = 1 }  -- bytes reach 122
+    local opt = wick.optim.adamw { lr = 1e-3 }
+    local dp = wick.nn.data_parallel(model, dist, {})
+    local before = model:flat_parameters().params:clone()
+    local ok, e = pcall(dp.step, dp, loader, opt)
+    assert.is_false(ok)
+    assert.is_true(cli.is_user_error(e), tostring(e))
+    assert.matches('^step 1, rank 0: embedding: idx%[%d+%] = 1%d%d is outside %[0, 100%) %(tokenizer and model vocab '
+      .. 'disagree%?%)$', e.message)
+    assert.are.same(before:totable(), model:flat_parameters().params:totable())
+    assert.are.equal(0, opt.step_count)
+    before:free()
+    loader:close()
+    dp:free()
+    model:free()
+    opt:free()
+    dist:close()
+  end)
+
   it('starts gradient all-reduces while the backward pass is still running, and times every rank', function()
     local run = train(dataset, 'packed', 2, root, SMALL_BUCKETS)
     local last = run.steps[STEPS]

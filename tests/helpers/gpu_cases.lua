@@ -30,7 +30,7 @@ function cases.embedding(idx, B, TT, CH, V, seed)
   return function(device)
     local ids = idx(device)
     local wte, wpe, out = randn({ V, CH }, seed, device), randn({ TT, CH }, seed + 1, device), T.empty({ B, TT, CH }, 'f32', device)
-    check(C.wk_op_embedding(out, ids, wte, wpe))
+    check(C.wk_op_embedding(out, ids, wte, wpe, nil))
     local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
     check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, seed + 2, device), ids))
     return { out, dwte, dwpe }

@@ -165,8 +165,34 @@ describe('CUDA agrees with the CPU #gpu', function()
     agree('embedding', cases.embedding(idx, B, TT, CH, V, 3))
     local bad = T.new({ { 0, 11, 0, 0, 0 }, { 0, 0, 0, 0, 0 } }, 'i32', DEVICE)
     assert.has_error(function()
-      check(C.wk_op_embedding(T.empty({ B, TT, CH }, 'f32', DEVICE), bad, randn({ V, CH }, 3, DEVICE), randn({ TT, CH }, 4, DEVICE)))
-    end)
+      check(C.wk_op_embedding(T.empty({ B, TT, CH }, 'f32', DEVICE), bad, randn({ V, CH }, 3, DEVICE), randn({ TT, CH }, 4, DEVICE), nil))
+    end, ('embedding: idx[1] = 11 is outside [0, %d) (tokenizer and model vocab disagree?)'):format(V))
+  end)
+
+  -- A step's status on the device (no host sync per op): the CPU's loss sum, bit for bit in its
+  -- additions of the per-op sums, and the CPU's first bad index.
+  it("keeps a step's status on the device: loss sums added there and the first bad index marked", function()
+    if not gpu_or_skip() then return end
+    local rows, width = 6, 7
+    local function step(device)
+      local status = T.zeros({ ffi.sizeof('WkStepStatus') }, 'u8', device)
+      local logits, losses = randn({ rows, width }, 5, device), T.empty({ rows }, 'f32', device)
+      for k = 1, 2 do
+        local targets = T.new({ 0, k, 2, 6, 3, 1 }, 'i32', device)
+        check(C.wk_op_cross_entropy(losses, logits, targets, nil, rows, nil, status))
+      end
+      local sum = ffi.new('double[1]')
+      check(C.wk_op_step_status(status, sum))
+      local idx = T.new({ { 0, 1, 2 }, { 3, 9, 8 } }, 'i32', device)
+      check(C.wk_op_embedding(T.empty({ 2, 3, 4 }, 'f32', device), idx, randn({ width, 4 }, 6, device),
+        randn({ 3, 4 }, 7, device), status))
+      return sum[0], C.wk_op_step_status(status, sum) ~= 0 and core.last_error()
+    end
+    local cpu_sum, cpu_error = step('cpu')
+    local gpu_sum, gpu_error = step(DEVICE)
+    assert.is_true(math.abs(gpu_sum - cpu_sum) <= REL_TOL * math.abs(cpu_sum), gpu_sum .. ' vs ' .. cpu_sum)
+    assert.are.equal('embedding: idx[4] = 9 is outside [0, 7) (tokenizer and model vocab disagree?)', cpu_error)
+    assert.are.equal(cpu_error, gpu_error)
   end)
 
   it('layernorm forward and backward', function()
@@ -231,7 +257,7 @@ describe('CUDA agrees with the CPU #gpu', function()
       for i = 1, rows do ids[i] = (i * 7919) % vocab end
       local targets = T.new(ids, 'i32', device)
       local losses, sum = T.empty({ rows }, 'f32', device), ffi.new('double[1]')
-      check(C.wk_op_cross_entropy(losses, logits, targets, nil, rows, sum))
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, rows, sum, nil))
       local dlogits = T.zeros({ rows, vocab }, 'f32', device)
       check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, rows, 1))
       return { losses, dlogits, T.new({ sum[0] }) }
@@ -265,7 +291,7 @@ describe('CUDA agrees with the CPU #gpu', function()
       local targets = T.new({ 0, 1, 2, 3, 4, 5, 6, 7, 8, 10 }, 'i32', device)
       local mask = T.new({ 1, 1, 0, 1, 1, 1, 1, 0, 1, 1 }, 'u8', device)
       local losses, sum = T.empty({ N }, 'f32', device), ffi.new('double[1]')
-      check(C.wk_op_cross_entropy(losses, logits, targets, mask, 8, sum))
+      check(C.wk_op_cross_entropy(losses, logits, targets, mask, 8, sum, nil))
       local dlogits = T.zeros({ N, V }, 'f32', device)
       check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, 8, 1))
       return { losses, dlogits, T.new({ sum[0] }) }
@@ -278,11 +304,11 @@ describe('CUDA agrees with the CPU #gpu', function()
       local tokens = T.new({ { 0, 4, 10, 2, 2, 6 }, { 1, 1, 3, 9, 7, 10 } }, 'i32', device)
       local inputs, targets = tokens:narrow(2, 1, TT), tokens:narrow(2, 2, TT)
       local wte, wpe, out = randn({ V, CH }, 3, device), randn({ TT, CH }, 4, device), T.empty({ B, TT, CH }, 'f32', device)
-      check(C.wk_op_embedding(out, inputs, wte, wpe))
+      check(C.wk_op_embedding(out, inputs, wte, wpe, nil))
       local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
       check(C.wk_op_embedding_backward(dwte, dwpe, randn({ B, TT, CH }, 5, device), inputs))
       local logits, losses, sum = randn({ B, TT, V }, 18, device), T.empty({ B, TT }, 'f32', device), ffi.new('double[1]')
-      check(C.wk_op_cross_entropy(losses, logits, targets, nil, N, sum))
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, N, sum, nil))
       local dlogits = T.zeros({ B, TT, V }, 'f32', device)
       check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, nil, N, 1))
       return { out, dwte, dwpe, losses, dlogits, T.new({ sum[0] }) }
@@ -360,7 +386,7 @@ for _, dtype in ipairs({ 'bf16', 'f16' }) do
         local idx = T.new({ { 0, 4, 10, 2, 2 }, { 1, 1, 3, 9, 7 } }, 'i32', device)
         local wte, wpe = randn_as(dtype, { V, CH }, 3, device), randn_as(dtype, { TT, CH }, 4, device)
         local out = empty({ B, TT, CH }, device)
-        check(C.wk_op_embedding(out, idx, wte, wpe))
+        check(C.wk_op_embedding(out, idx, wte, wpe, nil))
         local dwte, dwpe = T.zeros({ V, CH }, 'f32', device), T.zeros({ TT, CH }, 'f32', device)
         check(C.wk_op_embedding_backward(dwte, dwpe, randn_as(dtype, { B, TT, CH }, 5, device), idx))
         return { out, dwte, dwpe }
@@ -421,7 +447,7 @@ for _, dtype in ipairs({ 'bf16', 'f16' }) do
         end
         local targets, mask = T.new(ids, 'i32', device), masked and T.new(keep, 'u8', device) or nil
         local losses, sum = T.empty({ rows }, 'f32', device), ffi.new('double[1]')
-        check(C.wk_op_cross_entropy(losses, logits, targets, mask, rows, sum))
+        check(C.wk_op_cross_entropy(losses, logits, targets, mask, rows, sum, nil))
         local dlogits = zeros({ rows, vocab }, device)  -- from zero: most entries are far below a step of 1
         check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, rows, 1))
         return { losses, T.new({ sum[0] }), dlogits }

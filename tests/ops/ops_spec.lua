@@ -52,19 +52,19 @@ describe('ops', function()
     local B, TT, C_, V = 2, 3, 4, 5
     local idx = T.new({ { 0, 4, 2 }, { 1, 1, 3 } }, 'i32')
     local wte, wpe, out = randn({ V, C_ }), randn({ TT + 1, C_ }), T.empty({ B, TT, C_ })
-    check(C.wk_op_embedding(out, idx, wte, wpe))
+    check(C.wk_op_embedding(out, idx, wte, wpe, nil))
     assert.is_true(math.abs(wte:get(5, 2) + wpe:get(2, 2) - out:get(1, 2, 2)) < 1e-6)
     local dwte, dwpe, weights = T.empty({ V, C_ }), T.empty({ TT + 1, C_ }), randn({ B, TT, C_ })
     assert_gradients {
       inputs = { { wte, dwte }, { wpe, dwpe } },
       loss = function()
-        check(C.wk_op_embedding(out, idx, wte, wpe))
+        check(C.wk_op_embedding(out, idx, wte, wpe, nil))
         return weighted_sum(out, weights)
       end,
       backward = function() check(C.wk_op_embedding_backward(dwte, dwpe, weights, idx)) end,
     }
     idx:set(2, 1, V)
-    assert.has_error(function() check(C.wk_op_embedding(out, idx, wte, wpe)) end,
+    assert.has_error(function() check(C.wk_op_embedding(out, idx, wte, wpe, nil)) end,
       'embedding: idx[3] = 5 is outside [0, 5) (tokenizer and model vocab disagree?)')
   end)
 
@@ -155,7 +155,7 @@ describe('ops', function()
     local logits, targets = randn({ N, V }), T.new({ 0, 4, 2, 1, 3, 3 }, 'i32')
     local mask, losses, sum = T.new({ 1, 1, 0, 1, 0, 1 }, 'u8'), T.empty({ N }), ffi.new('double[1]')
     local count = 8  -- e.g. the global number of targets across ranks
-    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum, nil))
     local lse = 0
     for v = 1, V do lse = lse + math.exp(logits:get(2, v)) end
     assert.is_true(math.abs(losses:get(2) - (math.log(lse) - logits:get(2, 5)) / count) < 1e-6)
@@ -165,7 +165,7 @@ describe('ops', function()
       inputs = { { logits, dlogits } },
       samples = 30,
       loss = function()
-        check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+        check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum, nil))
         return sum[0]
       end,
       backward = function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets, mask, count, 1)) end,
@@ -183,11 +183,11 @@ describe('ops', function()
     assert.has_error(function() check(C.wk_op_cross_entropy_backward(upper, lower, targets, mask, count, 1)) end,
       'cross_entropy_backward: dlogits overlaps logits without being it (in place means the same tensor)')
     targets:set(3, -1)  -- masked out: ignored
-    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum))
+    check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum, nil))
     targets:set(2, -1)
-    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum)) end,
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, mask, count, sum, nil)) end,
       'cross_entropy: targets[1] = -1 is outside [0, 5) (tokenizer and model vocab disagree?)')
-    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, 0, sum)) end)
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, targets, nil, 0, sum, nil)) end)
   end)
 
   -- A loader batch's tokens [B, T + 1] give inputs tokens[:, :-1] and targets tokens[:, 1:]: strided views
@@ -208,9 +208,9 @@ describe('ops', function()
     local function run(idx, tgt)
       local out, dwte, dwpe = T.empty({ B, TT, C_ }), T.zeros({ V, C_ }), T.zeros({ TT, C_ })
       local losses, dlogits = T.empty({ B, TT }), T.zeros({ B, TT, V })
-      check(C.wk_op_embedding(out, idx, wte, wpe))
+      check(C.wk_op_embedding(out, idx, wte, wpe, nil))
       check(C.wk_op_embedding_backward(dwte, dwpe, weights, idx))
-      check(C.wk_op_cross_entropy(losses, logits, tgt, mask, 9, sum))
+      check(C.wk_op_cross_entropy(losses, logits, tgt, mask, 9, sum, nil))
       check(C.wk_op_cross_entropy_backward(dlogits, logits, tgt, mask, 9, 1))
       local result = { out:totable(), dwte:totable(), dwpe:totable(), losses:totable(), sum[0], dlogits:totable() }
       for _, t in ipairs({ out, dwte, dwpe, losses, dlogits }) do t:free() end
@@ -226,14 +226,14 @@ describe('ops', function()
     -- A bad token is named by its place in the view and its value.
     tokens:set(2, 3, V)
     local out = T.empty({ B, TT, C_ })
-    assert.has_error(function() check(C.wk_op_embedding(out, inputs, wte, wpe)) end,
+    assert.has_error(function() check(C.wk_op_embedding(out, inputs, wte, wpe, nil)) end,
       'embedding: idx[6] = 7 is outside [0, 7) (tokenizer and model vocab disagree?)')
-    assert.has_error(function() check(C.wk_op_cross_entropy(T.empty({ B, TT }), logits, targets, mask, 9, sum)) end,
+    assert.has_error(function() check(C.wk_op_cross_entropy(T.empty({ B, TT }), logits, targets, mask, 9, sum, nil)) end,
       'cross_entropy: targets[5] = 7 is outside [0, 7) (tokenizer and model vocab disagree?)')
     -- Three strided dims cannot be walked as rows.
     local cube = T.zeros({ 2, 3, 4 }, 'i32')
     local sliced = cube:narrow(3, 1, 2)
-    local ok, err = pcall(check, C.wk_op_cross_entropy(T.empty({ 12 }), randn({ 12, V }), sliced, nil, 1, sum))
+    local ok, err = pcall(check, C.wk_op_cross_entropy(T.empty({ 12 }), randn({ 12, V }), sliced, nil, 1, sum, nil))
     assert.is_false(ok)
     assert.matches('cross_entropy: targets: [2, 3, 2] i32 cpu (strided) cannot be read in place as rows', err, 1, true)
     for _, t in ipairs({ tokens, inputs, targets, idx, tgt, by_column, out, cube, sliced, wte, wpe, weights, logits, mask }) do
@@ -256,6 +256,51 @@ describe('ops', function()
     end
     assert.is_true(math.abs(p:get(1) - x) < 1e-6)
     assert.has_error(function() check(C.wk_op_adamw(p, g, m, v, lr, b1, b2, eps, wd, 0, 1)) end)
+  end)
+
+  -- What a GPU step needs to run without a host sync: the checks and the loss sum kept in a status
+  -- that is read once, giving what the ops give at once.
+  it("keep a step's loss sum and its first bad index in a status, read once, as the ops report them at once", function()
+    local B, TT, V, C_ = 2, 3, 5, 4
+    local wte, wpe = randn({ V, C_ }), randn({ TT, C_ })
+    local status = T.zeros({ ffi.sizeof('WkStepStatus') }, 'u8')
+    local sum, total = ffi.new('double[1]'), 0
+    local losses, logits = T.empty({ B * TT }), randn({ B * TT, V })
+    for _, targets in ipairs({ T.new({ 0, 4, 2, 1, 3, 3 }, 'i32'), T.new({ 1, 1, 0, 2, 4, 0 }, 'i32') }) do
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, 6, sum, nil))
+      total = total + sum[0]
+      check(C.wk_op_cross_entropy(losses, logits, targets, nil, 6, nil, status))
+    end
+    sum[0] = 0
+    check(C.wk_op_step_status(status, sum))
+    assert.are.equal(total, sum[0])  -- the same additions in the same order
+    assert.has_error(function() check(C.wk_op_cross_entropy(losses, logits, T.zeros({ 6 }, 'i32'), nil, 6, sum, status)) end,
+      'cross_entropy: give loss_sum or a step\'s status (one of the two)')
+
+    -- Bad ids: the op goes on (zeros for the row) and the first one is what the read reports.
+    local idx, out = T.new({ { 0, 7, 2 }, { 9, 1, 3 } }, 'i32'), T.full({ B, TT, C_ }, 5)
+    check(C.wk_op_embedding(out, idx, wte, wpe, status))
+    for c = 1, C_ do assert.are.equal(0, out:get(1, 2, c)) end
+    assert.is_true(math.abs(wte:get(3, 1) + wpe:get(3, 1) - out:get(1, 3, 1)) < 1e-6)
+    local message = 'embedding: idx[1] = 7 is outside [0, 5) (tokenizer and model vocab disagree?)'
+    assert.has_error(function() check(C.wk_op_embedding(out, idx, wte, wpe, nil)) end, message)
+    assert.has_error(function() check(C.wk_op_step_status(status, sum)) end, message)
+    -- Its backward skips the bad ids: the gradient of the good rows only.
+    local dwte, dwpe, dout = T.zeros({ V, C_ }), T.zeros({ TT, C_ }), randn({ B, TT, C_ })
+    check(C.wk_op_embedding_backward(dwte, dwpe, dout, idx))
+    assert.is_true(math.abs(dwte:get(1, 2) - dout:get(1, 1, 2)) < 1e-6)
+    assert.is_true(math.abs(dwpe:get(1, 2) - dout:get(1, 1, 2) - dout:get(2, 1, 2)) < 1e-6)
+
+    -- Bad targets are marked the same way, counted ones only; the lowest element index wins across calls.
+    check(C.wk_op_fill(status, 0))
+    local mask = T.new({ 1, 0, 1, 1, 1, 1 }, 'u8')
+    check(C.wk_op_cross_entropy(losses, logits, T.new({ 0, -1, 1, 2, 8, 6 }, 'i32'), mask, 6, nil, status))
+    assert.are.equal(0, losses:get(5))
+    check(C.wk_op_cross_entropy(losses, logits, T.new({ 5, 0, 0, 0, 0, 0 }, 'i32'), nil, 6, nil, status))
+    assert.has_error(function() check(C.wk_op_step_status(status, sum)) end,
+      'cross_entropy: targets[0] = 5 is outside [0, 5) (tokenizer and model vocab disagree?)')
+    assert.has_error(function() check(C.wk_op_step_status(T.zeros({ 8 }, 'u8'), sum)) end,
+      'step_status: status is [8] u8 cpu, expected [' .. ffi.sizeof('WkStepStatus') .. ' elements of any shape] u8, contiguous')
   end)
 end)
 
@@ -311,7 +356,7 @@ describe('ops on 2-byte activations', function()
       { name = 'gelu_backward', inputs = { dinp = randn({ 40 }), dout = randn({ 40 }), inp = randn({ 40 }, 2) },
         outputs = { 'dinp' }, run = function(t) check(C.wk_op_gelu_backward(t.dinp, t.dout, t.inp)) end },
       { name = 'embedding', inputs = { out = T.empty({ B, TT, C_ }), idx = idx, wte = randn({ V, C_ }), wpe = randn({ TT, C_ }) },
-        outputs = { 'out' }, run = function(t) check(C.wk_op_embedding(t.out, t.idx, t.wte, t.wpe)) end },
+        outputs = { 'out' }, run = function(t) check(C.wk_op_embedding(t.out, t.idx, t.wte, t.wpe, nil)) end },
       { name = 'embedding_backward', f32 = { dwte = true, dwpe = true },
         inputs = { dwte = randn({ V, C_ }), dwpe = randn({ TT, C_ }), dout = randn({ B, TT, C_ }), idx = idx },
         outputs = { 'dwte', 'dwpe' }, run = function(t) check(C.wk_op_embedding_backward(t.dwte, t.dwpe, t.dout, t.idx)) end },
@@ -326,7 +371,7 @@ describe('ops on 2-byte activations', function()
         run = function(t) check(C.wk_op_layernorm_backward(t.dinp, t.dw, t.db, t.dout, t.inp, t.w, t.mean, t.rstd)) end },
       { name = 'cross_entropy', f32 = { losses = true },
         inputs = { losses = T.empty({ N }), logits = randn({ N, V }), targets = targets }, outputs = { 'losses' },
-        run = function(t) check(C.wk_op_cross_entropy(t.losses, t.logits, t.targets, nil, 8, ffi.new('double[1]'))) end },
+        run = function(t) check(C.wk_op_cross_entropy(t.losses, t.logits, t.targets, nil, 8, ffi.new('double[1]'), nil)) end },
       { name = 'cross_entropy_backward', inputs = { dlogits = randn({ N, V }), logits = randn({ N, V }), targets = targets },
         outputs = { 'dlogits' }, run = function(t) check(C.wk_op_cross_entropy_backward(t.dlogits, t.logits, t.targets, nil, 8, 1)) end },
       { name = 'attention', product = true, inputs = { out = T.empty({ B, TT, C_ }), att = T.empty({ B, NH, TT, TT }), qkv = randn({ B, TT, 3 * C_ }) },

@@ -906,7 +906,9 @@ checkpoint = { every = 2, keep = 2 },]])
   end)
 
   describe('--dry-run', function()
-    local TOLERANCE_SCALARS = 128 -- bytes: the trainer's scalars of one rank (92), and the printed rounding
+    -- bytes: the trainer's scalars of one rank (132: 92, and the step's 40-byte status of
+    -- wick.nn.data_parallel), and the printed rounding
+    local TOLERANCE_SCALARS = 176
     local function timed(args, env)
       local start = core.now()
       local r = helper.sh((env or '') .. ' ' .. q(helper.RUN) .. ' ' .. args)
@@ -951,9 +953,9 @@ checkpoint = { every = 2, keep = 2 },]])
 
     -- The estimate is what the tensors of a step hold at the allocator's peak, under each policy: the
     -- weights, gradients, optimizer state, activations and the data ring. It leaves out the trainer's
-    -- scalars (92 bytes on one rank: measured so) and is printed to 0.01 KiB (5 bytes either way).
+    -- scalars (132 bytes on one rank: measured so) and is printed to 0.01 KiB (5 bytes either way).
     it('estimates the memory that a real step of the same recipe allocates at its peak, GPT-2 or Llama, under each policy, recomputed or not', function()
-      local TOLERANCE = 128
+      local TOLERANCE = TOLERANCE_SCALARS
       local PEAK = [[
 callbacks = { on_step_end = function(t, m)
   if m.step ~= 2 then return end

@@ -242,6 +242,9 @@ function DataParallel.new(model, dist, opts)
   self.stats = T.zeros({ STATS }, 'i64')
   self.gathered = T.zeros({ STATS * self.world_size }, 'i64')
   self.scalar = ffi.new('double[1]')
+  -- The step's status on the model's device: its micro-batches' loss sums and bad-index marks, read
+  -- once a step, so a GPU step has no host sync before its update (WkStepStatus in wick.h).
+  self.status = T.zeros({ ffi.sizeof('WkStepStatus') }, 'u8', self.device)
   self.micro = {}  -- this step's micro-batches: { inputs =, targets =, mask = } (the loader's tensors)
   return self
 end
@@ -385,6 +388,15 @@ local function gather(self, loss_share, data, comm, total)
   return loss, ranks, slowest
 end
 
+-- This rank's share of the step's loss from the step's status; a bad token id or target in one of
+-- its micro-batches fails the step before the update, in one line naming the step and the index.
+local function read_status(self, opt)
+  if C.wk_op_step_status(self.status, self.scalar) ~= 0 then
+    require('wick.cli').fail(('step %d, rank %d: %s'):format(opt.step_count + 1, self.rank, core.last_error()))
+  end
+  return self.scalar[0]
+end
+
 -- One optimizer step (see the top of this file); nil at the end of the loader's stream.
 function DataParallel:step(loader, opt)
   local model = self.model
@@ -398,11 +410,13 @@ function DataParallel:step(loader, opt)
   local loss_share, applied, norm = 0, false, nil
   if tokens > 0 then  -- an all-padding step has no target to learn from, on every rank alike
     if model.gathered then check(C.wk_op_fill(self.slice, 0)) else model:zero_grad() end
+    check(C.wk_op_fill(self.status, 0))
     for m = 1, n do
       local micro = self.micro[m]
-      loss_share = loss_share + model:forward(micro.inputs, micro.targets, micro.mask, tokens)
+      model:forward(micro.inputs, micro.targets, micro.mask, tokens, self.status)
       self:backward(m == n)
     end
+    loss_share = read_status(self, opt)
     applied, norm = opt:step(model, self.layout)
     if applied and self.layout and (self.world_size > 1 or self.layout.masters) then self:gather_parameters() end
   end
@@ -454,7 +468,7 @@ function DataParallel:free()
     for _, t in pairs({ self.slice, self.compute_slice, self.layout.masters }) do t:free() end
     self.layout:free()
   end
-  for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32 }) do t:free() end
+  for _, t in pairs({ self.count, self.stats, self.gathered, self.mask_f32, self.status }) do t:free() end
   self.micro, self.buckets = {}, {}
 end
 

@@ -247,6 +247,25 @@ local function count_selected(self, mask, B, TT)
   return scalar[0]
 end
 
+-- The mean cross-entropy of the logits over the selected targets, as forward returns it: a Lua
+-- number, or nil with a step's status (wick.nn.data_parallel's: a tensor of sizeof(WkStepStatus)
+-- bytes on the model's device), where the sum goes instead, read once a step with no host sync
+-- per micro-batch. `who` names the model in errors.
+local function scored(self, logits, targets, mask, count, status, who)
+  local B, TT = logits:size(1), logits:size(2)
+  self.given.targets = staged(self, 'targets', targets, 'i32', true)
+  self.given.mask = staged(self, 'mask', mask, 'u8')
+  self.count = count or count_selected(self, self.given.mask, B, TT)
+  if self.count <= 0 then error(who .. ':forward: no target is selected by the mask (count = 0)', 3) end
+  local sum = nil
+  if status == nil then sum = scalar end
+  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
+    sum, status), 3)
+  self.logits_consumed = false
+  self.loss = sum and sum[0]
+  return self.loss
+end
+
 -- The compute copy from the masters, rounded to nearest even by the copy's cast (unless the masters
 -- were released: their owner refreshes it).
 local function refresh_compute_weights(self)
@@ -254,12 +273,13 @@ local function refresh_compute_weights(self)
   if flat.params and flat.compute ~= flat.params then flat.compute:copy(flat.params) end
 end
 
--- Returns the mean cross-entropy over the selected targets (a Lua number), or the logits
--- [B, T, V] (a buffer the next forward overwrites) when no targets are given. idx, targets and mask
+-- Returns the mean cross-entropy over the selected targets (a Lua number; nil with a step's
+-- status, which then holds it: see scored), or the logits [B, T, V] (a buffer the next forward
+-- overwrites) when no targets are given. idx, targets and mask
 -- must stay alive until backward() when they are already of the right dtype on the model's device,
 -- since the model then reads them in place instead of copying (idx and targets may be strided
 -- views, see staged).
-function GPT:forward(idx, targets, mask, count)
+function GPT:forward(idx, targets, mask, count, status)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
   local B, TT = idx:size(1), idx:size(2)
@@ -269,7 +289,7 @@ function GPT:forward(idx, targets, mask, count)
   self.given.idx = idx
   local body = self.transformer
   local x = self:activation('embedded', { B, TT, cfg.dim })
-  check(C.wk_op_embedding(x, idx, body.wte.weight, body.wpe.weight))
+  check(C.wk_op_embedding(x, idx, body.wte.weight, body.wpe.weight, status))
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
@@ -284,14 +304,7 @@ function GPT:forward(idx, targets, mask, count)
     self.given.targets = nil
     return logits
   end
-  self.given.targets = staged(self, 'targets', targets, 'i32', true)
-  self.given.mask = staged(self, 'mask', mask, 'u8')
-  self.count = count or count_selected(self, self.given.mask, B, TT)
-  if self.count <= 0 then error('gpt:forward: no target is selected by the mask (count = 0)', 2) end
-  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
-    scalar), 2)
-  self.loss, self.logits_consumed = scalar[0], false
-  return self.loss
+  return scored(self, logits, targets, mask, count, status, 'gpt')
 end
 
 -- tokens int32 [B, T+1] as a loader delivers them: inputs are tokens[:, :T], targets tokens[:, 1:],
@@ -412,7 +425,7 @@ end
 
 -- Shared with the other architectures built on GPT's flat storage (wick.nn.llama).
 gpt.staged, gpt.count_selected, gpt.refresh_compute_weights = staged, count_selected, refresh_compute_weights
-gpt.logits_gradient = logits_gradient
+gpt.scored, gpt.logits_gradient = scored, logits_gradient
 gpt.view_into = view_into  -- wick.nn.gathered places parameters in its buffers with it
 
 return gpt

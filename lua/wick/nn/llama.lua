@@ -21,7 +21,6 @@ local schema = require 'wick.schema'
 local C = core.C
 local check = core.check
 local INIT_STD = nn.init.STD
-local scalar = core.ffi.new('double[1]')
 
 local llama = {}
 
@@ -287,7 +286,7 @@ end
 
 -- As gpt:forward: the mean cross-entropy over the selected targets, or the logits [B, T, V] without
 -- targets.
-function Llama:forward(idx, targets, mask, count)
+function Llama:forward(idx, targets, mask, count, status)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('llama:forward: idx must be an int32 tensor [B, T]', 2) end
   local B, TT = idx:size(1), idx:size(2)
@@ -298,7 +297,7 @@ function Llama:forward(idx, targets, mask, count)
   idx = gpt.staged(self, 'idx', idx, 'i32', true)
   self.given.idx = idx
   local x = self:activation('embedded', { B, TT, cfg.dim })
-  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
+  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT), status))
   self.block_inputs = self.block_inputs or {}
   for l, block in ipairs(self.blocks) do
     self.block_inputs[l] = x
@@ -313,14 +312,7 @@ function Llama:forward(idx, targets, mask, count)
     self.given.targets = nil
     return logits
   end
-  self.given.targets = gpt.staged(self, 'targets', targets, 'i32', true)
-  self.given.mask = gpt.staged(self, 'mask', mask, 'u8')
-  self.count = count or gpt.count_selected(self, self.given.mask, B, TT)
-  if self.count <= 0 then error('llama:forward: no target is selected by the mask (count = 0)', 2) end
-  check(C.wk_op_cross_entropy(self:buffer('losses', { B, TT }), logits, self.given.targets, self.given.mask, self.count,
-    scalar), 2)
-  self.loss, self.logits_consumed = scalar[0], false
-  return self.loss
+  return gpt.scored(self, logits, targets, mask, count, status, 'llama')
 end
 
 -- The groups backward() completes, in order: the head and final norm, the layers from last to first,
@@ -414,7 +406,7 @@ function Llama:step(idx, caches, start)
   gpt.refresh_compute_weights(self)
   idx = gpt.staged(self, 'step_idx', idx, 'i32', true)
   local x = self:activation('step_embedded', { B, TT, self.config.dim })
-  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT)))
+  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT), nil))
   for l, block in ipairs(self.blocks) do
     self:fetch_block(l, 1)
     x = block:step(x, caches[l], start)

@@ -21,37 +21,53 @@ typedef struct {
   WkIndexLayout at;
   const void *wte, *wpe;
   WkDType act;
-  size_t T, C;
+  size_t T, C, V;
 } EmbeddingJob;
+
+static int32_t id_at(const int32_t *idx, WkIndexLayout at, size_t n) { return idx[wk_index_offset(at, (int64_t)n)]; }
+static bool in_table(int32_t id, size_t V) { return id >= 0 && (size_t)id < V; }
 
 static void embedding_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   EmbeddingJob *j = ctx;
   for (size_t n = begin; n < end; n++) {
-    size_t token = (size_t)j->idx[wk_index_offset(j->at, (int64_t)n)] * j->C, position = (n % j->T) * j->C;
+    int32_t id = id_at(j->idx, j->at, n);
+    size_t token = (size_t)id * j->C, position = (n % j->T) * j->C;
     for (size_t c = 0; c < j->C; c++)
-      stored_put(j->out, j->act, n * j->C + c, stored_get(j->wte, j->act, token + c) + stored_get(j->wpe, j->act, position + c));
+      stored_put(j->out, j->act, n * j->C + c,
+                 in_table(id, j->V) ? stored_get(j->wte, j->act, token + c) + stored_get(j->wpe, j->act, position + c) : 0.0f);
   }
 }
 
-int64_t cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte,
-                              const void *wpe, WkDType act, size_t B, size_t T, size_t C, size_t V) {
-  for (size_t n = 0; n < B * T; n++) {
-    int32_t id = idx[wk_index_offset(idx_layout, (int64_t)n)];
-    if (id < 0 || (size_t)id >= V) return (int64_t)n;
+/* Marks the first id of idx[0, n) outside [0, V) in *mark and *limit (kept if an earlier op marked one). */
+void cpu_mark_bad_ids(uint64_t *mark, int64_t *limit, const int32_t *idx, WkIndexLayout at, const uint8_t *mask,
+                      size_t n, size_t V) {
+  for (size_t i = 0; i < n; i++) {
+    int32_t id = id_at(idx, at, i);
+    if ((mask && !mask[i]) || in_table(id, V)) continue;
+    if (wk_bad_mark(i, id) > *mark) {
+      *mark = wk_bad_mark(i, id);
+      *limit = (int64_t)V;
+    }
+    return;
   }
-  EmbeddingJob job = {out, idx, idx_layout, wte, wpe, act, T, C};
+}
+
+void cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layout, const void *wte, const void *wpe,
+                           WkDType act, size_t B, size_t T, size_t C, size_t V, WkStepStatus *status) {
+  cpu_mark_bad_ids(&status->bad_token, &status->token_limit, idx, idx_layout, NULL, B * T, V);
+  EmbeddingJob job = {out, idx, idx_layout, wte, wpe, act, T, C, V};
   parallel_for(B * T, row_grain(C), embedding_rows, &job);
-  return -1;
 }
 
 /* Serial: rows scatter into shared token rows, and this is a small part of a step. */
 void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType act, const int32_t *idx,
-                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
+                            WkIndexLayout idx_layout, size_t B, size_t T, size_t C, size_t V) {
   for (size_t n = 0; n < B * T; n++) {
-    float *token = dwte + (size_t)idx[wk_index_offset(idx_layout, (int64_t)n)] * C, *position = dwpe + (n % T) * C;
+    int32_t id = id_at(idx, idx_layout, n);
+    float *token = in_table(id, V) ? dwte + (size_t)id * C : NULL, *position = dwpe + (n % T) * C;
     for (size_t c = 0; c < C; c++) {
       float g = stored_get(dout, act, n * C + c);
-      token[c] += g;
+      if (token) token[c] += g;
       position[c] += g;
     }
   }

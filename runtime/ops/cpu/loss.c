@@ -75,31 +75,33 @@ static float log_sum_exp(const void *row, WkDType act, size_t V) {
 
 static bool counted(const LossJob *j, size_t n) { return !j->mask || j->mask[n]; }
 static int32_t target(const LossJob *j, size_t n) { return j->targets[wk_index_offset(j->at, (int64_t)n)]; }
+static bool in_vocab(const LossJob *j, int32_t t) { return t >= 0 && (size_t)t < j->V; }
 
 static void loss_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   LossJob *j = ctx;
   double sum = 0.0;
   for (size_t n = begin; n < end; n++) {
     const void *row = stored_at(j->logits, j->act, n * j->V);
-    j->losses[n] = counted(j, n) ? (log_sum_exp(row, j->act, j->V) - stored_get(row, j->act, (size_t)target(j, n))) / j->normalizer : 0.0f;
+    int32_t t = target(j, n);
+    bool scored = counted(j, n) && in_vocab(j, t);  /* a bad target is marked, and scores nothing */
+    j->losses[n] = scored ? (log_sum_exp(row, j->act, j->V) - stored_get(row, j->act, (size_t)t)) / j->normalizer : 0.0f;
     sum += j->losses[n];
   }
   j->partial[chunk] = sum;
 }
 
-int64_t cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
-                                  WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
-                                  float normalizer, double *loss_sum) {
+void cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
+                               WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V, float normalizer,
+                               WkStepStatus *status) {
   LossJob job = {.losses = losses, .logits = logits, .act = act, .targets = targets, .at = targets_layout, .mask = mask,
                  .V = V, .normalizer = normalizer};
-  for (size_t n = 0; n < N; n++)  /* masked-out targets may hold anything (padding, -1) */
-    if (counted(&job, n) && (target(&job, n) < 0 || (size_t)target(&job, n) >= V)) return (int64_t)n;
+  /* masked-out targets may hold anything (padding, -1) */
+  cpu_mark_bad_ids(&status->bad_target, &status->target_limit, targets, targets_layout, mask, N, V);
   size_t grain = V >= PARALLEL_GRAIN ? 1 : PARALLEL_GRAIN / V, chunks = parallel_chunks(N, grain);
   parallel_for(N, grain, loss_rows, &job);
   double sum = 0.0;
   for (size_t c = 0; c < chunks; c++) sum += job.partial[c];
-  *loss_sum = sum;
-  return -1;
+  status->loss_sum += sum;
 }
 
 static void loss_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk) {

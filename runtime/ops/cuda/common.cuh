@@ -3,12 +3,13 @@
  * (elementwise.cu, layers.cu, attention.cu, loss.cu; rmsnorm.cu, rope.cu, swiglu.cu, qkv_pack.cu,
  * attention_cached.cu for the Llama family) and the cuBLAS matmuls (blas.cu), entered through the
  * kernels' table (runtime/ops/cuda_ops.h) after ops.c checked the arguments. Index checks
- * (embedding, targets) raise a device flag that is read back, so bad tokens fail with the same
- * message class as on the CPU. The design and cost of each kernel: docs/gpu.md.
+ * (embedding, targets) mark a step's status in device memory (WkStepStatus, read by ops.c once a
+ * step or once a call), so bad tokens fail with the CPU's message. The design and cost of each
+ * kernel: docs/gpu.md.
  *
  * common.cuh — what the kernel files of runtime/ops/cuda share beyond runtime/tensor/cuda/cuda.cuh
  * (checked calls, the current stream, launch sizes): checked cuBLAS calls, warp reductions, launch
- * and loop shapes, and device scratch scalars (a sum, a bad-index flag) read back by the host.
+ * and loop shapes, device scratch scalars (a sum) read back by the host, and bad-index marks.
  */
 #ifndef WK_CUDA_COMMON_CUH
 #define WK_CUDA_COMMON_CUH
@@ -40,7 +41,7 @@ __device__ inline float warp_max(float v) {
 }
 
 /* Device scratch from the caching allocator (stream-ordered: freeing it after queuing the kernels
- * that use it is safe), and scalar results (a loss sum, a flag) made in it and read back. */
+ * that use it is safe), and scalar results (a sum) made in it and read back. */
 struct DeviceScratch {
   void *ptr;
   size_t reserved;
@@ -79,7 +80,7 @@ static inline WkStatus launch_status(const char *what) {
   return WK_FAIL(WK_ERR_DEVICE, "%s kernel: %s", what, cudaGetErrorString(err));
 }
 
-/* *out (device memory) = the sum of x[0..n) (of their squares if squares), deterministic: block
+/* *out (device memory) += the sum of x[0..n) (of their squares if squares), deterministic: block
  * partials, then one block adds them in order (elementwise.cu). */
 WkStatus device_sum(double *out, const float *x, size_t n, bool squares);
 
@@ -152,15 +153,11 @@ __device__ inline float block_reduce(float v, bool max) {
 __device__ inline float block_sum(float v) { return block_reduce(v, false); }
 __device__ inline float block_max(float v) { return block_reduce(v, true); }
 
-/* Reads a flag a kernel raised for an index outside the vocabulary and turns it into an error. */
-static inline WkStatus bad_index_error(const char *what) {
-  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: an index is outside the vocabulary (tokenizer and model vocab disagree?)", what);
-}
-
-static inline WkStatus check_flag(DeviceScratch *flag, const char *what) {
-  int bad = 0;
-  WK_TRY(scalar_read(flag, &bad, sizeof bad));
-  return bad ? bad_index_error(what) : WK_OK;
+/* Marks element n's bad id in a step's status (device memory): the first bad element wins
+ * (wk_bad_mark), and limit is the vocabulary it was checked against. */
+__device__ inline void mark_bad_id(unsigned long long *mark, int64_t *limit, size_t n, int32_t id, size_t V) {
+  atomicMax(mark, (unsigned long long)wk_bad_mark(n, id));
+  *limit = (int64_t)V;  /* every writer writes the same value */
 }
 
 #endif /* WK_CUDA_COMMON_CUH */

@@ -95,7 +95,7 @@ __global__ static void total_kernel(double *out, const double *partials, size_t 
   if (threadIdx.x == 0) {
     double total = 0.0;
     for (int w = 0; w < WARPS_PER_BLOCK; w++) total += warp_sums[w];
-    *out = total;
+    *out += total;
   }
 }
 

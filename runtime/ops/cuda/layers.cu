@@ -10,12 +10,13 @@
 
 template <typename Storage>
 __global__ static void embedding_forward_kernel(Storage *out, const int32_t *idx, WkIndexLayout at, const Storage *wte,
-                                                const Storage *wpe, size_t T, size_t C, size_t V, size_t n, int *bad) {
+                                                const Storage *wpe, size_t T, size_t C, size_t V, size_t n,
+                                                WkStepStatus *status) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
     int32_t token = idx[wk_index_offset(at, (int64_t)row)];
     if (token < 0 || (size_t)token >= V) {
-      *bad = 1;
+      if (c == 0) mark_bad_id((unsigned long long *)&status->bad_token, &status->token_limit, row, token, V);
       out[i] = from_float<Storage>(0.0f);
     } else {
       out[i] = from_float<Storage>(to_float(wte[(size_t)token * C + c]) + to_float(wpe[(row % T) * C + c]));
@@ -25,36 +26,30 @@ __global__ static void embedding_forward_kernel(Storage *out, const int32_t *idx
 
 template <typename Storage>
 static WkStatus embedding_forward(Storage *out, const int32_t *idx, WkIndexLayout idx_layout, const Storage *wte,
-                                  const Storage *wpe, size_t T, size_t C, size_t V, size_t n) {
-  DeviceScratch flag;
-  WK_TRY(scalar_new(&flag, sizeof(int)));
-  embedding_forward_kernel<Storage><<<blocks_for(n, THREADS), THREADS, 0, current_stream()>>>(
-      out, idx, idx_layout, wte, wpe, T, C, V, n, (int *)flag.ptr);
-  WkStatus launched = launch_status("embedding");
-  if (launched != WK_OK) {
-    scratch_free(&flag);
-    return launched;
-  }
-  return check_flag(&flag, "embedding");
+                                  const Storage *wpe, size_t T, size_t C, size_t V, size_t n, WkStepStatus *status) {
+  LAUNCH(embedding_forward_kernel<Storage>, n, out, idx, idx_layout, wte, wpe, T, C, V, n, status);
+  return WK_OK;
 }
 
 /* out and the tables of dtype, as on the CPU: the sum is formed in f32 and rounded once. */
 extern "C" WkStatus cuda_embedding_forward(WkDType dtype, void *out, const int32_t *idx, WkIndexLayout idx_layout,
-                                           const void *wte, const void *wpe, size_t B, size_t T, size_t C, size_t V) {
+                                           const void *wte, const void *wpe, size_t B, size_t T, size_t C, size_t V,
+                                           WkStepStatus *status) {
   size_t n = B * T * C;
   if (n == 0) return WK_OK;
   STORAGE_DISPATCH(dtype, "embedding", embedding_forward((Storage *)out, idx, idx_layout, (const Storage *)wte,
-                                                         (const Storage *)wpe, T, C, V, n));
+                                                         (const Storage *)wpe, T, C, V, n, status));
 }
 
 /* Token rows scatter: two positions may hold the same token, so dwte takes atomics (contended only
  * as often as a token repeats within the batch). dout is of the activation dtype, dwte and dwpe f32. */
 template <typename Storage>
 __global__ static void token_gradient_kernel(float *dwte, const Storage *dout, const int32_t *idx, WkIndexLayout at,
-                                             size_t C, size_t n) {
+                                             size_t C, size_t V, size_t n) {
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
-    atomicAdd(&dwte[(size_t)idx[wk_index_offset(at, (int64_t)row)] * C + c], to_float(dout[i]));
+    int32_t token = idx[wk_index_offset(at, (int64_t)row)];
+    if (token >= 0 && (size_t)token < V) atomicAdd(&dwte[(size_t)token * C + c], to_float(dout[i]));  /* the forward marked the rest */
   }
 }
 
@@ -70,18 +65,18 @@ __global__ static void position_gradient_kernel(float *dwpe, const Storage *dout
 
 template <typename Storage>
 static WkStatus embedding_backward(float *dwte, float *dwpe, const Storage *dout, const int32_t *idx,
-                                   WkIndexLayout idx_layout, size_t B, size_t T, size_t C) {
-  LAUNCH(token_gradient_kernel<Storage>, B * T * C, dwte, dout, idx, idx_layout, C, B * T * C);
+                                   WkIndexLayout idx_layout, size_t B, size_t T, size_t C, size_t V) {
+  LAUNCH(token_gradient_kernel<Storage>, B * T * C, dwte, dout, idx, idx_layout, C, V, B * T * C);
   LAUNCH(position_gradient_kernel<Storage>, T * C, dwpe, dout, B, T, C);
   return WK_OK;
 }
 
 extern "C" WkStatus cuda_embedding_backward(WkDType dtype, float *dwte, float *dwpe, const void *dout,
                                             const int32_t *idx, WkIndexLayout idx_layout, size_t B, size_t T,
-                                            size_t C) {
+                                            size_t C, size_t V) {
   if (B * T * C == 0) return WK_OK;
   STORAGE_DISPATCH(dtype, "embedding_backward",
-                   embedding_backward(dwte, dwpe, (const Storage *)dout, idx, idx_layout, B, T, C));
+                   embedding_backward(dwte, dwpe, (const Storage *)dout, idx, idx_layout, B, T, C, V));
 }
 
 /* One warp per row (rows are short: C = 768 is 24 floats a lane, all in L1 for the second and third

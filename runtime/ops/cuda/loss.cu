@@ -36,13 +36,13 @@ __device__ static float block_log_sum_exp(const Storage *row, size_t V) {
 template <typename Storage>
 __global__ static void cross_entropy_forward_kernel(float *losses, const Storage *logits, const int32_t *targets,
                                                     WkIndexLayout at, const uint8_t *mask, size_t N, size_t V,
-                                                    float normalizer, int *bad) {
+                                                    float normalizer, WkStepStatus *status) {
   BLOCK_ROW_LOOP(n, N) {
     int32_t target = targets[wk_index_offset(at, (int64_t)n)];
     bool counted = !mask || mask[n];
     if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
       if (threadIdx.x == 0) {
-        *bad = 1;
+        mark_bad_id((unsigned long long *)&status->bad_target, &status->target_limit, n, target, V);
         losses[n] = 0.0f;
       }
       continue;
@@ -56,44 +56,26 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const Storage
   }
 }
 
-/* What the forward hands back in one copy. */
-struct LossResult {
-  double loss_sum;
-  int bad_target;
-};
-
+/* The losses, their sum added to the step's status and bad targets marked there: nothing is read
+ * back (ops.c reads the status once a step, or at once when the caller gave none). */
 template <typename Storage>
 static WkStatus cross_entropy_forward(float *losses, const Storage *logits, const int32_t *targets,
                                       WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V,
-                                      float normalizer, double *loss_sum) {
-  DeviceScratch result;
-  WK_TRY(scalar_new(&result, sizeof(LossResult)));
-  LossResult *device = (LossResult *)result.ptr;
-  WkStatus status = WK_OK;
-  if (N) {
-    cross_entropy_forward_kernel<Storage><<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
-        losses, logits, targets, targets_layout, mask, N, V, normalizer, &device->bad_target);
-    status = launch_status("cross_entropy");
-    if (status == WK_OK) status = device_sum(&device->loss_sum, losses, N, false);
-  }
-  if (status != WK_OK) {
-    scratch_free(&result);
-    return status;
-  }
-  LossResult host;
-  WK_TRY(scalar_read(&result, &host, sizeof host));
-  *loss_sum = host.loss_sum;
-  if (host.bad_target) return bad_index_error("cross_entropy (targets)");
-  return WK_OK;
+                                      float normalizer, WkStepStatus *status) {
+  if (N == 0) return WK_OK;
+  cross_entropy_forward_kernel<Storage><<<blocks_for(N, 1), THREADS, 0, current_stream()>>>(
+      losses, logits, targets, targets_layout, mask, N, V, normalizer, status);
+  WK_TRY(launch_status("cross_entropy"));
+  return device_sum(&status->loss_sum, losses, N, false);
 }
 
 extern "C" WkStatus cuda_cross_entropy_forward(WkDType dtype, float *losses, const void *logits,
                                                const int32_t *targets, WkIndexLayout targets_layout,
                                                const uint8_t *mask, size_t N, size_t V, float normalizer,
-                                               double *loss_sum) {
+                                               WkStepStatus *status) {
   STORAGE_DISPATCH(dtype, "cross_entropy",
                    cross_entropy_forward(losses, (const Storage *)logits, targets, targets_layout, mask, N, V,
-                                         normalizer, loss_sum));
+                                         normalizer, status));
 }
 
 template <typename Storage>
