@@ -64,7 +64,7 @@ void cpu_gelu_backward(void *dinp, const void *dout, const void *inp, WkDType ac
 WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType act, size_t B, size_t T, size_t C,
                                size_t NH);
 WkStatus cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *att, WkDType act, size_t B,
-                                size_t T, size_t C, size_t NH);  /* allocates a [T,T] scratch, two when act is 2-byte */
+                                size_t T, size_t C, size_t NH);  /* a thread's [T,T] scratch, two when act is 2-byte */
 void cpu_cross_entropy_forward(float *losses, const void *logits, WkDType act, const int32_t *targets,
                                WkIndexLayout targets_layout, const uint8_t *mask, size_t N, size_t V, float normalizer,
                                WkStepStatus *status);

@@ -106,7 +106,7 @@ end
 -- (wick.nn.gathered: the root and prefetch + 1 blocks in turn, weights and gradients, and a landing
 -- for the reduced part). What it leaves out: the data ring (plan.report adds it), a few scalars of
 -- the trainer, the transient scratch of the CPU ops (at most three 256 x 256 f32 tiles a product
--- and two [T, T] f32 matrices in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank
+-- and two [T, T] f32 matrices a thread in attention, runtime/ops/cpu). A checkpoint adds nothing: each rank
 -- writes the moments and the masters it holds (wick.train.checkpoint).
 function plan.memory(m, micro, policy_name, seq_len, shard, world, prefetch)
   local P = model.parameter_count(m)

@@ -3,11 +3,12 @@
  * probabilities (fine for the small T of CPU training; the CUDA backend does the same).
  *
  * Each (batch, head) pair is a handful of GEMMs on strided views of qkv (row stride 3C), the pairs
- * split over the pool's threads (one chunk, one scratch a thread): S = Q K^T, softmax, O = P V; and backward dP = dO V^T,
- * dV += P^T dO, dS = P * (dP - rowsum(P * dP)), dQ += dS K, dK += dS^T Q. The GEMMs also compute
- * the masked upper triangle (wasted, but far cheaper than scalar loops); the softmax zeroes it.
+ * split over the pool's threads (about one chunk and one scratch a thread): S = Q K^T, softmax,
+ * O = P V; and backward dP = dO V^T, dV += P^T dO, dS = P * (dP - rowsum(P * dP)), dQ += dS K,
+ * dK += dS^T Q. The GEMMs also compute the masked upper triangle (wasted, but far cheaper than
+ * scalar loops); the softmax zeroes it.
  * qkv, out, att and their gradients may be stored in a 2-byte dtype (gemm.h reads and writes them):
- * the scores and their softmax are then computed in an f32 [T,T] scratch per (batch, head), and
+ * the scores and their softmax are then computed in an f32 [T,T] scratch of the chunk, and
  * O = P V uses the f32 probabilities before they are rounded into att, which backward reads.
  */
 #include <math.h>

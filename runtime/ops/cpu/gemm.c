@@ -11,7 +11,8 @@
  * cost: every element of A is widened N / 256 times and of B M / 256 times, 2 conversions per 256
  * multiply-adds, against converting the weights' compute copy to f32 once per step, which would keep
  * an f32 copy of every weight besides the master and the 2-byte copy. f32 operands are read in
- * place, and when all three are f32 this is one sgemm, as before there was a choice of dtype.
+ * place, and when all three are f32 this is one sgemm, as before there was a choice of dtype. Each
+ * sgemm of a large enough product is split in rows or columns over the kernels' pool (see sgemm).
  */
 #include <cblas.h>  /* OpenBLAS */
 #include <pthread.h>
@@ -67,7 +68,6 @@ typedef struct {
 } SgemmJob;
 
 static void sgemm_part(void *ctx, size_t begin, size_t end, size_t chunk) {
-  (void)chunk;
   SgemmJob *j = ctx;
   Block A = j->A, B = j->B;
   float *C = j->C;
@@ -96,25 +96,41 @@ static void sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, floa
   parallel_for(n, n / threads, sgemm_part, &job);
 }
 
-/* C's tile [m0, m0 + mr) x [n0, n0 + nr), accumulated in f32 over K and stored once. */
-static void gemm_tile(size_t m0, size_t mr, size_t n0, size_t nr, size_t K, float alpha, GemmOperand A, GemmOperand B,
-                      float beta, void *C, WkDType c_dtype, size_t ldc, float *a_tile, float *b_tile, float *c_tile) {
-  void *c_first = stored_at(C, c_dtype, m0 * ldc + n0);
-  bool direct = c_dtype == WK_F32;
+/* One product C = alpha op(A) op(B) + beta C, as cpu_gemm takes it. */
+typedef struct {
+  size_t M, N, K;
+  float alpha, beta;
+  GemmOperand A, B;
+  void *C;
+  WkDType c_dtype;
+  size_t ldc;
+} Product;
+
+static size_t tiles_in(size_t n) { return (n + TILE - 1) / TILE; }
+
+/* C's tile t (row-major over C's tiles of TILE x TILE), accumulated in f32 over K and stored once;
+ * scratch: cpu_gemm_tiles(M, N, K) floats. */
+static void gemm_tile(const Product *p, size_t t, float *scratch) {
+  size_t m0 = t / tiles_in(p->N) * TILE, n0 = t % tiles_in(p->N) * TILE;
+  size_t mr = min_size(TILE, p->M - m0), nr = min_size(TILE, p->N - n0);
+  float *a_tile = scratch, *b_tile = a_tile + min_size(TILE, p->M) * min_size(TILE, p->K);
+  float *c_tile = b_tile + min_size(TILE, p->K) * min_size(TILE, p->N);
+  void *c_first = stored_at(p->C, p->c_dtype, m0 * p->ldc + n0);
+  bool direct = p->c_dtype == WK_F32;
   float *acc = direct ? c_first : c_tile;
-  size_t ld_acc = direct ? ldc : nr;
-  if (!direct && beta != 0.0f)
-    for (size_t r = 0; r < mr; r++) stored_load_run(c_tile + r * nr, stored_at(c_first, c_dtype, r * ldc), c_dtype, nr);
-  if (K == 0)
+  size_t ld_acc = direct ? p->ldc : nr;
+  if (!direct && p->beta != 0.0f)
+    for (size_t r = 0; r < mr; r++) stored_load_run(c_tile + r * nr, stored_at(c_first, p->c_dtype, r * p->ldc), p->c_dtype, nr);
+  if (p->K == 0)
     for (size_t r = 0; r < mr; r++)
-      for (size_t c = 0; c < nr; c++) acc[r * ld_acc + c] = beta == 0.0f ? 0.0f : beta * acc[r * ld_acc + c];
-  for (size_t k0 = 0; k0 < K; k0 += TILE) {
-    size_t kr = min_size(TILE, K - k0);
-    Block a = op_block(A, m0, mr, k0, kr, a_tile), b = op_block(B, k0, kr, n0, nr, b_tile);
-    sgemm(A.trans, B.trans, mr, nr, kr, alpha, a, b, k0 == 0 ? beta : 1.0f, acc, ld_acc);
+      for (size_t c = 0; c < nr; c++) acc[r * ld_acc + c] = p->beta == 0.0f ? 0.0f : p->beta * acc[r * ld_acc + c];
+  for (size_t k0 = 0; k0 < p->K; k0 += TILE) {
+    size_t kr = min_size(TILE, p->K - k0);
+    Block a = op_block(p->A, m0, mr, k0, kr, a_tile), b = op_block(p->B, k0, kr, n0, nr, b_tile);
+    sgemm(p->A.trans, p->B.trans, mr, nr, kr, p->alpha, a, b, k0 == 0 ? p->beta : 1.0f, acc, ld_acc);
   }
   if (!direct)
-    for (size_t r = 0; r < mr; r++) stored_store_run(stored_at(c_first, c_dtype, r * ldc), c_tile + r * nr, c_dtype, nr);
+    for (size_t r = 0; r < mr; r++) stored_store_run(stored_at(c_first, p->c_dtype, r * p->ldc), c_tile + r * nr, p->c_dtype, nr);
 }
 
 /* f32 operands and a product over K > 0: one sgemm, read in place (no tiles). */
@@ -134,20 +150,36 @@ void cpu_gemm_in(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmO
     sgemm(A.trans, B.trans, M, N, K, alpha, (Block){A.data, A.ld}, (Block){B.data, B.ld}, beta, C, ldc);
     return;
   }
-  float *a_tile = tiles, *b_tile = a_tile + min_size(TILE, M) * min_size(TILE, K);
-  float *c_tile = b_tile + min_size(TILE, K) * min_size(TILE, N);
-  for (size_t m0 = 0; m0 < M; m0 += TILE)
-    for (size_t n0 = 0; n0 < N; n0 += TILE)
-      gemm_tile(m0, min_size(TILE, M - m0), n0, min_size(TILE, N - n0), K, alpha, A, B, beta, C, c_dtype, ldc, a_tile,
-                b_tile, c_tile);
+  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc};
+  for (size_t t = 0; t < tiles_in(M) * tiles_in(N); t++) gemm_tile(&p, t, tiles);
+}
+
+/* C's tiles split over the pool, a scratch each chunk: the widening and rounding around the sgemms
+ * then run on every thread too, where a tile at a time leaves them to the caller. */
+typedef struct {
+  const Product *p;
+  float *scratch;
+  size_t scratch_floats;
+} TilesJob;
+
+static void tiles_part(void *ctx, size_t begin, size_t end, size_t chunk) {
+  const TilesJob *j = ctx;
+  for (size_t t = begin; t < end; t++) gemm_tile(j->p, t, j->scratch + chunk * j->scratch_floats);
 }
 
 WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
                   WkDType c_dtype, size_t ldc) {
-  float *tiles = NULL;
-  bool tiled = M > 0 && N > 0 && !one_sgemm(K, A, B, c_dtype);
-  if (tiled && !(tiles = wk_malloc(cpu_gemm_tiles(M, N, K) * sizeof *tiles, "gemm tiles"))) return wk_last_status();
-  cpu_gemm_in(M, N, K, alpha, A, B, beta, C, c_dtype, ldc, tiles);
-  free(tiles);
+  if (M == 0 || N == 0 || one_sgemm(K, A, B, c_dtype)) {
+    cpu_gemm_in(M, N, K, alpha, A, B, beta, C, c_dtype, ldc, NULL);
+    return WK_OK;
+  }
+  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc};
+  size_t count = tiles_in(M) * tiles_in(N), threads = parallel_threads();
+  size_t grain = count >= threads ? count / threads : count;  /* fewer tiles than threads: one chunk, split sgemms */
+  TilesJob job = {&p, NULL, cpu_gemm_tiles(M, N, K)};
+  if (!(job.scratch = wk_malloc(parallel_chunks(count, grain) * job.scratch_floats * sizeof(float), "gemm tiles")))
+    return wk_last_status();
+  parallel_for(count, grain, tiles_part, &job);
+  free(job.scratch);
   return WK_OK;
 }
