@@ -116,9 +116,10 @@ MODE := $(if $(filter 1,$(SANITIZE)),asan,release)-$(if $(filter 1,$(WITH_CUDA))
 OBJ := build/obj/$(MODE)
 # Messages are written into fixed buffers on purpose (no allocation on error paths): truncation is fine.
 WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
-# -fno-trapping-math: nothing here reads floating-point exception flags, and without it gcc keeps
-# the select of a clamp as a branch, so the CPU kernels' exp loops (runtime/ops/cpu/exp.h) stay scalar.
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -fno-trapping-math $(WARNINGS)
+# -fno-trapping-math and -fno-math-errno: nothing here reads floating-point exception flags or errno
+# after a math function, and without them gcc keeps a clamp's select as a branch and sqrtf as a call,
+# so the CPU kernels' loops (runtime/ops/cpu: exp.h, AdamW) stay scalar.
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -fno-trapping-math -fno-math-errno $(WARNINGS)
 CXXFLAGS_BASE := -std=c++17 -D_GNU_SOURCE -O3 -g -fPIC -fvisibility=hidden -Wall -Wextra -Wshadow -Wno-unused-parameter
 NVCCFLAGS := -O2 -g -Xcompiler -fPIC -std=c++17 --expt-relaxed-constexpr $(GENCODE)
 LDFLAGS_EXTRA :=

@@ -110,12 +110,18 @@ static WkStatus check_contiguous(const char *op, const WkTensor *t) {
 
 /* An output that may replace an input in place: the same bytes, or none of them (a partial overlap
  * would read values the op has already written). Both are contiguous, checked before. */
+static bool same_bytes(const WkTensor *a, const WkTensor *b) {
+  return tensor_ptr(a) == tensor_ptr(b) && numel(a) * wk_dtype_size(a->dtype) == numel(b) * wk_dtype_size(b->dtype);
+}
+
+static bool overlap(const WkTensor *a, const WkTensor *b) {
+  uintptr_t x = (uintptr_t)tensor_ptr(a), y = (uintptr_t)tensor_ptr(b);
+  return !(x + numel(a) * wk_dtype_size(a->dtype) <= y || y + numel(b) * wk_dtype_size(b->dtype) <= x);
+}
+
 static WkStatus same_or_apart(const char *op, const char *out_name, const WkTensor *out, const char *in_name,
                               const WkTensor *in) {
-  uintptr_t o = (uintptr_t)tensor_ptr(out), i = (uintptr_t)tensor_ptr(in);
-  size_t o_bytes = numel(out) * wk_dtype_size(out->dtype), i_bytes = numel(in) * wk_dtype_size(in->dtype);
-  if (o == i && o_bytes == i_bytes) return WK_OK;
-  if (o + o_bytes <= i || i + i_bytes <= o) return WK_OK;
+  if (same_bytes(out, in) || !overlap(out, in)) return WK_OK;
   return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s overlaps %s without being it (in place means the same tensor)", op,
                  out_name, in_name);
 }
@@ -205,6 +211,12 @@ WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTenso
   ARG_FLAT("adamw", grad, WK_F32, param, numel(param));
   ARG_FLAT("adamw", m, WK_F32, param, numel(param));
   ARG_FLAT("adamw", v, WK_F32, param, numel(param));
+  const WkTensor *arrays[] = {param, grad, m, v};  /* the kernels read them as four separate arrays */
+  const char *names[] = {"param", "grad", "m", "v"};
+  for (int a = 0; a < 4; a++)
+    for (int b = a + 1; b < 4; b++)
+      if (overlap(arrays[a], arrays[b]))
+        return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: %s and %s share memory", names[a], names[b]);
   if (step < 1) return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: step counts from 1, got %lld", (long long)step);
   if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))
     return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: betas must be in [0, 1), got %g and %g", beta1, beta2);
@@ -212,8 +224,6 @@ WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTenso
                   cpu_adamw(F32(param), F32(grad), F32(m), F32(v), numel(param), lr, beta1, beta2, eps, weight_decay, step, grad_scale),
                   CUDA->adamw(F32(param), F32(grad), F32(m), F32(v), numel(param), lr, beta1, beta2, eps, weight_decay, step, grad_scale));
 }
-
-/* ---- layers ----------------------------------------------------------------------------------- */
 
 /* ---- a step's status (WkStepStatus in wick.h) ------------------------------------------------------ */
 

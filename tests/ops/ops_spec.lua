@@ -256,6 +256,13 @@ describe('ops', function()
     end
     assert.is_true(math.abs(p:get(1) - x) < 1e-6)
     assert.has_error(function() check(C.wk_op_adamw(p, g, m, v, lr, b1, b2, eps, wd, 0, 1)) end)
+    -- the kernel reads four separate arrays (and vectorizes so): a shared one is refused
+    assert.has_error(function() check(C.wk_op_adamw(p, p, m, v, lr, b1, b2, eps, wd, 3, 1)) end,
+      'adamw: param and grad share memory')
+    local state = T.zeros({ 3 })
+    assert.has_error(function()
+      check(C.wk_op_adamw(p, g, state:narrow(1, 1, 2), state:narrow(1, 2, 2), lr, b1, b2, eps, wd, 3, 1))
+    end, 'adamw: m and v share memory')
   end)
 
   -- What a GPU step needs to run without a host sync: the checks and the loss sum kept in a status
