@@ -382,8 +382,8 @@ describe('data parallelism', function()
     ]]):format(helper.ROOT .. '/recipes/tiny.lua'))
     local r = helper.run(('--nproc-per-node 2 %s --model.layers=3 --parallel.shard=parameters'):format(q(recipe)))
     assert.are_not.equal(0, r.rc)
-    assert.matches('rank 0: all_gather #%d+ %(%d+ f32%) at [^\n]* waiting for 1 rank: rank 1 left without dist:close%(%)',
-      r.err)
+    assert.matches("rank 0: all_gather #%d+ %(%d+ f32%) at [^\n]*dies%.lua %(wick%.train's step%)[^\n]* waiting for 1 "
+      .. 'rank: rank 1 left without dist:close%(%)', r.err)
     assert.matches('run: rank 1 %(pid %d+%) was killed by signal 9', r.err)
     assert.is_nil(r.err:match('called twice'), r.err)
     helper.rmtree(dir)

@@ -72,6 +72,8 @@ local OPTIONS = schema.define('nn.data_parallel option', {
       .. "gradients, 'parameters' also the weights (gathered block by block)" },
   { 'prefetch', 'integer', min = 1, max = gathered.MAX_PREFETCH, default = 1,
     help = "blocks whose weights are gathered ahead of the one running, under shard = 'parameters'" },
+  { 'site', 'string', help = "where a hang report says the step's collectives come from (default: the line "
+      .. 'that calls dp:step, outside Wick)' },
 })
 local WIRE_DTYPE = { fp32 = 'f32', bf16 = 'bf16' }  -- grad_dtype -> the dtype a bucket is all-reduced in
 
@@ -214,7 +216,7 @@ function DataParallel.new(model, dist, opts)
   local self = setmetatable({ model = model, dist = dist, world_size = dist.world_size, rank = dist.rank,
     device = params.device }, DataParallel)
   dist:broadcast(params, 0)  -- every rank starts from rank 0's weights
-  self.shard, self.prefetch = opts.shard, opts.prefetch
+  self.shard, self.prefetch, self.site = opts.shard, opts.prefetch, opts.site
   self.scatters = self.shard == 'gradients' or self.shard == 'parameters'  -- gradients reduce-scattered
   local unit_of = self.shard == 'parameters' and model:units() or nil
   local ranges, groups = gradient_ranges(model, unit_of)
@@ -249,13 +251,15 @@ function DataParallel.new(model, dist, opts)
   return self
 end
 
--- The recipe line the hang report quotes for this model's collectives: found once (debug.getinfo
--- is not compiled by the JIT, and a training loop calls from the same line every step).
+-- What the hang report quotes for this model's collectives: the site option, or the line of the
+-- loop that calls dp:step, found once (debug.getinfo is not compiled by the JIT, and a training loop
+-- calls from the same line every step).
 local function site_of(self)
-  if not self.site then
-    self.site = require('wick.dist').call_site() or '?'
+  if not self.site_known then
+    self.site = self.site or require('wick.dist').call_site() or '?'
     if self.layout then self.layout.site = self.site end
     if self.model.gathered then self.model.gathered.site = self.site end
+    self.site_known = true
   end
   return self.site
 end

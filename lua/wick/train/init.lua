@@ -197,7 +197,8 @@ function train.new(job)
   self.opt = w.optim.adamw { lr = function(s) return self.lr_at(s) * self.lr_scale end, betas = o.betas, eps = o.eps,
     weight_decay = o.weight_decay, clip = o.clip }
   self.dp = w.nn.data_parallel(self.model, self.dist, { grad_dtype = config.parallel.grad_dtype,
-    shard = config.parallel.shard, bucket_bytes = config.parallel.bucket_bytes, prefetch = config.parallel.prefetch })
+    shard = config.parallel.shard, bucket_bytes = config.parallel.bucket_bytes, prefetch = config.parallel.prefetch,
+    site = job.name .. " (wick.train's step)" })
   if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
     checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model, self.dp.layout)
     self.dp:refresh_weights()
