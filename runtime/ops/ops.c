@@ -108,8 +108,7 @@ static WkStatus check_contiguous(const char *op, const WkTensor *t) {
   return WK_OK;
 }
 
-/* An output that may replace an input in place: the same bytes, or none of them (a partial overlap
- * would read values the op has already written). Both are contiguous, checked before. */
+/* Two contiguous tensors (checked before) on one device: the very same bytes, or any shared. */
 static bool same_bytes(const WkTensor *a, const WkTensor *b) {
   return tensor_ptr(a) == tensor_ptr(b) && numel(a) * wk_dtype_size(a->dtype) == numel(b) * wk_dtype_size(b->dtype);
 }
@@ -119,6 +118,8 @@ static bool overlap(const WkTensor *a, const WkTensor *b) {
   return !(x + numel(a) * wk_dtype_size(a->dtype) <= y || y + numel(b) * wk_dtype_size(b->dtype) <= x);
 }
 
+/* An output that may replace an input in place: the same bytes, or none of them (a partial overlap
+ * would read values the op has already written). */
 static WkStatus same_or_apart(const char *op, const char *out_name, const WkTensor *out, const char *in_name,
                               const WkTensor *in) {
   if (same_bytes(out, in) || !overlap(out, in)) return WK_OK;
