@@ -275,10 +275,9 @@ end
 
 -- Returns the mean cross-entropy over the selected targets (a Lua number; nil with a step's
 -- status, which then holds it: see scored), or the logits [B, T, V] (a buffer the next forward
--- overwrites) when no targets are given. idx, targets and mask
--- must stay alive until backward() when they are already of the right dtype on the model's device,
--- since the model then reads them in place instead of copying (idx and targets may be strided
--- views, see staged).
+-- overwrites) when no targets are given. idx, targets and mask must stay alive until backward()
+-- when they are already of the right dtype on the model's device, since the model then reads them
+-- in place instead of copying (idx and targets may be strided views, see staged).
 function GPT:forward(idx, targets, mask, count, status)
   local cfg = self.config
   if not T.is_tensor(idx) or idx:dim() ~= 2 then error('gpt:forward: idx must be an int32 tensor [B, T]', 2) end
