@@ -16,11 +16,13 @@
  *
  * 2-byte storage (bf16, f16) follows the CPU's arithmetic (runtime/ops/cpu/attention.c): the scores,
  * the softmax and O = P V are f32 over values widened exactly, P is rounded into att (which the
- * backward widens again), and each output is rounded once. So each batch row's qkv (and dout, att and
- * dqkv in the backward) is widened into f32 scratch, the f32 path runs on it, and the results are
- * rounded back; dq, dk and dv each take one product per head, so rounding the accumulated row once
- * is the CPU's one rounding per product. The GEMMs stay fp32 (cuBLAS has no product of f32
- * probabilities with 16-bit values): the tensor cores' speed here is later work.
+ * backward widens again), and each output is rounded once. The products of two stored operands,
+ * S = Q K^T, dP = dO V^T and dV += P^T dO (P as att holds it), run on the tensor cores straight from
+ * storage: a product of two 16-bit values is exact in f32 and the sums are f32, as the CPU's over the
+ * widened values. The three with an f32 operand (O = P V on the unrounded P, dQ += dS K and
+ * dK += dS^T Q) are fp32 GEMMs on f32 views: each batch row's qkv (and att and dqkv in the backward)
+ * is widened into scratch and the results rounded back; dq, dk and dv each take one product per head,
+ * so rounding the accumulated row once is the CPU's one rounding per product.
  */
 #include <type_traits>
 
@@ -110,30 +112,53 @@ __global__ static void softmax_backward_kernel(float *dP, const float *P, size_t
   }
 }
 
-/* One batch row's heads: q [T, 3C] (q, k, v), P [NH, T, T], o [T, C]. */
-static WkStatus forward_f32(cublasHandle_t handle, float *o, float *P, const float *q, size_t T, size_t C, size_t NH) {
-  size_t hs = C / NH;
-  float scale = 1.0f / sqrtf((float)hs);
-  const float *k = q + C, *v = q + 2 * C;
-  /* S = scale Q K^T, P = softmax(S), O = P V: [T, T] per head, T * T apart; a head's q, k, v, o hs apart */
-  WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, scale, q, 3 * C, hs, k, 3 * C, hs, 0.0f, P, T, T * T));
-  LAUNCH_ROWS(causal_softmax_kernel, NH * T, P, NH * T, T);
-  return gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, P, T, T * T, v, 3 * C, hs, 0.0f, o, C, hs);
+/* A head's [rows, hs] slices of a batch row stored as dtype, row stride ld, hs apart from head to head. */
+static BatchOperand heads_of(const void *row, WkDType dtype, size_t ld, size_t hs) { return {row, dtype, ld, hs}; }
+/* The heads' [T, T] matrices, T * T apart. */
+static BatchOperand squares_of(const void *first, WkDType dtype, size_t T) { return {first, dtype, T, T * T}; }
+static const void *element(const void *row, WkDType dtype, size_t i) {
+  return (const char *)row + i * wk_dtype_size(dtype);
 }
 
-/* One batch row's backward, with dP ([NH, T, T]) as scratch: dq [T, 3C] (dq, dk, dv) accumulates. */
-static WkStatus backward_f32(cublasHandle_t handle, float *dP, float *dq, const float *dO, const float *q,
-                             const float *P, size_t T, size_t C, size_t NH) {
+/* One batch row's heads. q: the row [T, 3C] (q, k, v) in f32; stored: the same row as stored (dtype),
+ * which S = scale Q K^T reads on the tensor cores (products of stored values, as the CPU's of the
+ * same values widened); P [NH, T, T] and o [T, C] in f32. O = P V multiplies the unrounded f32 P. */
+static WkStatus forward_f32(cublasHandle_t handle, float *o, float *P, const float *q, const void *stored, WkDType dtype,
+                            size_t T, size_t C, size_t NH) {
   size_t hs = C / NH;
   float scale = 1.0f / sqrtf((float)hs);
-  const float *k = q + C, *v = q + 2 * C;
+  WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, scale, heads_of(stored, dtype, 3 * C, hs),
+                              heads_of(element(stored, dtype, C), dtype, 3 * C, hs), 0.0f, P, T, T * T));
+  LAUNCH_ROWS(causal_softmax_kernel, NH * T, P, NH * T, T);
+  return gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, squares_of(P, WK_F32, T),
+                              heads_of(q + 2 * C, WK_F32, 3 * C, hs), 0.0f, o, C, hs);
+}
+
+/* What the backward of one batch row reads as stored (dtype): its qkv row, dout row and att. */
+struct StoredRow {
+  const void *qkv, *dout, *att;
+  WkDType dtype;
+};
+
+/* One batch row's backward, with dP ([NH, T, T]) as scratch: dq [T, 3C] (dq, dk, dv) accumulates in
+ * f32; q and P are f32 views. dP = dO V^T and dV += P^T dO read their operands as stored, on the
+ * tensor cores; dQ and dK multiply the f32 dS. */
+static WkStatus backward_f32(cublasHandle_t handle, float *dP, float *dq, const float *q, const float *P,
+                             StoredRow stored, size_t T, size_t C, size_t NH) {
+  size_t hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  WkDType dtype = stored.dtype;
+  BatchOperand dO = heads_of(stored.dout, dtype, C, hs);
   float *dk = dq + C, *dv = dq + 2 * C;
-  WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, 1.0f, dO, C, hs, v, 3 * C, hs, 0.0f, dP, T, T * T));
-  WK_TRY(gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, P, T, T * T, dO, C, hs, 1.0f, dv, 3 * C, hs));
+  WK_TRY(gemm_strided_batched(handle, NH, false, true, T, T, hs, 1.0f, dO,
+                              heads_of(element(stored.qkv, dtype, 2 * C), dtype, 3 * C, hs), 0.0f, dP, T, T * T));
+  WK_TRY(gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, squares_of(stored.att, dtype, T), dO, 1.0f, dv,
+                              3 * C, hs));
   LAUNCH_ROWS(softmax_backward_kernel, NH * T, dP, P, NH * T, T, scale);
-  WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, dP, T, T * T, k, 3 * C, hs, 1.0f, dq, 3 * C, hs));
-  WK_TRY(gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, dP, T, T * T, q, 3 * C, hs, 1.0f, dk, 3 * C, hs));
-  return WK_OK;
+  WK_TRY(gemm_strided_batched(handle, NH, false, false, T, hs, T, 1.0f, squares_of(dP, WK_F32, T),
+                              heads_of(q + C, WK_F32, 3 * C, hs), 1.0f, dq, 3 * C, hs));
+  return gemm_strided_batched(handle, NH, true, false, T, hs, T, 1.0f, squares_of(dP, WK_F32, T),
+                              heads_of(q, WK_F32, 3 * C, hs), 1.0f, dk, 3 * C, hs);
 }
 
 /* ---- the op, per batch row, on f32 views --------------------------------------------------------- */
@@ -152,7 +177,7 @@ static WkStatus forward_row(cublasHandle_t handle, float *wide, Storage *out, St
   WK_TRY(f32_view(&q, qkv, n.qkv, &cursor, true));
   WK_TRY(f32_view(&P, att, n.att, &cursor, false));
   WK_TRY(f32_view(&o, out, n.out, &cursor, false));
-  WK_TRY(forward_f32(handle, o, P, q, T, C, NH));
+  WK_TRY(forward_f32(handle, o, P, q, qkv, storage_dtype<Storage>(), T, C, NH));
   WK_TRY(store_view(att, P, n.att));
   return store_view(out, o, n.out);
 }
@@ -183,12 +208,11 @@ template <typename Storage>
 static WkStatus backward_row(cublasHandle_t handle, float *dP, float *wide, Storage *dqkv, const Storage *dout,
                              const Storage *qkv, const Storage *att, size_t T, size_t C, size_t NH) {
   RowSizes n = row_sizes(T, C, NH);
-  float *q, *dO, *P, *dq, *cursor = wide;
+  float *q, *P, *dq, *cursor = wide;
   WK_TRY(f32_view(&q, qkv, n.qkv, &cursor, true));
-  WK_TRY(f32_view(&dO, dout, n.out, &cursor, true));
   WK_TRY(f32_view(&P, att, n.att, &cursor, true));
   WK_TRY(f32_view(&dq, dqkv, n.qkv, &cursor, true));  /* accumulated into */
-  WK_TRY(backward_f32(handle, dP, dq, dO, q, P, T, C, NH));
+  WK_TRY(backward_f32(handle, dP, dq, q, P, {qkv, dout, att, storage_dtype<Storage>()}, T, C, NH));
   return store_view(dqkv, dq, n.qkv);
 }
 
@@ -200,7 +224,7 @@ static WkStatus attention_backward(Storage *dqkv, const Storage *dout, const Sto
   RowSizes n = row_sizes(T, C, NH);
   DeviceScratch dP, wide;
   WK_TRY(scratch_new(&dP, n.att * sizeof(float)));
-  WkStatus status = views_new<Storage>(&wide, 2 * n.qkv + n.out + n.att);
+  WkStatus status = views_new<Storage>(&wide, 2 * n.qkv + n.att);
   for (size_t b = 0; b < B && status == WK_OK; b++)
     status = backward_row(handle, (float *)dP.ptr, (float *)wide.ptr, dqkv + b * n.qkv, dout + b * n.out,
                           qkv + b * n.qkv, att + b * n.att, T, C, NH);

@@ -46,21 +46,26 @@ static WkStatus handles_for_current_device(cublasHandle_t *out, cublasLtHandle_t
 
 WkStatus cublas_for_current_device(cublasHandle_t *out) { return handles_for_current_device(out, NULL); }
 
+static cudaDataType_t cuda_type(WkDType dtype) {
+  return dtype == WK_BF16 ? CUDA_R_16BF : dtype == WK_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
-                              size_t K, float alpha, const float *A, size_t lda, size_t stride_a, const float *B,
-                              size_t ldb, size_t stride_b, float beta, float *Cm, size_t ldc, size_t stride_c) {
+                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, float *Cm, size_t ldc,
+                              size_t stride_c) {
+  if (A.dtype != B.dtype)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "batched GEMM of %s by %s: the operands must share a dtype",
+                   wk_dtype_name(A.dtype), wk_dtype_name(B.dtype));
+  cudaDataType_t type = cuda_type(A.dtype);
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
-  CUBLAS_TRY(cublasSgemmStridedBatched(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       (int)N, (int)M, (int)K, &alpha, B, (int)ldb, (long long)stride_b, A, (int)lda,
-                                       (long long)stride_a, &beta, Cm, (int)ldc, (long long)stride_c, (int)batch));
+  CUBLAS_TRY(cublasGemmStridedBatchedEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                        (int)N, (int)M, (int)K, &alpha, B.data, type, (int)B.ld, (long long)B.stride,
+                                        A.data, type, (int)A.ld, (long long)A.stride, &beta, Cm, CUDA_R_32F, (int)ldc,
+                                        (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return WK_OK;
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------------ */
-
-static cudaDataType_t cuda_type(WkDType dtype) {
-  return dtype == WK_BF16 ? CUDA_R_16BF : dtype == WK_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
 
 /* A column-major product D[m, n] = alpha op(A) op(B) + beta D, with an optional bias epilogue. */
 struct LtGemm {

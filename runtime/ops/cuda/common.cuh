@@ -109,11 +109,27 @@ template <> __device__ inline __half from_float<__half>(float x) { return __floa
 /* The cuBLAS handle of the current device (made on first use), bound to the current stream. */
 WkStatus cublas_for_current_device(cublasHandle_t *out);
 
+/* One operand of a strided batch of products: row-major, of dtype f32, bf16 or f16, ld elements from
+ * one row to the next and stride elements from one item of the batch to the next. */
+struct BatchOperand {
+  const void *data;
+  WkDType dtype;
+  size_t ld, stride;
+};
+
 /* C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch, in row-major terms (the CPU reference's
- * cblas calls, word for word), fp32 in and out with fp32 arithmetic (no TF32). */
+ * cblas calls, word for word), C f32, the arithmetic fp32: A and B share a dtype, f32 (no TF32), or
+ * bf16 / f16 on the tensor cores, whose products of 16-bit values are exact in f32 and summed in f32,
+ * as the CPU sums the same values widened. */
 WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
-                              size_t K, float alpha, const float *A, size_t lda, size_t stride_a, const float *B,
-                              size_t ldb, size_t stride_b, float beta, float *Cm, size_t ldc, size_t stride_c);
+                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, float *Cm, size_t ldc,
+                              size_t stride_c);
+
+/* The WkDType of a storage type. */
+template <typename Storage> constexpr WkDType storage_dtype();
+template <> constexpr WkDType storage_dtype<float>() { return WK_F32; }
+template <> constexpr WkDType storage_dtype<__nv_bfloat16>() { return WK_BF16; }
+template <> constexpr WkDType storage_dtype<__half>() { return WK_F16; }
 
 #define GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
