@@ -21,6 +21,9 @@ extern "C" {
 #define WK_HOST_DEVICE
 #endif
 
+/* Whether an embedding id or a target indexes a vocabulary of V; the others are marked, not read. */
+static inline WK_HOST_DEVICE bool wk_in_vocab(int32_t id, size_t V) { return id >= 0 && (size_t)id < V; }
+
 /* WkStepStatus's mark of a bad index at element n holding id: larger for an earlier element, so the
  * largest mark (an atomicMax on a GPU) names the first bad one; 0 is no mark. */
 static inline WK_HOST_DEVICE uint64_t wk_bad_mark(uint64_t n, int32_t id) { return ~(n << 32 | (uint32_t)id); }

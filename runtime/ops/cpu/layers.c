@@ -25,7 +25,6 @@ typedef struct {
 } EmbeddingJob;
 
 static int32_t id_at(const int32_t *idx, WkIndexLayout at, size_t n) { return idx[wk_index_offset(at, (int64_t)n)]; }
-static bool in_table(int32_t id, size_t V) { return id >= 0 && (size_t)id < V; }
 
 static void embedding_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   EmbeddingJob *j = ctx;
@@ -34,7 +33,7 @@ static void embedding_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
     size_t token = (size_t)id * j->C, position = (n % j->T) * j->C;
     for (size_t c = 0; c < j->C; c++)
       stored_put(j->out, j->act, n * j->C + c,
-                 in_table(id, j->V) ? stored_get(j->wte, j->act, token + c) + stored_get(j->wpe, j->act, position + c) : 0.0f);
+                 wk_in_vocab(id, j->V) ? stored_get(j->wte, j->act, token + c) + stored_get(j->wpe, j->act, position + c) : 0.0f);
   }
 }
 
@@ -43,7 +42,7 @@ void cpu_mark_bad_ids(uint64_t *mark, int64_t *limit, const int32_t *idx, WkInde
                       size_t n, size_t V) {
   for (size_t i = 0; i < n; i++) {
     int32_t id = id_at(idx, at, i);
-    if ((mask && !mask[i]) || in_table(id, V)) continue;
+    if ((mask && !mask[i]) || wk_in_vocab(id, V)) continue;
     if (wk_bad_mark(i, id) > *mark) {
       *mark = wk_bad_mark(i, id);
       *limit = (int64_t)V;
@@ -64,7 +63,7 @@ void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType 
                             WkIndexLayout idx_layout, size_t B, size_t T, size_t C, size_t V) {
   for (size_t n = 0; n < B * T; n++) {
     int32_t id = id_at(idx, idx_layout, n);
-    float *token = in_table(id, V) ? dwte + (size_t)id * C : NULL, *position = dwpe + (n % T) * C;
+    float *token = wk_in_vocab(id, V) ? dwte + (size_t)id * C : NULL, *position = dwpe + (n % T) * C;
     for (size_t c = 0; c < C; c++) {
       float g = stored_get(dout, act, n * C + c);
       if (token) token[c] += g;

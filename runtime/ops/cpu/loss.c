@@ -75,7 +75,6 @@ static float log_sum_exp(const void *row, WkDType act, size_t V) {
 
 static bool counted(const LossJob *j, size_t n) { return !j->mask || j->mask[n]; }
 static int32_t target(const LossJob *j, size_t n) { return j->targets[wk_index_offset(j->at, (int64_t)n)]; }
-static bool in_vocab(const LossJob *j, int32_t t) { return t >= 0 && (size_t)t < j->V; }
 
 static void loss_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   LossJob *j = ctx;
@@ -83,7 +82,7 @@ static void loss_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   for (size_t n = begin; n < end; n++) {
     const void *row = stored_at(j->logits, j->act, n * j->V);
     int32_t t = target(j, n);
-    bool scored = counted(j, n) && in_vocab(j, t);  /* a bad target is marked, and scores nothing */
+    bool scored = counted(j, n) && wk_in_vocab(t, j->V);  /* a bad target is marked, and scores nothing */
     j->losses[n] = scored ? (log_sum_exp(row, j->act, j->V) - stored_get(row, j->act, (size_t)t)) / j->normalizer : 0.0f;
     sum += j->losses[n];
   }

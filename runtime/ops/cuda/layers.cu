@@ -15,7 +15,7 @@ __global__ static void embedding_forward_kernel(Storage *out, const int32_t *idx
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
     int32_t token = idx[wk_index_offset(at, (int64_t)row)];
-    if (token < 0 || (size_t)token >= V) {
+    if (!wk_in_vocab(token, V)) {
       if (c == 0) mark_bad_id((unsigned long long *)&status->bad_token, &status->token_limit, row, token, V);
       out[i] = from_float<Storage>(0.0f);
     } else {
@@ -49,7 +49,7 @@ __global__ static void token_gradient_kernel(float *dwte, const Storage *dout, c
   GRID_STRIDE(i, n) {
     size_t row = i / C, c = i % C;
     int32_t token = idx[wk_index_offset(at, (int64_t)row)];
-    if (token >= 0 && (size_t)token < V) atomicAdd(&dwte[(size_t)token * C + c], to_float(dout[i]));  /* the forward marked the rest */
+    if (wk_in_vocab(token, V)) atomicAdd(&dwte[(size_t)token * C + c], to_float(dout[i]));  /* the forward marked the rest */
   }
 }
 

@@ -40,7 +40,7 @@ __global__ static void cross_entropy_forward_kernel(float *losses, const Storage
   BLOCK_ROW_LOOP(n, N) {
     int32_t target = targets[wk_index_offset(at, (int64_t)n)];
     bool counted = !mask || mask[n];
-    if (counted && (target < 0 || (size_t)target >= V)) {  /* masked-out targets may hold anything */
+    if (counted && !wk_in_vocab(target, V)) {  /* masked-out targets may hold anything */
       if (threadIdx.x == 0) {
         mark_bad_id((unsigned long long *)&status->bad_target, &status->target_limit, n, target, V);
         losses[n] = 0.0f;
