@@ -636,6 +636,12 @@ WK_API WkStatus wk_op_embedding_backward(WkTensor *dwte, WkTensor *dwpe, const W
 /* Over the last dim C; mean and rstd [N] are saved for the backward. */
 WK_API WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *inp,
                                 const WkTensor *weight, const WkTensor *bias, float eps);
+/* A residual add and the layernorm after it, in one pass over the rows (llm.c's fused residual
+ * forward): sum = a + b, rounded to the activation dtype as wk_op_add rounds it, then out, mean and
+ * rstd the layernorm of that rounded sum: the very values of wk_op_add then wk_op_layernorm. */
+WK_API WkStatus wk_op_add_layernorm(WkTensor *sum, WkTensor *out, WkTensor *mean, WkTensor *rstd,
+                                    const WkTensor *a, const WkTensor *b, const WkTensor *weight,
+                                    const WkTensor *bias, float eps);
 WK_API WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias,
                                          const WkTensor *dout, const WkTensor *inp,
                                          const WkTensor *weight, const WkTensor *mean,
@@ -692,6 +698,10 @@ WK_API WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, 
 /* Over the last dim C: out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] (f32) is kept for the backward. */
 WK_API WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
                               float eps);
+/* As wk_op_add_layernorm, with RMSNorm: sum = a + b rounded as wk_op_add rounds it, then out and rstd
+ * the RMSNorm of that rounded sum, the very values of wk_op_add then wk_op_rmsnorm. */
+WK_API WkStatus wk_op_add_rmsnorm(WkTensor *sum, WkTensor *out, WkTensor *rstd, const WkTensor *a,
+                                  const WkTensor *b, const WkTensor *weight, float eps);
 WK_API WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout,
                                        const WkTensor *inp, const WkTensor *weight, const WkTensor *rstd);
 /* RoPE's inverse frequencies inv_freq [hs/2] from theta: plain, `linear` (divided by factor) or

@@ -33,7 +33,8 @@ static inline int32_t wk_bad_mark_id(uint64_t mark) { return (int32_t)(uint32_t)
 /* The dtypes are the CPU's (runtime/ops/ops.c): activations, their gradients and the weights' compute
  * copy in the op's `dtype` (f32, bf16 or f16, void pointers); parameter gradients, layernorm's mean
  * and rstd, rmsnorm's rstd, RoPE's inverse frequencies, losses and the optimizer's tensors f32 (float
- * pointers). */
+ * pointers). The norms' forwards serve the plain op (b and sum NULL) and the fused residual one
+ * (sum = a + b rounded, then its norm), as the CPU's: one kernel each. */
 #define WK_CUDA_OPS_FUNCTIONS(X)                                                                               \
   X(WkStatus, fill, (void *data, size_t n, size_t elem_size, const void *pattern))                             \
   X(WkStatus, scale, (float *x, size_t n, float alpha))                                                        \
@@ -47,9 +48,9 @@ static inline int32_t wk_bad_mark_id(uint64_t mark) { return (int32_t)(uint32_t)
   X(WkStatus, embedding_backward,                                                                              \
     (WkDType dtype, float *dwte, float *dwpe, const void *dout, const int32_t *idx, WkIndexLayout idx_layout,  \
      size_t B, size_t T, size_t C, size_t V))                                                                  \
-  X(WkStatus, layernorm_forward,                                                                               \
-    (WkDType dtype, void *out, float *mean, float *rstd, const void *inp, const void *weight, const void *bias, \
-     size_t N, size_t C, float eps))                                                                           \
+  X(WkStatus, add_layernorm_forward,                                                                           \
+    (WkDType dtype, void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,              \
+     const void *weight, const void *bias, size_t N, size_t C, float eps))                                     \
   X(WkStatus, layernorm_backward,                                                                              \
     (WkDType dtype, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,               \
      const void *weight, const float *mean, const float *rstd, size_t N, size_t C))                            \
@@ -72,8 +73,9 @@ static inline int32_t wk_bad_mark_id(uint64_t mark) { return (int32_t)(uint32_t)
   X(WkStatus, cross_entropy_backward,                                                                          \
     (WkDType dtype, void *dlogits, const void *logits, const int32_t *targets, WkIndexLayout targets_layout,   \
      const uint8_t *mask, size_t N, size_t V, float normalizer, float dloss))                                  \
-  X(WkStatus, rmsnorm_forward,                                                                                 \
-    (WkDType dtype, void *out, float *rstd, const void *inp, const void *weight, size_t N, size_t C, float eps)) \
+  X(WkStatus, add_rmsnorm_forward,                                                                             \
+    (WkDType dtype, void *sum, void *out, float *rstd, const void *a, const void *b, const void *weight,       \
+     size_t N, size_t C, float eps))                                                                           \
   X(WkStatus, rmsnorm_backward,                                                                                \
     (WkDType dtype, void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,         \
      const float *rstd, size_t N, size_t C))                                                                   \

@@ -53,8 +53,12 @@ static WkStatus check_arg(const char *op, const char *name, const WkTensor *t, W
 
 #define SHAPE(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 #define ARG(op, t, dtype, ref, ...) WK_TRY(check_arg(op, #t, t, dtype, ref, SHAPE(__VA_ARGS__), CONTIGUOUS))
-/* Elementwise ops reshape freely: any shape with n elements. */
-#define ARG_FLAT(op, t, dtype, ref, n) WK_TRY(check_arg(op, #t, t, dtype, ref, FLAT_RANK, (int64_t[]){(int64_t)(n)}, CONTIGUOUS))
+/* Elementwise ops reshape freely: any shape with n elements. ARG_FLAT_AS names the argument itself:
+ * checks shared by several ops, where one tensor plays a part under another name (the fused ops' sum
+ * is add's out and the norm's inp). */
+#define ARG_FLAT_AS(op, name, t, dtype, ref, n) \
+  WK_TRY(check_arg(op, name, t, dtype, ref, FLAT_RANK, (int64_t[]){(int64_t)(n)}, CONTIGUOUS))
+#define ARG_FLAT(op, t, dtype, ref, n) ARG_FLAT_AS(op, #t, t, dtype, ref, n)
 /* An i32 index tensor read in place, any strides; `layout` receives how to walk it. */
 #define ARG_INDEX(op, t, ref, layout, ...)                                     \
   WK_TRY(check_arg(op, #t, t, WK_I32, ref, SHAPE(__VA_ARGS__), STRIDED));      \
@@ -144,12 +148,20 @@ WkStatus wk_op_scale(WkTensor *t, float alpha) {
 }
 
 
+/* add's checks, which the fused residual ops (add_layernorm, add_rmsnorm) make too: out (named
+ * out_name), a and b of one activation dtype, as many elements each. */
+static WkStatus add_args(const char *op, const char *out_name, const WkTensor *out, const WkTensor *a, const WkTensor *b,
+                         WkDType *act) {
+  WK_TRY(act_dtype(op, out_name, out, act));
+  ARG_FLAT_AS(op, out_name, out, *act, NULL, numel(out));
+  ARG_FLAT(op, a, *act, out, numel(out));
+  ARG_FLAT(op, b, *act, out, numel(out));
+  return WK_OK;
+}
+
 WkStatus wk_op_add(WkTensor *out, const WkTensor *a, const WkTensor *b) {
   WkDType act = WK_F32;
-  ACT("add", out, act);
-  ARG_FLAT("add", out, act, NULL, numel(out));
-  ARG_FLAT("add", a, act, out, numel(out));
-  ARG_FLAT("add", b, act, out, numel(out));
+  WK_TRY(add_args("add", "out", out, a, b, &act));
   return DISPATCH(out, cpu_add(DATA(out), DATA(a), DATA(b), act, numel(out)), CUDA->add(act, DATA(out), DATA(a), DATA(b), numel(out)));
 }
 
@@ -344,20 +356,46 @@ static WkStatus rows_and_channels(const char *op, const WkTensor *inp, int64_t *
   return WK_OK;
 }
 
+/* layernorm's checks, which add_layernorm makes too on its sum: the input (named inp_name) N rows
+ * of C in the activation dtype. */
+static WkStatus layernorm_args(const char *op, const char *inp_name, const WkTensor *out, const WkTensor *mean,
+                               const WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, const WkTensor *bias,
+                               int64_t *N, int64_t *C, WkDType *act) {
+  WK_TRY(rows_and_channels(op, inp, N, C));
+  WK_TRY(act_dtype(op, inp_name, inp, act));
+  ARG_FLAT_AS(op, inp_name, inp, *act, NULL, numel(inp));
+  ARG_FLAT(op, out, *act, inp, numel(inp));
+  ARG(op, mean, WK_F32, inp, *N);  /* the statistics stay f32: one pair a row, reused by backward */
+  ARG(op, rstd, WK_F32, inp, *N);
+  ARG(op, weight, *act, inp, *C);
+  ARG(op, bias, *act, inp, *C);
+  return WK_OK;
+}
+
+/* The layernorm of a (sum and b NULL), or of the sum a + b that it writes to sum first: one kernel
+ * serves the plain op and the fused one. */
+static WkStatus layernorm_forward(WkTensor *sum, WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *a,
+                                  const WkTensor *b, const WkTensor *weight, const WkTensor *bias, float eps, int64_t N,
+                                  int64_t C, WkDType act) {
+  return DISPATCH(a, cpu_add_layernorm_forward(OPT_DATA(sum), DATA(out), F32(mean), F32(rstd), DATA(a), OPT_DATA(b), DATA(weight), DATA(bias), act, (size_t)N, (size_t)C, eps),
+                  CUDA->add_layernorm_forward(act, OPT_DATA(sum), DATA(out), F32(mean), F32(rstd), DATA(a), OPT_DATA(b), DATA(weight), DATA(bias), (size_t)N, (size_t)C, eps));
+}
+
 WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight,
                          const WkTensor *bias, float eps) {
   int64_t N = 0, C = 0;
   WkDType act = WK_F32;
-  WK_TRY(rows_and_channels("layernorm", inp, &N, &C));
-  ACT("layernorm", inp, act);
-  ARG_FLAT("layernorm", inp, act, NULL, numel(inp));
-  ARG_FLAT("layernorm", out, act, inp, numel(inp));
-  ARG("layernorm", mean, WK_F32, inp, N);  /* the statistics stay f32: one pair a row, reused by backward */
-  ARG("layernorm", rstd, WK_F32, inp, N);
-  ARG("layernorm", weight, act, inp, C);
-  ARG("layernorm", bias, act, inp, C);
-  return DISPATCH(inp, cpu_layernorm_forward(DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), act, (size_t)N, (size_t)C, eps),
-                  CUDA->layernorm_forward(act, DATA(out), F32(mean), F32(rstd), DATA(inp), DATA(weight), DATA(bias), (size_t)N, (size_t)C, eps));
+  WK_TRY(layernorm_args("layernorm", "inp", out, mean, rstd, inp, weight, bias, &N, &C, &act));
+  return layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, eps, N, C, act);
+}
+
+WkStatus wk_op_add_layernorm(WkTensor *sum, WkTensor *out, WkTensor *mean, WkTensor *rstd, const WkTensor *a,
+                             const WkTensor *b, const WkTensor *weight, const WkTensor *bias, float eps) {
+  int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
+  WK_TRY(add_args("add_layernorm", "sum", sum, a, b, &act));
+  WK_TRY(layernorm_args("add_layernorm", "sum", out, mean, rstd, sum, weight, bias, &N, &C, &act));
+  return layernorm_forward(sum, out, mean, rstd, a, b, weight, bias, eps, N, C, act);
 }
 
 WkStatus wk_op_layernorm_backward(WkTensor *dinp, WkTensor *dweight, WkTensor *dbias, const WkTensor *dout,
@@ -499,18 +537,42 @@ WkStatus wk_op_cross_entropy_backward(WkTensor *dlogits, const WkTensor *logits,
 
 /* ---- Llama-family ops ------------------------------------------------------------------------- */
 
+/* rmsnorm's checks, which add_rmsnorm makes too on its sum: the input (named inp_name) N rows of C
+ * in the activation dtype. */
+static WkStatus rmsnorm_args(const char *op, const char *inp_name, const WkTensor *out, const WkTensor *rstd,
+                             const WkTensor *inp, const WkTensor *weight, float eps, int64_t *N, int64_t *C, WkDType *act) {
+  WK_TRY(rows_and_channels(op, inp, N, C));
+  WK_TRY(act_dtype(op, inp_name, inp, act));
+  ARG_FLAT_AS(op, inp_name, inp, *act, NULL, numel(inp));
+  ARG_FLAT(op, out, *act, inp, numel(inp));
+  ARG(op, rstd, WK_F32, inp, *N);  /* one f32 per row, as layernorm's statistics */
+  ARG(op, weight, *act, inp, *C);
+  if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: eps must be positive and finite, got %g", op, eps);
+  return WK_OK;
+}
+
+/* The rmsnorm of a (sum and b NULL), or of the sum a + b that it writes to sum first: one kernel
+ * serves the plain op and the fused one. */
+static WkStatus rmsnorm_forward(WkTensor *sum, WkTensor *out, WkTensor *rstd, const WkTensor *a, const WkTensor *b,
+                                const WkTensor *weight, float eps, int64_t N, int64_t C, WkDType act) {
+  return DISPATCH(a, cpu_add_rmsnorm_forward(OPT_DATA(sum), DATA(out), F32(rstd), DATA(a), OPT_DATA(b), DATA(weight), act, (size_t)N, (size_t)C, eps),
+                  CUDA->add_rmsnorm_forward(act, OPT_DATA(sum), DATA(out), F32(rstd), DATA(a), OPT_DATA(b), DATA(weight), (size_t)N, (size_t)C, eps));
+}
+
 WkStatus wk_op_rmsnorm(WkTensor *out, WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, float eps) {
   int64_t N = 0, C = 0;
   WkDType act = WK_F32;
-  WK_TRY(rows_and_channels("rmsnorm", inp, &N, &C));
-  ACT("rmsnorm", inp, act);
-  ARG_FLAT("rmsnorm", inp, act, NULL, numel(inp));
-  ARG_FLAT("rmsnorm", out, act, inp, numel(inp));
-  ARG("rmsnorm", rstd, WK_F32, inp, N);  /* one f32 per row, as layernorm's statistics */
-  ARG("rmsnorm", weight, act, inp, C);
-  if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "rmsnorm: eps must be positive and finite, got %g", eps);
-  return DISPATCH(inp, cpu_rmsnorm_forward(DATA(out), F32(rstd), DATA(inp), DATA(weight), act, (size_t)N, (size_t)C, eps),
-                  CUDA->rmsnorm_forward(act, DATA(out), F32(rstd), DATA(inp), DATA(weight), (size_t)N, (size_t)C, eps));
+  WK_TRY(rmsnorm_args("rmsnorm", "inp", out, rstd, inp, weight, eps, &N, &C, &act));
+  return rmsnorm_forward(NULL, out, rstd, inp, NULL, weight, eps, N, C, act);
+}
+
+WkStatus wk_op_add_rmsnorm(WkTensor *sum, WkTensor *out, WkTensor *rstd, const WkTensor *a, const WkTensor *b,
+                           const WkTensor *weight, float eps) {
+  int64_t N = 0, C = 0;
+  WkDType act = WK_F32;
+  WK_TRY(add_args("add_rmsnorm", "sum", sum, a, b, &act));
+  WK_TRY(rmsnorm_args("add_rmsnorm", "sum", out, rstd, sum, weight, eps, &N, &C, &act));
+  return rmsnorm_forward(sum, out, rstd, a, b, weight, eps, N, C, act);
 }
 
 WkStatus wk_op_rmsnorm_backward(WkTensor *dinp, WkTensor *dweight, const WkTensor *dout, const WkTensor *inp,

@@ -49,8 +49,10 @@ void cpu_embedding_forward(void *out, const int32_t *idx, WkIndexLayout idx_layo
                            WkDType act, size_t B, size_t T, size_t C, size_t V, WkStepStatus *status);
 void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType act, const int32_t *idx,
                             WkIndexLayout idx_layout, size_t B, size_t T, size_t C, size_t V);
-void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
-                           const void *bias, WkDType act, size_t N, size_t C, float eps);
+/* The norms' forwards serve the plain op (b and sum NULL: the norm of a) and the fused residual one
+ * (the norm of a + b, written to sum rounded as cpu_add rounds it). */
+void cpu_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                               const void *weight, const void *bias, WkDType act, size_t N, size_t C, float eps);
 void cpu_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                             const void *weight, const float *mean, const float *rstd, WkDType act, size_t N,
                             size_t C);
@@ -75,8 +77,8 @@ void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, fl
                float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 /* Llama-family kernels (rmsnorm.c, rope.c, swiglu.c, qkv_pack.c, attention_cached.c): activations in
  * act as above; rstd, the weight gradient and the RoPE inverse frequencies are f32. */
-void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, WkDType act, size_t N,
-                         size_t C, float eps);
+void cpu_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const void *weight,
+                             WkDType act, size_t N, size_t C, float eps);
 void cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
                           const float *rstd, WkDType act, size_t N, size_t C);
 typedef struct {

@@ -4,7 +4,7 @@
  * ops enter their tensors' device, allocations and copies theirs, an op mixing devices is refused
  * naming both before anything runs, a thread's current stream is per device, pinned memory is made
  * on the process's default device, copy_async casts and copies on the stream it is given, and the
- * Llama ops reach their CUDA entries with the CPU kernels' sizes.
+ * Llama ops (the fused add_rmsnorm too) reach their CUDA entries with the CPU kernels' sizes.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -63,9 +63,10 @@ static void record_llama_call(WkDType dtype, size_t a, size_t b, size_t c, size_
   llama_call.a = a, llama_call.b = b, llama_call.c = c, llama_call.d = d;
 }
 
-static WkStatus fake_rmsnorm_forward(WkDType dtype, void *out, float *rstd, const void *inp, const void *weight,
-                                     size_t N, size_t C, float eps) {
-  record_llama_call(dtype, N, C, 0, 0);
+/* c records whether the residual came (the fused op) or not (the plain one, which hands sum NULL too). */
+static WkStatus fake_add_rmsnorm_forward(WkDType dtype, void *sum, void *out, float *rstd, const void *a, const void *b,
+                                         const void *weight, size_t N, size_t C, float eps) {
+  record_llama_call(dtype, N, C, b != NULL, sum != NULL);
   return eps == 1e-5f ? WK_OK : WK_FAIL(WK_ERR_INVALID_ARG, "eps %g reached the kernel", eps);
 }
 
@@ -127,7 +128,7 @@ static void use_fake(void) {
   wk_cuda_use(&fake);
   fake_ops = *wk_cuda_ops();
   fake_ops.add = fake_add;
-  fake_ops.rmsnorm_forward = fake_rmsnorm_forward;
+  fake_ops.add_rmsnorm_forward = fake_add_rmsnorm_forward;
   fake_ops.swiglu_forward = fake_swiglu_forward;
   fake_ops.qkv_pack_backward = fake_qkv_pack_backward;
   wk_cuda_ops_use(&fake_ops);
@@ -170,6 +171,13 @@ static void test_the_llama_ops_reach_the_cuda_kernels(void) {
   memset(&llama_call, 0, sizeof llama_call);
   CHECK(wk_op_rmsnorm(out, rstd, x, weight, 1e-5f) == WK_OK);
   CHECK(llama_call.device == 1 && llama_call.dtype == WK_BF16 && llama_call.a == 6 && llama_call.b == 8);
+  CHECK(llama_call.c == 0 && llama_call.d == 0);
+  WkTensor *sum = tensor3(WK_BF16, 2, 3, 8, 1);
+  CHECK(sum != NULL);
+  memset(&llama_call, 0, sizeof llama_call);
+  CHECK(wk_op_add_rmsnorm(sum, out, rstd, x, x, weight, 1e-5f) == WK_OK);
+  CHECK(llama_call.device == 1 && llama_call.a == 6 && llama_call.b == 8 && llama_call.c == 1 && llama_call.d == 1);
+  wk_tensor_free(sum);
   CHECK(wk_op_swiglu(out, x, x) == WK_OK);
   CHECK(llama_call.device == 1 && llama_call.a == 48);
   WkTensor *dq = tensor3(WK_BF16, 2, 3, 8, 1), *dk = tensor3(WK_BF16, 2, 3, 4, 1), *dv = tensor3(WK_BF16, 2, 3, 4, 1);

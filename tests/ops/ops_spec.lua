@@ -471,6 +471,74 @@ describe('ops on 2-byte activations', function()
   end)
 end)
 
+-- The residual add fused into the norm after it (a block's x1 = x + attn and ln_2 of x1): the sum
+-- rounded once, as add rounds it, then the norm of that rounded sum, so the fused op is the unfused
+-- pair to the bit on every activation dtype. Rows of an odd width, 15 of them in a [3, 5, C] shape.
+describe('fused residual norms', function()
+  local N1, N2, C_ = 3, 5, 37
+  local function bytes(t) return ffi.string(t:data(), t:nbytes()) end
+
+  local function inputs(dtype)
+    local function act(shape, std) return randn(shape, std):to(dtype) end
+    return { a = act({ N1, N2, C_ }, 3), b = act({ N1, N2, C_ }), weight = act({ C_ }), bias = act({ C_ }) }
+  end
+
+  local function outputs(dtype)
+    return { sum = T.empty({ N1, N2, C_ }, dtype), out = T.empty({ N1, N2, C_ }, dtype), mean = T.empty({ N1 * N2 }),
+      rstd = T.empty({ N1 * N2 }) }
+  end
+
+  local function same_bits(what, keys, fused, unfused)
+    for _, key in ipairs(keys) do assert.are.equal(bytes(unfused[key]), bytes(fused[key]), what .. ': ' .. key) end
+  end
+
+  for _, dtype in ipairs({ 'f32', 'bf16', 'f16' }) do
+    it('add_layernorm is add then layernorm, bit for bit, on ' .. dtype, function()
+      local x, fused, unfused = inputs(dtype), outputs(dtype), outputs(dtype)
+      check(C.wk_op_add_layernorm(fused.sum, fused.out, fused.mean, fused.rstd, x.a, x.b, x.weight, x.bias, 1e-5))
+      check(C.wk_op_add(unfused.sum, x.a, x.b))
+      check(C.wk_op_layernorm(unfused.out, unfused.mean, unfused.rstd, unfused.sum, x.weight, x.bias, 1e-5))
+      same_bits('add_layernorm on ' .. dtype, { 'sum', 'out', 'mean', 'rstd' }, fused, unfused)
+    end)
+
+    it('add_rmsnorm is add then rmsnorm, bit for bit, on ' .. dtype, function()
+      local x, fused, unfused = inputs(dtype), outputs(dtype), outputs(dtype)
+      check(C.wk_op_add_rmsnorm(fused.sum, fused.out, fused.rstd, x.a, x.b, x.weight, 1e-5))
+      check(C.wk_op_add(unfused.sum, x.a, x.b))
+      check(C.wk_op_rmsnorm(unfused.out, unfused.rstd, unfused.sum, x.weight, 1e-5))
+      same_bits('add_rmsnorm on ' .. dtype, { 'sum', 'out', 'rstd' }, fused, unfused)
+    end)
+  end
+
+  it("refuse what add or the norm refuses, naming the fused op and the argument", function()
+    local a, b, w, bias = randn({ 4, 6 }), randn({ 4, 6 }), randn({ 6 }), randn({ 6 })
+    local sum, out, mean, rstd = T.empty({ 4, 6 }), T.empty({ 4, 6 }), T.empty({ 4 }), T.empty({ 4 })
+    local function layernorm(s, o, m, r, x, y, ww, bb, eps)
+      return function() check(C.wk_op_add_layernorm(s, o, m, r, x, y, ww, bb, eps or 1e-5)) end
+    end
+    local function rmsnorm(s, o, r, x, y, ww, eps)
+      return function() check(C.wk_op_add_rmsnorm(s, o, r, x, y, ww, eps or 1e-5)) end
+    end
+    assert.has_error(layernorm(sum, out, mean, rstd, a, T.empty({ 5 }), w, bias),
+      'add_layernorm: b is [5] f32 cpu, expected [24 elements of any shape] f32, contiguous')
+    assert.has_error(layernorm(T.empty({ 4, 6 }, 'i32'), out, mean, rstd, a, b, w, bias),
+      'add_layernorm: sum is [4, 6] i32 cpu, expected f32, bf16 or f16')
+    assert.has_error(layernorm(T.empty({ 4, 6 }, 'bf16'), out, mean, rstd, a, b, w, bias),
+      'add_layernorm: a is [4, 6] f32 cpu, expected [24 elements of any shape] bf16, contiguous')
+    assert.has_error(layernorm(T.empty({ 4, 12 }):narrow(2, 1, 6), out, mean, rstd, a, b, w, bias),
+      'add_layernorm: sum is [4, 6] f32 cpu (strided), expected [24 elements of any shape] f32, contiguous')
+    assert.has_error(layernorm(sum, out, T.empty({ 3 }), rstd, a, b, w, bias),
+      'add_layernorm: mean is [3] f32 cpu, expected [4] f32, contiguous')
+    assert.has_error(layernorm(sum, out, mean, rstd, a, b, w, T.empty({ 5 })),
+      'add_layernorm: bias is [5] f32 cpu, expected [6] f32, contiguous')
+    assert.has_error(rmsnorm(sum, T.empty({ 4, 6 }, 'bf16'), rstd, a, b, w),
+      'add_rmsnorm: out is [4, 6] bf16 cpu, expected [24 elements of any shape] f32, contiguous')
+    assert.has_error(rmsnorm(sum, out, rstd, a, b, T.empty({ 4 })),
+      'add_rmsnorm: weight is [4] f32 cpu, expected [6] f32, contiguous')
+    assert.has_error(rmsnorm(sum, out, rstd, a, b, w, 0), 'add_rmsnorm: eps must be positive and finite, got 0')
+  end)
+end)
+
 describe('Llama-family ops', function()
   it('rmsnorm divides rows by their rms and has matching gradients', function()
     local N, C_ = 5, 8

@@ -26,7 +26,7 @@ void cpu_scale(float *x, size_t n, float alpha) {
 }
 
 void cpu_add(void *out, const void *a, const void *b, WkDType act, size_t n) {
-  for (size_t i = 0; i < n; i++) stored_put(out, act, i, stored_get(a, act, i) + stored_get(b, act, i));
+  for (size_t i = 0; i < n; i++) stored_add(out, a, b, act, i);
 }
 
 void cpu_axpy(void *y, float alpha, const void *x, WkDType act, size_t n) {

@@ -1,5 +1,7 @@
 /*
- * layers.c — CPU kernels for the embedding, layernorm and matmul (OpenBLAS sgemm) of GPT-2.
+ * layers.c — CPU kernels for the embedding, layernorm and matmul (OpenBLAS sgemm) of GPT-2. The
+ * layernorm forward may add a residual first (add_layernorm: the block's x1 = x + attn and ln_2 of
+ * it in one pass over the rows, the sum rounded as add rounds it, stored.h).
  * Row loops are split over the worker pool; parameter-gradient reductions are split over columns,
  * so that no two threads write the same element. Activations and the weights' compute copy are read
  * and written in their stored dtype (stored.h); the parameter gradients and the layernorm
@@ -73,9 +75,9 @@ void cpu_embedding_backward(float *dwte, float *dwpe, const void *dout, WkDType 
 }
 
 typedef struct {
-  void *out, *dinp;
+  void *out, *dinp, *sum;
   float *mean, *rstd, *dweight, *dbias;
-  const void *inp, *weight, *bias, *dout;
+  const void *inp, *b, *weight, *bias, *dout;  /* inp: forward's a, the input of the norm unless b is given */
   const float *saved_mean, *saved_rstd;
   WkDType act;
   size_t C, N;
@@ -87,7 +89,7 @@ static void layernorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   size_t C = j->C;
   WkDType act = j->act;
   for (size_t n = begin; n < end; n++) {
-    const void *x = stored_at(j->inp, act, n * C);
+    const void *x = stored_norm_input(j->sum, j->inp, j->b, act, n * C, C);
     float m = 0.0f, var = 0.0f;
     for (size_t c = 0; c < C; c++) m += stored_get(x, act, c);
     m /= (float)C;
@@ -101,11 +103,11 @@ static void layernorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   }
 }
 
-void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *weight,
-                           const void *bias, WkDType act, size_t N, size_t C, float eps) {
-  LayerNormJob job = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight, .bias = bias, .act = act,
-                      .C = C, .eps = eps};
-  parallel_for(N, row_grain(4 * C), layernorm_rows, &job);
+void cpu_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                               const void *weight, const void *bias, WkDType act, size_t N, size_t C, float eps) {
+  LayerNormJob job = {.out = out, .sum = sum, .mean = mean, .rstd = rstd, .inp = a, .b = b, .weight = weight,
+                      .bias = bias, .act = act, .C = C, .eps = eps};
+  parallel_for(N, row_grain((b ? 5 : 4) * C), layernorm_rows, &job);
 }
 
 static void layernorm_backward_rows(void *ctx, size_t begin, size_t end, size_t chunk) {

@@ -1,7 +1,8 @@
 /*
  * rmsnorm.c — CPU kernels of RMSNorm (Llama's norm): out = x / sqrt(mean(x^2) + eps) * weight over the
  * last dim C, with no mean subtracted and no bias. The f32 reciprocal rms of each row is kept for the
- * backward, which then needs no second pass over the squares. Rows are split over the worker pool;
+ * backward, which then needs no second pass over the squares. The forward may add a residual first
+ * (add_rmsnorm: the sum rounded as add rounds it, stored.h). Rows are split over the worker pool;
  * the weight gradient is reduced over columns, so no two threads write the same element.
  * Activations, their gradients and the weight's compute copy are read and written in their stored
  * dtype (stored.h); rstd and the weight gradient are f32, as layernorm's statistics and gradients.
@@ -13,9 +14,9 @@
 #include "stored.h"
 
 typedef struct {
-  void *out, *dinp;
+  void *out, *dinp, *sum;
   float *rstd, *dweight;
-  const void *inp, *weight, *dout;
+  const void *inp, *b, *weight, *dout;  /* inp: forward's a, the input of the norm unless b is given */
   const float *saved_rstd;
   WkDType act;
   size_t N, C;
@@ -27,7 +28,7 @@ static void rmsnorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   size_t C = j->C;
   WkDType act = j->act;
   for (size_t n = begin; n < end; n++) {
-    const void *x = stored_at(j->inp, act, n * C);
+    const void *x = stored_norm_input(j->sum, j->inp, j->b, act, n * C, C);
     float sumsq = 0.0f;
     for (size_t c = 0; c < C; c++) sumsq += stored_get(x, act, c) * stored_get(x, act, c);
     float s = 1.0f / sqrtf(sumsq / (float)C + j->eps);
@@ -37,10 +38,11 @@ static void rmsnorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   }
 }
 
-void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, WkDType act, size_t N,
-                         size_t C, float eps) {
-  RmsNormJob job = {.out = out, .rstd = rstd, .inp = inp, .weight = weight, .act = act, .C = C, .eps = eps};
-  parallel_for(N, parallel_row_grain(3 * C), rmsnorm_rows, &job);
+void cpu_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const void *weight,
+                             WkDType act, size_t N, size_t C, float eps) {
+  RmsNormJob job = {.out = out, .sum = sum, .rstd = rstd, .inp = a, .b = b, .weight = weight, .act = act, .C = C,
+                    .eps = eps};
+  parallel_for(N, parallel_row_grain((b ? 4 : 3) * C), rmsnorm_rows, &job);
 }
 
 /* With xhat = x s and g = weight * dy: dx = s (g - xhat mean(g xhat)). */

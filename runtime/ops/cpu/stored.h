@@ -34,6 +34,21 @@ static inline void *stored_at(const void *data, WkDType dtype, size_t i) {
   return (char *)data + i * wk_dtype_size(dtype);
 }
 
+/* sum[i] = a[i] + b[i], the f32 sum rounded once on the store: add's rule, which the fused residual
+ * norms share, so that the sum they write is add's to the bit. */
+static inline void stored_add(void *sum, const void *a, const void *b, WkDType dtype, size_t i) {
+  stored_put(sum, dtype, i, stored_get(a, dtype, i) + stored_get(b, dtype, i));
+}
+
+/* The row [start, start + n) that a norm reads: a's, or with a residual b the sum a + b, stored into
+ * sum (stored_add) and read back from there, so the norm sees the rounded values add would leave. */
+static inline const void *stored_norm_input(void *sum, const void *a, const void *b, WkDType dtype, size_t start,
+                                            size_t n) {
+  if (!b) return stored_at(a, dtype, start);
+  for (size_t i = start; i < start + n; i++) stored_add(sum, a, b, dtype, i);
+  return stored_at(sum, dtype, start);
+}
+
 /* n elements from src into f32 dst, and back: one loop per dtype, so that each vectorizes. */
 static inline void stored_load_run(float *restrict dst, const void *restrict src, WkDType dtype, size_t n) {
   const uint16_t *half = src;

@@ -95,6 +95,22 @@ template <> __device__ inline float from_float<float>(float x) { return x; }
 template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
 
+/* sum[i] = a[i] + b[i], the f32 sum rounded once on the store (add's rule, the CPU's stored_add), and
+ * the value stored, as f32: the fused residual norms share it so that their sum is add's to the bit. */
+template <typename Storage>
+__device__ inline float stored_add(Storage *sum, const Storage *a, const Storage *b, size_t i) {
+  Storage s = from_float<Storage>(to_float(a[i]) + to_float(b[i]));
+  sum[i] = s;
+  return to_float(s);
+}
+
+/* Element i of a norm's input on the first pass over its row: a[i], or with a residual b the sum
+ * a + b rounded into sum (stored_add). The later passes read the row from sum (or a). */
+template <typename Storage>
+__device__ inline float norm_input(Storage *sum, const Storage *a, const Storage *b, size_t i) {
+  return b ? stored_add(sum, a, b, i) : to_float(a[i]);
+}
+
 /* Returns call with `Storage` the C++ type of dtype; what names the op for the error. */
 #define STORAGE_DISPATCH(dtype, what, call)                                                                \
   switch (dtype) {                                                                                         \

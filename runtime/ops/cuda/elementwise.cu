@@ -30,7 +30,7 @@ __global__ static void scale_kernel(float *x, size_t n, float alpha) {
 }
 template <typename Storage>
 __global__ static void add_kernel(Storage *out, const Storage *a, const Storage *b, size_t n) {
-  GRID_STRIDE(i, n) out[i] = from_float<Storage>(to_float(a[i]) + to_float(b[i]));
+  GRID_STRIDE(i, n) stored_add(out, a, b, i);
 }
 template <typename Storage>
 __global__ static void axpy_kernel(Storage *y, float alpha, const Storage *x, size_t n) {

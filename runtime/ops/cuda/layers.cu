@@ -1,6 +1,6 @@
 /*
  * layers.cu — the CUDA mirror of runtime/ops/cpu/layers.c (less the matmuls, in blas.cu): embedding
- * and layernorm, forward and backward. Activations and the tables or weights they read are stored f32,
+ * and layernorm, forward (with the residual add before it when fused) and backward. Activations and the tables or weights they read are stored f32,
  * bf16 or f16 (computed in f32, rounded once on the store); the parameter gradients and layernorm's
  * mean and rstd are f32, as on the CPU.
  */
@@ -80,16 +80,21 @@ extern "C" WkStatus cuda_embedding_backward(WkDType dtype, float *dwte, float *d
 }
 
 /* One warp per row (rows are short: C = 768 is 24 floats a lane, all in L1 for the second and third
- * passes); mean and rstd are kept in f32 for the backward. */
+ * passes); mean and rstd are kept in f32 for the backward. With a residual b (add_layernorm) the
+ * first pass also forms the row's sum a + b, rounded into sum (norm_input), and the later passes
+ * read the rounded row back from sum, the values the unfused layernorm would read: each lane reads
+ * only the elements it wrote itself (the same c), so its own program order makes them visible with
+ * no sync, and they come from cache, not DRAM. Kept in registers instead, the row would need C fixed
+ * at compile time (24 floats a lane at GPT-2's 768, 128 at Llama's 4096: spilled). */
 template <typename Storage>
-__global__ static void layernorm_forward_kernel(Storage *out, float *mean, float *rstd, const Storage *inp,
-                                                const Storage *weight, const Storage *bias, size_t N, size_t C,
-                                                float eps) {
+__global__ static void layernorm_forward_kernel(Storage *sum, Storage *out, float *mean, float *rstd, const Storage *a,
+                                                const Storage *b, const Storage *weight, const Storage *bias, size_t N,
+                                                size_t C, float eps) {
   ROW_LOOP(n, N) {
-    const Storage *x = inp + n * C;
-    float sum = 0.0f;
-    for (size_t c = lane(); c < C; c += WARP) sum += to_float(x[c]);
-    float m = warp_sum(sum) / (float)C;
+    float total = 0.0f;
+    for (size_t c = lane(); c < C; c += WARP) total += norm_input(sum, a, b, n * C + c);
+    float m = warp_sum(total) / (float)C;
+    const Storage *x = (b ? sum : a) + n * C;
     float var = 0.0f;
     for (size_t c = lane(); c < C; c += WARP) var += (to_float(x[c]) - m) * (to_float(x[c]) - m);
     float s = rsqrtf(warp_sum(var) / (float)C + eps);
@@ -103,17 +108,21 @@ __global__ static void layernorm_forward_kernel(Storage *out, float *mean, float
 }
 
 template <typename Storage>
-static WkStatus layernorm_forward(Storage *out, float *mean, float *rstd, const Storage *inp, const Storage *weight,
-                                  const Storage *bias, size_t N, size_t C, float eps) {
-  LAUNCH_ROWS(layernorm_forward_kernel<Storage>, N, out, mean, rstd, inp, weight, bias, N, C, eps);
+static WkStatus layernorm_forward(Storage *sum, Storage *out, float *mean, float *rstd, const Storage *a,
+                                  const Storage *b, const Storage *weight, const Storage *bias, size_t N, size_t C,
+                                  float eps) {
+  LAUNCH_ROWS(layernorm_forward_kernel<Storage>, N, sum, out, mean, rstd, a, b, weight, bias, N, C, eps);
   return WK_OK;
 }
 
-extern "C" WkStatus cuda_layernorm_forward(WkDType dtype, void *out, float *mean, float *rstd, const void *inp,
-                                           const void *weight, const void *bias, size_t N, size_t C, float eps) {
+/* b and sum NULL: the plain layernorm of a. */
+extern "C" WkStatus cuda_add_layernorm_forward(WkDType dtype, void *sum, void *out, float *mean, float *rstd,
+                                               const void *a, const void *b, const void *weight, const void *bias,
+                                               size_t N, size_t C, float eps) {
   if (N == 0) return WK_OK;
-  STORAGE_DISPATCH(dtype, "layernorm", layernorm_forward((Storage *)out, mean, rstd, (const Storage *)inp,
-                                                         (const Storage *)weight, (const Storage *)bias, N, C, eps));
+  STORAGE_DISPATCH(dtype, "layernorm", layernorm_forward((Storage *)sum, (Storage *)out, mean, rstd, (const Storage *)a,
+                                                         (const Storage *)b, (const Storage *)weight,
+                                                         (const Storage *)bias, N, C, eps));
 }
 
 /* A block per row, grid-stride: the row's two sums are block reductions, and each thread keeps the

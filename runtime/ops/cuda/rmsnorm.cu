@@ -1,21 +1,27 @@
 /*
  * rmsnorm.cu — the CUDA mirror of runtime/ops/cpu/rmsnorm.c: out = x s * weight with the row's
- * reciprocal rms s = 1 / sqrt(mean(x^2) + eps), kept f32 for the backward. Activations and the
+ * reciprocal rms s = 1 / sqrt(mean(x^2) + eps), kept f32 for the backward, x the input or, fused,
+ * the rounded sum a + b of a residual add the kernel makes first. Activations and the
  * weight's compute copy are stored f32, bf16 or f16 (computed in f32, rounded once on the store); the
  * weight gradient is f32, reduced per block and then summed over the blocks in order, as layernorm's
  * (layers.cu), so it needs no atomics and is deterministic.
  */
 #include "common.cuh"
 
-/* One warp per row: the sum of squares is a warp reduction, the row is in L1 for the second pass. */
+/* One warp per row: the sum of squares is a warp reduction, the row is in L1 for the second pass.
+ * With a residual b (add_rmsnorm) the first pass also forms the rounded sum a + b into sum, and the
+ * second reads the row back from there, as layernorm's kernel does (layers.cu says why). */
 template <typename Storage>
-__global__ static void rmsnorm_forward_kernel(Storage *out, float *rstd, const Storage *inp, const Storage *weight,
-                                              size_t N, size_t C, float eps) {
+__global__ static void rmsnorm_forward_kernel(Storage *sum, Storage *out, float *rstd, const Storage *a,
+                                              const Storage *b, const Storage *weight, size_t N, size_t C, float eps) {
   ROW_LOOP(n, N) {
-    const Storage *x = inp + n * C;
     float sumsq = 0.0f;
-    for (size_t c = lane(); c < C; c += WARP) sumsq += to_float(x[c]) * to_float(x[c]);
+    for (size_t c = lane(); c < C; c += WARP) {
+      float v = norm_input(sum, a, b, n * C + c);
+      sumsq += v * v;
+    }
     float s = rsqrtf(warp_sum(sumsq) / (float)C + eps);
+    const Storage *x = (b ? sum : a) + n * C;
     for (size_t c = lane(); c < C; c += WARP)
       out[n * C + c] = from_float<Storage>(to_float(x[c]) * s * to_float(weight[c]));
     if (lane() == 0) rstd[n] = s;
@@ -23,17 +29,18 @@ __global__ static void rmsnorm_forward_kernel(Storage *out, float *rstd, const S
 }
 
 template <typename Storage>
-static WkStatus rmsnorm_forward(Storage *out, float *rstd, const Storage *inp, const Storage *weight, size_t N,
-                                size_t C, float eps) {
-  LAUNCH_ROWS(rmsnorm_forward_kernel<Storage>, N, out, rstd, inp, weight, N, C, eps);
+static WkStatus rmsnorm_forward(Storage *sum, Storage *out, float *rstd, const Storage *a, const Storage *b,
+                                const Storage *weight, size_t N, size_t C, float eps) {
+  LAUNCH_ROWS(rmsnorm_forward_kernel<Storage>, N, sum, out, rstd, a, b, weight, N, C, eps);
   return WK_OK;
 }
 
-extern "C" WkStatus cuda_rmsnorm_forward(WkDType dtype, void *out, float *rstd, const void *inp, const void *weight,
-                                         size_t N, size_t C, float eps) {
+/* b and sum NULL: the plain RMSNorm of a. */
+extern "C" WkStatus cuda_add_rmsnorm_forward(WkDType dtype, void *sum, void *out, float *rstd, const void *a,
+                                             const void *b, const void *weight, size_t N, size_t C, float eps) {
   if (N == 0) return WK_OK;
-  STORAGE_DISPATCH(dtype, "rmsnorm",
-                   rmsnorm_forward((Storage *)out, rstd, (const Storage *)inp, (const Storage *)weight, N, C, eps));
+  STORAGE_DISPATCH(dtype, "rmsnorm", rmsnorm_forward((Storage *)sum, (Storage *)out, rstd, (const Storage *)a,
+                                                     (const Storage *)b, (const Storage *)weight, N, C, eps));
 }
 
 /* A block per row, grid-stride. With xhat = x s and g = weight * dy: dx += s (g - xhat mean(g xhat)),
