@@ -74,6 +74,46 @@ local function randn_as(dtype, shape, seed, device)
   return dtype == 'f32' and x or x:to(dtype)
 end
 
+-- The fused residual norms (add_layernorm, add_rmsnorm) of rows x width inputs of dtype (seeds seed ..
+-- seed + 3): a function of the device giving the fused op's outputs and the unfused pair's (add, then
+-- the norm) on the same inputs there.
+local function fused_norm(norm, dtype, rows, width, seed)
+  return function(device)
+    local function act(shape, k) return randn_as(dtype, shape, seed + k, device) end
+    local a, b, w, bias = act({ rows, width }, 0), act({ rows, width }, 1), act({ width }, 2), act({ width }, 3)
+    local function run(fused)
+      local sum, out = T.empty({ rows, width }, dtype, device), T.empty({ rows, width }, dtype, device)
+      local mean, rstd = T.empty({ rows }, 'f32', device), T.empty({ rows }, 'f32', device)
+      if not fused then check(C.wk_op_add(sum, a, b)) end
+      if norm == 'rmsnorm' then
+        if fused then check(C.wk_op_add_rmsnorm(sum, out, rstd, a, b, w, 1e-5))
+        else check(C.wk_op_rmsnorm(out, rstd, sum, w, 1e-5)) end
+        return { sum, out, rstd }
+      end
+      if fused then check(C.wk_op_add_layernorm(sum, out, mean, rstd, a, b, w, bias, 1e-5))
+      else check(C.wk_op_layernorm(out, mean, rstd, sum, w, bias, 1e-5)) end
+      return { sum, out, mean, rstd }
+    end
+    return run(true), run(false)
+  end
+end
+
+-- A run(device) for agree: the fused outputs of case, once they are the unfused pair's very bits on
+-- that device (the GPU's fused kernel against the GPU's add and norm, the CPU's against the CPU's).
+local function fused_as_pair(name, case)
+  return function(device)
+    local fused, unfused = case(device)
+    for k = 1, #fused do
+      assert.are.equal(bytes(unfused[k]), bytes(fused[k]), ("%s on %s: output %d is not the unfused pair's"):format(name, device, k))
+    end
+    return fused
+  end
+end
+
+-- Rows x widths of the fused norms: a toy width, GPT-2's 768 and a Llama's 4096, rows not a multiple
+-- of the 8 a block of the warp-per-row kernels takes.
+local FUSED_SHAPES = { { 10, 8 }, { 2 * 257, 768 }, { 2 * 257, 4096 } }
+
 local B, TT, CH, V, NH = 2, 5, 8, 11, 2
 local N = B * TT
 
@@ -212,6 +252,26 @@ describe('CUDA agrees with the CPU #gpu', function()
       check(C.wk_op_layernorm(out, mean, rstd, inp, w, b, 1e-5))
       return { out, mean, rstd }
     end)
+  end)
+
+  -- The residual add fused into the norm: on each device the very bits of add then the norm, and the
+  -- GPU's within REL_TOL of the CPU's.
+  for _, norm in ipairs({ 'layernorm', 'rmsnorm' }) do
+    it(('add_%s at widths 8, 768 and 4096: the bits of add then %s, and the CPU\'s values'):format(norm, norm), function()
+      if not gpu_or_skip() then return end
+      for _, shape in ipairs(FUSED_SHAPES) do
+        local name = ('add_%s [%d, %d]'):format(norm, shape[1], shape[2])
+        agree(name, fused_as_pair(name, fused_norm(norm, 'f32', shape[1], shape[2], 80)))
+      end
+    end)
+  end
+
+  it('add_layernorm and add_rmsnorm write rows past the grid cap of 8.4M', function()
+    if not gpu_or_skip() then return end
+    for _, norm in ipairs({ 'layernorm', 'rmsnorm' }) do
+      local name = ('add_%s (8.4M rows)'):format(norm)
+      agree(name, fused_as_pair(name, fused_norm(norm, 'f32', 8388480 + 1000, 2, 90)))
+    end
   end)
 
   for _, transpose in ipairs({ 0, 1 }) do
@@ -358,8 +418,8 @@ end)
 
 -- Every op that takes activations, on bf16 and f16 storage: the CUDA kernels take the CPU's dtypes
 -- (activations, their gradients and the weights' compute copy 2-byte; parameter gradients, layernorm
--- statistics and losses f32) and round as it does. Exact: add and the embedding (one f32 addition,
--- rounded once). One rounding step: everything that sums (matmul, layernorm, attention, the loss
+-- statistics and losses f32) and round as it does. Exact: add, the embedding and the fused norms' sum
+-- (one f32 addition, rounded once). One rounding step: everything that sums (matmul, layernorm, attention, the loss
 -- gradient), gelu (tanhf) and axpy (fused multiply-add on the GPU). f32 outputs: REL_TOL.
 for _, dtype in ipairs({ 'bf16', 'f16' }) do
   local function zeros(shape, device) return T.zeros(shape, dtype, device) end
@@ -469,6 +529,16 @@ for _, dtype in ipairs({ 'bf16', 'f16' }) do
       for _, transpose in ipairs({ 0, 1 }) do matmul(rows, width, 3 * width, transpose, 30) end
       attention(2, 257, width, 12, 38)
       cross_entropy(33, 50257, false, 40)
+    end)
+
+    it('add_layernorm and add_rmsnorm at widths 8, 768 and 4096: the sum exact, the norm within a step', function()
+      if not gpu_or_skip() then return end
+      for _, norm in ipairs({ 'layernorm', 'rmsnorm' }) do
+        for _, shape in ipairs(FUSED_SHAPES) do
+          local name = ('add_%s [%d, %d]'):format(norm, shape[1], shape[2])
+          agree_stored(name, { [1] = true }, fused_as_pair(name, fused_norm(norm, dtype, shape[1], shape[2], 84)))
+        end
+      end
     end)
 
     it('refuses a parameter gradient in ' .. dtype .. ' by name, as the CPU does', function()
