@@ -106,11 +106,24 @@ local function rmsnorm(n, eps, opts)
   return self
 end
 
-function RMSNorm:forward(input)
-  local out = self:activation('output', input.shape)
-  check(C.wk_op_rmsnorm(out, self:buffer('rstd', { input:numel() / input:size(-1) }), input, self.weight, self.eps))
+-- The norm of a, or with b the norm of the residual sum a + b, written to sum in the same pass
+-- (wk_op_add_rmsnorm: the bits of wk_op_add then wk_op_rmsnorm), into the output and rstd buffers
+-- named prefix .. 'output' and prefix .. 'rstd': training's, or generation's ('step_').
+local function normalise(self, prefix, a, b, sum)
+  local x = sum or a
+  local out, rstd = self:activation(prefix .. 'output', x.shape), self:buffer(prefix .. 'rstd', { x:numel() / x:size(-1) })
+  if b then
+    check(C.wk_op_add_rmsnorm(sum, out, rstd, a, b, self.weight, self.eps))
+  else
+    check(C.wk_op_rmsnorm(out, rstd, a, self.weight, self.eps))
+  end
   return out
 end
+
+function RMSNorm:forward(input) return normalise(self, '', input) end
+
+-- As nn.LayerNorm's forward_sum: the norm of a + b, the sum written to sum.
+function RMSNorm:forward_sum(sum, a, b) return normalise(self, '', a, b, sum) end
 
 function RMSNorm:backward(input, grad_output, grad_input)
   check(C.wk_op_rmsnorm_backward(grad_input, self.grad_weight, grad_output, input, self.weight, self.rstd))
@@ -191,7 +204,8 @@ function MLP:backward(input, grad_output, grad_input)
 end
 
 -- A decoder layer: x1 = x + attn(norm(x)); out = x1 + mlp(norm(x1)), GPT-2's pre-norm block with
--- RMSNorms: nn.Block's forward and backward run it, through the names they use (ln_1, attn, ln_2).
+-- RMSNorms: nn.Block's forward and backward run it, through the names they use (ln_1, attn, ln_2),
+-- the first residual add fused into the second norm as there.
 local Layer = nn.class(nn.Block)
 
 local function layer(cfg, inv_freq, opts)
@@ -353,11 +367,8 @@ local function project(self, key, input, proj)
   return out
 end
 
-function RMSNorm:step(input)
-  local out = self:activation('step_output', input.shape)
-  check(C.wk_op_rmsnorm(out, self:buffer('step_rstd', { input:numel() / input:size(-1) }), input, self.weight, self.eps))
-  return out
-end
+function RMSNorm:step(input) return normalise(self, 'step_', input) end
+function RMSNorm:step_sum(sum, a, b) return normalise(self, 'step_', a, b, sum) end
 
 function Attention:step(input, cache, start)
   local q, k = project(self, 'step_q', input, self.q_proj), project(self, 'step_k', input, self.k_proj)
@@ -379,9 +390,10 @@ end
 
 function Layer:step(input, cache, start)
   local x1 = self:activation('step_x1', input.shape)
-  check(C.wk_op_add(x1, input, self.self_attn:step(self.input_layernorm:step(input), cache, start)))
+  local attended = self.self_attn:step(self.input_layernorm:step(input), cache, start)
+  local normed = self.post_attention_layernorm:step_sum(x1, input, attended)
   local out = self:kept('step_output', input.shape)
-  check(C.wk_op_add(out, x1, self.mlp:step(self.post_attention_layernorm:step(x1))))
+  check(C.wk_op_add(out, x1, self.mlp:step(normed)))
   return out
 end
 

@@ -224,11 +224,24 @@ function nn.layernorm(n, opts)
   return self:reset()
 end
 
+-- The output and the f32 row statistics of the norm of x.
+local function layernorm_buffers(self, x)
+  local rows = x:numel() / x.shape[#x.shape]
+  return self:activation('output', x.shape), self:buffer('mean', { rows }), self:buffer('rstd', { rows })
+end
+
 function LayerNorm:forward(input)
-  local shape = input.shape
-  local rows = input:numel() / shape[#shape]
-  local out = self:activation('output', shape)
-  check(C.wk_op_layernorm(out, self:buffer('mean', { rows }), self:buffer('rstd', { rows }), input, self.weight, self.bias, self.eps))
+  local out, mean, rstd = layernorm_buffers(self, input)
+  check(C.wk_op_layernorm(out, mean, rstd, input, self.weight, self.bias, self.eps))
+  return out
+end
+
+-- The norm of the residual sum a + b, which it writes to sum (a buffer of the caller's) in the same
+-- pass: what wk_op_add(sum, a, b) then forward(sum) give, to the bit, with sum read once less. The
+-- buffers are forward's, so backward(sum, ...) follows either.
+function LayerNorm:forward_sum(sum, a, b)
+  local out, mean, rstd = layernorm_buffers(self, sum)
+  check(C.wk_op_add_layernorm(sum, out, mean, rstd, a, b, self.weight, self.bias, self.eps))
   return out
 end
 
@@ -316,7 +329,8 @@ end
 local Block = class(Module)
 nn.Block = Block
 
--- Pre-LayerNorm transformer block: x1 = x + attn(ln_1(x)); out = x1 + mlp(ln_2(x1)).
+-- Pre-LayerNorm transformer block: x1 = x + attn(ln_1(x)); out = x1 + mlp(ln_2(x1)). The first
+-- residual add is fused into ln_2 (forward_sum).
 function nn.block(opts)
   local self = new(Block, opts.device, opts.policy)
   local sub = { device = opts.device, policy = opts.policy }
@@ -329,9 +343,9 @@ end
 
 function Block:forward(input)
   local x1 = self:activation('x1', input.shape)
-  check(C.wk_op_add(x1, input, self.attn:forward(self.ln_1:forward(input))))
+  local normed = self.ln_2:forward_sum(x1, input, self.attn:forward(self.ln_1:forward(input)))
   local out = self:kept('output', input.shape)
-  check(C.wk_op_add(out, x1, self.mlp:forward(self.ln_2:forward(x1))))
+  check(C.wk_op_add(out, x1, self.mlp:forward(normed)))
   return out
 end
 
