@@ -284,10 +284,11 @@ describe('nn.gpt', function()
       return losses, grads
     end
 
-    -- Runs run() with nn.Block's forward as it was before the fusion, and returns what it returns.
+    -- Runs run() with nn.Block's forward and backward and the models' backward_blocks as they were
+    -- before the fusion, and returns what it returns.
     local function with_separate_residual_ops(run)
-      local Block = require('wick.nn.modules').Block
-      local saved = Block.forward
+      local Block, Model = require('wick.nn.modules').Block, require('wick.nn.gpt').GPT
+      local saved = { forward = Block.forward, backward = Block.backward, backward_blocks = Model.backward_blocks }
       function Block:forward(input)
         local x1 = self:activation('x1', input.shape)
         check(C.wk_op_add(x1, input, self.attn:forward(self.ln_1:forward(input))))
@@ -295,8 +296,28 @@ describe('nn.gpt', function()
         check(C.wk_op_add(out, x1, self.mlp:forward(self.ln_2:forward(x1))))
         return out
       end
+      function Block:backward(input, grad_output, grad_input)
+        local dx1 = self:gradient('grad_x1', input.shape):copy(grad_output)
+        local dln = self:zeroed('grad_ln', input.shape)
+        self.mlp:backward(self.ln_2.output, grad_output, dln)
+        self.ln_2:backward(self.x1, dln, dx1)
+        check(C.wk_op_axpy(grad_input, 1, dx1))
+        check(C.wk_op_fill(dln, 0))
+        self.attn:backward(self.ln_1.output, dx1, dln)
+        self.ln_1:backward(input, dln, grad_input)
+      end
+      function Model:backward_blocks(dx)
+        local given, dprev = dx, self:gradient('grad_b', dx.shape)
+        for l = #self.blocks, 1, -1 do
+          if self.config.recompute == 'blocks' and l < #self.blocks then self.blocks[l]:forward(self.block_inputs[l]) end
+          check(C.wk_op_fill(dprev, 0))
+          self.blocks[l]:backward(self.block_inputs[l], dx, dprev)
+          dx, dprev = dprev, dx
+        end
+        if dx ~= given then given:copy(dx) end  -- the caller reads the result where it passed dx
+      end
       local ok, losses, grads = pcall(run)
-      Block.forward = saved
+      Block.forward, Block.backward, Model.backward_blocks = saved.forward, saved.backward, saved.backward_blocks
       if not ok then error(losses, 0) end
       return losses, grads
     end
@@ -316,9 +337,11 @@ describe('nn.gpt', function()
         end)
       end
 
-      -- A block once ran its first residual add and the norm after it as two ops; that composition,
-      -- restored here for one run, gives the same bits as the fused residual norms
-      -- (wk_op_add_layernorm, wk_op_add_rmsnorm).
+      -- A block once ran its first residual add and the norm after it as two ops, and its backward
+      -- copied the output's gradient, added it into the input's with an axpy and passed gradients
+      -- between two buffers; that composition, restored here for one run, gives the same bits as
+      -- the fused residual norms (wk_op_add_layernorm, wk_op_add_rmsnorm) and the residual stream's
+      -- gradient updated in place.
       for _, policy in ipairs({ 'fp32', 'bf16', 'fp16' }) do
         it(('with fused residual norms give a %s the losses and gradients of separate ops, bit for bit, under %s'):format(
           arch.name, policy), function()

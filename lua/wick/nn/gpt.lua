@@ -355,30 +355,27 @@ function GPT:backward(on_ready)
   local B, TT = self.given.idx:size(1), self.given.idx:size(2)
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   check(C.wk_op_matmul_backward(dnormed, body.wte.grad_weight, nil, dlogits, body.ln_f.output, body.wte.weight, 1))
-  local dx = self:zeroed('grad_a', { B, TT, cfg.dim })
+  local dx = self:zeroed('grad_residual', { B, TT, cfg.dim })
   body.ln_f:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
-  dx = self:backward_blocks(dx, on_ready)
+  self:backward_blocks(dx, on_ready)
   check(C.wk_op_embedding_backward(body.wte.grad_weight, body.wpe.grad_weight, dx, self.given.idx))
   if on_ready then on_ready(#self.blocks + 2) end
 end
 
--- Runs the blocks' backward from the last to the first, from dx (the gradient of the last block's
--- output), calling on_ready(g) for the groups 2..L+1; returns the gradient of the first block's input.
--- Under recompute = 'blocks' the blocks share their activations, so each block's are recomputed from
--- its input first (the last block's are still those of forward).
+-- Runs the blocks' backward from the last to the first over dx, the residual stream's gradient: that
+-- of the last block's output, then (in place, nn.Block's backward) that of each block's input in
+-- turn, and last the first block's. Calls on_ready(g) for the groups 2..L+1. Under recompute =
+-- 'blocks' the blocks share their activations, so each block's are recomputed from its input first
+-- (the last block's are still those of forward).
 function GPT:backward_blocks(dx, on_ready)
   local blocks = self.blocks
-  local dprev = self:gradient('grad_b', dx.shape)
   for l = #blocks, 1, -1 do
     self:fetch_block(l, -1)
     if self.config.recompute == 'blocks' and l < #blocks then blocks[l]:forward(self.block_inputs[l]) end
-    check(C.wk_op_fill(dprev, 0))
-    blocks[l]:backward(self.block_inputs[l], dx, dprev)
-    dx, dprev = dprev, dx
+    blocks[l]:backward(self.block_inputs[l], dx)
     if on_ready then on_ready(#blocks - l + 2) end
   end
-  return dx
 end
 
 -- ---- checkpoints ------------------------------------------------------------------------------------

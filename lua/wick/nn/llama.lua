@@ -346,10 +346,10 @@ function Llama:backward(on_ready)
   local dnormed = self:zeroed('grad_normed', { B, TT, cfg.dim })
   local head = self:head()
   check(C.wk_op_matmul_backward(dnormed, head.grad_weight, nil, dlogits, self.model.norm.output, head.weight, 1))
-  local dx = self:zeroed('grad_a', { B, TT, cfg.dim })
+  local dx = self:zeroed('grad_residual', { B, TT, cfg.dim })
   self.model.norm:backward(self.final, dnormed, dx)
   if on_ready then on_ready(1) end
-  dx = self:backward_blocks(dx, on_ready)
+  self:backward_blocks(dx, on_ready)
   local unused = self:buffer('grad_zero_positions', { TT, cfg.dim })  -- f32, as a parameter gradient is
   check(C.wk_op_fill(unused, 0))
   check(C.wk_op_embedding_backward(self.model.embed_tokens.grad_weight, unused, dx, self.given.idx))

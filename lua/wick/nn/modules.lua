@@ -9,6 +9,9 @@
 --   module:forward(input) -> output
 --   module:backward(input, grad_output, grad_input)  ACCUMULATES into grad_input (the caller zeroes
 --     it), and into the parameter gradients; residual branches therefore need no extra adds.
+--   block:backward(input, grad)  a transformer block (nn.Block) instead turns grad, the gradient of
+--     its output, into that of its input in place: the residual stream's gradient, one buffer that
+--     each norm's backward adds its branch into (llm.c's dresidual).
 --   module:parameters() -> list of { module, key, name, decay } in a fixed order; names follow
 --     Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight), layouts too (Conv1D: [in, out]).
 -- nn.gpt{} (wick.nn.gpt) keeps all parameters and gradients as views into two flat buffers (decayed tensors
@@ -349,16 +352,21 @@ function Block:forward(input)
   return out
 end
 
-function Block:backward(input, grad_output, grad_input)
-  local shape = input.shape
-  local dx1 = self:gradient('grad_x1', shape):copy(grad_output)  -- the residual path
-  local dln = self:zeroed('grad_ln', shape)
-  self.mlp:backward(self.ln_2.output, grad_output, dln)
-  self.ln_2:backward(self.x1, dln, dx1)
-  check(C.wk_op_axpy(grad_input, 1, dx1))  -- the residual path
+-- grad, the gradient of the block's output, becomes that of its input in place. The gradient of a
+-- residual sum is the sum's own plus its branch's, and each norm's backward adds its branch into
+-- grad (it accumulates into its input's gradient): grad is x1's gradient once ln_2's backward is
+-- done, the input's once ln_1's is. Each of those sums is rounded once, as when x1's gradient was a
+-- copy of grad and the input's a zeroed buffer it was added into (0 + g is g, but for the sign of a
+-- zero, which the f32 parameter gradients, accumulated from +0, never show): the same bits, with
+-- neither buffer nor their copy, add and zero fill. The MLP and attention backwards accumulate into
+-- dln, hence its two zero fills.
+function Block:backward(input, grad)
+  local dln = self:zeroed('grad_ln', input.shape)
+  self.mlp:backward(self.ln_2.output, grad, dln)
+  self.ln_2:backward(self.x1, dln, grad)
   check(C.wk_op_fill(dln, 0))
-  self.attn:backward(self.ln_1.output, dx1, dln)
-  self.ln_1:backward(input, dln, grad_input)
+  self.attn:backward(self.ln_1.output, grad, dln)
+  self.ln_1:backward(input, dln, grad)
 end
 
 return nn
