@@ -27,6 +27,9 @@ end
 design('bytes moved per step: all kernels', total / 1e9, 'GB', "f32 storage, each kernel's compulsory traffic")
 local _, total_bf16 = cost.bytes_per_step(m, B, 2)
 design('bytes moved per step: all, bf16', total_bf16 / 1e9, 'GB', 'activations and P in 2 bytes; masters, moments in f32')
+local forward, backward = cost.residual_fusion_saving(m, B)
+design('bytes saved per step: fused residual', (forward + backward) / 1e9, 'GB',
+  ('f32: %.2f forward (ln_2 reads x1 once less), %.2f backward (gradient in place)'):format(forward / 1e9, backward / 1e9))
 design('step floor at peak FLOP/s', flops / peak * 1e3, 'ms', ('%g TFLOP/s (the recipe\'s log.peak_flops)'):format(peak / 1e12))
 design('step floor at HBM bandwidth', total / H100_HBM_BYTES_PER_S * 1e3, 'ms', 'H100 SXM, 3.35 TB/s')
 design("MFU at llm.c's H100 rate", 100 * cost.mfu(m, LLMC_H100_TOKENS_PER_S, peak), '%',

@@ -40,6 +40,17 @@ describe('wick.nn.cost', function()
     assert.are.equal((total - by.adamw) / 2 + by.adamw, bf16)
   end)
 
+  it('counts the fused residual add + layernorm as the add and the norm it replaces, less a read of x1', function()
+    local by = {}
+    for _, k in ipairs(cost.kernels(GPT2_124M, 16)) do by[k.name] = k end
+    local pass = 4 * 16 * 1024 * 768  -- one f32 pass over [B, T, C]
+    assert.are.equal(by['residual add'].bytes + by.layernorm.bytes - pass, by['residual add + layernorm'].bytes)
+    assert.are.equal(2 * 12 + 1, by.layernorm.calls + by['residual add + layernorm'].calls)  -- ln_1, ln_2, ln_f
+    local forward, backward = cost.residual_fusion_saving(GPT2_124M, 16)
+    assert.are.equal(12 * pass, forward)
+    assert.are.equal(6 * 12 * pass, backward)  -- the copy, the add and the zero fill of a block's backward
+  end)
+
   it('gives the linear layers 2 FLOPs per row and weight', function()
     local N, C, V = 16 * 1024, 768, GPT2_124M.vocab
     local linear = 0
@@ -57,7 +68,15 @@ describe('wick.nn.cost', function()
       if k.name == 'cross-entropy backward' then
         assert.truthy(doc:find(('| %d |'):format(math.floor(k.bytes / 1e6 + 0.5)), 1, true))
       end
+      if k.name == 'residual add + layernorm' then
+        assert.truthy(doc:find(('| residual add + layernorm forward | 4·N·C·4 | %d |'):format(math.floor(k.bytes / 1e6 + 0.5)), 1, true))
+      end
     end
+    local forward, backward = cost.residual_fusion_saving(shape, 16)
+    local forward_bf16, backward_bf16 = cost.residual_fusion_saving(shape, 16, 2)
+    assert.truthy(doc:find(('(L·N·C·4 bytes, %.2f GB a step)'):format(forward / 1e9), 1, true))
+    assert.truthy(doc:find(('(6·L·N·C·4 bytes, %.2f GB): %.2f GB a step in f32, %.2f GB in bf16'):format(backward / 1e9,
+      (forward + backward) / 1e9, (forward_bf16 + backward_bf16) / 1e9), 1, true))
   end)
 
   it("labels every bench row of the GPU design as computed, not measured", function()

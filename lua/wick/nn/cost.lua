@@ -59,7 +59,12 @@ function cost.kernels(m, B, storage)
     gemm('classifier', N, C, V, 1),
     { name = 'causal softmax', flops = 0, bytes = 2 * S * att, calls = L },
     { name = 'softmax backward', flops = 0, bytes = 3 * S * att, calls = L },
-    { name = 'layernorm', flops = 0, bytes = 2 * S * N * C, calls = 2 * L + 1 },
+    -- ln_1 and ln_f alone; ln_2 with the residual add before it (x1 = x + attn: x and attn read, x1
+    -- and the norm written), a block's second residual add on its own. The backward of the adds is
+    -- the norms' accumulation into their input's gradient, the residual stream's.
+    { name = 'layernorm', flops = 0, bytes = 2 * S * N * C, calls = L + 1 },
+    { name = 'residual add + layernorm', flops = 0, bytes = 4 * S * N * C, calls = L },
+    { name = 'residual add', flops = 0, bytes = 3 * S * N * C, calls = L },
     { name = 'layernorm backward', flops = 0, bytes = 4 * S * N * C, calls = 2 * L + 1 },
     { name = 'gelu', flops = 0, bytes = 2 * S * N * 4 * C, calls = L },
     { name = 'gelu backward', flops = 0, bytes = 4 * S * N * 4 * C, calls = L },
@@ -68,6 +73,15 @@ function cost.kernels(m, B, storage)
     -- reads parameter, gradient and both moments, writes parameter and moments: all f32
     { name = 'adamw', flops = 0, bytes = 7 * F32 * cost.parameter_count(m), calls = 1 },
   }
+end
+
+-- The bytes a step's fused residual adds save, forward and backward, next to separate ops: forward,
+-- ln_2 reads x1 once less (the add writes it); backward, the residual stream's gradient updated in
+-- place needs no copy into x1's gradient (a read, a write), no add into the input's (two reads, a
+-- write) and no zero fill of that (a write). Per layer, in passes over [N, C].
+function cost.residual_fusion_saving(m, B, storage)
+  local pass = (storage or F32) * B * m.seq_len * m.dim
+  return m.layers * pass, m.layers * 6 * pass
 end
 
 -- The FLOPs of one forward: the kernels' FLOPs times their calls (a step is about 3 of these).
