@@ -100,6 +100,7 @@ local fc_out, dx, dw, db = T.empty({ N, 4 * CH }), T.zeros({ N, CH }), T.zeros({
 local qkv, att_out = rand({ BATCH, CONFIG.seq_len, 3 * CH }, 4), T.empty({ BATCH, CONFIG.seq_len, CH })
 local att, dqkv = T.empty({ BATCH, NH, CONFIG.seq_len, CONFIG.seq_len }), T.zeros({ BATCH, CONFIG.seq_len, 3 * CH })
 local ln_out, mean, rstd, ones, zeros = T.empty({ N, CH }), T.empty({ N }), T.empty({ N }), T.full({ CH }, 1), T.zeros({ CH })
+local residual, branch = T.empty({ N, CH }), rand({ N, CH }, 6)
 local wte, logits, targets = rand({ V, CH }, 5), T.empty({ N, V }), select(2, batch('cpu'))
 local losses, dlogits, sum = T.empty({ N }), T.zeros({ N, V }), ffi.new('double[1]')
 local flat = model:flat_parameters()
@@ -112,6 +113,13 @@ local ops = {
   { 'attention fwd', function() check(C.wk_op_attention(att_out, att, qkv, NH)) end },
   { 'attention bwd', function() check(C.wk_op_attention_backward(dqkv, att_out, qkv, att, NH)) end },
   { 'layernorm fwd', function() check(C.wk_op_layernorm(ln_out, mean, rstd, x, ones, zeros, 1e-5)) end },
+  { 'residual add, then layernorm fwd', function()
+    check(C.wk_op_add(residual, x, branch))
+    check(C.wk_op_layernorm(ln_out, mean, rstd, residual, ones, zeros, 1e-5))
+  end },
+  { 'residual add + layernorm fwd, fused', function()
+    check(C.wk_op_add_layernorm(residual, ln_out, mean, rstd, x, branch, ones, zeros, 1e-5))
+  end },
   { 'layernorm bwd', function() check(C.wk_op_layernorm_backward(dx, ones, zeros, ln_out, x, ones, mean, rstd)) end },
   { 'gelu fwd [N,4C]', function() check(C.wk_op_gelu(fc_out, fc_out)) end },
   { 'cross-entropy fwd [N,V]', function() check(C.wk_op_cross_entropy(losses, logits, targets:view({ N }), nil, N, sum, nil)) end },

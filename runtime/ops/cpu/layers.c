@@ -89,10 +89,10 @@ static void layernorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   size_t C = j->C;
   WkDType act = j->act;
   for (size_t n = begin; n < end; n++) {
-    const void *x = stored_norm_input(j->sum, j->inp, j->b, act, n * C, C);
     float m = 0.0f, var = 0.0f;
-    for (size_t c = 0; c < C; c++) m += stored_get(x, act, c);
+    for (size_t c = 0; c < C; c++) m += stored_norm_input(j->sum, j->inp, j->b, act, n * C + c);
     m /= (float)C;
+    const void *x = stored_at(j->b ? j->sum : j->inp, act, n * C);
     for (size_t c = 0; c < C; c++) var += (stored_get(x, act, c) - m) * (stored_get(x, act, c) - m);
     float s = 1.0f / sqrtf(var / (float)C + j->eps);
     for (size_t c = 0; c < C; c++)

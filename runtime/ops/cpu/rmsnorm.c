@@ -28,9 +28,12 @@ static void rmsnorm_rows(void *ctx, size_t begin, size_t end, size_t chunk) {
   size_t C = j->C;
   WkDType act = j->act;
   for (size_t n = begin; n < end; n++) {
-    const void *x = stored_norm_input(j->sum, j->inp, j->b, act, n * C, C);
     float sumsq = 0.0f;
-    for (size_t c = 0; c < C; c++) sumsq += stored_get(x, act, c) * stored_get(x, act, c);
+    for (size_t c = 0; c < C; c++) {
+      float v = stored_norm_input(j->sum, j->inp, j->b, act, n * C + c);
+      sumsq += v * v;
+    }
+    const void *x = stored_at(j->b ? j->sum : j->inp, act, n * C);
     float s = 1.0f / sqrtf(sumsq / (float)C + j->eps);
     for (size_t c = 0; c < C; c++)
       stored_put(j->out, act, n * C + c, stored_get(x, act, c) * s * stored_get(j->weight, act, c));

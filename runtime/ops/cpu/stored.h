@@ -34,19 +34,17 @@ static inline void *stored_at(const void *data, WkDType dtype, size_t i) {
   return (char *)data + i * wk_dtype_size(dtype);
 }
 
-/* sum[i] = a[i] + b[i], the f32 sum rounded once on the store: add's rule, which the fused residual
- * norms share, so that the sum they write is add's to the bit. */
-static inline void stored_add(void *sum, const void *a, const void *b, WkDType dtype, size_t i) {
+/* sum[i] = a[i] + b[i], the f32 sum rounded once on the store (add's rule, which the fused residual
+ * norms share, so that the sum they write is add's to the bit); returns the value stored, as f32. */
+static inline float stored_add(void *sum, const void *a, const void *b, WkDType dtype, size_t i) {
   stored_put(sum, dtype, i, stored_get(a, dtype, i) + stored_get(b, dtype, i));
+  return stored_get(sum, dtype, i);
 }
 
-/* The row [start, start + n) that a norm reads: a's, or with a residual b the sum a + b, stored into
- * sum (stored_add) and read back from there, so the norm sees the rounded values add would leave. */
-static inline const void *stored_norm_input(void *sum, const void *a, const void *b, WkDType dtype, size_t start,
-                                            size_t n) {
-  if (!b) return stored_at(a, dtype, start);
-  for (size_t i = start; i < start + n; i++) stored_add(sum, a, b, dtype, i);
-  return stored_at(sum, dtype, start);
+/* Element i of a norm's input on the first pass over its row: a[i], or with a residual b the sum
+ * a + b rounded into sum (stored_add). The later passes read the row from sum (or a). */
+static inline float stored_norm_input(void *sum, const void *a, const void *b, WkDType dtype, size_t i) {
+  return b ? stored_add(sum, a, b, dtype, i) : stored_get(a, dtype, i);
 }
 
 /* n elements from src into f32 dst, and back: one loop per dtype, so that each vectorizes. */
