@@ -315,7 +315,8 @@ end)
 -- on the same (rounded) values, its 2-byte results rounded once. Ops that are a few loads, f32
 -- arithmetic and a store are bit for bit the same; the products (matmul, attention) go through
 -- tiles of 256 (runtime/ops/cpu/gemm.c), whose f32 sums may be ordered differently than one sgemm,
--- so their results may sit one rounding step away.
+-- so their results may sit one rounding step away. Attention also rounds P and dS to the dtype before
+-- they are multiplied (case.reference computes that).
 describe('ops on 2-byte activations', function()
   local HALF_ULP = { bf16 = 2 ^ -8, f16 = 2 ^ -11 }
 
@@ -332,7 +333,7 @@ describe('ops on 2-byte activations', function()
       end
     end
     case.run(low)
-    case.run(ref)
+    if case.reference then case.reference(ref, low, dtype) else case.run(ref) end
     for _, name in ipairs(case.outputs) do
       local got = low[name]:float()
       local want = case.f32[name] and ref[name]:clone() or ref[name]:to(dtype):float()
@@ -345,6 +346,88 @@ describe('ops on 2-byte activations', function()
       end
       got:free()
       want:free()
+    end
+  end
+
+  -- Attention on 2-byte storage multiplies P and dS as stored, rounded to the dtype (llm.c's design:
+  -- the GPU's six products all read 2-byte operands): its reference is the f32 op's arithmetic with
+  -- those two roundings, in double here. heads(t, B, TT, NH, C_) indexes a [B, TT, 3C] qkv (or a
+  -- [B, TT, C] out when width is 1) and a [B, NH, TT, TT] square by (b, h, t, j or d), from 0.
+  local function heads(B, TT, NH, C_)
+    local hs = C_ / NH
+    return {
+      hs = hs,
+      row = function(width, b, t, h, part) return (b * TT + t) * width * C_ + part * C_ + h * hs end,
+      square = function(b, h, t, j) return ((b * NH + h) * TT + t) * TT + j end,
+    }
+  end
+
+  -- forward: out = P V, with P as the 2-byte op stored it (low.att); att as the f32 op computes it.
+  local function attention_reference(B, TT, NH, C_)
+    local at = heads(B, TT, NH, C_)
+    return function(ref, low)
+      check(C.wk_op_attention(ref.out, ref.att, ref.qkv, NH))
+      local P32 = low.att:float()
+      local P, v, out = gradcheck.floats(P32), gradcheck.floats(ref.qkv), gradcheck.floats(ref.out)
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for t = 0, TT - 1 do
+            for d = 0, at.hs - 1 do
+              local sum = 0
+              for j = 0, t do sum = sum + P[at.square(b, h, t, j)] * v[at.row(3, b, j, h, 2) + d] end
+              out[at.row(1, b, t, h, 0) + d] = sum
+            end
+          end
+        end
+      end
+      P32:free()
+    end
+  end
+
+  -- backward: dP = dO V^T, dV += P^T dO, dS = round(P * (dP - rowsum(P * dP)) * scale),
+  -- dQ += dS K, dK += dS^T Q, every sum in double.
+  local function attention_backward_reference(B, TT, NH, C_)
+    local at = heads(B, TT, NH, C_)
+    local hs, scale = at.hs, 1 / math.sqrt(C_ / NH)
+    return function(ref, _, dtype)
+      local dS_rounded = T.zeros({ B, NH, TT, TT })
+      local P, dO, qkv, dqkv = gradcheck.floats(ref.att), gradcheck.floats(ref.dout), gradcheck.floats(ref.qkv), gradcheck.floats(ref.dqkv)
+      local dS = gradcheck.floats(dS_rounded)
+      local function dot(a, b) local sum = 0 for d = 0, hs - 1 do sum = sum + dO[a + d] * qkv[b + d] end return sum end
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for t = 0, TT - 1 do
+            local dP, weighted = {}, 0
+            for j = 0, t do
+              dP[j] = dot(at.row(1, b, t, h, 0), at.row(3, b, j, h, 2))
+              weighted = weighted + P[at.square(b, h, t, j)] * dP[j]
+            end
+            for j = 0, t do dS[at.square(b, h, t, j)] = P[at.square(b, h, t, j)] * (dP[j] - weighted) * scale end
+          end
+        end
+      end
+      check(C.wk_op_round(dS_rounded, T.DTYPES[dtype]))
+      local new = {}
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for x = 0, TT - 1 do
+            for d = 0, hs - 1 do
+              local dq, dk, dv = 0, 0, 0
+              for y = 0, TT - 1 do
+                dv = dv + P[at.square(b, h, y, x)] * dO[at.row(1, b, y, h, 0) + d]
+                dq = dq + dS[at.square(b, h, x, y)] * qkv[at.row(3, b, y, h, 1) + d]
+                dk = dk + dS[at.square(b, h, y, x)] * qkv[at.row(3, b, y, h, 0) + d]
+              end
+              for part, sum in pairs({ [0] = dq, [1] = dk, [2] = dv }) do
+                local i = at.row(3, b, x, h, part) + d
+                new[i] = dqkv[i] + sum
+              end
+            end
+          end
+        end
+      end
+      for i, value in pairs(new) do dqkv[i] = value end
+      dS_rounded:free()
     end
   end
 
@@ -382,13 +465,15 @@ describe('ops on 2-byte activations', function()
       { name = 'cross_entropy_backward', inputs = { dlogits = randn({ N, V }), logits = randn({ N, V }), targets = targets },
         outputs = { 'dlogits' }, run = function(t) check(C.wk_op_cross_entropy_backward(t.dlogits, t.logits, t.targets, nil, 8, 1)) end },
       { name = 'attention', product = true, inputs = { out = T.empty({ B, TT, C_ }), att = T.empty({ B, NH, TT, TT }), qkv = randn({ B, TT, 3 * C_ }) },
-        outputs = { 'out', 'att' }, run = function(t) check(C.wk_op_attention(t.out, t.att, t.qkv, NH)) end },
+        outputs = { 'out', 'att' }, run = function(t) check(C.wk_op_attention(t.out, t.att, t.qkv, NH)) end,
+        reference = attention_reference(B, TT, NH, C_) },
     }
     local probabilities = T.empty({ B, NH, TT, TT })
     check(C.wk_op_attention(T.empty({ B, TT, C_ }), probabilities, randn({ B, TT, 3 * C_ }), NH))
     list[#list + 1] = { name = 'attention_backward', product = true,
       inputs = { dqkv = randn({ B, TT, 3 * C_ }), dout = randn({ B, TT, C_ }), qkv = randn({ B, TT, 3 * C_ }), att = probabilities },
-      outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end }
+      outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end,
+      reference = attention_backward_reference(B, TT, NH, C_) }
     -- The Llama-family ops: rstd, the weight gradient and the RoPE inverse frequencies stay f32.
     local H, KVH, hs = 4, 2, 4
     local inv_freq = T.empty({ hs / 2 })

@@ -51,17 +51,17 @@ static cudaDataType_t cuda_type(WkDType dtype) {
 }
 
 WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
-                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, float *Cm, size_t ldc,
-                              size_t stride_c) {
-  if (A.dtype != B.dtype)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "batched GEMM of %s by %s: the operands must share a dtype",
-                   wk_dtype_name(A.dtype), wk_dtype_name(B.dtype));
+                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, BatchOutput C) {
+  if (A.dtype != B.dtype || (C.dtype != A.dtype && C.dtype != WK_F32))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "batched GEMM of %s by %s into %s: the operands must share a dtype, the output "
+                   "be of theirs or f32", wk_dtype_name(A.dtype), wk_dtype_name(B.dtype), wk_dtype_name(C.dtype));
   cudaDataType_t type = cuda_type(A.dtype);
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
   CUBLAS_TRY(cublasGemmStridedBatchedEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                         (int)N, (int)M, (int)K, &alpha, B.data, type, (int)B.ld, (long long)B.stride,
-                                        A.data, type, (int)A.ld, (long long)A.stride, &beta, Cm, CUDA_R_32F, (int)ldc,
-                                        (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                        A.data, type, (int)A.ld, (long long)A.stride, &beta, C.data, cuda_type(C.dtype),
+                                        (int)C.ld, (long long)C.stride, (int)batch, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
   return WK_OK;
 }
 
