@@ -667,7 +667,7 @@ WK_API WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const 
 /* The MLP's up-projection with GELU fused into the GEMM (cuBLASLt's GELU_AUX epilogue on a GPU):
  * pre = inp @ w + bias as wk_op_matmul gives it, and out = gelu of that value before its rounding to
  * the activation dtype (pre and out each rounded once); both [N, OC] of inp's dtype, and apart.
- * bias may be NULL. For f32 this is wk_op_matmul then wk_op_gelu. */
+ * bias may be NULL. On f32 the CPU computes exactly wk_op_matmul then wk_op_gelu. */
 WK_API WkStatus wk_op_matmul_gelu(WkTensor *out, WkTensor *pre, const WkTensor *inp, const WkTensor *w,
                                   const WkTensor *bias, int transpose_w);
 /* The backward of a matmul whose input is inp = gelu(pre) (the down-projection), through the GELU:
