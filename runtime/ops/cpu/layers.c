@@ -181,41 +181,40 @@ WkStatus cpu_matmul_forward(void *out, const void *inp, const void *w, const voi
   return matmul_forward(out, inp, w, bias, act, N, C, OC, transpose_w, GEMM_NO_EPILOGUE);
 }
 
-/* The GELU epilogues: forward, out = gelu of the product (pre, which the GEMM stores itself);
- * backward, the product times gelu'(pre), pre as stored. Both [rows, width] of dtype act. */
-typedef struct {
+/* The GELU epilogues, run by run (STORED_RUN values of a block's row): forward, out = gelu of the
+ * product (pre, which the GEMM stores itself); backward, the product times gelu'(pre), pre as
+ * stored. out and pre are [rows, width] of dtype act. */
+typedef struct GeluEpilogue {
+  void (*each)(const struct GeluEpilogue *e, float *values, size_t at, size_t n);  /* n values, elements at.. of out, pre */
   void *out;
   const void *pre;
   WkDType act;
   size_t width;
 } GeluEpilogue;
 
-static void gelu_forward_block(void *ctx, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
+static void gelu_block(void *ctx, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
   const GeluEpilogue *e = ctx;
-  float out[STORED_RUN];
   for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c += STORED_RUN) {
-      size_t n = stored_run_length(c, cols);
-      cpu_gelu_run(out, block + r * ld + c, n);
-      stored_store_at(e->out, out, e->act, (row + r) * e->width + col + c, n);
-    }
+    for (size_t c = 0; c < cols; c += STORED_RUN)
+      e->each(e, block + r * ld + c, (row + r) * e->width + col + c, stored_run_length(c, cols));
 }
 
-static void gelu_backward_block(void *ctx, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
-  const GeluEpilogue *e = ctx;
+static void gelu_forward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
+  float out[STORED_RUN];
+  cpu_gelu_run(out, values, n);
+  stored_store_at(e->out, out, e->act, at, n);
+}
+
+static void gelu_backward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
   float pre[STORED_RUN];
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c += STORED_RUN) {
-      size_t n = stored_run_length(c, cols);
-      stored_load_at(pre, e->pre, e->act, (row + r) * e->width + col + c, n);
-      cpu_gelu_derivative_times_run(block + r * ld + c, pre, n);
-    }
+  stored_load_at(pre, e->pre, e->act, at, n);
+  cpu_gelu_derivative_times_run(values, pre, n);
 }
 
 WkStatus cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, WkDType act,
                                  size_t N, size_t C, size_t OC, int transpose_w) {
-  GeluEpilogue gelu = {.out = out, .act = act, .width = OC};
-  return matmul_forward(pre, inp, w, bias, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_forward_block, &gelu});
+  GeluEpilogue gelu = {.each = gelu_forward_run, .out = out, .act = act, .width = OC};
+  return matmul_forward(pre, inp, w, bias, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu});
 }
 
 typedef struct {
@@ -264,7 +263,7 @@ WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *do
 WkStatus cpu_matmul_backward_gelu(void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
                                   const void *w, const void *pre, WkDType act, size_t N, size_t C, size_t OC,
                                   int transpose_w) {
-  GeluEpilogue gelu = {.pre = pre, .act = act, .width = C};
-  WK_TRY(input_gradient(dpre, 0.0f, dout, w, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_backward_block, &gelu}));
+  GeluEpilogue gelu = {.each = gelu_backward_run, .pre = pre, .act = act, .width = C};
+  WK_TRY(input_gradient(dpre, 0.0f, dout, w, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu}));
   return parameter_gradients(dw, dbias, dout, inp, act, N, C, OC, transpose_w);
 }
