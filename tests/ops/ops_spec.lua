@@ -128,6 +128,91 @@ describe('ops', function()
     }
   end)
 
+  -- The MLP's products with GELU in their epilogue against the matmul and GELU ops apart, on each
+  -- storage dtype, over more than one 256-tile in every dim (2-byte products run in tiles): pre is
+  -- the matmul's very bits and the parameter gradients matmul_backward's. f32: out and dpre are the
+  -- separate ops' values too. 2-byte: the separate ops round the product before the GELU, the fused ones
+  -- do not, so they may differ by a rounding step of each of the two values (pre, or the matmul's
+  -- gradient, and the result). dpre is written: the NaNs it held must not reach it.
+  describe('matmul with GELU in its epilogue', function()
+    local HALF_ULP = { bf16 = 2 ^ -8, f16 = 2 ^ -11 }
+    local N, K, OC = 300, 260, 270
+
+    local function bytes(t) return ffi.string(t:data(), t:nbytes()) end
+
+    -- got against want, elementwise: equal on f32 (up to the sign of a zero: 0 + -0 is +0 in the
+    -- separate gelu_backward), else within 2 half-ulps of |want| + |rounded| (the value the separate
+    -- ops round first).
+    local function agree(what, dtype, got, want, rounded)
+      local widened = { got:float(), want:float(), rounded:float() }  -- alive while read through g, w, r
+      local g, w, r = gradcheck.floats(widened[1]), gradcheck.floats(widened[2]), gradcheck.floats(widened[3])
+      for i = 0, got:numel() - 1 do
+        local tolerance = dtype == 'f32' and 0 or 2 * HALF_ULP[dtype] * (math.abs(w[i]) + math.abs(r[i])) + 1e-6
+        assert(math.abs(g[i] - w[i]) <= tolerance, ('%s on %s: [%d] is %.9g, the separate ops give %.9g'):format(what, dtype, i, g[i], w[i]))
+      end
+    end
+
+    for _, dtype in ipairs({ 'f32', 'bf16', 'f16' }) do
+      for _, transpose in ipairs({ 0, 1 }) do
+        local function act(shape, std) return randn(shape, std):to(dtype) end
+        local function weight(rows, cols) return act(transpose == 1 and { cols, rows } or { rows, cols }, 0.1) end
+
+        it(('forward on %s (transpose_w = %d): pre = matmul, out = gelu of it'):format(dtype, transpose), function()
+          local inp, w, bias = act({ N, K }), weight(K, OC), act({ OC })
+          for _, b in ipairs({ bias, false }) do
+            local out, pre = T.empty({ N, OC }, dtype), T.empty({ N, OC }, dtype)
+            check(C.wk_op_matmul_gelu(out, pre, inp, w, b or nil, transpose))
+            local want_pre, want_out = T.empty({ N, OC }, dtype), T.empty({ N, OC }, dtype)
+            check(C.wk_op_matmul(want_pre, inp, w, b or nil, transpose))
+            check(C.wk_op_gelu(want_out, want_pre))
+            assert(bytes(want_pre) == bytes(pre), 'pre on ' .. dtype .. ': not the matmul\'s bits')
+            agree('out', dtype, out, want_out, want_pre)
+          end
+        end)
+
+        it(('backward on %s (transpose_w = %d): dpre written, = gelu_backward of matmul_backward'):format(dtype, transpose), function()
+          local pre, w, dout = act({ N, K }, 2), weight(K, OC), act({ N, OC })
+          local inp = T.empty({ N, K }, dtype)
+          check(C.wk_op_gelu(inp, pre))
+          local dw, dbias = randn(w.shape), randn({ OC })
+          local want_dw, want_dbias = dw:clone(), dbias:clone()
+          local dpre = T.full({ N, K }, 0 / 0, dtype)
+          check(C.wk_op_matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, transpose))
+          local dhidden, want = T.zeros({ N, K }, dtype), T.zeros({ N, K }, dtype)
+          check(C.wk_op_matmul_backward(dhidden, want_dw, want_dbias, dout, inp, w, transpose))
+          check(C.wk_op_gelu_backward(want, dhidden, pre))
+          assert(bytes(want_dw) == bytes(dw) and bytes(want_dbias) == bytes(dbias), 'dw or dbias: not matmul_backward\'s bits')
+          agree('dpre', dtype, dpre, want, dhidden)
+        end)
+      end
+    end
+
+    it('refuses a pre or dpre of the wrong dtype or shape, or sharing memory, naming it', function()
+      local inp, w, bias = randn({ 3, 4 }):to('bf16'), randn({ 4, 8 }):to('bf16'), randn({ 8 }):to('bf16')
+      local out = T.empty({ 3, 8 }, 'bf16')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 3, 8 }, 'f16'), inp, w, bias, 0)) end,
+        'matmul_gelu: pre is [3, 8] f16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 3, 7 }, 'bf16'), inp, w, bias, 0)) end,
+        'matmul_gelu: pre is [3, 7] bf16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 8, 3 }, 'bf16'), inp, w, bias, 0)) end,
+        "matmul_gelu: pre's last dim must be 8")
+      assert.has_error(function() check(C.wk_op_matmul_gelu(T.empty({ 3, 8 }), T.empty({ 3, 8 }, 'bf16'), inp, w, bias, 0)) end,
+        'matmul_gelu: out is [3, 8] f32 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, out, inp, w, bias, 0)) end,
+        'matmul_gelu: out and pre share memory')
+      local x, pre, dout = randn({ 3, 8 }):to('bf16'), randn({ 3, 8 }):to('bf16'), randn({ 3, 4 }):to('bf16')
+      local w2, dw = randn({ 8, 4 }):to('bf16'), T.zeros({ 8, 4 })
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(T.empty({ 3, 8 }, 'bf16'), dw, nil, dout, x, w2, T.empty({ 3, 8 }), 0)) end,
+        'matmul_backward_gelu: pre is [3, 8] f32 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(T.empty({ 2, 8 }, 'bf16'), dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre is [2, 8] bf16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(pre, dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre and pre share memory')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(x, dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre and inp share memory')
+    end)
+  end)
+
   it('causal attention: rows of probabilities sum to one, the future is masked, gradients match', function()
     local B, TT, C_, NH = 2, 4, 6, 2
     local qkv, out, att = randn({ B, TT, 3 * C_ }), T.empty({ B, TT, C_ }), T.empty({ B, NH, TT, TT })
@@ -517,6 +602,16 @@ describe('ops on 2-byte activations', function()
           inp = randn({ Nm, Cm }, 0.1), w = randn(w_shape, 0.1) },
         outputs = { 'dinp', 'dw', 'dbias' },
         run = function(t) check(C.wk_op_matmul_backward(t.dinp, t.dw, t.dbias, t.dout, t.inp, t.w, transpose)) end }
+      -- the GELU of the unrounded product: rounding it first would move out and dpre by more than a step
+      list[#list + 1] = { name = 'matmul_gelu ' .. transpose, product = true,
+        inputs = { out = T.empty({ Nm, OCm }), pre = T.empty({ Nm, OCm }), inp = randn({ Nm, Cm }), w = randn(w_shape, 0.1),
+          bias = randn({ OCm }) },
+        outputs = { 'out', 'pre' }, run = function(t) check(C.wk_op_matmul_gelu(t.out, t.pre, t.inp, t.w, t.bias, transpose)) end }
+      list[#list + 1] = { name = 'matmul_backward_gelu ' .. transpose, product = true, f32 = { dw = true, dbias = true },
+        inputs = { dpre = T.full({ Nm, Cm }, 0 / 0), dw = randn(w_shape), dbias = randn({ OCm }), dout = randn({ Nm, OCm }),
+          inp = randn({ Nm, Cm }, 0.1), w = randn(w_shape, 0.1), pre = randn({ Nm, Cm }, 2) },
+        outputs = { 'dpre', 'dw', 'dbias' },
+        run = function(t) check(C.wk_op_matmul_backward_gelu(t.dpre, t.dw, t.dbias, t.dout, t.inp, t.w, t.pre, transpose)) end }
     end
     for _, case in ipairs(list) do
       case.f32, case.exact = case.f32 or {}, not case.product

@@ -104,6 +104,10 @@ template <> __device__ inline __half from_float<__half>(float x) { return __floa
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensors have no CUDA kernel", what, wk_dtype_name(dtype)); \
   }
 
+/* d[i] = gelu'(pre[i]) * d[i] over n elements of dtype, in place (elementwise.cu): the GELU backward of
+ * blas.cu's matmul where cuBLASLt has no DGELU epilogue for it. */
+WkStatus gelu_derivative_times(WkDType dtype, void *d, const void *pre, size_t n);
+
 /* ---- cuBLAS (blas.cu) ---------------------------------------------------------------------------- */
 
 /* The cuBLAS handle of the current device (made on first use), bound to the current stream. */
