@@ -670,6 +670,20 @@ WK_API WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *db
                                       int transpose_w);
 WK_API WkStatus wk_op_gelu(WkTensor *out, const WkTensor *inp);  /* tanh approximation */
 WK_API WkStatus wk_op_gelu_backward(WkTensor *dinp, const WkTensor *dout, const WkTensor *inp);
+/* The MLP's up-projection with GELU fused into the GEMM (cuBLASLt's GELU_AUX epilogue on a GPU):
+ * pre = inp @ w + bias as wk_op_matmul gives it, and out = gelu of that value before its rounding to
+ * the activation dtype (pre and out each rounded once); both [N, OC] of inp's dtype, and apart.
+ * bias may be NULL. On f32 the CPU computes exactly wk_op_matmul then wk_op_gelu. */
+WK_API WkStatus wk_op_matmul_gelu(WkTensor *out, WkTensor *pre, const WkTensor *inp, const WkTensor *w,
+                                  const WkTensor *bias, int transpose_w);
+/* The backward of a matmul whose input is inp = gelu(pre) (the down-projection), through the GELU:
+ * dw and dbias (may be NULL) accumulate as wk_op_matmul_backward's, and dpre = gelu'(pre) times
+ * dout @ w^T (transposed as for wk_op_matmul_backward), rounded once. dpre is WRITTEN, not added to
+ * (so it needs no zeroing), the exception with cross-entropy's dlogits; it may share no memory with
+ * pre, inp or dout. */
+WK_API WkStatus wk_op_matmul_backward_gelu(WkTensor *dpre, WkTensor *dw, WkTensor *dbias, const WkTensor *dout,
+                                           const WkTensor *inp, const WkTensor *w, const WkTensor *pre,
+                                           int transpose_w);
 /* Causal self-attention: qkv [B,T,3C] (q, k, v blocks of C, NH heads each) -> out [B,T,C];
  * att [B,NH,T,T] keeps the softmax probabilities for the backward. */
 WK_API WkStatus wk_op_attention(WkTensor *out, WkTensor *att, const WkTensor *qkv, int heads);

@@ -60,6 +60,12 @@ static inline int32_t wk_bad_mark_id(uint64_t mark) { return (int32_t)(uint32_t)
   X(WkStatus, matmul_backward,                                                                                 \
     (WkDType dtype, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,     \
      size_t N, size_t C, size_t OC, int transpose_w))                                                          \
+  X(WkStatus, matmul_gelu_forward,                                                                             \
+    (WkDType dtype, void *out, void *pre, const void *inp, const void *w, const void *bias, size_t N, size_t C, \
+     size_t OC, int transpose_w))                                                                              \
+  X(WkStatus, matmul_backward_gelu,                                                                            \
+    (WkDType dtype, void *dpre, float *dw, float *dbias, const void *dout, const void *inp, const void *w,     \
+     const void *pre, size_t N, size_t C, size_t OC, int transpose_w))                                        \
   X(WkStatus, gelu_forward, (WkDType dtype, void *out, const void *inp, size_t n))                             \
   X(WkStatus, gelu_backward, (WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n))         \
   X(WkStatus, attention_forward,                                                                               \

@@ -122,6 +122,12 @@ static bool overlap(const WkTensor *a, const WkTensor *b) {
   return !(x + numel(a) * wk_dtype_size(a->dtype) <= y || y + numel(b) * wk_dtype_size(b->dtype) <= x);
 }
 
+/* Two arguments that may share no byte: an output and what the op reads while writing it. */
+static WkStatus apart(const char *op, const char *a_name, const WkTensor *a, const char *b_name, const WkTensor *b) {
+  if (!overlap(a, b)) return WK_OK;
+  return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s and %s share memory", op, a_name, b_name);
+}
+
 /* An output that may replace an input in place: the same bytes, or none of them (a partial overlap
  * would read values the op has already written). */
 static WkStatus same_or_apart(const char *op, const char *out_name, const WkTensor *out, const char *in_name,
@@ -227,9 +233,7 @@ WkStatus wk_op_adamw(WkTensor *param, const WkTensor *grad, WkTensor *m, WkTenso
   const WkTensor *arrays[] = {param, grad, m, v};  /* the kernels read them as four separate arrays */
   const char *names[] = {"param", "grad", "m", "v"};
   for (int a = 0; a < 4; a++)
-    for (int b = a + 1; b < 4; b++)
-      if (overlap(arrays[a], arrays[b]))
-        return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: %s and %s share memory", names[a], names[b]);
+    for (int b = a + 1; b < 4; b++) WK_TRY(apart("adamw", names[a], arrays[a], names[b], arrays[b]));
   if (step < 1) return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: step counts from 1, got %lld", (long long)step);
   if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))
     return WK_FAIL(WK_ERR_INVALID_ARG, "adamw: betas must be in [0, 1), got %g and %g", beta1, beta2);
@@ -428,28 +432,77 @@ static WkStatus matmul_dims(const char *op, const WkTensor *inp, const WkTensor 
   return WK_OK;
 }
 
+/* An output of the product, [..., OC] with N * OC elements. */
+static WkStatus matmul_output(const char *op, const char *name, const WkTensor *t, WkDType act, const WkTensor *inp,
+                              int64_t N, int64_t OC) {
+  WK_TRY(check_arg(op, name, t, act, inp, FLAT_RANK, (int64_t[]){N * OC}, CONTIGUOUS));
+  if (t->shape[t->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s's last dim must be %lld", op, name, (long long)OC);
+  return WK_OK;
+}
+
+/* The forward's arguments: matmul_dims, then the output `name` and the bias (may be NULL). */
+static WkStatus matmul_forward_args(const char *op, const char *name, const WkTensor *out, const WkTensor *inp,
+                                    const WkTensor *w, const WkTensor *bias, int transpose_w, int64_t *N, int64_t *C,
+                                    int64_t *OC, WkDType *act) {
+  WK_TRY(matmul_dims(op, inp, w, transpose_w, N, C, OC, act));
+  WK_TRY(matmul_output(op, name, out, *act, inp, *N, *OC));
+  if (bias) ARG(op, bias, *act, inp, *OC);
+  return WK_OK;
+}
+
 WkStatus wk_op_matmul(WkTensor *out, const WkTensor *inp, const WkTensor *w, const WkTensor *bias, int transpose_w) {
   int64_t N = 0, C = 0, OC = 0;
   WkDType act = WK_F32;
-  WK_TRY(matmul_dims("matmul", inp, w, transpose_w, &N, &C, &OC, &act));
-  ARG_FLAT("matmul", out, act, inp, N * OC);
-  if (bias) ARG("matmul", bias, act, inp, OC);
-  if (out->shape[out->ndim - 1] != OC) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul: out's last dim must be %lld", (long long)OC);
+  WK_TRY(matmul_forward_args("matmul", "out", out, inp, w, bias, transpose_w, &N, &C, &OC, &act));
   if (!on_cuda(inp)) return cpu_matmul_forward(DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
   return ON_DEVICE(inp, CUDA->matmul_forward(act, DATA(out), DATA(inp), DATA(w), OPT_DATA(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+}
+
+WkStatus wk_op_matmul_gelu(WkTensor *out, WkTensor *pre, const WkTensor *inp, const WkTensor *w, const WkTensor *bias,
+                           int transpose_w) {
+  int64_t N = 0, C = 0, OC = 0;
+  WkDType act = WK_F32;
+  WK_TRY(matmul_forward_args("matmul_gelu", "pre", pre, inp, w, bias, transpose_w, &N, &C, &OC, &act));
+  WK_TRY(matmul_output("matmul_gelu", "out", out, act, inp, N, OC));
+  WK_TRY(apart("matmul_gelu", "out", out, "pre", pre));  /* both written by one GEMM */
+  if (!on_cuda(inp)) return cpu_matmul_gelu_forward(DATA(out), DATA(pre), DATA(inp), DATA(w), OPT_DATA(bias), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
+  return ON_DEVICE(inp, CUDA->matmul_gelu_forward(act, DATA(out), DATA(pre), DATA(inp), DATA(w), OPT_DATA(bias), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+}
+
+/* The backward's arguments: matmul_dims, the input gradient `name`, dw, dbias (may be NULL) and dout. */
+static WkStatus matmul_backward_args(const char *op, const char *name, const WkTensor *dinp, const WkTensor *dw,
+                                     const WkTensor *dbias, const WkTensor *dout, const WkTensor *inp, const WkTensor *w,
+                                     int transpose_w, int64_t *N, int64_t *C, int64_t *OC, WkDType *act) {
+  WK_TRY(matmul_dims(op, inp, w, transpose_w, N, C, OC, act));
+  WK_TRY(check_arg(op, name, dinp, *act, inp, FLAT_RANK, (int64_t[]){numel(inp)}, CONTIGUOUS));
+  ARG(op, dw, WK_F32, inp, w->shape[0], w->shape[1]);  /* parameter gradients accumulate in f32 */
+  ARG_FLAT(op, dout, *act, inp, *N * *OC);
+  if (dbias) ARG(op, dbias, WK_F32, inp, *OC);
+  return WK_OK;
 }
 
 WkStatus wk_op_matmul_backward(WkTensor *dinp, WkTensor *dw, WkTensor *dbias, const WkTensor *dout, const WkTensor *inp,
                                const WkTensor *w, int transpose_w) {
   int64_t N = 0, C = 0, OC = 0;
   WkDType act = WK_F32;
-  WK_TRY(matmul_dims("matmul_backward", inp, w, transpose_w, &N, &C, &OC, &act));
-  ARG_FLAT("matmul_backward", dinp, act, inp, numel(inp));
-  ARG("matmul_backward", dw, WK_F32, inp, w->shape[0], w->shape[1]);  /* parameter gradients accumulate in f32 */
-  ARG_FLAT("matmul_backward", dout, act, inp, N * OC);
-  if (dbias) ARG("matmul_backward", dbias, WK_F32, inp, OC);
+  WK_TRY(matmul_backward_args("matmul_backward", "dinp", dinp, dw, dbias, dout, inp, w, transpose_w, &N, &C, &OC, &act));
   if (!on_cuda(inp)) return cpu_matmul_backward(DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
   return ON_DEVICE(inp, CUDA->matmul_backward(act, DATA(dinp), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
+}
+
+WkStatus wk_op_matmul_backward_gelu(WkTensor *dpre, WkTensor *dw, WkTensor *dbias, const WkTensor *dout,
+                                    const WkTensor *inp, const WkTensor *w, const WkTensor *pre, int transpose_w) {
+  int64_t N = 0, C = 0, OC = 0;
+  WkDType act = WK_F32;
+  const char *op = "matmul_backward_gelu";
+  WK_TRY(matmul_backward_args(op, "dpre", dpre, dw, dbias, dout, inp, w, transpose_w, &N, &C, &OC, &act));
+  ARG_FLAT(op, pre, act, inp, numel(inp));
+  /* dpre is written while the GEMMs read the others */
+  WK_TRY(apart(op, "dpre", dpre, "pre", pre));
+  WK_TRY(apart(op, "dpre", dpre, "inp", inp));
+  WK_TRY(apart(op, "dpre", dpre, "dout", dout));
+  if (!on_cuda(inp)) return cpu_matmul_backward_gelu(DATA(dpre), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), DATA(pre), act, (size_t)N, (size_t)C, (size_t)OC, transpose_w);
+  return ON_DEVICE(inp, CUDA->matmul_backward_gelu(act, DATA(dpre), F32(dw), OPT_F32(dbias), DATA(dout), DATA(inp), DATA(w), DATA(pre), (size_t)N, (size_t)C, (size_t)OC, transpose_w));
 }
 
 /* ---- attention and loss ----------------------------------------------------------------------- */

@@ -8,8 +8,9 @@
  * compiled only when nvcc exists, into the CUDA module; cuda_ops.h lists their signatures and
  * cuda_ops.c fills their table. Kernels take raw pointers and sizes and trust their arguments:
  * validation happens in ops.c only, so the two backends cannot drift apart in what they accept.
- * Gradient outputs are accumulated (+=) by every backward kernel but cross-entropy's, which writes
- * the gradient of the logits (over them, when given the same tensor).
+ * Gradient outputs are accumulated (+=) by every backward kernel but two: cross-entropy's, which
+ * writes the gradient of the logits (over them, when given the same tensor), and matmul_backward_gelu's
+ * dpre, which the GEMM's epilogue writes (its parameter gradients accumulate as matmul_backward's).
  *
  * Not here: tensors, storage and copies (runtime/tensor); module composition (lua/wick/nn/).
  */
@@ -61,6 +62,14 @@ WkStatus cpu_matmul_forward(void *out, const void *inp, const void *w, const voi
                             size_t C, size_t OC, int transpose_w);
 WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
                              WkDType act, size_t N, size_t C, size_t OC, int transpose_w);
+/* The MLP's products with GELU in their epilogue: forward, pre = the product (+ bias) and out = gelu of
+ * it unrounded, each rounded once; backward, matmul_backward's dw and dbias, and dpre = gelu'(pre) times
+ * the product dout @ w^T, written (not accumulated) and rounded once. */
+WkStatus cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, WkDType act,
+                                 size_t N, size_t C, size_t OC, int transpose_w);
+WkStatus cpu_matmul_backward_gelu(void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
+                                  const void *w, const void *pre, WkDType act, size_t N, size_t C, size_t OC,
+                                  int transpose_w);
 void cpu_gelu_forward(void *out, const void *inp, WkDType act, size_t n);
 void cpu_gelu_backward(void *dinp, const void *dout, const void *inp, WkDType act, size_t n);
 WkStatus cpu_attention_forward(void *out, void *att, const void *qkv, WkDType act, size_t B, size_t T, size_t C,

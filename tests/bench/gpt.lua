@@ -103,6 +103,8 @@ local ln_out, mean, rstd, ones, zeros = T.empty({ N, CH }), T.empty({ N }), T.em
 local residual, branch = T.empty({ N, CH }), rand({ N, CH }, 6)
 local wte, logits, targets = rand({ V, CH }, 5), T.empty({ N, V }), select(2, batch('cpu'))
 local losses, dlogits, sum = T.empty({ N }), T.zeros({ N, V }), ffi.new('double[1]')
+local hidden, dpre = T.empty({ N, 4 * CH }), T.empty({ N, 4 * CH })  -- the MLP's GELU output, its pre-activation's gradient
+local w_proj, dw_proj, db_proj = rand({ 4 * CH, CH }, 6), T.zeros({ 4 * CH, CH }), T.zeros({ CH })
 local flat = model:flat_parameters()
 local m, v = T.zeros({ flat.params:numel() }), T.zeros({ flat.params:numel() })
 
@@ -122,6 +124,9 @@ local ops = {
   end },
   { 'layernorm bwd', function() check(C.wk_op_layernorm_backward(dx, ones, zeros, ln_out, x, ones, mean, rstd)) end },
   { 'gelu fwd [N,4C]', function() check(C.wk_op_gelu(fc_out, fc_out)) end },
+  { 'matmul fwd +bias, GELU in the epilogue', function() check(C.wk_op_matmul_gelu(hidden, fc_out, x, w_fc, b_fc, 0)) end },
+  { 'matmul bwd [N,4C]x[4C,C] through GELU', function()
+    check(C.wk_op_matmul_backward_gelu(dpre, dw_proj, db_proj, x, hidden, w_proj, fc_out, 0)) end },
   { 'cross-entropy fwd [N,V]', function() check(C.wk_op_cross_entropy(losses, logits, targets:view({ N }), nil, N, sum, nil)) end },
   { 'cross-entropy bwd', function() check(C.wk_op_cross_entropy_backward(dlogits, logits, targets:view({ N }), nil, N, 1)) end },
   { 'adamw over all parameters', function() check(C.wk_op_adamw(flat.params, flat.grads, m, v, 1e-4, 0.9, 0.95, 1e-8, 0.1, 1, 1)) end },

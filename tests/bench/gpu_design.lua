@@ -25,6 +25,8 @@ for _, k in ipairs(kernels) do
   design('bytes moved per step: ' .. k.name, k.bytes / 1e9, 'GB', ('%.1f%% of the step'):format(100 * k.bytes / total))
 end
 design('bytes moved per step: all kernels', total / 1e9, 'GB', "f32 storage, each kernel's compulsory traffic")
+design('bytes saved per step: GELU in the GEMMs', cost.gelu_epilogue_saving(m, B) / 1e9, 'GB',
+  'f32; the separate GELU passes less the epilogues\' traffic')
 local _, total_bf16 = cost.bytes_per_step(m, B, 2)
 design('bytes moved per step: all, bf16', total_bf16 / 1e9, 'GB', 'activations and P in 2 bytes; masters, moments in f32')
 local forward, backward = cost.residual_fusion_saving(m, B)

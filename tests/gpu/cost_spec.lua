@@ -79,6 +79,22 @@ describe('wick.nn.cost', function()
       (forward + backward) / 1e9, (forward_bf16 + backward_bf16) / 1e9), 1, true))
   end)
 
+  it('counts GELU in the MLP GEMMs as 2 [N, 4C] tensors moved a layer, 4 fewer than passes of its own', function()
+    local shape = { layers = 12, heads = 12, dim = 768, vocab = 50257, seq_len = 1024 }
+    local hidden = 4 * 16 * 1024 * 4 * 768  -- one f32 [N, 4C] tensor at B = 16
+    local by = {}
+    for _, k in ipairs(cost.kernels(shape, 16)) do by[k.name] = k.bytes end
+    assert.are.equal(hidden, by['gelu (mlp up epilogue)'])
+    assert.are.equal(hidden, by['gelu backward (mlp down epilogue)'])
+    assert.are.equal(4 * hidden * 12, cost.gelu_epilogue_saving(shape, 16))
+    assert.are.equal(cost.gelu_epilogue_saving(shape, 16) / 2, cost.gelu_epilogue_saving(shape, 16, 2))
+    local doc = helper.read_file(helper.ROOT .. '/docs/gpu.md')
+    for _, storage in ipairs({ 4, 2 }) do
+      local quoted = ('%.2f GB'):format(cost.gelu_epilogue_saving(shape, 16, storage) / 1e9)
+      assert.truthy(doc:find(quoted, 1, true), quoted .. ' is not in docs/gpu.md')
+    end
+  end)
+
   it("labels every bench row of the GPU design as computed, not measured", function()
     local r = helper.run('tests/bench/gpu_design.lua')
     assert.are.equal(0, r.rc, r.err)

@@ -86,6 +86,11 @@ describe('CUDA agrees with the CPU at GPT-2 124M shapes #gpu', function()
     end)
   end
 
+  it(('MLP up and down with GELU in their epilogues (%d x %d -> %d -> %d)'):format(N, CH, 4 * CH, CH), function()
+    if not realistic_or_skip() then return end
+    agree('matmul_gelu', cases.matmul_gelu(N, CH, 4 * CH, 0, 30))
+  end)
+
   -- The CPU reference's loops over (B, NH, T, T) are the slow part: 2 rows of the micro batch keep
   -- every other dimension at GPT-2's size.
   it('attention forward and backward (T 1024, 12 heads, C 768)', function()

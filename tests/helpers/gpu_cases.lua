@@ -64,6 +64,33 @@ function cases.matmul(rows, IN, OC, transpose, biased, seed)
   end
 end
 
+-- The MLP's products with GELU in their epilogue, stored in dtype (default f32): forward, x [rows,
+-- width] through w [width, hidden] (transposed when transpose is 1) and a bias into pre and out
+-- [rows, hidden]; backward, the down-projection w2 [hidden, width] from dout [rows, width], its input
+-- h and pre [rows, hidden] drawn (not the forward's, so both devices read the same bits) and dpre
+-- filled with NaN first (it is written); seeds seed .. seed + 7. A hidden width that is no multiple
+-- of 8 takes the CUDA op's way without the epilogue (cuBLASLt's aux ld rule).
+function cases.matmul_gelu(rows, width, hidden, transpose, seed, dtype)
+  dtype = dtype or 'f32'
+  local function act(shape, s, device)
+    local x = randn(shape, s, device)
+    return dtype == 'f32' and x or x:to(dtype)
+  end
+  return function(device)
+    local x, bias = act({ rows, width }, seed, device), act({ hidden }, seed + 1, device)
+    local w = act(transpose == 1 and { hidden, width } or { width, hidden }, seed + 2, device)
+    local pre, out = T.empty({ rows, hidden }, dtype, device), T.empty({ rows, hidden }, dtype, device)
+    check(C.wk_op_matmul_gelu(out, pre, x, w, bias, transpose))
+    local h, back_pre, dout = act({ rows, hidden }, seed + 3, device), act({ rows, hidden }, seed + 4, device),
+      act({ rows, width }, seed + 5, device)
+    local w2 = act(transpose == 1 and { width, hidden } or { hidden, width }, seed + 6, device)
+    local dpre = T.full({ rows, hidden }, 0 / 0, dtype, device)
+    local dw, db = T.zeros(w2.shape, 'f32', device), randn({ width }, seed + 7, device)
+    check(C.wk_op_matmul_backward_gelu(dpre, dw, db, dout, h, w2, back_pre, transpose))
+    return { pre, out, dpre, dw, db }
+  end
+end
+
 -- Causal attention over qkv [batch, seq, 3 width] (seed), backward from seed + 1.
 function cases.attention(batch, seq, width, heads, seed)
   return function(device)

@@ -128,6 +128,91 @@ describe('ops', function()
     }
   end)
 
+  -- The MLP's products with GELU in their epilogue against the matmul and GELU ops apart, on each
+  -- storage dtype, over more than one 256-tile in every dim (2-byte products run in tiles): pre is
+  -- the matmul's very bits and the parameter gradients matmul_backward's. f32: out and dpre are the
+  -- separate ops' values too. 2-byte: the separate ops round the product before the GELU, the fused ones
+  -- do not, so they may differ by a rounding step of each of the two values (pre, or the matmul's
+  -- gradient, and the result). dpre is written: the NaNs it held must not reach it.
+  describe('matmul with GELU in its epilogue', function()
+    local HALF_ULP = { bf16 = 2 ^ -8, f16 = 2 ^ -11 }
+    local N, K, OC = 300, 260, 270
+
+    local function bytes(t) return ffi.string(t:data(), t:nbytes()) end
+
+    -- got against want, elementwise: equal on f32 (up to the sign of a zero: 0 + -0 is +0 in the
+    -- separate gelu_backward), else within 2 half-ulps of |want| + |rounded| (the value the separate
+    -- ops round first).
+    local function agree(what, dtype, got, want, rounded)
+      local widened = { got:float(), want:float(), rounded:float() }  -- alive while read through g, w, r
+      local g, w, r = gradcheck.floats(widened[1]), gradcheck.floats(widened[2]), gradcheck.floats(widened[3])
+      for i = 0, got:numel() - 1 do
+        local tolerance = dtype == 'f32' and 0 or 2 * HALF_ULP[dtype] * (math.abs(w[i]) + math.abs(r[i])) + 1e-6
+        assert(math.abs(g[i] - w[i]) <= tolerance, ('%s on %s: [%d] is %.9g, the separate ops give %.9g'):format(what, dtype, i, g[i], w[i]))
+      end
+    end
+
+    for _, dtype in ipairs({ 'f32', 'bf16', 'f16' }) do
+      for _, transpose in ipairs({ 0, 1 }) do
+        local function act(shape, std) return randn(shape, std):to(dtype) end
+        local function weight(rows, cols) return act(transpose == 1 and { cols, rows } or { rows, cols }, 0.1) end
+
+        it(('forward on %s (transpose_w = %d): pre = matmul, out = gelu of it'):format(dtype, transpose), function()
+          local inp, w, bias = act({ N, K }), weight(K, OC), act({ OC })
+          for _, b in ipairs({ bias, false }) do
+            local out, pre = T.empty({ N, OC }, dtype), T.empty({ N, OC }, dtype)
+            check(C.wk_op_matmul_gelu(out, pre, inp, w, b or nil, transpose))
+            local want_pre, want_out = T.empty({ N, OC }, dtype), T.empty({ N, OC }, dtype)
+            check(C.wk_op_matmul(want_pre, inp, w, b or nil, transpose))
+            check(C.wk_op_gelu(want_out, want_pre))
+            assert(bytes(want_pre) == bytes(pre), 'pre on ' .. dtype .. ': not the matmul\'s bits')
+            agree('out', dtype, out, want_out, want_pre)
+          end
+        end)
+
+        it(('backward on %s (transpose_w = %d): dpre written, = gelu_backward of matmul_backward'):format(dtype, transpose), function()
+          local pre, w, dout = act({ N, K }, 2), weight(K, OC), act({ N, OC })
+          local inp = T.empty({ N, K }, dtype)
+          check(C.wk_op_gelu(inp, pre))
+          local dw, dbias = randn(w.shape), randn({ OC })
+          local want_dw, want_dbias = dw:clone(), dbias:clone()
+          local dpre = T.full({ N, K }, 0 / 0, dtype)
+          check(C.wk_op_matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, transpose))
+          local dhidden, want = T.zeros({ N, K }, dtype), T.zeros({ N, K }, dtype)
+          check(C.wk_op_matmul_backward(dhidden, want_dw, want_dbias, dout, inp, w, transpose))
+          check(C.wk_op_gelu_backward(want, dhidden, pre))
+          assert(bytes(want_dw) == bytes(dw) and bytes(want_dbias) == bytes(dbias), 'dw or dbias: not matmul_backward\'s bits')
+          agree('dpre', dtype, dpre, want, dhidden)
+        end)
+      end
+    end
+
+    it('refuses a pre or dpre of the wrong dtype or shape, or sharing memory, naming it', function()
+      local inp, w, bias = randn({ 3, 4 }):to('bf16'), randn({ 4, 8 }):to('bf16'), randn({ 8 }):to('bf16')
+      local out = T.empty({ 3, 8 }, 'bf16')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 3, 8 }, 'f16'), inp, w, bias, 0)) end,
+        'matmul_gelu: pre is [3, 8] f16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 3, 7 }, 'bf16'), inp, w, bias, 0)) end,
+        'matmul_gelu: pre is [3, 7] bf16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, T.empty({ 8, 3 }, 'bf16'), inp, w, bias, 0)) end,
+        "matmul_gelu: pre's last dim must be 8")
+      assert.has_error(function() check(C.wk_op_matmul_gelu(T.empty({ 3, 8 }), T.empty({ 3, 8 }, 'bf16'), inp, w, bias, 0)) end,
+        'matmul_gelu: out is [3, 8] f32 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_gelu(out, out, inp, w, bias, 0)) end,
+        'matmul_gelu: out and pre share memory')
+      local x, pre, dout = randn({ 3, 8 }):to('bf16'), randn({ 3, 8 }):to('bf16'), randn({ 3, 4 }):to('bf16')
+      local w2, dw = randn({ 8, 4 }):to('bf16'), T.zeros({ 8, 4 })
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(T.empty({ 3, 8 }, 'bf16'), dw, nil, dout, x, w2, T.empty({ 3, 8 }), 0)) end,
+        'matmul_backward_gelu: pre is [3, 8] f32 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(T.empty({ 2, 8 }, 'bf16'), dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre is [2, 8] bf16 cpu, expected [24 elements of any shape] bf16, contiguous')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(pre, dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre and pre share memory')
+      assert.has_error(function() check(C.wk_op_matmul_backward_gelu(x, dw, nil, dout, x, w2, pre, 0)) end,
+        'matmul_backward_gelu: dpre and inp share memory')
+    end)
+  end)
+
   it('causal attention: rows of probabilities sum to one, the future is masked, gradients match', function()
     local B, TT, C_, NH = 2, 4, 6, 2
     local qkv, out, att = randn({ B, TT, 3 * C_ }), T.empty({ B, TT, C_ }), T.empty({ B, NH, TT, TT })
@@ -315,7 +400,8 @@ end)
 -- on the same (rounded) values, its 2-byte results rounded once. Ops that are a few loads, f32
 -- arithmetic and a store are bit for bit the same; the products (matmul, attention) go through
 -- tiles of 256 (runtime/ops/cpu/gemm.c), whose f32 sums may be ordered differently than one sgemm,
--- so their results may sit one rounding step away.
+-- so their results may sit one rounding step away. Attention also rounds P and dS to the dtype before
+-- they are multiplied (case.reference computes that).
 describe('ops on 2-byte activations', function()
   local HALF_ULP = { bf16 = 2 ^ -8, f16 = 2 ^ -11 }
 
@@ -332,7 +418,7 @@ describe('ops on 2-byte activations', function()
       end
     end
     case.run(low)
-    case.run(ref)
+    if case.reference then case.reference(ref, low, dtype) else case.run(ref) end
     for _, name in ipairs(case.outputs) do
       local got = low[name]:float()
       local want = case.f32[name] and ref[name]:clone() or ref[name]:to(dtype):float()
@@ -345,6 +431,88 @@ describe('ops on 2-byte activations', function()
       end
       got:free()
       want:free()
+    end
+  end
+
+  -- Attention on 2-byte storage multiplies P and dS as stored, rounded to the dtype (llm.c's design:
+  -- the GPU's six products all read 2-byte operands): its reference is the f32 op's arithmetic with
+  -- those two roundings, in double here. heads(t, B, TT, NH, C_) indexes a [B, TT, 3C] qkv (or a
+  -- [B, TT, C] out when width is 1) and a [B, NH, TT, TT] square by (b, h, t, j or d), from 0.
+  local function heads(B, TT, NH, C_)
+    local hs = C_ / NH
+    return {
+      hs = hs,
+      row = function(width, b, t, h, part) return (b * TT + t) * width * C_ + part * C_ + h * hs end,
+      square = function(b, h, t, j) return ((b * NH + h) * TT + t) * TT + j end,
+    }
+  end
+
+  -- forward: out = P V, with P as the 2-byte op stored it (low.att); att as the f32 op computes it.
+  local function attention_reference(B, TT, NH, C_)
+    local at = heads(B, TT, NH, C_)
+    return function(ref, low)
+      check(C.wk_op_attention(ref.out, ref.att, ref.qkv, NH))
+      local P32 = low.att:float()
+      local P, v, out = gradcheck.floats(P32), gradcheck.floats(ref.qkv), gradcheck.floats(ref.out)
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for t = 0, TT - 1 do
+            for d = 0, at.hs - 1 do
+              local sum = 0
+              for j = 0, t do sum = sum + P[at.square(b, h, t, j)] * v[at.row(3, b, j, h, 2) + d] end
+              out[at.row(1, b, t, h, 0) + d] = sum
+            end
+          end
+        end
+      end
+      P32:free()
+    end
+  end
+
+  -- backward: dP = dO V^T, dV += P^T dO, dS = round(P * (dP - rowsum(P * dP)) * scale),
+  -- dQ += dS K, dK += dS^T Q, every sum in double.
+  local function attention_backward_reference(B, TT, NH, C_)
+    local at = heads(B, TT, NH, C_)
+    local hs, scale = at.hs, 1 / math.sqrt(C_ / NH)
+    return function(ref, _, dtype)
+      local dS_rounded = T.zeros({ B, NH, TT, TT })
+      local P, dO, qkv, dqkv = gradcheck.floats(ref.att), gradcheck.floats(ref.dout), gradcheck.floats(ref.qkv), gradcheck.floats(ref.dqkv)
+      local dS = gradcheck.floats(dS_rounded)
+      local function dot(a, b) local sum = 0 for d = 0, hs - 1 do sum = sum + dO[a + d] * qkv[b + d] end return sum end
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for t = 0, TT - 1 do
+            local dP, weighted = {}, 0
+            for j = 0, t do
+              dP[j] = dot(at.row(1, b, t, h, 0), at.row(3, b, j, h, 2))
+              weighted = weighted + P[at.square(b, h, t, j)] * dP[j]
+            end
+            for j = 0, t do dS[at.square(b, h, t, j)] = P[at.square(b, h, t, j)] * (dP[j] - weighted) * scale end
+          end
+        end
+      end
+      check(C.wk_op_round(dS_rounded, T.DTYPES[dtype]))
+      local new = {}
+      for b = 0, B - 1 do
+        for h = 0, NH - 1 do
+          for x = 0, TT - 1 do
+            for d = 0, hs - 1 do
+              local dq, dk, dv = 0, 0, 0
+              for y = 0, TT - 1 do
+                dv = dv + P[at.square(b, h, y, x)] * dO[at.row(1, b, y, h, 0) + d]
+                dq = dq + dS[at.square(b, h, x, y)] * qkv[at.row(3, b, y, h, 1) + d]
+                dk = dk + dS[at.square(b, h, y, x)] * qkv[at.row(3, b, y, h, 0) + d]
+              end
+              for part, sum in pairs({ [0] = dq, [1] = dk, [2] = dv }) do
+                local i = at.row(3, b, x, h, part) + d
+                new[i] = dqkv[i] + sum
+              end
+            end
+          end
+        end
+      end
+      for i, value in pairs(new) do dqkv[i] = value end
+      dS_rounded:free()
     end
   end
 
@@ -382,13 +550,15 @@ describe('ops on 2-byte activations', function()
       { name = 'cross_entropy_backward', inputs = { dlogits = randn({ N, V }), logits = randn({ N, V }), targets = targets },
         outputs = { 'dlogits' }, run = function(t) check(C.wk_op_cross_entropy_backward(t.dlogits, t.logits, t.targets, nil, 8, 1)) end },
       { name = 'attention', product = true, inputs = { out = T.empty({ B, TT, C_ }), att = T.empty({ B, NH, TT, TT }), qkv = randn({ B, TT, 3 * C_ }) },
-        outputs = { 'out', 'att' }, run = function(t) check(C.wk_op_attention(t.out, t.att, t.qkv, NH)) end },
+        outputs = { 'out', 'att' }, run = function(t) check(C.wk_op_attention(t.out, t.att, t.qkv, NH)) end,
+        reference = attention_reference(B, TT, NH, C_) },
     }
     local probabilities = T.empty({ B, NH, TT, TT })
     check(C.wk_op_attention(T.empty({ B, TT, C_ }), probabilities, randn({ B, TT, 3 * C_ }), NH))
     list[#list + 1] = { name = 'attention_backward', product = true,
       inputs = { dqkv = randn({ B, TT, 3 * C_ }), dout = randn({ B, TT, C_ }), qkv = randn({ B, TT, 3 * C_ }), att = probabilities },
-      outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end }
+      outputs = { 'dqkv' }, run = function(t) check(C.wk_op_attention_backward(t.dqkv, t.dout, t.qkv, t.att, NH)) end,
+      reference = attention_backward_reference(B, TT, NH, C_) }
     -- The Llama-family ops: rstd, the weight gradient and the RoPE inverse frequencies stay f32.
     local H, KVH, hs = 4, 2, 4
     local inv_freq = T.empty({ hs / 2 })
@@ -432,6 +602,16 @@ describe('ops on 2-byte activations', function()
           inp = randn({ Nm, Cm }, 0.1), w = randn(w_shape, 0.1) },
         outputs = { 'dinp', 'dw', 'dbias' },
         run = function(t) check(C.wk_op_matmul_backward(t.dinp, t.dw, t.dbias, t.dout, t.inp, t.w, transpose)) end }
+      -- the GELU of the unrounded product: rounding it first would move out and dpre by more than a step
+      list[#list + 1] = { name = 'matmul_gelu ' .. transpose, product = true,
+        inputs = { out = T.empty({ Nm, OCm }), pre = T.empty({ Nm, OCm }), inp = randn({ Nm, Cm }), w = randn(w_shape, 0.1),
+          bias = randn({ OCm }) },
+        outputs = { 'out', 'pre' }, run = function(t) check(C.wk_op_matmul_gelu(t.out, t.pre, t.inp, t.w, t.bias, transpose)) end }
+      list[#list + 1] = { name = 'matmul_backward_gelu ' .. transpose, product = true, f32 = { dw = true, dbias = true },
+        inputs = { dpre = T.full({ Nm, Cm }, 0 / 0), dw = randn(w_shape), dbias = randn({ OCm }), dout = randn({ Nm, OCm }),
+          inp = randn({ Nm, Cm }, 0.1), w = randn(w_shape, 0.1), pre = randn({ Nm, Cm }, 2) },
+        outputs = { 'dpre', 'dw', 'dbias' },
+        run = function(t) check(C.wk_op_matmul_backward_gelu(t.dpre, t.dw, t.dbias, t.dout, t.inp, t.w, t.pre, transpose)) end }
     end
     for _, case in ipairs(list) do
       case.f32, case.exact = case.f32 or {}, not case.product

@@ -35,16 +35,22 @@ function cost.mfu(m, tokens_per_s, peak_flops, parameters)
   return cost.flops_per_token(m, parameters) * tokens_per_s / peak_flops
 end
 
+-- The bytes of one [N, 4C] activation of the MLP (its pre-activation, or the GELU of it).
+local function hidden_bytes(m, B, S) return S * B * m.seq_len * 4 * m.dim end
+
 -- The kernels of one step of micro batch B whose activations are stored in `storage` bytes (4 for
 -- f32, 2 for bf16): a list of { name =, flops =, bytes =, calls = }, flops and bytes per call, calls
 -- per step (forward and backward kernels listed apart; a GEMM's backward is two GEMMs of its size,
 -- counted in its calls' FLOPs by the step's 3x). Bytes are each kernel's compulsory traffic: every
 -- operand read or written once, as a kernel that keeps its tiles on chip would. The attention GEMMs
--- count the full T x T square, as they compute it.
+-- count the full T x T square, as they compute it. The GELU runs in the MLP's GEMMs (their
+-- epilogues), and is listed as what it adds to them: the up-projection writes the pre-activation
+-- beside its GELU, the down-projection's input gradient reads it back.
 function cost.kernels(m, B, storage)
   local V, T, L, NH, C = m.vocab, m.seq_len, m.layers, m.heads, m.dim
   local S = storage or F32
   local N, hs = B * T, C / NH
+  local hidden = hidden_bytes(m, B, S)
   local att = B * NH * T * T  -- the probabilities of one layer, stored like the activations
   local function gemm(name, M, K, Nn, calls)
     return { name = name, flops = 2 * M * K * Nn, bytes = S * (M * K + K * Nn + M * Nn), calls = calls }
@@ -66,8 +72,8 @@ function cost.kernels(m, B, storage)
     { name = 'residual add + layernorm', flops = 0, bytes = 4 * S * N * C, calls = L },
     { name = 'residual add', flops = 0, bytes = 3 * S * N * C, calls = L },
     { name = 'layernorm backward', flops = 0, bytes = 4 * S * N * C, calls = 2 * L + 1 },
-    { name = 'gelu', flops = 0, bytes = 2 * S * N * 4 * C, calls = L },
-    { name = 'gelu backward', flops = 0, bytes = 4 * S * N * 4 * C, calls = L },
+    { name = 'gelu (mlp up epilogue)', flops = 0, bytes = hidden, calls = L },
+    { name = 'gelu backward (mlp down epilogue)', flops = 0, bytes = hidden, calls = L },
     { name = 'cross-entropy', flops = 0, bytes = S * N * V, calls = 1 },
     { name = 'cross-entropy backward', flops = 0, bytes = 3 * S * N * V, calls = 1 },
     -- reads parameter, gradient and both moments, writes parameter and moments: all f32
@@ -82,6 +88,16 @@ end
 function cost.residual_fusion_saving(m, B, storage)
   local pass = (storage or F32) * B * m.seq_len * m.dim
   return m.layers * pass, m.layers * 6 * pass
+end
+
+-- GELU passes of their own (llm.c's unfused kernels, and Wick's before the epilogues) moved 6 [N, 4C]
+-- activations a layer: forward read the pre-activation and wrote its GELU, backward read the GELU
+-- output's gradient, the pre-activation and the gradient it added to, and wrote that. The epilogues
+-- move 2 (cost.kernels). The bytes a step of micro batch B saves, of those the kernels list counts
+-- (not the zero fills of the two [N, 4C] gradients the separate passes added into, also gone).
+function cost.gelu_epilogue_saving(m, B, storage)
+  local SEPARATE_PASSES, EPILOGUES = 2 + 4, 2
+  return (SEPARATE_PASSES - EPILOGUES) * hidden_bytes(m, B, storage or F32) * m.layers
 end
 
 -- The FLOPs of one forward: the kernels' FLOPs times their calls (a step is about 3 of these).

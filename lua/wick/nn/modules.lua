@@ -252,24 +252,6 @@ function LayerNorm:backward(input, grad_output, grad_input)
   check(C.wk_op_layernorm_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, self.mean, self.rstd))
 end
 
-local GELU = class(Module)
-nn.GELU = GELU
-
-function nn.gelu(opts)
-  opts = opts or {}
-  return new(GELU, opts.device, opts.policy)
-end
-
-function GELU:forward(input)
-  local out = self:activation('output', input.shape)
-  check(C.wk_op_gelu(out, input))
-  return out
-end
-
-function GELU:backward(input, grad_output, grad_input)
-  check(C.wk_op_gelu_backward(grad_input, grad_output, input))
-end
-
 -- ---- GPT-2 blocks --------------------------------------------------------------------------------
 
 local Attention = class(Module)
@@ -306,27 +288,33 @@ end
 local MLP = class(Module)
 nn.MLP = MLP
 
+-- c_proj(gelu(c_fc(x))), the GELU in the two products' epilogues as llm.c runs it (cuBLASLt's on a
+-- GPU): c_fc's output is the pre-activation, self.hidden its GELU, which c_proj reads. Backward goes
+-- from c_proj's output gradient to the pre-activation's in one op, which writes it: the GELU output's
+-- gradient is never stored, and the pre-activation's needs no zero fill.
 function nn.mlp(opts)
   local self = new(MLP, opts.device, opts.policy)
   local sub = { device = opts.device, policy = opts.policy }
   self:add('c_fc', nn.linear(opts.dim, 4 * opts.dim, sub))
-  self:add('act', nn.gelu(sub))  -- a child without parameters, so it shares its buffers with its block
   sub.std = INIT_STD / math.sqrt(2 * (opts.layers or 1))
   self:add('c_proj', nn.linear(4 * opts.dim, opts.dim, sub))
   return self
 end
 
 function MLP:forward(input)
-  return self.c_proj:forward(self.act:forward(self.c_fc:forward(input)))
+  local fc = self.c_fc
+  local pre = fc:activation('output', with_last(input.shape, fc:out_features()))
+  local hidden = self:activation('hidden', pre.shape)
+  check(C.wk_op_matmul_gelu(hidden, pre, input, fc.weight, fc.bias, fc.transpose_w))
+  return self.c_proj:forward(hidden)
 end
 
 function MLP:backward(input, grad_output, grad_input)
-  local hidden, fc = self.act.output, self.c_fc.output
-  local dhidden = self:zeroed('grad_hidden', hidden.shape)
-  self.c_proj:backward(hidden, grad_output, dhidden)
-  local dfc = self:zeroed('grad_fc', fc.shape)
-  self.act:backward(fc, dhidden, dfc)
-  self.c_fc:backward(input, dfc, grad_input)
+  local fc, proj = self.c_fc, self.c_proj
+  local dpre = self:gradient('grad_fc', fc.output.shape)
+  check(C.wk_op_matmul_backward_gelu(dpre, proj.grad_weight, proj.grad_bias, grad_output, self.hidden, proj.weight,
+    fc.output, proj.transpose_w))
+  fc:backward(input, dpre, grad_input)
 end
 
 local Block = class(Module)

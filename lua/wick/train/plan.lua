@@ -23,18 +23,19 @@ local COMPUTE_COPY_BYTES = { fp32 = 0, bf16 = 2, fp16 = 2 }
 -- a token); one dim of it is the block's output, the next block's input, kept by every block, the
 -- rest by one block only under recompute = 'blocks' (nn.share_buffers). The activation gradients of
 -- backward (`gradients`) are one block's, shared by all. `model` is what the model holds itself.
--- GPT-2: forward ln_1 1, qkv 3, attention 1, projection 1, x1 1, ln_2 1, fc 4, gelu 4, projection 1,
--- output 1, f32 the mean and rstd of both layernorms; gradients attention 1, qkv 3, hidden 4, fc 4,
--- the layernorm 1; the model the embedding, ln_f and the gradients of ln_f's output and of the
--- residual stream (one buffer, which each block's backward updates in place) 4, the logits 1 vocab
--- (their gradient replaces them), f32 ln_f's mean and rstd, the per-token losses and the loss mask as
--- f32 that data parallelism counts its targets with.
+-- GPT-2: forward ln_1 1, qkv 3, attention 1, projection 1, x1 1, ln_2 1, fc 4 and its gelu 4,
+-- projection 1, output 1, f32 the mean and rstd of both layernorms; gradients attention 1, qkv 3, fc 4
+-- (the GELU's output has none: the MLP's fused backward writes fc's through it), the layernorm 1;
+-- the model the embedding, ln_f and the gradients of ln_f's output and of the residual stream (one
+-- buffer, which each block's backward updates in place) 4, the logits 1 vocab (their gradient
+-- replaces them), f32 ln_f's mean and rstd, the per-token losses and the loss mask as f32 that data
+-- parallelism counts its targets with.
 -- Llama: forward the two norms' outputs 2, x1 and the output 2, q, its rotation, y and the projection
 -- 4, qkv 3, the feed-forward's projection 1; k, v and k's rotation; gate, up and their product; f32
 -- each RMSNorm's rstd; gradients y 1, qkv 3, q and its rotation 2, a norm 1; k, v, k's rotation;
 -- gate, up, the product; the model as a GPT's, with one f32 rstd for its final norm.
 local BUFFERS = {
-  gpt2 = { forward = { dim = 18, f32 = 4 }, gradients = { dim = 13 }, model = { dim = 4, vocab = 1, f32 = 4 } },
+  gpt2 = { forward = { dim = 18, f32 = 4 }, gradients = { dim = 9 }, model = { dim = 4, vocab = 1, f32 = 4 } },
   llama = { forward = { dim = 12, kv = 3, ffn = 3, f32 = 2 }, gradients = { dim = 7, kv = 3, ffn = 3 },
     model = { dim = 4, vocab = 1, f32 = 3 } },
 }

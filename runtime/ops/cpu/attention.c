@@ -8,8 +8,11 @@
  * dK += dS^T Q. The GEMMs also compute the masked upper triangle (wasted, but far cheaper than
  * scalar loops); the softmax zeroes it.
  * qkv, out, att and their gradients may be stored in a 2-byte dtype (gemm.h reads and writes them):
- * the scores and their softmax are then computed in an f32 [T,T] scratch of the chunk, and
- * O = P V uses the f32 probabilities before they are rounded into att, which backward reads.
+ * the scores and their softmax are then computed in an f32 [T,T] scratch of the chunk and P is
+ * rounded into att, and every product takes its square operand as stored: O = P V reads att, and
+ * the backward rounds dS to the dtype before dQ += dS K and dK += dS^T Q (llm.c's design: the GPU
+ * runs all six products on the tensor cores, straight from 2-byte operands, and this reference
+ * computes the same values, since a product of two 2-byte values is exact in f32).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +36,8 @@ STORED_RUN_CLONES static void causal_softmax(float *S, size_t T) {
   }
 }
 
-/* A [T, hs] slice of q, k or v (row stride 3C), or of out and dout (row stride C). */
+/* A stored matrix: a [T, hs] slice of q, k or v (row stride 3C), of out and dout (row stride C), or a
+ * head's [T, T] probabilities in att (row stride T). */
 static GemmOperand slice(const void *data, WkDType act, size_t ld, bool trans) { return (GemmOperand){data, act, ld, trans}; }
 static GemmOperand square(const float *P, size_t T, bool trans) { return (GemmOperand){P, WK_F32, T, trans}; }
 
@@ -74,8 +78,8 @@ static void heads_forward(void *ctx, size_t begin, size_t end, size_t chunk) {
     cpu_gemm_in(T, T, hs, scale, slice(q, act, 3 * C, false), slice(k, act, 3 * C, true), 0.0f, S, WK_F32, T, tiles);
     causal_softmax(S, T);
     if (act != WK_F32) stored_store_run(P, S, act, T * T);
-    cpu_gemm_in(T, hs, T, 1.0f, square(S, T, false), slice(v, act, 3 * C, false), 0.0f,
-                stored_at(j->out, act, b * T * C + h * hs), act, C, tiles);
+    cpu_gemm_in(T, hs, T, 1.0f, slice(P, act, T, false), slice(v, act, 3 * C, false), 0.0f,
+                stored_at(j->out, act, b * T * C + h * hs), act, C, tiles);  /* O = P V, P as att holds it */
   }
 }
 
@@ -108,7 +112,7 @@ STORED_RUN_CLONES static void softmax_backward(float *dP, const float *P, size_t
   }
 }
 
-/* The five products of each head; P in f32. */
+/* The five products of each head; P in f32 (att's values widened), dS rounded to act as stored. */
 static void heads_backward(void *ctx, size_t begin, size_t end, size_t chunk) {
   const HeadsJob *j = ctx;
   WkDType act = j->act;
@@ -125,6 +129,7 @@ static void heads_backward(void *ctx, size_t begin, size_t end, size_t chunk) {
     cpu_gemm_in(T, T, hs, 1.0f, slice(dO, act, C, false), slice(v, act, 3 * C, true), 0.0f, dP, WK_F32, T, tiles);  /* dP = dO V^T */
     cpu_gemm_in(T, hs, T, 1.0f, square(P, T, true), slice(dO, act, C, false), 1.0f, dv, act, 3 * C, tiles);         /* dV += P^T dO */
     softmax_backward(dP, P, T, scale);
+    cpu_round(dP, T * T, act);  /* dS as the 2-byte operand of its products */
     cpu_gemm_in(T, hs, T, 1.0f, square(dP, T, false), slice(k, act, 3 * C, false), 1.0f, dq, act, 3 * C, tiles);    /* dQ += dS K */
     cpu_gemm_in(T, hs, T, 1.0f, square(dP, T, true), slice(q, act, 3 * C, false), 1.0f, dk, act, 3 * C, tiles);     /* dK += dS^T Q */
   }

@@ -1,13 +1,15 @@
 /*
  * elementwise.c — CPU kernels that touch each element once: fill, scale, add, axpy, rounding to
- * bf16/f16, sum of squares, normal init, GELU and the fused AdamW step. The ones that run every
- * step on large tensors (GELU, AdamW, sum of squares) are split over the worker pool. add, axpy and
- * GELU read and write activations of any float dtype (stored.h); the others work on f32 only.
+ * bf16/f16, sum of squares, normal init, GELU (whose runs the matmul's GELU epilogue shares, gelu.h)
+ * and the fused AdamW step. The ones that run every step on large tensors (GELU, AdamW, sum of
+ * squares) are split over the worker pool. add, axpy and GELU read and write activations of any
+ * float dtype (stored.h); the others work on f32 only.
  */
 #include <math.h>
 
 #include "../ops.h"
 #include "exp.h"
+#include "gelu.h"
 #include "parallel.h"
 #include "stored.h"
 
@@ -93,16 +95,21 @@ static float gelu_tanh(float x) {
   return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
 }
 
-STORED_RUN_CLONES static void gelu_run(float *restrict out, const float *restrict inp, size_t n) {
+static float gelu_derivative(float x) {
+  float th = gelu_tanh(x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+}
+
+STORED_RUN_CLONES void cpu_gelu_run(float *restrict out, const float *restrict inp, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + gelu_tanh(inp[i]));
 }
 
 STORED_RUN_CLONES static void gelu_backward_run(float *restrict dinp, const float *restrict dout, const float *restrict inp, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i], th = gelu_tanh(x);
-    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    dinp[i] += local * dout[i];
-  }
+  for (size_t i = 0; i < n; i++) dinp[i] += gelu_derivative(inp[i]) * dout[i];
+}
+
+STORED_RUN_CLONES void cpu_gelu_derivative_times_run(float *restrict d, const float *restrict inp, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] = gelu_derivative(inp[i]) * d[i];
 }
 
 static void gelu_forward_chunk(void *ctx, size_t begin, size_t end, size_t chunk) {
@@ -111,7 +118,7 @@ static void gelu_forward_chunk(void *ctx, size_t begin, size_t end, size_t chunk
   for (size_t i = begin; i < end; i += STORED_RUN) {
     size_t n = stored_run_length(i, end);
     stored_load_at(inp, job->inp, job->act, i, n);
-    gelu_run(out, inp, n);
+    cpu_gelu_run(out, inp, n);
     stored_store_at(job->out, out, job->act, i, n);
   }
 }

@@ -58,6 +58,11 @@ static void sgemm_serial(bool trans_a, bool trans_b, size_t M, size_t N, size_t 
  * here). Rows of C are split when it has at least as many rows as columns, else its columns. */
 static void make_blas_serial(void) { openblas_set_num_threads(1); }
 
+/* The epilogue over C's block of rows x cols at (row, col), if there is one. */
+static void finish(GemmEpilogue e, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
+  if (e.apply) e.apply(e.ctx, block, ld, row, col, rows, cols);
+}
+
 typedef struct {
   bool trans_a, trans_b, by_rows;
   size_t M, N, K;
@@ -65,8 +70,10 @@ typedef struct {
   Block A, B;
   float *C;
   size_t ldc;
+  GemmEpilogue epilogue;
 } SgemmJob;
 
+/* A chunk's rows (or columns) of C, then the epilogue over them, while they are in this core's cache. */
 static void sgemm_part(void *ctx, size_t begin, size_t end, size_t chunk) {
   SgemmJob *j = ctx;
   Block A = j->A, B = j->B;
@@ -75,22 +82,25 @@ static void sgemm_part(void *ctx, size_t begin, size_t end, size_t chunk) {
     A.data += j->trans_a ? begin : begin * A.ld;
     C += begin * j->ldc;
     sgemm_serial(j->trans_a, j->trans_b, end - begin, j->N, j->K, j->alpha, A, B, j->beta, C, j->ldc);
+    finish(j->epilogue, C, j->ldc, begin, 0, end - begin, j->N);
   } else {
     B.data += j->trans_b ? begin * B.ld : begin;
     C += begin;
     sgemm_serial(j->trans_a, j->trans_b, j->M, end - begin, j->K, j->alpha, A, B, j->beta, C, j->ldc);
+    finish(j->epilogue, C, j->ldc, 0, begin, j->M, end - begin);
   }
 }
 
+/* C = alpha op(A) op(B) + beta C on f32 blocks, then the epilogue over all of C. */
 static void sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, Block A, Block B, float beta,
-                  float *C, size_t ldc) {
+                  float *C, size_t ldc, GemmEpilogue epilogue) {
   static pthread_once_t serial_blas = PTHREAD_ONCE_INIT;
   pthread_once(&serial_blas, make_blas_serial);
   size_t threads = parallel_threads();
-  SgemmJob job = {trans_a, trans_b, M >= N, M, N, K, alpha, beta, A, B, C, ldc};
+  SgemmJob job = {trans_a, trans_b, M >= N, M, N, K, alpha, beta, A, B, C, ldc, epilogue};
   size_t n = job.by_rows ? M : N;
   if (threads == 1 || M * N * K < (size_t)PARALLEL_GRAIN * 4 || n < threads) {
-    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
+    sgemm_part(&job, 0, n, 0);
     return;
   }
   parallel_for(n, n / threads, sgemm_part, &job);
@@ -104,12 +114,13 @@ typedef struct {
   void *C;
   WkDType c_dtype;
   size_t ldc;
+  GemmEpilogue epilogue;
 } Product;
 
 static size_t tiles_in(size_t n) { return (n + TILE - 1) / TILE; }
 
-/* C's tile t (row-major over C's tiles of TILE x TILE), accumulated in f32 over K and stored once;
- * scratch: cpu_gemm_tiles(M, N, K) floats. */
+/* C's tile t (row-major over C's tiles of TILE x TILE), accumulated in f32 over K, given to the
+ * epilogue and stored once; scratch: cpu_gemm_tiles(M, N, K) floats. */
 static void gemm_tile(const Product *p, size_t t, float *scratch) {
   size_t m0 = t / tiles_in(p->N) * TILE, n0 = t % tiles_in(p->N) * TILE;
   size_t mr = min_size(TILE, p->M - m0), nr = min_size(TILE, p->N - n0);
@@ -127,8 +138,9 @@ static void gemm_tile(const Product *p, size_t t, float *scratch) {
   for (size_t k0 = 0; k0 < p->K; k0 += TILE) {
     size_t kr = min_size(TILE, p->K - k0);
     Block a = op_block(p->A, m0, mr, k0, kr, a_tile), b = op_block(p->B, k0, kr, n0, nr, b_tile);
-    sgemm(p->A.trans, p->B.trans, mr, nr, kr, p->alpha, a, b, k0 == 0 ? p->beta : 1.0f, acc, ld_acc);
+    sgemm(p->A.trans, p->B.trans, mr, nr, kr, p->alpha, a, b, k0 == 0 ? p->beta : 1.0f, acc, ld_acc, GEMM_NO_EPILOGUE);
   }
+  finish(p->epilogue, acc, ld_acc, m0, n0, mr, nr);
   if (!direct)
     for (size_t r = 0; r < mr; r++) stored_store_run(stored_at(c_first, p->c_dtype, r * p->ldc), c_tile + r * nr, p->c_dtype, nr);
 }
@@ -143,14 +155,20 @@ size_t cpu_gemm_tiles(size_t M, size_t N, size_t K) {
   return tm * tk + tk * tn + tm * tn;
 }
 
+/* The product as one sgemm (one_sgemm), the epilogue over each chunk of C it splits into. */
+static void whole(const Product *p) {
+  sgemm(p->A.trans, p->B.trans, p->M, p->N, p->K, p->alpha, (Block){p->A.data, p->A.ld}, (Block){p->B.data, p->B.ld},
+        p->beta, p->C, p->ldc, p->epilogue);
+}
+
 void cpu_gemm_in(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
                  WkDType c_dtype, size_t ldc, float *tiles) {
+  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc, GEMM_NO_EPILOGUE};
   if (M == 0 || N == 0) return;
   if (one_sgemm(K, A, B, c_dtype)) {
-    sgemm(A.trans, B.trans, M, N, K, alpha, (Block){A.data, A.ld}, (Block){B.data, B.ld}, beta, C, ldc);
+    whole(&p);
     return;
   }
-  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc};
   for (size_t t = 0; t < tiles_in(M) * tiles_in(N); t++) gemm_tile(&p, t, tiles);
 }
 
@@ -167,13 +185,14 @@ static void tiles_part(void *ctx, size_t begin, size_t end, size_t chunk) {
   for (size_t t = begin; t < end; t++) gemm_tile(j->p, t, j->scratch + chunk * j->scratch_floats);
 }
 
-WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
-                  WkDType c_dtype, size_t ldc) {
-  if (M == 0 || N == 0 || one_sgemm(K, A, B, c_dtype)) {
-    cpu_gemm_in(M, N, K, alpha, A, B, beta, C, c_dtype, ldc, NULL);
+WkStatus cpu_gemm_epilogue(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta,
+                           void *C, WkDType c_dtype, size_t ldc, GemmEpilogue epilogue) {
+  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc, epilogue};
+  if (M == 0 || N == 0) return WK_OK;
+  if (one_sgemm(K, A, B, c_dtype)) {
+    whole(&p);
     return WK_OK;
   }
-  Product p = {M, N, K, alpha, beta, A, B, C, c_dtype, ldc};
   size_t count = tiles_in(M) * tiles_in(N), threads = parallel_threads();
   size_t grain = count >= threads ? count / threads : count;  /* fewer tiles than threads: one chunk, split sgemms */
   TilesJob job = {&p, NULL, cpu_gemm_tiles(M, N, K)};
@@ -182,4 +201,9 @@ WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, Gemm
   parallel_for(count, grain, tiles_part, &job);
   free(job.scratch);
   return WK_OK;
+}
+
+WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
+                  WkDType c_dtype, size_t ldc) {
+  return cpu_gemm_epilogue(M, N, K, alpha, A, B, beta, C, c_dtype, ldc, GEMM_NO_EPILOGUE);
 }

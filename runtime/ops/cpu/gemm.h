@@ -30,4 +30,20 @@ size_t cpu_gemm_tiles(size_t M, size_t N, size_t K);
 WkStatus cpu_gemm(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta, void *C,
                   WkDType c_dtype, size_t ldc);
 
+/* What a product does with its values while they are still unrounded f32 (a fused activation, as a
+ * cuBLASLt epilogue does): apply gets a block of rows x cols of alpha op(A) op(B) + beta C, whose
+ * first element is C's (row, col), ld floats from one row to the next. It may change them, and C
+ * then stores what it leaves (rounded once to C's dtype), and may write outputs of its own from
+ * them. Blocks never overlap; several may be applied at once on the kernels' pool. */
+typedef struct {
+  void (*apply)(void *ctx, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols);
+  void *ctx;
+} GemmEpilogue;
+#define GEMM_NO_EPILOGUE ((GemmEpilogue){NULL, NULL})  /* C stores the product as it is */
+
+/* cpu_gemm with an epilogue: the same products in the same order, so C gets the very values
+ * cpu_gemm gives when apply leaves them alone. */
+WkStatus cpu_gemm_epilogue(size_t M, size_t N, size_t K, float alpha, GemmOperand A, GemmOperand B, float beta,
+                           void *C, WkDType c_dtype, size_t ldc, GemmEpilogue epilogue);
+
 #endif /* WK_OPS_CPU_GEMM_H */

@@ -1,7 +1,8 @@
 /*
- * layers.c — CPU kernels for the embedding, layernorm and matmul (OpenBLAS sgemm) of GPT-2. The
- * layernorm forward may add a residual first (add_layernorm: the block's x1 = x + attn and ln_2 of
- * it in one pass over the rows, the sum rounded as add rounds it, stored.h).
+ * layers.c — CPU kernels for the embedding, layernorm and matmul (OpenBLAS sgemm) of GPT-2, the
+ * matmul also with GELU in its epilogue (the MLP's two products, as cuBLASLt fuses them), the
+ * layernorm forward also with a residual add before it (add_layernorm: the block's x1 = x + attn
+ * and ln_2 of it in one pass over the rows, the sum rounded as add rounds it, stored.h).
  * Row loops are split over the worker pool; parameter-gradient reductions are split over columns,
  * so that no two threads write the same element. Activations and the weights' compute copy are read
  * and written in their stored dtype (stored.h); the parameter gradients and the layernorm
@@ -10,6 +11,7 @@
 #include <math.h>
 
 #include "../ops.h"
+#include "gelu.h"
 #include "gemm.h"
 #include "parallel.h"
 #include "stored.h"
@@ -163,16 +165,58 @@ static GemmOperand weight_operand(const void *w, WkDType act, size_t C, size_t O
   return (GemmOperand){w, act, transpose_w ? C : OC, trans};
 }
 
-WkStatus cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, WkDType act, size_t N,
-                            size_t C, size_t OC, int transpose_w) {
+/* out[N,OC] = inp @ w + bias, the epilogue over the unrounded values. */
+static WkStatus matmul_forward(void *out, const void *inp, const void *w, const void *bias, WkDType act, size_t N,
+                               size_t C, size_t OC, int transpose_w, GemmEpilogue epilogue) {
   float beta = 0.0f;
   if (bias) {
     size_t row_bytes = OC * wk_dtype_size(act);  /* bias and out share the dtype: rows copy as bytes */
     for (size_t n = 0; n < N; n++) memcpy(stored_at(out, act, n * OC), bias, row_bytes);
     beta = 1.0f;
   }
-  return cpu_gemm(N, OC, C, 1.0f, (GemmOperand){inp, act, C, false}, weight_operand(w, act, C, OC, transpose_w, transpose_w),
-                  beta, out, act, OC);
+  return cpu_gemm_epilogue(N, OC, C, 1.0f, (GemmOperand){inp, act, C, false},
+                           weight_operand(w, act, C, OC, transpose_w, transpose_w), beta, out, act, OC, epilogue);
+}
+
+WkStatus cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, WkDType act, size_t N,
+                            size_t C, size_t OC, int transpose_w) {
+  return matmul_forward(out, inp, w, bias, act, N, C, OC, transpose_w, GEMM_NO_EPILOGUE);
+}
+
+/* The GELU epilogues, run by run (STORED_RUN values of a block's row): forward, out = gelu of the
+ * product (pre, which the GEMM stores itself); backward, the product times gelu'(pre), pre as
+ * stored. out and pre are [rows, width] of dtype act. */
+typedef struct GeluEpilogue {
+  void (*each)(const struct GeluEpilogue *e, float *values, size_t at, size_t n);  /* n values, elements at.. of out, pre */
+  void *out;
+  const void *pre;
+  WkDType act;
+  size_t width;
+} GeluEpilogue;
+
+static void gelu_block(void *ctx, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
+  const GeluEpilogue *e = ctx;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c += STORED_RUN)
+      e->each(e, block + r * ld + c, (row + r) * e->width + col + c, stored_run_length(c, cols));
+}
+
+static void gelu_forward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
+  float out[STORED_RUN];
+  cpu_gelu_run(out, values, n);
+  stored_store_at(e->out, out, e->act, at, n);
+}
+
+static void gelu_backward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
+  float pre[STORED_RUN];
+  stored_load_at(pre, e->pre, e->act, at, n);
+  cpu_gelu_derivative_times_run(values, pre, n);
+}
+
+WkStatus cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, WkDType act,
+                                 size_t N, size_t C, size_t OC, int transpose_w) {
+  GeluEpilogue gelu = {.each = gelu_forward_run, .out = out, .act = act, .width = OC};
+  return matmul_forward(pre, inp, w, bias, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu});
 }
 
 typedef struct {
@@ -191,15 +235,37 @@ static void bias_columns(void *ctx, size_t begin, size_t end, size_t chunk) {
   }
 }
 
-WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
-                             WkDType act, size_t N, size_t C, size_t OC, int transpose_w) {
+/* dinp[N,C] = dout[N,OC] @ w^T (or @ w when w is stored transposed) + beta dinp, the epilogue over
+ * the unrounded values. */
+static WkStatus input_gradient(void *dinp, float beta, const void *dout, const void *w, WkDType act, size_t N, size_t C,
+                               size_t OC, int transpose_w, GemmEpilogue epilogue) {
+  return cpu_gemm_epilogue(N, C, OC, 1.0f, (GemmOperand){dout, act, OC, false},
+                           weight_operand(w, act, C, OC, transpose_w, !transpose_w), beta, dinp, act, C, epilogue);
+}
+
+/* dw += and dbias += (when given). */
+static WkStatus parameter_gradients(float *dw, float *dbias, const void *dout, const void *inp, WkDType act, size_t N,
+                                    size_t C, size_t OC, int transpose_w) {
   GemmOperand dy = {dout, act, OC, false}, dy_t = {dout, act, OC, true}, x = {inp, act, C, false}, x_t = {inp, act, C, true};
-  /* dinp[N,C] += dout[N,OC] @ w^T (or @ w when w is stored transposed) */
-  WK_TRY(cpu_gemm(N, C, OC, 1.0f, dy, weight_operand(w, act, C, OC, transpose_w, !transpose_w), 1.0f, dinp, act, C));
   if (transpose_w) WK_TRY(cpu_gemm(OC, C, N, 1.0f, dy_t, x, 1.0f, dw, WK_F32, C));  /* dw[OC,C] += dout^T @ inp */
   else WK_TRY(cpu_gemm(C, OC, N, 1.0f, x_t, dy, 1.0f, dw, WK_F32, OC));              /* dw[C,OC] += inp^T @ dout */
   if (!dbias) return WK_OK;
   BiasJob job = {dbias, dout, act, N, OC};
   parallel_for(OC, row_grain(N), bias_columns, &job);
   return WK_OK;
+}
+
+WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w,
+                             WkDType act, size_t N, size_t C, size_t OC, int transpose_w) {
+  WK_TRY(input_gradient(dinp, 1.0f, dout, w, act, N, C, OC, transpose_w, GEMM_NO_EPILOGUE));
+  return parameter_gradients(dw, dbias, dout, inp, act, N, C, OC, transpose_w);
+}
+
+/* dpre is written (beta 0): the GEMM's product goes through gelu' before its one rounding. */
+WkStatus cpu_matmul_backward_gelu(void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
+                                  const void *w, const void *pre, WkDType act, size_t N, size_t C, size_t OC,
+                                  int transpose_w) {
+  GeluEpilogue gelu = {.each = gelu_backward_run, .pre = pre, .act = act, .width = C};
+  WK_TRY(input_gradient(dpre, 0.0f, dout, w, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu}));
+  return parameter_gradients(dw, dbias, dout, inp, act, N, C, OC, transpose_w);
 }

@@ -8,7 +8,10 @@
  * C/D (cuBLASLt's COMPUTE_32F takes 16-bit A/B with an f32 C/D), so it accumulates unrounded. f32 tensors run
  * true fp32 arithmetic, TF32 off: the f32 path is the one checked against the CPU reference within
  * 1e-4 (TF32's 10-bit mantissa errs by ~1e-3), and a run that wants speed stores its weights in bf16.
- * The bias is added by the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS), not by a pass of its own.
+ * The bias is added by the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS), not by a pass of its own, and so
+ * is the MLP's GELU: the up-projection writes the pre-activation and its GELU in one GEMM
+ * (GELU_AUX_BIAS, the GELU of the unrounded f32 value), the down-projection's input gradient goes
+ * through gelu' before its one rounding (DGELU, reading the pre-activation back as aux).
  * The bias gradient (f32) is a deterministic two-stage block reduction (column tiles x row chunks into
  * scratch, then a sum over chunks added to dbias): the BGRAD epilogues would overwrite dbias where the
  * op accumulates, and are supported for fewer layouts than the op allows.
@@ -51,23 +54,33 @@ static cudaDataType_t cuda_type(WkDType dtype) {
 }
 
 WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
-                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, float *Cm, size_t ldc,
-                              size_t stride_c) {
-  if (A.dtype != B.dtype)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "batched GEMM of %s by %s: the operands must share a dtype",
-                   wk_dtype_name(A.dtype), wk_dtype_name(B.dtype));
+                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, BatchOutput C) {
+  if (A.dtype != B.dtype || (C.dtype != A.dtype && C.dtype != WK_F32))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "batched GEMM of %s by %s into %s: the operands must share a dtype, the output "
+                   "be of theirs or f32", wk_dtype_name(A.dtype), wk_dtype_name(B.dtype), wk_dtype_name(C.dtype));
   cudaDataType_t type = cuda_type(A.dtype);
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
   CUBLAS_TRY(cublasGemmStridedBatchedEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                         (int)N, (int)M, (int)K, &alpha, B.data, type, (int)B.ld, (long long)B.stride,
-                                        A.data, type, (int)A.ld, (long long)A.stride, &beta, Cm, CUDA_R_32F, (int)ldc,
-                                        (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                        A.data, type, (int)A.ld, (long long)A.stride, &beta, C.data, cuda_type(C.dtype),
+                                        (int)C.ld, (long long)C.stride, (int)batch, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
   return WK_OK;
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------------------------------ */
 
-/* A column-major product D[m, n] = alpha op(A) op(B) + beta D, with an optional bias epilogue. */
+/* What the epilogue does with GELU, through aux (the pre-activation: D's dtype, layout and ld). */
+enum LtGelu {
+  NO_GELU,
+  GELU_FORWARD,   /* aux = x, D = gelu(x), x the product (+ bias) in f32 */
+  GELU_BACKWARD,  /* D = gelu'(aux) * (the product + beta D); no bias */
+};
+
+/* cuBLASLt's rule for a GELU epilogue's aux: its ld a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD). */
+enum { AUX_LD_MULTIPLE = 8 };
+
+/* A column-major product D[m, n] = alpha op(A) op(B) + beta D, with an optional bias and GELU epilogue. */
 struct LtGemm {
   bool trans_a, trans_b;
   size_t m, n, k;
@@ -79,7 +92,17 @@ struct LtGemm {
   size_t ldd;
   float beta;
   const void *bias;  /* [m], added to every column of D; NULL: none */
+  LtGelu gelu;
+  const void *aux;   /* [m, n], ld ldd: written by GELU_FORWARD, read by GELU_BACKWARD */
 };
+
+static cublasLtEpilogue_t epilogue_of(const LtGemm &g) {
+  switch (g.gelu) {
+    case GELU_FORWARD: return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GELU_BACKWARD: return CUBLASLT_EPILOGUE_DGELU;
+    default: return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
 
 /* The descriptors of one call, freed together whatever failed. */
 struct LtDescriptors {
@@ -108,11 +131,18 @@ static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t ty
   CUBLAS_TRY(cublasLtMatmulDescCreate(&desc->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  cublasLtEpilogue_t epilogue = epilogue_of(g);
+  CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   if (g.bias) {
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+  }
+  if (g.gelu != NO_GELU) {  /* the heuristic reads the aux pointer's alignment, as the operands' below */
+    int64_t aux_ld = (int64_t)g.ldd;
+    int32_t aux_type = d_type;  /* stored as D: the activation dtype */
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof aux_type));
   }
   /* op(A) is [m, k], op(B) [k, n]: the stored shapes are those, transposed where op is T */
   CUBLAS_TRY(cublasLtMatrixLayoutCreate(&desc->a, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, (int64_t)g.lda));
@@ -135,20 +165,23 @@ static WkStatus describe(LtDescriptors *desc, const LtGemm &g, cudaDataType_t ty
   return WK_OK;
 }
 
-/* D = op(A) op(B) (+ beta D) with A and B of dtype and D of d_dtype (dtype, or f32). */
-static WkStatus lt_gemm(const LtGemm &g, WkDType dtype, WkDType d_dtype) {
-  if (g.m == 0 || g.n == 0) return WK_OK;
+/* D = op(A) op(B) (+ beta D) with A and B of dtype and D of d_dtype (dtype, or f32), when cuBLASLt
+ * has an algorithm for it: *ran says whether it had one. A GELU epilogue narrows the choice (a
+ * layout or dtype may have none, and an aux ld off cuBLASLt's rule none at all), so its callers
+ * keep a way without it. */
+static WkStatus lt_gemm_if_supported(const LtGemm &g, WkDType dtype, WkDType d_dtype, bool *ran) {
+  *ran = g.m == 0 || g.n == 0;
+  if (*ran || (g.gelu != NO_GELU && g.ldd % AUX_LD_MULTIPLE != 0)) return WK_OK;
   cublasLtHandle_t lt;
   WK_TRY(handles_for_current_device(NULL, &lt));
   LtDescriptors desc;
   WK_TRY(describe(&desc, g, cuda_type(dtype), cuda_type(d_dtype)));
   cublasLtMatmulHeuristicResult_t heuristic;
   int found = 0;
-  CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1,
-                                            &heuristic, &found));
-  if (found == 0)
-    return WK_FAIL(WK_ERR_DEVICE, "cuBLASLt has no algorithm for a %s GEMM into %s [%zu x %zu x %zu]%s",
-                   wk_dtype_name(dtype), wk_dtype_name(d_dtype), g.m, g.n, g.k, g.bias ? " with a bias epilogue" : "");
+  cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(lt, desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference,
+                                                        1, &heuristic, &found);
+  if (asked == CUBLAS_STATUS_NOT_SUPPORTED || (asked == CUBLAS_STATUS_SUCCESS && found == 0)) return WK_OK;
+  CUBLAS_TRY(asked);
   DeviceScratch workspace;
   WK_TRY(scratch_new(&workspace, LT_WORKSPACE_BYTES));
   float alpha = 1.0f;
@@ -158,6 +191,17 @@ static WkStatus lt_gemm(const LtGemm &g, WkDType dtype, WkDType d_dtype) {
   if (status != CUBLAS_STATUS_SUCCESS)
     return WK_FAIL(WK_ERR_DEVICE, "cublasLtMatmul (%s, [%zu x %zu x %zu]): %s", wk_dtype_name(dtype), g.m, g.n, g.k,
                    cublasGetStatusString(status));
+  *ran = true;
+  return WK_OK;
+}
+
+/* lt_gemm_if_supported, where no algorithm is an error. */
+static WkStatus lt_gemm(const LtGemm &g, WkDType dtype, WkDType d_dtype) {
+  bool ran = false;
+  WK_TRY(lt_gemm_if_supported(g, dtype, d_dtype, &ran));
+  if (!ran)
+    return WK_FAIL(WK_ERR_DEVICE, "cuBLASLt has no algorithm for a %s GEMM into %s [%zu x %zu x %zu]%s",
+                   wk_dtype_name(dtype), wk_dtype_name(d_dtype), g.m, g.n, g.k, g.bias ? " with a bias epilogue" : "");
   return WK_OK;
 }
 
@@ -193,9 +237,9 @@ __global__ static void add_chunk_sums_kernel(float *dbias, const float *partial,
 }
 
 template <typename Storage>
-static WkStatus bias_gradient(float *dbias, const Storage *dout, size_t N, size_t OC) {
+static WkStatus bias_gradient(const char *op, float *dbias, const Storage *dout, size_t N, size_t OC) {
   size_t chunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
-  if (chunks > 65535) return WK_FAIL(WK_ERR_INVALID_ARG, "matmul_backward: %zu rows exceed the bias reduction's grid", N);
+  if (chunks > 65535) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %zu rows exceed the bias reduction's grid", op, N);
   DeviceScratch partial;
   WK_TRY(scratch_new(&partial, chunks * OC * sizeof(float)));
   dim3 grid((unsigned)((OC + WARP - 1) / WARP), (unsigned)chunks);
@@ -211,9 +255,9 @@ static WkStatus bias_gradient(float *dbias, const Storage *dout, size_t N, size_
 
 /* ---- the matmul op ------------------------------------------------------------------------------- */
 
-extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *inp, const void *w, const void *bias,
-                                        size_t N, size_t C, size_t OC, int transpose_w) {
-  /* out^T[OC, N] = op(w)[OC, C] @ inp^T[C, N]: w row-major [C, OC] is column-major [OC, C] */
+/* out^T[OC, N] = op(w)[OC, C] @ inp^T[C, N] (+ bias): w row-major [C, OC] is column-major [OC, C] */
+static LtGemm forward_gemm(void *out, const void *inp, const void *w, const void *bias, size_t N, size_t C, size_t OC,
+                           int transpose_w) {
   LtGemm g = {};
   g.trans_a = transpose_w != 0;
   g.m = OC, g.n = N, g.k = C;
@@ -221,20 +265,29 @@ extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *in
   g.B = inp, g.ldb = C;
   g.D = out, g.ldd = OC;
   g.bias = bias;
-  return lt_gemm(g, dtype, dtype);
+  return g;
 }
 
-template <typename Storage>
-static WkStatus matmul_backward(WkDType dtype, Storage *dinp, float *dw, float *dbias, const Storage *dout,
-                                const Storage *inp, const Storage *w, size_t N, size_t C, size_t OC, int transpose_w) {
-  /* dinp^T[C, N] += op(w)^T[C, OC] @ dout^T[OC, N] */
-  LtGemm input = {};
-  input.trans_a = !transpose_w;
-  input.m = C, input.n = N, input.k = OC;
-  input.A = w, input.lda = transpose_w ? C : OC;
-  input.B = dout, input.ldb = OC;
-  input.D = dinp, input.ldd = C, input.beta = 1.0f;
-  WK_TRY(lt_gemm(input, dtype, dtype));
+extern "C" WkStatus cuda_matmul_forward(WkDType dtype, void *out, const void *inp, const void *w, const void *bias,
+                                        size_t N, size_t C, size_t OC, int transpose_w) {
+  return lt_gemm(forward_gemm(out, inp, w, bias, N, C, OC, transpose_w), dtype, dtype);
+}
+
+/* dinp^T[C, N] = op(w)^T[C, OC] @ dout^T[OC, N] + beta dinp^T */
+static LtGemm input_gradient_gemm(void *dinp, float beta, const void *dout, const void *w, size_t N, size_t C,
+                                  size_t OC, int transpose_w) {
+  LtGemm g = {};
+  g.trans_a = !transpose_w;
+  g.m = C, g.n = N, g.k = OC;
+  g.A = w, g.lda = transpose_w ? C : OC;
+  g.B = dout, g.ldb = OC;
+  g.D = dinp, g.ldd = C, g.beta = beta;
+  return g;
+}
+
+/* dw += and dbias += (when given); op names the caller in errors. */
+static WkStatus parameter_gradients(const char *op, WkDType dtype, float *dw, float *dbias, const void *dout,
+                                    const void *inp, size_t N, size_t C, size_t OC, int transpose_w) {
   LtGemm weight = {};
   weight.trans_b = true, weight.k = N, weight.beta = 1.0f, weight.D = dw;
   if (transpose_w) { /* dw row-major [OC, C] += dout^T @ inp: column-major [C, OC] = inp^T-view @ dout-view^T */
@@ -243,13 +296,46 @@ static WkStatus matmul_backward(WkDType dtype, Storage *dinp, float *dw, float *
     weight.m = OC, weight.n = C, weight.A = dout, weight.lda = OC, weight.B = inp, weight.ldb = C, weight.ldd = OC;
   }
   WK_TRY(lt_gemm(weight, dtype, WK_F32));  /* the parameter gradient accumulates in f32 */
-  return dbias && OC && N ? bias_gradient(dbias, dout, N, OC) : WK_OK;
+  if (!dbias || !OC || !N) return WK_OK;
+  STORAGE_DISPATCH(dtype, op, bias_gradient(op, dbias, (const Storage *)dout, N, OC));
 }
 
 extern "C" WkStatus cuda_matmul_backward(WkDType dtype, void *dinp, float *dw, float *dbias, const void *dout,
                                          const void *inp, const void *w, size_t N, size_t C, size_t OC,
                                          int transpose_w) {
-  STORAGE_DISPATCH(dtype, "matmul_backward",
-                   matmul_backward(dtype, (Storage *)dinp, dw, dbias, (const Storage *)dout,
-                                   (const Storage *)inp, (const Storage *)w, N, C, OC, transpose_w));
+  WK_TRY(lt_gemm(input_gradient_gemm(dinp, 1.0f, dout, w, N, C, OC, transpose_w), dtype, dtype));
+  return parameter_gradients("matmul_backward", dtype, dw, dbias, dout, inp, N, C, OC, transpose_w);
+}
+
+/* ---- GELU in the epilogue: the MLP's two products ------------------------------------------------ */
+
+/* Where cuBLASLt has no algorithm for the GELU epilogue (the aux ld is not a multiple of 8, or the
+ * layout or dtype has none), the same op runs as the GEMM and then elementwise.cu's GELU pass: the
+ * same values but for one rounding, since the pass reads the product as stored (pre, dpre) where the
+ * epilogue takes it unrounded, as the CPU does. */
+
+extern "C" WkStatus cuda_matmul_gelu_forward(WkDType dtype, void *out, void *pre, const void *inp, const void *w,
+                                             const void *bias, size_t N, size_t C, size_t OC, int transpose_w) {
+  LtGemm g = forward_gemm(out, inp, w, bias, N, C, OC, transpose_w);
+  g.gelu = GELU_FORWARD, g.aux = pre;
+  bool ran = false;
+  WK_TRY(lt_gemm_if_supported(g, dtype, dtype, &ran));
+  if (ran) return WK_OK;
+  WK_TRY(cuda_matmul_forward(dtype, pre, inp, w, bias, N, C, OC, transpose_w));
+  return cuda_gelu_forward(dtype, out, pre, N * OC);
+}
+
+extern "C" WkStatus cuda_matmul_backward_gelu(WkDType dtype, void *dpre, float *dw, float *dbias, const void *dout,
+                                              const void *inp, const void *w, const void *pre, size_t N, size_t C,
+                                              size_t OC, int transpose_w) {
+  LtGemm input = input_gradient_gemm(dpre, 0.0f, dout, w, N, C, OC, transpose_w);  /* dpre written */
+  input.gelu = GELU_BACKWARD, input.aux = pre;
+  bool ran = false;
+  WK_TRY(lt_gemm_if_supported(input, dtype, dtype, &ran));
+  if (!ran) {
+    input.gelu = NO_GELU;
+    WK_TRY(lt_gemm(input, dtype, dtype));
+    WK_TRY(gelu_derivative_times(dtype, dpre, pre, N * C));
+  }
+  return parameter_gradients("matmul_backward_gelu", dtype, dw, dbias, dout, inp, N, C, OC, transpose_w);
 }

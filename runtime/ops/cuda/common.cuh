@@ -120,6 +120,10 @@ __device__ inline float norm_input(Storage *sum, const Storage *a, const Storage
     default: return WK_FAIL(WK_ERR_INVALID_ARG, "%s: %s tensors have no CUDA kernel", what, wk_dtype_name(dtype)); \
   }
 
+/* d[i] = gelu'(pre[i]) * d[i] over n elements of dtype, in place (elementwise.cu): the GELU backward of
+ * blas.cu's matmul where cuBLASLt has no DGELU epilogue for it. */
+WkStatus gelu_derivative_times(WkDType dtype, void *d, const void *pre, size_t n);
+
 /* ---- cuBLAS (blas.cu) ---------------------------------------------------------------------------- */
 
 /* The cuBLAS handle of the current device (made on first use), bound to the current stream. */
@@ -133,13 +137,19 @@ struct BatchOperand {
   size_t ld, stride;
 };
 
+/* The output of a strided batch of products, laid out as an operand is. */
+struct BatchOutput {
+  void *data;
+  WkDType dtype;
+  size_t ld, stride;
+};
+
 /* C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch, in row-major terms (the CPU reference's
- * cblas calls, word for word), C f32, the arithmetic fp32: A and B share a dtype, f32 (no TF32), or
- * bf16 / f16 on the tensor cores, whose products of 16-bit values are exact in f32 and summed in f32,
- * as the CPU sums the same values widened. */
+ * cblas calls, word for word), the arithmetic fp32: A and B share a dtype, f32 (no TF32), or bf16 /
+ * f16 on the tensor cores, whose products of 16-bit values are exact in f32 and summed in f32, as
+ * the CPU sums the same values widened; C is f32 or A's dtype, rounded once on the store. */
 WkStatus gemm_strided_batched(cublasHandle_t handle, size_t batch, bool trans_a, bool trans_b, size_t M, size_t N,
-                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, float *Cm, size_t ldc,
-                              size_t stride_c);
+                              size_t K, float alpha, BatchOperand A, BatchOperand B, float beta, BatchOutput C);
 
 /* The WkDType of a storage type. */
 template <typename Storage> constexpr WkDType storage_dtype();

@@ -2,6 +2,7 @@
  * elementwise.cu — the CUDA mirror of runtime/ops/cpu/elementwise.c: fill, scale, add, axpy, round,
  * sumsq, GELU and AdamW, one grid-stride loop each; add, axpy and GELU store f32, bf16 or f16 and
  * compute in f32; scale, round, sumsq and AdamW serve the f32 weights and their gradients only.
+ * The GELU passes are also the matmul's way where cuBLASLt has no GELU epilogue (blas.cu).
  */
 #include "common.cuh"
 
@@ -135,13 +136,19 @@ __global__ static void gelu_forward_kernel(Storage *out, const Storage *inp, siz
   }
 }
 
+__device__ static float gelu_derivative(float x) {
+  float th = gelu_tanh(x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+}
+
 template <typename Storage>
 __global__ static void gelu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, size_t n) {
-  GRID_STRIDE(i, n) {
-    float x = to_float(inp[i]), th = gelu_tanh(x);
-    float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-    dinp[i] = from_float<Storage>(to_float(dinp[i]) + local * to_float(dout[i]));
-  }
+  GRID_STRIDE(i, n) dinp[i] = from_float<Storage>(to_float(dinp[i]) + gelu_derivative(to_float(inp[i])) * to_float(dout[i]));
+}
+
+template <typename Storage>
+__global__ static void gelu_derivative_times_kernel(Storage *d, const Storage *pre, size_t n) {
+  GRID_STRIDE(i, n) d[i] = from_float<Storage>(gelu_derivative(to_float(pre[i])) * to_float(d[i]));
 }
 
 extern "C" WkStatus cuda_gelu_forward(WkDType dtype, void *out, const void *inp, size_t n) {
@@ -150,6 +157,9 @@ extern "C" WkStatus cuda_gelu_forward(WkDType dtype, void *out, const void *inp,
 extern "C" WkStatus cuda_gelu_backward(WkDType dtype, void *dinp, const void *dout, const void *inp, size_t n) {
   LAUNCH_STORED(dtype, "gelu_backward", gelu_backward_kernel, n, (Storage *)dinp, (const Storage *)dout,
                 (const Storage *)inp, n);
+}
+WkStatus gelu_derivative_times(WkDType dtype, void *d, const void *pre, size_t n) {
+  LAUNCH_STORED(dtype, "matmul_backward_gelu", gelu_derivative_times_kernel, n, (Storage *)d, (const Storage *)pre, n);
 }
 
 /* f32 master weights and moments; each element read once and written once. */
