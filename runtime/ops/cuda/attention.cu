@@ -47,7 +47,8 @@ __global__ static void causal_softmax_kernel(Storage *P, const float *S, size_t 
     }
     float row_max = warp_max(maxval);
     sum = warp_sum(maxval == -INFINITY ? 0.0f : sum * expf(maxval - row_max));
-    for (size_t t2 = lane(); t2 < T; t2 += WARP) out[t2] = from_float<Storage>(t2 <= t ? expf(row[t2] - row_max) / sum : 0.0f);
+    for (size_t t2 = lane(); t2 < T; t2 += WARP)
+      out[t2] = from_float<Storage>(t2 <= t ? expf(row[t2] - row_max) / sum : 0.0f);
   }
 }
 

@@ -1,8 +1,8 @@
 /*
  * layers.cu — the CUDA mirror of runtime/ops/cpu/layers.c (less the matmuls, in blas.cu): embedding
- * and layernorm, forward (with the residual add before it when fused) and backward. Activations and the tables or weights they read are stored f32,
- * bf16 or f16 (computed in f32, rounded once on the store); the parameter gradients and layernorm's
- * mean and rstd are f32, as on the CPU.
+ * and layernorm, forward (with the residual add before it when fused) and backward. Activations and
+ * the tables or weights they read are stored f32, bf16 or f16 (computed in f32, rounded once on the
+ * store); the parameter gradients and layernorm's mean and rstd are f32, as on the CPU.
  */
 #include "common.cuh"
 
