@@ -360,11 +360,17 @@ static WkStatus rows_and_channels(const char *op, const WkTensor *inp, int64_t *
   return WK_OK;
 }
 
+/* A norm's eps, added to the variance (or mean square) under a square root. */
+static WkStatus check_eps(const char *op, float eps) {
+  if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: eps must be positive and finite, got %g", op, eps);
+  return WK_OK;
+}
+
 /* layernorm's checks, which add_layernorm makes too on its sum: the input (named inp_name) N rows
  * of C in the activation dtype. */
 static WkStatus layernorm_args(const char *op, const char *inp_name, const WkTensor *out, const WkTensor *mean,
                                const WkTensor *rstd, const WkTensor *inp, const WkTensor *weight, const WkTensor *bias,
-                               int64_t *N, int64_t *C, WkDType *act) {
+                               float eps, int64_t *N, int64_t *C, WkDType *act) {
   WK_TRY(rows_and_channels(op, inp, N, C));
   WK_TRY(act_dtype(op, inp_name, inp, act));
   ARG_FLAT_AS(op, inp_name, inp, *act, NULL, numel(inp));
@@ -373,7 +379,7 @@ static WkStatus layernorm_args(const char *op, const char *inp_name, const WkTen
   ARG(op, rstd, WK_F32, inp, *N);
   ARG(op, weight, *act, inp, *C);
   ARG(op, bias, *act, inp, *C);
-  return WK_OK;
+  return check_eps(op, eps);
 }
 
 /* The layernorm of a (sum and b NULL), or of the sum a + b that it writes to sum first: one kernel
@@ -389,7 +395,7 @@ WkStatus wk_op_layernorm(WkTensor *out, WkTensor *mean, WkTensor *rstd, const Wk
                          const WkTensor *bias, float eps) {
   int64_t N = 0, C = 0;
   WkDType act = WK_F32;
-  WK_TRY(layernorm_args("layernorm", "inp", out, mean, rstd, inp, weight, bias, &N, &C, &act));
+  WK_TRY(layernorm_args("layernorm", "inp", out, mean, rstd, inp, weight, bias, eps, &N, &C, &act));
   return layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, eps, N, C, act);
 }
 
@@ -398,7 +404,7 @@ WkStatus wk_op_add_layernorm(WkTensor *sum, WkTensor *out, WkTensor *mean, WkTen
   int64_t N = 0, C = 0;
   WkDType act = WK_F32;
   WK_TRY(add_args("add_layernorm", "sum", sum, a, b, &act));
-  WK_TRY(layernorm_args("add_layernorm", "sum", out, mean, rstd, sum, weight, bias, &N, &C, &act));
+  WK_TRY(layernorm_args("add_layernorm", "sum", out, mean, rstd, sum, weight, bias, eps, &N, &C, &act));
   return layernorm_forward(sum, out, mean, rstd, a, b, weight, bias, eps, N, C, act);
 }
 
@@ -600,8 +606,7 @@ static WkStatus rmsnorm_args(const char *op, const char *inp_name, const WkTenso
   ARG_FLAT(op, out, *act, inp, numel(inp));
   ARG(op, rstd, WK_F32, inp, *N);  /* one f32 per row, as layernorm's statistics */
   ARG(op, weight, *act, inp, *C);
-  if (!(eps > 0) || !isfinite(eps)) return WK_FAIL(WK_ERR_INVALID_ARG, "%s: eps must be positive and finite, got %g", op, eps);
-  return WK_OK;
+  return check_eps(op, eps);
 }
 
 /* The rmsnorm of a (sum and b NULL), or of the sum a + b that it writes to sum first: one kernel

@@ -711,6 +711,10 @@ describe('fused residual norms', function()
       'add_layernorm: mean is [3] f32 cpu, expected [4] f32, contiguous')
     assert.has_error(layernorm(sum, out, mean, rstd, a, b, w, T.empty({ 5 })),
       'add_layernorm: bias is [5] f32 cpu, expected [6] f32, contiguous')
+    assert.has_error(layernorm(sum, out, mean, rstd, a, b, w, bias, math.huge),
+      'add_layernorm: eps must be positive and finite, got inf')
+    assert.has_error(function() check(C.wk_op_layernorm(out, mean, rstd, a, w, bias, -1e-5)) end,
+      'layernorm: eps must be positive and finite, got -1e-05')
     assert.has_error(rmsnorm(sum, T.empty({ 4, 6 }, 'bf16'), rstd, a, b, w),
       'add_rmsnorm: out is [4, 6] bf16 cpu, expected [24 elements of any shape] f32, contiguous')
     assert.has_error(rmsnorm(sum, out, rstd, a, b, T.empty({ 4 })),
