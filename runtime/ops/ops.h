@@ -23,10 +23,18 @@
 extern "C" {
 #endif
 
-#define GELU_SCALE 0.7978845608028654f  /* sqrt(2 / pi) */
 /* Work below about this many multiply-adds is not worth waking another thread for. */
 #define PARALLEL_GRAIN 16384
+
+/* GELU's tanh approximation, one formula for both backends, which differ only in how they take
+ * th = tanh(wk_gelu_tanh_arg(x)) (the CPU through its vectorized exp, CUDA through tanhf). */
+#define GELU_SCALE 0.7978845608028654f  /* sqrt(2 / pi) */
 #define GELU_CUBE 0.044715f
+static inline WK_HOST_DEVICE float wk_gelu_tanh_arg(float x) { return GELU_SCALE * (x + GELU_CUBE * x * x * x); }
+static inline WK_HOST_DEVICE float wk_gelu(float x, float th) { return 0.5f * x * (1.0f + th); }
+static inline WK_HOST_DEVICE float wk_gelu_derivative(float x, float th) {
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+}
 
 /* ---- CPU kernels (runtime/ops/cpu) ------------------------------------------------------------
  * Activations, their gradients and the compute copy of the weights come as void pointers with the one

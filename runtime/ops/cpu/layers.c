@@ -201,13 +201,13 @@ static void gelu_block(void *ctx, float *block, size_t ld, size_t row, size_t co
       e->each(e, block + r * ld + c, (row + r) * e->width + col + c, stored_run_length(c, cols));
 }
 
-static void gelu_forward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
+static void epilogue_gelu(const GeluEpilogue *e, float *values, size_t at, size_t n) {
   float out[STORED_RUN];
   cpu_gelu_run(out, values, n);
   stored_store_at(e->out, out, e->act, at, n);
 }
 
-static void gelu_backward_run(const GeluEpilogue *e, float *values, size_t at, size_t n) {
+static void epilogue_gelu_derivative(const GeluEpilogue *e, float *values, size_t at, size_t n) {
   float pre[STORED_RUN];
   stored_load_at(pre, e->pre, e->act, at, n);
   cpu_gelu_derivative_times_run(values, pre, n);
@@ -215,7 +215,7 @@ static void gelu_backward_run(const GeluEpilogue *e, float *values, size_t at, s
 
 WkStatus cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const void *bias, WkDType act,
                                  size_t N, size_t C, size_t OC, int transpose_w) {
-  GeluEpilogue gelu = {.each = gelu_forward_run, .out = out, .act = act, .width = OC};
+  GeluEpilogue gelu = {.each = epilogue_gelu, .out = out, .act = act, .width = OC};
   return matmul_forward(pre, inp, w, bias, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu});
 }
 
@@ -265,7 +265,7 @@ WkStatus cpu_matmul_backward(void *dinp, float *dw, float *dbias, const void *do
 WkStatus cpu_matmul_backward_gelu(void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
                                   const void *w, const void *pre, WkDType act, size_t N, size_t C, size_t OC,
                                   int transpose_w) {
-  GeluEpilogue gelu = {.each = gelu_backward_run, .pre = pre, .act = act, .width = C};
+  GeluEpilogue gelu = {.each = epilogue_gelu_derivative, .pre = pre, .act = act, .width = C};
   WK_TRY(input_gradient(dpre, 0.0f, dout, w, act, N, C, OC, transpose_w, (GemmEpilogue){gelu_block, &gelu}));
   return parameter_gradients(dw, dbias, dout, inp, act, N, C, OC, transpose_w);
 }

@@ -126,20 +126,17 @@ extern "C" WkStatus cuda_sumsq(const float *x, size_t n, double *out) {
   return scalar_read(&sum, out, sizeof(double));
 }
 
-__device__ static float gelu_tanh(float x) { return tanhf(GELU_SCALE * (x + GELU_CUBE * x * x * x)); }
+__device__ static float gelu_tanh(float x) { return tanhf(wk_gelu_tanh_arg(x)); }
 
 template <typename Storage>
 __global__ static void gelu_forward_kernel(Storage *out, const Storage *inp, size_t n) {
   GRID_STRIDE(i, n) {
     float x = to_float(inp[i]);
-    out[i] = from_float<Storage>(0.5f * x * (1.0f + gelu_tanh(x)));
+    out[i] = from_float<Storage>(wk_gelu(x, gelu_tanh(x)));
   }
 }
 
-__device__ static float gelu_derivative(float x) {
-  float th = gelu_tanh(x);
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-}
+__device__ static float gelu_derivative(float x) { return wk_gelu_derivative(x, gelu_tanh(x)); }
 
 template <typename Storage>
 __global__ static void gelu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, size_t n) {
