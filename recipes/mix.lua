@@ -20,5 +20,4 @@ return {
   optim = shape.optim,
   steps = STEPS,
   seed = 1,
-  checkpoint = { dir = wick.recipe.build_dir .. '/mix/checkpoints' },
 }

@@ -59,9 +59,41 @@ function helper.test_python()
   return helper.TEST_PYTHON
 end
 
--- Runs the `run` program with a string of (already quoted) arguments.
+-- The checkout's top-level entries but checkpoints/, listed once.
+local top_level
+local function checkout_entries()
+  if not top_level then
+    top_level = {}
+    local pipe = io.popen('ls -A ' .. helper.shell_quote(helper.ROOT))
+    for name in pipe:lines() do
+      if name ~= 'checkpoints' then top_level[#top_level + 1] = helper.shell_quote(helper.ROOT .. '/' .. name) end
+    end
+    pipe:close()
+  end
+  return table.concat(top_level, ' ')
+end
+
+-- A shell line that makes dir (new) a copy of the checkout for a run: its top-level entries linked
+-- in (relative paths read and write as from the checkout), checkpoints/ its own: a recipe's default
+-- checkpoint.dir, which no test may write into the checkout.
+function helper.checkout_copy(dir)
+  dir = helper.shell_quote(dir)
+  return ('mkdir %s && ln -s %s %s/'):format(dir, checkout_entries(), dir)
+end
+
+-- A shell line that runs command in a fresh copy of the checkout (helper.checkout_copy), removed
+-- after it; the line exits with the command's status.
+function helper.in_checkout_copy(command)
+  local path = os.tmpname()
+  local dir = helper.shell_quote(path)
+  return ('rm -f %s && %s && cd %s && { %s\n}; rc=$?; cd / && rm -rf %s; exit $rc')
+    :format(dir, helper.checkout_copy(path), dir, command, dir)
+end
+
+-- Runs the `run` program with a string of (already quoted) arguments, as from the checkout
+-- (helper.in_checkout_copy).
 function helper.run(args, opts)
-  return helper.sh(helper.shell_quote(helper.RUN) .. ' ' .. args, opts)
+  return helper.sh(helper.in_checkout_copy(helper.shell_quote(helper.RUN) .. ' ' .. args), opts)
 end
 
 function helper.tmpdir()

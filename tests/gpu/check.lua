@@ -130,8 +130,9 @@ end
 local function tiny(step, label, runner, args)
   local log = ('%s/tiny-%s.jsonl'):format(OUT, label)
   os.remove(log)
-  local rc = sh(step, ('%s %s --steps=%d --log.sample=0 --log.file=%s %s'):format(runner, 'tests/gpu/tiny_gpu.lua',
-    TINY_STEPS, q(log), args or ''))
+  -- --checkpoint.final=false: the runs compare losses, and save nothing into the checkout's checkpoints/
+  local rc = sh(step, ('%s %s --steps=%d --log.sample=0 --log.file=%s --checkpoint.final=false %s'):format(runner,
+    'tests/gpu/tiny_gpu.lua', TINY_STEPS, q(log), args or ''))
   local losses = {}
   for _, r in ipairs(records(log)) do losses[#losses + 1] = r.loss end
   if rc ~= 0 or #losses ~= TINY_STEPS then
@@ -193,8 +194,8 @@ local function run_gpt2(step)
   os.remove(log)
   -- nvidia-smi samples the device's memory in use every 100 ms while the recipe trains
   local rc = sh(step, ('nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > %s & smi=$!; '
-    .. 'WICK_GPT2_DATA=%s %s recipes/gpt2_124m.lua --steps=%d --batch.global=%d --checkpoint.every=0 --log.every=1 '
-    .. '--log.file=%s; rc=$?; kill $smi; exit $rc'):format(q(memory), q(data), RUN, GPT2_STEPS, GPT2_GLOBAL_BATCH, q(log)))
+    .. 'WICK_GPT2_DATA=%s %s recipes/gpt2_124m.lua --steps=%d --batch.global=%d --checkpoint.every=0 '
+    .. '--checkpoint.final=false --log.every=1 --log.file=%s; rc=$?; kill $smi; exit $rc'):format(q(memory), q(data), RUN, GPT2_STEPS, GPT2_GLOBAL_BATCH, q(log)))
   local list = records(log)
   if rc ~= 0 or #list ~= GPT2_STEPS then fail(step, 'exited %d after %d of %d steps', rc, #list, GPT2_STEPS) end
   local tokens, seconds, waited = 0, 0, 0

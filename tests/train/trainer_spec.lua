@@ -550,6 +550,52 @@ return { model = { from_pretrained = %q }, data = { sources = { %q }, seq_len = 
       assert.is_not_nil(io.open(dir .. '/step-00000008/DONE'))
     end)
 
+    -- The first day: a recipe with no checkpoint section leaves its model in checkpoints/<its name>
+    -- of the working directory; a second fresh run there is refused (a later --resume would take
+    -- the newest step of either run), and so is a --resume with no step left to train.
+    it('saves the final model by default under checkpoints/<recipe>, and refuses to mix two runs there', function()
+      local path = write_recipe(root .. '/first-day.lua', dataset)
+      local work = root .. '/first-day-cwd'
+      assert(os.execute('mkdir -p ' .. q(work)) == 0)
+      local function run(args) return helper.sh(('cd %s && %s %s %s'):format(q(work), q(helper.RUN), q(path), args)) end
+      local dir = work .. '/checkpoints/first-day'
+      local r = run('--steps=3')
+      assert.are.equal(0, r.rc, r.err)
+      assert.are.same({ 'LOCK', 'step-00000003' }, helper.lines(helper.sh('ls ' .. q(dir)).out))
+      assert.is_not_nil(io.open(dir .. '/step-00000003/DONE'))
+      local again = run('--steps=3')
+      assert.are.equal(2, again.rc, again.out .. again.err)
+      assert.matches(("checkpoint.dir 'checkpoints/first-day' holds this recipe's checkpoints (newest " ..
+        "checkpoints/first-day/step-00000003): pass --resume to continue from them, --checkpoint.overwrite to remove " ..
+        'them and start again, or set another checkpoint.dir'), again.err, 1, true)
+      assert.is_nil(again.out:find('step 1/', 1, true), again.out)
+      local planned = run('--steps=3 --dry-run')
+      assert.are.equal(2, planned.rc, planned.out)
+      assert.matches("holds this recipe's checkpoints", planned.err, 1, true)
+      local done = run('--steps=3 --resume')
+      assert.are.equal(2, done.rc, done.out .. done.err)
+      assert.matches('--resume: checkpoints/first-day/step-00000003 is step 3 and this run ends at step 3: nothing left ' ..
+        'to train', done.err, 1, true)
+      assert.matches('nothing left to train', run('--steps=3 --resume --dry-run').err, 1, true)
+      local both = run('--steps=3 --resume --checkpoint.overwrite')
+      assert.are.equal(2, both.rc, both.out .. both.err)
+      assert.matches('checkpoint.overwrite removes them: drop one', both.err, 1, true)
+      -- a bare boolean override is true; the old run's steps go before the first step
+      local over = run('--steps=2 --checkpoint.overwrite --log.every=1')
+      assert.are.equal(0, over.rc, over.err)
+      assert.are.same({ 'LOCK', 'step-00000002' }, helper.lines(helper.sh('ls ' .. q(dir)).out))
+      local on = run('--steps=4 --resume --checkpoint.every=3')
+      assert.are.equal(0, on.rc, on.err)
+      assert.matches('resume: from checkpoints/first-day/step-00000002 (step 2)', on.out, 1, true)
+      assert.are.same({ 'LOCK', 'step-00000002', 'step-00000003', 'step-00000004' }, helper.lines(helper.sh('ls ' .. q(dir)).out))
+      -- every = 0 and final = false: nothing at all, and nothing refused
+      local none = run('--steps=1 --checkpoint.final=false --checkpoint.dir=none')
+      assert.are.equal(0, none.rc, none.err)
+      assert.is_nil(io.open(work .. '/none'))
+      assert.matches('checkpoints: at the end into checkpoints/first-day, keeping 3', run('--dry-run --checkpoint.overwrite').out,
+        1, true)
+    end)
+
     it('prints what changed since the checkpoint: a mix weight is allowed, batch.global refused', function()
       local two = write_recipe(root .. '/two.lua', dataset, ("data = { sources = { %q, { %q, name = 'held' } }, seq_len = 32 }," ..
         "checkpoint = { every = 2 },"):format(dataset, held_out))
@@ -811,7 +857,8 @@ checkpoint = { every = 2, keep = 2 },]])
       assert.are.equal(2, r.rc, r.out .. r.err)
       assert.matches(("checkpoint.dir '%s' holds another recipe's checkpoints (%s/step-00000004: recipe "):format(dir, dir),
         r.err, 1, true)
-      assert.matches('pass --resume to continue from them, or set another checkpoint.dir', r.err, 1, true)
+      assert.matches('pass --resume to continue from them, --checkpoint.overwrite to remove them and start again, or ' ..
+        'set another checkpoint.dir', r.err, 1, true)
       assert.is_nil(r.out:find('step 1/', 1, true), r.out)
       local planned = helper.run(('--dry-run %s --checkpoint.dir=%s'):format(q(other), q(dir)))
       assert.are.equal(2, planned.rc, planned.out)
@@ -1119,8 +1166,8 @@ end },]]):format(bad))
         end
         error('not on screen: ' .. text .. '\n' .. tmux('capture-pane -p -t ' .. session).out)
       end
-      local cmd = ('env HOME=%s %s --nproc-per-node 2 %s --steps=5 --repl-at=3; echo "exit status $?"; sleep 30'):format(
-        q(root), q(helper.RUN), q(recipe))
+      local cmd = ('cd %s && env HOME=%s %s --nproc-per-node 2 %s --steps=5 --repl-at=3 --checkpoint.dir=%s; ' ..
+        'echo "exit status $?"; sleep 30'):format(q(root), q(root), q(helper.RUN), q(recipe), q(root .. '/ck-tmux'))
       assert.are.equal(0, tmux('new-session -d -x 150 -y 30 -s ' .. session .. ' ' .. q(cmd)).rc)
       local ok, err = pcall(function()
         wait_screen('[rank1] paused after step 3: rank 0 has the REPL')

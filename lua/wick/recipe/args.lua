@@ -25,9 +25,17 @@ local function flag_value(flags, name, key, text)
   return checked
 end
 
+-- Whether path names a boolean field of `fields` (the recipe's schema).
+local function boolean_field(fields, path)
+  local option = fields and fields:find(path)
+  return option ~= nil and option[2] == 'boolean'
+end
+
 -- Splits argv into the flags (checked by the schema `flags`: a boolean one is present or absent, any
--- other takes a value) and the overrides { path, text }; raises usage errors naming the word.
-function args.parse(flags, name, argv)
+-- other takes a value) and the overrides { path, text }; raises usage errors naming the word. An
+-- override of a boolean field of `fields` without a value (at the end, or before another --word)
+-- is true: --checkpoint.overwrite.
+function args.parse(flags, name, argv, fields)
   local given, overrides = {}, {}
   local i = 1
   while i <= #argv do
@@ -42,7 +50,9 @@ function args.parse(flags, name, argv)
       given[key] = true
     else
       local text = inline
-      if text == nil then
+      if text == nil and not flag and boolean_field(fields, key) and (argv[i + 1] or '--'):match('^%-%-') then
+        text = 'true'
+      elseif text == nil then
         i = i + 1
         text = argv[i]
         if text == nil then fail(name, ('--%s needs a value'):format(key)) end

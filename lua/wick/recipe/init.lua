@@ -190,9 +190,12 @@ local EVAL = schema.define('eval', {
 })
 
 local CHECKPOINT = schema.define('checkpoint', {
-  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'save every N steps and at the end (0: off)' },
-  { 'dir', 'string', default = 'checkpoints', help = 'where step-N/ directories go' },
+  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'also save every N steps (0: at the end only)' },
+  { 'final', 'boolean', default = true, help = 'save the model when the run ends (false, with every = 0: save nothing)' },
+  { 'dir', 'string', help = 'where step-N/ directories go (default: checkpoints/<recipe name>, from the working directory)' },
   { 'keep', 'integer', min = 1, max = 2 ^ 20, default = DEFAULT_KEEP, help = 'complete checkpoints kept' },
+  { 'overwrite', 'boolean', default = false,
+    help = "a run without --resume removes the directory's checkpoints first (else it is refused)" },
 })
 
 local LOG = schema.define('log', {
@@ -303,6 +306,12 @@ function recipe.dataset_paths(config)
   return paths
 end
 
+-- Where a recipe's checkpoints go when it does not say: checkpoints/<its file's name less .lua>, from
+-- the working directory (as Lightning's lightning_logs/), so two recipes never share one.
+function recipe.default_checkpoint_dir(name)
+  return 'checkpoints/' .. (name:match('([^/]+)$') or name):gsub('%.lua$', '')
+end
+
 -- The checked recipe (defaults filled) or raises a usage error naming `name` and the key's path.
 function recipe.check(raw, name)
   local config, why = RECIPE:check_tree(raw)
@@ -310,6 +319,7 @@ function recipe.check(raw, name)
   if type(config.data.sources) == 'string' then config.data.sources = { config.data.sources } end
   why = check_relations(config)
   if why then fail(name, why) end
+  config.checkpoint.dir = config.checkpoint.dir or recipe.default_checkpoint_dir(name)
   return config
 end
 
@@ -392,7 +402,7 @@ end
 function recipe.load(path, raw, argv)
   local home = has_host and host.home .. '/'
   local name = (home and path:sub(1, #home) == home) and path:sub(#home + 1) or path -- recipes/tiny.lua
-  local flags, overrides = args.parse(FLAGS, name, argv or {})
+  local flags, overrides = args.parse(FLAGS, name, argv or {}, RECIPE)
   if flags.help then
     io.stdout:write(('usage: run %s [--key=value ...] %s\n\nfields:\n  %s\n'):format(
       name, args.usage(FLAGS), table.concat(recipe.fields(), '\n  ')))

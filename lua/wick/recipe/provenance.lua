@@ -52,7 +52,8 @@ for _, k in ipairs({ 'model.arch', 'model.from_pretrained', 'model.layers', 'mod
   'model.ffn_dim', 'model.rope_theta', 'model.tie_embeddings', 'model.vocab', 'model.seq_len' }) do
   FIXED[k] = 'the saved weights have the old shape'
 end
-local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['log.every'] = true, ['log.file'] = true,
+local QUIET = { ['checkpoint.every'] = true, ['checkpoint.keep'] = true, ['checkpoint.final'] = true,
+  ['checkpoint.overwrite'] = true, ['log.every'] = true, ['log.file'] = true,
   ['log.tensorboard'] = true }
 
 function provenance.diff(old, new)

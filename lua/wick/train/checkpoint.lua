@@ -630,27 +630,40 @@ local function held(dir)
   return busy and in_use(dir, path)
 end
 
--- Refuses, for a run without --resume, a directory that holds another recipe's checkpoints: nil, or
--- the problem naming the directory and both remedies.
-function checkpoint.foreign(dir, hash)
+-- Refuses, for a run without --resume, a directory that holds checkpoints (this recipe's or
+-- another's: a later --resume would take the newest step of either run): nil, or the problem naming
+-- the directory and the three ways on.
+function checkpoint.occupied(dir, hash)
   local latest = checkpoint.latest(dir)
   if not latest then return nil end
   local theirs = checkpoint.state(latest.path).recipe_hash
-  if theirs == hash then return nil end
-  return ("checkpoint.dir '%s' holds another recipe's checkpoints (%s: recipe %s; this recipe is %s): pass --resume " ..
-    'to continue from them, or set another checkpoint.dir'):format(dir, latest.path, theirs, hash)
+  local whose = theirs == hash and ("this recipe's checkpoints (newest %s)"):format(latest.path)
+    or ("another recipe's checkpoints (%s: recipe %s; this recipe is %s)"):format(latest.path, theirs, hash)
+  return ("checkpoint.dir '%s' holds %s: pass --resume to continue from them, --checkpoint.overwrite to remove " ..
+    'them and start again, or set another checkpoint.dir'):format(dir, whose)
+end
+
+-- Removes the checkpoints of dir (complete or not) for checkpoint.overwrite, its lock held: nil.
+function checkpoint.clear(dir)
+  for _, name in ipairs(entries(dir)) do
+    if name:match('^step%-%d+$') or name:match('^%.step%-%d+%.tmp%-%d+$') then
+      sh('rm -rf ' .. quote(dir .. '/' .. name), 'remove ' .. dir .. '/' .. name)
+    end
+  end
+  sync(dir)
 end
 
 -- What a run would find wrong with dir, taking and creating nothing (run --dry-run): a list of
--- problems. With `resume` the newest checkpoint's state is checked.
-function checkpoint.problems(dir, hash, resume)
+-- problems. With `resume` the newest checkpoint's state is checked; with `overwrite` the
+-- checkpoints there are the run's to remove.
+function checkpoint.problems(dir, hash, resume, overwrite)
   local base, why = writable_base(dir)
   if not base then return { ("checkpoint.dir '%s' cannot be created or written: %s"):format(dir, why) } end
   local problems = {}
   local busy = held(dir)
   if busy then problems[#problems + 1] = busy end
   local ok, problem = pcall(function()
-    if not resume then return checkpoint.foreign(dir, hash) end
+    if not resume then return not overwrite and checkpoint.occupied(dir, hash) or nil end
     local latest = checkpoint.latest(dir)
     if latest then checkpoint.state(latest.path) end
   end)

@@ -109,17 +109,23 @@ local function manifests(config)
   return out
 end
 
+-- Whether a run saves anything by itself: at the end (checkpoint.final) or every N steps.
+local function saves(c) return c.checkpoint.final or c.checkpoint.every > 0 end
+
 -- Rank 0 writes the checkpoints: it holds checkpoint.dir's lock from the start of run() (a second
 -- run on it is refused, and a directory that cannot be written is found before any step; `run -i`
--- builds a trainer without taking it), and a fresh run refuses a directory of another recipe's
--- checkpoints. Nil, or why not.
+-- builds a trainer without taking it), and a fresh run refuses a directory that holds checkpoints,
+-- this recipe's or another's (a later --resume would continue the newest of either run), unless
+-- checkpoint.overwrite removes them first. Nil, or why not.
 local function take_checkpoint_dir(self)
   if self.checkpoint_lock then return nil end
-  local dir = self.config.checkpoint.dir
-  local lock, why = checkpoint.lock(dir)
+  local c = self.config.checkpoint
+  local lock, why = checkpoint.lock(c.dir)
   if not lock then return why end
   self.checkpoint_lock = lock
-  return not self.job.flags.resume and checkpoint.foreign(dir, self.job.hash) or nil
+  if self.job.flags.resume then return nil end
+  if c.overwrite then return checkpoint.clear(c.dir) end
+  return checkpoint.occupied(c.dir, self.job.hash)
 end
 
 -- At the start of run(), on every rank: rank 0's verdict reaches the others through the store, so every rank
@@ -172,6 +178,9 @@ function train.new(job)
   self.micro_at, why = arithmetic.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
   local state
+  if job.flags.resume and config.checkpoint.overwrite then
+    fail(self, '--resume continues from the checkpoints of checkpoint.dir, checkpoint.overwrite removes them: drop one')
+  end
   if job.flags.resume then
     local latest = checkpoint.latest(config.checkpoint.dir)
     if latest then
@@ -186,6 +195,11 @@ function train.new(job)
   self.horizon = config.steps or arithmetic.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
   open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
+  if state and self.step >= self.total then
+    fail(self, ('--resume: %s is step %d and this run ends at step %d: nothing left to train (raise steps to train ' ..
+      'on from it, or start again: drop --resume and pass --checkpoint.overwrite or another checkpoint.dir)')
+      :format(self.resumed_from, self.step, self.total))
+  end
   check_repl_at(self, job.flags.repl_at)
   local problems
   self.model_config, problems = model.shape(config, self.loader:vocab_size())
@@ -312,7 +326,7 @@ function Trainer:save()
   local sharded = layout and self.world_size > 1 -- each rank writes its own optimizer slice
   local path, tmp
   if self.rank == 0 then
-    local why = take_checkpoint_dir(self) -- taken already, unless a save() with checkpoint.every 0
+    local why = take_checkpoint_dir(self) -- taken already, unless a save() of a run that saves nothing itself
     if why then fail(self, why) end
     self.manifests = self.manifests or json.encode(manifests(c)) -- hashed once a run
     meta.data = self.manifests
@@ -346,7 +360,7 @@ end
 
 function Trainer:run()
   local c = self.config
-  if c.checkpoint.every > 0 then claim_checkpoints(self) end
+  if saves(c) then claim_checkpoints(self) end
   if self.rank == 0 then
     self.log = runlog.open(c.log, self.step, self.resumed_from ~= nil, self.job.name, function(...) say(self, ...) end)
   end
@@ -356,6 +370,11 @@ function Trainer:run()
     self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision)
   emit(self, 'on_train_begin')
   local last_saved = self.step
+  local function save()
+    local path = self:save()
+    last_saved = self.step
+    emit(self, 'on_checkpoint', { step = self.step, path = path })
+  end
   while self.step < self.total do
     local m = self:train_step()
     if not m then
@@ -377,17 +396,13 @@ function Trainer:run()
       require('wick.train.pause').run(self, m)
       stop = stop or self.stopping ~= nil
     end
-    if c.checkpoint.every > 0 and (m.step % c.checkpoint.every == 0 or m.step == self.total or stop) then
-      local path = self:save()
-      last_saved = self.step
-      emit(self, 'on_checkpoint', { step = self.step, path = path })
-    end
+    if c.checkpoint.every > 0 and m.step % c.checkpoint.every == 0 then save() end
     if stop then
       announce(self, 'stopped after step %d: %s', self.step, self.stopping or 'another rank stopped')
       break
     end
   end
-  if c.checkpoint.every > 0 and last_saved ~= self.step then self:save() end
+  if c.checkpoint.final and last_saved ~= self.step then save() end -- the run's result, however it ended
   if self.last then progress.peak_memory(self, self.last.ranks) end
   emit(self, 'on_train_end', { step = self.step, losses = self.history })
   -- Sharded weights are gathered block by block with every rank: each samples the same text then.

@@ -159,11 +159,31 @@ local function probe(config, path, world, micro)
 end
 
 -- What a run would find wrong with its checkpoint directory (wick.checkpoint.problems): one that
--- cannot be written, another run's lock, another recipe's checkpoints, a bad state to resume from.
+-- cannot be written, another run's lock, checkpoints a fresh run would mix with its own, a bad state
+-- to resume from, or one at the last step already.
 local function checkpoint_problems(job)
-  local c = job.config
-  if c.checkpoint.every == 0 and not job.flags.resume then return {} end
-  return require('wick.train.checkpoint').problems(c.checkpoint.dir, job.hash, job.flags.resume)
+  local c, resume = job.config, job.flags.resume
+  if not (c.checkpoint.final or c.checkpoint.every > 0 or resume) then return {} end
+  if resume and c.checkpoint.overwrite then
+    return { '--resume continues from the checkpoints of checkpoint.dir, checkpoint.overwrite removes them: drop one' }
+  end
+  local checkpoint = require 'wick.train.checkpoint'
+  local problems = checkpoint.problems(c.checkpoint.dir, job.hash, resume, c.checkpoint.overwrite)
+  local latest = resume and c.steps and checkpoint.latest(c.checkpoint.dir)
+  if latest and latest.step >= c.steps then
+    problems[#problems + 1] = ('--resume: %s is step %d and this run ends at step %d: nothing left to train')
+      :format(latest.path, latest.step, c.steps)
+  end
+  return problems
+end
+
+-- Where and when the run saves, for the plan; nil when it saves nothing.
+local function saving(c)
+  local k = c.checkpoint
+  local when = k.every > 0 and ('every %d steps%s'):format(k.every, k.final and ' and at the end' or '') or
+    (k.final and 'at the end' or nil)
+  return when and ('checkpoints: %s into %s, keeping %d%s'):format(when, k.dir, k.keep,
+    k.overwrite and ' (its checkpoints removed first)' or '')
 end
 
 -- Checks and prints the plan; returns whether the recipe can run on `world` ranks, `local_ranks`
@@ -237,7 +257,7 @@ function plan.report(job, world, local_ranks)
   if c.steps and job.flags.repl_at and job.flags.repl_at > c.steps then
     problems[#problems + 1] = ('--repl-at=%d is beyond the last step %d'):format(job.flags.repl_at, c.steps)
   end
-  if c.checkpoint.every > 0 then add('checkpoints: every %d steps into %s, keeping %d', c.checkpoint.every, c.checkpoint.dir, c.checkpoint.keep) end
+  if saving(c) then add('%s', saving(c)) end
   for _, p in ipairs(checkpoint_problems(job)) do problems[#problems + 1] = p end
   for _, line in ipairs(lines) do print(line) end
   for _, p in ipairs(problems) do io.stderr:write(job.name .. ': ' .. p .. '\n') end
