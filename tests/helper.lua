@@ -59,6 +59,18 @@ function helper.test_python()
   return helper.TEST_PYTHON
 end
 
+-- The Hugging Face venv (third_party/hf-venv.sh: transformers over Debian's python3-torch), made when
+-- it is missing or stale: its python, or nil and why it cannot be had.
+helper.HF_PYTHON = helper.ROOT .. '/build/test/hf-venv/bin/python'
+function helper.hf_python()
+  local r = helper.sh('sh ' .. helper.shell_quote(helper.ROOT .. '/third_party/hf-venv.sh'))
+  if r.rc ~= 0 then
+    return nil, 'the Hugging Face venv could not be made (python3-torch installed? PyPI reachable?): ' ..
+      (r.err ~= '' and r.err or r.out)
+  end
+  return helper.HF_PYTHON
+end
+
 -- The checkout's top-level entries but checkpoints/, listed once.
 local top_level
 local function checkout_entries()

@@ -1,8 +1,9 @@
 -- wick.json: writes JSON (the trainer's JSONL metrics and checkpoint provenance) and reads it back
 -- (wick.plot reads those logs). Numbers get the fewest digits that read back as the same double;
--- nan and infinities, which JSON lacks, become null. A table with a [1] is an array, any other table
--- an object with its keys sorted (the same bytes every run). json.decode(text) returns the value, or
--- nil and why with the column; null becomes nil (a member that is null is absent).
+-- nan and infinities, which JSON lacks, become null. A table with a [1] is an array (json.empty_array
+-- too), any other table an object with its keys sorted (the same bytes every run). json.decode(text)
+-- returns the value, or nil and why with the column; null becomes nil (a member that is null is
+-- absent).
 local json = {}
 
 local ESCAPES = { ['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b', ['\f'] = '\\f', ['\n'] = '\\n', ['\r'] = '\\r',
@@ -25,8 +26,13 @@ local function number_of(x)
   return ('%.17g'):format(x)
 end
 
+-- An empty table is an object; json.empty_array is the empty array (a list that may be empty, as
+-- a tokenizer.json's merges).
+json.empty_array = setmetatable({}, { __newindex = function() error('json.empty_array is read-only', 2) end })
+
 local function table_of(t, depth)
   if depth > 32 then error('json.encode: tables nested deeper than 32 (a cycle?)', depth + 2) end
+  if t == json.empty_array then return '[]' end
   local parts = {}
   if t[1] ~= nil then
     for i = 1, #t do parts[i] = encode(t[i], depth + 1) end

@@ -13,7 +13,7 @@ local wick = require 'wick'
 local q = helper.shell_quote
 
 local ORACLE = helper.ROOT .. '/tests/helpers/llama_oracle.py'
-local PYTHON = helper.ROOT .. '/build/test/hf-venv/bin/python'
+local PYTHON = helper.HF_PYTHON
 local GRAD_TOL, LOGITS_TOL = 1e-4, 1e-5
 
 local venv_error, root
@@ -24,13 +24,9 @@ local function oracle(args)
 end
 
 setup(function()
-  local r = helper.sh('sh ' .. q(helper.ROOT .. '/third_party/hf-venv.sh'))
-  if r.rc ~= 0 then
-    venv_error = 'the Hugging Face venv could not be made (python3-torch installed? PyPI reachable?): ' ..
-      (r.err ~= '' and r.err or r.out)
-    return
-  end
-  root = helper.tmpdir()
+  local made
+  made, venv_error = helper.hf_python()
+  if made then root = helper.tmpdir() end
 end)
 
 teardown(function()

@@ -377,15 +377,17 @@ checkpoint = { every = 2, keep = 2 },]], 'model = { layers = 2, heads = 3, dim =
       end
     end)
 
-    -- Sharded under bf16, a rank holds the f32 masters of its slice only: each writes its pieces into
-    -- the checkpoint's one model.safetensors, in parallel, and any sharding resumes from it. The file
-    -- is the unsharded run's byte for byte ('optimizer' all-reduces as 'none' does); on one rank every
-    -- sum is the straight run's, so the resumed losses are its bits; 2 ranks onto 1 as in the
-    -- world-size test above. 'parameters' reduces the gradients of every micro-step (4 here) and sums
-    -- them in its slice, where the others accumulate in the gradient buffer: other roundings of the
-    -- same sums, so its file holds the same tensors with weights within WEIGHTS_CLOSE (relative L2
-    -- per tensor), and its losses are held to the world-size tolerance.
-    local WEIGHTS_CLOSE = 1e-6  -- measured 5e-9; a wrong gradient is off by O(1)
+    -- Sharded under bf16, a rank holds the f32 masters of its slice only: each writes its pieces,
+    -- rounded to bf16, into the checkpoint's one model.safetensors (config.json: torch_dtype
+    -- bfloat16), in parallel, and the masters into its optimizer file, from which any sharding
+    -- resumes. The file is the unsharded run's byte for byte ('optimizer' all-reduces as 'none'
+    -- does); on one rank every sum is the straight run's, so the resumed losses are its bits; 2 ranks
+    -- onto 1 as in the world-size test above. 'parameters' reduces the gradients of every micro-step
+    -- (4 here) and sums them in its slice, where the others accumulate in the gradient buffer: other
+    -- roundings of the same sums (masters 5e-9 apart), so its file holds the same tensors with
+    -- weights within one bf16 rounding step of relative L2 per tensor, and its losses are held to the
+    -- world-size tolerance.
+    local WEIGHTS_CLOSE = 2 ^ -8  -- a bf16 weight rounded the other way; a wrong gradient is off by O(1)
     -- The largest relative L2 distance between the same tensors of two weight files (which must hold
     -- the same names and shapes).
     local function weights_apart(a_path, b_path)
@@ -394,14 +396,17 @@ checkpoint = { every = 2, keep = 2 },]], 'model = { layers = 2, heads = 3, dim =
       local worst = 0
       for name, t in pairs(a) do
         assert.are.same(t.shape, b[name].shape, name)
-        local x, y, norm, diff = ffi.cast('float *', t:data()), ffi.cast('float *', b[name]:data()), 0, 0
+        local tf, uf = t:float(), b[name]:float()
+        local x, y, norm, diff = ffi.cast('float *', tf:data()), ffi.cast('float *', uf:data()), 0, 0
         for i = 0, t:numel() - 1 do norm, diff = norm + x[i] * x[i], diff + (x[i] - y[i]) ^ 2 end
         worst = math.max(worst, math.sqrt(diff / math.max(norm, 1e-30)))
+        tf:free()
+        uf:free()
       end
       for name in pairs(b) do assert.is_not_nil(a[name], name) end
       return worst
     end
-    it('writes the f32 masters its ranks hold into one model file and resumes a bf16 run from it onto another sharding',
+    it('writes the weights its ranks hold into one bf16 model file and resumes a bf16 run from its masters onto another sharding',
       function()
       local path = write_recipe(root .. '/sharded-bf16.lua', dataset, [[
 callbacks = { on_step_end = function(t, m)
@@ -430,6 +435,9 @@ checkpoint = { every = 2, keep = 2 },]])
         assert.are.equal(0, first.rc, first.err)
         local what = ('%d ranks %s -> %d ranks %s'):format(unpack(case))
         local file = dir .. '/step-00000004/model.safetensors'
+        local header = require('wick').safetensors.header(file)
+        assert.are.equal('bf16', header['transformer.wte.weight'].dtype, what)
+        assert.matches('"torch_dtype":"bfloat16"', helper.read_file(dir .. '/step-00000004/config.json'), 1, true)
         local exact = case[2] ~= 'parameters' and case[4] ~= 'parameters'
         if case[2] == 'parameters' then
           local worst = weights_apart(file, straight[case[1]])
@@ -948,7 +956,8 @@ checkpoint = { every = 2, keep = 2 },]])
         assert(i < 100, 'a bounded trace')
       end
       assert.are.same({ 'config.json', 'generation_config.json', 'model.safetensors', 'optimizer.safetensors',
-        'provenance.json', 'recipe.lua', 'state.safetensors', 'DONE', 'tmp', 'rename', 'parent' }, order)
+        'provenance.json', 'recipe.lua', 'state.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'DONE', 'tmp',
+        'rename', 'parent' }, order)
     end)
   end)
 
@@ -958,7 +967,7 @@ checkpoint = { every = 2, keep = 2 },]])
     local TOLERANCE_SCALARS = 176
     local function timed(args, env)
       local start = core.now()
-      local r = helper.sh((env or '') .. ' ' .. q(helper.RUN) .. ' ' .. args)
+      local r = helper.sh(helper.in_checkout_copy((env or '') .. ' ' .. q(helper.RUN) .. ' ' .. args))
       r.seconds = core.now() - start
       return r
     end

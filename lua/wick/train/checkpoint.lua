@@ -4,20 +4,26 @@
 --   DIR/LOCK                 flock'ed by the one process that writes DIR's checkpoints (rank 0 of a
 --                            run) for its whole lifetime; it holds that process's pid
 --   DIR/step-00000040/
---     config.json            with model.safetensors (the f32 master weights by Hugging Face names,
---     generation_config.json their data in the flat parameter order) a Hugging Face model directory:
+--     config.json            with model.safetensors (the weights by Hugging Face names, in the
+--     generation_config.json model's dtype, config.json's torch_dtype: the f32 masters of an fp32
+--                            run, rounded to bf16 for a bf16 run as transformers saves it; their
+--                            data in the flat parameter order) a Hugging Face model directory:
 --                            wick.nn.from_pretrained and transformers load it as it is
 --                            (GPT2LMHeadModel or a Llama family's); where the ranks hold slices of
 --                            the masters, each writes its own into the one file, in parallel
---     optimizer.safetensors  AdamW's moments m and v; metadata: its step count, the loss scaler, the
---                            pieces of the flat parameter order the moments are; a sharded run
+--     optimizer.safetensors  AdamW's moments m and v, and under bf16 or fp16 the f32 masters
+--                            (`master`), which resume reads; metadata: its step count, the loss
+--                            scaler, the pieces of the flat parameter order they are; a sharded run
 --                            (parallel.shard) writes optimizer-RRRRR-of-WWWWW.safetensors instead,
 --                            each rank its own slice, in parallel; any world size and sharding
 --                            reads either back
 --     state.safetensors      no tensors; metadata: step, the data cursor, the seed, the lr scale, the
 --                            recipe's text and hash, every field of the checked recipe, the
---                            overrides, the runtime version, each source's index.json hash
+--                            overrides, the runtime version, each source's index.json hash, the
+--                            tokenizer the data was converted with and its fingerprint
 --     recipe.lua             the recipe's text, and provenance.json (the same metadata, for people)
+--     tokenizer.json         the run's tokenizer, for Hugging Face tools (wick.train.tokenizer_files;
+--     tokenizer_config.json  the state's tokenizer and tokenizer_fingerprint say which it was)
 --     DONE                   written last
 --
 -- A checkpoint is written into DIR/.step-00000040.tmp-PID (rank 0's pid); every file is fsynced,
@@ -41,6 +47,18 @@ local checkpoint = {}
 
 local NAME = 'step-%08d'
 local F32 = 4  -- bytes of an f32 master weight
+local BYTES = { f32 = 4, bf16 = 2, f16 = 2 }
+
+-- The dtype a model's weights are saved in: the one it computes in (the policy's), as transformers
+-- saves a model in its torch_dtype. Another than f32 puts the f32 masters in the optimizer files.
+local function weights_dtype(model) return model.policy.dtype end
+
+-- The f32 masters of piece p (stored_pieces'): this rank's slice of them under a sharded data
+-- parallelism that holds them (layout.masters, at p.at), else the model's own (at p.offset).
+local function master_piece(model, layout, p)
+  if layout and layout.masters then return layout.masters:narrow(1, p.at + 1, p.numel) end
+  return model.flat.params:narrow(1, p.offset + 1, p.numel)
+end
 local DONE = 'DONE'
 local LOCK = 'LOCK'
 
@@ -120,7 +138,9 @@ local function exists(path)
   if f then f:close() end
   return f ~= nil
 end
+checkpoint.exists = exists
 
+-- Writes a file of a checkpoint (a failure is one line naming it, exit 1).
 local function write_file(path, text)
   local f, why = io.open(path, 'wb')
   if not f then fail('cannot write %s', why) end
@@ -128,6 +148,7 @@ local function write_file(path, text)
   local closed, cerr = f:close()
   if not ok or not closed then fail('cannot write %s: %s', path, werr or cerr) end
 end
+checkpoint.write_file = write_file
 
 local function entries(dir)
   local out = {}
@@ -216,7 +237,8 @@ function checkpoint.save(dir, step, metadata, parts, keep)
   return checkpoint.finish(dir, tmp, step, metadata, keep)
 end
 
--- The optimizer's part: AdamW's moments and counters, and the loss scaler, in one file when one
+-- The optimizer's part: AdamW's moments and counters, the loss scaler and the f32 masters where the
+-- model file holds 2-byte weights, in one file when one
 -- rank holds them all (OPTIMIZER_FILE), else one file per rank of a sharded run (OPTIMIZER_SLICE),
 -- written by that rank in parallel with the others. A file's m and v are the moments of its
 -- `pieces` ([offset, numel] ranges of the flat parameter order, in that order; all of it when
@@ -250,7 +272,9 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
   local sharded = layout and layout.world_size > 1
   local path = dir .. '/' .. (sharded and OPTIMIZER_SLICE:format(layout.rank, layout.world_size) or OPTIMIZER_FILE)
   local scaler = model.policy.scaler
-  local offsets = written(safetensors.create, path, { 'm', 'v' }, { m = { held }, v = { held } }, 'f32', {
+  local names, shapes = { 'm', 'v' }, { m = { held }, v = { held } }
+  if weights_dtype(model) ~= 'f32' then names[3], shapes.master = 'master', { held } end
+  local offsets = written(safetensors.create, path, names, shapes, 'f32', {
     step_count = opt.step_count,
     scale = scaler and ('%.17g'):format(scaler.scale) or nil,
     good_steps = scaler and scaler.good_steps or nil,
@@ -260,8 +284,9 @@ function checkpoint.save_optimizer(dir, opt, model, layout)
   })
   local at = 0
   for _, p in ipairs(pieces) do
-    for name, moments in pairs({ m = m, v = v }) do
-      local part = moments:narrow(1, p.at + 1, p.numel)
+    for _, name in ipairs(names) do
+      local part = name == 'master' and master_piece(model, layout, p)
+        or (name == 'm' and m or v):narrow(1, p.at + 1, p.numel)
       written(safetensors.write_at, path, offsets[name] + at * F32, part)
       part:free()
     end
@@ -342,6 +367,8 @@ local STATE = schema.define('checkpoint state', {
   { 'recipe_hash', 'hash', check = is_hash, required = true },
   { 'recipe_text', 'string', required = true },
   { 'recipe_name', 'string' }, { 'overrides', 'string' }, { 'version', 'string' }, { 'data', 'string' },
+  { 'tokenizer', 'string' }, -- the run's (wick.train.tokenizer_files): 'bytes', 'gpt2' or the file converted with
+  { 'tokenizer_fingerprint', 'hash', check = is_hash },
 })
 
 local OPTIMIZER = schema.define('optimizer state', {
@@ -417,8 +444,9 @@ local function check_tensors(path, expected, required, whose)
 end
 
 -- The model into a checkpoint's directory, as a Hugging Face model directory, in three calls:
--- create_model (rank 0, first: model.safetensors with its header, sized for the f32 masters laid out
--- in the flat parameter order, so a piece of the flat storage lies at 4 x its offset), write_model
+-- create_model (rank 0, first: model.safetensors with its header, sized for the weights in the
+-- model's dtype laid out in the flat parameter order, so a piece of the flat storage lies at its
+-- offset times the dtype's size), write_model
 -- (every rank that holds masters: rank 0 all of them, or under sliced masters, layout.masters, each
 -- rank its pieces, in parallel and without gathering them) and finish_model (rank 0, after every
 -- rank wrote: config.json and generation_config.json).
@@ -427,23 +455,35 @@ local MODEL_FILE = 'model.safetensors'
 function checkpoint.create_model(dir, model)
   local shapes = {}
   for _, p in ipairs(model.entries) do shapes[p.name] = p.shape end
-  local offsets = written(safetensors.create, dir .. '/' .. MODEL_FILE, model.order, shapes, 'f32', { format = 'pt' })
-  for _, p in ipairs(model.entries) do assert(offsets[p.name] == p.offset * F32, 'checkpoint: a gap in the flat order') end
+  local dtype = weights_dtype(model)
+  local offsets = written(safetensors.create, dir .. '/' .. MODEL_FILE, model.order, shapes, dtype, { format = 'pt' })
+  for _, p in ipairs(model.entries) do
+    assert(offsets[p.name] == p.offset * BYTES[dtype], 'checkpoint: a gap in the flat order')
+  end
+end
+
+-- Writes masters (f32) at the flat offset `offset` of a model file of dtype, rounded to it (to
+-- nearest even, as the compute copy is) where it is not f32.
+local function write_weights(path, offset, masters, dtype)
+  if dtype == 'f32' then return written(safetensors.write_at, path, offset * F32, masters) end
+  local rounded = masters:to(dtype)
+  written(safetensors.write_at, path, offset * BYTES[dtype], rounded)
+  rounded:free()
 end
 
 function checkpoint.write_model(dir, model, layout)
-  local path = dir .. '/' .. MODEL_FILE
-  if not (layout and layout.masters) then return written(safetensors.write_at, path, 0, model.flat.params) end
+  local path, dtype = dir .. '/' .. MODEL_FILE, weights_dtype(model)
+  if not (layout and layout.masters) then return write_weights(path, 0, model.flat.params, dtype) end
   for _, p in ipairs(stored_pieces(layout, model:parameter_count())) do
-    local piece = layout.masters:narrow(1, p.at + 1, p.numel)
-    written(safetensors.write_at, path, p.offset * F32, piece)
+    local piece = master_piece(model, layout, p)
+    write_weights(path, p.offset, piece, dtype)
     piece:free()
   end
   if layout.rank ~= 0 then sync(path) end  -- as save_optimizer's slices: rank 0's finish syncs its own
 end
 
 function checkpoint.finish_model(dir, model)
-  written(model.save_pretrained, model, dir, { weights = false })
+  written(model.save_pretrained, model, dir, { weights = false, dtype = weights_dtype(model) })
 end
 
 -- Copies into dst (the wanted pieces' values, at their `at`) what src (a file's, at its pieces'
@@ -462,7 +502,8 @@ local function copy_overlaps(dst, wanted, src, stored)
   end
 end
 
--- The weights of a checkpoint into model: every tensor f32, of the model's shape. Where a sharded
+-- The weights of a checkpoint's f32 model file into model (a checkpoint whose optimizer files hold
+-- the masters is read by load_optimizer): every tensor f32, of the model's shape. Where a sharded
 -- data parallelism holds the f32 masters (layout.masters: the model keeps a compute copy or, under
 -- 'parameters', no weights), only this rank's pieces of them are read, from the file's mapping, and
 -- the caller refreshes the compute weights from them (nn.data_parallel's refresh_weights).
@@ -570,17 +611,25 @@ end
 -- The optimizer's state of checkpoint dir into opt (built for model, and for this rank's pieces
 -- with a sharded nn.data_parallel's layout) and the model's loss scaler; `step` is the checkpoint's.
 -- The files may come from any world size and sharding: each is read through its mapping, and only
--- what this rank keeps of it is copied, so a rank never holds more than its own moments.
+-- what this rank keeps of it is copied, so a rank never holds more than its own moments. Where the
+-- files hold the f32 masters (a bf16 or fp16 run's: all of them or none), they go into the model's
+-- masters (or this rank's slice of them) too. Returns whether they did: else load_model reads them.
 function checkpoint.load_optimizer(dir, opt, model, step, layout)
   local numel = model:parameter_count()
-  local files, first = {}, nil
+  local files, first, masters = {}, nil, nil
   for i, path in ipairs(optimizer_files(dir)) do
     local header, metadata = safetensors.header(path)
     if not header then fail('%s', metadata) end
     local counts = optimizer_counts(checked(OPTIMIZER, metadata, path), path, step)
     local pieces, held = pieces_of(counts, path, numel)
     local shape = { dtype = 'f32', shape = { held } }
-    check_tensors(path, { m = shape, v = shape }, true, held < numel and 'its pieces hold' or nil)
+    if masters ~= nil and masters ~= (header.master ~= nil) then
+      fail('%s: %s the f32 masters and %s does not', path, masters and files[1].path or path,
+        masters and path or files[1].path)
+    end
+    masters = header.master ~= nil
+    check_tensors(path, { m = shape, v = shape, master = masters and shape or nil }, true,
+      held < numel and 'its pieces hold' or nil)
     counts.numel, counts.pieces = nil, nil
     if first and json.encode(counts) ~= json.encode(first) then
       fail('%s: its step count and loss scale are not those of %s', path, files[1].path)
@@ -589,13 +638,18 @@ function checkpoint.load_optimizer(dir, opt, model, step, layout)
   end
   check_coverage(dir, files, numel)
   local m, v = opt:moments(model, layout)
-  local wanted = layout and layout.pieces or { { offset = 0, numel = numel, at = 0 } }
+  local whole = { { offset = 0, numel = numel, at = 0 } }
+  local targets = { { 'm', m, layout and layout.pieces or whole }, { 'v', v, layout and layout.pieces or whole } }
+  if masters then
+    local sliced = layout and layout.masters
+    targets[3] = { 'master', sliced or model.flat.params, sliced and layout.pieces or whole }
+  end
   for _, file in ipairs(files) do
     local reader, why = safetensors.open(file.path)
     if not reader then fail('%s', why) end
-    for name, into in pairs({ m = m, v = v }) do
-      local stored = reader:view(name)
-      copy_overlaps(into, wanted, stored, file.pieces)
+    for _, target in ipairs(targets) do
+      local stored = reader:view(target[1])
+      copy_overlaps(target[2], target[3], stored, file.pieces)
       stored:free()
     end
     reader:close()
@@ -605,6 +659,7 @@ function checkpoint.load_optimizer(dir, opt, model, step, layout)
   if scaler and first.scale then
     scaler.scale, scaler.good_steps, scaler.skipped = first.scale, first.good_steps, first.skipped
   end
+  return masters
 end
 
 -- ---- the dry run -----------------------------------------------------------------------------------

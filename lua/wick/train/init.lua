@@ -31,6 +31,7 @@ local T = require 'wick.tensor'
 local arithmetic = require 'wick.train.arithmetic'
 local progress = require 'wick.train.progress'
 local sampling = require 'wick.train.sampling'
+local tokenizer_files = require 'wick.train.tokenizer_files'
 
 local train = {}
 local Trainer = {}
@@ -214,9 +215,11 @@ function train.new(job)
     shard = config.parallel.shard, bucket_bytes = config.parallel.bucket_bytes, prefetch = config.parallel.prefetch,
     site = job.name .. " (wick.train's step)" })
   if state then -- after the data parallelism's broadcast of rank 0's weights, and with its layout
-    checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model, self.dp.layout)
+    local layout = self.dp.layout
+    if not checkpoint.load_optimizer(self.resumed_from, self.opt, self.model, self.step, layout) then -- the masters?
+      checkpoint.load_model(self.resumed_from .. '/model.safetensors', self.model, layout)
+    end
     self.dp:refresh_weights()
-    checkpoint.load_optimizer(self.resumed_from, self.opt, self.model, self.step, self.dp.layout)
     say(self, 'resume: from %s (step %d)', self.resumed_from, self.step)
   end
   self.flag = T.zeros({ 1 }, 'f32')
@@ -332,6 +335,13 @@ function Trainer:save()
     meta.data = self.manifests
     tmp = checkpoint.start(c.checkpoint.dir, self.step)
     checkpoint.create_model(tmp, self.model) -- before any rank writes its part
+    if self.tokenizer_info == nil then
+      self.tokenizer_info = tokenizer_files.of(c) or false
+      if self.tokenizer_info and self.tokenizer_info.missing then
+        say(self, 'checkpoint: no tokenizer files beside the model: %s', self.tokenizer_info.missing)
+      end
+    end
+    for key, value in pairs(tokenizer_files.write(tmp, self.tokenizer_info or nil, c)) do meta[key] = value end
   end
   if sharded then tmp = shared_directory(self, tmp) end
   local masters = layout and layout.masters -- sliced: each rank writes its own

@@ -75,6 +75,15 @@ end
 function model.tokenizer_problem(config, source, info)
   local dir = config.model.from_pretrained
   if not dir or not info.fingerprint then return nil end
+  -- A Wick checkpoint records the tokenizer it trained with (its tokenizer.json may be a Hugging Face
+  -- spelling of a built-in one, as 'bytes')
+  local _, state = require('wick.safetensors').header(dir .. '/state.safetensors')
+  local recorded = type(state) == 'table' and state.tokenizer_fingerprint
+  if recorded then
+    if recorded == info.fingerprint then return nil end
+    return ("source %s was tokenized by %s, not by %s, which model.from_pretrained's checkpoint trained with " ..
+      '(its state.safetensors): convert it with that tokenizer'):format(source, info.tokenizer, state.tokenizer)
+  end
   local path = dir .. '/tokenizer.json'
   local file = io.open(path, 'rb')
   if not file then return nil end
