@@ -12,7 +12,7 @@ local WATCHED_IGNORED = { 'checkpoints' }
 
 -- The files of one git ls-files listing of root, into files; false when root is no git checkout.
 local function list(root, options, files)
-  local pipe = io.popen(('git -C %s ls-files --others --exclude-standard %s -z 2>/dev/null; echo " $?"')
+  local pipe = io.popen(('git -C %s ls-files --others --exclude-standard -z %s 2>/dev/null; echo " $?"')
     :format(shell_quote(root), options))
   local text = pipe:read('*a')
   pipe:close()

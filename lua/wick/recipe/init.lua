@@ -190,7 +190,7 @@ local EVAL = schema.define('eval', {
 })
 
 local CHECKPOINT = schema.define('checkpoint', {
-  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'also save every N steps (0: at the end only)' },
+  { 'every', 'integer', min = 0, max = MAX_STEPS, default = 0, help = 'also save every N steps (0: no periodic saves)' },
   { 'final', 'boolean', default = true, help = 'save the model when the run ends (false, with every = 0: save nothing)' },
   { 'dir', 'string', help = 'where step-N/ directories go (default: checkpoints/<recipe name>, from the working directory)' },
   { 'keep', 'integer', min = 1, max = 2 ^ 20, default = DEFAULT_KEEP, help = 'complete checkpoints kept' },
