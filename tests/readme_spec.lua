@@ -89,7 +89,8 @@ local function own_checkpoints(command, into)
     if not listed then return nil, dir end
   end
   for _, dir in ipairs(CHECKPOINT_DIRS) do
-    command = command:gsub(escape(dir) .. '%f[%s/]', (into .. '/' .. dir:gsub('/', '-')):gsub('%%', '%%%%'))
+    local replacement = (into .. '/' .. dir:gsub('/', '-')):gsub('%%', '%%%%')
+    command = command:gsub(escape(dir) .. '%f[^%w_.%-]', replacement)
   end
   return command
 end
