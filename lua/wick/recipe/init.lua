@@ -31,6 +31,7 @@ local MAX_STEPS = 2 ^ 53
 local DEFAULT_KEEP = 3
 local DEFAULT_BASE_BATCH = 256     -- timm's lr_base_size
 local DIST = require 'wick.dist'
+local DEVICE = require 'wick.device'
 local EVENTS = { 'on_train_begin', 'on_step_end', 'on_log', 'on_eval', 'on_checkpoint', 'on_train_end' }
 local IS_EVENT = {}
 for _, e in ipairs(EVENTS) do IS_EVENT[e] = true end
@@ -129,6 +130,12 @@ end
 
 local function section(name, set, help) return { name, 'section', schema = set, help = help } end
 
+-- model.device and data.device: a name wick.device.choose resolves on each rank; either follows the
+-- other when only one is set (wick.train.model.devices).
+local function device_field(help)
+  return { 'device', 'device', check = DEVICE.check_name, parse = 'string', help = help }
+end
+
 -- A shape key of one architecture: optional here (wick.train.model says which the recipe needs), no
 -- default (an unset key stays out of the flattened recipe).
 local function shape_key(set, name, help, key)
@@ -148,7 +155,8 @@ local MODEL = schema.define('model', {
   shape_key(LLAMA, 'tie_embeddings', 'llama: the output head is the token embedding (default false)'),
   schema.from(GPT, 'vocab', { required = false, help = "token ids are below this (default: the data's vocabulary)" }),
   schema.from(GPT, 'seq_len', { required = false, help = 'the longest sequence (default: data.seq_len)' }),
-  schema.from(GPT, 'device'),
+  device_field("'auto' (this rank's GPU, cuda:LOCAL_RANK, else the CPU), 'cpu', 'cuda' (this rank's GPU) or " ..
+    "'cuda:N' (default data.device, else auto)"),
   schema.from(GPT, 'recompute'),
 })
 
@@ -161,7 +169,7 @@ local DATA = schema.define('data', {
   schema.from(LOADER, 'shuffle'),
   schema.from(LOADER, 'mode'), schema.from(LOADER, 'threads'), schema.from(LOADER, 'prefetch'),
   schema.from(LOADER, 'node_cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
-  schema.from(LOADER, 'device'), schema.from(LOADER, 'audit'),
+  device_field("where batches live: as model.device (default model.device)"), schema.from(LOADER, 'audit'),
 })
 
 local BATCH = schema.define('batch', {

@@ -20,6 +20,7 @@
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
+local device = require 'wick.device'
 local checkpoint = require 'wick.train.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
@@ -75,6 +76,7 @@ end
 local function rank_loader_options(self, micro)
   local ok, o = pcall(arithmetic.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
   if not ok then fail(self, (tostring(o):gsub('^.-:%d+: ', ''))) end
+  o.device = self.on.data
   return o
 end
 
@@ -169,6 +171,8 @@ function train.new(job)
   self.dist = w.dist.init { timeout = config.timeout }
   self.rank, self.world_size = self.dist.rank, self.dist.world_size
   local why
+  self.on, why = model.devices(config, self.dist.local_rank, self.dist.local_world_size, device.count())
+  if not self.on then fail(self, why) end
   self.micro_at, why = arithmetic.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
   local state
@@ -190,7 +194,7 @@ function train.new(job)
   local problems
   self.model_config, problems = model.shape(config, self.loader:vocab_size())
   if #problems > 0 then fail(self, problems[1]) end
-  self.model = model.build(self.model_config, config)
+  self.model = model.build(self.model_config, config, self.on.model)
   self.lr_at = arithmetic.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
@@ -351,9 +355,9 @@ function Trainer:run()
     self.log = runlog.open(c.log, self.step, self.resumed_from ~= nil, self.job.name, function(...) say(self, ...) end)
   end
   self.first_step, self.elapsed, self.waited, self.tokens_run = self.step, 0, 0, 0
-  say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s',
+  say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s, on %s',
     self.job.name, self.world_size, self.world_size == 1 and '' or 's', self.total, c.batch.global, c.data.seq_len, self.micro,
-    self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision)
+    self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision, self.on.text)
   emit(self, 'on_train_begin')
   local last_saved = self.step
   while self.step < self.total do
