@@ -289,11 +289,14 @@ end
 
 -- What the tree cannot say: one of steps and epochs, the model's shape, the eval source.
 local function check_relations(c)
-  if (c.steps == nil) == (c.epochs == nil) then return 'give steps or epochs (one of them)' end
+  if (c.steps == nil) == (c.epochs == nil) then return ('give steps or epochs (%s)'):format(c.steps and 'not both' or 'one of them') end
   local why = check_model(c.model)
   if why then return why end
   if c.batch.schedule and c.batch.micro then return 'batch.schedule sets the micro batch: drop batch.micro' end
   if c.eval.every > 0 and not c.eval.source then return 'eval.every needs eval.source' end
+  local drawn = false -- a source whose weight is not the number 0 (a schedule's is judged at its steps)
+  for _, entry in ipairs(c.data.sources) do drawn = drawn or c.data.mix[recipe.source_name(entry)] ~= 0 end
+  if not drawn then return 'data.mix: every weight is 0: no source would be drawn' end
   for name in pairs(c.data.mix) do
     local found = false
     for _, entry in ipairs(type(c.data.sources) == 'table' and c.data.sources or { c.data.sources }) do
@@ -408,6 +411,12 @@ function recipe.load(path, raw, argv)
   end
   if type(raw) ~= 'table' then fail(name, 'a recipe returns a table') end
   local resolved_raw, applied = args.apply(RECIPE, name, raw, overrides)
+  -- steps and epochs are one choice: --steps=N replaces the recipe's epochs and --epochs=X its steps
+  -- (both on the command line stay refused by the check)
+  local given = {}
+  for _, o in ipairs(overrides) do given[o[1]] = true end
+  if given.steps and not given.epochs then resolved_raw.epochs = nil end
+  if given.epochs and not given.steps then resolved_raw.steps = nil end
   if flags.log then resolved_raw.log = resolved_raw.log or {}; resolved_raw.log.file = flags.log end
   local config = recipe.check(resolved_raw, name)
   local text, err = core.read_file(path)
