@@ -5,7 +5,7 @@
 -- recipe against them naming each key by its path (`batch.mciro: unknown key (did you mean
 -- batch.micro?)`), after the command line's overrides typed by the same declarations
 -- (`--data.seq_len=256`, wick.recipe.args); flattens a checked recipe into `path = value` lines
--- (wick.recipe.provenance writes the values) and lists the fields (for --help and the README).
+-- (wick.recipe.provenance writes the values) and lists the fields (for --help and docs/reference/recipe.md).
 -- It builds nothing: wick.train does.
 --
 --   local recipe = require 'wick.recipe'
@@ -348,7 +348,7 @@ end
 
 -- ---- the list of fields ----------------------------------------------------------------------------
 
--- One line per field: path, type and range, default, help (the README's list and --help).
+-- One line per field: path, type and range, default, help (--help; docs/reference/recipe.md has them too).
 function recipe.fields()
   local lines = {}
   for _, leaf in ipairs(RECIPE:leaves()) do
