@@ -1,8 +1,9 @@
 -- llama_tiny.lua: a small Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU) trained from scratch
--- on CPU on the embedded corpus (converted once into build/demo/data), as tiny.lua trains a GPT-2:
--- the same data, batch and optimizer, a model of about the same size. Every checkpoint (the last
--- one at least, in checkpoints/llama_tiny/) is a Hugging Face model directory (config.json beside
--- model.safetensors and the tokenizer's files) that wick.nn.from_pretrained and transformers load.
+-- (on this machine's GPUs, else its CPU) on the embedded corpus (converted once into
+-- build/demo/data), as tiny.lua trains a GPT-2: the same data, batch and optimizer, a model of about
+-- the same size. Every checkpoint (the last one at least, in checkpoints/llama_tiny/) is a Hugging
+-- Face model directory (config.json beside model.safetensors and the tokenizer's files) that
+-- wick.nn.from_pretrained and transformers load.
 --   ./run --nproc-per-node 2 recipes/llama_tiny.lua
 --   ./run recipes/llama_tiny.lua --steps=20 --checkpoint.every=10
 --   ./run --dry-run recipes/llama_tiny.lua                         # parameters and memory
