@@ -401,11 +401,10 @@ function Trainer:run()
     self.job.name, self.world_size, self.world_size == 1 and '' or 's', self.total, c.batch.global, c.data.seq_len, self.micro,
     self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision, self.on.text)
   emit(self, 'on_train_begin')
-  local last_saved = self.step
+  local last_saved, last_path = self.step, nil
   local function save()
-    local path = self:save()
-    last_saved = self.step
-    emit(self, 'on_checkpoint', { step = self.step, path = path })
+    last_path, last_saved = self:save(), self.step
+    emit(self, 'on_checkpoint', { step = self.step, path = last_path })
   end
   while self.step < self.total do
     local m = self:train_step()
@@ -435,6 +434,9 @@ function Trainer:run()
     end
   end
   if c.checkpoint.final and last_saved ~= self.step then save() end -- the run's result, however it ended
+  if c.checkpoint.final and last_path and last_saved == self.step then
+    say(self, 'saved: %s (a Hugging Face model directory)', last_path)
+  end
   if self.last then progress.peak_memory(self, self.last.ranks) end
   emit(self, 'on_train_end', { step = self.step, losses = self.history })
   -- Sharded weights are gathered block by block with every rank: each samples the same text then.
