@@ -264,19 +264,27 @@ typedef enum {
                                 text, as tiktoken's encode_ordinary */
   WK_TOKENIZER_EOS = 1,      /* the EOS id (default: tokenizer_config.json's eos_token beside a
                                 tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+  WK_TOKENIZER_ADD_SPECIAL_TOKENS = 2, /* 1 (default): encoding puts the tokenizer.json post_processor's
+                                tokens around the text (Llama 3's <|begin_of_text|>, BERT's [CLS] and
+                                [SEP]), as Hugging Face's encode(text, add_special_tokens=True); 0: not */
   WK_TOKENIZER_PARAM_COUNT
 } WkTokenizerParam;
 WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
 /* What wk_tokenizer_set accepts for param on t (EOS: its vocabulary), or on any tokenizer when t is NULL. */
 WK_API WkStatus wk_tokenizer_param_bounds(const WkTokenizer *t, WkTokenizerParam param, int64_t *min, int64_t *max);
 
+/* The ids the post_processor puts around a text: (*ids)[0 .. *prefix) before it, then *suffix after
+ * it (0 and 0: none; whether encoding adds them is WK_TOKENIZER_ADD_SPECIAL_TOKENS). *ids lives as
+ * long as t. */
+WK_API void wk_tokenizer_template(const WkTokenizer *t, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix);
+
 /* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
  * 0xFFFFFFFF. */
 WK_API uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length);
 
-/* UTF-8 text -> ids in out[0 .. *count). When they do not fit in capacity, WK_ERR_INVALID_ARG with
- * *count = how many there are (2 * length + 1 fits unless NFC lengthens the text). Invalid UTF-8 is
- * WK_ERR_FORMAT. */
+/* UTF-8 text -> ids in out[0 .. *count), with the template's around them (WK_TOKENIZER_ADD_SPECIAL_TOKENS).
+ * When they do not fit in capacity, WK_ERR_INVALID_ARG with *count = how many there are (2 * length + 1
+ * plus the template's fits unless NFC lengthens the text). Invalid UTF-8 is WK_ERR_FORMAT. */
 WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out,
                                     size_t capacity, size_t *count);
 /* ids -> the bytes they stand for (UTF-8 when the ids came from text and are whole), in
