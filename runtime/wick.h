@@ -193,6 +193,12 @@ WK_API const char *wk_dataset_tokenizer(const WkDataset *ds);    /* "bytes", "gp
 /* The identity of the tokenizer that made the ids (wk_tokenizer_fingerprint); 0 when unknown (an index
  * from before it was recorded, made with a tokenizer file). */
 WK_API uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds);
+/* The ids the converter put around each document's text, from its tokenizer's post_processor (Llama
+ * 3's <|begin_of_text|>, BERT's [CLS]): (*ids)[0 .. *prefix) start every document, the *suffix after
+ * them end its text, before its EOS. Returns 1 when they were applied, 0 when the converter was told
+ * not to (--no-special-tokens: the ids are those it would have put), -1 when the index records none
+ * (documents hold their text's ids only: no template, token files, or an index from before). */
+WK_API int wk_dataset_template(const WkDataset *ds, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix);
 WK_API WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
 
 /* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
@@ -335,6 +341,11 @@ typedef enum {
   WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
   WK_CONVERT_HEADERLESS_BIN = 9, /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
                                    llm.c files, and a file without llm.c's magic is refused */
+  WK_CONVERT_VOCAB_SIZE = 10,   /* token files (.bin, .npy) hold ids of a vocabulary of this size, whose EOS is
+                                   WK_CONVERT_EOS (the index's tokenizer is then "ids"); 0 (default): .bin files
+                                   hold GPT-2's, and .npy files must declare theirs */
+  WK_CONVERT_EOS = 11,          /* the EOS id separating documents in token files, with WK_CONVERT_VOCAB_SIZE
+                                   (-1: not declared) */
   WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 

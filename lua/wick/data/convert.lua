@@ -64,8 +64,16 @@ local SPEC = cli.spec {
     cli.from(TOKENIZER.OPTIONS, 'pattern', { value = 'ENCODING',
       help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" }),
     { 'special', 'flag', help = 'special tokens written in the text become their ids (default: plain text)' },
+    { 'no_special_tokens', 'flag',
+      help = "do not put the tokenizer.json post_processor's tokens around each document (e.g. Llama 3's " ..
+             "<|begin_of_text|> before it); default: they are, as Hugging Face's add_special_tokens" },
     { 'eos', 'string', value = 'TOKEN',
-      help = "the token ending each document, by text or id (default: the tokenizer's own EOS)" },
+      help = "the token ending each document, by text or id (default: the tokenizer's own EOS); for token files " ..
+             "(.bin, .npy), the id separating their documents, with --vocab-size" },
+    { 'vocab_size', 'integer', value = 'N', min = 1, max = select(2, core.bounds(C.wk_converter_param_bounds,
+                                                                                   C.WK_CONVERT_VOCAB_SIZE)),
+      help = 'token files (.bin, .npy) hold ids below N (each is checked), documents separated by --eos ID ' ..
+             "(default for .bin: GPT-2's 50257 and 50256)" },
     { 'field', 'string', value = 'NAME', default = 'text',
       help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
     { 'json_field', 'string', value = 'NAME', default = 'text',
@@ -120,14 +128,28 @@ function M.convert(inputs, opts)
   -- to the converter for the run.
   local tok
   local file = opts.tokenizer and opts.tokenizer ~= 'gpt2'
+  local declared_eos -- token files' EOS id, declared with their vocabulary size
+  if opts.vocab_size then
+    if file or opts.tokenizer then cli.fail('wick.data.convert: --vocab-size declares the ids of token files; ' ..
+                                            'give it without --tokenizer', cli.EXIT_USAGE) end
+    declared_eos = opts.eos and tonumber(opts.eos:match('^%d+$'))
+    if not declared_eos then
+      cli.fail('wick.data.convert: --vocab-size needs --eos ID, the id separating documents', cli.EXIT_USAGE)
+    end
+  elseif opts.eos and not file then
+    cli.fail('wick.data.convert: --eos needs a tokenizer file (--tokenizer FILE) or, for token files, --vocab-size',
+             cli.EXIT_USAGE)
+  end
   if file then
     local eos = opts.eos and (opts.eos:match('^%d+$') and tonumber(opts.eos) or opts.eos)
     local ok, opened, err = pcall(TOKENIZER.open, opts.tokenizer, { pattern = opts.pattern, special = opts.special,
-                                                                   eos = eos })
+                                                                   eos = eos,
+                                                                   add_special_tokens = not opts.no_special_tokens })
     if not ok or not opened then cli.fail('wick.data.convert: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
     tok = opened
-  elseif opts.pattern or opts.special or opts.eos then
-    cli.fail('wick.data.convert: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
+  elseif opts.pattern or opts.special or opts.no_special_tokens then
+    cli.fail('wick.data.convert: --pattern, --special and --no-special-tokens need a tokenizer file (--tokenizer FILE)',
+             cli.EXIT_USAGE)
   end
   local cv = C.wk_converter_new(opts.output, not file and opts.tokenizer or nil)
   if cv == nil then refused_option(C.wk_last_status()) end
@@ -148,6 +170,8 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
   set(C.WK_CONVERT_HEADERLESS_BIN, opts.headerless_bin and 1 or 0)
+  set(C.WK_CONVERT_VOCAB_SIZE, opts.vocab_size or 0)
+  set(C.WK_CONVERT_EOS, declared_eos or -1)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
@@ -190,6 +214,14 @@ function M.main(args)
     opts.progress = ok and host.isatty(2) and not opts.quiet
   end
   local stats, bad = M.convert(inputs, opts)
+  if not opts.quiet and not opts.tokenizer and not opts.vocab_size then
+    local ds = require('wick.data.dataset').open(opts.output)
+    if ds and ds.tokenizer == 'gpt2' then
+      io.stderr:write(("wick.data.convert: took the token files' ids as GPT-2's (vocabulary %d, EOS %d); " ..
+        '--vocab-size N --eos ID declare others\n'):format(ds.vocab_size, ds.eos))
+    end
+    if ds then ds:close() end
+  end
   if #bad > 0 then
     for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.data.convert: skipped ', bad[k], '\n') end
     if stats.bad > SHOWN_BAD then

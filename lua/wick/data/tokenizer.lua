@@ -40,6 +40,25 @@ local own_handle, close_handle = core.handle(C.wk_tokenizer_free)
 
 local M = { OPTIONS = OPTIONS }
 
+local ids_box, prefix_box, suffix_box = ffi.new('const uint32_t *[1]'), ffi.new('uint32_t[1]'), ffi.new('uint32_t[1]')
+
+-- A template's ids (C's: ids[0 .. prefix) then suffix more) as { prefix = {...}, suffix = {...} }, into t.
+function M.template_table(ids, prefix, suffix, t)
+  t = t or {}
+  t.prefix, t.suffix = {}, {}
+  for i = 1, prefix do t.prefix[i] = tonumber(ids[i - 1]) end
+  for i = 1, suffix do t.suffix[i] = tonumber(ids[prefix + i - 1]) end
+  return t
+end
+
+-- The post_processor's ids around a text as { prefix = {...}, suffix = {...} }, nil when none.
+local function template_of(handle)
+  C.wk_tokenizer_template(handle, ids_box, prefix_box, suffix_box)
+  local prefix, suffix = tonumber(prefix_box[0]), tonumber(suffix_box[0])
+  if prefix + suffix == 0 then return nil end
+  return M.template_table(ids_box[0], prefix, suffix)
+end
+
 -- Opens a built-in name or a file. Returns the tokenizer, or nil and a message naming the file and
 -- what is wrong with it; bad options raise.
 function M.open(source, options)
@@ -64,21 +83,8 @@ function M.open(source, options)
   local eos = tonumber(C.wk_tokenizer_eos(handle))
   self.eos = eos ~= NONE and eos or nil
   self.fingerprint = ('%016x'):format(C.wk_tokenizer_fingerprint(handle))
-  self.template = M.template(handle)
+  self.template = template_of(handle)
   return self
-end
-
-local ids_box, prefix_box, suffix_box = ffi.new('const uint32_t *[1]'), ffi.new('uint32_t[1]'), ffi.new('uint32_t[1]')
-
--- The post_processor's ids around a text as { prefix = {...}, suffix = {...} }, nil when none.
-function M.template(handle)
-  C.wk_tokenizer_template(handle, ids_box, prefix_box, suffix_box)
-  local prefix, suffix = tonumber(prefix_box[0]), tonumber(suffix_box[0])
-  if prefix + suffix == 0 then return nil end
-  local t = { prefix = {}, suffix = {} }
-  for i = 1, prefix do t.prefix[i] = tonumber(ids_box[0][i - 1]) end
-  for i = 1, suffix do t.suffix[i] = tonumber(ids_box[0][prefix + i - 1]) end
-  return t
 end
 
 local function live(self)
