@@ -178,14 +178,16 @@ WkStatus convert_cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const Chu
   return status;
 }
 
-static uint64_t little_endian(const uint8_t *p, unsigned width) {
+static inline uint64_t little_endian(const uint8_t *p, unsigned width) {
   uint64_t v = 0;
   for (unsigned b = width; b-- > 0;) v = v << 8 | p[b];
   return v;
 }
 
-WkStatus convert_process_tokens(const ChunkContext *ctx, const Input *in, Chunk *c) {
-  unsigned width = c->token_bytes;
+/* The chunk's ids of `width` bytes -> tokens and document ends. Inlined for each width, so that reading an
+ * id is one load (as fast as the uint16-only loop it replaced). */
+static inline __attribute__((always_inline)) WkStatus scan_ids(const ChunkContext *ctx, const Input *in, Chunk *c,
+                                                               const unsigned width) {
   size_t n = c->length / width;
   WK_TRY(wk_token_vec_reserve(&c->tokens, n));
   uint32_t eos = ctx->tokenizer->eos, vocab = ctx->tokenizer->vocab_size;
@@ -209,4 +211,13 @@ WkStatus convert_process_tokens(const ChunkContext *ctx, const Input *in, Chunk 
     }
   }
   return WK_OK;
+}
+
+WkStatus convert_process_tokens(const ChunkContext *ctx, const Input *in, Chunk *c) {
+  switch (c->token_bytes) {
+    case 2: return scan_ids(ctx, in, c, 2);
+    case 4: return scan_ids(ctx, in, c, 4);
+    case 8: return scan_ids(ctx, in, c, 8);
+    default: return WK_FAIL(WK_ERR_INTERNAL, "'%s': a chunk of %u-byte ids", in->path, c->token_bytes);
+  }
 }
