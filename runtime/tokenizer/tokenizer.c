@@ -187,8 +187,9 @@ WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t leng
   WkStatus status = wk_tokenizer_encode_with(t, wk_tokenizer_template_of(t), (const uint8_t *)text, length, &v);
   if (status == WK_OK) {
     *count = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length * sizeof *v.data);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    if (v.length > capacity)
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    else if (v.length) memcpy(out, v.data, v.length * sizeof *v.data); /* an empty vector has no data */
   }
   free(v.data);
   return status;
@@ -202,8 +203,9 @@ WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_
   WkStatus status = t->decode(t, tokens, count, &v);
   if (status == WK_OK) {
     *length = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    if (v.length > capacity)
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    else if (v.length) memcpy(out, v.data, v.length); /* an empty vector has no data */
   }
   free(v.data);
   return status;
