@@ -429,7 +429,9 @@ typedef enum {
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
-                                  or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
+                                  or EOS), or with different tokens around their documents (the template the
+                                  converter applied), may be mixed; 0 (default): start refuses such a mix,
+                                  naming both */
   WK_LOADER_PARAM_COUNT,
   WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES,  /* old names, for one release */
   WK_LOADER_BUFFER_TOKENS = WK_LOADER_POOL_TOKENS
