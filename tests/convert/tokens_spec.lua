@@ -100,21 +100,12 @@ describe("the converter and a tokenizer's post_processor", function()
     tok:close()
     bare:close()
     -- The loader does not mix the two unless told: the same ids, but documents of two shapes.
-    local data = require 'wick.data'
-    local function start(extra)
-      local opts = { data = data.mix { { root .. '/llama-ds' }, { root .. '/bare-ds' } }, seq_len = 4, global_batch = 2,
-                     shuffle = false }
-      for k, v in pairs(extra or {}) do opts[k] = v end
-      local loader = data.loader(opts)
-      local ok, err = pcall(loader.start, loader)
-      loader:close()
-      return ok, err
-    end
-    local ok, err = start()
+    local sources = { root .. '/llama-ds', root .. '/bare-ds' }
+    local ok, err = corpus.start_loader(sources)
     assert.is_false(ok)
     assert.matches(("sources '%s/llama-ds' (documents: %d $A) and '%s/bare-ds' (documents: $A) have different tokens " ..
       'around their documents'):format(root, bos, root), tostring(err), 1, true)
-    assert.is_true((start { mixed_tokenizers = true }))
+    assert.is_true((corpus.start_loader(sources, { mixed_tokenizers = true })))
   end)
 
   it('ends a document with one EOS when the template ends with it, and wraps with BERT-style ones', function()
