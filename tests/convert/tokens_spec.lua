@@ -68,8 +68,10 @@ describe("the converter and a tokenizer's post_processor", function()
     local file = byte_tokenizer('llama', LLAMA, LLAMA_POST)
     local tok = assert(tokenizer.open(file))
     local bos, eos = tok:token_id('<|begin_of_text|>'), tok:token_id('<|end_of_text|>')
-    local r = corpus.convert(('%s -o %s --tokenizer %s -q'):format(q(jsonl(TEXTS)), q(root .. '/llama-ds'), q(file)))
+    local r = corpus.convert(('%s -o %s --tokenizer %s'):format(q(jsonl(TEXTS)), q(root .. '/llama-ds'), q(file)))
     assert.are.equal(0, r.rc, r.err)
+    assert.matches(("/llama-ds: each document is <|begin_of_text|> $A <|end_of_text|> (the tokenizer's post_processor " ..
+      "around the text, then EOS; --no-special-tokens leaves the post_processor's out)\n"), r.out, 1, true)
     local ds = assert(dataset.open(root .. '/llama-ds'))
     assert.are.equal(eos, ds.eos)
     assert.are.same({ applied = true, prefix = { bos }, suffix = {} }, ds.template)
@@ -115,9 +117,10 @@ describe("the converter and a tokenizer's post_processor", function()
     local tok = assert(tokenizer.open(file, { eos = '</s>' }))
     local s, eos = tok:token_id('<s>'), tok.eos
     assert.are.same({ prefix = { s }, suffix = { eos } }, tok.template)
-    local r = corpus.convert(('%s -o %s --tokenizer %s --eos %s -q'):format(q(jsonl { 'ab' }), q(root .. '/s-ds'),
+    local r = corpus.convert(('%s -o %s --tokenizer %s --eos %s'):format(q(jsonl { 'ab' }), q(root .. '/s-ds'),
       q(file), q('</s>')))
     assert.are.equal(0, r.rc, r.err)
+    assert.matches('/s-ds: each document is <s> $A </s> (', r.out, 1, true)
     local ds = assert(dataset.open(root .. '/s-ds'))
     assert.are.same({ applied = true, prefix = { s }, suffix = {} }, ds.template) -- the EOS is the document's own
     assert.are.same({ { s, tok:ids('ab')[2], tok:ids('ab')[3] } }, corpus.documents(ds))
@@ -253,6 +256,7 @@ describe('the converter and token files of a declared vocabulary', function()
       { bin .. ' --vocab-size 10 --eos 10', 1, 'EOS 10 is outside the declared vocabulary (10 ids)' },
       { bin .. ' --vocab-size 0 --eos 0', 2, 'vocab' },
       { bin .. ' --vocab-size 10 --eos 0 --tokenizer gpt2', 2, 'give it without --tokenizer' },
+      { bin .. ' --no-special-tokens', 2, '--pattern, --special and --no-special-tokens need a tokenizer file' },
       { q(root .. '/some.txt') .. ' -o ' .. q(root .. '/refused') .. ' --vocab-size 10 --eos 0', 1,
         "'" .. root .. "/some.txt' is text" },
       { q(root .. '/some.npy') .. ' -o ' .. q(root .. '/refused'), 1,

@@ -113,8 +113,27 @@ end
 local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.help(SPEC) end, parse = parse,
             input_formats = input_formats }
 
--- Runs the converter; returns the stats table and the list of reported bad lines. `opts` holds
--- the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses
+-- What the written dataset's ids are (stats.tokenizer, .vocab_size, .eos) and, when the converter put the
+-- tokenizer's template around each document, what each is as text, its EOS last:
+-- '<|begin_of_text|> $A <|end_of_text|>' (.template).
+local function describe_dataset(stats, dir, tok)
+  local ds = require('wick.data.dataset').open(dir)
+  if not ds then return end
+  stats.tokenizer, stats.vocab_size, stats.eos = ds.tokenizer, ds.vocab_size, ds.eos
+  local t = ds.template
+  if tok and t and t.applied then
+    local parts = {}
+    for _, id in ipairs(t.prefix) do parts[#parts + 1] = tok:decode { id } end
+    parts[#parts + 1] = '$A'
+    for _, id in ipairs(t.suffix) do parts[#parts + 1] = tok:decode { id } end
+    parts[#parts + 1] = tok:decode { ds.eos }
+    stats.template = table.concat(parts, ' ')
+  end
+  ds:close()
+end
+
+-- Runs the converter; returns the stats table (with describe_dataset's fields) and the list of reported
+-- bad lines. `opts` holds the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses
 -- of the options is a usage error; a failure on the inputs, a data error (wick.cli user errors).
 function M.convert(inputs, opts)
   opts = cli.check(SPEC, opts or {}, 2)
@@ -196,6 +215,7 @@ function M.convert(inputs, opts)
     i = i + 1
   end
   local message = status ~= 0 and core.last_error()
+  if not message then describe_dataset(stats, opts.output, tok) end
   C.wk_converter_free(ffi.gc(cv, nil))
   if tok then tok:close() end
   if message then cli.fail('wick.data.convert: ' .. message, cli.EXIT_DATA) end
@@ -214,13 +234,9 @@ function M.main(args)
     opts.progress = ok and host.isatty(2) and not opts.quiet
   end
   local stats, bad = M.convert(inputs, opts)
-  if not opts.quiet and not opts.tokenizer and not opts.vocab_size then
-    local ds = require('wick.data.dataset').open(opts.output)
-    if ds and ds.tokenizer == 'gpt2' then
-      io.stderr:write(("wick.data.convert: took the token files' ids as GPT-2's (vocabulary %d, EOS %d); " ..
-        '--vocab-size N --eos ID declare others\n'):format(ds.vocab_size, ds.eos))
-    end
-    if ds then ds:close() end
+  if not opts.quiet and stats.tokenizer == 'gpt2' and not opts.tokenizer then
+    io.stderr:write(("wick.data.convert: took the token files' ids as GPT-2's (vocabulary %d, EOS %d); " ..
+      '--vocab-size N --eos ID declare others\n'):format(stats.vocab_size, stats.eos))
   end
   if #bad > 0 then
     for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.data.convert: skipped ', bad[k], '\n') end
@@ -237,6 +253,10 @@ function M.main(args)
       human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
       stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty,
       stats.nulls > 0 and string.format(', %d null', stats.nulls) or ''))
+    if stats.template then
+      io.stdout:write(("%s: each document is %s (the tokenizer's post_processor around the text, then EOS; " ..
+        "--no-special-tokens leaves the post_processor's out)\n"):format(opts.output, stats.template))
+    end
   end
   return 0
 end
