@@ -332,6 +332,8 @@ WkStatus convert_write_index(Run *r) {
       .tokenizer_fingerprint = r->tokenizer->fingerprint,
       .vocab_size = r->tokenizer->vocab_size,
       .eos = r->tokenizer->eos,
+      .template_state = r->template_state,
+      .template = r->template,
       .token_bytes = r->write_options.token_bytes,
       .shard_count = r->shard_count,
   };
