@@ -152,6 +152,18 @@ describe('recipes', function()
       assert.is_true(tonumber(l[40]) < 0.8 * tonumber(l[1]), l[1] .. ' -> ' .. l[40])
     end)
 
+    it("counts MFU on the trained data.seq_len, attention causal, not the model's positions", function()
+      local log = root .. '/mfu.jsonl'
+      local r = helper.run(('%s --steps=2 --model.seq_len=64 --data.seq_len=16 --log.peak_flops=1e9 --log=%s')
+        :format(q(recipe), q(log)))
+      assert.are.equal(0, r.rc, r.err)
+      local mfu, rate = tonumber(field(log, 'mfu')[2]), tonumber(field(log, 'tokens_per_s')[2])
+      -- 1 layer, dim 16, 257 tokens, 64 positions: 6 per parameter, and 6 L C (T + 1) at T = 16
+      local P = 257 * 16 + 64 * 16 + (12 * 16 * 16 + 13 * 16) + 2 * 16
+      local flops = 6 * P + 6 * 1 * 16 * 17
+      assert.is_true(math.abs(mfu / (flops * rate / 1e9) - 1) < 1e-6, mfu .. ' vs ' .. flops * rate / 1e9)
+    end)
+
     it('wick.train(table, args) trains from any script and returns the losses', function()
       local script = helper.write_file(root .. '/script.lua', ([[
 local wick = require 'wick'
