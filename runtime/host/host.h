@@ -10,7 +10,6 @@
 #define WK_HOST_H
 
 #include <lua.h>
-#include <stddef.h>
 
 /* Exit codes of `run`, and what it prints for each.
  *   EXIT_USAGE       a usage error: one line (an unknown flag, a bad value, a bad WICK_LOG)
@@ -45,9 +44,7 @@ void host_register_files(lua_State *L);
 /* ---- signals.c: wick.host.watch_pause() and take_pause() (SIGUSR1 pauses training) ------------- */
 void host_register_signals(lua_State *L);
 
-/* ---- terminal.c: the bytes of a line that fit one row of stdout's terminal (COLUMNS, else 80, when
- * it is none); wick.host.fit_line(text) --------------------------------------------------------- */
-size_t host_fit_line(const char *text, size_t length);
+/* ---- terminal.c: wick.host.fit_line(text), what fits a row of stdout's terminal ------------------ */
 void host_register_terminal(lua_State *L);
 
 #endif /* WK_HOST_H */

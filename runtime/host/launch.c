@@ -46,6 +46,7 @@
 
 #include "../core/shared.h" /* wk_shared_remove_job */
 #include "../core/secret.h"
+#include "../core/terminal.h" /* wk_terminal_fit */
 #include "host.h"
 
 enum {
@@ -186,7 +187,7 @@ static void live_hide(void) {
 
 static void live_show(void) {
   if (!live.enabled || live.length == 0 || live.drawn) return;
-  fprintf(stdout, "%s%.*s", CLEAR_LINE, (int)host_fit_line(live.text, live.length), live.text);
+  fprintf(stdout, "%s%.*s", CLEAR_LINE, (int)wk_terminal_fit(STDOUT_FILENO, live.text, live.length), live.text);
   fflush(stdout);
   live.drawn = true;
 }
