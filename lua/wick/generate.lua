@@ -76,6 +76,7 @@ end
 -- The continuation of opts.prompt (options keyed by Lua name, checked) as text.
 function M.generate(opts)
   opts = cli.check(SPEC, opts, 2)
+  pretrained.config(opts.model) -- a directory that holds no model says so before its tokenizer is sought
   local tok, err = TOKENIZER.open(opts.tokenizer or M.tokenizer_of(opts.model))
   if not tok then cli.fail(NAME .. ': ' .. err) end
   local model = nn.from_pretrained(opts.model)

@@ -173,6 +173,9 @@ return { model = shape.model, optim = shape.optim, data = { sources = { %q }, se
       local recorded = generate(copy)
       assert.are.equal(0, recorded.rc, recorded.err)
       assert.are.equal(bytes.out, recorded.out)
+      local nothing = generate(root .. '/none')  -- no model there: that is what it says
+      assert.are.equal(1, nothing.rc)
+      assert.matches(root .. '/none/config.json: cannot be read', nothing.err, 1, true)
       helper.write_file(copy .. '/tokenizer.json', '{}')
       assert.are.equal(copy .. '/tokenizer.json', require('wick.generate').tokenizer_of(copy))
     end)
