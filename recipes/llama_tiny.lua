@@ -1,5 +1,5 @@
 -- llama_tiny.lua: a small Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU) trained from scratch
--- on CPU on the embedded corpus (converted once into build/demo/data), as tiny.lua trains a GPT-2:
+-- (on this machine's GPUs, else its CPU) on the embedded corpus (converted once into build/demo/data), as tiny.lua trains a GPT-2:
 -- the same data, batch and optimizer, a model of about the same size. Every checkpoint is a Hugging
 -- Face model directory (config.json beside model.safetensors) that wick.nn.from_pretrained and
 -- transformers load.

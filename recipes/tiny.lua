@@ -1,6 +1,6 @@
--- tiny.lua: the default job (`make demo`). A small GPT-2 trained on CPU on the embedded corpus
--- (converted once into build/demo/data), on 2 local ranks for a few minutes (4000 steps of 1024
--- tokens: 3.7 min on 2 shared cores); the loss falls from 5.4 to about 1.5, and rank 0 prints a
+-- tiny.lua: the default job (`make demo`). A small GPT-2 trained on the embedded corpus (converted
+-- once into build/demo/data), on 2 local ranks for a few minutes (4000 steps of 1024 tokens: 3.7 min
+-- on 2 shared cores; each rank takes its own GPU where there is one: model.device 'auto'); the loss falls from 5.4 to about 1.5, and rank 0 prints a
 -- short sample of text from the model at the end.
 --   ./run --nproc-per-node 2 recipes/tiny.lua
 --   ./run recipes/tiny.lua --steps=20 --batch.micro=8          # any field: --key=value

@@ -144,11 +144,12 @@ describe('the Lua modules', function()
 
   -- lua/wick/'s layers, bottom up: its top (the bindings and tools every subsystem shares) is 0.
   -- A module requires only modules of its own folder or of a lower layer. main.lua (the entry of
-  -- `run`), init.lua (the lazy fields of `require 'wick'`), renamed.lua (aliases) and generate.lua
-  -- (`run -m wick.generate`, a tool joining a model of nn to a tokenizer of data) stand above.
+  -- `run`), init.lua (the lazy fields of `require 'wick'`), renamed.lua (aliases), generate.lua
+  -- (`run -m wick.generate`, a tool joining a model of nn to a tokenizer of data) and docs.lua (`run -m
+  -- wick.docs`, the reference pages of every layer's options) stand above.
   local LAYER = { data = 1, nn = 1, recipe = 2, train = 3 }
   local ABOVE = { ['lua/wick/main.lua'] = true, ['lua/wick/init.lua'] = true, ['lua/wick/renamed.lua'] = true,
-    ['lua/wick/generate.lua'] = true }
+    ['lua/wick/generate.lua'] = true, ['lua/wick/docs.lua'] = true }
 
   local function layer_of(name) -- wick.data.dataset -> data's layer; wick.tensor -> 0
     local folder = name:match('^wick%.([%w_]+)%.') or name:match('^wick%.([%w_]+)$')

@@ -37,8 +37,8 @@
  * first format one of whose comma-separated names ("*.SUFFIX") its path matches; the last, TEXT, takes
  * the rest. cut is the producer's (it gets the input open as a blob; NULL: one chunk, which the worker
  * reads whole), process the worker's. names and reads are what `run -m wick.shard --help` lists
- * (wk_converter_input_format), and the README's list is checked against them (tests/convert/
- * formats_spec.lua). A new format is a line here, its reader (input_NAME.c) and that README list. */
+ * (wk_converter_input_format), and docs/data.md's list is checked against them (tests/convert/
+ * formats_spec.lua). A new format is a line here, its reader (input_NAME.c) and that list in docs/data.md. */
 #define CONVERT_INPUTS(X)                                                                                        \
   X(JSONL, "*.jsonl, *.ndjson", cut_lines_input, convert_process_lines,                                          \
     "one JSON object per line; the document is its --field string")                                              \

@@ -1,5 +1,5 @@
 -- The converter's input formats are listed once (runtime/convert/convert.h, CONVERT_INPUTS): a file's
--- name picks its reader from that table, `run -m wick.data.convert --help` prints it, and the README's copy of
+-- name picks its reader from that table, `run -m wick.data.convert --help` prints it, and docs/data.md's copy of
 -- the list must read the same.
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
@@ -24,7 +24,7 @@ describe("the converter's input formats", function()
   setup(function() root = helper.tmpdir() end)
   teardown(function() helper.rmtree(root) end)
 
-  it('are what --help lists and what the README lists, word for word', function()
+  it('are what --help lists and what docs/data.md lists, word for word', function()
     local list = formats()
     assert.are.equal('anything else', list[#list].names) -- text takes the rest, so it comes last
     local text = shard.input_formats()
@@ -32,11 +32,11 @@ describe("the converter's input formats", function()
     local help = helper.run('-m wick.data.convert --help')
     assert.are.equal(0, help.rc, help.err)
     assert.truthy((help.out .. help.err):find(text, 1, true), 'the --help text')
-    local readme = helper.read_file(helper.ROOT .. '/README.md')
-    local section = readme:match('\n### Converting\n(.-)\n### ')
-    assert.truthy(section, 'README has no "### Converting" section')
+    local guide = helper.read_file(helper.ROOT .. '/docs/data.md')
+    local section = guide:match('\n## Converting\n(.-)\n## ')
+    assert.truthy(section, 'docs/data.md has no "## Converting" section')
     local block = section:match('```text\n(.-)\n```')
-    assert.are.equal(text, block, 'the README\'s list of input formats (from ./run -m wick.data.convert --help)')
+    assert.are.equal(text, block, 'docs/data.md\'s list of input formats (from ./run -m wick.data.convert --help)')
   end)
 
   it('choose the reader by every name they list', function()

@@ -3,8 +3,10 @@
 -- second host reach the store and their peers only through the veth link. Every node is given the
 -- job's secret (WICK_STORE_SECRET, or WICK_STORE_SECRET_FILE), as a multi-node launch must be; a
 -- stranger on the second host tries the store without it. Needs root (CI runs as root); elsewhere
--- the test says why it cannot run.
+-- the test says why it cannot run. docs/multinode.md's commands run here too: its two `--nnodes` lines, one
+-- per host, and its SLURM script, run as sbatch runs it, with an srun that starts 2 tasks on each host.
 local helper = require 'helper'
+local docs = require 'helpers.docs'
 local stranger = require 'helpers.stranger'
 local q = helper.shell_quote
 
@@ -143,5 +145,94 @@ describe('multi-node', function()
     local _, warnings = (jobs[1].err .. jobs[2].err):gsub('is unauthenticated', '')
     assert.are.equal(1, warnings, jobs[1].err .. jobs[2].err)
     assert.are.equal(1, check_addresses(jobs[1], 1))
+  end)
+  -- A fresh copy of the checkout holding tiny.lua's data, converted once before the job: the ranks of
+  -- both hosts share this machine's disk, as a cluster's nodes share a file system.
+  local function tree_with_data()
+    local tree = docs.fresh_copy()
+    local planned = helper.sh(('cd %s && ./run --dry-run recipes/tiny.lua'):format(q(tree)))
+    assert.are.equal(0, planned.rc, planned.out .. planned.err)
+    return tree
+  end
+
+  local function received(i)
+    local r = helper.sh(('ip netns exec %s cat /sys/class/net/%sv/statistics/rx_bytes'):format(hosts[i], hosts[i]))
+    return tonumber(r.out) or 0
+  end
+
+  it("runs docs/multinode.md's --nnodes lines, one per host, with the job's secret file", function()
+    if not ready then
+      pending(why)
+      return
+    end
+    local tree = tree_with_data()
+    local secret = helper.write_file(tree .. '/secret', SECRET .. '\n')
+    assert.are.equal(0, helper.sh('chmod 600 ' .. q(secret)).rc)
+    local lines = docs.commands('docs/multinode.md', 'On each host')
+    assert.are.equal(2, #lines)
+    local started = {}
+    for n, line in ipairs(lines) do
+      line = docs.substitute(line, { ['10.0.0.1'] = address[1] })
+      started[n] = ('(ip netns exec %s env WICK_STORE_SECRET_FILE=%s timeout 120 %s --steps=3 --log.sample=0 > %s/out%d 2>&1; '
+        .. 'echo $? > %s/rc%d)'):format(hosts[n], q(secret), line, q(tree), n, q(tree), n)
+    end
+    local before = received(2)
+    helper.sh(('cd %s || exit 1; %s & %s; wait'):format(q(tree), started[2], started[1]))
+    for n = 1, 2 do
+      assert.are.equal('0', helper.read_file(('%s/rc%d'):format(tree, n)):match('%d+'), helper.read_file(('%s/out%d'):format(tree, n)))
+    end
+    local out = helper.read_file(tree .. '/out1')
+    helper.rmtree(tree)
+    assert.matches('[rank0] recipes/tiny.lua: 4 ranks', out, 1, true)
+    assert.matches('step 3/3', out, 1, true)
+    assert.is_nil(out:find('unauthenticated', 1, true), out)
+    assert.is_true(received(2) > before, 'nothing crossed the veth link')
+  end)
+
+  -- srun as SLURM starts a job step on the job's 2 nodes: 2 tasks on each host, each with the variables
+  -- srun sets (its own options are taken and ignored).
+  local SRUN = [=[#!/bin/bash
+while [[ $1 == -* ]]; do shift; done
+pids=()
+node=0
+for host in %s %s; do
+  for local_id in 0 1; do
+    rank=$((node * 2 + local_id))
+    ip netns exec "$host" env SLURM_PROCID=$rank SLURM_NTASKS=4 SLURM_LOCALID=$local_id SLURM_NODEID=$node \
+      SLURM_TASKS_PER_NODE='2(x2)' SLURM_STEP_ID=0 "$@" > %s/task$rank 2>&1 &
+    pids+=($!)
+  done
+  node=$((node + 1))
+done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+exit $rc
+]=]
+
+  it('runs recipes/slurm/train.sbatch as sbatch would, its srun starting 2 tasks on each of 2 hosts', function()
+    if not ready then
+      pending(why)
+      return
+    end
+    local tree = tree_with_data()
+    local bin = tree .. '/slurm-bin'
+    assert(os.execute('mkdir -p ' .. q(bin)) == 0)
+    helper.write_file(bin .. '/srun', SRUN:format(hosts[1], hosts[2], tree))
+    assert.are.equal(0, helper.sh('chmod +x ' .. q(bin .. '/srun')).rc)
+    local before = received(2)
+    -- What sbatch gives the batch script: the job's id and node list; the script runs on the first node.
+    local r = helper.sh(('cd %s && env -u WICK_STORE_SECRET -u WICK_STORE_SECRET_FILE PATH=%s:"$PATH" SLURM_JOB_ID=%d '
+      .. 'SLURM_JOB_NODELIST=%s RECIPE=recipes/tiny.lua timeout 120 bash recipes/slurm/train.sbatch --steps=3 --batch.micro=4 '
+      .. '--log.sample=0')
+      :format(q(tree), q(bin), pid, q(address[1] .. ',' .. address[2])))
+    local tasks = {}
+    for rank = 0, 3 do tasks[rank] = helper.read_file(('%s/task%d'):format(tree, rank)) end
+    helper.rmtree(tree)
+    assert.are.equal(0, r.rc, r.out .. r.err .. tasks[0] .. tasks[2])
+    assert.matches('recipes/tiny.lua: 4 ranks', tasks[0], 1, true)
+    assert.matches('step 3/3', tasks[0], 1, true)
+    -- the script made the job's secret: no rank ran unauthenticated
+    for rank = 0, 3 do assert.is_nil(tasks[rank]:find('unauthenticated', 1, true), tasks[rank]) end
+    assert.is_true(received(2) > before, 'nothing crossed the veth link')
   end)
 end)

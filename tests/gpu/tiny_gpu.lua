@@ -4,6 +4,5 @@
 local wick = require 'wick'
 
 local job = wick.recipe.copy(wick.recipe.include '../../recipes/tiny.lua')
-local device = 'cuda:' .. (os.getenv('LOCAL_RANK') or '0')
-job.model.device, job.data.device = device, device
+job.model.device = 'cuda' -- this rank's GPU, refused where there is none (the batches follow the model)
 return job

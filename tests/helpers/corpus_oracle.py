@@ -18,7 +18,7 @@ tokenizers for a tokenizer.json. Runs in the venv of third_party/test-python.txt
   parquet_of JSONL OUT       the "text" of each JSONL line as a Parquet file as FineWeb's are written
                              (snappy, pyarrow's defaults, row groups of 10000 rows); prints its text bytes
   read FILE SECONDS          MB/s of pyarrow reading the text column (best of runs within SECONDS)
-  example OUT                what the README's commands read: OUT/fineweb/*.parquet (FineWeb's columns,
+  example OUT                what the guides' commands read: OUT/fineweb/*.parquet (FineWeb's columns,
                              snappy), OUT/docs.jsonl, OUT/llama3/tokenizer.json (trained on this
                              machine's license texts), OUT/gpt2.tiktoken and OUT/cl100k_base.tiktoken
 """

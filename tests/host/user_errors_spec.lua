@@ -27,9 +27,10 @@ describe('user errors', function()
   setup(function()
     root = helper.tmpdir()
     dataset = data_helper.make_dataset(root .. '/data', data_helper.documents(200, 40, 5), { shard_size = 4096 })
+    -- on the CPU, so the memory checks below judge this machine's memory wherever the spec runs
     recipe = helper.write_file(root .. '/recipe.lua', ([[
 return {
-  model = { layers = 1, heads = 2, dim = 16 },
+  model = { layers = 1, heads = 2, dim = 16, device = 'cpu' },
   data = { sources = { %q }, seq_len = 32 },
   batch = { global = 8, micro = 2 },
   steps = 4, seed = 3, timeout = 30,
@@ -62,10 +63,108 @@ return {
     assert.are.equal(0, paused.rc, paused.err)
     assert.matches('step 2/2', paused.out, 1, true)
     assert_repl_lines(paused, { 'stdin:1: set_lr(scale): scale must be a finite number >= 0, got -1',
-      'stdin:2: set_mix{ name = weight, ... } takes a table, got number', 'stdin:3: set_mix: no source is named nosuch',
+      'stdin:2: set_mix{ name = weight, ... } takes a table, got number',
+      'stdin:3: set_mix: no source is named nosuch (the sources: data)',
       'stdin:4: set_mix: data must be a finite number >= 0, got inf',
       'stdin:5: stop([why]): why must be one line of at most 4096 bytes, got number' })
   end)
+  it('print() and the REPL show proportions() and stats() in one readable line, not a table address', function()
+    local r = helper.run('-i ' .. q(recipe), { stdin = 'step(1)\nprint(loader:proportions())\n' ..
+      'print(stats(require("wick").tensor.new({ 1, 2, 3, 0 / 0 })))\nstats(require("wick").tensor.new({ 4 }))\n' })
+    assert.are.equal(0, r.rc, r.err)
+    assert.matches('\n' .. dataset .. ' 100.0%% %(8 draws%)\t{8}\n', r.out)
+    assert.matches('\n[4] f32: 4 values, mean 2, std 0.816497, min 1, max 3, 1 non-finite\n', r.out, 1, true)
+    assert.matches('\n[1] f32: 1 values, mean 4, std 0, min 4, max 4, 0 non-finite\n', r.out, 1, true)
+  end)
+
+  describe('the device', function()
+    local count = require('wick.device').count()
+
+    it("a CUDA device the machine lacks is one line of the run and a problem of the dry run, on every rank", function()
+      local missing = ('cuda:%d'):format(count) -- one past the last: none on a CPU machine
+      local says = ("recipe.lua: model.device '%s': this machine has "):format(missing)
+      assert_one_line(helper.run(q(recipe) .. ' --model.device=' .. missing), 2, says)
+      local plan = helper.run('--dry-run ' .. q(recipe) .. ' --model.device=' .. missing)
+      assert.are.equal(2, plan.rc, plan.out .. plan.err)
+      assert.are.equal(1, #helper.lines(plan.err), plan.err)
+      assert.matches(says, plan.err, 1, true)
+      assert.matches('dry run: 1 problem', plan.out, 1, true)
+      -- data.device alone moves the model too, and its error names it
+      assert_one_line(helper.run(q(recipe) .. ' --model.device=auto --data.device=' .. missing .. ' --steps=1'), 2,
+        "data.device '" .. missing .. "': this machine has ")
+      local two = helper.run('--nproc-per-node 2 ' .. q(recipe) .. ' --model.device=' .. missing)
+      assert.are.equal(2, two.rc, two.err)
+      assert.matches('[rank1] ' .. recipe .. ": model.device '" .. missing .. "': this machine has ", two.err, 1, true)
+      assert.is_nil(two.err:find('traceback', 1, true), two.err)
+      if count == 0 then
+        assert_one_line(helper.run(q(recipe) .. ' --model.device=cuda'), 2,
+          "model.device 'cuda': this machine has no usable CUDA device (no GPU, no driver, WICK_CUDA=0")
+      end
+    end)
+
+    it("'auto' takes each rank's GPU, else the CPU, and rank 0 says which once", function()
+      local r = helper.run('--nproc-per-node 2 ' .. q(recipe) .. ' --model.device=auto --steps=1')
+      assert.are.equal(0, r.rc, r.err)
+      local chosen = count == 0 and 'cpu (auto: no CUDA device)' or 'cuda:0 to cuda:1, one a rank'
+      local _, said = r.out:gsub('M parameters, fp32, on ' .. chosen:gsub('%p', '%%%0') .. '\n', '')
+      assert.are.equal(1, said, r.out)
+      local plan = helper.run('--dry-run --nproc-per-node 2 ' .. q(recipe) .. ' --model.device=auto')
+      assert.are.equal(0, plan.rc, plan.out .. plan.err)
+      assert.matches('\ndevice: ' .. chosen .. '\n', plan.out, 1, true)
+    end)
+  end)
+
+  describe("the run's mistakes in one line", function()
+    it('sources of different tokenizers, or of the same data, in a recipe counted in epochs (exit 2)', function()
+      local tokens = {}
+      for i = 1, 3000 do tokens[i] = i % 50000 end
+      local bin = helper.write_file(root .. '/t.bin', require('helpers.corpus').nanogpt_bin(tokens))
+      local gpt2 = root .. '/gpt2-data'
+      local made = helper.run(('-m wick.data.convert %s -o %s --tokenizer gpt2 --headerless-bin -q'):format(q(bin), q(gpt2)))
+      assert.are.equal(0, made.rc, made.err)
+      local copy = data_helper.make_dataset(root .. '/copy', data_helper.documents(200, 40, 5), { shard_size = 4096 })
+      local function epochs_of(name, sources)
+        return helper.write_file(root .. '/' .. name, ('local r = dofile(%q)\nr.steps, r.epochs = nil, 1\n' ..
+          'r.data.sources = { %q, %q }\nreturn r\n'):format(recipe, sources[1], sources[2]))
+      end
+      local mixed = epochs_of('mixed.lua', { dataset, gpt2 })
+      assert_one_line(helper.run(q(mixed)), 2, "mixed.lua: sources '" .. dataset .. "' (tokenizer bytes")
+      assert_one_line(helper.run(q(mixed)), 2, 'were made by different tokenizers')
+      local twice = epochs_of('twice.lua', { dataset, copy })
+      assert_one_line(helper.run(q(twice)), 2, ("twice.lua: sources '%s' and '%s' hold the same data"):format(dataset, copy))
+      local plan = helper.run('--dry-run ' .. q(twice))
+      assert.are.equal(2, plan.rc, plan.out .. plan.err)
+      assert.matches('hold the same data', plan.err, 1, true)
+    end)
+
+    it('a mix whose weights are all 0 (exit 2)', function()
+      assert_one_line(helper.run(q(recipe) .. ' --data.mix.data=0'), 2,
+        'recipe.lua: data.mix: every weight is 0: no source would be drawn')
+      assert_one_line(helper.run('--dry-run ' .. q(recipe) .. ' --data.mix.data=0'), 2, 'every weight is 0')
+    end)
+
+    it("--steps and --epochs replace each other's field; both, or an empty value, are refused (exit 2)", function()
+      local by_epochs = helper.run(q(recipe) .. ' --epochs=0.01')
+      assert.are.equal(0, by_epochs.rc, by_epochs.err)
+      assert.matches('recipe.lua: 1 rank, %d+ steps of 8 samples', by_epochs.out)
+      local epochs = helper.write_file(root .. '/epochs.lua', ('local r = dofile(%q)\nr.steps, r.epochs = nil, 1\nreturn r\n')
+        :format(recipe))
+      local by_steps = helper.run(q(epochs) .. ' --steps=2')
+      assert.are.equal(0, by_steps.rc, by_steps.err)
+      assert.matches('epochs.lua: 1 rank, 2 steps of 8 samples', by_steps.out, 1, true)
+      assert_one_line(helper.run(q(recipe) .. ' --steps=2 --epochs=1'), 2, 'recipe.lua: give steps or epochs (not both)')
+      assert_one_line(helper.run(q(recipe) .. ' --steps='), 2, "recipe.lua: --steps: cannot read '' as integer")
+      assert_one_line(helper.run(q(recipe) .. ' --epochs'), 2, 'recipe.lua: --epochs needs a value')
+    end)
+
+    it("run's launcher flags after the recipe (torchrun's habit) say they go before it (exit 2)", function()
+      assert_one_line(helper.run(q(recipe) .. ' --nproc-per-node 2'), 2, ('recipe.lua: --nproc-per-node is a flag of the ' ..
+        'launcher: launcher flags go before the recipe (run --nproc-per-node 2 %s ...)'):format(recipe))
+      assert_one_line(helper.run(q(recipe) .. ' --steps=1 --nnodes=2'), 2, '--nnodes is a flag of the launcher')
+      assert_one_line(helper.run(q(recipe) .. ' --master-port'), 2, '--master-port is a flag of the launcher')
+    end)
+  end)
+
   it('a cyclic recipe table is refused naming the keys of the cycle, not a stack overflow (exit 2)', function()
     local cyclic = helper.write_file(root .. '/cyclic.lua', ('local r = dofile(%q)\nr.data.back = r.data\nreturn r\n')
       :format(recipe))

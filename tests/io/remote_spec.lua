@@ -147,18 +147,18 @@ describe('a remote dataset over HTTP', function()
   end)
 end)
 
-describe("the README's remote commands", function()
+describe("docs/data.md's remote commands", function()
   it('run as written against a real server (the s3:// one in s3_spec.lua)', function()
-    local readme = require 'helpers.readme'
+    local docs = require 'helpers.docs'
     local root = helper.tmpdir()
     assert(os.execute(('mkdir -p %s/corpus %s/data'):format(q(root), q(root))) == 0)
     for i, doc in ipairs(data_helper.documents(200, 40, 9)) do helper.write_file(('%s/corpus/%d.txt'):format(root, i), doc) end
     local server = nginx.start(root .. '/data')
     local cache = helper.tmpdir()
     local ran = 0
-    for _, line in ipairs(readme.commands('Remote datasets')) do
+    for _, line in ipairs(docs.commands('docs/data.md', 'Remote datasets')) do
       if not line:find('s3://', 1, true) then
-        line = readme.substitute(line, { ['./run'] = q(helper.RUN), ['corpus/'] = q(root .. '/corpus'),
+        line = docs.substitute(line, { ['./run'] = q(helper.RUN), ['corpus/'] = q(root .. '/corpus'),
                                          ['data/web'] = q(root .. '/data/web'),
                                          ['https://data.example.org'] = server.url })
         local r = helper.sh('WICK_CACHE_DIR=' .. q(cache) .. ' ' .. line)

@@ -93,13 +93,13 @@ describe('an S3 dataset', function()
     helper.rmtree(cache)
   end)
 
-  it("runs the README's s3:// command as written", function()
-    local readme = require 'helpers.readme'
+  it("runs docs/data.md's s3:// command as written", function()
+    local docs = require 'helpers.docs'
     local cache = helper.tmpdir()
     local ran = 0
-    for _, line in ipairs(readme.commands('Remote datasets')) do
+    for _, line in ipairs(docs.commands('docs/data.md', 'Remote datasets')) do
       if line:find('s3://', 1, true) then
-        line = readme.substitute(line, { ['./run'] = q(helper.RUN),
+        line = docs.substitute(line, { ['./run'] = q(helper.RUN),
                                          ['https://minio.example.org'] = 'http://127.0.0.1:' .. server.port,
                                          ['s3://team-bucket/web'] = ('s3://%s/corpus/web'):format(BUCKET) })
         local r = helper.sh(env(cache) .. ' ' .. line)

@@ -7,7 +7,7 @@ local helper = require 'helper'
 local T = wick.tensor
 local q = helper.shell_quote
 
-local TOKENIZER = helper.ROOT .. '/build/example/llama3/tokenizer.json'
+local example = require 'helpers.example'
 local HF_PYTHON = helper.ROOT .. '/build/test/hf-venv/bin/python'
 local ORACLE = helper.ROOT .. '/tests/helpers/llama_oracle.py'
 
@@ -190,20 +190,22 @@ return { model = shape.model, optim = shape.optim, data = { sources = { %q }, se
     teardown(function() helper.rmtree(root) end)
 
     it('prints the continuation of a prompt, the same for a seed, and stops at generation_config eos', function()
-      if not io.open(TOKENIZER) then
-        pending('skipped: no ' .. TOKENIZER .. ' (make example, which needs the test venv)')
+      local files, why = example.dir()
+      if not files then
+        pending('skipped: no example tokenizer (it needs the test venv): ' .. why)
         return
       end
+      local tokenizer = files .. '/llama3/tokenizer.json'
       local model = random_llama({ vocab = 3002, dim = 32, layers = 2, heads = 4, kv_heads = 2, ffn_dim = 64,
         max_positions = 64, seed = 3 })
       model:save_pretrained(dir)
-      local tok = assert(wick.tokenizer.open(TOKENIZER))
+      local tok = assert(wick.tokenizer.open(tokenizer))
       local prompt = 'The quick brown fox'
       local ids = tok:ids(prompt)
       local expected = model:generate(T.new({ ids }, 'i32'), { max_new_tokens = 6 }):totable()[1]
       model:free()
       local function generate(flags)
-        return helper.run(('-m wick.generate --model %s --tokenizer %s --prompt %s %s'):format(q(dir), q(TOKENIZER),
+        return helper.run(('-m wick.generate --model %s --tokenizer %s --prompt %s %s'):format(q(dir), q(tokenizer),
           q(prompt), flags))
       end
       local greedy = generate('--max-new-tokens 6')
@@ -233,7 +235,7 @@ return { model = shape.model, optim = shape.optim, data = { sources = { %q }, se
       local long = generate('--max-new-tokens 100')
       assert.are.equal(1, long.rc)
       assert.matches('exceed max_positions 64', long.err, 1, true)
-      local missing = helper.run('-m wick.generate --model ' .. q(root .. '/none') .. ' --tokenizer ' .. q(TOKENIZER) ..
+      local missing = helper.run('-m wick.generate --model ' .. q(root .. '/none') .. ' --tokenizer ' .. q(tokenizer) ..
         ' --prompt hi')
       assert.are.equal(1, missing.rc)
       assert.matches(root .. '/none/config.json', missing.err, 1, true)

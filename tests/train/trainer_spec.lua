@@ -1083,12 +1083,27 @@ end },]])
         'peak tensor memory per rank: 4.77 MiB on each of 2 ranks' }, said)
     end)
 
-    it('passes for the shipped GPU recipe, gpt2_124m.lua, planned for 8 ranks', function()
+    -- Its device is model.device's default, 'auto': planned on this machine's GPUs, or its CPU without any.
+    it('passes for the shipped GPU recipe, gpt2_124m.lua, planned for 8 ranks on as many GPUs', function()
       local r = timed('--dry-run --nproc-per-node 8 ' .. q(helper.ROOT .. '/recipes/gpt2_124m.lua'),
         'WICK_GPT2_DATA=' .. q(dataset))
-      assert.are.equal(0, r.rc, r.out .. r.err)
       assert.matches('124.%d+M%)', r.out)
-      assert.matches('dry run: ok', r.out, 1, true)
+      local count = require('wick.device').count()
+      if count >= 8 then
+        assert.are.equal(0, r.rc, r.out .. r.err)
+        assert.matches('\ndevice: cuda:0 to cuda:7, one a rank\n', r.out, 1, true)
+        assert.matches('dry run: ok', r.out, 1, true)
+      elseif count > 0 then
+        assert.are.equal(2, r.rc, r.out .. r.err)
+        assert.matches(("model.device 'auto' (the default): 8 ranks on this machine, %d CUDA device"):format(count), r.err,
+          1, true)
+      else -- the CPU's: its memory judged against this machine's
+        assert.matches('\ndevice: cpu (auto: no CUDA device)\n', r.out, 1, true)
+        for _, line in ipairs(helper.lines(r.err)) do
+          assert.matches('the memory estimate, 13.49 GiB per rank x 8 ranks on this machine, is above its ', line, 1, true)
+        end
+        assert.are.equal(r.err == '' and 0 or 2, r.rc, r.out .. r.err)
+      end
     end)
   end)
 

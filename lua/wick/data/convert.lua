@@ -21,7 +21,7 @@ local function compression_form(v)
       "must be 'none', 'zstd' or 'zstd:LEVEL'"
 end
 
--- The input formats, as --help and the README list them, from the converter's own table
+-- The input formats, as --help and docs/data.md list them, from the converter's own table
 -- (wk_converter_input_format): the names padded to a column, what is read wrapped to WIDTH.
 local WIDTH, NAMES_WIDTH = 100, 28
 local function input_formats()

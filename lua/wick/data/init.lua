@@ -404,8 +404,18 @@ function Loader:eos()
   return self.c_eos[0]
 end
 
+-- What print() shows of proportions(): each source's path, share and draws on one line.
+local function proportions_text(paths, shares, draws)
+  local parts = {}
+  for i, share in ipairs(shares) do parts[i] = ('%s %.1f%% (%d draws)'):format(paths[i], 100 * share, draws[i]) end
+  return table.concat(parts, ', ')
+end
+
+local Draws = { __tostring = function(draws) return '{' .. table.concat(draws, ', ') .. '}' end }
+
 -- Draws per source for the batches returned so far (as the cursor counts them), and each source's
--- share of them.
+-- share of them; both print readably (print(loader:proportions()): 'a 75.0% (6 draws), b 25.0% (2
+-- draws)  {6, 2}').
 function Loader:proportions()
   if not self.started then self:start() end
   local draws, total = {}, 0
@@ -416,7 +426,10 @@ function Loader:proportions()
   end
   local shares = {}
   for i, n in ipairs(draws) do shares[i] = total > 0 and n / total or 0 end
-  return shares, draws
+  local paths = {}
+  for i, source in ipairs(self.mix.sources) do paths[i] = source.path end
+  return setmetatable(shares, { __tostring = function() return proportions_text(paths, shares, draws) end }),
+    setmetatable(draws, Draws)
 end
 
 -- Tokens of row `row` (0-based) of the last batch as a Lua table (from any device): for debugging.

@@ -25,6 +25,10 @@ local function flag_value(flags, name, key, text)
   return checked
 end
 
+-- The flags of run's launcher (runtime/host/run.c), which go before the recipe: after it, torchrun's
+-- habit, they would be taken for overrides of fields no recipe has.
+local LAUNCHER_FLAGS = { nproc_per_node = true, nnodes = true, node_rank = true, master_addr = true, master_port = true }
+
 -- Splits argv into the flags (checked by the schema `flags`: a boolean one is present or absent, any
 -- other takes a value) and the overrides { path, text }; raises usage errors naming the word.
 function args.parse(flags, name, argv)
@@ -36,6 +40,12 @@ function args.parse(flags, name, argv)
     key = key or word:match('^%-%-(.+)$')
     if not key then fail(name, ("unexpected argument '%s' (overrides are --key=value)"):format(word)) end
     key = key:gsub('%-', '_')
+    if LAUNCHER_FLAGS[key] then
+      local value = inline or (argv[i + 1] and argv[i + 1]:sub(1, 1) ~= '-' and argv[i + 1])
+      local launch = flag_name(key) .. (value and (' ' .. value) or '')
+      fail(name, ('%s is a flag of the launcher: launcher flags go before the recipe (run %s %s ...)'):format(
+        flag_name(key), launch, name))
+    end
     local flag = flags:option(key)
     if flag and flag[2] == 'boolean' then
       if inline then fail(name, ('--%s takes no value'):format(word:match('^%-%-([^=]+)'))) end

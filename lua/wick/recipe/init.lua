@@ -5,7 +5,7 @@
 -- recipe against them naming each key by its path (`batch.mciro: unknown key (did you mean
 -- batch.micro?)`), after the command line's overrides typed by the same declarations
 -- (`--data.seq_len=256`, wick.recipe.args); flattens a checked recipe into `path = value` lines
--- (wick.recipe.provenance writes the values) and lists the fields (for --help and the README).
+-- (wick.recipe.provenance writes the values) and lists the fields (for --help and docs/reference/recipe.md).
 -- It builds nothing: wick.train does.
 --
 --   local recipe = require 'wick.recipe'
@@ -31,6 +31,7 @@ local MAX_STEPS = 2 ^ 53
 local DEFAULT_KEEP = 3
 local DEFAULT_BASE_BATCH = 256     -- timm's lr_base_size
 local DIST = require 'wick.dist'
+local DEVICE = require 'wick.device'
 local EVENTS = { 'on_train_begin', 'on_step_end', 'on_log', 'on_eval', 'on_checkpoint', 'on_train_end' }
 local IS_EVENT = {}
 for _, e in ipairs(EVENTS) do IS_EVENT[e] = true end
@@ -129,6 +130,12 @@ end
 
 local function section(name, set, help) return { name, 'section', schema = set, help = help } end
 
+-- model.device and data.device: a name wick.device.choose resolves on each rank; either follows the
+-- other when only one is set (wick.train.model.devices).
+local function device_field(help)
+  return { 'device', 'device', check = DEVICE.check_name, parse = 'string', help = help }
+end
+
 -- A shape key of one architecture: optional here (wick.train.model says which the recipe needs), no
 -- default (an unset key stays out of the flattened recipe).
 local function shape_key(set, name, help, key)
@@ -148,7 +155,8 @@ local MODEL = schema.define('model', {
   shape_key(LLAMA, 'tie_embeddings', 'llama: the output head is the token embedding (default false)'),
   schema.from(GPT, 'vocab', { required = false, help = "token ids are below this (default: the data's vocabulary)" }),
   schema.from(GPT, 'seq_len', { required = false, help = 'the longest sequence (default: data.seq_len)' }),
-  schema.from(GPT, 'device'),
+  device_field("'auto' (this rank's GPU, cuda:LOCAL_RANK, else the CPU), 'cpu', 'cuda' (this rank's GPU) or " ..
+    "'cuda:N' (default data.device, else auto)"),
   schema.from(GPT, 'recompute'),
 })
 
@@ -161,7 +169,7 @@ local DATA = schema.define('data', {
   schema.from(LOADER, 'shuffle'),
   schema.from(LOADER, 'mode'), schema.from(LOADER, 'threads'), schema.from(LOADER, 'prefetch'),
   schema.from(LOADER, 'node_cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
-  schema.from(LOADER, 'device'), schema.from(LOADER, 'audit'),
+  device_field("where batches live: as model.device (default model.device)"), schema.from(LOADER, 'audit'),
 })
 
 local BATCH = schema.define('batch', {
@@ -281,11 +289,14 @@ end
 
 -- What the tree cannot say: one of steps and epochs, the model's shape, the eval source.
 local function check_relations(c)
-  if (c.steps == nil) == (c.epochs == nil) then return 'give steps or epochs (one of them)' end
+  if (c.steps == nil) == (c.epochs == nil) then return ('give steps or epochs (%s)'):format(c.steps and 'not both' or 'one of them') end
   local why = check_model(c.model)
   if why then return why end
   if c.batch.schedule and c.batch.micro then return 'batch.schedule sets the micro batch: drop batch.micro' end
   if c.eval.every > 0 and not c.eval.source then return 'eval.every needs eval.source' end
+  local drawn = false -- a source whose weight is not the number 0 (a schedule's is judged at its steps)
+  for _, entry in ipairs(c.data.sources) do drawn = drawn or c.data.mix[recipe.source_name(entry)] ~= 0 end
+  if not drawn then return 'data.mix: every weight is 0: no source would be drawn' end
   for name in pairs(c.data.mix) do
     local found = false
     for _, entry in ipairs(type(c.data.sources) == 'table' and c.data.sources or { c.data.sources }) do
@@ -337,7 +348,7 @@ end
 
 -- ---- the list of fields ----------------------------------------------------------------------------
 
--- One line per field: path, type and range, default, help (the README's list and --help).
+-- One line per field: path, type and range, default, help (--help; docs/reference/recipe.md has them too).
 function recipe.fields()
   local lines = {}
   for _, leaf in ipairs(RECIPE:leaves()) do
@@ -400,6 +411,12 @@ function recipe.load(path, raw, argv)
   end
   if type(raw) ~= 'table' then fail(name, 'a recipe returns a table') end
   local resolved_raw, applied = args.apply(RECIPE, name, raw, overrides)
+  -- steps and epochs are one choice: --steps=N replaces the recipe's epochs and --epochs=X its steps
+  -- (both on the command line stay refused by the check)
+  local given = {}
+  for _, o in ipairs(overrides) do given[o[1]] = true end
+  if given.steps and not given.epochs then resolved_raw.epochs = nil end
+  if given.epochs and not given.steps then resolved_raw.steps = nil end
   if flags.log then resolved_raw.log = resolved_raw.log or {}; resolved_raw.log.file = flags.log end
   local config = recipe.check(resolved_raw, name)
   local text, err = core.read_file(path)

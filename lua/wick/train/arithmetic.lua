@@ -95,7 +95,7 @@ function arithmetic.epoch_steps(config, world, rank, micro)
   local plain = args.copy(config.data)
   plain.mix = {}
   local o = arithmetic.loader_options({ data = plain, batch = config.batch, seed = config.seed }, world, rank, micro, 1)
-  o.audit = nil
+  o.audit, o.device = nil, nil -- counts samples only: on the CPU
   local loader = wick().data.loader(o)
   local samples = 0
   for i = 1, #config.data.sources do samples = samples + loader:epoch_length(i) end

@@ -20,6 +20,7 @@
 -- (each rank's data/compute/comm/total seconds), applied (false: an fp16 overflow skipped it),
 -- eval_loss (when evaluated), mfu (with log.peak_flops). Callbacks get (trainer, metrics).
 local core = require 'wick.core'
+local device = require 'wick.device'
 local checkpoint = require 'wick.train.checkpoint'
 local cli = require 'wick.cli'
 local json = require 'wick.json'
@@ -60,14 +61,15 @@ local function emit(self, event, metrics)
   end
 end
 
--- A loader the run cannot start (a source too small for data.seq_len, a cache too small for the
--- ring) is the recipe's mistake: one usage line (exit 2), as the dry run reports it; a shard that
--- cannot be read stays the data error it is.
-local function start_loader(self)
-  local ok, err = pcall(self.loader.start, self.loader)
-  if ok then return end
-  if core.C.wk_last_status() == core.C.WK_ERR_INVALID_ARG then fail(self, (tostring(err):gsub('^.-:%d+: ', ''))) end
-  error(err, 0)
+-- fn(...) for a loader of the recipe's: one the run cannot start (a source too small for data.seq_len,
+-- a cache too small for the ring, sources of different tokenizers or of the same data) is the
+-- recipe's mistake: one usage line (exit 2), as the dry run reports it; a shard that cannot be read
+-- stays the data error it is.
+local function with_loader(self, fn, ...)
+  local ok, result = pcall(fn, ...)
+  if ok then return result end
+  if core.C.wk_last_status() == core.C.WK_ERR_INVALID_ARG then fail(self, (tostring(result):gsub('^.-:%d+: ', ''))) end
+  error(result, 0)
 end
 
 -- The loader options of this rank; a mix weight the data cannot take (a function whose value is
@@ -75,6 +77,7 @@ end
 local function rank_loader_options(self, micro)
   local ok, o = pcall(arithmetic.loader_options, self.config, self.world_size, self.rank, micro, self.horizon)
   if not ok then fail(self, (tostring(o):gsub('^.-:%d+: ', ''))) end
+  o.device = self.on.data
   return o
 end
 
@@ -83,7 +86,7 @@ local function open_loader(self, micro, cursor)
   o.cursor = cursor
   self.loader = wick().data.loader(o)
   self.micro = micro
-  start_loader(self)
+  with_loader(self, self.loader.start, self.loader)
 end
 
 -- The recipe since the checkpoint: printed; a change that cannot resume is refused.
@@ -169,6 +172,8 @@ function train.new(job)
   self.dist = w.dist.init { timeout = config.timeout }
   self.rank, self.world_size = self.dist.rank, self.dist.world_size
   local why
+  self.on, why = model.devices(config, self.dist.local_rank, self.dist.local_world_size, device.count())
+  if not self.on then fail(self, why) end
   self.micro_at, why = arithmetic.micro_schedule(config.batch, self.world_size)
   if not self.micro_at then fail(self, why) end
   local state
@@ -183,14 +188,15 @@ function train.new(job)
       say(self, 'resume: no complete checkpoint in %s: starting from step 0', config.checkpoint.dir)
     end
   end
-  self.horizon = config.steps or arithmetic.epoch_steps(config, self.world_size, self.rank, self.micro_at(1))
+  self.horizon = config.steps or with_loader(self, arithmetic.epoch_steps, config, self.world_size, self.rank,
+    self.micro_at(1))
   open_loader_at(self, self.micro_at(self.step + 1), state and state.cursor)
   self.total = self.horizon
   check_repl_at(self, job.flags.repl_at)
   local problems
   self.model_config, problems = model.shape(config, self.loader:vocab_size())
   if #problems > 0 then fail(self, problems[1]) end
-  self.model = model.build(self.model_config, config)
+  self.model = model.build(self.model_config, config, self.on.model)
   self.lr_at = arithmetic.lr_schedule(config.optim, self.total, config.batch.global, self.world_size)
   local o = config.optim
   self.lr_scale = state and state.lr_scale or 1 -- set_lr() of a paused run's REPL
@@ -216,9 +222,25 @@ end
 
 function Trainer:stop(reason) self.stopping = reason or 'stopped by a callback' end
 
+-- Why `weights` names no source of this run (set_mix's check), or nil: the name, and the names there are.
+function Trainer:unknown_source(weights)
+  local names = {}
+  for i, entry in ipairs(self.config.data.sources) do names[i] = recipe.source_name(entry) end
+  for name in pairs(weights) do
+    local known = false
+    for _, n in ipairs(names) do known = known or n == name end
+    if not known then
+      return ('set_mix: no source is named %s (the sources: %s)'):format(tostring(name), table.concat(names, ', '))
+    end
+  end
+end
+
 -- New weights by source name from the next step on: the loader reopens from its cursor (each source
 -- keeps its own cursor, so only future draws change).
 function Trainer:set_mix(weights)
+  if type(weights) ~= 'table' then error(('set_mix{ name = weight, ... } takes a table, got %s'):format(type(weights)), 2) end
+  local why = self:unknown_source(weights)
+  if why then error(why, 2) end
   for name, w in pairs(weights) do self.config.data.mix[name] = w end
   local cursor = self.loader:state()
   self.loader:close()
@@ -352,9 +374,9 @@ function Trainer:run()
     self.log = runlog.open(c.log, self.step, self.resumed_from ~= nil, self.job.name, function(...) say(self, ...) end)
   end
   self.first_step, self.elapsed, self.waited, self.tokens_run = self.step, 0, 0, 0
-  say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s',
+  say(self, '%s: %d rank%s, %d steps of %d samples x %d tokens (micro batch %d), %.2fM parameters, %s, on %s',
     self.job.name, self.world_size, self.world_size == 1 and '' or 's', self.total, c.batch.global, c.data.seq_len, self.micro,
-    self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision)
+    self.model:parameter_count() / 1e6, type(c.precision) == 'table' and 'fp16' or c.precision, self.on.text)
   emit(self, 'on_train_begin')
   local last_saved = self.step
   while self.step < self.total do

@@ -36,6 +36,12 @@ local function check_ids(ids)
     type(ids)), 3) end
 end
 
+-- What print() and the REPL show of stats(t): one line.
+local Stats = { __tostring = function(s)
+  return ('%s %s: %d values, mean %.6g, std %.6g, min %.6g, max %.6g, %d non-finite'):format(s.shape, s.dtype, s.numel,
+    s.mean, s.std, s.min, s.max, s.nonfinite)
+end }
+
 function inspector.stats(t)
   if not T.is_tensor(t) then argument_error(('stats(t): t must be a tensor, got %s'):format(type(t)), 2) end
   local values = t:float()
@@ -51,8 +57,8 @@ function inspector.stats(t)
     end
   end
   local mean = n > 0 and sum / n or 0
-  return { numel = #list, mean = mean, std = n > 0 and math.sqrt(math.max(0, sumsq / n - mean * mean)) or 0,
-    min = lo, max = hi, nonfinite = bad, shape = '[' .. table.concat(t.shape, ', ') .. ']', dtype = t.dtype }
+  return setmetatable({ numel = #list, mean = mean, std = n > 0 and math.sqrt(math.max(0, sumsq / n - mean * mean)) or 0,
+    min = lo, max = hi, nonfinite = bad, shape = '[' .. table.concat(t.shape, ', ') .. ']', dtype = t.dtype }, Stats)
 end
 
 function inspector.expose(job)

@@ -3,17 +3,19 @@
 -- from a Hugging Face directory's config.json (model.from_pretrained, fine-tuned); the data is
 -- checked against it (its vocabulary, data.seq_len, a directory's tokenizer), each problem saying what
 -- to change. Then its
--- parameters and FLOPs, and the model itself, built or loaded.
+-- parameters and FLOPs, the devices of a rank (wick.device), and the model itself, built or loaded.
 --
 --   local shape, problems = model.shape(config, data_vocab)
 --   -- shape: { arch = 'gpt2'|'llama', vocab =, seq_len =, layers =, heads =, dim =, recompute =, and
 --   --          for a Llama kv_heads =, ffn_dim =, tie_embeddings =, qkv_bias =, options = wick.nn.llama's }
---   local m = model.build(shape, config)
+--   local on = model.devices(config, local_rank, local_world, wick.device.count())  -- on.model, on.data, on.text
+--   local m = model.build(shape, config, on.model)
 local cost = require 'wick.nn.cost'
 local gpt = require 'wick.nn.gpt'
 local llama = require 'wick.nn.llama'
 local pretrained = require 'wick.nn.pretrained'
 local tokenizer = require 'wick.data.tokenizer'
+local device = require 'wick.device'
 
 local model = {}
 
@@ -107,22 +109,45 @@ function model.mfu(shape, T, tokens_per_s, peak_flops)
   return cost.mfu(shape, T, tokens_per_s, peak_flops, model.parameter_count(shape))
 end
 
--- The model of `shape` under the recipe's precision, on model.device: a directory's weights, or
--- initialised from the recipe's seed.
-function model.build(shape, config)
+-- Where local rank `local_rank` of `local_world` on a machine of `count` CUDA devices keeps the model
+-- and the batches: model.device and data.device, each following the other when only one is set, 'auto'
+-- when neither is. { model =, data = (wick.tensor devices), text = what the run says it uses }, or nil
+-- and why not, naming the field.
+function model.devices(config, local_rank, local_world, count)
+  local set = { model = config.model.device, data = config.data.device }
+  -- per part: the name it takes, and the field that gave it (the default's: the model's)
+  local names = { model = { set.model or set.data or 'auto', set.model and 'model' or (set.data and 'data' or 'model') } }
+  names.data = set.data and { set.data, 'data' } or names.model
+  local on = {}
+  for _, part in ipairs({ 'model', 'data' }) do
+    local name, field = names[part][1], names[part][2]
+    local why
+    on[part], why = device.choose(name, local_rank, local_world, count)
+    if not on[part] then
+      return nil, ("%s.device '%s'%s: %s"):format(field, name, set[field] and '' or ' (the default)', why)
+    end
+  end
+  on.text = device.describe(names.model[1], on.model, local_world)
+  if on.data ~= on.model then on.text = on.text .. ', batches on ' .. device.describe(names.data[1], on.data, local_world) end
+  return on
+end
+
+-- The model of `shape` under the recipe's precision, on `on` (a wick.tensor device): a directory's
+-- weights, or initialised from the recipe's seed.
+function model.build(shape, config, on)
   local m = config.model
   if m.from_pretrained then
-    return pretrained.from_pretrained(m.from_pretrained, { precision = config.precision, device = m.device,
+    return pretrained.from_pretrained(m.from_pretrained, { precision = config.precision, device = on,
       recompute = m.recompute })
   end
   if shape.arch == 'llama' then
     local o = {}
     for k, v in pairs(shape.options) do o[k] = v end
-    o.precision, o.device, o.seed, o.recompute = config.precision, m.device, config.seed, m.recompute
+    o.precision, o.device, o.seed, o.recompute = config.precision, on, config.seed, m.recompute
     return llama.new(o)
   end
   return gpt.new { vocab = shape.vocab, seq_len = shape.seq_len, layers = shape.layers, heads = shape.heads,
-    dim = shape.dim, precision = config.precision, device = m.device, seed = config.seed, recompute = m.recompute }
+    dim = shape.dim, precision = config.precision, device = on, seed = config.seed, recompute = m.recompute }
 end
 
 return model

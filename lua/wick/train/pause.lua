@@ -56,7 +56,6 @@ end
 
 -- The REPL's helpers, recording what they change into `changes`.
 local function helpers(trainer, changes)
-  local names = source_names(trainer)
   return {
     set_lr = function(scale)
       if not is_weight(scale) then
@@ -68,8 +67,9 @@ local function helpers(trainer, changes)
       if type(weights) ~= 'table' then
         repl.argument_error(('set_mix{ name = weight, ... } takes a table, got %s'):format(type(weights)), 2)
       end
+      local unknown = trainer:unknown_source(weights)
+      if unknown then repl.argument_error(unknown, 2) end
       for name, w in pairs(weights) do
-        if not names[name] then repl.argument_error(('set_mix: no source is named %s'):format(tostring(name)), 2) end
         if not is_weight(w) then
           repl.argument_error(('set_mix: %s must be a finite number >= 0, got %s'):format(name, tostring(w)), 2)
         end

@@ -2,12 +2,14 @@
 -- WORLD_SIZE naming the world to plan for). In seconds on a CPU, before anyone waits for a
 -- cluster: every source opened and its index read, the vocabulary against the model, every
 -- divisibility of the batch (global by world x micro, for each accumulation of batch.schedule),
--- the parameter count and a memory estimate per rank. It starts no rank, reads no shard and
--- allocates no model.
+-- the devices this machine's ranks would take (wick.device, as the run chooses them), the parameter
+-- count and a memory estimate per rank (against the machine's memory when on the CPU). It starts no
+-- rank, reads no shard and allocates no model.
 local core = require 'wick.core'
 local recipe = require 'wick.recipe'
 local train = require 'wick.train.arithmetic' -- the job's arithmetic, without loading the trainer
 local model = require 'wick.train.model'
+local device = require 'wick.device'
 
 local plan = {}
 
@@ -177,6 +179,8 @@ function plan.report(job, world, local_ranks)
   local micro_at, why = train.micro_schedule(c.batch, world)
   if not micro_at then problems[#problems + 1] = why end
   local micro = micro_at and micro_at(1) or 1
+  local on, no_device = model.devices(c, 0, local_ranks, device.count()) -- as each rank of this machine chooses
+  if on then add('device: %s', on.text) else problems[#problems + 1] = no_device end
   if micro_at then
     add('batch: %d samples a step = %d ranks x %d micro-steps x %d rows (%d tokens a step)', c.batch.global, world,
       c.batch.global / (world * micro), micro, c.batch.global * c.data.seq_len)
@@ -226,8 +230,7 @@ function plan.report(job, world, local_ranks)
       m.recompute == 'blocks' and ', recompute blocks' or '', format_bytes(mem.weights),
       format_bytes(mem.grads), format_bytes(mem.optimizer), sharded and 'gather ' .. format_bytes(mem.gather) .. ', ' or '',
       format_bytes(mem.activations), format_bytes(ring_bytes), format_bytes(total))
-    local device = c.model.device or 'cpu'
-    local machine = device == 'cpu' and plan.machine_memory()
+    local machine = on and on.model == 'cpu' and plan.machine_memory()
     if machine and total * local_ranks > machine then
       problems[#problems + 1] = ('the memory estimate, %s per rank x %d rank%s on this machine, is above its %s ' ..
         '(device cpu): lower batch.micro, data.seq_len or the model'):format(format_bytes(total), local_ranks,
