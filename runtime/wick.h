@@ -193,6 +193,12 @@ WK_API const char *wk_dataset_tokenizer(const WkDataset *ds);    /* "bytes", "gp
 /* The identity of the tokenizer that made the ids (wk_tokenizer_fingerprint); 0 when unknown (an index
  * from before it was recorded, made with a tokenizer file). */
 WK_API uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds);
+/* The ids the converter put around each document's text, from its tokenizer's post_processor (Llama
+ * 3's <|begin_of_text|>, BERT's [CLS]): (*ids)[0 .. *prefix) start every document, the *suffix after
+ * them end its text, before its EOS. Returns 1 when they were applied, 0 when the converter was told
+ * not to (--no-special-tokens: the ids are those it would have put), -1 when the index records none
+ * (documents hold their text's ids only: no template, token files, or an index from before). */
+WK_API int wk_dataset_template(const WkDataset *ds, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix);
 WK_API WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out);
 
 /* The shard's token stream is its documents, each followed by one EOS token. Reads tokens
@@ -264,19 +270,27 @@ typedef enum {
                                 text, as tiktoken's encode_ordinary */
   WK_TOKENIZER_EOS = 1,      /* the EOS id (default: tokenizer_config.json's eos_token beside a
                                 tokenizer.json, else a token named <|endoftext|>, <|end_of_text|>, </s>) */
+  WK_TOKENIZER_ADD_SPECIAL_TOKENS = 2, /* 1 (default): encoding puts the tokenizer.json post_processor's
+                                tokens around the text (Llama 3's <|begin_of_text|>, BERT's [CLS] and
+                                [SEP]), as Hugging Face's encode(text, add_special_tokens=True); 0: not */
   WK_TOKENIZER_PARAM_COUNT
 } WkTokenizerParam;
 WK_API WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value);
 /* What wk_tokenizer_set accepts for param on t (EOS: its vocabulary), or on any tokenizer when t is NULL. */
 WK_API WkStatus wk_tokenizer_param_bounds(const WkTokenizer *t, WkTokenizerParam param, int64_t *min, int64_t *max);
 
+/* The ids the post_processor puts around a text: (*ids)[0 .. *prefix) before it, then *suffix after
+ * it (0 and 0: none; whether encoding adds them is WK_TOKENIZER_ADD_SPECIAL_TOKENS). *ids lives as
+ * long as t. */
+WK_API void wk_tokenizer_template(const WkTokenizer *t, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix);
+
 /* The token that is exactly these bytes (an added or special token, or a vocabulary entry), or
  * 0xFFFFFFFF. */
 WK_API uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length);
 
-/* UTF-8 text -> ids in out[0 .. *count). When they do not fit in capacity, WK_ERR_INVALID_ARG with
- * *count = how many there are (2 * length + 1 fits unless NFC lengthens the text). Invalid UTF-8 is
- * WK_ERR_FORMAT. */
+/* UTF-8 text -> ids in out[0 .. *count), with the template's around them (WK_TOKENIZER_ADD_SPECIAL_TOKENS).
+ * When they do not fit in capacity, WK_ERR_INVALID_ARG with *count = how many there are (2 * length + 1
+ * plus the template's fits unless NFC lengthens the text). Invalid UTF-8 is WK_ERR_FORMAT. */
 WK_API WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out,
                                     size_t capacity, size_t *count);
 /* ids -> the bytes they stand for (UTF-8 when the ids came from text and are whole), in
@@ -327,6 +341,11 @@ typedef enum {
   WK_CONVERT_TEXT_SPLIT = 8,    /* a WkTextSplit: how text files become documents (default FILE) */
   WK_CONVERT_HEADERLESS_BIN = 9, /* 1: .bin inputs are nanoGPT's uint16 tokens without a header; 0 (default):
                                    llm.c files, and a file without llm.c's magic is refused */
+  WK_CONVERT_VOCAB_SIZE = 10,   /* token files (.bin, .npy) hold ids of a vocabulary of this size, whose EOS is
+                                   WK_CONVERT_EOS (the index's tokenizer is then "ids"); 0 (default): .bin files
+                                   hold GPT-2's, and .npy files must declare theirs */
+  WK_CONVERT_EOS = 11,          /* the EOS id separating documents in token files, with WK_CONVERT_VOCAB_SIZE
+                                   (-1: not declared) */
   WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 
@@ -410,7 +429,9 @@ typedef enum {
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this
                                   machine has no such device) */
   WK_LOADER_MIXED_TOKENIZERS,  /* 1: sources whose ids come from different tokenizers (fingerprint, vocabulary
-                                  or EOS) may be mixed; 0 (default): start refuses such a mix, naming both */
+                                  or EOS), or with different tokens around their documents (the template the
+                                  converter applied), may be mixed; 0 (default): start refuses such a mix,
+                                  naming both */
   WK_LOADER_PARAM_COUNT,
   WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES,  /* old names, for one release */
   WK_LOADER_BUFFER_TOKENS = WK_LOADER_POOL_TOKENS

@@ -2,6 +2,12 @@
 --   ./run tests/busted.lua [busted options] [spec files]
 -- busted ends a failing run with error() (Lua 5.1 style); turn that into a plain exit status 1. A run
 -- that leaves files in the checkout outside build/ fails too (tests/helpers/clean_tree.lua).
+-- Every Python a spec starts (the oracles under tests/helpers, the venvs' scripts) inherits
+-- PYTHONDONTWRITEBYTECODE=1 from here, so none writes __pycache__ into the checkout on a machine that
+-- does not set it itself.
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int setenv(const char *name, const char *value, int overwrite);')
+assert(ffi.C.setenv('PYTHONDONTWRITEBYTECODE', '1', 1) == 0, 'setenv PYTHONDONTWRITEBYTECODE')
 local root = require('wick.host').home
 local clean_tree = dofile(root .. '/tests/helpers/clean_tree.lua')
 local before = clean_tree.untracked(root)

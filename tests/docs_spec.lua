@@ -57,7 +57,7 @@ local FILES = {
   {
     'docs/models.md',
     skipped = {
-      { '^%./run %-m wick%.generate %-%-model DIR ', 'a placeholder directory (tests/nn/generate_spec.lua runs it on a Llama Wick saves)' },
+      { '^%./run %-m wick%.generate %-%-model DIR ', 'a placeholder directory (tests/nn/generate_spec.lua runs it on a Llama and a GPT-2 Wick saves)' },
     },
   },
 }

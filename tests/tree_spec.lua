@@ -103,6 +103,21 @@ describe('a clean checkout after a run', function()
     helper.rmtree(dir)
     assert.is_nil(files)
   end)
+
+  it('holds on a machine without PYTHONDONTWRITEBYTECODE: the runner sets it for every Python a spec starts', function()
+    local dir = helper.tmpdir()
+    helper.write_file(dir .. '/oracle.py', 'X = 1\n')
+    helper.write_file(dir .. '/python_spec.lua', ([[
+      it('imports a module', function()
+        assert.are.equal(0, os.execute("cd '%s' && python3 -c 'import oracle'"))
+      end)]]):format(dir))
+    local r = helper.sh(('cd %s && env -u PYTHONDONTWRITEBYTECODE %s tests/busted.lua %s')
+      :format(q(helper.ROOT), q(helper.RUN), q(dir .. '/python_spec.lua')))
+    local cache = helper.sh('ls ' .. q(dir .. '/__pycache__')).rc
+    helper.rmtree(dir)
+    assert.are.equal(0, r.rc, r.out .. r.err)
+    assert.are_not.equal(0, cache, 'python wrote ' .. dir .. '/__pycache__')
+  end)
 end)
 
 describe('the Lua modules', function()

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages of the given groups (build, test, bench) listed in
-# third_party/debian-packages.txt, but only those missing, so a second `make deps` is instant.
+# third_party/debian-packages.txt, but only those missing, so a second `make deps` is instant; each
+# stage (the package lists, the packages) says what it installs before it starts.
 # With --missing first, only prints the missing packages of the groups (the Makefile's message).
 set -eu
 manifest="$(dirname "$0")/debian-packages.txt"
@@ -27,13 +28,17 @@ if [ -z "$missing" ]; then
   exit 0
 fi
 
-echo "deps: installing$missing"
+count=$(echo $missing | wc -w)
 sudo=""
 if [ "$(id -u)" != 0 ]; then
   command -v sudo >/dev/null || { echo "deps: need root or sudo to install:$missing" >&2; exit 1; }
   sudo="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Each stage runs quietly for minutes: a line first says what it does.
+echo "deps: [1/2] apt-get update: the package lists of this machine's sources"
 $sudo apt-get update -qq
+echo "deps: [2/2] apt-get install: $count package(s):$missing"
 # shellcheck disable=SC2086
 $sudo apt-get install -y -qq --no-install-recommends $missing
+echo "deps: installed$missing"

@@ -17,10 +17,16 @@ if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$stamp"; then
   exit 0
 fi
 [ -x /usr/bin/python3 ] || { echo "$name venv: no /usr/bin/python3 (make deps installs python3-venv)" >&2; exit 1; }
-echo "$name venv: creating $venv from $requirements"
+# Each stage runs quietly (pip for minutes): a line first says what it installs.
+packages=$(sed -e 's/[[:space:]]*#.*//' -e 's/[=<>!~;[[:space:]].*//' "$requirements" | grep -v '^$' || true)
+count=$(echo $packages | wc -w)
+echo "$name venv: [1/2] python3 -m venv${venv_flags:+ $venv_flags} $venv"
 rm -rf "$venv"
 # shellcheck disable=SC2086
 /usr/bin/python3 -m venv $venv_flags "$venv" || { echo "$name venv: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+# shellcheck disable=SC2086
+echo "$name venv: [2/2] pip install: $count pinned package(s) of $requirements:" $packages
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" ||
   { echo "$name venv: pip install failed (is PyPI reachable?)" >&2; rm -rf "$venv"; exit 1; }
 cp "$requirements" "$stamp"
+echo "$name venv: made $venv"

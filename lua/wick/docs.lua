@@ -101,12 +101,12 @@ end
 local function nn_page()
   require 'wick.nn'
   require 'wick.nn.generate'
-  local llama = require 'wick.nn.llama'
+  local gpt = require 'wick.nn.gpt'
   return page('wick.nn', 'The options of the models and of data parallelism (a recipe\'s `model` and `parallel` '
     .. 'sections set them).', {
-      section('wick.nn.gpt', '`wick.nn.gpt { ... }`: a GPT-2.', require('wick.nn.gpt').OPTIONS),
-      section('wick.nn.llama', '`wick.nn.llama { ... }`: Llama 3, Qwen 2, Mistral.', llama.OPTIONS),
-      section('model:generate', '`model:generate(prompt, { ... })` and `run -m wick.generate`.', llama.GENERATE_OPTIONS),
+      section('wick.nn.gpt', '`wick.nn.gpt { ... }`: a GPT-2.', gpt.OPTIONS),
+      section('wick.nn.llama', '`wick.nn.llama { ... }`: Llama 3, Qwen 2, Mistral.', require('wick.nn.llama').OPTIONS),
+      section('model:generate', '`model:generate(prompt, { ... })` and `run -m wick.generate`.', gpt.GENERATE_OPTIONS),
       section('wick.nn.data_parallel', '`wick.nn.data_parallel(model, dist, { ... })`.',
         require('wick.nn.data_parallel').OPTIONS),
     })

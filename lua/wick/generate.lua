@@ -1,26 +1,31 @@
 -- wick.generate: the continuation of a prompt by a model directory, printed on standard output.
---   ./run -m wick.generate --model DIR --tokenizer FILE --prompt TEXT [--max-new-tokens N]
+--   ./run -m wick.generate --model DIR [--tokenizer FILE] --prompt TEXT [--max-new-tokens N]
 --         [--temperature T] [--top-k K] [--top-p P] [--seed S]
--- The sampling flags are model:generate's own options (wick.nn.generate), declared there once.
--- Generation stops early at the EOS token(s) of DIR's generation_config.json; the stop token itself is
--- not printed. Only Llama-family models (which have a key/value cache) generate here.
+-- DIR is a Hugging Face directory or a training checkpoint's step directory, of any model Wick trains
+-- (GPT-2 or the Llama family). Without --tokenizer, DIR's own is used: its tokenizer.json, else the
+-- one its checkpoint records (state.safetensors' metadata key `tokenizer`: 'bytes', or a file, named
+-- within DIR or by an absolute path). The sampling flags are model:generate's own options
+-- (wick.nn.generate), declared there once. Generation stops early at the EOS token(s) of DIR's
+-- generation_config.json; the stop token itself is not printed.
 local cli = require 'wick.cli'
 local T = require 'wick.tensor'
 local nn = require 'wick.nn'
-local llama = require 'wick.nn.llama'
+local gpt = require 'wick.nn.gpt'
 local pretrained = require 'wick.nn.pretrained'
+local safetensors = require 'wick.safetensors'
 local TOKENIZER = require 'wick.data.tokenizer'
 
 local NAME = 'wick.generate'
-local SAMPLING = llama.GENERATE_OPTIONS
+local SAMPLING = gpt.GENERATE_OPTIONS
 
 local SPEC = cli.spec {
   name = NAME,
-  usage = '--model DIR --tokenizer FILE --prompt TEXT [options]',
+  usage = '--model DIR [--tokenizer FILE] --prompt TEXT [options]',
   description = 'Prints the text a model directory (Hugging Face layout) generates after a prompt.',
   options = {
     { 'model', 'path', value = 'DIR', required = true, help = 'a model directory (config.json and safetensors)' },
-    { 'tokenizer', 'path', value = 'FILE', required = true, help = "a tokenizer.json, a .tiktoken rank file, or 'bytes'" },
+    { 'tokenizer', 'path', value = 'FILE',
+      help = "a tokenizer.json, a .tiktoken rank file, or 'bytes' (default: DIR's, or its checkpoint's record)" },
     { 'prompt', 'string', value = 'TEXT', required = true, help = 'the text to continue' },
     cli.from(SAMPLING, 'max_new_tokens'),
     cli.from(SAMPLING, 'temperature'),
@@ -31,6 +36,29 @@ local SPEC = cli.spec {
 }
 
 local M = { SPEC = SPEC }
+
+-- The key of a checkpoint's state.safetensors metadata that names the tokenizer its run trained with.
+M.TOKENIZER_KEY = 'tokenizer'
+
+local function exists(path) return require('wick.host').file_kind(path) ~= nil end
+
+-- The tokenizer of model directory dir, as wick.tokenizer.open takes it: dir/tokenizer.json, else the
+-- checkpoint's record; raises in one line saying where it looked when neither is there.
+function M.tokenizer_of(dir)
+  if exists(dir .. '/tokenizer.json') then return dir .. '/tokenizer.json' end
+  local state = dir .. '/state.safetensors'
+  if exists(state) then
+    local header, metadata = safetensors.header(state)
+    if not header then cli.fail(NAME .. ': ' .. metadata) end
+    local name = metadata[M.TOKENIZER_KEY]
+    if name then
+      if name == 'bytes' or name:sub(1, 1) == '/' then return name end
+      return dir .. '/' .. name
+    end
+  end
+  cli.fail(("%s: no tokenizer for %s: neither %s/tokenizer.json nor a '%s' key in %s's metadata: give --tokenizer FILE")
+    :format(NAME, dir, dir, M.TOKENIZER_KEY, state))
+end
 
 -- The prompt's token ids, checked: at least one, each below the model's vocabulary.
 local function prompt_ids(tok, text, vocab)
@@ -48,14 +76,10 @@ end
 -- The continuation of opts.prompt (options keyed by Lua name, checked) as text.
 function M.generate(opts)
   opts = cli.check(SPEC, opts, 2)
-  local tok, err = TOKENIZER.open(opts.tokenizer)
+  pretrained.config(opts.model) -- a directory that holds no model says so before its tokenizer is sought
+  local tok, err = TOKENIZER.open(opts.tokenizer or M.tokenizer_of(opts.model))
   if not tok then cli.fail(NAME .. ': ' .. err) end
   local model = nn.from_pretrained(opts.model)
-  if not model.generate then
-    model:free()
-    tok:close()
-    cli.fail(('%s: %s is a %s, and only Llama-family models generate'):format(NAME, opts.model, model.hf.architecture))
-  end
   local ids = prompt_ids(tok, opts.prompt, model.config.vocab)
   local prompt = T.new({ ids }, 'i32')
   local stop = pretrained.stop_ids(opts.model, model.config.vocab)

@@ -29,7 +29,7 @@ local function exists(path) return host.file_kind(path) ~= nil end
 -- dir, built by build() on local rank 0 (or alone); other local ranks wait for it.
 local function once(dir, build)
   if exists(dir .. '/index.json') then return dir end
-  if (tonumber(os.getenv('LOCAL_RANK')) or 0) == 0 then
+  if require('wick.dist').world().local_rank == 0 then
     local _, stats = build()
     if stats then
       print(('corpus: converted %d documents, %.1f M tokens into %s in %.2f s'):format(stats.documents,

@@ -12,6 +12,7 @@
 #include <time.h>    /* clock_gettime for the progress bar's timed waits */
 #include <unistd.h>  /* unlink */
 
+#include "../core/terminal.h" /* wk_terminal_fit */
 #include "converter.h"
 
 static WkStatus buffer_reserve(Run *r, uint64_t extra) {
@@ -233,6 +234,15 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
   return WK_OK;
 }
 
+/* A duration as h:mm:ss into out. */
+static void duration_text(char *out, size_t n, double seconds) {
+  uint64_t s = seconds > 0 ? (uint64_t)(seconds + 0.5) : 0;
+  snprintf(out, n, "%" PRIu64 ":%02u:%02u", s / 3600, (unsigned)(s % 3600 / 60), (unsigned)(s % 60));
+}
+
+/* The bar, the share of the input read, the rate, what was made and the time left at that rate (the
+ * time it took, on the final line). Redrawn in place after \r, it is cut to the terminal's width, as
+ * a wrapped line would leave a row behind at each redraw; the final line stays whole. */
 void convert_draw_progress(Run *r, bool final) {
   uint64_t now = wk_now_ns();
   if (!final && now - r->last_draw_ns < 100 * 1000000ull) return;
@@ -242,13 +252,24 @@ void convert_draw_progress(Run *r, bool final) {
   if (fraction > 1) fraction = 1;
   double seconds = (double)(now - r->start_ns) / 1e9;
   double mbps = seconds > 0 ? (double)cv->stats.input_bytes / seconds / 1e6 : 0;
-  enum { WIDTH = 30 };
-  char bar[WIDTH + 1];
+  char when[40] = "eta ?";  /* nothing read yet: no rate to go by */
+  if (final) {
+    memcpy(when, "in ", 3);
+    duration_text(when + 3, sizeof when - 3, seconds);
+  } else if (fraction > 0) {
+    memcpy(when, "eta ", 4);
+    duration_text(when + 4, sizeof when - 4, seconds * (1 - fraction) / fraction);
+  }
+  enum { WIDTH = 20 };
+  char bar[WIDTH + 1], line[256];
   int filled = (int)(fraction * WIDTH);
   for (int k = 0; k < WIDTH; k++) bar[k] = k < filled ? '=' : k == filled ? '>' : ' ';
   bar[WIDTH] = '\0';
-  fprintf(stderr, "\r[%s] %5.1f%%  %7.1f MB/s  %" PRIu64 " docs  %u shards  %" PRIu64 " bad%s", bar,
-          fraction * 100, mbps, cv->stats.documents, r->shard_count, cv->stats.bad, final ? "\n" : "");
+  int n = snprintf(line, sizeof line, "[%s] %5.1f%% %6.1f MB/s  %" PRIu64 " docs  %u shards  %" PRIu64 " bad  %s", bar,
+                   fraction * 100, mbps, cv->stats.documents, r->shard_count, cv->stats.bad, when);
+  size_t length = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+  if (!final) length = wk_terminal_fit(STDERR_FILENO, line, length);
+  fprintf(stderr, "\r\033[K%.*s%s", (int)length, line, final ? "\n" : "");
   fflush(stderr);
 }
 
@@ -332,6 +353,8 @@ WkStatus convert_write_index(Run *r) {
       .tokenizer_fingerprint = r->tokenizer->fingerprint,
       .vocab_size = r->tokenizer->vocab_size,
       .eos = r->tokenizer->eos,
+      .template_state = r->template_state,
+      .template = r->template,
       .token_bytes = r->write_options.token_bytes,
       .shard_count = r->shard_count,
   };

@@ -185,29 +185,63 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static WkStatus choose_tokenizer(WkConverter *cv, const WkTokenizer **out) {
-  size_t bins = 0;
-  const char *bin_example = NULL, *text_example = NULL;
+/* The tokenizer of the run: the one given, or for token files the declared vocabulary (WK_CONVERT_VOCAB_SIZE,
+ * WK_CONVERT_EOS) or GPT-2's for .bin files, or bytes for text. */
+static WkStatus choose_tokenizer(Run *r) {
+  WkConverter *cv = r->cv;
+  size_t tokens = 0, npys = 0;
+  const char *token_example = NULL, *npy_example = NULL, *text_example = NULL;
   for (size_t i = 0; i < cv->input_count; i++) {
-    if (cv->inputs[i].kind == INPUT_TOKENS_BIN) bins++, bin_example = cv->inputs[i].path;
+    if (cv->inputs[i].kind == INPUT_TOKENS_NPY) npys++, npy_example = cv->inputs[i].path;
+    if (convert_input_is_tokens(cv->inputs[i].kind)) tokens++, token_example = cv->inputs[i].path;
     else text_example = cv->inputs[i].path;
   }
-  if (bins && text_example)
+  if (tokens && text_example)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: token files ('%s') and text ('%s') cannot share a dataset; "
-                   "convert them separately", bin_example, text_example);
+                   "convert them separately", token_example, text_example);
+  int64_t vocab = param(cv, WK_CONVERT_VOCAB_SIZE), eos = param(cv, WK_CONVERT_EOS);
+  if ((vocab > 0) != (eos >= 0))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: the vocabulary of token files is declared by both a size and an "
+                   "EOS (--vocab-size and --eos); %s is missing", vocab > 0 ? "the EOS" : "the size");
+  if (vocab > 0) {
+    if (!tokens) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --vocab-size and --eos declare the ids of token files "
+                                "(.bin, .npy); '%s' is text (its tokenizer says both)", text_example);
+    if (cv->tokenizer)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --vocab-size and --eos declare the ids of token files without a "
+                     "tokenizer; tokenizer '%s' was given too", cv->tokenizer->name);
+    if (eos >= vocab)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "converter: EOS %lld is outside the declared vocabulary (%lld ids)",
+                     (long long)eos, (long long)vocab);
+    r->declared = (WkTokenizer){.name = "ids", .vocab_size = (uint32_t)vocab, .eos = (uint32_t)eos};
+    r->tokenizer = &r->declared;
+    return WK_OK;
+  }
+  if (npys)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds token ids of an unknown vocabulary; declare it with "
+                   "--vocab-size N and --eos ID", npy_example);
   const WkTokenizer *gpt2 = wk_tokenizer_find("gpt2");
-  const WkTokenizer *t = cv->tokenizer ? cv->tokenizer : bins ? gpt2 : wk_tokenizer_find("bytes");
-  if (bins && t != gpt2)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds GPT-2 tokens; use --tokenizer gpt2 (not %s)",
-                   bin_example, t->name);
-  if (!bins && !t->encode)
+  const WkTokenizer *t = cv->tokenizer ? cv->tokenizer : tokens ? gpt2 : wk_tokenizer_find("bytes");
+  if (tokens && t != gpt2)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds GPT-2 tokens unless --vocab-size and --eos declare "
+                   "others; use --tokenizer gpt2 (not %s)", token_example, t->name);
+  if (!tokens && !t->encode)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' only describes pre-tokenized .bin inputs; to "
                    "encode text give a tokenizer.json or a .tiktoken rank file (or bytes)", t->name);
   if (t->eos == WK_TOKENIZER_NONE)
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: tokenizer '%s' names no EOS token to end documents with; name "
                    "one (wick.data.convert --eos TEXT, wk_tokenizer_set WK_TOKENIZER_EOS)", t->name);
-  *out = t;
+  r->tokenizer = t;
   return WK_OK;
+}
+
+/* What goes around each document's text (text inputs only: token files hold the ids as they are): the
+ * tokenizer's template, less an EOS at its end, since every document is followed by one. */
+static void choose_template(Run *r) {
+  if (!r->tokenizer->encode || r->tokenizer->single.prefix + r->tokenizer->single.suffix == 0) return;
+  r->template = r->tokenizer->single;
+  if (r->template.suffix && r->template.ids[r->template.prefix + r->template.suffix - 1] == r->tokenizer->eos)
+    r->template.suffix--;
+  r->template_state = r->tokenizer->bare ? WK_INDEX_TEMPLATE_SKIPPED : WK_INDEX_TEMPLATE_APPLIED;
 }
 
 WkStatus wk_converter_run(WkConverter *cv) {
@@ -221,8 +255,11 @@ WkStatus wk_converter_run(WkConverter *cv) {
   for (size_t i = 0; i < cv->input_count; i++) cv->inputs[i].headerless = param(cv, WK_CONVERT_HEADERLESS_BIN) != 0;
 
   Run r = {.cv = cv, .threads = (uint32_t)param(cv, WK_CONVERT_THREADS), .start_ns = start_ns};
-  WK_TRY(choose_tokenizer(cv, &r.tokenizer));
-  r.context = (ChunkContext){.tokenizer = r.tokenizer, .field = cv->field, .json_field = cv->json_field,
+  WK_TRY(choose_tokenizer(&r));
+  choose_template(&r);
+  r.context = (ChunkContext){.tokenizer = r.tokenizer,
+                             .template = r.template_state == WK_INDEX_TEMPLATE_APPLIED ? &r.template : NULL,
+                             .field = cv->field, .json_field = cv->json_field,
                              .split = (WkTextSplit)param(cv, WK_CONVERT_TEXT_SPLIT),
                              .inputs = cv->inputs};
   r.write_options = (WkShardWriteOptions){

@@ -17,7 +17,7 @@
  *   convert_input.c   listing inputs; the format table (CONVERT_INPUTS) and its dispatch; chunks
  *   input_text.c      text files: one document per file, paragraph or line
  *   input_jsonl.c     .jsonl and .jsonl.zst: one document per line's --field string
- *   input_bin.c       llm.c and nanoGPT .bin token files
+ *   input_bin.c       token files: llm.c and nanoGPT .bin, NumPy .npy
  *   records.c         chunks of records (one text per row or sample), for the readers below
  *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
  *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
@@ -44,8 +44,10 @@
     "one JSON object per line; the document is its --field string")                                              \
   X(JSONL_ZST, "*.jsonl.zst, *.ndjson.zst", cut_lines_input, convert_process_lines, "the same, zstd-compressed") \
   X(TOKENS_BIN, "*.bin", cut_tokens_input, convert_process_tokens,                                               \
-    "llm.c (magic 20240520) GPT-2 tokens, or headerless nanoGPT uint16 tokens with --headerless-bin; "           \
-    "documents separated by <|endoftext|>")                                                                      \
+    "llm.c (magic 20240520) uint16 tokens, or headerless nanoGPT uint16 tokens with --headerless-bin; GPT-2's "  \
+    "unless --vocab-size and --eos declare others; documents separated by EOS")                                  \
+  X(TOKENS_NPY, "*.npy", cut_tokens_input, convert_process_tokens,                                               \
+    "NumPy 1-D arrays of token ids (<u2, <u4, <i4, <i8) with --vocab-size and --eos; documents separated by EOS") \
   X(PARQUET, "*.parquet", cut_parquet_input, convert_process_records,                                            \
     "the strings of the --field column, one document per row (null rows are counted and skipped); snappy, "      \
     "gzip, zstd; data pages v1 and v2")                                                                          \
@@ -84,7 +86,9 @@ typedef struct {
   bool first, last;      /* first/last chunk of its input */
   uint8_t *data;         /* owned bytes (lines, or .bin tokens); NULL for a text file (read by the worker) */
   size_t length;
-  uint64_t offset;       /* .bin: where data starts in the file (for messages) */
+  uint64_t offset;       /* token files: where data starts in the file (for messages) */
+  uint8_t token_bytes;   /* token files: bytes per id in data (2, 4 or 8, little-endian) */
+  bool token_signed;     /* token files: the ids are signed (a negative one is an error) */
   uint64_t input_bytes;  /* progress made when this chunk is consumed */
   /* results */
   bool done;
@@ -102,6 +106,7 @@ typedef struct {
 /* Settings a worker needs. */
 typedef struct {
   const WkTokenizer *tokenizer;
+  const WkTemplate *template;  /* put around each document's text (the tokenizer's); NULL: none */
   const char *field;       /* .jsonl: the string member; Parquet: the column; tar: the member extension */
   const char *json_field;  /* tar: the string member of a .json member (field "json") */
   WkTextSplit split;
@@ -114,6 +119,9 @@ void convert_process_chunk(const ChunkContext *ctx, Chunk *chunk);
  * of a document at the chunk's current token count. */
 WkStatus convert_bad_add(BadLine **bad, size_t *count, size_t *capacity, uint64_t line, const char *reason);
 WkStatus convert_chunk_end_document(Chunk *c);
+/* A document of text (valid UTF-8): its ids, with the template around them unless it is empty (an
+ * empty document stays empty, and is skipped), then its end. */
+WkStatus convert_chunk_add_text(const ChunkContext *ctx, Chunk *c, const uint8_t *text, size_t length);
 /* A new chunk of input `input` owning data (NULL for a text file: the worker reads it), and a bad line
  * (numbered within the chunk) reported by a worker. */
 WkStatus convert_chunk_new(uint32_t input, uint8_t *data, size_t length, Chunk **out);
@@ -142,7 +150,8 @@ WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const Chunk
 WkStatus convert_cut_lines(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                            void *arg, const atomic_bool *stop);
 WkStatus convert_process_lines(const ChunkContext *ctx, const Input *in, Chunk *c);
-/* .bin: chunks of sizes->bin_tokens tokens (after an llm.c header, unless headerless). */
+/* Token files (.bin, .npy): chunks of sizes->bin_tokens tokens (after the file's header: llm.c's unless
+ * headerless, NumPy's). */
 WkStatus convert_cut_tokens(const Input *in, uint32_t i, WkBlob *blob, const ChunkSizes *sizes, ChunkEmit emit,
                             void *arg, const atomic_bool *stop);
 WkStatus convert_process_tokens(const ChunkContext *ctx, const Input *in, Chunk *c);
@@ -222,6 +231,8 @@ void convert_output_close(ConvertOutput *o, bool failed);
 
 /* An input's kind, by its name's suffix (CONVERT_INPUTS). */
 InputKind convert_input_kind(const char *path);
+/* Whether inputs of the kind hold token ids (.bin, .npy) rather than text. */
+static inline bool convert_input_is_tokens(InputKind kind) { return kind == INPUT_TOKENS_BIN || kind == INPUT_TOKENS_NPY; }
 /* Whether a file found in a directory (or under a prefix) is read: its name matches a pattern (or none
  * are set). */
 bool convert_input_wanted(const char *path, const char *const *patterns);

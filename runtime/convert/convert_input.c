@@ -154,7 +154,7 @@ WkStatus convert_cut_blob(const Input *in, uint32_t i, WkBlob *blob, const Chunk
                           void *arg, const atomic_bool *stop) {
   if (in->kind == INPUT_JSONL || in->kind == INPUT_JSONL_ZST)
     return convert_cut_lines(in, i, blob, sizes, emit, arg, stop);
-  if (in->kind == INPUT_TOKENS_BIN) return convert_cut_tokens(in, i, blob, sizes, emit, arg, stop);
+  if (convert_input_is_tokens(in->kind)) return convert_cut_tokens(in, i, blob, sizes, emit, arg, stop);
   return WK_FAIL(WK_ERR_INTERNAL, "input kind %d is not cut from a blob", (int)in->kind);
 }
 

@@ -19,6 +19,7 @@ enum {
   MAX_THREADS = 64,
   MAX_BAD_KEPT = 1000,
   MAX_SHARDS_IN_FLIGHT = 2,  /* one being compressed while the next is built */
+  MAX_DECLARED_VOCAB = INT32_MAX,  /* WK_CONVERT_VOCAB_SIZE: ids below 2^31 (an embedding's rows) */
 };
 
 struct WkConverter {
@@ -81,6 +82,9 @@ typedef struct {
 typedef struct {
   WkConverter *cv;
   const WkTokenizer *tokenizer;
+  WkTokenizer declared;  /* the "ids" of token files whose vocabulary and EOS were declared */
+  WkTemplate template;  /* the tokenizer's, less an EOS that ends it (each document ends with one anyway) */
+  int template_state;   /* WK_INDEX_TEMPLATE_*: NONE for token files and tokenizers without one */
   ChunkContext context;
   WkShardWriteOptions write_options;
   uint32_t threads;

@@ -146,8 +146,7 @@ WkStatus convert_process_lines(const ChunkContext *ctx, const Input *in, Chunk *
       size_t text_length;
       char reason[128];
       if (wk_json_line_field((const char *)p, n, ctx->field, &scratch, &text, &text_length, reason)) {
-        status = ctx->tokenizer->encode(ctx->tokenizer, (const uint8_t *)text, text_length, &c->tokens);
-        if (status == WK_OK) status = convert_chunk_end_document(c);
+        status = convert_chunk_add_text(ctx, c, (const uint8_t *)text, text_length);
       } else {
         status = convert_chunk_bad_line(c, line, reason);
       }

@@ -20,8 +20,7 @@ static WkStatus text_document(const ChunkContext *ctx, Chunk *c, const uint8_t *
     snprintf(reason, sizeof reason, "invalid UTF-8 at byte %zu of the document (document skipped)", valid);
     return convert_chunk_bad_line(c, line, reason);
   }
-  WK_TRY(ctx->tokenizer->encode(ctx->tokenizer, text, length, &c->tokens));
-  return convert_chunk_end_document(c);
+  return convert_chunk_add_text(ctx, c, text, length);
 }
 
 static bool is_blank(const uint8_t *p, const uint8_t *end) {

@@ -96,6 +96,11 @@ WkStatus convert_chunk_end_document(Chunk *c) {
   return WK_OK;
 }
 
+WkStatus convert_chunk_add_text(const ChunkContext *ctx, Chunk *c, const uint8_t *text, size_t length) {
+  WK_TRY(wk_tokenizer_encode_with(ctx->tokenizer, length ? ctx->template : NULL, text, length, &c->tokens));
+  return convert_chunk_end_document(c);
+}
+
 /* ---- worker side ---------------------------------------------------------------------------------- */
 
 WkStatus convert_process_records(const ChunkContext *ctx, const Input *in, Chunk *c) {
@@ -133,8 +138,7 @@ WkStatus convert_process_records(const ChunkContext *ctx, const Input *in, Chunk
         continue;
       }
     }
-    status = ctx->tokenizer->encode(ctx->tokenizer, text, text_length, &c->tokens);
-    if (status == WK_OK) status = convert_chunk_end_document(c);
+    status = convert_chunk_add_text(ctx, c, text, text_length);
   }
   free(scratch.data);
   return status;

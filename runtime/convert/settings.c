@@ -24,6 +24,8 @@ static const WkParamSpec PARAM_SPECS[WK_CONVERT_PARAM_COUNT] = {
     [WK_CONVERT_RESUME] = {0, 1, 0, "resume"},
     [WK_CONVERT_TEXT_SPLIT] = {WK_TEXT_SPLIT_FILE, WK_TEXT_SPLIT_LINE, WK_TEXT_SPLIT_FILE, "text_split"},
     [WK_CONVERT_HEADERLESS_BIN] = {0, 1, 0, "headerless_bin"},
+    [WK_CONVERT_VOCAB_SIZE] = {0, MAX_DECLARED_VOCAB, 0, "vocab_size"},
+    [WK_CONVERT_EOS] = {-1, MAX_DECLARED_VOCAB - 1, -1, "eos"},
 };
 static const WkParamTable PARAMS = {"converter", PARAM_SPECS, WK_CONVERT_PARAM_COUNT};
 

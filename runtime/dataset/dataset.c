@@ -656,6 +656,13 @@ uint32_t wk_dataset_token_bytes(const WkDataset *ds) { return ds->index.token_by
 const char *wk_dataset_tokenizer(const WkDataset *ds) { return ds->index.tokenizer; }
 uint64_t wk_dataset_tokenizer_fingerprint(const WkDataset *ds) { return ds->index.tokenizer_fingerprint; }
 
+int wk_dataset_template(const WkDataset *ds, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix) {
+  *ids = ds->index.template.ids;
+  *prefix = ds->index.template.prefix;
+  *suffix = ds->index.template.suffix;
+  return ds->index.template_state == WK_INDEX_TEMPLATE_APPLIED ? 1 : ds->index.template_state == WK_INDEX_TEMPLATE_SKIPPED ? 0 : -1;
+}
+
 WkStatus wk_dataset_shard_info(const WkDataset *ds, uint32_t shard, WkShardInfo *out) {
   if (!ds || !out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_shard_info: NULL argument");
   if (shard >= ds->index.shard_count)

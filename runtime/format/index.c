@@ -66,6 +66,36 @@ static bool parse_hex64(const WkJson *v, const char *prefix, uint64_t *out) {
   return true;
 }
 
+/* "template": {"applied": bool, "prefix": [ids], "suffix": [ids]}, every id below the vocabulary. */
+static WkStatus parse_template(const WkJson *node, const char *name, WkIndex *ix) {
+  ix->template_state = WK_INDEX_TEMPLATE_NONE;
+  if (!node) return WK_OK;
+  const WkJson *applied = wk_json_get(node, "applied");
+  if (node->type != WK_JSON_OBJECT || !applied || (applied->type != WK_JSON_TRUE && applied->type != WK_JSON_FALSE))
+    return BAD("index '%s': \"template\" must be {\"applied\": true or false, \"prefix\": [ids], \"suffix\": [ids]}",
+               name);
+  const char *const parts[2] = {"prefix", "suffix"};
+  uint32_t counts[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    const WkJson *list = wk_json_get(node, parts[k]);
+    if (!list || list->type != WK_JSON_ARRAY) return BAD("index '%s': \"template\".%s must be a list of ids", name, parts[k]);
+    for (const WkJson *v = list->child; v; v = v->next) {
+      uint64_t id;
+      if (counts[0] + counts[1] == WK_TEMPLATE_MAX)
+        return BAD("index '%s': \"template\" has more than %d ids", name, WK_TEMPLATE_MAX);
+      if (!wk_json_u64(v, &id) || id >= ix->vocab_size)
+        return BAD("index '%s': \"template\".%s[%u] is not a token id below the vocabulary (%u)", name, parts[k],
+                   counts[k], ix->vocab_size);
+      ix->template.ids[counts[0] + counts[1]] = (uint32_t)id;
+      counts[k]++;
+    }
+  }
+  ix->template.prefix = counts[0];
+  ix->template.suffix = counts[1];
+  ix->template_state = applied->type == WK_JSON_TRUE ? WK_INDEX_TEMPLATE_APPLIED : WK_INDEX_TEMPLATE_SKIPPED;
+  return WK_OK;
+}
+
 static int compare_names(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -105,6 +135,7 @@ static WkStatus parse_tree(const WkJson *root, const char *name, WkIndex *ix) {
   ix->vocab_size = (uint32_t)vocab;
   ix->eos = (uint32_t)eos;
   ix->token_bytes = (uint32_t)width;
+  WK_TRY(parse_template(wk_json_get(root, "template"), name, ix));
 
   const WkJson *shards = wk_json_get(root, "shards");
   if (!shards || shards->type != WK_JSON_ARRAY) return BAD("index '%s': missing \"shards\" array", name);
@@ -219,6 +250,15 @@ WkStatus wk_index_format(const WkIndex *ix, const char *extra, char **out, size_
   if (ix->tokenizer_fingerprint) append(&b, ",\n  \"tokenizer_fingerprint\": \"%016" PRIx64 "\"", ix->tokenizer_fingerprint);
   append(&b, ",\n  \"vocab_size\": %u,\n  \"eos\": %u,\n  \"token_bytes\": %u,\n", ix->vocab_size, ix->eos,
          ix->token_bytes);
+  if (ix->template_state != WK_INDEX_TEMPLATE_NONE) {
+    const WkTemplate *t = &ix->template;
+    append(&b, "  \"template\": {\"applied\": %s, \"prefix\": [",
+           ix->template_state == WK_INDEX_TEMPLATE_APPLIED ? "true" : "false");
+    for (uint32_t i = 0; i < t->prefix; i++) append(&b, "%s%u", i ? ", " : "", t->ids[i]);
+    append(&b, "], \"suffix\": [");
+    for (uint32_t i = 0; i < t->suffix; i++) append(&b, "%s%u", i ? ", " : "", t->ids[t->prefix + i]);
+    append(&b, "]},\n");
+  }
   append(&b, "  \"tokens\": %" PRIu64 ",\n  \"documents\": %" PRIu64 ",\n", ix->tokens, ix->documents);
   if (extra && extra[0]) append(&b, "  \"converter\": {%s},\n", extra);
   append(&b, "  \"shards\": [");

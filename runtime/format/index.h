@@ -8,6 +8,7 @@
 #define WK_FORMAT_INDEX_H
 
 #include "../core/core.h"
+#include "../tokenizer/tokenizer.h"  /* WkTemplate */
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,11 @@ typedef struct {
                                       (an index written before it was recorded, by a tokenizer file) */
   uint32_t vocab_size;
   uint32_t eos;
+  /* The tokenizer's template around each document's text (index.json "template"), and whether the
+   * converter applied it. WK_INDEX_TEMPLATE_NONE (0): none recorded, so none applied (a tokenizer
+   * without one, token files, or an index from before templates were applied). */
+  enum { WK_INDEX_TEMPLATE_NONE = 0, WK_INDEX_TEMPLATE_SKIPPED = 1, WK_INDEX_TEMPLATE_APPLIED = 2 } template_state;
+  WkTemplate template;
   uint32_t token_bytes;
   uint64_t tokens, documents;
   uint32_t shard_count;

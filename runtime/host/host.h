@@ -44,4 +44,7 @@ void host_register_files(lua_State *L);
 /* ---- signals.c: wick.host.watch_pause() and take_pause() (SIGUSR1 pauses training) ------------- */
 void host_register_signals(lua_State *L);
 
+/* ---- terminal.c: wick.host.fit_line(text), what fits a row of stdout's terminal ------------------ */
+void host_register_terminal(lua_State *L);
+
 #endif /* WK_HOST_H */

@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -47,6 +46,7 @@
 
 #include "../core/shared.h" /* wk_shared_remove_job */
 #include "../core/secret.h"
+#include "../core/terminal.h" /* wk_terminal_fit */
 #include "host.h"
 
 enum {
@@ -178,15 +178,6 @@ static void offer_live_line(bool global_rank_zero) {
     unsetenv(LIVE_VARIABLE);
 }
 
-/* Bytes of the live line that fit the terminal's width (a wrapped line could not be cleared). */
-static size_t live_visible_length(void) {
-  struct winsize size;
-  size_t width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 ? (size_t)size.ws_col - 1 : 79;
-  size_t n = live.length < width ? live.length : width;
-  while (n > 0 && n < live.length && ((unsigned char)live.text[n] & 0xc0) == 0x80) n--; /* not inside a UTF-8 character */
-  return n;
-}
-
 static void live_hide(void) {
   if (!live.drawn) return;
   fputs(CLEAR_LINE, stdout);
@@ -196,7 +187,7 @@ static void live_hide(void) {
 
 static void live_show(void) {
   if (!live.enabled || live.length == 0 || live.drawn) return;
-  fprintf(stdout, "%s%.*s", CLEAR_LINE, (int)live_visible_length(), live.text);
+  fprintf(stdout, "%s%.*s", CLEAR_LINE, (int)wk_terminal_fit(STDOUT_FILENO, live.text, live.length), live.text);
   fflush(stdout);
   live.drawn = true;
 }

@@ -1,7 +1,7 @@
 /*
  * lineedit.c — the `wick.host` module the REPL uses for input: line editing and history through
  * libedit (BSD-licensed, readline-compatible) on a terminal, plain fgets when input is piped. The
- * module also carries file_kind (files.c) and the pause signal (signals.c).
+ * module also carries file_kind (files.c), the pause signal (signals.c) and fit_line (terminal.c).
  * The REPL logic itself (incomplete chunks, printing values) lives in lua/wick/repl.lua.
  */
 #include <editline/readline.h>
@@ -195,5 +195,6 @@ int luaopen_wick_host(lua_State *L) {
   luaL_register(L, NULL, functions);
   host_register_files(L);
   host_register_signals(L);
+  host_register_terminal(L);
   return 1;
 }

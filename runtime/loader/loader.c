@@ -31,6 +31,7 @@
 #include <xxhash.h>
 
 #include "../io/remote/remote.h" /* wk_remote_options_check */
+#include "../tokenizer/tokenizer.h" /* WK_TEMPLATE_MAX: the longest template a dataset records */
 #include "loader.h"
 
 /* Shuffle defaults: a window of ~8 default-sized shards (2^26 tokens each) permuted together, and
@@ -296,6 +297,23 @@ static WkStatus make_reader(WkLoader *loader, Reader *reader) {
   return WK_OK;
 }
 
+enum { TEMPLATE_TEXT_BYTES = WK_TEMPLATE_MAX * 11 + 8 };
+
+/* What the converter put around each document of a source (its tokenizer's template, when applied), as
+ * text for comparison and messages: "128000 $A" (Llama 3's BOS), "101 $A 102", "$A" for nothing. */
+static void describe_template(const WkDataset *ds, char out[TEMPLATE_TEXT_BYTES]) {
+  const uint32_t *ids;
+  uint32_t prefix, suffix;
+  if (wk_dataset_template(ds, &ids, &prefix, &suffix) != 1) prefix = suffix = 0;
+  size_t used = 0;
+  for (uint32_t i = 0; i <= prefix + suffix; i++) {
+    const char *gap = i ? " " : "";
+    int n = i == prefix ? snprintf(out + used, TEMPLATE_TEXT_BYTES - used, "%s$A", gap)
+                        : snprintf(out + used, TEMPLATE_TEXT_BYTES - used, "%s%u", gap, ids[i < prefix ? i : i - 1]);
+    used += (size_t)n; /* at most 11 bytes an id: it fits */
+  }
+}
+
 /* The ids of every source mean the same text: one tokenizer (by fingerprint; by name where an old
  * index has none), one vocabulary, one EOS. Otherwise only when told (WK_LOADER_MIXED_TOKENIZERS). */
 static WkStatus check_tokenizers(const WkLoader *loader) {
@@ -314,6 +332,14 @@ static WkStatus check_tokenizers(const WkLoader *loader) {
                      "(mixed_tokenizers = true)", first->path, wk_dataset_tokenizer(first->ds), (unsigned long long)a,
                      wk_dataset_vocab_size(first->ds), wk_dataset_eos(first->ds), s->path, wk_dataset_tokenizer(s->ds),
                      (unsigned long long)b, wk_dataset_vocab_size(s->ds), wk_dataset_eos(s->ds));
+    char first_template[TEMPLATE_TEXT_BYTES], template[TEMPLATE_TEXT_BYTES];
+    describe_template(first->ds, first_template);
+    describe_template(s->ds, template);
+    if (strcmp(first_template, template) != 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "sources '%s' (documents: %s) and '%s' (documents: %s) have different tokens "
+                     "around their documents (the tokenizer's template applied to one only): convert them alike, "
+                     "with or without --no-special-tokens, or allow it (mixed_tokenizers = true)", first->path,
+                     first_template, s->path, template);
   }
   return WK_OK;
 }

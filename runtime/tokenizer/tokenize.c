@@ -196,7 +196,8 @@ static WkStatus process_line(Run *run, Slot *slot, Scratch *sc, const uint8_t *l
       return WK_ERR_FORMAT;
     }
     sc->ids.length = 0;
-    WK_TRY(run->tokenizer->encode(run->tokenizer, (const uint8_t *)text, text_length, &sc->ids));
+    WK_TRY(wk_tokenizer_encode_with(run->tokenizer, wk_tokenizer_template_of(run->tokenizer), (const uint8_t *)text,
+                                    text_length, &sc->ids));
     slot->text_bytes += text_length;
     slot->tokens += sc->ids.length;
     return append_ids(&slot->out, sc->ids.data, sc->ids.length);

@@ -150,6 +150,7 @@ uint64_t wk_tokenizer_fingerprint(const WkTokenizer *t) { return t->fingerprint;
 static const WkParamSpec PARAM_SPECS[WK_TOKENIZER_PARAM_COUNT] = {
     [WK_TOKENIZER_SPECIAL] = {0, 1, 0, "special"},
     [WK_TOKENIZER_EOS] = {0, WK_TOKENIZER_NONE - 1, WK_TOKENIZER_NONE, "eos"},
+    [WK_TOKENIZER_ADD_SPECIAL_TOKENS] = {0, 1, 1, "add_special_tokens"},
 };
 static const WkParamTable PARAMS = {"tokenizer", PARAM_SPECS, WK_TOKENIZER_PARAM_COUNT};
 
@@ -164,8 +165,15 @@ WkStatus wk_tokenizer_set(WkTokenizer *t, WkTokenizerParam param, int64_t value)
   WK_TRY(wk_tokenizer_param_bounds(t, param, &min, &max));
   WK_TRY(wk_param_check(&PARAMS, (int)param, value, min, max));
   if (param == WK_TOKENIZER_SPECIAL) t->honour_special = value == 1;
+  else if (param == WK_TOKENIZER_ADD_SPECIAL_TOKENS) t->bare = value == 0;
   else t->eos = (uint32_t)value;
   return WK_OK;
+}
+
+void wk_tokenizer_template(const WkTokenizer *t, const uint32_t **ids, uint32_t *prefix, uint32_t *suffix) {
+  *ids = t->single.ids;
+  *prefix = t->single.prefix;
+  *suffix = t->single.suffix;
 }
 
 uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t length) {
@@ -175,13 +183,13 @@ uint32_t wk_tokenizer_token_id(const WkTokenizer *t, const char *text, size_t le
 WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t length, uint32_t *out, size_t capacity,
                              size_t *count) {
   *count = 0;
-  if (!t->encode) return WK_FAIL(WK_ERR_UNSUPPORTED, "tokenizer '%s' cannot encode text", t->name);
   WkTokenVec v = {0};
-  WkStatus status = t->encode(t, (const uint8_t *)text, length, &v);
+  WkStatus status = wk_tokenizer_encode_with(t, wk_tokenizer_template_of(t), (const uint8_t *)text, length, &v);
   if (status == WK_OK) {
     *count = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length * sizeof *v.data);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    if (v.length > capacity)
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    else if (v.length) memcpy(out, v.data, v.length * sizeof *v.data); /* an empty vector has no data */
   }
   free(v.data);
   return status;
@@ -195,8 +203,9 @@ WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_
   WkStatus status = t->decode(t, tokens, count, &v);
   if (status == WK_OK) {
     *length = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    if (v.length > capacity)
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    else if (v.length) memcpy(out, v.data, v.length); /* an empty vector has no data */
   }
   free(v.data);
   return status;

@@ -143,10 +143,9 @@ if C.wk_cuda_device_count() == 0 then
   print('GPU training: skipped (' .. (wick.build_info().has_cuda and 'no CUDA device' or 'built without CUDA') .. ')')
 else
   local gpu_step = wick_step_time('cuda:0')
-  local params = model:parameter_count()
-  -- 6 FLOPs per parameter per token, plus attention's 12 * layers * T * dim (PaLM appendix B)
-  local flops_per_token = 6 * params + 12 * CONFIG.layers * CONFIG.seq_len * CONFIG.dim
   local gpu_rate = tokens_per_step / gpu_step
   report.row('GPU training, fp32 (cuda:0)', gpu_rate, 'tok/s', 'Wick CPU, same model', wick_rate, true)
-  print(('  MFU %.2f%% of %g TFLOPS (WICK_PEAK_TFLOPS)'):format(100 * gpu_rate * flops_per_token / (PEAK_TFLOPS * 1e12), PEAK_TFLOPS))
+  -- the log's MFU (wick.nn.cost): 6 FLOPs per parameter per token, plus causal attention's
+  local mfu = require('wick.nn.cost').mfu(CONFIG, CONFIG.seq_len, gpu_rate, PEAK_TFLOPS * 1e12, model:parameter_count())
+  print(('  MFU %.2f%% of %g TFLOPS (WICK_PEAK_TFLOPS)'):format(100 * mfu, PEAK_TFLOPS))
 end

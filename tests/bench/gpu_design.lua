@@ -18,8 +18,8 @@ end
 
 print(('GPT-2 124M: %d layers, dim %d, %d heads, vocab %d, T %d, micro batch %d (%d tokens), %.2fM parameters'):format(
   m.layers, m.dim, m.heads, m.vocab, m.seq_len, B, tokens, cost.parameter_count(m) / 1e6))
-local flops = cost.flops_per_token(m) * tokens
-design('FLOPs per step (fwd + bwd)', flops, 'FLOP', '6 x parameters + 12 L C T per token (PaLM appendix B)')
+local flops = cost.flops_per_token(m, m.seq_len) * tokens
+design('FLOPs per step (fwd + bwd)', flops, 'FLOP', '6 x parameters + 6 L C (T + 1) per token (causal attention)')
 local kernels, total = cost.bytes_per_step(m, B)
 for _, k in ipairs(kernels) do
   design('bytes moved per step: ' .. k.name, k.bytes / 1e9, 'GB', ('%.1f%% of the step'):format(100 * k.bytes / total))
@@ -34,5 +34,5 @@ design('bytes saved per step: fused residual', (forward + backward) / 1e9, 'GB',
   ('f32: %.2f forward (ln_2 reads x1 once less), %.2f backward (gradient in place)'):format(forward / 1e9, backward / 1e9))
 design('step floor at peak FLOP/s', flops / peak * 1e3, 'ms', ('%g TFLOP/s (the recipe\'s log.peak_flops)'):format(peak / 1e12))
 design('step floor at HBM bandwidth', total / H100_HBM_BYTES_PER_S * 1e3, 'ms', 'H100 SXM, 3.35 TB/s')
-design("MFU at llm.c's H100 rate", 100 * cost.mfu(m, LLMC_H100_TOKENS_PER_S, peak), '%',
+design("MFU at llm.c's H100 rate", 100 * cost.mfu(m, m.seq_len, LLMC_H100_TOKENS_PER_S, peak), '%',
   ('%.0fK tokens/s (llm.c, published)'):format(LLMC_H100_TOKENS_PER_S / 1e3))

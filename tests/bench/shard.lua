@@ -51,6 +51,7 @@ local function run(level, precision)
   local out, ok = report.capture(job(level, '', '--log=' .. log .. ' --precision=' .. (precision or 'fp32')))
   if not ok then error('shard bench: the ' .. level .. ' run failed:\n' .. out) end
   local value, unit = out:match('peak tensor memory per rank: most ([%d.]+) (%a+)')
+  if not value then value, unit = out:match('peak tensor memory per rank: ([%d.]+) (%a+) on each of') end
   if not value then error('shard bench: no peak memory line in the ' .. level .. ' run:\n' .. out) end
   local seconds = {}
   for line in io.lines(log) do

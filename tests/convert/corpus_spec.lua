@@ -274,18 +274,6 @@ describe('tokenizer identity', function()
     return dir .. '/' .. name .. '.ds'
   end
 
-  local function loader_of(paths, extra)
-    local data = require 'wick.data'
-    local sources = {}
-    for i, p in ipairs(paths) do sources[i] = { p } end
-    local opts = { data = data.mix(sources), seq_len = 8, global_batch = 2, shuffle = false }
-    for k, v in pairs(extra or {}) do opts[k] = v end
-    local loader = data.loader(opts)
-    local ok, err = pcall(loader.start, loader)
-    loader:close()
-    return ok, err
-  end
-
   it('is recorded in the index, and an index written before it is read as its built-in', function()
     local text = make('a.txt', '', corpus.text(1, 400))
     local ds = assert(dataset.open(text))
@@ -298,7 +286,7 @@ describe('tokenizer identity', function()
     ds = assert(dataset.open(text))
     assert.are.equal('0000006279746573', ds.tokenizer_fingerprint)
     ds:close()
-    assert.is_true((loader_of { text, make('b.txt', '', corpus.text(2, 400)) }))
+    assert.is_true((corpus.start_loader { text, make('b.txt', '', corpus.text(2, 400)) }))
   end)
 
   it('keeps the loader from mixing sources of different tokenizers unless told', function()
@@ -306,11 +294,11 @@ describe('tokenizer identity', function()
     local tokens = {}
     for i = 1, 300 do tokens[i] = i % 50000 end
     local bin = make('t.bin', '--tokenizer gpt2 --headerless-bin', corpus.nanogpt_bin(tokens))
-    local ok, err = loader_of { text, bin }
+    local ok, err = corpus.start_loader { text, bin }
     assert.is_false(ok)
     assert.matches('made by different tokenizers', tostring(err), 1, true)
     assert.matches('(tokenizer bytes, fingerprint 0000006279746573, vocabulary 257, EOS 256)', tostring(err), 1, true)
     assert.matches('mixed_tokenizers = true', tostring(err), 1, true)
-    assert.is_true((loader_of({ text, bin }, { mixed_tokenizers = true })))
+    assert.is_true((corpus.start_loader({ text, bin }, { mixed_tokenizers = true })))
   end)
 end)

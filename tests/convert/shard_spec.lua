@@ -553,9 +553,31 @@ describe('wick.data.convert (the converter)', function()
       helper.write_file(root .. '/a.txt', corpus.text(1, 1000))
       local r = corpus.convert(q(root .. '/a.txt') .. ' -o ' .. q(root .. '/o') .. ' --progress')
       assert.are.equal(0, r.rc, r.err)
-      assert.matches('\r[', r.err, 1, true)
+      assert.matches('\r\27[K[', r.err, 1, true)
       assert.matches('100.0%', r.err, 1, true)
       assert.matches('1 shards', r.err, 1, true)
+    end)
+
+    it('redraws the bar with the time left, cut to the terminal (COLUMNS=40 here); the last says the time taken', function()
+      -- a million words, so that the builder waits for its first chunk and draws before it
+      helper.write_file(root .. '/big.txt', corpus.text(3, 1000000))
+      local function bars(columns)
+        helper.rmtree(root .. '/o')
+        local r = helper.sh(('COLUMNS=%d %s -m wick.data.convert %s -o %s --progress'):format(columns, q(helper.RUN),
+          q(root .. '/big.txt'), q(root .. '/o')))
+        assert.are.equal(0, r.rc, r.err)
+        local list = {}
+        for bar in r.err:gmatch('\r\27%[K([^\r\n]*)') do list[#list + 1] = bar end
+        assert.is_true(#list >= 2, r.err)
+        assert.matches('^%[=+%] 100%.0%% +[%d.]+ MB/s  1 docs  1 shards  0 bad  in %d+:%d%d:%d%d$', list[#list])
+        return list
+      end
+      local wide = bars(200)
+      for i = 1, #wide - 1 do
+        assert.matches('^%[[=> ]+%] +[%d.]+%% +[%d.]+ MB/s  %d+ docs  %d+ shards  0 bad  eta [%d:?]+$', wide[i])
+      end
+      local narrow = bars(40)
+      for i = 1, #narrow - 1 do assert.are.equal(39, #narrow[i], narrow[i]) end
     end)
 
     it('draws no progress bar when stderr is not a terminal', function()

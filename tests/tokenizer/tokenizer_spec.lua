@@ -105,6 +105,25 @@ describe('wick.data.tokenize', function()
     end
   end
 
+  -- Post-processors: the ids around each text, with Hugging Face's add_special_tokens and without.
+  for _, name in ipairs { 'llama3-bos', 'bert', 'roberta', 'bert-template' } do
+    for _, add in ipairs { true, false } do
+      it(('gives the ids of %s/tokenizer.json (post_processor) with add_special_tokens=%s'):format(name, add), function()
+        if not need_oracles() then return end
+        local file = root .. '/' .. name .. '/tokenizer.json'
+        local ours, theirs = root .. '/post-' .. name .. '.wick', root .. '/post-' .. name .. '.oracle'
+        local r = tokenize(('--tokenizer %s%s --output %s %s'):format(q(file), add and '' or ' --no-special-tokens',
+          q(ours), q(root .. '/texts.jsonl')))
+        assert.are.equal(0, r.rc, r.err)
+        local o = oracle(('encode hf %s %s %s%s'):format(q(file), q(root .. '/texts.jsonl'), q(theirs),
+          add and ' --add-special-tokens' or ''))
+        assert.are.equal(0, o.rc, o.err)
+        local difference = first_difference(ours, theirs)
+        assert.is_nil(difference, difference)
+      end)
+    end
+  end
+
   it('writes the same bytes on 1 thread and on 3, in input order', function()
     if not need_oracles() then return end
     local file = q(root .. '/llama3/tokenizer.json')
@@ -193,6 +212,26 @@ describe('wick.tokenizer', function()
     gpt2_special:close()
   end)
 
+  it("puts the post_processor's ids around a text unless add_special_tokens = false, as Hugging Face", function()
+    if not need_oracles() then return end
+    local llama = assert(tokenizer.open(root .. '/llama3-bos/tokenizer.json'))
+    local bare = assert(tokenizer.open(root .. '/llama3-bos/tokenizer.json', { add_special_tokens = false }))
+    local bos = llama:token_id('<|begin_of_text|>')
+    assert.are.same({ prefix = { bos }, suffix = {} }, llama.template)
+    assert.are.same(llama.template, bare.template) -- what it would add, either way
+    local ids = llama:ids('hello world')
+    assert.are.equal(bos, ids[1])
+    assert.are.same(bare:ids('hello world'), { unpack(ids, 2) })
+    assert.are.same({ bos }, llama:ids('')) -- Hugging Face: encode("") is [BOS]
+    assert.are.same({}, bare:ids(''))
+    local bert = assert(tokenizer.open(root .. '/bert/tokenizer.json'))
+    local cls, sep = bert:token_id('[CLS]'), bert:token_id('[SEP]')
+    assert.are.same({ prefix = { cls }, suffix = { sep } }, bert.template)
+    assert.are.same({ cls, sep }, bert:ids(''))
+    assert.is_nil(assert(tokenizer.open(root .. '/gpt2/tokenizer.json')).template)
+    for _, tok in ipairs { llama, bare, bert } do tok:close() end
+  end)
+
   it('merges a long piece in time that grows like n log n, not n^2', function()
     if not need_oracles() then return end
     local tok = assert(tokenizer.open(root .. '/gpt2/tokenizer.json'))
@@ -269,6 +308,42 @@ describe('tokenizer files', function()
       local err, path = open_edited(case[1])
       assert.are.equal(path .. ': ', err:sub(1, #path + 2))
       assert.is_nil(err:find(': : ', 1, true), err)
+      assert.matches(case[2], err, 1, true)
+      assert.is_nil(err:find('\n'), err)
+    end
+  end)
+
+  it('refuse a post_processor they cannot apply, naming the file and the component', function()
+    if not need_oracles() then return end
+    local function with(post) return function(text) return (text:gsub('"post_processor": null', '"post_processor": ' .. post, 1)) end end
+    local special = '"special_tokens": {"<s>": {"id": "<s>", "ids": [5], "tokens": ["<s>"]}}'
+    local piece = function(kind, id) return ('{"%s": {"id": "%s", "type_id": 0}}'):format(kind, id) end
+    local function template(single, specials)
+      return ('{"type": "TemplateProcessing", "single": [%s], "pair": null, %s}'):format(single, specials or special)
+    end
+    local cases = {
+      { '{"type": "Lowercase"}', 'post_processor Lowercase is not supported (supported: TemplateProcessing, ' ..
+        'BertProcessing, RobertaProcessing, ByteLevel, a Sequence of them)' },
+      { '{"type": "Sequence", "processors": [{"type": "ByteLevel"}, {"type": "Sequence", "processors": []}]}',
+        'post_processor Sequence (in a Sequence) is not supported' },
+      { template(piece('SpecialToken', '<t>') .. ', ' .. piece('Sequence', 'A')),
+        'post_processor TemplateProcessing uses "<t>", which special_tokens lacks' },
+      { template(piece('SpecialToken', '<s>') .. ', ' .. piece('Sequence', 'B')),
+        'single template with 0 $A and 1 $B is not supported (exactly one $A)' },
+      { template(piece('Sequence', 'A') .. ', ' .. piece('Sequence', 'A')),
+        'single template with 2 $A and 0 $B is not supported' },
+      { template(piece('SpecialToken', '<s>') .. ', ' .. piece('Sequence', 'A'),
+          '"special_tokens": {"<s>": {"id": "<s>", "ids": [99999999], "tokens": ["<s>"]}}'),
+        'post_processor special_tokens[].ids[] = 99999999 is outside the vocabulary' },
+      { template('{"Sequence": {"id": "C", "type_id": 0}}'), 'sequence "C" is neither A nor B' },
+      { '{"type": "BertProcessing", "sep": ["[SEP]", -1], "cls": ["[CLS]", 1]}',
+        'post_processor BertProcessing.sep is not a token id' },
+      { '{"type": "RobertaProcessing", "sep": "</s>", "cls": ["<s>", 1]}',
+        'post_processor RobertaProcessing.sep is not ["token", id]' },
+    }
+    for _, case in ipairs(cases) do
+      local err, path = open_edited(with(case[1]))
+      assert.are.equal(path .. ': ', err:sub(1, #path + 2))
       assert.matches(case[2], err, 1, true)
       assert.is_nil(err:find('\n'), err)
     end

@@ -64,8 +64,16 @@ local SPEC = cli.spec {
     cli.from(TOKENIZER.OPTIONS, 'pattern', { value = 'ENCODING',
       help = "a rank file's encoding when its name does not say (r50k, p50k, cl100k, o200k)" }),
     { 'special', 'flag', help = 'special tokens written in the text become their ids (default: plain text)' },
+    { 'no_special_tokens', 'flag',
+      help = "do not put the tokenizer.json post_processor's tokens around each document (e.g. Llama 3's " ..
+             "<|begin_of_text|> before it); default: they are, as Hugging Face's add_special_tokens" },
     { 'eos', 'string', value = 'TOKEN',
-      help = "the token ending each document, by text or id (default: the tokenizer's own EOS)" },
+      help = "the token ending each document, by text or id (default: the tokenizer's own EOS); for token files " ..
+             "(.bin, .npy), the id separating their documents, with --vocab-size" },
+    { 'vocab_size', 'integer', value = 'N', min = 1, max = select(2, core.bounds(C.wk_converter_param_bounds,
+                                                                                   C.WK_CONVERT_VOCAB_SIZE)),
+      help = 'token files (.bin, .npy) hold ids below N (each is checked), documents separated by --eos ID ' ..
+             "(default for .bin: GPT-2's 50257 and 50256)" },
     { 'field', 'string', value = 'NAME', default = 'text',
       help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
     { 'json_field', 'string', value = 'NAME', default = 'text',
@@ -105,8 +113,27 @@ end
 local M = { SPEC = SPEC, OPTIONS = SPEC.options, help = function() return cli.help(SPEC) end, parse = parse,
             input_formats = input_formats }
 
--- Runs the converter; returns the stats table and the list of reported bad lines. `opts` holds
--- the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses
+-- What the written dataset's ids are (stats.tokenizer, .vocab_size, .eos) and, when the converter put the
+-- tokenizer's template around each document, what each is as text, its EOS last:
+-- '<|begin_of_text|> $A <|end_of_text|>' (.template).
+local function describe_dataset(stats, dir, tok)
+  local ds = require('wick.data.dataset').open(dir)
+  if not ds then return end
+  stats.tokenizer, stats.vocab_size, stats.eos = ds.tokenizer, ds.vocab_size, ds.eos
+  local t = ds.template
+  if tok and t and t.applied then
+    local parts = {}
+    for _, id in ipairs(t.prefix) do parts[#parts + 1] = tok:decode { id } end
+    parts[#parts + 1] = '$A'
+    for _, id in ipairs(t.suffix) do parts[#parts + 1] = tok:decode { id } end
+    parts[#parts + 1] = tok:decode { ds.eos }
+    stats.template = table.concat(parts, ' ')
+  end
+  ds:close()
+end
+
+-- Runs the converter; returns the stats table (with describe_dataset's fields) and the list of reported
+-- bad lines. `opts` holds the options by Lua name (shard_size = 2^20, ...), checked by SPEC. What the converter refuses
 -- of the options is a usage error; a failure on the inputs, a data error (wick.cli user errors).
 function M.convert(inputs, opts)
   opts = cli.check(SPEC, opts or {}, 2)
@@ -120,14 +147,28 @@ function M.convert(inputs, opts)
   -- to the converter for the run.
   local tok
   local file = opts.tokenizer and opts.tokenizer ~= 'gpt2'
+  local declared_eos -- token files' EOS id, declared with their vocabulary size
+  if opts.vocab_size then
+    if file or opts.tokenizer then cli.fail('wick.data.convert: --vocab-size declares the ids of token files; ' ..
+                                            'give it without --tokenizer', cli.EXIT_USAGE) end
+    declared_eos = opts.eos and tonumber(opts.eos:match('^%d+$'))
+    if not declared_eos then
+      cli.fail('wick.data.convert: --vocab-size needs --eos ID, the id separating documents', cli.EXIT_USAGE)
+    end
+  elseif opts.eos and not file then
+    cli.fail('wick.data.convert: --eos needs a tokenizer file (--tokenizer FILE) or, for token files, --vocab-size',
+             cli.EXIT_USAGE)
+  end
   if file then
     local eos = opts.eos and (opts.eos:match('^%d+$') and tonumber(opts.eos) or opts.eos)
     local ok, opened, err = pcall(TOKENIZER.open, opts.tokenizer, { pattern = opts.pattern, special = opts.special,
-                                                                   eos = eos })
+                                                                   eos = eos,
+                                                                   add_special_tokens = not opts.no_special_tokens })
     if not ok or not opened then cli.fail('wick.data.convert: ' .. tostring(ok and err or opened), cli.EXIT_USAGE) end
     tok = opened
-  elseif opts.pattern or opts.special or opts.eos then
-    cli.fail('wick.data.convert: --pattern, --special and --eos need a tokenizer file (--tokenizer FILE)', cli.EXIT_USAGE)
+  elseif opts.pattern or opts.special or opts.no_special_tokens then
+    cli.fail('wick.data.convert: --pattern, --special and --no-special-tokens need a tokenizer file (--tokenizer FILE)',
+             cli.EXIT_USAGE)
   end
   local cv = C.wk_converter_new(opts.output, not file and opts.tokenizer or nil)
   if cv == nil then refused_option(C.wk_last_status()) end
@@ -148,6 +189,8 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_PROGRESS, opts.progress and 1 or 0)
   set(C.WK_CONVERT_RESUME, opts.resume and 1 or 0)
   set(C.WK_CONVERT_HEADERLESS_BIN, opts.headerless_bin and 1 or 0)
+  set(C.WK_CONVERT_VOCAB_SIZE, opts.vocab_size or 0)
+  set(C.WK_CONVERT_EOS, declared_eos or -1)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
@@ -172,6 +215,7 @@ function M.convert(inputs, opts)
     i = i + 1
   end
   local message = status ~= 0 and core.last_error()
+  if not message then describe_dataset(stats, opts.output, tok) end
   C.wk_converter_free(ffi.gc(cv, nil))
   if tok then tok:close() end
   if message then cli.fail('wick.data.convert: ' .. message, cli.EXIT_DATA) end
@@ -190,6 +234,10 @@ function M.main(args)
     opts.progress = ok and host.isatty(2) and not opts.quiet
   end
   local stats, bad = M.convert(inputs, opts)
+  if not opts.quiet and stats.tokenizer == 'gpt2' and not opts.tokenizer then
+    io.stderr:write(("wick.data.convert: took the token files' ids as GPT-2's (vocabulary %d, EOS %d); " ..
+      '--vocab-size N --eos ID declare others\n'):format(stats.vocab_size, stats.eos))
+  end
   if #bad > 0 then
     for k = 1, math.min(#bad, SHOWN_BAD) do io.stderr:write('wick.data.convert: skipped ', bad[k], '\n') end
     if stats.bad > SHOWN_BAD then
@@ -205,6 +253,10 @@ function M.main(args)
       human_bytes(stats.output_bytes), stats.reused > 0 and string.format(', %d reused', stats.reused) or '',
       stats.seconds, human_bytes(stats.input_bytes / seconds), stats.tokens / seconds / 1e6, stats.bad, stats.empty,
       stats.nulls > 0 and string.format(', %d null', stats.nulls) or ''))
+    if stats.template then
+      io.stdout:write(("%s: each document is %s (the tokenizer's post_processor around the text, then EOS; " ..
+        "--no-special-tokens leaves the post_processor's out)\n"):format(opts.output, stats.template))
+    end
   end
   return 0
 end

@@ -2,6 +2,9 @@
 --   local ds = require('wick.data.dataset').open('data/shakespeare')   -- or https://..., s3://bucket/prefix
 --   require('wick.data.dataset').open('https://host/ds', { cache_dir = '/scratch/cache' })
 --   ds.shards, ds.tokens, ds.vocab_size, ds.eos, ds.tokenizer, ds.tokenizer_fingerprint
+--   ds.template: the ids the converter put around each document's text (the tokenizer's post_processor),
+--     { applied = true, prefix = { 128000 }, suffix = {} }; applied = false: it was told not to; nil: none
+--   ds.bos: the id every document starts with (template.prefix[1] when applied), or nil
 --   ds:shard(0) -> { name=, tokens=, documents=, bytes= }
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
@@ -36,6 +39,16 @@ local function remote_options(opts)
   return data.remote_options(checked), checked.cache_dir -- a Lua string: alive for the open call below
 end
 
+local ids_box, prefix_box, suffix_box = ffi.new('const uint32_t *[1]'), ffi.new('uint32_t[1]'), ffi.new('uint32_t[1]')
+
+-- The index's template: { applied =, prefix = {...}, suffix = {...} }, or nil when it records none.
+local function template_of(handle)
+  local state = C.wk_dataset_template(handle, ids_box, prefix_box, suffix_box)
+  if state < 0 then return nil end
+  return require('wick.data.tokenizer').template_table(ids_box[0], tonumber(prefix_box[0]), tonumber(suffix_box[0]),
+                                                        { applied = state == 1 })
+end
+
 -- Opens a dataset directory (or its index.json): a path, file://, http(s):// or s3://bucket/prefix.
 -- opts (remote datasets): wick.data.REMOTE_OPTIONS. Returns the handle, or nil, message on failure.
 function M.open(path, opts)
@@ -46,6 +59,7 @@ function M.open(path, opts)
   if handle == nil then return nil, core.last_error(), cache_dir end -- cache_dir: the string C read, kept alive
   handle = own_handle(handle)
   local fingerprint = C.wk_dataset_tokenizer_fingerprint(handle)
+  local template = template_of(handle)
   return setmetatable({
     handle = handle,
     path = path,
@@ -59,6 +73,8 @@ function M.open(path, opts)
     tokenizer = ffi.string(C.wk_dataset_tokenizer(handle)),
     -- 16 hex digits, as wick.tokenizer's tok.fingerprint; nil when the index does not say
     tokenizer_fingerprint = fingerprint ~= 0 and ('%016x'):format(fingerprint) or nil,
+    template = template,
+    bos = template and template.applied and template.prefix[1] or nil,
   }, Dataset)
 end
 

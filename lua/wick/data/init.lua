@@ -116,7 +116,8 @@ local LOADER = schema.define('loader option', with_remote {
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
   { 'document_ids', 'boolean', help = 'also fill doc_ids and positions' },
   { 'mixed_tokenizers', 'boolean',
-    help = 'allow sources made by different tokenizers (fingerprint, vocabulary or EOS) in one mix' },
+    help = 'allow sources made by different tokenizers (fingerprint, vocabulary or EOS), or with different ' ..
+           "tokens around their documents (a tokenizer's template applied to one only), in one mix" },
   { 'dtype', 'enum', values = { 'i32', 'i64' }, help = 'token type of the rows (default i32)' },
   { 'device', 'string', help = "where batches live: 'cpu' or 'cuda:N' (default cpu)" },
   { 'cursor', 'string', help = 'resume from this loader:state()' },

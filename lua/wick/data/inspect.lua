@@ -5,6 +5,8 @@
 -- retries by cause, download rate, time waited on the network).
 -- With --quality (a dataset directory only): how well the order mixes over one epoch (wick.data.quality),
 -- next to Wick 0.1's shard-window order of the same data.
+-- With --info (a dataset only): one line of what its tokens are: tokenizer, vocabulary, EOS, and the
+-- template the converter put around each document (BOS), instead of samples.
 -- --data is a path: a dataset (directory or index.json), or a regular .lua file returning a data.mix{}.
 -- A mix written on the command line needs --mix, e.g. --mix "data.mix{ {'a', weight = 3}, {'b'} }": a
 -- path is never evaluated as Lua, whatever its spelling.
@@ -45,6 +47,8 @@ local spec = {
     { 'save_cursor', 'path', value = 'FILE', help = 'write the cursor after the printed steps to this file' },
     { 'fingerprint', 'flag', help = 'also print one line per step with its order fingerprint' },
     { 'quality', 'flag', help = "print the order's mixing figures over one epoch, next to Wick 0.1's order" },
+    { 'info', 'flag', help = "print the dataset's tokenizer, vocabulary, EOS and what each document starts and " ..
+      'ends with (the BOS the converter applied), instead of samples' },
     { 'reference_window', 'integer', min = 1, max = 2 ^ 31, default = 8,
       help = "Wick 0.1's shuffle window (shards) for --quality" },
     { 'stats', 'flag', help = "after the samples, the loader's counters: decode, and a remote source's fetches" },
@@ -121,6 +125,18 @@ local function print_quality(opts)
   ds:close()
 end
 
+-- "tokenizer=llama3/tokenizer.json vocab=128256 eos=128001 bos=128000 template=applied prefix=128000 suffix=-"
+local function print_info(opts)
+  local ds, err = require('wick.data.dataset').open(opts.data)
+  if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
+  local t = ds.template
+  local function ids(list) return #list > 0 and table.concat(list, ',') or '-' end
+  print(('%s: tokenizer=%s vocab=%d eos=%d bos=%s template=%s%s'):format(opts.data, ds.tokenizer, ds.vocab_size,
+    ds.eos, ds.bos or '-', not t and 'none' or t.applied and 'applied' or 'not-applied',
+    t and (' prefix=%s suffix=%s'):format(ids(t.prefix), ids(t.suffix)) or ''))
+  ds:close()
+end
+
 -- Counters as one line each: "stats: name=value ..." and "stats remote: name=value ...".
 local function print_stats(loader)
   local s = loader:stats()
@@ -137,9 +153,9 @@ end
 local function main(args)
   local opts = cli.parse(spec, args)
   local source = resolve_data(opts)
-  if opts.quality then
-    if type(source) ~= 'string' then cli.usage_error(spec, '--quality measures one dataset: give --data DIR') end
-    print_quality(opts)
+  if opts.quality or opts.info then
+    if type(source) ~= 'string' then cli.usage_error(spec, '--quality and --info read one dataset: give --data DIR') end
+    if opts.info then print_info(opts) else print_quality(opts) end
     return 0
   end
   local options = {

@@ -24,6 +24,9 @@ local SPEC = cli.spec {
     { 'field', 'string', value = 'NAME', default = 'text', help = 'the JSON string member holding the text' },
     { 'output', 'path', default = '-', help = "where to write ('-': standard output)" },
     { 'special', 'flag', help = 'special tokens written in the text become their ids' },
+    { 'no_special_tokens', 'flag',
+      help = "without the tokenizer.json post_processor's tokens around each text (e.g. Llama 3's " ..
+             "<|begin_of_text|>): Hugging Face's add_special_tokens=False" },
     { 'threads', 'integer', min = MIN_THREADS, max = MAX_THREADS, default = 0, help = 'worker threads (0: all CPUs)' },
     { 'stats', 'flag', help = 'print lines, tokens and MB/s (per core too) on stderr' },
   },
@@ -35,7 +38,8 @@ local M = { SPEC = SPEC }
 -- the stats table, or raises the message of what failed.
 function M.tokenize(input, opts)
   opts = cli.check(SPEC, opts, 2)
-  local tok, err = TOKENIZER.open(opts.tokenizer, { pattern = opts.pattern, special = opts.special })
+  local tok, err = TOKENIZER.open(opts.tokenizer, { pattern = opts.pattern, special = opts.special,
+                                                   add_special_tokens = not opts.no_special_tokens })
   if not tok then error(err, 0) end
   local stats = ffi.new('WkTokenizeStats')
   io.stdout:flush()

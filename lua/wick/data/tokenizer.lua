@@ -3,7 +3,11 @@
 --   local tok = assert(wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' }))
 --   local tok = wick.tokenizer.open('cl100k_base.tiktoken')            -- the encoding from the name
 --   local tok = wick.tokenizer.open('ranks.tiktoken', { pattern = 'o200k' })
+--   wick.tokenizer.open('llama3/tokenizer.json', { add_special_tokens = false })  -- no <|begin_of_text|>
 --   tok.name, tok.vocab_size, tok.eos (nil when none), tok.fingerprint (16 hex digits)
+--   tok.template: what the tokenizer.json's post_processor puts around a text, { prefix = { 128000 },
+--     suffix = {} } (nil when it has none); tok:encode adds it unless add_special_tokens = false, as
+--     Hugging Face's encode(text, add_special_tokens=...)
 --   local ids, n = tok:encode(text)    -- uint32_t[n] cdata (a reused buffer: copy what you keep)
 --   tok:ids(text)                      -- the same as a Lua table, for the REPL and tests
 --   tok:decode(ids, n) / tok:decode { 1, 2, 3 }  -> string (bytes; UTF-8 when the ids are whole)
@@ -25,6 +29,9 @@ local OPTIONS = schema.define('tokenizer option', {
     help = 'special tokens written in text become their ids (default: plain text, as encode_ordinary)' },
   { 'pattern', 'enum', values = PATTERNS, help = "a tiktoken rank file's encoding, when its name does not say" },
   { 'eos', types = { 'string', 'integer' }, min = EOS_MIN, max = EOS_MAX, help = 'the EOS token, by text or id' },
+  { 'add_special_tokens', 'boolean', default = true,
+    help = "encoding puts the post_processor's tokens around the text (e.g. Llama 3's <|begin_of_text|>), as " ..
+           "Hugging Face's encode does by default" },
 })
 
 local Tokenizer = {}
@@ -32,6 +39,25 @@ Tokenizer.__index = Tokenizer
 local own_handle, close_handle = core.handle(C.wk_tokenizer_free)
 
 local M = { OPTIONS = OPTIONS }
+
+local ids_box, prefix_box, suffix_box = ffi.new('const uint32_t *[1]'), ffi.new('uint32_t[1]'), ffi.new('uint32_t[1]')
+
+-- A template's ids (C's: ids[0 .. prefix) then suffix more) as { prefix = {...}, suffix = {...} }, into t.
+function M.template_table(ids, prefix, suffix, t)
+  t = t or {}
+  t.prefix, t.suffix = {}, {}
+  for i = 1, prefix do t.prefix[i] = tonumber(ids[i - 1]) end
+  for i = 1, suffix do t.suffix[i] = tonumber(ids[prefix + i - 1]) end
+  return t
+end
+
+-- The post_processor's ids around a text as { prefix = {...}, suffix = {...} }, nil when none.
+local function template_of(handle)
+  C.wk_tokenizer_template(handle, ids_box, prefix_box, suffix_box)
+  local prefix, suffix = tonumber(prefix_box[0]), tonumber(suffix_box[0])
+  if prefix + suffix == 0 then return nil end
+  return M.template_table(ids_box[0], prefix, suffix)
+end
 
 -- Opens a built-in name or a file. Returns the tokenizer, or nil and a message naming the file and
 -- what is wrong with it; bad options raise.
@@ -43,6 +69,7 @@ function M.open(source, options)
   handle = own_handle(handle)
   local self = setmetatable({ handle = handle, capacity = 0 }, Tokenizer)
   if opts.special then core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_SPECIAL, 1), 2) end
+  if not opts.add_special_tokens then core.check(C.wk_tokenizer_set(handle, C.WK_TOKENIZER_ADD_SPECIAL_TOKENS, 0), 2) end
   if opts.eos ~= nil then
     local id = opts.eos
     if type(id) == 'string' then
@@ -56,6 +83,7 @@ function M.open(source, options)
   local eos = tonumber(C.wk_tokenizer_eos(handle))
   self.eos = eos ~= NONE and eos or nil
   self.fingerprint = ('%016x'):format(C.wk_tokenizer_fingerprint(handle))
+  self.template = template_of(handle)
   return self
 end
 

@@ -22,17 +22,27 @@ function cost.parameter_count(m)
   return m.vocab * C + m.seq_len * C + m.layers * cost.block_parameter_count(m) + 2 * C
 end
 
--- FLOPs per trained token, forward + backward: 6 per parameter (2 forward, 4 backward) plus
--- attention's scores and weighted sum, 12 L C T (PaLM's appendix B; llm.c counts the same way).
--- `parameters` (default: a GPT-2's of this shape) lets another decoder (wick.nn.llama) count its own.
-function cost.flops_per_token(m, parameters)
-  return 6 * (parameters or cost.parameter_count(m)) + 12 * m.layers * m.dim * m.seq_len
+-- Attention's FLOPs per trained token, forward + backward, on causal rows of T tokens: query t scores
+-- and weighs the t keys up to it, 2 C FLOPs a key for QK^T and as many for PV forward, twice that
+-- backward, so a row's mean is 12 L C (T + 1) / 2 (PaLM's appendix B counts the full T x T square,
+-- 12 L C T, which the kernels compute but half of which the mask throws away). T is the sequence
+-- length trained (data.seq_len), not the positions the model has room for.
+function cost.attention_flops_per_token(m, T)
+  return 6 * m.layers * m.dim * (T + 1)
+end
+
+-- FLOPs per trained token on rows of T tokens, forward + backward: 6 per parameter (2 forward, 4
+-- backward) plus attention's. `parameters` (default: a GPT-2's of this shape) lets another decoder
+-- (wick.nn.llama) count its own.
+function cost.flops_per_token(m, T, parameters)
+  assert(type(T) == 'number' and T >= 1, 'cost.flops_per_token: T, the trained sequence length, is needed')
+  return 6 * (parameters or cost.parameter_count(m)) + cost.attention_flops_per_token(m, T)
 end
 
 -- Model FLOPs utilization: the share of `peak_flops` (FLOP/s, all devices together) that
--- tokens_per_s trained tokens a second use.
-function cost.mfu(m, tokens_per_s, peak_flops, parameters)
-  return cost.flops_per_token(m, parameters) * tokens_per_s / peak_flops
+-- tokens_per_s trained tokens a second, in rows of T, use.
+function cost.mfu(m, T, tokens_per_s, peak_flops, parameters)
+  return cost.flops_per_token(m, T, parameters) * tokens_per_s / peak_flops
 end
 
 -- The bytes of one [N, 4C] activation of the MLP (its pre-activation, or the GELU of it).

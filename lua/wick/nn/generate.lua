@@ -1,4 +1,6 @@
--- wick.nn.generate: text generation for wick.nn.llama models, with a key/value cache.
+-- wick.nn.generate: text generation for every model Wick trains (wick.nn.gpt's GPT-2 and the
+-- wick.nn.llama models built on it), with a key/value cache: the one loop over the models' new_cache
+-- and step.
 --   local ids = model:generate(prompt, { max_new_tokens = 32, temperature = 0.8, top_k = 50, top_p = 0.95,
 --                                        seed = 1 })
 -- prompt: int32 [B, T0] token ids (rows of the same length); returns a new int32 [B, T0 + max_new_tokens]
@@ -15,7 +17,7 @@ local ffi = require 'ffi'
 local bit = require 'bit'
 local core = require 'wick.core'
 local T = require 'wick.tensor'
-local llama = require 'wick.nn.llama'
+local gpt = require 'wick.nn.gpt'
 local schema = require 'wick.schema'
 
 local OPTIONS = schema.define('generate option', {
@@ -39,7 +41,7 @@ local OPTIONS = schema.define('generate option', {
 local C, check = core.C, core.check
 local picked = ffi.new('int32_t[1]') -- the sampler's answer (runtime/ops/cpu/sample.c)
 
-llama.GENERATE_OPTIONS = OPTIONS  -- the command line (wick.generate) declares its flags from these
+gpt.GENERATE_OPTIONS = OPTIONS  -- the command line (wick.generate) declares its flags from these
 
 -- The stop ids as a set, each checked against the model's vocabulary.
 local function stop_set(stop, V)
@@ -76,16 +78,16 @@ local function host_logits(logits, host)
   return host, 1
 end
 
-function llama.Llama:generate(prompt, opts)
+function gpt.GPT:generate(prompt, opts)
   if not T.is_tensor(prompt) or prompt:dim() ~= 2 or prompt.dtype ~= 'i32' then
     error('generate: prompt must be an int32 tensor [B, T]', 2)
   end
   opts = OPTIONS:check(opts or {}, 2)
   local B, T0, V = prompt:size(1), prompt:size(2), self.config.vocab
   local total = T0 + opts.max_new_tokens
-  if total > self.config.max_positions then
-    error(('generate: %d prompt + %d new tokens exceed max_positions %d'):format(T0, opts.max_new_tokens,
-      self.config.max_positions), 2)
+  local limit, name = self:positions()
+  if total > limit then
+    error(('generate: %d prompt + %d new tokens exceed %s %d'):format(T0, opts.max_new_tokens, name, limit), 2)
   end
   local stops = stop_set(opts.stop, V)
   local packed = prompt:contiguous()
@@ -140,4 +142,4 @@ function llama.Llama:generate(prompt, opts)
   return kept, lengths
 end
 
-return llama
+return gpt

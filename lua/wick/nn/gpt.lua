@@ -8,6 +8,7 @@
 --   model:backward(); model:grads()                         -- gradients by HF name
 --   model:backward(on_ready)   -- on_ready(g) once the gradients of gradient_groups()[g] are final
 --   model:forward_tokens(tokens, mask, count)                 -- tokens int32 [B, T+1] from a loader
+--   model:generate(prompt, opts)    -- the continuation (wick.nn.generate), through new_cache and step
 -- mask (optional, u8 [B, T]) selects the targets that count; count (default: the number selected
 -- here) is the normaliser, so passing the global token count keeps gradients independent of
 -- accumulation and world size (docs/loss.md).
@@ -376,6 +377,58 @@ function GPT:backward_blocks(dx, on_ready)
     blocks[l]:backward(self.block_inputs[l], dx)
     if on_ready then on_ready(#blocks - l + 2) end
   end
+end
+
+-- ---- generation: new positions against a key/value cache --------------------------------------------
+-- step(...) runs positions start..start+Tq-1 of a sequence whose earlier keys and values are in the
+-- cache (each block's { k =, v = } [B, Tmax, key/value heads * head size]), in buffers of its own
+-- (the modules' step), so generating does not disturb a training step's saved activations. Forward
+-- only. A Llama (wick.nn.llama) runs the same, with its own embedding, positions and final norm.
+
+-- The output head's weight [V, dim]: the token embedding, tied.
+function GPT:head() return self.transformer.wte end
+
+-- The positions the model holds, and the option that says so.
+function GPT:positions() return self.config.seq_len, 'seq_len' end
+
+-- Tokens idx [B, Tq] at positions start.. embedded into x: the token's row plus its position's.
+function GPT:embed_step(x, idx, start)
+  local body = self.transformer
+  local rows = body.wpe.weight:narrow(1, start + 1, idx:size(2))
+  check(C.wk_op_embedding(x, idx, body.wte.weight, rows, nil))
+  rows:free()
+end
+
+function GPT:final_norm() return self.transformer.ln_f end
+
+-- Empty caches for B sequences of up to Tmax positions: one { k, v } per block, in the policy's dtype.
+function GPT:new_cache(B, Tmax)
+  local cfg = self.config
+  local limit, name = self:positions()
+  if Tmax > limit then error(('%d positions exceed %s %d'):format(Tmax, name, limit), 2) end
+  local width, dtype, caches = (cfg.kv_heads or cfg.heads) * (cfg.dim / cfg.heads), self.policy.dtype, {}
+  for l = 1, cfg.layers do
+    caches[l] = { k = T.zeros({ B, Tmax, width }, dtype, self.device), v = T.zeros({ B, Tmax, width }, dtype, self.device) }
+  end
+  return caches
+end
+
+-- The logits [B, Tq, V] (a buffer the next step overwrites) of tokens idx [B, Tq] (int32, on any
+-- device: copied to the model's when elsewhere) at positions start.., their keys and values added to
+-- the caches.
+function GPT:step(idx, caches, start)
+  local B, TT = idx:size(1), idx:size(2)
+  refresh_compute_weights(self)
+  idx = staged(self, 'step_idx', idx, 'i32', true)
+  local x = self:activation('step_embedded', { B, TT, self.config.dim })
+  self:embed_step(x, idx, start)
+  for l, block in ipairs(self.blocks) do
+    self:fetch_block(l, 1)
+    x = block:step(x, caches[l], start)
+  end
+  local logits = self:activation('step_logits', { B, TT, self.config.vocab })
+  check(C.wk_op_matmul(logits, self:final_norm():step(x), self:head().weight, nil, 1))
+  return logits
 end
 
 -- ---- checkpoints ------------------------------------------------------------------------------------

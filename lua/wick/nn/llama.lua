@@ -356,76 +356,34 @@ function Llama:backward(on_ready)
   if on_ready then on_ready(#self.blocks + 2) end
 end
 
--- ---- generation: new positions against a key/value cache --------------------------------------------
--- step(...) runs positions start..start+Tq-1 of a sequence whose earlier keys and values are in the
--- cache (each layer's { k =, v = } [B, Tmax, kv_heads * hs]), in buffers of its own (step_*), so
--- generating does not disturb a training step's saved activations. Forward only.
-
-local function project(self, key, input, proj)
-  local out = self:activation(key, nn.with_last(input.shape, proj:out_features()))
-  check(C.wk_op_matmul(out, input, proj.weight, proj.bias, proj.transpose_w))
-  return out
-end
+-- ---- generation: gpt.GPT's step, with RoPE in the attention and no learned positions ---------------
 
 function RMSNorm:step(input) return normalise(self, 'step_', input) end
 function RMSNorm:step_sum(sum, a, b) return normalise(self, 'step_', a, b, sum) end
 
 function Attention:step(input, cache, start)
-  local q, k = project(self, 'step_q', input, self.q_proj), project(self, 'step_k', input, self.k_proj)
-  local v = project(self, 'step_v', input, self.v_proj)
+  local q, k, v = self.q_proj:step(input), self.k_proj:step(input), self.v_proj:step(input)
   local q_rot, k_rot = self:activation('step_q_rot', q.shape), self:activation('step_k_rot', k.shape)
   check(C.wk_op_rope(q_rot, q, self.inv_freq, self.heads, start))
   check(C.wk_op_rope(k_rot, k, self.inv_freq, self.kv_heads, start))
   local y = self:activation('step_y', q.shape)
   check(C.wk_op_attention_cached(y, q_rot, k_rot, v, cache.k, cache.v, self.heads, self.kv_heads, start))
-  return project(self, 'step_out', y, self.o_proj)
+  return self.o_proj:step(y)
 end
 
 function MLP:step(input)
-  local gate, up = project(self, 'step_gate', input, self.gate_proj), project(self, 'step_up', input, self.up_proj)
+  local gate, up = self.gate_proj:step(input), self.up_proj:step(input)
   local hidden = self:activation('step_hidden', gate.shape)
   check(C.wk_op_swiglu(hidden, gate, up))
-  return project(self, 'step_out', hidden, self.down_proj)
+  return self.down_proj:step(hidden)
 end
 
-function Layer:step(input, cache, start)
-  local x1 = self:activation('step_x1', input.shape)
-  local attended = self.self_attn:step(self.input_layernorm:step(input), cache, start)
-  local normed = self.post_attention_layernorm:step_sum(x1, input, attended)
-  local out = self:kept('step_output', input.shape)
-  check(C.wk_op_add(out, x1, self.mlp:step(normed)))
-  return out
+function Llama:positions() return self.config.max_positions, 'max_positions' end
+
+function Llama:embed_step(x, idx)
+  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, idx:size(2)), nil))
 end
 
--- Empty caches for B sequences of up to Tmax positions: one { k, v } per layer, in the policy's dtype.
-function Llama:new_cache(B, Tmax)
-  local cfg = self.config
-  if Tmax > cfg.max_positions then
-    error(('llama: %d positions exceed max_positions %d'):format(Tmax, cfg.max_positions), 2)
-  end
-  local width, dtype, caches = cfg.kv_heads * (cfg.dim / cfg.heads), self.policy.dtype, {}
-  for l = 1, cfg.layers do
-    caches[l] = { k = T.zeros({ B, Tmax, width }, dtype, self.device), v = T.zeros({ B, Tmax, width }, dtype, self.device) }
-  end
-  return caches
-end
-
--- The logits [B, Tq, V] (a buffer the next step overwrites) of tokens idx [B, Tq] (int32, on any
--- device: copied to the model's when elsewhere) at positions start.., their keys and values added to
--- the caches.
-function Llama:step(idx, caches, start)
-  local B, TT = idx:size(1), idx:size(2)
-  gpt.refresh_compute_weights(self)
-  idx = gpt.staged(self, 'step_idx', idx, 'i32', true)
-  local x = self:activation('step_embedded', { B, TT, self.config.dim })
-  check(C.wk_op_embedding(x, idx, self.model.embed_tokens.weight, no_positions(self, TT), nil))
-  for l, block in ipairs(self.blocks) do
-    self:fetch_block(l, 1)
-    x = block:step(x, caches[l], start)
-  end
-  local logits = self:activation('step_logits', { B, TT, self.config.vocab })
-  check(C.wk_op_matmul(logits, self.model.norm:step(x), self:head().weight, nil, 1))
-  return logits
-end
+function Llama:final_norm() return self.model.norm end
 
 return llama

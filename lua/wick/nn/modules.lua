@@ -12,6 +12,8 @@
 --   block:backward(input, grad)  a transformer block (nn.Block) instead turns grad, the gradient of
 --     its output, into that of its input in place: the residual stream's gradient, one buffer that
 --     each norm's backward adds its branch into (llm.c's dresidual).
+--   module:step(...)  generation's forward (wick.nn.generate): new positions against a key/value
+--     cache, into buffers of its own (step_*), so a training step's saved activations stay as they are.
 --   module:parameters() -> list of { module, key, name, decay } in a fixed order; names follow
 --     Hugging Face GPT-2 (transformer.h.0.attn.c_attn.weight), layouts too (Conv1D: [in, out]).
 -- nn.gpt{} (wick.nn.gpt) keeps all parameters and gradients as views into two flat buffers (decayed tensors
@@ -204,11 +206,15 @@ Linear.transpose_w = 0
 -- The output width: the weight's in -> out dimension, by its layout.
 function Linear:out_features() return self.weight:size(2 - self.transpose_w) end
 
-function Linear:forward(input)
-  local out = self:activation('output', with_last(input.shape, self:out_features()))
+-- The product of input into the activation named key: training's ('output') or generation's.
+local function linear_run(self, key, input)
+  local out = self:activation(key, with_last(input.shape, self:out_features()))
   check(C.wk_op_matmul(out, input, self.weight, self.bias, self.transpose_w))
   return out
 end
+
+function Linear:forward(input) return linear_run(self, 'output', input) end
+function Linear:step(input) return linear_run(self, 'step_output', input) end
 
 function Linear:backward(input, grad_output, grad_input)
   check(C.wk_op_matmul_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight,
@@ -227,26 +233,31 @@ function nn.layernorm(n, opts)
   return self:reset()
 end
 
--- The output and the f32 row statistics of the norm of x.
-local function layernorm_buffers(self, x)
+-- The norm of a, or with b the norm of the residual sum a + b, written to sum in the same pass, into
+-- the output and f32 row statistics named prefix .. 'output', 'mean', 'rstd': training's, or
+-- generation's ('step_').
+local function layernorm_run(self, prefix, a, b, sum)
+  local x = sum or a
   local rows = x:numel() / x.shape[#x.shape]
-  return self:activation('output', x.shape), self:buffer('mean', { rows }), self:buffer('rstd', { rows })
-end
-
-function LayerNorm:forward(input)
-  local out, mean, rstd = layernorm_buffers(self, input)
-  check(C.wk_op_layernorm(out, mean, rstd, input, self.weight, self.bias, self.eps))
+  local out = self:activation(prefix .. 'output', x.shape)
+  local mean, rstd = self:buffer(prefix .. 'mean', { rows }), self:buffer(prefix .. 'rstd', { rows })
+  if b then
+    check(C.wk_op_add_layernorm(sum, out, mean, rstd, a, b, self.weight, self.bias, self.eps))
+  else
+    check(C.wk_op_layernorm(out, mean, rstd, a, self.weight, self.bias, self.eps))
+  end
   return out
 end
+
+function LayerNorm:forward(input) return layernorm_run(self, '', input) end
 
 -- The norm of the residual sum a + b, which it writes to sum (a buffer of the caller's) in the same
 -- pass: what wk_op_add(sum, a, b) then forward(sum) give, to the bit, with sum read once less. The
 -- buffers are forward's, so backward(sum, ...) follows either.
-function LayerNorm:forward_sum(sum, a, b)
-  local out, mean, rstd = layernorm_buffers(self, sum)
-  check(C.wk_op_add_layernorm(sum, out, mean, rstd, a, b, self.weight, self.bias, self.eps))
-  return out
-end
+function LayerNorm:forward_sum(sum, a, b) return layernorm_run(self, '', a, b, sum) end
+
+function LayerNorm:step(input) return layernorm_run(self, 'step_', input) end
+function LayerNorm:step_sum(sum, a, b) return layernorm_run(self, 'step_', a, b, sum) end
 
 function LayerNorm:backward(input, grad_output, grad_input)
   check(C.wk_op_layernorm_backward(grad_input, self.grad_weight, self.grad_bias, grad_output, input, self.weight, self.mean, self.rstd))
@@ -276,6 +287,22 @@ function Attention:forward(input)
   return self.c_proj:forward(y)
 end
 
+-- Positions start..start+Tq-1 against the cache ({ k =, v = } [B, Tmax, dim]): q, k and v are the
+-- thirds of c_attn's output, each copied out whole for wk_op_attention_cached.
+function Attention:step(input, cache, start)
+  local qkv = self.c_attn:step(input)
+  local dim = qkv:size(3) / 3
+  local parts = {}
+  for i, key in ipairs({ 'step_q', 'step_k', 'step_v' }) do
+    local third = qkv:narrow(3, (i - 1) * dim + 1, dim)
+    parts[i] = self:activation(key, third.shape):copy(third)
+    third:free()
+  end
+  local y = self:activation('step_y', parts[1].shape)
+  check(C.wk_op_attention_cached(y, parts[1], parts[2], parts[3], cache.k, cache.v, self.heads, self.heads, start))
+  return self.c_proj:step(y)
+end
+
 function Attention:backward(input, grad_output, grad_input)
   local dy = self:zeroed('grad_y', self.y.shape)
   self.c_proj:backward(self.y, grad_output, dy)
@@ -301,13 +328,18 @@ function nn.mlp(opts)
   return self
 end
 
-function MLP:forward(input)
+-- c_fc's pre-activation into its activation prefix .. 'output', its GELU into ours prefix ..
+-- 'hidden': training's buffers, or generation's ('step_').
+local function mlp_hidden(self, prefix, input)
   local fc = self.c_fc
-  local pre = fc:activation('output', with_last(input.shape, fc:out_features()))
-  local hidden = self:activation('hidden', pre.shape)
+  local pre = fc:activation(prefix .. 'output', with_last(input.shape, fc:out_features()))
+  local hidden = self:activation(prefix .. 'hidden', pre.shape)
   check(C.wk_op_matmul_gelu(hidden, pre, input, fc.weight, fc.bias, fc.transpose_w))
-  return self.c_proj:forward(hidden)
+  return hidden
 end
+
+function MLP:forward(input) return self.c_proj:forward(mlp_hidden(self, '', input)) end
+function MLP:step(input) return self.c_proj:step(mlp_hidden(self, 'step_', input)) end
 
 function MLP:backward(input, grad_output, grad_input)
   local fc, proj = self.c_fc, self.c_proj
@@ -337,6 +369,15 @@ function Block:forward(input)
   local normed = self.ln_2:forward_sum(x1, input, self.attn:forward(self.ln_1:forward(input)))
   local out = self:kept('output', input.shape)
   check(C.wk_op_add(out, x1, self.mlp:forward(normed)))
+  return out
+end
+
+-- As forward, for positions start.. against the layer's key/value cache, in generation's buffers.
+function Block:step(input, cache, start)
+  local x1 = self:activation('step_x1', input.shape)
+  local normed = self.ln_2:step_sum(x1, input, self.attn:step(self.ln_1:step(input), cache, start))
+  local out = self:kept('step_output', input.shape)
+  check(C.wk_op_add(out, x1, self.mlp:step(normed)))
   return out
 end
 

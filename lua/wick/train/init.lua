@@ -294,7 +294,8 @@ function Trainer:train_step()
     micro_steps = r.micro_steps, micro_batch = micro, applied = r.applied, ranks = r.ranks, slowest = r.slowest,
   }
   if self.config.log.peak_flops then
-    metrics.mfu = model.mfu(self.model_config, metrics.tokens_per_s, self.config.log.peak_flops * self.world_size)
+    metrics.mfu = model.mfu(self.model_config, self.config.data.seq_len, metrics.tokens_per_s,
+      self.config.log.peak_flops * self.world_size)
   end
   self.last = r
   return metrics

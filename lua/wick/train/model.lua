@@ -110,10 +110,12 @@ function model.block_parameter_count(shape)
   return cost.block_parameter_count(shape)
 end
 
-function model.flops_per_token(shape) return cost.flops_per_token(shape, model.parameter_count(shape)) end
+-- FLOPs per token and MFU on rows of T tokens, the trained data.seq_len (shape.seq_len is the
+-- positions the model holds: a Llama-3.2-1B's 131072 would count its attention 250x at T = 512).
+function model.flops_per_token(shape, T) return cost.flops_per_token(shape, T, model.parameter_count(shape)) end
 
-function model.mfu(shape, tokens_per_s, peak_flops)
-  return cost.mfu(shape, tokens_per_s, peak_flops, model.parameter_count(shape))
+function model.mfu(shape, T, tokens_per_s, peak_flops)
+  return cost.mfu(shape, T, tokens_per_s, peak_flops, model.parameter_count(shape))
 end
 
 -- Where local rank `local_rank` of `local_world` on a machine of `count` CUDA devices keeps the model

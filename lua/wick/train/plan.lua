@@ -238,10 +238,11 @@ function plan.report(job, world, local_ranks)
     local policy = type(c.precision) == 'table' and 'fp16' or c.precision
     local mem = plan.memory(m, micro, policy, c.data.seq_len, c.parallel.shard, world, c.parallel.prefetch)
     local P = model.parameter_count(m)
-    add('model: %s%s, %d layers, %d heads%s, dim %d%s, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token',
+    add('model: %s%s, %d layers, %d heads%s, dim %d%s, vocab %d, seq_len %d: %d parameters (%.2fM), %.3g GFLOP a token ' ..
+      'at data.seq_len %d',
       m.arch, c.model.from_pretrained and (' from ' .. c.model.from_pretrained) or '', m.layers, m.heads,
       m.kv_heads and (' (' .. m.kv_heads .. ' kv)') or '', m.dim, m.ffn_dim and (', ffn_dim ' .. m.ffn_dim) or '', m.vocab,
-      m.seq_len, P, P / 1e6, model.flops_per_token(m) / 1e9)
+      m.seq_len, P, P / 1e6, model.flops_per_token(m, c.data.seq_len) / 1e9, c.data.seq_len)
     local total = mem.total + ring_bytes
     local sharded = c.parallel.shard ~= 'none'
     add('memory per rank (%s, micro batch %d%s%s): weights %s, grads %s, optimizer %s, %sactivations %s, data ring %s: ' ..

@@ -44,7 +44,8 @@ function progress.announce(self, fmt, ...)
 end
 
 -- The run's last line of memory: the most tensor memory each rank held at once on its device (the
--- dry run's "memory per rank" estimates it), from the last step's gathered ranks.
+-- dry run's "memory per rank" estimates it), from the last step's gathered ranks; said once when the
+-- ranks agree to the figure shown.
 function progress.peak_memory(self, ranks)
   if #ranks == 1 then return progress.say(self, 'peak tensor memory: %s', core.format_bytes(ranks[1].peak_bytes)) end
   local most, least = 1, 1
@@ -52,8 +53,9 @@ function progress.peak_memory(self, ranks)
     if t.peak_bytes > ranks[most].peak_bytes then most = r end
     if t.peak_bytes < ranks[least].peak_bytes then least = r end
   end
-  progress.say(self, 'peak tensor memory per rank: most %s (rank %d), least %s (rank %d)',
-    core.format_bytes(ranks[most].peak_bytes), most - 1, core.format_bytes(ranks[least].peak_bytes), least - 1)
+  local high, low = core.format_bytes(ranks[most].peak_bytes), core.format_bytes(ranks[least].peak_bytes)
+  if high == low then return progress.say(self, 'peak tensor memory per rank: %s on each of %d ranks', high, #ranks) end
+  progress.say(self, 'peak tensor memory per rank: most %s (rank %d), least %s (rank %d)', high, most - 1, low, least - 1)
 end
 
 -- Shows step m's line when it is due (every log.every steps, else LOG_LINES a run, the first, the

@@ -124,11 +124,13 @@ function runlog.live_mode(rank)
   return 'launcher'
 end
 
--- A terminal redraws its last line after \r; the launcher takes a line ended by \r for the live line
--- and one ended by \n for a plain one.
+-- A terminal redraws its last line after \r, so a line drawn in place is cut to the terminal's width
+-- (a wrapped one left its first rows behind at each redraw), as the launcher cuts its own; a final
+-- one stays whole. The launcher takes a line ended by \r for the live line and one ended by \n for a
+-- plain one.
 function runlog.draw(live, text, final)
   if live == 'terminal' then
-    io.stdout:write('\r\27[K', text, final and '\n' or '')
+    io.stdout:write('\r\27[K', final and text or require('wick.host').fit_line(text), final and '\n' or '')
   else
     io.stdout:write(text, final and '\n' or '\r')
   end

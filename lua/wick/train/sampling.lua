@@ -1,18 +1,15 @@
 -- wick.train.sampling: text from the model being trained: n tokens sampled after the EOS token
 -- (temperature 0.8, a generator seeded by the recipe's seed, so a run samples the same text each
 -- time), and token ids read back as text by the tokenizer the data was converted with. They are the
--- trainer's methods (trainer:sample(n), :decode(ids), :printable(ids)). A Llama samples with
--- model:generate (its key/value cache: one position per token); a GPT, which has none, recomputes
--- its window for each token.
+-- trainer's methods (trainer:sample(n), :decode(ids), :printable(ids)). The model samples with
+-- model:generate (its key/value cache: one position per token), a GPT-2 as a Llama.
 local recipe = require 'wick.recipe'
 local T = require 'wick.tensor'
-require 'wick.nn.generate'  -- model:generate of nn.llama models
+require 'wick.nn.generate'  -- model:generate of nn.gpt and nn.llama models
 
 local sampling = {}
 
 local SAMPLE_TEMPERATURE = 0.8
-local SEED_SCATTER = 2654435761        -- Knuth's multiplicative hash: a recipe's seed to a sampler state
-local PARK_MILLER_A, PARK_MILLER_M = 16807, 2147483647  -- the minimal standard generator
 
 -- The tokenizer the first source was converted with (its index names it), opened once to decode;
 -- false when that file is not here.
@@ -41,9 +38,10 @@ function sampling.printable(self, ids)
   return (sampling.decode(self, ids):gsub('[^\n\32-\126]', '?'))
 end
 
--- n token ids from model:generate, in windows of seq_len positions: each after the first continues
--- from the last half window of tokens, with the next seed.
-local function generated(self, n)
+-- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token, by
+-- model:generate in windows of seq_len positions: each after the first continues from the last half
+-- window of tokens, with the next seed.
+function sampling.sample(self, n)
   local seq, ids, out = self.model_config.seq_len, { self.loader:eos() }, {}
   local window = 0
   while #out < n do
@@ -60,43 +58,6 @@ local function generated(self, n)
       ids[#ids + 1], out[#out + 1] = row[i], row[i]
     end
     window = window + 1
-  end
-  return out
-end
-
--- n token ids sampled from the model (temperature 0.8, a fixed seed) after the EOS token.
-function sampling.sample(self, n)
-  if self.model.generate then return generated(self, n) end
-  local seq, V = self.model_config.seq_len, self.model_config.vocab
-  local ids = { self.loader:eos() }
-  local state = self.config.seed * SEED_SCATTER % 2 ^ 31 + 1
-  local function uniform()
-    state = state * PARK_MILLER_A % PARK_MILLER_M
-    return state / PARK_MILLER_M
-  end
-  local out = {}
-  for _ = 1, n do
-    local context = {}
-    for i = math.max(1, #ids - seq + 1), #ids do context[#context + 1] = ids[i] end
-    local idx = T.new({ context }, 'i32')
-    local logits = self.model:forward(idx)
-    local last = logits:narrow(2, #context, 1):float()
-    local values = last:totable()[1][1]
-    last:free()
-    idx:free()
-    local top, weights, sum = -math.huge, {}, 0
-    for v = 1, V do top = math.max(top, values[v]) end
-    for v = 1, V do
-      weights[v] = math.exp((values[v] - top) / SAMPLE_TEMPERATURE)
-      sum = sum + weights[v]
-    end
-    local r, pick = uniform() * sum, V
-    for v = 1, V do
-      r = r - weights[v]
-      if r <= 0 then pick = v; break end
-    end
-    ids[#ids + 1] = pick - 1
-    out[#out + 1] = pick - 1
   end
   return out
 end

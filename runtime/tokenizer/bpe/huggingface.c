@@ -10,8 +10,9 @@
  *                  ByteLevel (Llama 3, Qwen: Sequence[Split(regex), ByteLevel(use_regex = false)])
  *   decoder        ByteLevel or none (decoding concatenates the tokens' bytes)
  *   added_tokens   content, special, lstrip, rstrip, normalized
- *   post_processor ignored: encoding adds no BOS or template tokens (the converter separates
- *                  documents with EOS itself)
+ *   post_processor TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel and a Sequence of
+ *                  them, as the ids put around a text (../template.c; applied unless the tokenizer is
+ *                  set bare, as Hugging Face's add_special_tokens)
  * Anything else is refused with a message naming the component and the file. The EOS token is the
  * eos_token of a tokenizer_config.json next to the file when there is one, else a token with a usual
  * EOS name (encode.c).
@@ -331,6 +332,8 @@ static WkStatus read_tokenizer(Loader *ld, const WkJson *root) {
   WK_TRY(read_added(ld, wk_json_get(root, "added_tokens")));
   WkStatus status = bpe_finish(ld->bpe);
   if (status != WK_OK) return wk_error_context("%s", ld->path);
+  WK_TRY(wk_template_read(wk_json_get(root, "post_processor"), ld->path, ld->bpe->base.vocab_size,
+                          &ld->bpe->base.single));
   return read_config_eos(ld);
 }
 
