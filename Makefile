@@ -294,7 +294,7 @@ bench: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./run --nproc-per-node 2 recipes/tiny.lua $(DEMO_ARGS)
+	./run --nproc-per-node 2 recipes/tiny.lua --checkpoint.overwrite $(DEMO_ARGS)
 
 # docs/reference/*.md from the option tables the code checks with (tests/docs_spec.lua: out of date fails).
 docs: all
