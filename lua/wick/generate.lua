@@ -1,10 +1,10 @@
 -- wick.generate: the continuation of a prompt by a model directory, printed on standard output.
 --   ./run -m wick.generate --model DIR [--tokenizer FILE] --prompt TEXT [--max-new-tokens N]
 --         [--temperature T] [--top-k K] [--top-p P] [--seed S]
--- DIR is a Hugging Face directory or a training checkpoint's step directory, of any model Wick trains
--- (GPT-2 or the Llama family). Without --tokenizer, DIR's own is used: its tokenizer.json, else the
--- one its checkpoint records (state.safetensors' metadata key `tokenizer`: 'bytes', or a file, named
--- within DIR or by an absolute path). The sampling flags are model:generate's own options
+-- DIR is a Hugging Face directory, a training checkpoint's step directory, or a checkpoint.dir (its
+-- newest complete step), of any model Wick trains (GPT-2 or the Llama family). Without --tokenizer,
+-- the one the run trained with: the built-in 'bytes' when its checkpoint records that (state.safetensors'
+-- metadata key `tokenizer`, wick.train.checkpoint's), else DIR's tokenizer.json. The sampling flags are model:generate's own options
 -- (wick.nn.generate), declared there once. Generation stops early at the EOS token(s) of DIR's
 -- generation_config.json; the stop token itself is not printed.
 local cli = require 'wick.cli'
@@ -23,7 +23,8 @@ local SPEC = cli.spec {
   usage = '--model DIR [--tokenizer FILE] --prompt TEXT [options]',
   description = 'Prints the text a model directory (Hugging Face layout) generates after a prompt.',
   options = {
-    { 'model', 'path', value = 'DIR', required = true, help = 'a model directory (config.json and safetensors)' },
+    { 'model', 'path', value = 'DIR', required = true,
+      help = "a model directory (config.json and safetensors), or a checkpoint.dir: its newest step" },
     { 'tokenizer', 'path', value = 'FILE',
       help = "a tokenizer.json, a .tiktoken rank file, or 'bytes' (default: DIR's, or its checkpoint's record)" },
     { 'prompt', 'string', value = 'TEXT', required = true, help = 'the text to continue' },
@@ -37,27 +38,42 @@ local SPEC = cli.spec {
 
 local M = { SPEC = SPEC }
 
--- The key of a checkpoint's state.safetensors metadata that names the tokenizer its run trained with.
+-- The key of a checkpoint's state.safetensors metadata that names the tokenizer its run trained with
+-- (wick.train.checkpoint writes it: 'bytes', 'gpt2' or the name of the file the data was converted with).
 M.TOKENIZER_KEY = 'tokenizer'
 
 local function exists(path) return require('wick.host').file_kind(path) ~= nil end
 
--- The tokenizer of model directory dir, as wick.tokenizer.open takes it: dir/tokenizer.json, else the
--- checkpoint's record; raises in one line saying where it looked when neither is there.
-function M.tokenizer_of(dir)
-  if exists(dir .. '/tokenizer.json') then return dir .. '/tokenizer.json' end
+-- The model directory --model names: dir itself when it holds a model, else the newest complete
+-- checkpoint of a checkpoint.dir (as --resume takes it).
+function M.model_dir(dir)
+  if exists(dir .. '/config.json') then return dir end
+  local latest = require('wick.train.checkpoint').latest(dir)
+  return latest and latest.path or dir
+end
+
+-- The tokenizer a checkpoint's run recorded (nil for a directory that is no checkpoint of Wick's).
+local function recorded_tokenizer(dir)
   local state = dir .. '/state.safetensors'
-  if exists(state) then
-    local header, metadata = safetensors.header(state)
-    if not header then cli.fail(NAME .. ': ' .. metadata) end
-    local name = metadata[M.TOKENIZER_KEY]
-    if name then
-      if name == 'bytes' or name:sub(1, 1) == '/' then return name end
-      return dir .. '/' .. name
-    end
+  if not exists(state) then return nil end
+  local header, metadata = safetensors.header(state)
+  if not header then cli.fail(NAME .. ': ' .. metadata) end
+  return metadata[M.TOKENIZER_KEY]
+end
+
+-- The tokenizer of model directory dir, as wick.tokenizer.open takes it: 'bytes' when the run trained
+-- on bytes (the built-in one, which decodes EOS as nothing, where the tokenizer.json written for
+-- Hugging Face names it), else dir/tokenizer.json; raises in one line saying what is missing.
+function M.tokenizer_of(dir)
+  local recorded = recorded_tokenizer(dir)
+  if recorded == 'bytes' then return 'bytes' end
+  if exists(dir .. '/tokenizer.json') then return dir .. '/tokenizer.json' end
+  if recorded then
+    cli.fail(("%s: %s was trained with the tokenizer '%s', of which it holds no tokenizer.json: give --tokenizer FILE")
+      :format(NAME, dir, recorded))
   end
-  cli.fail(("%s: no tokenizer for %s: neither %s/tokenizer.json nor a '%s' key in %s's metadata: give --tokenizer FILE")
-    :format(NAME, dir, dir, M.TOKENIZER_KEY, state))
+  cli.fail(("%s: no tokenizer for %s: no %s/tokenizer.json, and no checkpoint record of one: give --tokenizer FILE")
+    :format(NAME, dir, dir))
 end
 
 -- The prompt's token ids, checked: at least one, each below the model's vocabulary.
@@ -76,6 +92,7 @@ end
 -- The continuation of opts.prompt (options keyed by Lua name, checked) as text.
 function M.generate(opts)
   opts = cli.check(SPEC, opts, 2)
+  opts.model = M.model_dir(opts.model)
   pretrained.config(opts.model) -- a directory that holds no model says so before its tokenizer is sought
   local tok, err = TOKENIZER.open(opts.tokenizer or M.tokenizer_of(opts.model))
   if not tok then cli.fail(NAME .. ': ' .. err) end

@@ -159,20 +159,31 @@ return { model = shape.model, optim = shape.optim, data = { sources = { %q }, se
       assert.are.equal(13, #r.out)
     end)
 
-    it("finds the tokenizer the checkpoint records, tokenizer.json first, and says where it looked", function()
+    it("takes the tokenizer the run trained with, and a checkpoint.dir's newest step", function()
       local bytes = generate(step, '--tokenizer bytes')
+      assert.are.equal(0, bytes.rc, bytes.err)
+      for _, dir in ipairs({ step, root .. '/ck' }) do  -- the record says 'bytes'; the checkpoint.dir: its step
+        local found = generate(dir)
+        assert.are.equal(0, found.rc, found.err)
+        assert.are.equal(bytes.out, found.out)
+      end
       local copy = root .. '/recorded'
-      assert.are.equal(0, helper.sh(('cp -r %s %s'):format(q(step), q(copy))).rc)
+      assert.are.equal(0, helper.sh(('cp -r %s %s && rm %s/tokenizer.json'):format(q(step), q(copy), q(copy))).rc)
+      local function record(name)
+        local _, metadata = wick.safetensors.header(copy .. '/state.safetensors')
+        metadata[require('wick.generate').TOKENIZER_KEY] = name
+        wick.safetensors.save(copy .. '/state.safetensors', {}, metadata)
+      end
+      record('llama3/tokenizer.json')
+      local uncopied = generate(copy)
+      assert.are.equal(1, uncopied.rc)
+      assert.matches(("wick.generate: %s was trained with the tokenizer 'llama3/tokenizer.json', of which it holds " ..
+        "no tokenizer.json: give --tokenizer FILE\n"):format(copy), uncopied.err, 1, true)
+      record(nil)
       local none = generate(copy)
       assert.are.equal(1, none.rc)
-      assert.matches(("wick.generate: no tokenizer for %s: neither %s/tokenizer.json nor a 'tokenizer' key in " ..
-        "%s/state.safetensors's metadata: give --tokenizer FILE\n"):format(copy, copy, copy), none.err, 1, true)
-      local _, metadata = wick.safetensors.header(copy .. '/state.safetensors')
-      metadata[require('wick.generate').TOKENIZER_KEY] = 'bytes'
-      wick.safetensors.save(copy .. '/state.safetensors', {}, metadata)
-      local recorded = generate(copy)
-      assert.are.equal(0, recorded.rc, recorded.err)
-      assert.are.equal(bytes.out, recorded.out)
+      assert.matches(("wick.generate: no tokenizer for %s: no %s/tokenizer.json, and no checkpoint record of one: " ..
+        "give --tokenizer FILE\n"):format(copy, copy), none.err, 1, true)
       local nothing = generate(root .. '/none')  -- no model there: that is what it says
       assert.are.equal(1, nothing.rc)
       assert.matches(root .. '/none/config.json: cannot be read', nothing.err, 1, true)
