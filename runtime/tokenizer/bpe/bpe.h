@@ -110,6 +110,117 @@ size_t bytelevel_char(uint8_t b, uint8_t out[2]);
  * are kept as their own UTF-8). out has room for length bytes. Returns the byte count. */
 size_t bytelevel_decode(const char *text, size_t length, uint8_t *out);
 
+/* ---- UTF-8 and Unicode White_Space --------------------------------------------------------------- */
+
+/* Length of the UTF-8 character that starts with byte c (valid text). */
+static inline size_t utf8_length(uint8_t c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
+
+/* The code point of the n-byte character at s (valid text). */
+static inline uint32_t utf8_decode(const uint8_t *s, size_t n) {
+  uint32_t c = s[0];
+  if (n == 1) return c;
+  c &= n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07;
+  for (size_t i = 1; i < n; i++) c = c << 6 | (s[i] & 0x3F);
+  return c;
+}
+
+/* Unicode White_Space (Rust's char::is_whitespace, which Hugging Face's strip options use). */
+static inline bool white_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* ---- normalizers (normalize.c) ------------------------------------------------------------------ */
+
+enum { NORMALIZE_MAX_STEPS = 8 };
+
+/* A string and what it becomes (Replace), or a string alone (Prepend); empty strings are NULL. */
+typedef struct {
+  uint8_t *text, *with;
+  size_t text_length, with_length;
+} Rewrite;
+
+/* *to = a copy of from's strings (what names them in errors); rewrite_free frees a copy. */
+WkStatus rewrite_copy(Rewrite *to, const Rewrite *from, const char *what);
+void rewrite_free(Rewrite *r);
+
+typedef enum {
+  NORMALIZE_NFC,          /* Unicode NFC (libunistring) */
+  NORMALIZE_PREPEND,      /* text in front of a non-empty run */
+  NORMALIZE_REPLACE,      /* every occurrence of a string -> another string */
+} NormalizeKind;
+
+typedef struct {
+  NormalizeKind kind;
+  Rewrite rewrite;  /* Prepend: text; Replace: text -> with */
+} NormalizeStep;
+
+/* Steps applied in order (a tokenizer.json normalizer, a Sequence flattened). */
+typedef struct {
+  NormalizeStep steps[NORMALIZE_MAX_STEPS];
+  int count;
+} Normalizer;
+
+/* Adds a step (its strings are copied). what names it in errors. */
+WkStatus normalizer_add(Normalizer *n, const NormalizeStep *step, const char *what);
+void normalizer_free(Normalizer *n);
+
+/* Two buffers a thread normalizes through (the steps alternate between them). */
+typedef struct {
+  WkByteVec buffer[2];
+} NormalizeScratch;
+
+void normalize_scratch_free(NormalizeScratch *s);
+/* *text (valid UTF-8) through every step; the result is in the scratch, or still the input. */
+WkStatus normalize(const Normalizer *n, NormalizeScratch *s, const uint8_t **text, size_t *length);
+/* text with every non-overlapping occurrence of from (leftmost first) as with, appended to out. */
+WkStatus replace_all(WkByteVec *out, const uint8_t *text, size_t length, const uint8_t *from, size_t from_length,
+                     const uint8_t *with, size_t with_length);
+
+/* ---- Metaspace (pretokenize.c) and the decoders (decode.c) ------------------------------------- */
+
+typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } PrependScheme;
+
+/* Hugging Face's Metaspace pre-tokenizer: spaces become the replacement character, which is put in
+ * front of a piece (always, or only at the start of the text), and the piece is split in front of
+ * each run of replacement characters (split). */
+typedef struct {
+  bool on;
+  uint8_t replacement[4];
+  size_t replacement_length;
+  PrependScheme prepend;
+  bool split;
+} Metaspace;
+
+enum { DECODE_MAX_STEPS = 8 };
+
+typedef enum {
+  DECODE_REPLACE,        /* a string -> another, in each token */
+  DECODE_BYTE_FALLBACK,  /* runs of <0xNN> tokens -> their bytes (U+FFFD each when not UTF-8) */
+  DECODE_FUSE,           /* every token -> one */
+  DECODE_STRIP,          /* up to start / stop characters `content` off each token's ends */
+  DECODE_METASPACE,      /* the replacement -> a space (none in the first token, unless prepend never) */
+} DecodeKind;
+
+typedef struct {
+  DecodeKind kind;
+  Rewrite rewrite;       /* Replace */
+  uint32_t content;      /* Strip */
+  size_t start, stop;
+  Metaspace metaspace;   /* Metaspace */
+} DecodeStep;
+
+/* Hugging Face's decoders, applied in order to the list of token strings; none: concatenation. */
+typedef struct {
+  DecodeStep steps[DECODE_MAX_STEPS];
+  int count;
+} Decoder;
+
+WkStatus decoder_add(Decoder *d, const DecodeStep *step, const char *what);
+void decoder_free(Decoder *d);
+/* The tokens' strings (each ends at ends[i] in bytes) through the decoders, appended to out. */
+WkStatus decoder_run(const Decoder *d, const uint8_t *bytes, const size_t *ends, size_t count, WkByteVec *out);
+
 /* ---- pre-tokenizer (pretokenize.c) --------------------------------------------------------- */
 
 enum { PRETOKENIZE_MAX_LEVELS = 4 };
@@ -150,13 +261,19 @@ typedef WkStatus (*PieceFn)(void *context, const uint8_t *piece, size_t length);
 /* Calls piece() for each piece of valid UTF-8 text, in order. No levels: the text is one piece. */
 WkStatus pretokenize(const Pretokenizer *pt, PretokenizeState *s, const uint8_t *text, size_t length,
                      PieceFn piece, void *context);
+/* Metaspace of one piece, written in buffer (which text must not be in); starts_text: the piece is at
+ * the start of the whole text (prepend_scheme first). */
+WkStatus metaspace_split(const Metaspace *m, WkByteVec *buffer, const uint8_t *text, size_t length, bool starts_text,
+                         PieceFn piece, void *context);
 
 /* ---- added and special tokens (added.c) ------------------------------------------------------ */
 
 typedef struct {
   uint32_t id;
-  uint8_t *bytes;
+  uint8_t *bytes;     /* what is matched in text and decoded: a normalized token's content normalized */
   size_t length;
+  const uint8_t *content;  /* the token's text as the file writes it (lookup); in bytes' allocation */
+  size_t content_length;
   bool special;  /* text only unless special tokens are honoured */
   bool lstrip, rstrip;  /* the match takes the whitespace before / after it */
 } AddedToken;
@@ -171,8 +288,9 @@ typedef struct {
   uint8_t single[256]; /* 1 when a one-byte token is this byte */
 } AddedSet;
 
-WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *bytes, size_t length, bool special, bool lstrip,
-                   bool rstrip);
+/* A token of text content, found in text as match (NULL: as content). */
+WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *content, size_t content_length, const uint8_t *match,
+                   size_t match_length, bool special, bool lstrip, bool rstrip);
 /* Orders the set for matching, once every token is added. */
 WkStatus added_finish(AddedSet *set);
 void added_free(AddedSet *set);
@@ -193,11 +311,19 @@ typedef struct {
   Vocab vocab;       /* the model's tokens: what merges produce and pieces are looked up in */
   PairTable pairs;
   uint32_t byte_token[256];  /* the token of each single byte, BPE_NO_TOKEN when the model lacks it */
-  uint32_t unk;              /* stands for a byte without a token; BPE_NO_TOKEN: such bytes are dropped */
+  uint32_t unk;              /* stands for a byte (a character) without a token; BPE_NO_TOKEN: dropped */
   bool ignore_merges;        /* a piece that is a token is that token, unmerged (tiktoken, Llama 3) */
   bool add_prefix_space;     /* each run of text gets a leading space unless it has one */
-  bool nfc;                  /* runs of text are normalized to NFC first (Qwen 2's normalizer) */
+  /* SentencePiece-style (no ByteLevel pre-tokenizer): the vocabulary's strings are text, a piece
+   * starts as its characters; one without a token is its bytes' <0xNN> tokens (byte_fallback, when
+   * the model has all of them), else unk (one unk for a run of them with fuse_unk). */
+  bool chars;
+  bool fuse_unk;
+  uint32_t fallback_token[256];  /* <0xNN>, BPE_NO_TOKEN without byte_fallback */
+  Normalizer normalizer;     /* applied to each run of text between added tokens */
   Pretokenizer pre;
+  Metaspace metaspace;       /* after pre's splits, when on */
+  Decoder decoder;           /* none: a token's bytes are its text */
   /* Hugging Face matches tokens that are not normalized before those that are; tiktoken uses [0]. */
   AddedSet added[2];
   uint32_t *added_of;        /* [base.vocab_size]: index into added[0] | added[1] << 31, or NONE */
@@ -244,8 +370,8 @@ struct ThreadState {
   PretokenizeState *pre;
   uint8_t *prefixed;  /* a segment with its leading space (add_prefix_space) */
   size_t prefixed_capacity;
-  uint8_t *normalized;  /* a segment in NFC (libunistring's buffer, reused) */
-  size_t normalized_capacity;
+  NormalizeScratch normalized;  /* a segment normalized */
+  WkByteVec spaced;  /* a piece through Metaspace */
   ThreadState *next;
 };
 

@@ -180,6 +180,47 @@ static void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, ui
   memcpy(e->tokens, tokens, count * sizeof *tokens);
 }
 
+/* ---- the first symbols -------------------------------------------------------------------------- */
+
+/* Byte-level: a piece's bytes, each its token (unk, or dropped, when the model lacks it). */
+static size_t byte_symbols(const Bpe *bpe, const uint8_t *piece, size_t length, uint32_t *symbol) {
+  size_t n = 0;
+  for (size_t i = 0; i < length; i++) {
+    uint32_t id = bpe->byte_token[piece[i]];
+    if (id == BPE_NO_TOKEN) id = bpe->unk;
+    if (id != BPE_NO_TOKEN) symbol[n++] = id;
+  }
+  return n;
+}
+
+/* SentencePiece-style: a piece's characters, as Hugging Face's BPE::merge_word takes them. A pending
+ * unk is written before the next character with a token, not before byte fallback tokens (theirs). */
+static size_t char_symbols(const Bpe *bpe, const uint8_t *piece, size_t length, uint32_t *symbol) {
+  size_t n = 0;
+  bool unk_pending = false;
+  for (size_t i = 0; i < length;) {
+    size_t k = utf8_length(piece[i]);
+    uint32_t id = k == 1 ? bpe->byte_token[piece[i]] : vocab_find(&bpe->vocab, piece + i, k);
+    if (id != BPE_NO_TOKEN) {
+      if (unk_pending) symbol[n++] = bpe->unk;
+      unk_pending = false;
+      symbol[n++] = id;
+    } else {
+      bool fallback = true;
+      for (size_t j = 0; j < k; j++) fallback = fallback && bpe->fallback_token[piece[i + j]] != BPE_NO_TOKEN;
+      if (fallback) {
+        for (size_t j = 0; j < k; j++) symbol[n++] = bpe->fallback_token[piece[i + j]];
+      } else if (bpe->unk != BPE_NO_TOKEN) {
+        if (unk_pending && !bpe->fuse_unk) symbol[n++] = bpe->unk;
+        unk_pending = true;
+      }
+    }
+    i += k;
+  }
+  if (unk_pending) symbol[n++] = bpe->unk;
+  return n;
+}
+
 /* ---- one piece ----------------------------------------------------------------------------------- */
 
 static WkStatus push_one(WkTokenVec *out, uint32_t id) {
@@ -213,12 +254,7 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   }
   MergeScratch *s = &ts->scratch;
   WK_TRY(scratch_reserve(s, length));
-  size_t n = 0;
-  for (size_t i = 0; i < length; i++) {
-    uint32_t id = bpe->byte_token[piece[i]];
-    if (id == BPE_NO_TOKEN) id = bpe->unk;  /* a byte the model lacks: unk, or dropped without one */
-    if (id != BPE_NO_TOKEN) s->symbol[n++] = id;
-  }
+  size_t n = bpe->chars ? char_symbols(bpe, piece, length, s->symbol) : byte_symbols(bpe, piece, length, s->symbol);
   if (n > SCAN_MAX_SYMBOLS) WK_TRY(merge_heap(&bpe->pairs, s, n, &n));
   else n = merge_scan(&bpe->pairs, s, n);
   WK_TRY(wk_token_vec_reserve(out, n));

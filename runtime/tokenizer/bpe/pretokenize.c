@@ -189,9 +189,6 @@ void pretokenize_state_free(PretokenizeState *s) {
   free(s);
 }
 
-/* Length of the UTF-8 character at text[0] (valid text). */
-static size_t char_length(uint8_t c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
-
 static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int level, const uint8_t *text,
                             size_t length, PieceFn piece, void *context) {
   if (level >= pt->levels || level >= PRETOKENIZE_MAX_LEVELS) return piece(context, text, length);
@@ -222,7 +219,7 @@ static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int lev
       if (start >= length) break;
       if (start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
       done = start;
-      at = start + char_length(text[start]);
+      at = start + utf8_length(text[start]);
       continue;
     }
     if (start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
@@ -237,4 +234,34 @@ WkStatus pretokenize(const Pretokenizer *pt, PretokenizeState *s, const uint8_t 
                      PieceFn piece, void *context) {
   if (length == 0) return WK_OK;
   return split_level(pt, s, 0, text, length, piece, context);
+}
+
+/* ---- Metaspace --------------------------------------------------------------------------------- */
+
+WkStatus metaspace_split(const Metaspace *m, WkByteVec *buffer, const uint8_t *text, size_t length, bool starts_text,
+                         PieceFn piece, void *context) {
+  const uint8_t *rep = m->replacement;
+  size_t r = m->replacement_length;
+  buffer->length = 0;
+  bool prepend = m->prepend == PREPEND_ALWAYS || (m->prepend == PREPEND_FIRST && starts_text);
+  /* Spaces become the replacement first: a piece that starts with one has its replacement. */
+  if (prepend && length && text[0] != ' ' && !(length >= r && memcmp(text, rep, r) == 0))
+    WK_TRY(wk_byte_vec_append(buffer, rep, r));
+  WK_TRY(replace_all(buffer, text, length, (const uint8_t *)" ", 1, rep, r));
+  const uint8_t *s = buffer->data;
+  size_t n = buffer->length;
+  if (!m->split || n == 0) return piece(context, s, n);
+  /* A piece begins at each run of replacements (Hugging Face's MergedWithNext). */
+  size_t start = 0;
+  bool previous = false;
+  for (size_t at = 0; at < n;) {
+    bool is_rep = n - at >= r && memcmp(s + at, rep, r) == 0;
+    if (is_rep && !previous && at > start) {
+      WK_TRY(piece(context, s + start, at - start));
+      start = at;
+    }
+    previous = is_rep;
+    at += is_rep ? r : utf8_length(s[at]);
+  }
+  return piece(context, s + start, n - start);
 }

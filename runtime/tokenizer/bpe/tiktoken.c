@@ -203,7 +203,7 @@ WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, co
                        ENCODINGS[e].names[0], s->text);
       break;
     }
-    status = added_add(&bpe->added[0], s->id, (const uint8_t *)s->text, strlen(s->text), true, false, false);
+    status = added_add(&bpe->added[0], s->id, (const uint8_t *)s->text, strlen(s->text), NULL, 0, true, false, false);
   }
   bpe->ignore_merges = true;
   if (status == WK_OK && (status = bpe_finish(bpe)) != WK_OK) wk_error_context("%s", path);
