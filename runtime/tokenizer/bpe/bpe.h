@@ -1,18 +1,26 @@
 /*
- * runtime/tokenizer/bpe/ — byte-level BPE tokenizers behind the WkTokenizer interface of
- * ../tokenizer.h: Hugging Face tokenizer.json files with a BPE model and a byte-level pre-tokenizer
- * (GPT-2, Llama 3, Qwen style) and tiktoken rank files (r50k/gpt2, p50k, cl100k, o200k).
+ * runtime/tokenizer/bpe/ — BPE tokenizers behind the WkTokenizer interface of ../tokenizer.h:
+ * Hugging Face tokenizer.json files with a BPE model, byte-level (GPT-2, Llama 3, Qwen style) or
+ * SentencePiece-style (byte_fallback, "▁" for spaces: Llama 2, Mistral, Gemma), and tiktoken rank
+ * files (r50k/gpt2, p50k, cl100k, o200k). A tokenizer.json with a Unigram model (T5 style) is the
+ * same tokenizer with ../unigram/ turning pieces into tokens.
  *
  *   bytelevel.c    GPT-2's byte <-> printable character alphabet that tokenizer.json vocabularies use
  *   vocab.c        token ids <-> bytes, and the merge table: a pair of ids -> (rank, merged id)
  *   merge.c        BPE of one piece (lowest rank first, leftmost on ties; a heap for long pieces,
- *                  so a piece of n bytes costs O(n log n)) and the per-thread cache of pieces
+ *                  so a piece of n bytes costs O(n log n)) and the per-thread cache of pieces; a
+ *                  SentencePiece-style piece starts as characters, with byte fallback and unk
+ *   normalize.c    normalizers (NFC, NFKC, Prepend, Replace, Strip, Lowercase, a Sequence of them)
+ *   precompiled.c  SentencePiece's precompiled_charsmap (the Precompiled normalizer)
+ *   decode.c       the decoders of SentencePiece-style files (Replace, ByteFallback, Fuse, Strip,
+ *                  Metaspace)
  *   pretokenize.c  text -> pieces with PCRE2 regexes (JIT, UTF | UCP | DOLLAR_ENDONLY); the patterns
- *                  tiktoken and tokenizer.json files name
+ *                  tiktoken and tokenizer.json files name; Metaspace
  *   ascii.c        hand-written matchers of the common patterns for ASCII text (PCRE2 for the rest)
  *   added.c        added and special tokens found in text (leftmost-longest, Hugging Face's rules)
  *   encode.c       the encoder (added tokens -> NFC -> pieces -> merges) and decoder; per-thread state
- *   huggingface.c  tokenizer.json -> a tokenizer, or an error naming the unsupported component
+ *   huggingface.c  tokenizer.json -> a tokenizer (BPE or Unigram), or an error naming the unsupported
+ *                  component
  *   tiktoken.c     .tiktoken rank files, with the pattern and special tokens of their encoding
  *   file.c         reading a tokenizer's files whole
  *   tokenize.c     JSONL of text <-> JSONL of id arrays on all cores (`run -m wick.data.tokenize`)
@@ -146,13 +154,22 @@ void rewrite_free(Rewrite *r);
 
 typedef enum {
   NORMALIZE_NFC,          /* Unicode NFC (libunistring) */
+  NORMALIZE_NFKC,
   NORMALIZE_PREPEND,      /* text in front of a non-empty run */
-  NORMALIZE_REPLACE,      /* every occurrence of a string -> another string */
+  NORMALIZE_REPLACE,      /* every occurrence of a string (or a regex's match) -> another string */
+  NORMALIZE_STRIP,        /* White_Space off the left and/or right end */
+  NORMALIZE_LOWERCASE,    /* Rust's char::to_lowercase, character by character */
+  NORMALIZE_PRECOMPILED,  /* SentencePiece's precompiled_charsmap (precompiled.c) */
 } NormalizeKind;
+
+typedef struct Charsmap Charsmap;
 
 typedef struct {
   NormalizeKind kind;
-  Rewrite rewrite;  /* Prepend: text; Replace: text -> with */
+  Rewrite rewrite;     /* Prepend: text; Replace: text -> with */
+  void *regex;         /* Replace with a Regex pattern: its pcre2_code * (owned); NULL: text is a literal */
+  bool left, right;    /* Strip */
+  Charsmap *charsmap;  /* Precompiled (owned) */
 } NormalizeStep;
 
 /* Steps applied in order (a tokenizer.json normalizer, a Sequence flattened). */
@@ -168,6 +185,9 @@ void normalizer_free(Normalizer *n);
 /* Two buffers a thread normalizes through (the steps alternate between them). */
 typedef struct {
   WkByteVec buffer[2];
+  void *match;          /* pcre2_match_data * for Replace's regexes, made on first use */
+  char *breaks;         /* grapheme cluster breaks (Precompiled) */
+  size_t breaks_capacity;
 } NormalizeScratch;
 
 void normalize_scratch_free(NormalizeScratch *s);
@@ -176,6 +196,22 @@ WkStatus normalize(const Normalizer *n, NormalizeScratch *s, const uint8_t **tex
 /* text with every non-overlapping occurrence of from (leftmost first) as with, appended to out. */
 WkStatus replace_all(WkByteVec *out, const uint8_t *text, size_t length, const uint8_t *from, size_t from_length,
                      const uint8_t *with, size_t with_length);
+
+/* A regex of Replace (PCRE2, compiled as the pre-tokenizer's are: pretokenize.c). */
+WkStatus normalize_regex(const char *pattern, size_t length, void **out, const char *what);
+void normalize_regex_free(void *regex);
+/* text with every match of regex as with, appended to out; *match is the thread's match data. */
+WkStatus regex_replace_all(const void *regex, void **match, WkByteVec *out, const uint8_t *text, size_t length,
+                           const uint8_t *with, size_t with_length);
+
+/* SentencePiece's precompiled_charsmap (precompiled.c): a little-endian u32 size of a darts-clone
+ * double-array trie, the trie's u32 units, then NUL-terminated normalized strings. charsmap_load
+ * refuses a blob that is cut short, names strings outside itself or that are not UTF-8. */
+WkStatus charsmap_load(const uint8_t *blob, size_t length, Charsmap **out, const char *what);
+void charsmap_free(Charsmap *c);
+/* text through the charsmap as Hugging Face's Precompiled normalizer runs it, appended to out. */
+WkStatus charsmap_normalize(const Charsmap *c, NormalizeScratch *s, const uint8_t *text, size_t length,
+                            WkByteVec *out);
 
 /* ---- Metaspace (pretokenize.c) and the decoders (decode.c) ------------------------------------- */
 
@@ -237,12 +273,15 @@ typedef struct {
   void *code[PRETOKENIZE_MAX_LEVELS];  /* pcre2_code * */
   bool jit[PRETOKENIZE_MAX_LEVELS];    /* JIT-compiled */
   FastPattern fast[PRETOKENIZE_MAX_LEVELS];  /* FAST_NONE: every match through PCRE2 */
+  bool matches_only[PRETOKENIZE_MAX_LEVELS]; /* the text between matches is dropped (WhitespaceSplit) */
   int levels;
 } Pretokenizer;
 
 /* Compiles a regex (Rust/Oniguruma syntax as tokenizers write it; \s and \S mean Unicode
  * White_Space, as there) as the next level. what names it in errors. */
 WkStatus pretokenizer_add(Pretokenizer *pt, const char *pattern, size_t length, const char *what);
+/* A regex whose matches alone are pieces, as the next level (WhitespaceSplit: \S+). */
+WkStatus pretokenizer_add_matches(Pretokenizer *pt, const char *pattern, const char *what);
 /* A literal string as the next level (Hugging Face Split with a String pattern). */
 WkStatus pretokenizer_add_literal(Pretokenizer *pt, const char *literal, size_t length, const char *what);
 void pretokenizer_free(Pretokenizer *pt);
@@ -304,6 +343,7 @@ WkStatus added_split(const AddedSet *set, bool honour_special, const uint8_t *te
 /* ---- the tokenizer (encode.c) ---------------------------------------------------------------- */
 
 typedef struct ThreadState ThreadState;
+typedef struct Unigram Unigram;  /* ../unigram/unigram.h */
 
 typedef struct {
   WkTokenizer base;  /* first: a Bpe * is a WkTokenizer * */
@@ -324,6 +364,7 @@ typedef struct {
   Pretokenizer pre;
   Metaspace metaspace;       /* after pre's splits, when on */
   Decoder decoder;           /* none: a token's bytes are its text */
+  Unigram *unigram;          /* a Unigram model (scores, a trie) turns pieces into tokens instead of merges */
   /* Hugging Face matches tokens that are not normalized before those that are; tiktoken uses [0]. */
   AddedSet added[2];
   uint32_t *added_of;        /* [base.vocab_size]: index into added[0] | added[1] << 31, or NONE */
@@ -372,10 +413,28 @@ struct ThreadState {
   size_t prefixed_capacity;
   NormalizeScratch normalized;  /* a segment normalized */
   WkByteVec spaced;  /* a piece through Metaspace */
+  /* A Unigram piece's lattice (../unigram/unigram.c): per byte position, the best path's score (here),
+   * where its last token starts and which it is (scratch.prev and scratch.next). */
+  double *lattice_score;
+  size_t lattice_capacity;
   ThreadState *next;
 };
 
 void merge_scratch_free(MergeScratch *s);
+
+/* Room for n symbols in each of the scratch's arrays (merge.c). */
+WkStatus merge_scratch_reserve(MergeScratch *s, size_t n);
+
+/* The thread's cache of pieces (merge.c): lookup appends the tokens of a piece seen before (*hit) and
+ * gives its hash, 0 for a piece too long to cache; store remembers a piece's tokens (up to
+ * CACHE_PIECE_TOKENS of them) under that hash. */
+WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash, bool *hit,
+                            WkTokenVec *out);
+void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
+                       size_t count);
+
+/* Standard base64 with padding -> out (room for length bytes); -1 when malformed (tiktoken.c). */
+long base64_decode(const char *s, size_t length, uint8_t *out);
 
 /* ---- loaders ---------------------------------------------------------------------------------- */
 

@@ -19,6 +19,7 @@
 
 #include "bpe.h"
 #include "../../core/json.h"  /* wk_utf8_valid_prefix */
+#include "../unigram/unigram.h"
 
 /* Names an EOS token usually has, looked for when the file does not say which it is. */
 static const char *const EOS_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
@@ -33,6 +34,7 @@ static void thread_state_free(ThreadState *ts) {
   free(ts->prefixed);
   normalize_scratch_free(&ts->normalized);
   free(ts->spaced.data);
+  free(ts->lattice_score);
   free(ts);
 }
 
@@ -92,12 +94,13 @@ typedef struct {
 
 static WkStatus on_model_piece(void *context, const uint8_t *piece, size_t length) {
   Encoding *e = context;
+  if (e->bpe->unigram) return unigram_piece(e->bpe, e->ts, piece, length, e->out);
   return bpe_merge_piece(e->bpe, e->ts, piece, length, e->out);
 }
 
 static WkStatus on_piece(void *context, const uint8_t *piece, size_t length) {
   Encoding *e = context;
-  if (!e->bpe->metaspace.on) return bpe_merge_piece(e->bpe, e->ts, piece, length, e->out);
+  if (!e->bpe->metaspace.on) return on_model_piece(e, piece, length);
   return metaspace_split(&e->bpe->metaspace, &e->ts->spaced, piece, length, e->run_at_start && piece == e->run,
                          on_model_piece, e);
 }
@@ -293,6 +296,7 @@ void bpe_free(Bpe *bpe) {
   pretokenizer_free(&bpe->pre);
   normalizer_free(&bpe->normalizer);
   decoder_free(&bpe->decoder);
+  unigram_free(bpe->unigram);
   added_free(&bpe->added[0]);
   added_free(&bpe->added[1]);
   free(bpe->added_of);

@@ -1,14 +1,21 @@
 /*
- * huggingface.c — a Hugging Face tokenizer.json with a byte-level BPE model -> a tokenizer.
+ * huggingface.c — a Hugging Face tokenizer.json with a BPE or Unigram model -> a tokenizer.
  *
  * Supported, as the `tokenizers` library runs them:
  *   model          BPE: vocab, merges as "a b" strings or ["a", "b"] pairs (a later duplicate pair
- *                  wins), ignore_merges, unk_token; dropout null or 0
- *   normalizer     none, or NFC (Qwen 2; encode.c)
+ *                  wins), ignore_merges, unk_token, fuse_unk and byte_fallback (SentencePiece-style
+ *                  only); dropout null or 0. Unigram: vocab of [piece, score], unk_id (required),
+ *                  byte_fallback (../unigram/)
+ *   normalizer     none, NFC, NFKC, Lowercase, Strip, Prepend, Replace (String or Regex pattern),
+ *                  Precompiled, or a Sequence of them (normalize.c)
  *   pre_tokenizer  ByteLevel (GPT-2's regex when use_regex, add_prefix_space), Split (Regex or String
- *                  pattern, behavior Isolated, not inverted), and a Sequence of those with exactly one
- *                  ByteLevel (Llama 3, Qwen: Sequence[Split(regex), ByteLevel(use_regex = false)])
- *   decoder        ByteLevel or none (decoding concatenates the tokens' bytes)
+ *                  pattern, behavior Isolated, not inverted), WhitespaceSplit, Metaspace (last), and
+ *                  a Sequence of those; with a ByteLevel (exactly one: Llama 3, Qwen use
+ *                  Sequence[Split(regex), ByteLevel(use_regex = false)]) the vocabulary is written in
+ *                  GPT-2's byte alphabet, without one (SentencePiece-style: Llama 2, Mistral, Gemma,
+ *                  T5) it is text
+ *   decoder        ByteLevel or none (byte-level: the tokens' bytes); Replace, ByteFallback, Fuse,
+ *                  Strip, Metaspace, or a Sequence of them (SentencePiece-style: decode.c)
  *   added_tokens   content, special, lstrip, rstrip, normalized
  *   post_processor ignored: encoding adds no BOS or template tokens (the converter separates
  *                  documents with EOS itself)
@@ -21,8 +28,11 @@
 #include <string.h>
 #include <xxhash.h>  /* XXH3_64bits */
 
+#include <math.h>  /* isfinite */
+
 #include "bpe.h"
 #include "../../core/json.h"
+#include "../unigram/unigram.h"
 
 enum { NAME_BYTES = 256, PATH_BYTES = 4096 };
 
@@ -154,12 +164,68 @@ static WkStatus want_empty(Loader *ld, const WkJson *model, const char *key) {
   return UNSUPPORTED(ld, "model.%s is not supported (byte-level BPE has none)", key);
 }
 
+/* The <0xNN> tokens of byte_fallback (Hugging Face falls back to a character's bytes only when the
+ * model has every one of them). */
+static void read_fallback_tokens(Loader *ld) {
+  for (int b = 0; b < 256; b++) {
+    char name[sizeof "<0x00>"];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    ld->bpe->fallback_token[b] = vocab_find(&ld->bpe->vocab, (const uint8_t *)name, strlen(name));
+  }
+}
+
+/* A Unigram model: vocab as [[piece, score], ...] (the id is the place), unk_id, byte_fallback. */
+static WkStatus read_unigram(Loader *ld, const WkJson *model) {
+  if (!ld->bpe->chars) return UNSUPPORTED(ld, "a Unigram model with a ByteLevel pre-tokenizer is not supported");
+  WK_TRY(want_bool(ld, model, "byte_fallback", "model"));
+  for (const char *const *key = (const char *const[]){"alpha", "nbest_size", NULL}; *key; key++)
+    if (!is_null(wk_json_get(model, *key)))
+      return UNSUPPORTED(ld, "model.%s is not supported (sampling makes encoding random)", *key);
+  const WkJson *vocab = wk_json_get(model, "vocab");
+  if (!vocab || vocab->type != WK_JSON_ARRAY || !vocab->child)
+    return BAD(ld, "model.vocab is missing, empty or not an array of [piece, score]");
+  size_t count = 0;
+  for (const WkJson *m = vocab->child; m; m = m->next) count++;
+  if (count >= BPE_MAX_VOCAB) return BAD(ld, "model.vocab has %zu pieces, more than 2^22", count);
+  uint64_t unk;
+  const WkJson *unk_id = wk_json_get(model, "unk_id");
+  if (is_null(unk_id)) return BAD(ld, "model.unk_id is missing (a Unigram model needs its unk token)");
+  if (!wk_json_u64(unk_id, &unk) || unk >= count)
+    return BAD(ld, "model.unk_id is not the place of a piece of model.vocab (0 to %zu)", count - 1);
+  WK_TRY(vocab_init(&ld->bpe->vocab, (uint32_t)count));
+  double *scores = wk_malloc(count * sizeof *scores, "Unigram scores");
+  if (!scores) return wk_last_status();
+  WkStatus status = WK_OK;
+  size_t k = 0;
+  for (const WkJson *m = vocab->child; m && status == WK_OK; m = m->next, k++) {
+    const WkJson *piece = m->type == WK_JSON_ARRAY ? m->child : NULL, *score = piece ? piece->next : NULL;
+    char *end = NULL;
+    if (!piece || piece->type != WK_JSON_STRING || !score || score->next)
+      status = BAD(ld, "model.vocab[%zu] is not [piece, score]", k);
+    else if (score->type != WK_JSON_NUMBER || !isfinite(scores[k] = strtod(score->string, &end)) || *end)
+      status = BAD(ld, "model.vocab[%zu] (\"%.100s\"): the score is not a finite number", k, piece->string);
+    else if (vocab_set(&ld->bpe->vocab, (uint32_t)k, (const uint8_t *)piece->string, piece->length, "model.vocab") != WK_OK)
+      status = wk_error_context("%s", ld->path);
+  }
+  if (status == WK_OK && vocab_finish(&ld->bpe->vocab) != WK_OK) status = wk_error_context("%s: model.vocab", ld->path);
+  if (status == WK_OK) {
+    if (flag(model, "byte_fallback", false)) read_fallback_tokens(ld);
+    ld->bpe->unk = (uint32_t)unk;
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: model", ld->path);
+    status = unigram_new(ld->bpe, scores, (uint32_t)unk, what, &ld->bpe->unigram);
+  }
+  free(scores);
+  return status;
+}
+
 static WkStatus read_model(Loader *ld, const WkJson *model) {
   if (!model || model->type != WK_JSON_OBJECT) return BAD(ld, "no \"model\" object (not a tokenizer.json?)");
   const char *type = type_name(model);
+  if (type && strcmp(type, "Unigram") == 0) return read_unigram(ld, model);
   /* Old files have no type; they are BPE when they have merges. */
   if (type ? strcmp(type, "BPE") != 0 : !wk_json_get(model, "merges"))
-    return UNSUPPORTED(ld, "model type '%s' is not supported (only BPE)", type ? type : "(none)");
+    return UNSUPPORTED(ld, "model type '%s' is not supported (only BPE and Unigram)", type ? type : "(none)");
   const WkJson *dropout = wk_json_get(model, "dropout");
   if (!is_null(dropout) && !(dropout->type == WK_JSON_NUMBER && strspn(dropout->string, "0.") == dropout->length))
     return UNSUPPORTED(ld, "model.dropout %s is not supported (dropout makes encoding random)",
@@ -177,12 +243,7 @@ static WkStatus read_model(Loader *ld, const WkJson *model) {
   WK_TRY(read_merges(ld, wk_json_get(model, "merges")));
   ld->bpe->ignore_merges = flag(model, "ignore_merges", false);
   ld->bpe->fuse_unk = flag(model, "fuse_unk", false);
-  if (byte_fallback) /* Hugging Face falls back to a character's bytes only when it has every one */
-    for (int b = 0; b < 256; b++) {
-      char name[sizeof "<0x00>"];
-      snprintf(name, sizeof name, "<0x%02X>", b);
-      ld->bpe->fallback_token[b] = vocab_find(&ld->bpe->vocab, (const uint8_t *)name, strlen(name));
-    }
+  if (byte_fallback) read_fallback_tokens(ld);
   const WkJson *unk = wk_json_get(model, "unk_token");
   if (!is_null(unk)) {
     if (unk->type != WK_JSON_STRING) return BAD(ld, "model.unk_token is not a string");
@@ -208,15 +269,34 @@ static WkStatus want_string(Loader *ld, const WkJson *node, const char *key, con
   return WK_OK;
 }
 
-/* {"String": "x"} of Replace; a Regex is not supported. */
-static WkStatus want_pattern(Loader *ld, const WkJson *node, const char *where, const WkJson **out) {
+/* The pattern of Replace: {"String": "x"}, or {"Regex": "x"} where regex may hold it (else NULL). */
+static WkStatus want_pattern(Loader *ld, const WkJson *node, const char *where, const WkJson **out, void **regex) {
   const WkJson *pattern = wk_json_get(node, "pattern");
-  if (wk_json_get(pattern, "Regex")) return UNSUPPORTED(ld, "%s with a Regex pattern is not supported (only String)", where);
+  const WkJson *re = wk_json_get(pattern, "Regex");
+  if (re && regex && re->type == WK_JSON_STRING) {
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: %s", ld->path, where);
+    *out = re;
+    return normalize_regex(re->string, re->length, regex, what);
+  }
+  if (re) return UNSUPPORTED(ld, "%s with a Regex pattern is not supported (only String)", where);
   const WkJson *literal = wk_json_get(pattern, "String");
   if (!literal || literal->type != WK_JSON_STRING || literal->length == 0)
     return BAD(ld, "%s has no pattern {\"String\": \"...\"} (a non-empty string)", where);
   *out = literal;
   return WK_OK;
+}
+
+/* Precompiled's precompiled_charsmap: base64 of SentencePiece's blob (precompiled.c). */
+static WkStatus read_charsmap(Loader *ld, const WkJson *node, Charsmap **out) {
+  const WkJson *text = NULL;
+  WK_TRY(want_string(ld, node, "precompiled_charsmap", "normalizer Precompiled", false, &text));
+  WK_TRY(reserve_scratch(ld, text->length));
+  long n = base64_decode(text->string, text->length, ld->scratch);
+  if (n < 0) return BAD(ld, "normalizer Precompiled.precompiled_charsmap is not base64");
+  char what[NAME_BYTES];
+  snprintf(what, sizeof what, "%s: normalizer Precompiled", ld->path);
+  return charsmap_load(ld->scratch, (size_t)n, out, what);
 }
 
 /* A Replace's strings, borrowed from the JSON (normalizer_add and decoder_add copy them). */
@@ -232,26 +312,44 @@ static WkStatus read_normalizer(Loader *ld, const WkJson *node, bool in_sequence
   snprintf(what, sizeof what, "%s: normalizer %s", ld->path, type);
   NormalizeStep step = {0};
   const WkJson *text = NULL, *with = NULL;
-  if (strcmp(type, "NFC") == 0) {
-    step.kind = NORMALIZE_NFC;
+  if (strcmp(type, "NFC") == 0 || strcmp(type, "NFKC") == 0 || strcmp(type, "Lowercase") == 0) {
+    step.kind = type[0] == 'L' ? NORMALIZE_LOWERCASE : type[2] == 'C' ? NORMALIZE_NFC : NORMALIZE_NFKC;
+  } else if (strcmp(type, "Strip") == 0) {
+    WK_TRY(want_bool(ld, node, "strip_left", "normalizer Strip"));
+    WK_TRY(want_bool(ld, node, "strip_right", "normalizer Strip"));
+    step = (NormalizeStep){.kind = NORMALIZE_STRIP, .left = flag(node, "strip_left", false),
+                           .right = flag(node, "strip_right", false)};
+  } else if (strcmp(type, "Precompiled") == 0) {
+    step.kind = NORMALIZE_PRECOMPILED;
+    WK_TRY(read_charsmap(ld, node, &step.charsmap));
   } else if (strcmp(type, "Prepend") == 0) {
     WK_TRY(want_string(ld, node, "prepend", "normalizer Prepend", false, &text));
     step = (NormalizeStep){.kind = NORMALIZE_PREPEND, .rewrite = {.text = (uint8_t *)text->string,
                                                                   .text_length = text->length}};
   } else if (strcmp(type, "Replace") == 0) {
-    WK_TRY(want_pattern(ld, node, "normalizer Replace", &text));
-    WK_TRY(want_string(ld, node, "content", "normalizer Replace", true, &with));
-    step = (NormalizeStep){.kind = NORMALIZE_REPLACE, .rewrite = rewrite_of(text, with)};
+    void *regex = NULL;
+    WK_TRY(want_pattern(ld, node, "normalizer Replace", &text, &regex));
+    step = (NormalizeStep){.kind = NORMALIZE_REPLACE, .regex = regex};
+    if (want_string(ld, node, "content", "normalizer Replace", true, &with) != WK_OK) {
+      if (regex) normalize_regex_free(regex);
+      return wk_last_status();
+    }
+    step.rewrite = rewrite_of(text, with);
   } else if (strcmp(type, "Sequence") == 0 && !in_sequence) {
     const WkJson *list = wk_json_get(node, "normalizers");
     if (!list || list->type != WK_JSON_ARRAY) return BAD(ld, "normalizer Sequence without a normalizers array");
     for (const WkJson *item = list->child; item; item = item->next) WK_TRY(read_normalizer(ld, item, true));
     return WK_OK;
   } else {
-    return UNSUPPORTED(ld, "normalizer %s%s is not supported (supported: NFC, Prepend, Replace, a Sequence of them)",
-                       type, in_sequence ? " (in a Sequence)" : "");
+    return UNSUPPORTED(ld, "normalizer %s%s is not supported (supported: NFC, NFKC, Lowercase, Strip, Prepend, "
+                       "Replace, Precompiled, a Sequence of them)", type, in_sequence ? " (in a Sequence)" : "");
   }
-  if (normalizer_add(&ld->bpe->normalizer, &step, what) != WK_OK) return wk_error_context("%s", ld->path);
+  /* The normalizer owns the step's regex and charsmap once added; until then they are the step's. */
+  if (normalizer_add(&ld->bpe->normalizer, &step, what) != WK_OK) {
+    if (step.regex) normalize_regex_free(step.regex);
+    charsmap_free(step.charsmap);
+    return wk_error_context("%s", ld->path);
+  }
   return WK_OK;
 }
 
@@ -322,6 +420,11 @@ static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t positio
   if (ld->bpe->metaspace.on) return UNSUPPORTED(ld, "pre_tokenizer %s after Metaspace is not supported", type);
   if (strcmp(type, "Metaspace") == 0) return read_metaspace(ld, node, "pre_tokenizer Metaspace", &ld->bpe->metaspace);
   if (strcmp(type, "ByteLevel") == 0) return read_bytelevel(ld, node, position);
+  if (strcmp(type, "WhitespaceSplit") == 0) {
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: pre_tokenizer WhitespaceSplit", ld->path);
+    return pretokenizer_add_matches(&ld->bpe->pre, "\\S+", what);
+  }
   if (strcmp(type, "Split") == 0) return read_split(ld, node);
   if (strcmp(type, "Sequence") == 0 && !in_sequence) {
     const WkJson *list = wk_json_get(node, "pretokenizers");
@@ -330,7 +433,7 @@ static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t positio
     for (const WkJson *item = list->child; item; item = item->next, k++) WK_TRY(read_pretokenizer(ld, item, k, true));
     return WK_OK;
   }
-  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, Metaspace, a Sequence of them)", type,
+  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, WhitespaceSplit, Metaspace, a Sequence of them)", type,
                      in_sequence ? " (in a Sequence)" : "");
 }
 
@@ -359,7 +462,7 @@ static WkStatus read_decoder(Loader *ld, const WkJson *node, bool in_sequence) {
   DecodeStep step = {0};
   const WkJson *text = NULL, *with = NULL;
   if (strcmp(type, "Replace") == 0) {
-    WK_TRY(want_pattern(ld, node, "decoder Replace", &text));
+    WK_TRY(want_pattern(ld, node, "decoder Replace", &text, NULL));
     WK_TRY(want_string(ld, node, "content", "decoder Replace", true, &with));
     step = (DecodeStep){.kind = DECODE_REPLACE, .rewrite = rewrite_of(text, with)};
   } else if (strcmp(type, "ByteFallback") == 0) {

@@ -9,7 +9,8 @@
  * Stale heap entries (a symbol merged since) are recognised by the ids they were made with.
  *
  * Pieces of up to CACHE_PIECE_BYTES bytes are remembered, with their tokens, in the calling thread's
- * direct-mapped cache: real text repeats its words, and a hit costs one hash and one compare.
+ * direct-mapped cache: real text repeats its words, and a hit costs one hash and one compare. The
+ * Unigram model (../unigram/) caches its pieces there too.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ void merge_scratch_free(MergeScratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-static WkStatus scratch_reserve(MergeScratch *s, size_t n) {
+WkStatus merge_scratch_reserve(MergeScratch *s, size_t n) {
   if (n <= s->capacity) return WK_OK;
   size_t cap = s->capacity ? s->capacity : 256;
   while (cap < n) cap *= 2;
@@ -161,17 +162,30 @@ static WkStatus merge_heap(const PairTable *pairs, MergeScratch *s, size_t n, si
 
 /* ---- the piece cache ------------------------------------------------------------------------- */
 
-static uint64_t piece_hash(const uint8_t *piece, size_t length) { return XXH3_64bits(piece, length) | 1; }
-
 static const CacheEntry *cache_find(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash) {
   const CacheEntry *e = &ts->cache[hash & (CACHE_ENTRIES - 1)];
   if (e->hash == hash && e->length == length && memcmp(e->bytes, piece, length) == 0) return e;
   return NULL;
 }
 
-static void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
-                        size_t count) {
-  if (count > CACHE_PIECE_TOKENS) return;
+WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash, bool *hit,
+                            WkTokenVec *out) {
+  *hit = false;
+  *hash = 0;
+  if (length > CACHE_PIECE_BYTES) return WK_OK;
+  *hash = XXH3_64bits(piece, length) | 1;
+  const CacheEntry *e = cache_find(ts, piece, length, *hash);
+  if (!e) return WK_OK;
+  *hit = true;
+  WK_TRY(wk_token_vec_reserve(out, e->count));
+  if (e->count) memcpy(out->data + out->length, e->tokens, e->count * sizeof *e->tokens);
+  out->length += e->count;
+  return WK_OK;
+}
+
+void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
+                       size_t count) {
+  if (!hash || count > CACHE_PIECE_TOKENS) return;
   CacheEntry *e = &ts->cache[hash & (CACHE_ENTRIES - 1)];
   e->hash = hash;
   e->length = (uint8_t)length;
@@ -233,33 +247,25 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   if (length == 0) return WK_OK;
   if (length == 1 && bpe->byte_token[piece[0]] != BPE_NO_TOKEN) return push_one(out, bpe->byte_token[piece[0]]);
   /* The thread's cache first: it is small and hot, the vocabulary index is neither. */
-  bool cacheable = length <= CACHE_PIECE_BYTES;
-  uint64_t hash = 0;
-  if (cacheable) {
-    hash = piece_hash(piece, length);
-    const CacheEntry *hit = cache_find(ts, piece, length, hash);
-    if (hit) {
-      WK_TRY(wk_token_vec_reserve(out, hit->count));
-      if (hit->count) memcpy(out->data + out->length, hit->tokens, hit->count * sizeof *hit->tokens);
-      out->length += hit->count;
-      return WK_OK;
-    }
-  }
+  uint64_t hash;
+  bool hit;
+  WK_TRY(piece_cache_lookup(ts, piece, length, &hash, &hit, out));
+  if (hit) return WK_OK;
   if (bpe->ignore_merges) {
     uint32_t id = vocab_find(&bpe->vocab, piece, length);
     if (id != BPE_NO_TOKEN) {
-      if (cacheable) cache_store(ts, piece, length, hash, &id, 1);
+      piece_cache_store(ts, piece, length, hash, &id, 1);
       return push_one(out, id);
     }
   }
   MergeScratch *s = &ts->scratch;
-  WK_TRY(scratch_reserve(s, length));
+  WK_TRY(merge_scratch_reserve(s, length));
   size_t n = bpe->chars ? char_symbols(bpe, piece, length, s->symbol) : byte_symbols(bpe, piece, length, s->symbol);
   if (n > SCAN_MAX_SYMBOLS) WK_TRY(merge_heap(&bpe->pairs, s, n, &n));
   else n = merge_scan(&bpe->pairs, s, n);
   WK_TRY(wk_token_vec_reserve(out, n));
   if (n) memcpy(out->data + out->length, s->symbol, n * sizeof *s->symbol);
   out->length += n;
-  if (cacheable) cache_store(ts, piece, length, hash, s->symbol, n);
+  piece_cache_store(ts, piece, length, hash, s->symbol, n);
   return WK_OK;
 }

@@ -60,8 +60,7 @@ static int base64_value(uint8_t c) {
   return -1;
 }
 
-/* Standard base64 with padding -> out (room for length bytes); -1 when malformed. */
-static long base64_decode(const char *s, size_t length, uint8_t *out) {
+long base64_decode(const char *s, size_t length, uint8_t *out) {
   if (length == 0 || length % 4 != 0) return -1;
   size_t n = 0;
   for (size_t i = 0; i < length; i += 4) {
