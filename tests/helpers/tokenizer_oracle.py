@@ -185,7 +185,9 @@ def sentencepiece_bpe(texts, out):
       mistral/      Metaspace pre-tokenizer (prepend_scheme first, split false), no normalizer
       gemma/        normalizer Replace(" ", "▁") only, no Strip in the decoder
       llama2-unk/   llama2/ with <0x80>..<0xFF> taken out: characters beyond ASCII without a token are <unk>
-      metaspace/    Metaspace(prepend_scheme always, split true) and its decoder, without byte_fallback"""
+      metaspace/    Metaspace(prepend_scheme always, split true) and its decoder, without byte_fallback
+      llama2-cross/ llama2/ with a first merge "s" + "▁": merges cross words, so the model cannot be
+                    merged word by word"""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
@@ -198,8 +200,11 @@ def sentencepiece_bpe(texts, out):
         vocab.setdefault("<0x%02X>" % b, len(vocab))
     data["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
     sp_decoder = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
-    for name in ("llama2", "mistral", "gemma", "llama2-unk", "metaspace"):
+    for name in ("llama2", "mistral", "gemma", "llama2-unk", "metaspace", "llama2-cross"):
         variant = json.loads(json.dumps(data))
+        if name == "llama2-cross":
+            variant["model"]["vocab"]["s\u2581"] = len(variant["model"]["vocab"])
+            variant["model"]["merges"].insert(0, ["s", "\u2581"])
         if name == "llama2-unk":
             for b in range(0x80, 0x100):
                 del variant["model"]["vocab"]["<0x%02X>" % b]
@@ -207,7 +212,7 @@ def sentencepiece_bpe(texts, out):
             variant["model"]["byte_fallback"] = False
         tok = Tokenizer.from_str(json.dumps(variant))
         tok.add_tokens([AddedToken("wicktoken", special=False, normalized=True)])
-        if name in ("llama2", "llama2-unk"):
+        if name in ("llama2", "llama2-unk", "llama2-cross"):
             tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
             tok.pre_tokenizer = None
             tok.decoder = decoders.Sequence(sp_decoder + [decoders.Strip(" ", 1, 0)])

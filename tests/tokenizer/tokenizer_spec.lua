@@ -95,6 +95,9 @@ local CASES = {
     hf_decode = true, roundtrip = true },
   { name = 'a Llama 2 style tokenizer.json without the bytes past ASCII (unknown characters are <unk>)',
     file = 'llama2-unk/tokenizer.json', kind = 'hf', hf_decode = true },
+  -- Llama 2 style files are merged word by word unless a merge joins a word to the next: this one's does.
+  { name = 'a Llama 2 style tokenizer.json whose merges join words ("s" + "▁")', file = 'llama2-cross/tokenizer.json',
+    kind = 'hf', hf_decode = true, roundtrip = true },
   { name = 'a Metaspace tokenizer.json (split, prepend_scheme always, Metaspace decoder, no byte_fallback)',
     file = 'metaspace/tokenizer.json', kind = 'hf', hf_decode = true },
   -- Unigram (T5 / ALBERT style): Viterbi over the vocabulary's scores, unknown characters fused into

@@ -359,6 +359,11 @@ typedef struct {
    * the model has all of them), else unk (one unk for a run of them with fuse_unk). */
   bool chars;
   bool fuse_unk;
+  /* No merge joins a token ending in another character to one starting with this word mark (the
+   * Metaspace replacement, else "▁"), which has its own token: a piece is merged word by word, each
+   * cut before a run of marks, with the same result (and the piece cache). bpe_finish decides. */
+  uint8_t word_mark[4];
+  size_t word_mark_length;
   uint32_t fallback_token[256];  /* <0xNN>, BPE_NO_TOKEN without byte_fallback */
   Normalizer normalizer;     /* applied to each run of text between added tokens */
   Pretokenizer pre;
@@ -385,6 +390,10 @@ void bpe_free(Bpe *bpe);
 
 /* One piece -> tokens (merge.c); scratch and cache come from the thread's state. */
 WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out);
+/* The same, word by word when the model allows (word_mark; else the piece whole). */
+WkStatus bpe_merge_words(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out);
+/* Sets word_mark when no merge crosses the mark (SentencePiece-style models). */
+void bpe_find_word_mark(Bpe *bpe);
 
 /* ---- per-thread state (encode.c owns it; merge.c and pretokenize.c use its parts) --------------- */
 

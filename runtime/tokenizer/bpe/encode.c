@@ -95,6 +95,7 @@ typedef struct {
 static WkStatus on_model_piece(void *context, const uint8_t *piece, size_t length) {
   Encoding *e = context;
   if (e->bpe->unigram) return unigram_piece(e->bpe, e->ts, piece, length, e->out);
+  if (e->bpe->word_mark_length) return bpe_merge_words(e->bpe, e->ts, piece, length, e->out);
   return bpe_merge_piece(e->bpe, e->ts, piece, length, e->out);
 }
 

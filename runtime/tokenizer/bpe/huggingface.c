@@ -592,6 +592,7 @@ static WkStatus read_tokenizer(Loader *ld, const WkJson *root) {
   WK_TRY(read_model(ld, wk_json_get(root, "model")));
   const WkJson *decoder = wk_json_get(root, "decoder");
   if (!is_null(decoder)) WK_TRY(read_decoder(ld, decoder, false));
+  if (!ld->bpe->unigram) bpe_find_word_mark(ld->bpe);
   WK_TRY(read_added(ld, wk_json_get(root, "added_tokens")));
   WkStatus status = bpe_finish(ld->bpe);
   if (status != WK_OK) return wk_error_context("%s", ld->path);

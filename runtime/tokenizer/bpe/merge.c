@@ -168,8 +168,9 @@ static const CacheEntry *cache_find(const ThreadState *ts, const uint8_t *piece,
   return NULL;
 }
 
-WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash, bool *hit,
-                            WkTokenVec *out) {
+/* Inline here: the BPE's hot path; unigram.c calls the exported twins below. */
+static inline WkStatus cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash,
+                                    bool *hit, WkTokenVec *out) {
   *hit = false;
   *hash = 0;
   if (length > CACHE_PIECE_BYTES) return WK_OK;
@@ -183,8 +184,8 @@ WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t 
   return WK_OK;
 }
 
-void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
-                       size_t count) {
+static inline void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash,
+                               const uint32_t *tokens, size_t count) {
   if (!hash || count > CACHE_PIECE_TOKENS) return;
   CacheEntry *e = &ts->cache[hash & (CACHE_ENTRIES - 1)];
   e->hash = hash;
@@ -192,6 +193,16 @@ void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uin
   e->count = (uint8_t)count;
   memcpy(e->bytes, piece, length);
   memcpy(e->tokens, tokens, count * sizeof *tokens);
+}
+
+WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash, bool *hit,
+                            WkTokenVec *out) {
+  return cache_lookup(ts, piece, length, hash, hit, out);
+}
+
+void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
+                       size_t count) {
+  cache_store(ts, piece, length, hash, tokens, count);
 }
 
 /* ---- the first symbols -------------------------------------------------------------------------- */
@@ -249,12 +260,12 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   /* The thread's cache first: it is small and hot, the vocabulary index is neither. */
   uint64_t hash;
   bool hit;
-  WK_TRY(piece_cache_lookup(ts, piece, length, &hash, &hit, out));
+  WK_TRY(cache_lookup(ts, piece, length, &hash, &hit, out));
   if (hit) return WK_OK;
   if (bpe->ignore_merges) {
     uint32_t id = vocab_find(&bpe->vocab, piece, length);
     if (id != BPE_NO_TOKEN) {
-      piece_cache_store(ts, piece, length, hash, &id, 1);
+      cache_store(ts, piece, length, hash, &id, 1);
       return push_one(out, id);
     }
   }
@@ -266,6 +277,48 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   WK_TRY(wk_token_vec_reserve(out, n));
   if (n) memcpy(out->data + out->length, s->symbol, n * sizeof *s->symbol);
   out->length += n;
-  piece_cache_store(ts, piece, length, hash, s->symbol, n);
+  cache_store(ts, piece, length, hash, s->symbol, n);
   return WK_OK;
+}
+
+/* ---- SentencePiece-style pieces, word by word ------------------------------------------------------ */
+
+static bool starts_with(const uint8_t *s, size_t n, const uint8_t *prefix, size_t k) {
+  return n >= k && memcmp(s, prefix, k) == 0;
+}
+
+void bpe_find_word_mark(Bpe *bpe) {
+  const uint8_t *mark = bpe->metaspace.on ? bpe->metaspace.replacement : (const uint8_t *)"\xE2\x96\x81";
+  size_t k = bpe->metaspace.on ? bpe->metaspace.replacement_length : 3;
+  /* ignore_merges would look a whole piece up, which may hold marks after other characters. */
+  if (!bpe->chars || bpe->ignore_merges || vocab_find(&bpe->vocab, mark, k) == BPE_NO_TOKEN) return;
+  for (uint64_t i = 0; i <= bpe->pairs.mask; i++) {
+    const PairSlot *p = &bpe->pairs.slots[i];
+    if (p->key == UINT64_MAX) continue;
+    size_t a, b;
+    const uint8_t *left = vocab_bytes(&bpe->vocab, (uint32_t)(p->key >> 32), &a);
+    const uint8_t *right = vocab_bytes(&bpe->vocab, (uint32_t)p->key, &b);
+    bool left_ends_in_mark = a >= k && memcmp(left + a - k, mark, k) == 0;
+    if (!left_ends_in_mark && starts_with(right, b, mark, k)) return;
+  }
+  memcpy(bpe->word_mark, mark, k);
+  bpe->word_mark_length = k;
+}
+
+WkStatus bpe_merge_words(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out) {
+  size_t k = bpe->word_mark_length;
+  if (!k) return bpe_merge_piece(bpe, ts, piece, length, out);
+  const uint8_t *mark = bpe->word_mark;
+  size_t start = 0;
+  bool previous = false;  /* the character before is a mark */
+  for (size_t at = 0; at < length;) {
+    bool is_mark = starts_with(piece + at, length - at, mark, k);
+    if (is_mark && !previous && at > start) {
+      WK_TRY(bpe_merge_piece(bpe, ts, piece + start, at - start, out));
+      start = at;
+    }
+    previous = is_mark;
+    at += is_mark ? k : utf8_length(piece[at]);
+  }
+  return bpe_merge_piece(bpe, ts, piece + start, length - start, out);
 }
