@@ -237,6 +237,19 @@ describe('wick.tokenizer', function()
     gpt2_special:close()
   end)
 
+  it('decodes SentencePiece-style tokens to nothing, to a space, and through byte fallback', function()
+    if not need_oracles() then return end
+    local tok = assert(tokenizer.open(root .. '/llama2/tokenizer.json'))
+    local space = tok:token_id('▁')
+    assert.are.equal('', tok:decode {})
+    assert.are.equal('', tok:decode { space }) -- Replace makes it ' ', Strip takes it off
+    assert.are.equal(' ', tok:decode { space, space })
+    assert.are.equal('é', tok:decode { tok:token_id('<0xC3>'), tok:token_id('<0xA9>') })
+    assert.are.equal('\xEF\xBF\xBDa', tok:decode { tok:token_id('<0xC3>'), tok:token_id('a') })
+    assert.are.same({ space, tok:token_id('<0xE4>'), tok:token_id('<0xB8>'), tok:token_id('<0xAD>') }, tok:ids('中'))
+    tok:close()
+  end)
+
   it('merges a long piece in time that grows like n log n, not n^2', function()
     if not need_oracles() then return end
     local tok = assert(tokenizer.open(root .. '/gpt2/tokenizer.json'))

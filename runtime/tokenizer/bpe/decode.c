@@ -60,7 +60,7 @@ static WkStatus strings_push(Strings *s, const void *bytes, size_t length) {
 static const uint8_t *string_at(const Strings *s, size_t i, size_t *length) {
   size_t start = i ? s->end[i - 1] : 0;
   *length = s->end[i] - start;
-  return s->bytes.data + start;
+  return *length ? s->bytes.data + start : (const uint8_t *)"";  /* empty strings may have no bytes at all */
 }
 
 static void strings_free(Strings *s) {
