@@ -181,8 +181,11 @@ WkStatus wk_tokenizer_encode(const WkTokenizer *t, const char *text, size_t leng
   WkStatus status = t->encode(t, (const uint8_t *)text, length, &v);
   if (status == WK_OK) {
     *count = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length * sizeof *v.data);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    if (v.length <= capacity) {
+      if (v.length) memcpy(out, v.data, v.length * sizeof *v.data);  /* no tokens: v has no data at all */
+    } else {
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_encode: %zu tokens do not fit in %zu", v.length, capacity);
+    }
   }
   free(v.data);
   return status;
@@ -196,8 +199,11 @@ WkStatus wk_tokenizer_decode(const WkTokenizer *t, const uint32_t *tokens, size_
   WkStatus status = t->decode(t, tokens, count, &v);
   if (status == WK_OK) {
     *length = v.length;
-    if (v.length <= capacity) memcpy(out, v.data, v.length);
-    else status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    if (v.length <= capacity) {
+      if (v.length) memcpy(out, v.data, v.length);  /* nothing decoded: v has no data at all */
+    } else {
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "wk_tokenizer_decode: %zu bytes do not fit in %zu", v.length, capacity);
+    }
   }
   free(v.data);
   return status;
