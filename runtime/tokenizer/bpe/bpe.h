@@ -121,7 +121,9 @@ size_t bytelevel_decode(const char *text, size_t length, uint8_t *out);
 /* ---- UTF-8 and Unicode White_Space --------------------------------------------------------------- */
 
 /* Length of the UTF-8 character that starts with byte c (valid text). */
-static inline size_t utf8_length(uint8_t c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
+static inline size_t utf8_length(uint8_t c) {
+  return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+}
 
 /* The code point of the n-byte character at s (valid text). */
 static inline uint32_t utf8_decode(const uint8_t *s, size_t n) {

@@ -77,7 +77,9 @@ static WkStatus replace_into(Strings *out, const uint8_t *t, size_t n, const uin
 }
 
 static int hex_digit(uint8_t c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* The byte of a token "<0xNN>" (Rust's u8::from_str_radix of NN: a '+' may stand first), or -1. */

@@ -204,7 +204,8 @@ static WkStatus read_unigram(Loader *ld, const WkJson *model) {
       status = BAD(ld, "model.vocab[%zu] is not [piece, score]", k);
     else if (score->type != WK_JSON_NUMBER || !isfinite(scores[k] = strtod(score->string, &end)) || *end)
       status = BAD(ld, "model.vocab[%zu] (\"%.100s\"): the score is not a finite number", k, piece->string);
-    else if (vocab_set(&ld->bpe->vocab, (uint32_t)k, (const uint8_t *)piece->string, piece->length, "model.vocab") != WK_OK)
+    else if (vocab_set(&ld->bpe->vocab, (uint32_t)k, (const uint8_t *)piece->string, piece->length,
+                       "model.vocab") != WK_OK)
       status = wk_error_context("%s", ld->path);
   }
   if (status == WK_OK && vocab_finish(&ld->bpe->vocab) != WK_OK) status = wk_error_context("%s: model.vocab", ld->path);
@@ -391,8 +392,9 @@ static WkStatus read_bytelevel(Loader *ld, const WkJson *node, size_t position) 
   return pretokenizer_add(&ld->bpe->pre, pattern, strlen(pattern), what);
 }
 
-/* Metaspace's options, as a pre-tokenizer and as a decoder: replacement, prepend_scheme (or, in older
- * files, add_prefix_space: true is "always"), split (true when absent, as Hugging Face reads it). */
+/* Metaspace's options, as a pre-tokenizer and as a decoder: replacement, prepend_scheme ("always" when
+ * absent), split (true when absent); older files' add_prefix_space must agree (false: "never"), as
+ * Hugging Face reads them. */
 static WkStatus read_metaspace(Loader *ld, const WkJson *node, const char *where, Metaspace *m) {
   const WkJson *rep = NULL;
   WK_TRY(want_string(ld, node, "replacement", where, false, &rep));
@@ -401,17 +403,19 @@ static WkStatus read_metaspace(Loader *ld, const WkJson *node, const char *where
   WK_TRY(want_bool(ld, node, "add_prefix_space", where));
   WK_TRY(want_bool(ld, node, "split", where));
   *m = (Metaspace){.on = true, .replacement_length = rep->length, .split = flag(node, "split", true),
-                   .prepend = flag(node, "add_prefix_space", true) ? PREPEND_ALWAYS : PREPEND_NEVER};
+                   .prepend = PREPEND_ALWAYS};
   memcpy(m->replacement, rep->string, rep->length);
   const WkJson *scheme = wk_json_get(node, "prepend_scheme");
-  if (is_null(scheme)) return WK_OK;
-  const char *names[] = {[PREPEND_ALWAYS] = "always", [PREPEND_FIRST] = "first", [PREPEND_NEVER] = "never"};
-  for (int k = 0; k < 3; k++)
-    if (scheme->type == WK_JSON_STRING && strcmp(scheme->string, names[k]) == 0) {
-      m->prepend = (PrependScheme)k;
-      return WK_OK;
-    }
-  return BAD(ld, "%s.prepend_scheme is not \"always\", \"first\" or \"never\"", where);
+  if (!is_null(scheme)) {
+    const char *names[] = {[PREPEND_ALWAYS] = "always", [PREPEND_FIRST] = "first", [PREPEND_NEVER] = "never"};
+    int k = 0;
+    while (k < 3 && !(scheme->type == WK_JSON_STRING && strcmp(scheme->string, names[k]) == 0)) k++;
+    if (k == 3) return BAD(ld, "%s.prepend_scheme is not \"always\", \"first\" or \"never\"", where);
+    m->prepend = (PrependScheme)k;
+  }
+  if (!flag(node, "add_prefix_space", true) && m->prepend != PREPEND_NEVER)
+    return BAD(ld, "%s.add_prefix_space is false but prepend_scheme is not \"never\"", where);
+  return WK_OK;
 }
 
 static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t position, bool in_sequence) {
@@ -433,8 +437,8 @@ static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t positio
     for (const WkJson *item = list->child; item; item = item->next, k++) WK_TRY(read_pretokenizer(ld, item, k, true));
     return WK_OK;
   }
-  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, WhitespaceSplit, Metaspace, a Sequence of them)", type,
-                     in_sequence ? " (in a Sequence)" : "");
+  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, WhitespaceSplit, "
+                     "Metaspace, a Sequence of them)", type, in_sequence ? " (in a Sequence)" : "");
 }
 
 /* ---- decoders ------------------------------------------------------------------------------------ */
@@ -530,7 +534,8 @@ static WkStatus read_added(Loader *ld, const WkJson *list) {
     if (normalized && normalize(&ld->bpe->normalizer, &ld->normalized, &match, &match_length) != WK_OK)
       return wk_error_context("%s: added_tokens[%zu]", ld->path, k);
     WK_TRY(added_add(&ld->bpe->added[normalized ? 1 : 0], (uint32_t)value, (const uint8_t *)content->string,
-                     content->length, match, match_length, special, flag(t, "lstrip", false), flag(t, "rstrip", false)));
+                     content->length, match, match_length, special, flag(t, "lstrip", false),
+                     flag(t, "rstrip", false)));
   }
   return WK_OK;
 }

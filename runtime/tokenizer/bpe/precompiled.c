@@ -32,7 +32,8 @@ enum { WHOLE_GRAPHEME_BYTES = 6 };  /* clusters shorter than this are looked up 
 
 WkStatus charsmap_load(const uint8_t *blob, size_t length, Charsmap **out, const char *what) {
   *out = NULL;
-  if (length < 4) return WK_FAIL(WK_ERR_FORMAT, "%s: the charsmap is %zu bytes, too short for its trie's size", what, length);
+  if (length < 4)
+    return WK_FAIL(WK_ERR_FORMAT, "%s: the charsmap is %zu bytes, too short for its trie's size", what, length);
   uint32_t trie_bytes = (uint32_t)blob[0] | (uint32_t)blob[1] << 8 | (uint32_t)blob[2] << 16 | (uint32_t)blob[3] << 24;
   if (trie_bytes < 4 || trie_bytes % 4 != 0 || trie_bytes > length - 4)
     return WK_FAIL(WK_ERR_FORMAT, "%s: the charsmap's trie is %u bytes, not a whole number of units within its %zu",
