@@ -1,7 +1,8 @@
 -- Tokenizer benchmark (issue 11): encoding throughput in MB of text per CPU-second (per core) for
--- GPT-2 and a Llama 3 style tokenizer, next to tiktoken and Hugging Face tokenizers measured in the
--- same run on the same text, and how wick.data.tokenize scales over this machine's cores.
---   ./run tests/bench/tokenize.lua     (make bench runs it; about a minute, plus ~30 s the first time
+-- GPT-2, a Llama 3 style, Llama 2 / Mistral style (SentencePiece BPE) and a T5 style (Unigram)
+-- tokenizer, next to tiktoken and Hugging Face tokenizers measured in the same run on the same text,
+-- and how wick.data.tokenize scales over this machine's cores.
+--   ./run tests/bench/tokenize.lua     (make bench runs it; about two minutes, plus ~90 s the first time
 --                                       for build/test/venv and build/bench/tokenize/)
 --
 -- The text is build/bench/tokenize/corpus.jsonl: CORPUS_MB of this machine's Python sources and
