@@ -319,6 +319,7 @@ FUZZ_LIB_C := $(sort $(wildcard runtime/core/*.c)) \
   $(addprefix runtime/format/,shard.c index.c) runtime/loader/cursor.c \
   $(filter-out $(addprefix runtime/convert/,convert.c settings.c builder.c output.c),$(wildcard runtime/convert/*.c)) \
   $(sort $(wildcard runtime/io/*.c runtime/io/remote/*.c runtime/tokenizer/*.c runtime/tokenizer/bpe/*.c \
+    runtime/tokenizer/unigram/*.c \
     runtime/convert/parquet/*.c)) \
   $(addprefix runtime/dist/,protocol.c world.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))

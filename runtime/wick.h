@@ -249,9 +249,10 @@ WK_API uint64_t wk_mix64(uint64_t a, uint64_t b);
 
 /* ---- tokenizers (runtime/tokenizer/) ----------------------------------------------------------- */
 
-/* Text <-> token ids. Byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen style)
- * or a tiktoken rank file (r50k/gpt2, p50k, cl100k, o200k), or the built-in "bytes". Encoding is
- * thread-safe; free a tokenizer after the threads that encoded with it are done. */
+/* Text <-> token ids. A Hugging Face tokenizer.json with a BPE model, byte-level (GPT-2, Llama 3, Qwen
+ * style) or SentencePiece-style (Llama 2, Mistral, Gemma), or a Unigram model (T5), a tiktoken rank
+ * file (r50k/gpt2, p50k, cl100k, o200k), or the built-in "bytes". Encoding is thread-safe; free a
+ * tokenizer after the threads that encoded with it are done. */
 typedef struct WkTokenizer WkTokenizer;
 
 /* source: "bytes", a tokenizer.json, or a .tiktoken rank file. pattern: the encoding of a rank file

@@ -6,7 +6,8 @@
  *   gpt2   describes GPT-2-tokenized data (vocabulary 50257, EOS = <|endoftext|> 50256) as found in
  *          llm.c/nanoGPT .bin files; to encode text with GPT-2, open its rank file (gpt2.tiktoken or
  *          r50k_base.tiktoken) or its tokenizer.json.
- *   files  a Hugging Face tokenizer.json or a tiktoken rank file: byte-level BPE (tokenizer/).
+ *   files  a Hugging Face tokenizer.json (BPE, byte-level or SentencePiece-style, or Unigram) or a
+ *          tiktoken rank file (bpe/, unigram/).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,9 @@
  *   tokenizer.c   the interface's shared parts, the built-ins ("bytes", and "gpt2" that only describes
  *                 pre-tokenized .bin data), wk_tokenizer_open and the public wk_tokenizer_* functions
  *   template.c    a tokenizer.json's post_processor as the ids it puts around a text (WkTemplate)
- *   bpe/          byte-level BPE: Hugging Face tokenizer.json and tiktoken rank files (bpe/bpe.h)
+ *   bpe/          BPE: Hugging Face tokenizer.json (byte-level or SentencePiece-style) and tiktoken
+ *                 rank files (bpe/bpe.h)
+ *   unigram/      the Unigram model of SentencePiece-style tokenizer.json files (T5)
  *   tokenize.c    the JSONL tool: a .jsonl field -> a .bin of tokens on C threads (wk_tokenize_jsonl)
  *
  * Layer: above core/ and io/ (tokenizer files are read as blobs; runtime/LAYERS). Internal header:

@@ -1,7 +1,8 @@
 -- Tokenizer benchmark (issue 11): encoding throughput in MB of text per CPU-second (per core) for
--- GPT-2 and a Llama 3 style tokenizer, next to tiktoken and Hugging Face tokenizers measured in the
--- same run on the same text, and how wick.data.tokenize scales over this machine's cores.
---   ./run tests/bench/tokenize.lua     (make bench runs it; about a minute, plus ~30 s the first time
+-- GPT-2, a Llama 3 style, Llama 2 / Mistral style (SentencePiece BPE) and a T5 style (Unigram)
+-- tokenizer, next to tiktoken and Hugging Face tokenizers measured in the same run on the same text,
+-- and how wick.data.tokenize scales over this machine's cores.
+--   ./run tests/bench/tokenize.lua     (make bench runs it; about two minutes, plus ~90 s the first time
 --                                       for build/test/venv and build/bench/tokenize/)
 --
 -- The text is build/bench/tokenize/corpus.jsonl: CORPUS_MB of this machine's Python sources and
@@ -11,6 +12,11 @@
 --   Llama 3 style cl100k-llama3/tokenizer.json: cl100k's 100k ranks with Llama 3's pre-tokenizer and
 --                 ignore_merges, converted as Meta's was; tiktoken runs the same ranks with the same
 --                 pattern (as Meta's reference code does)
+--   Llama 2 style llama2/tokenizer.json and mistral/tokenizer.json: a SentencePiece-style BPE of 3k
+--                 tokens with byte_fallback trained here, in Llama 2's layout (no pre-tokenizer: a
+--                 document is one piece) and Mistral v3's (Metaspace); tiktoken has no such kind
+--   T5 style      t5/tokenizer.json: a Unigram of 3k pieces trained here, with a Precompiled charsmap
+--                 (NFKC rules), Strip, Replace and WhitespaceSplit + Metaspace
 -- wick: `run -m wick.data.tokenize --threads 1 --stats` (its worker's CPU seconds: reading JSON lines,
 -- encoding, writing id arrays). Baselines: encode_ordinary_batch / encode_batch_fast on one thread
 -- (TOKENIZERS_PARALLELISM=false), timed by process CPU seconds, the text already in memory. Runs
@@ -31,6 +37,7 @@ local SOURCES = '/usr/lib/python3.11 /usr/share/common-licenses'
 local REPEATS = 3
 local ORACLE_SECONDS = 2  -- each baseline measurement: best of the runs that fit in this
 local GOAL_VS_TIKTOKEN = 4
+local GOAL_UNIGRAM_VS_HF = 4
 local SCALING_GOAL_PER_CORE = 0.9
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -85,6 +92,12 @@ local ROWS = {
     kind = 'hf' },
   { what = 'Llama 3 style (100k): MB/s per core', file = 'cl100k-llama3/tokenizer.json',
     base = 'tiktoken, 1 thread', kind = 'tiktoken-llama3', base_file = 'cl100k_base.tiktoken', goal = GOAL_VS_TIKTOKEN },
+  { what = 'Llama 2 style (SentencePiece BPE): MB/s per core', file = 'llama2/tokenizer.json',
+    base = 'HF tokenizers, 1 thread', kind = 'hf' },
+  { what = 'Mistral v3 style (Metaspace): MB/s per core', file = 'mistral/tokenizer.json',
+    base = 'HF tokenizers, 1 thread', kind = 'hf' },
+  { what = 'T5 style Unigram: MB/s per core', file = 't5/tokenizer.json', base = 'HF tokenizers, 1 thread', kind = 'hf',
+    goal = GOAL_UNIGRAM_VS_HF },
 }
 
 local best = {}

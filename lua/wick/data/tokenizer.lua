@@ -1,5 +1,6 @@
 -- wick.data.tokenizer (wick.tokenizer in a recipe): text <-> token ids, with the C tokenizers of runtime/tokenizer/ (Hugging Face
--- tokenizer.json and tiktoken rank files: byte-level BPE) and the built-in 'bytes'.
+-- tokenizer.json files of BPE, byte-level or SentencePiece-style, and Unigram models, and tiktoken rank files) and the
+-- built-in 'bytes'.
 --   local tok = assert(wick.tokenizer.open('llama3/tokenizer.json', { special = true, eos = '<|eot_id|>' }))
 --   local tok = wick.tokenizer.open('cl100k_base.tiktoken')            -- the encoding from the name
 --   local tok = wick.tokenizer.open('ranks.tiktoken', { pattern = 'o200k' })

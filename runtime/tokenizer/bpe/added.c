@@ -15,9 +15,10 @@
 
 enum { PAIR_BITS = 1 << 16 };
 
-WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *bytes, size_t length, bool special, bool lstrip,
-                   bool rstrip) {
-  if (length == 0) return WK_FAIL(WK_ERR_FORMAT, "added token %u is empty", id);
+WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *content, size_t content_length, const uint8_t *match,
+                   size_t match_length, bool special, bool lstrip, bool rstrip) {
+  if (!match) match = content, match_length = content_length;
+  if (match_length == 0) return WK_FAIL(WK_ERR_FORMAT, "added token %u is empty", id);
   if (set->count == set->capacity) {
     size_t cap = set->capacity ? set->capacity * 2 : 16;
     AddedToken *grown = realloc(set->tokens, cap * sizeof *grown);
@@ -25,11 +26,13 @@ WkStatus added_add(AddedSet *set, uint32_t id, const uint8_t *bytes, size_t leng
     set->tokens = grown;
     set->capacity = cap;
   }
-  uint8_t *copy = wk_malloc(length, "an added token");
+  uint8_t *copy = wk_malloc(match_length + content_length, "an added token");
   if (!copy) return wk_last_status();
-  memcpy(copy, bytes, length);
-  set->tokens[set->count++] = (AddedToken){.id = id, .bytes = copy, .length = length, .special = special,
-                                           .lstrip = lstrip, .rstrip = rstrip};
+  memcpy(copy, match, match_length);
+  if (content_length) memcpy(copy + match_length, content, content_length);
+  set->tokens[set->count++] = (AddedToken){.id = id, .bytes = copy, .length = match_length,
+                                           .content = copy + match_length, .content_length = content_length,
+                                           .special = special, .lstrip = lstrip, .rstrip = rstrip};
   set->plain += !special;
   return WK_OK;
 }
@@ -70,27 +73,12 @@ void added_free(AddedSet *set) {
 
 /* ---- whitespace (for lstrip / rstrip) --------------------------------------------------------- */
 
-static bool white_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-static uint32_t decode_at(const uint8_t *s, size_t n) {
-  uint32_t c = s[0];
-  if (n == 1) return c;
-  c &= n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07;
-  for (size_t i = 1; i < n; i++) c = c << 6 | (s[i] & 0x3F);
-  return c;
-}
-
-static size_t length_at(uint8_t c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
-
 /* Where the whitespace that ends text[from, to) begins. */
 static size_t whitespace_before(const uint8_t *text, size_t from, size_t to) {
   while (to > from) {
     size_t start = to - 1;
     while (start > from && (text[start] & 0xC0) == 0x80) start--;
-    if (!white_space(decode_at(text + start, to - start))) break;
+    if (!white_space(utf8_decode(text + start, to - start))) break;
     to = start;
   }
   return to;
@@ -99,8 +87,8 @@ static size_t whitespace_before(const uint8_t *text, size_t from, size_t to) {
 /* Where the whitespace that starts text[from, to) ends. */
 static size_t whitespace_after(const uint8_t *text, size_t from, size_t to) {
   while (from < to) {
-    size_t n = length_at(text[from]);
-    if (n > to - from || !white_space(decode_at(text + from, n))) break;
+    size_t n = utf8_length(text[from]);
+    if (n > to - from || !white_space(utf8_decode(text + from, n))) break;
     from += n;
   }
   return from;

@@ -3,24 +3,23 @@
  * merges), decoding, token lookup, and the state each encoding thread keeps.
  *
  * Encoding, in Hugging Face's order: the text is split at added tokens that are not normalized; each
- * run between them is normalized (NFC, when the tokenizer says so: libunistring, Unicode 14.0, skipped
- * for text below U+0300, which NFC leaves as it is) and split at the added tokens that are; each
+ * run between them is normalized (normalize.c) and split at the added tokens that are; each
  * remaining run optionally gets a leading space (add_prefix_space), the pre-tokenizer cuts it into
- * pieces, and merge.c turns each piece into tokens. tiktoken tokenizers are the same with one set of
- * special tokens and ignore_merges.
+ * pieces (regexes, then Metaspace), and merge.c turns each piece into tokens. tiktoken tokenizers are
+ * the same with one set of special tokens and ignore_merges. Decoding concatenates the tokens' bytes,
+ * or runs the tokenizer's decoders over their strings (decode.c).
  *
  * Thread state: what a call writes (regex match data, merge scratch, the piece cache, ~1 MiB) is the
  * calling thread's, found through a pthread key of the tokenizer, made on the thread's first call and
  * freed when the thread exits or the tokenizer is freed, whichever comes first. So a tokenizer must
  * be freed after the threads that used it have returned (joined, or idle in no call of it).
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uninorm.h>  /* u8_normalize (libunistring) */
 
 #include "bpe.h"
 #include "../../core/json.h"  /* wk_utf8_valid_prefix */
+#include "../unigram/unigram.h"
 
 /* Names an EOS token usually has, looked for when the file does not say which it is. */
 static const char *const EOS_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
@@ -33,7 +32,9 @@ static void thread_state_free(ThreadState *ts) {
   merge_scratch_free(&ts->scratch);
   pretokenize_state_free(ts->pre);
   free(ts->prefixed);
-  free(ts->normalized);
+  normalize_scratch_free(&ts->normalized);
+  free(ts->spaced.data);
+  free(ts->lattice_score);
   free(ts);
 }
 
@@ -84,11 +85,25 @@ typedef struct {
   const Bpe *bpe;
   ThreadState *ts;
   WkTokenVec *out;
+  const uint8_t *text;         /* the text encoded */
+  bool segment_at_start;       /* the run of text being normalized starts the text */
+  const uint8_t *normalized;   /* that run normalized */
+  const uint8_t *run;          /* the run being pre-tokenized, and whether it starts the text */
+  bool run_at_start;
 } Encoding;
+
+static WkStatus on_model_piece(void *context, const uint8_t *piece, size_t length) {
+  Encoding *e = context;
+  if (e->bpe->unigram) return unigram_piece(e->bpe, e->ts, piece, length, e->out);
+  if (e->bpe->word_mark_length) return bpe_merge_words(e->bpe, e->ts, piece, length, e->out);
+  return bpe_merge_piece(e->bpe, e->ts, piece, length, e->out);
+}
 
 static WkStatus on_piece(void *context, const uint8_t *piece, size_t length) {
   Encoding *e = context;
-  return bpe_merge_piece(e->bpe, e->ts, piece, length, e->out);
+  if (!e->bpe->metaspace.on) return on_model_piece(e, piece, length);
+  return metaspace_split(&e->bpe->metaspace, &e->ts->spaced, piece, length, e->run_at_start && piece == e->run,
+                         on_model_piece, e);
 }
 
 static WkStatus push_token(WkTokenVec *out, uint32_t id) {
@@ -111,45 +126,23 @@ static WkStatus encode_run(Encoding *e, const uint8_t *text, size_t length) {
     memcpy(ts->prefixed + 1, text, length);
     return pretokenize(&e->bpe->pre, ts->pre, ts->prefixed, length + 1, on_piece, e);
   }
+  e->run = text;
   return pretokenize(&e->bpe->pre, ts->pre, text, length, on_piece, e);
 }
 
 static WkStatus on_normalized_segment(void *context, const uint8_t *text, size_t length, uint32_t added) {
   Encoding *e = context;
   if (added != BPE_NO_TOKEN) return push_token(e->out, added);
+  e->run_at_start = e->segment_at_start && text == e->normalized;
   return encode_run(e, text, length);
-}
-
-/* The first byte of a character from U+0300 on: below it, every character is NFC and starts none of
- * NFC's compositions. */
-enum { FIRST_NFC_SENSITIVE_BYTE = 0xCC };
-
-static bool nfc_stable(const uint8_t *text, size_t length) {
-  for (size_t i = 0; i < length; i++)
-    if (text[i] >= FIRST_NFC_SENSITIVE_BYTE) return false;
-  return true;
-}
-
-/* text in NFC, in the thread's buffer. */
-static WkStatus normalize_nfc(ThreadState *ts, const uint8_t *text, size_t length, const uint8_t **out,
-                              size_t *out_length) {
-  size_t n = ts->normalized_capacity;
-  uint8_t *result = u8_normalize(UNINORM_NFC, text, length, ts->normalized, &n);
-  if (!result) return WK_FAIL(WK_ERR_NOMEM, "NFC normalization of %zu bytes failed: %s", length, strerror(errno));
-  if (result != ts->normalized) { /* a larger buffer of its own: keep it for next time */
-    free(ts->normalized);
-    ts->normalized = result;
-    ts->normalized_capacity = n;
-  }
-  *out = result;
-  *out_length = n;
-  return WK_OK;
 }
 
 static WkStatus on_segment(void *context, const uint8_t *text, size_t length, uint32_t added) {
   Encoding *e = context;
   if (added != BPE_NO_TOKEN) return push_token(e->out, added);
-  if (e->bpe->nfc && !nfc_stable(text, length)) WK_TRY(normalize_nfc(e->ts, text, length, &text, &length));
+  e->segment_at_start = text == e->text;
+  if (e->bpe->normalizer.count) WK_TRY(normalize(&e->bpe->normalizer, &e->ts->normalized, &text, &length));
+  e->normalized = text;
   return added_split(&e->bpe->added[1], e->bpe->base.honour_special, text, length, on_normalized_segment, e);
 }
 
@@ -162,7 +155,7 @@ static WkStatus bpe_encode(const WkTokenizer *self, const uint8_t *text, size_t 
   if (length == 0) return WK_OK;
   ThreadState *ts = thread_state(bpe);
   if (!ts) return wk_last_status();
-  Encoding e = {.bpe = bpe, .ts = ts, .out = out};
+  Encoding e = {.bpe = bpe, .ts = ts, .out = out, .text = text};
   return added_split(&bpe->added[0], self->honour_special, text, length, on_segment, &e);
 }
 
@@ -176,24 +169,51 @@ static const AddedToken *added_token_of(const Bpe *bpe, uint32_t id) {
   return &bpe->added[at >> ADDED_SET_BIT].tokens[at & ~(1u << ADDED_SET_BIT)];
 }
 
+/* The string of token i of a decode call: an added token's, else the vocabulary's. */
+static WkStatus token_string(const Bpe *bpe, const uint32_t *tokens, size_t i, const uint8_t **bytes, size_t *n) {
+  uint32_t id = tokens[i];
+  if (id >= bpe->base.vocab_size)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "tokenizer '%s': token %u (at %zu) is outside the vocabulary (%u)", bpe->name,
+                   id, i, bpe->base.vocab_size);
+  const AddedToken *added = added_token_of(bpe, id);
+  if (added) {
+    *bytes = added->bytes;  /* normalized, as Hugging Face's id_to_token gives it */
+    *n = added->length;
+  } else if (vocab_has(&bpe->vocab, id)) {
+    *bytes = vocab_bytes(&bpe->vocab, id, n);
+  } else {
+    return WK_FAIL(WK_ERR_INVALID_ARG, "tokenizer '%s': token %u (at %zu) is not in the vocabulary (a gap)",
+                   bpe->name, id, i);
+  }
+  return WK_OK;
+}
+
+/* Through the decoders: the tokens' strings are gathered first, as the decoders take the list. */
+static WkStatus decode_chain(const Bpe *bpe, const uint32_t *tokens, size_t count, WkByteVec *out) {
+  WkByteVec strings = {0};
+  size_t *ends = wk_malloc((count ? count : 1) * sizeof *ends, "token ends");
+  WkStatus status = ends ? WK_OK : wk_last_status();
+  for (size_t i = 0; i < count && status == WK_OK; i++) {
+    const uint8_t *bytes = NULL;
+    size_t n = 0;
+    status = token_string(bpe, tokens, i, &bytes, &n);
+    if (status == WK_OK) status = wk_byte_vec_append(&strings, bytes, n);
+    if (status == WK_OK) ends[i] = strings.length;
+  }
+  if (status == WK_OK) status = decoder_run(&bpe->decoder, strings.data, ends, count, out);
+  free(strings.data);
+  free(ends);
+  return status;
+}
+
 static WkStatus bpe_decode(const WkTokenizer *self, const uint32_t *tokens, size_t count, WkByteVec *out) {
   const Bpe *bpe = (const Bpe *)self;
+  if (bpe->decoder.count) return decode_chain(bpe, tokens, count, out);
   for (size_t i = 0; i < count; i++) {
-    uint32_t id = tokens[i];
-    if (id >= self->vocab_size)
-      return WK_FAIL(WK_ERR_INVALID_ARG, "tokenizer '%s': token %u (at %zu) is outside the vocabulary (%u)",
-                     bpe->name, id, i, self->vocab_size);
-    const AddedToken *added = added_token_of(bpe, id);
-    if (added) {
-      WK_TRY(wk_byte_vec_append(out, added->bytes, added->length));
-    } else if (vocab_has(&bpe->vocab, id)) {
-      size_t n;
-      const uint8_t *bytes = vocab_bytes(&bpe->vocab, id, &n);
-      WK_TRY(wk_byte_vec_append(out, bytes, n));
-    } else {
-      return WK_FAIL(WK_ERR_INVALID_ARG, "tokenizer '%s': token %u (at %zu) is not in the vocabulary (a gap)",
-                     bpe->name, id, i);
-    }
+    const uint8_t *bytes = NULL;
+    size_t n = 0;
+    WK_TRY(token_string(bpe, tokens, i, &bytes, &n));
+    WK_TRY(wk_byte_vec_append(out, bytes, n));
   }
   return WK_OK;
 }
@@ -203,7 +223,7 @@ static uint32_t bpe_token_id(const WkTokenizer *self, const uint8_t *bytes, size
   for (int s = 0; s < 2; s++)
     for (size_t i = 0; i < bpe->added[s].count; i++) {
       const AddedToken *t = &bpe->added[s].tokens[i];
-      if (t->length == length && memcmp(t->bytes, bytes, length) == 0) return t->id;
+      if (t->content_length == length && memcmp(t->content, bytes, length) == 0) return t->id;
     }
   return vocab_find(&bpe->vocab, bytes, length);
 }
@@ -227,7 +247,7 @@ Bpe *bpe_new(const char *name) {
   pthread_mutex_init(&bpe->lock, NULL);
   bpe->base = (WkTokenizer){.name = bpe->name, .eos = WK_TOKENIZER_NONE, .encode = bpe_encode,
                             .decode = bpe_decode, .token_id = bpe_token_id, .free = bpe_free_self};
-  for (int b = 0; b < 256; b++) bpe->byte_token[b] = BPE_NO_TOKEN;
+  for (int b = 0; b < 256; b++) bpe->byte_token[b] = bpe->fallback_token[b] = BPE_NO_TOKEN;
   bpe->unk = BPE_NO_TOKEN;
   return bpe;
 }
@@ -275,6 +295,9 @@ void bpe_free(Bpe *bpe) {
   vocab_free(&bpe->vocab);
   pairs_free(&bpe->pairs);
   pretokenizer_free(&bpe->pre);
+  normalizer_free(&bpe->normalizer);
+  decoder_free(&bpe->decoder);
+  unigram_free(bpe->unigram);
   added_free(&bpe->added[0]);
   added_free(&bpe->added[1]);
   free(bpe->added_of);

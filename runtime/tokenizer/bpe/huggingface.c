@@ -1,14 +1,21 @@
 /*
- * huggingface.c — a Hugging Face tokenizer.json with a byte-level BPE model -> a tokenizer.
+ * huggingface.c — a Hugging Face tokenizer.json with a BPE or Unigram model -> a tokenizer.
  *
  * Supported, as the `tokenizers` library runs them:
  *   model          BPE: vocab, merges as "a b" strings or ["a", "b"] pairs (a later duplicate pair
- *                  wins), ignore_merges, unk_token; dropout null or 0
- *   normalizer     none, or NFC (Qwen 2; encode.c)
+ *                  wins), ignore_merges, unk_token, fuse_unk and byte_fallback (SentencePiece-style
+ *                  only); dropout null or 0. Unigram: vocab of [piece, score], unk_id (required),
+ *                  byte_fallback (../unigram/)
+ *   normalizer     none, NFC, NFKC, Lowercase, Strip, Prepend, Replace (String or Regex pattern),
+ *                  Precompiled, or a Sequence of them (normalize.c)
  *   pre_tokenizer  ByteLevel (GPT-2's regex when use_regex, add_prefix_space), Split (Regex or String
- *                  pattern, behavior Isolated, not inverted), and a Sequence of those with exactly one
- *                  ByteLevel (Llama 3, Qwen: Sequence[Split(regex), ByteLevel(use_regex = false)])
- *   decoder        ByteLevel or none (decoding concatenates the tokens' bytes)
+ *                  pattern, behavior Isolated, not inverted), WhitespaceSplit, Metaspace (last), and
+ *                  a Sequence of those; with a ByteLevel (exactly one: Llama 3, Qwen use
+ *                  Sequence[Split(regex), ByteLevel(use_regex = false)]) the vocabulary is written in
+ *                  GPT-2's byte alphabet, without one (SentencePiece-style: Llama 2, Mistral, Gemma,
+ *                  T5) it is text
+ *   decoder        ByteLevel or none (byte-level: the tokens' bytes); Replace, ByteFallback, Fuse,
+ *                  Strip, Metaspace, or a Sequence of them (SentencePiece-style: decode.c)
  *   added_tokens   content, special, lstrip, rstrip, normalized
  *   post_processor TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel and a Sequence of
  *                  them, as the ids put around a text (../template.c; applied unless the tokenizer is
@@ -22,8 +29,11 @@
 #include <string.h>
 #include <xxhash.h>  /* XXH3_64bits */
 
+#include <math.h>  /* isfinite */
+
 #include "bpe.h"
 #include "../../core/json.h"
+#include "../unigram/unigram.h"
 
 enum { NAME_BYTES = 256, PATH_BYTES = 4096 };
 
@@ -33,6 +43,7 @@ typedef struct {
   uint8_t *scratch;  /* decoded token bytes, room for the longest string of the file */
   size_t scratch_capacity;
   int bytelevels;    /* ByteLevel pre-tokenizers seen */
+  NormalizeScratch normalized;  /* added tokens' contents normalized */
 } Loader;
 
 #define UNSUPPORTED(ld, ...) WK_FAIL(WK_ERR_UNSUPPORTED, __VA_ARGS__), wk_error_context("%s", (ld)->path)
@@ -69,6 +80,19 @@ static WkStatus reserve_scratch(Loader *ld, size_t n) {
   return WK_OK;
 }
 
+/* A vocabulary string -> the bytes it stands for, in the loader's scratch: byte-level files write
+ * bytes in GPT-2's alphabet, SentencePiece-style ones write text. */
+static WkStatus token_bytes(Loader *ld, const char *text, size_t length, size_t at, size_t *n) {
+  WK_TRY(reserve_scratch(ld, at + length + 1));
+  if (ld->bpe->chars) {
+    memcpy(ld->scratch + at, text, length);
+    *n = length;
+  } else {
+    *n = bytelevel_decode(text, length, ld->scratch + at);
+  }
+  return WK_OK;
+}
+
 static WkStatus read_vocab(Loader *ld, const WkJson *vocab) {
   if (!vocab || vocab->type != WK_JSON_OBJECT) return BAD(ld, "model.vocab is missing or not an object");
   uint64_t max_id = 0, count = 0;
@@ -81,9 +105,8 @@ static WkStatus read_vocab(Loader *ld, const WkJson *vocab) {
   if (count == 0) return BAD(ld, "model.vocab is empty");
   WK_TRY(vocab_init(&ld->bpe->vocab, (uint32_t)max_id + 1));
   for (const WkJson *m = vocab->child; m; m = m->next) {
-    size_t length = strlen(m->key);
-    WK_TRY(reserve_scratch(ld, length + 1));
-    size_t n = bytelevel_decode(m->key, length, ld->scratch);
+    size_t n;
+    WK_TRY(token_bytes(ld, m->key, strlen(m->key), 0, &n));
     uint64_t id;
     wk_json_u64(m, &id);
     if (vocab_set(&ld->bpe->vocab, (uint32_t)id, ld->scratch, n, "model.vocab") != WK_OK)
@@ -97,9 +120,9 @@ static WkStatus read_vocab(Loader *ld, const WkJson *vocab) {
 static WkStatus read_merge(Loader *ld, size_t rank, const char *left, size_t left_length, const char *right,
                            size_t right_length) {
   const Vocab *v = &ld->bpe->vocab;
-  WK_TRY(reserve_scratch(ld, left_length + right_length + 1));
-  size_t a = bytelevel_decode(left, left_length, ld->scratch);
-  size_t b = bytelevel_decode(right, right_length, ld->scratch + a);
+  size_t a, b;
+  WK_TRY(token_bytes(ld, left, left_length, 0, &a));
+  WK_TRY(token_bytes(ld, right, right_length, a, &b));
   uint32_t left_id = vocab_find(v, ld->scratch, a), right_id = vocab_find(v, ld->scratch + a, b);
   uint32_t merged = vocab_find(v, ld->scratch, a + b);
   if (left_id == BPE_NO_TOKEN || right_id == BPE_NO_TOKEN || merged == BPE_NO_TOKEN)
@@ -142,12 +165,69 @@ static WkStatus want_empty(Loader *ld, const WkJson *model, const char *key) {
   return UNSUPPORTED(ld, "model.%s is not supported (byte-level BPE has none)", key);
 }
 
+/* The <0xNN> tokens of byte_fallback (Hugging Face falls back to a character's bytes only when the
+ * model has every one of them). */
+static void read_fallback_tokens(Loader *ld) {
+  for (int b = 0; b < 256; b++) {
+    char name[sizeof "<0x00>"];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    ld->bpe->fallback_token[b] = vocab_find(&ld->bpe->vocab, (const uint8_t *)name, strlen(name));
+  }
+}
+
+/* A Unigram model: vocab as [[piece, score], ...] (the id is the place), unk_id, byte_fallback. */
+static WkStatus read_unigram(Loader *ld, const WkJson *model) {
+  if (!ld->bpe->chars) return UNSUPPORTED(ld, "a Unigram model with a ByteLevel pre-tokenizer is not supported");
+  WK_TRY(want_bool(ld, model, "byte_fallback", "model"));
+  for (const char *const *key = (const char *const[]){"alpha", "nbest_size", NULL}; *key; key++)
+    if (!is_null(wk_json_get(model, *key)))
+      return UNSUPPORTED(ld, "model.%s is not supported (sampling makes encoding random)", *key);
+  const WkJson *vocab = wk_json_get(model, "vocab");
+  if (!vocab || vocab->type != WK_JSON_ARRAY || !vocab->child)
+    return BAD(ld, "model.vocab is missing, empty or not an array of [piece, score]");
+  size_t count = 0;
+  for (const WkJson *m = vocab->child; m; m = m->next) count++;
+  if (count >= BPE_MAX_VOCAB) return BAD(ld, "model.vocab has %zu pieces, more than 2^22", count);
+  uint64_t unk;
+  const WkJson *unk_id = wk_json_get(model, "unk_id");
+  if (is_null(unk_id)) return BAD(ld, "model.unk_id is missing (a Unigram model needs its unk token)");
+  if (!wk_json_u64(unk_id, &unk) || unk >= count)
+    return BAD(ld, "model.unk_id is not the place of a piece of model.vocab (0 to %zu)", count - 1);
+  WK_TRY(vocab_init(&ld->bpe->vocab, (uint32_t)count));
+  double *scores = wk_malloc(count * sizeof *scores, "Unigram scores");
+  if (!scores) return wk_last_status();
+  WkStatus status = WK_OK;
+  size_t k = 0;
+  for (const WkJson *m = vocab->child; m && status == WK_OK; m = m->next, k++) {
+    const WkJson *piece = m->type == WK_JSON_ARRAY ? m->child : NULL, *score = piece ? piece->next : NULL;
+    char *end = NULL;
+    if (!piece || piece->type != WK_JSON_STRING || !score || score->next)
+      status = BAD(ld, "model.vocab[%zu] is not [piece, score]", k);
+    else if (score->type != WK_JSON_NUMBER || !isfinite(scores[k] = strtod(score->string, &end)) || *end)
+      status = BAD(ld, "model.vocab[%zu] (\"%.100s\"): the score is not a finite number", k, piece->string);
+    else if (vocab_set(&ld->bpe->vocab, (uint32_t)k, (const uint8_t *)piece->string, piece->length,
+                       "model.vocab") != WK_OK)
+      status = wk_error_context("%s", ld->path);
+  }
+  if (status == WK_OK && vocab_finish(&ld->bpe->vocab) != WK_OK) status = wk_error_context("%s: model.vocab", ld->path);
+  if (status == WK_OK) {
+    if (flag(model, "byte_fallback", false)) read_fallback_tokens(ld);
+    ld->bpe->unk = (uint32_t)unk;
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: model", ld->path);
+    status = unigram_new(ld->bpe, scores, (uint32_t)unk, what, &ld->bpe->unigram);
+  }
+  free(scores);
+  return status;
+}
+
 static WkStatus read_model(Loader *ld, const WkJson *model) {
   if (!model || model->type != WK_JSON_OBJECT) return BAD(ld, "no \"model\" object (not a tokenizer.json?)");
   const char *type = type_name(model);
+  if (type && strcmp(type, "Unigram") == 0) return read_unigram(ld, model);
   /* Old files have no type; they are BPE when they have merges. */
   if (type ? strcmp(type, "BPE") != 0 : !wk_json_get(model, "merges"))
-    return UNSUPPORTED(ld, "model type '%s' is not supported (only BPE)", type ? type : "(none)");
+    return UNSUPPORTED(ld, "model type '%s' is not supported (only BPE and Unigram)", type ? type : "(none)");
   const WkJson *dropout = wk_json_get(model, "dropout");
   if (!is_null(dropout) && !(dropout->type == WK_JSON_NUMBER && strspn(dropout->string, "0.") == dropout->length))
     return UNSUPPORTED(ld, "model.dropout %s is not supported (dropout makes encoding random)",
@@ -157,20 +237,120 @@ static WkStatus read_model(Loader *ld, const WkJson *model) {
   WK_TRY(want_bool(ld, model, "byte_fallback", "model"));
   WK_TRY(want_bool(ld, model, "ignore_merges", "model"));
   WK_TRY(want_bool(ld, model, "fuse_unk", "model"));
-  if (flag(model, "byte_fallback", false))
-    return UNSUPPORTED(ld, "model.byte_fallback is not supported (SentencePiece-style BPE, e.g. Llama 2 or Mistral: "
-                       "only byte-level BPE is)");
+  bool byte_fallback = flag(model, "byte_fallback", false);
+  if (byte_fallback && !ld->bpe->chars)
+    return UNSUPPORTED(ld, "model.byte_fallback with a ByteLevel pre-tokenizer is not supported (byte-level BPE has a "
+                       "token for every byte already)");
   WK_TRY(read_vocab(ld, wk_json_get(model, "vocab")));
   WK_TRY(read_merges(ld, wk_json_get(model, "merges")));
   ld->bpe->ignore_merges = flag(model, "ignore_merges", false);
+  ld->bpe->fuse_unk = flag(model, "fuse_unk", false);
+  if (byte_fallback) read_fallback_tokens(ld);
   const WkJson *unk = wk_json_get(model, "unk_token");
   if (!is_null(unk)) {
     if (unk->type != WK_JSON_STRING) return BAD(ld, "model.unk_token is not a string");
-    WK_TRY(reserve_scratch(ld, unk->length + 1));
-    size_t n = bytelevel_decode(unk->string, unk->length, ld->scratch);
+    size_t n;
+    WK_TRY(token_bytes(ld, unk->string, unk->length, 0, &n));
     ld->bpe->unk = vocab_find(&ld->bpe->vocab, ld->scratch, n);
     if (ld->bpe->unk == BPE_NO_TOKEN) return BAD(ld, "model.unk_token \"%.100s\" is not in the vocabulary", unk->string);
-    if (flag(model, "fuse_unk", false)) return UNSUPPORTED(ld, "model.fuse_unk is not supported");
+    if (ld->bpe->fuse_unk && !ld->bpe->chars)
+      return UNSUPPORTED(ld, "model.fuse_unk is not supported with a ByteLevel pre-tokenizer");
+  }
+  return WK_OK;
+}
+
+/* ---- normalizers -------------------------------------------------------------------------------- */
+
+/* A string option: its bytes (non-empty unless empty_ok). */
+static WkStatus want_string(Loader *ld, const WkJson *node, const char *key, const char *where, bool empty_ok,
+                            const WkJson **out) {
+  const WkJson *v = wk_json_get(node, key);
+  if (!v || v->type != WK_JSON_STRING || (!empty_ok && v->length == 0))
+    return BAD(ld, "%s.%s is missing or not a%s string", where, key, empty_ok ? "" : " non-empty");
+  *out = v;
+  return WK_OK;
+}
+
+/* The pattern of Replace: {"String": "x"}, or {"Regex": "x"} where regex may hold it (else NULL). */
+static WkStatus want_pattern(Loader *ld, const WkJson *node, const char *where, const WkJson **out, void **regex) {
+  const WkJson *pattern = wk_json_get(node, "pattern");
+  const WkJson *re = wk_json_get(pattern, "Regex");
+  if (re && regex && re->type == WK_JSON_STRING) {
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: %s", ld->path, where);
+    *out = re;
+    return normalize_regex(re->string, re->length, regex, what);
+  }
+  if (re) return UNSUPPORTED(ld, "%s with a Regex pattern is not supported (only String)", where);
+  const WkJson *literal = wk_json_get(pattern, "String");
+  if (!literal || literal->type != WK_JSON_STRING || literal->length == 0)
+    return BAD(ld, "%s has no pattern {\"String\": \"...\"} (a non-empty string)", where);
+  *out = literal;
+  return WK_OK;
+}
+
+/* Precompiled's precompiled_charsmap: base64 of SentencePiece's blob (precompiled.c). */
+static WkStatus read_charsmap(Loader *ld, const WkJson *node, Charsmap **out) {
+  const WkJson *text = NULL;
+  WK_TRY(want_string(ld, node, "precompiled_charsmap", "normalizer Precompiled", false, &text));
+  WK_TRY(reserve_scratch(ld, text->length));
+  long n = base64_decode(text->string, text->length, ld->scratch);
+  if (n < 0) return BAD(ld, "normalizer Precompiled.precompiled_charsmap is not base64");
+  char what[NAME_BYTES];
+  snprintf(what, sizeof what, "%s: normalizer Precompiled", ld->path);
+  return charsmap_load(ld->scratch, (size_t)n, out, what);
+}
+
+/* A Replace's strings, borrowed from the JSON (normalizer_add and decoder_add copy them). */
+static Rewrite rewrite_of(const WkJson *text, const WkJson *with) {
+  return (Rewrite){.text = (uint8_t *)text->string, .text_length = text->length, .with = (uint8_t *)with->string,
+                   .with_length = with->length};
+}
+
+static WkStatus read_normalizer(Loader *ld, const WkJson *node, bool in_sequence) {
+  const char *type = type_name(node);
+  if (!type) return BAD(ld, "a normalizer without a type");
+  char what[NAME_BYTES];
+  snprintf(what, sizeof what, "%s: normalizer %s", ld->path, type);
+  NormalizeStep step = {0};
+  const WkJson *text = NULL, *with = NULL;
+  if (strcmp(type, "NFC") == 0 || strcmp(type, "NFKC") == 0 || strcmp(type, "Lowercase") == 0) {
+    step.kind = type[0] == 'L' ? NORMALIZE_LOWERCASE : type[2] == 'C' ? NORMALIZE_NFC : NORMALIZE_NFKC;
+  } else if (strcmp(type, "Strip") == 0) {
+    WK_TRY(want_bool(ld, node, "strip_left", "normalizer Strip"));
+    WK_TRY(want_bool(ld, node, "strip_right", "normalizer Strip"));
+    step = (NormalizeStep){.kind = NORMALIZE_STRIP, .left = flag(node, "strip_left", false),
+                           .right = flag(node, "strip_right", false)};
+  } else if (strcmp(type, "Precompiled") == 0) {
+    step.kind = NORMALIZE_PRECOMPILED;
+    WK_TRY(read_charsmap(ld, node, &step.charsmap));
+  } else if (strcmp(type, "Prepend") == 0) {
+    WK_TRY(want_string(ld, node, "prepend", "normalizer Prepend", false, &text));
+    step = (NormalizeStep){.kind = NORMALIZE_PREPEND, .rewrite = {.text = (uint8_t *)text->string,
+                                                                  .text_length = text->length}};
+  } else if (strcmp(type, "Replace") == 0) {
+    void *regex = NULL;
+    WK_TRY(want_pattern(ld, node, "normalizer Replace", &text, &regex));
+    step = (NormalizeStep){.kind = NORMALIZE_REPLACE, .regex = regex};
+    if (want_string(ld, node, "content", "normalizer Replace", true, &with) != WK_OK) {
+      if (regex) normalize_regex_free(regex);
+      return wk_last_status();
+    }
+    step.rewrite = rewrite_of(text, with);
+  } else if (strcmp(type, "Sequence") == 0 && !in_sequence) {
+    const WkJson *list = wk_json_get(node, "normalizers");
+    if (!list || list->type != WK_JSON_ARRAY) return BAD(ld, "normalizer Sequence without a normalizers array");
+    for (const WkJson *item = list->child; item; item = item->next) WK_TRY(read_normalizer(ld, item, true));
+    return WK_OK;
+  } else {
+    return UNSUPPORTED(ld, "normalizer %s%s is not supported (supported: NFC, NFKC, Lowercase, Strip, Prepend, "
+                       "Replace, Precompiled, a Sequence of them)", type, in_sequence ? " (in a Sequence)" : "");
+  }
+  /* The normalizer owns the step's regex and charsmap once added; until then they are the step's. */
+  if (normalizer_add(&ld->bpe->normalizer, &step, what) != WK_OK) {
+    if (step.regex) normalize_regex_free(step.regex);
+    charsmap_free(step.charsmap);
+    return wk_error_context("%s", ld->path);
   }
   return WK_OK;
 }
@@ -213,10 +393,43 @@ static WkStatus read_bytelevel(Loader *ld, const WkJson *node, size_t position) 
   return pretokenizer_add(&ld->bpe->pre, pattern, strlen(pattern), what);
 }
 
+/* Metaspace's options, as a pre-tokenizer and as a decoder: replacement, prepend_scheme ("always" when
+ * absent), split (true when absent); older files' add_prefix_space must agree (false: "never"), as
+ * Hugging Face reads them. */
+static WkStatus read_metaspace(Loader *ld, const WkJson *node, const char *where, Metaspace *m) {
+  const WkJson *rep = NULL;
+  WK_TRY(want_string(ld, node, "replacement", where, false, &rep));
+  if (utf8_length((uint8_t)rep->string[0]) != rep->length)
+    return BAD(ld, "%s.replacement \"%.20s\" is not one character", where, rep->string);
+  WK_TRY(want_bool(ld, node, "add_prefix_space", where));
+  WK_TRY(want_bool(ld, node, "split", where));
+  *m = (Metaspace){.on = true, .replacement_length = rep->length, .split = flag(node, "split", true),
+                   .prepend = PREPEND_ALWAYS};
+  memcpy(m->replacement, rep->string, rep->length);
+  const WkJson *scheme = wk_json_get(node, "prepend_scheme");
+  if (!is_null(scheme)) {
+    const char *names[] = {[PREPEND_ALWAYS] = "always", [PREPEND_FIRST] = "first", [PREPEND_NEVER] = "never"};
+    int k = 0;
+    while (k < 3 && !(scheme->type == WK_JSON_STRING && strcmp(scheme->string, names[k]) == 0)) k++;
+    if (k == 3) return BAD(ld, "%s.prepend_scheme is not \"always\", \"first\" or \"never\"", where);
+    m->prepend = (PrependScheme)k;
+  }
+  if (!flag(node, "add_prefix_space", true) && m->prepend != PREPEND_NEVER)
+    return BAD(ld, "%s.add_prefix_space is false but prepend_scheme is not \"never\"", where);
+  return WK_OK;
+}
+
 static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t position, bool in_sequence) {
   const char *type = type_name(node);
   if (!type) return BAD(ld, "a pre_tokenizer without a type");
+  if (ld->bpe->metaspace.on) return UNSUPPORTED(ld, "pre_tokenizer %s after Metaspace is not supported", type);
+  if (strcmp(type, "Metaspace") == 0) return read_metaspace(ld, node, "pre_tokenizer Metaspace", &ld->bpe->metaspace);
   if (strcmp(type, "ByteLevel") == 0) return read_bytelevel(ld, node, position);
+  if (strcmp(type, "WhitespaceSplit") == 0) {
+    char what[NAME_BYTES];
+    snprintf(what, sizeof what, "%s: pre_tokenizer WhitespaceSplit", ld->path);
+    return pretokenizer_add_matches(&ld->bpe->pre, "\\S+", what);
+  }
   if (strcmp(type, "Split") == 0) return read_split(ld, node);
   if (strcmp(type, "Sequence") == 0 && !in_sequence) {
     const WkJson *list = wk_json_get(node, "pretokenizers");
@@ -225,8 +438,63 @@ static WkStatus read_pretokenizer(Loader *ld, const WkJson *node, size_t positio
     for (const WkJson *item = list->child; item; item = item->next, k++) WK_TRY(read_pretokenizer(ld, item, k, true));
     return WK_OK;
   }
-  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, a Sequence of them)", type,
-                     in_sequence ? " (in a Sequence)" : "");
+  return UNSUPPORTED(ld, "pre_tokenizer %s%s is not supported (supported: ByteLevel, Split, WhitespaceSplit, "
+                     "Metaspace, a Sequence of them)", type, in_sequence ? " (in a Sequence)" : "");
+}
+
+/* ---- decoders ------------------------------------------------------------------------------------ */
+
+/* A whole number option of at most max. */
+static WkStatus want_count(Loader *ld, const WkJson *node, const char *key, const char *where, size_t *out) {
+  uint64_t v;
+  if (!wk_json_u64(wk_json_get(node, key), &v) || v > UINT32_MAX)
+    return BAD(ld, "%s.%s is missing or not a whole number", where, key);
+  *out = (size_t)v;
+  return WK_OK;
+}
+
+static WkStatus read_decoder(Loader *ld, const WkJson *node, bool in_sequence) {
+  const char *type = type_name(node);
+  if (!type) return BAD(ld, "a decoder without a type");
+  if (strcmp(type, "ByteLevel") == 0 && !in_sequence) {
+    if (ld->bpe->chars) return UNSUPPORTED(ld, "decoder ByteLevel without a ByteLevel pre-tokenizer is not supported");
+    return WK_OK;
+  }
+  if (!ld->bpe->chars)
+    return UNSUPPORTED(ld, "decoder %s is not supported with a ByteLevel pre-tokenizer (only ByteLevel)", type);
+  char what[NAME_BYTES];
+  snprintf(what, sizeof what, "%s: decoder %s", ld->path, type);
+  DecodeStep step = {0};
+  const WkJson *text = NULL, *with = NULL;
+  if (strcmp(type, "Replace") == 0) {
+    WK_TRY(want_pattern(ld, node, "decoder Replace", &text, NULL));
+    WK_TRY(want_string(ld, node, "content", "decoder Replace", true, &with));
+    step = (DecodeStep){.kind = DECODE_REPLACE, .rewrite = rewrite_of(text, with)};
+  } else if (strcmp(type, "ByteFallback") == 0) {
+    step.kind = DECODE_BYTE_FALLBACK;
+  } else if (strcmp(type, "Fuse") == 0) {
+    step.kind = DECODE_FUSE;
+  } else if (strcmp(type, "Strip") == 0) {
+    WK_TRY(want_string(ld, node, "content", "decoder Strip", false, &text));
+    size_t k = utf8_length((uint8_t)text->string[0]);
+    if (k != text->length) return BAD(ld, "decoder Strip.content \"%.20s\" is not one character", text->string);
+    step = (DecodeStep){.kind = DECODE_STRIP, .content = utf8_decode((const uint8_t *)text->string, k)};
+    WK_TRY(want_count(ld, node, "start", "decoder Strip", &step.start));
+    WK_TRY(want_count(ld, node, "stop", "decoder Strip", &step.stop));
+  } else if (strcmp(type, "Metaspace") == 0) {
+    step.kind = DECODE_METASPACE;
+    WK_TRY(read_metaspace(ld, node, "decoder Metaspace", &step.metaspace));
+  } else if (strcmp(type, "Sequence") == 0 && !in_sequence) {
+    const WkJson *list = wk_json_get(node, "decoders");
+    if (!list || list->type != WK_JSON_ARRAY) return BAD(ld, "decoder Sequence without a decoders array");
+    for (const WkJson *item = list->child; item; item = item->next) WK_TRY(read_decoder(ld, item, true));
+    return WK_OK;
+  } else {
+    return UNSUPPORTED(ld, "decoder %s%s is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+                       "Metaspace, a Sequence of them)", type, in_sequence ? " (in a Sequence)" : "");
+  }
+  if (decoder_add(&ld->bpe->decoder, &step, what) != WK_OK) return wk_error_context("%s", ld->path);
+  return WK_OK;
 }
 
 /* ---- the rest -------------------------------------------------------------------------------------- */
@@ -261,8 +529,14 @@ static WkStatus read_added(Loader *ld, const WkJson *list) {
     WK_TRY(check_added_id(ld, k, (uint32_t)value, content));
     bool special = flag(t, "special", false);
     bool normalized = flag(t, "normalized", !special);
+    /* A normalized token is looked for normalized, as Hugging Face's split_normalized_trie has it. */
+    const uint8_t *match = (const uint8_t *)content->string;
+    size_t match_length = content->length;
+    if (normalized && normalize(&ld->bpe->normalizer, &ld->normalized, &match, &match_length) != WK_OK)
+      return wk_error_context("%s: added_tokens[%zu]", ld->path, k);
     WK_TRY(added_add(&ld->bpe->added[normalized ? 1 : 0], (uint32_t)value, (const uint8_t *)content->string,
-                     content->length, special, flag(t, "lstrip", false), flag(t, "rstrip", false)));
+                     content->length, match, match_length, special, flag(t, "lstrip", false),
+                     flag(t, "rstrip", false)));
   }
   return WK_OK;
 }
@@ -313,22 +587,18 @@ static void name_of(const char *path, char *name, size_t size) {
 
 static WkStatus read_tokenizer(Loader *ld, const WkJson *root) {
   if (root->type != WK_JSON_OBJECT) return BAD(ld, "not a JSON object (not a tokenizer.json?)");
-  WK_TRY(read_model(ld, wk_json_get(root, "model")));
   const WkJson *normalizer = wk_json_get(root, "normalizer");
-  const char *normalizer_type = type_name(normalizer);
-  if (normalizer_type && strcmp(normalizer_type, "NFC") == 0) ld->bpe->nfc = true;
-  else if (!is_null(normalizer))
-    return UNSUPPORTED(ld, "normalizer %s is not supported (only NFC, or none)",
-                       normalizer_type ? normalizer_type : "(without a type)");
+  if (!is_null(normalizer)) WK_TRY(read_normalizer(ld, normalizer, false));
+  /* Without a ByteLevel pre-tokenizer the vocabulary is text (SentencePiece-style): known before it is read. */
   const WkJson *pre = wk_json_get(root, "pre_tokenizer");
   if (!is_null(pre)) WK_TRY(read_pretokenizer(ld, pre, 0, false));
-  if (ld->bytelevels == 0)
-    return UNSUPPORTED(ld, "pre_tokenizer %s is not supported: only byte-level BPE is (a ByteLevel pre-tokenizer)",
-                       is_null(pre) ? "(none)" : type_name(pre));
+  if (ld->bytelevels && ld->bpe->metaspace.on)
+    return UNSUPPORTED(ld, "pre_tokenizer Metaspace with a ByteLevel pre-tokenizer is not supported");
+  ld->bpe->chars = ld->bytelevels == 0;
+  WK_TRY(read_model(ld, wk_json_get(root, "model")));
   const WkJson *decoder = wk_json_get(root, "decoder");
-  if (!is_null(decoder) && !(type_name(decoder) && strcmp(type_name(decoder), "ByteLevel") == 0))
-    return UNSUPPORTED(ld, "decoder %s is not supported (only ByteLevel)",
-                       type_name(decoder) ? type_name(decoder) : "(without a type)");
+  if (!is_null(decoder)) WK_TRY(read_decoder(ld, decoder, false));
+  if (!ld->bpe->unigram) bpe_find_word_mark(ld->bpe);
   WK_TRY(read_added(ld, wk_json_get(root, "added_tokens")));
   WkStatus status = bpe_finish(ld->bpe);
   if (status != WK_OK) return wk_error_context("%s", ld->path);
@@ -347,6 +617,7 @@ WkStatus bpe_load_huggingface(const char *path, const char *text, size_t length,
   WkStatus status = ld.bpe ? read_tokenizer(&ld, root) : wk_last_status();
   wk_json_free(root);
   free(ld.scratch);
+  normalize_scratch_free(&ld.normalized);
   if (status != WK_OK) {
     bpe_free(ld.bpe);
     return status;

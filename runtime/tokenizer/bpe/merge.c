@@ -9,7 +9,8 @@
  * Stale heap entries (a symbol merged since) are recognised by the ids they were made with.
  *
  * Pieces of up to CACHE_PIECE_BYTES bytes are remembered, with their tokens, in the calling thread's
- * direct-mapped cache: real text repeats its words, and a hit costs one hash and one compare.
+ * direct-mapped cache: real text repeats its words, and a hit costs one hash and one compare. The
+ * Unigram model (../unigram/) caches its pieces there too.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ void merge_scratch_free(MergeScratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-static WkStatus scratch_reserve(MergeScratch *s, size_t n) {
+WkStatus merge_scratch_reserve(MergeScratch *s, size_t n) {
   if (n <= s->capacity) return WK_OK;
   size_t cap = s->capacity ? s->capacity : 256;
   while (cap < n) cap *= 2;
@@ -161,23 +162,88 @@ static WkStatus merge_heap(const PairTable *pairs, MergeScratch *s, size_t n, si
 
 /* ---- the piece cache ------------------------------------------------------------------------- */
 
-static uint64_t piece_hash(const uint8_t *piece, size_t length) { return XXH3_64bits(piece, length) | 1; }
-
 static const CacheEntry *cache_find(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash) {
   const CacheEntry *e = &ts->cache[hash & (CACHE_ENTRIES - 1)];
   if (e->hash == hash && e->length == length && memcmp(e->bytes, piece, length) == 0) return e;
   return NULL;
 }
 
-static void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
-                        size_t count) {
-  if (count > CACHE_PIECE_TOKENS) return;
+/* Inline here: the BPE's hot path; unigram.c calls the exported twins below. */
+static inline WkStatus cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash,
+                                    bool *hit, WkTokenVec *out) {
+  *hit = false;
+  *hash = 0;
+  if (length > CACHE_PIECE_BYTES) return WK_OK;
+  *hash = XXH3_64bits(piece, length) | 1;
+  const CacheEntry *e = cache_find(ts, piece, length, *hash);
+  if (!e) return WK_OK;
+  *hit = true;
+  WK_TRY(wk_token_vec_reserve(out, e->count));
+  if (e->count) memcpy(out->data + out->length, e->tokens, e->count * sizeof *e->tokens);
+  out->length += e->count;
+  return WK_OK;
+}
+
+static inline void cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash,
+                               const uint32_t *tokens, size_t count) {
+  if (!hash || count > CACHE_PIECE_TOKENS) return;
   CacheEntry *e = &ts->cache[hash & (CACHE_ENTRIES - 1)];
   e->hash = hash;
   e->length = (uint8_t)length;
   e->count = (uint8_t)count;
   memcpy(e->bytes, piece, length);
   memcpy(e->tokens, tokens, count * sizeof *tokens);
+}
+
+WkStatus piece_cache_lookup(const ThreadState *ts, const uint8_t *piece, size_t length, uint64_t *hash, bool *hit,
+                            WkTokenVec *out) {
+  return cache_lookup(ts, piece, length, hash, hit, out);
+}
+
+void piece_cache_store(ThreadState *ts, const uint8_t *piece, size_t length, uint64_t hash, const uint32_t *tokens,
+                       size_t count) {
+  cache_store(ts, piece, length, hash, tokens, count);
+}
+
+/* ---- the first symbols -------------------------------------------------------------------------- */
+
+/* Byte-level: a piece's bytes, each its token (unk, or dropped, when the model lacks it). */
+static size_t byte_symbols(const Bpe *bpe, const uint8_t *piece, size_t length, uint32_t *symbol) {
+  size_t n = 0;
+  for (size_t i = 0; i < length; i++) {
+    uint32_t id = bpe->byte_token[piece[i]];
+    if (id == BPE_NO_TOKEN) id = bpe->unk;
+    if (id != BPE_NO_TOKEN) symbol[n++] = id;
+  }
+  return n;
+}
+
+/* SentencePiece-style: a piece's characters, as Hugging Face's BPE::merge_word takes them. A pending
+ * unk is written before the next character with a token, not before byte fallback tokens (theirs). */
+static size_t char_symbols(const Bpe *bpe, const uint8_t *piece, size_t length, uint32_t *symbol) {
+  size_t n = 0;
+  bool unk_pending = false;
+  for (size_t i = 0; i < length;) {
+    size_t k = utf8_length(piece[i]);
+    uint32_t id = k == 1 ? bpe->byte_token[piece[i]] : vocab_find(&bpe->vocab, piece + i, k);
+    if (id != BPE_NO_TOKEN) {
+      if (unk_pending) symbol[n++] = bpe->unk;
+      unk_pending = false;
+      symbol[n++] = id;
+    } else {
+      bool fallback = true;
+      for (size_t j = 0; j < k; j++) fallback = fallback && bpe->fallback_token[piece[i + j]] != BPE_NO_TOKEN;
+      if (fallback) {
+        for (size_t j = 0; j < k; j++) symbol[n++] = bpe->fallback_token[piece[i + j]];
+      } else if (bpe->unk != BPE_NO_TOKEN) {
+        if (unk_pending && !bpe->fuse_unk) symbol[n++] = bpe->unk;
+        unk_pending = true;
+      }
+    }
+    i += k;
+  }
+  if (unk_pending) symbol[n++] = bpe->unk;
+  return n;
 }
 
 /* ---- one piece ----------------------------------------------------------------------------------- */
@@ -192,38 +258,67 @@ WkStatus bpe_merge_piece(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, 
   if (length == 0) return WK_OK;
   if (length == 1 && bpe->byte_token[piece[0]] != BPE_NO_TOKEN) return push_one(out, bpe->byte_token[piece[0]]);
   /* The thread's cache first: it is small and hot, the vocabulary index is neither. */
-  bool cacheable = length <= CACHE_PIECE_BYTES;
-  uint64_t hash = 0;
-  if (cacheable) {
-    hash = piece_hash(piece, length);
-    const CacheEntry *hit = cache_find(ts, piece, length, hash);
-    if (hit) {
-      WK_TRY(wk_token_vec_reserve(out, hit->count));
-      if (hit->count) memcpy(out->data + out->length, hit->tokens, hit->count * sizeof *hit->tokens);
-      out->length += hit->count;
-      return WK_OK;
-    }
-  }
+  uint64_t hash;
+  bool hit;
+  WK_TRY(cache_lookup(ts, piece, length, &hash, &hit, out));
+  if (hit) return WK_OK;
   if (bpe->ignore_merges) {
     uint32_t id = vocab_find(&bpe->vocab, piece, length);
     if (id != BPE_NO_TOKEN) {
-      if (cacheable) cache_store(ts, piece, length, hash, &id, 1);
+      cache_store(ts, piece, length, hash, &id, 1);
       return push_one(out, id);
     }
   }
   MergeScratch *s = &ts->scratch;
-  WK_TRY(scratch_reserve(s, length));
-  size_t n = 0;
-  for (size_t i = 0; i < length; i++) {
-    uint32_t id = bpe->byte_token[piece[i]];
-    if (id == BPE_NO_TOKEN) id = bpe->unk;  /* a byte the model lacks: unk, or dropped without one */
-    if (id != BPE_NO_TOKEN) s->symbol[n++] = id;
-  }
+  WK_TRY(merge_scratch_reserve(s, length));
+  size_t n = bpe->chars ? char_symbols(bpe, piece, length, s->symbol) : byte_symbols(bpe, piece, length, s->symbol);
   if (n > SCAN_MAX_SYMBOLS) WK_TRY(merge_heap(&bpe->pairs, s, n, &n));
   else n = merge_scan(&bpe->pairs, s, n);
   WK_TRY(wk_token_vec_reserve(out, n));
   if (n) memcpy(out->data + out->length, s->symbol, n * sizeof *s->symbol);
   out->length += n;
-  if (cacheable) cache_store(ts, piece, length, hash, s->symbol, n);
+  cache_store(ts, piece, length, hash, s->symbol, n);
   return WK_OK;
+}
+
+/* ---- SentencePiece-style pieces, word by word ------------------------------------------------------ */
+
+static bool starts_with(const uint8_t *s, size_t n, const uint8_t *prefix, size_t k) {
+  return n >= k && memcmp(s, prefix, k) == 0;
+}
+
+void bpe_find_word_mark(Bpe *bpe) {
+  const uint8_t *mark = bpe->metaspace.on ? bpe->metaspace.replacement : (const uint8_t *)"\xE2\x96\x81";
+  size_t k = bpe->metaspace.on ? bpe->metaspace.replacement_length : 3;
+  /* ignore_merges would look a whole piece up, which may hold marks after other characters. */
+  if (!bpe->chars || bpe->ignore_merges || vocab_find(&bpe->vocab, mark, k) == BPE_NO_TOKEN) return;
+  for (uint64_t i = 0; i <= bpe->pairs.mask; i++) {
+    const PairSlot *p = &bpe->pairs.slots[i];
+    if (p->key == UINT64_MAX) continue;
+    size_t a, b;
+    const uint8_t *left = vocab_bytes(&bpe->vocab, (uint32_t)(p->key >> 32), &a);
+    const uint8_t *right = vocab_bytes(&bpe->vocab, (uint32_t)p->key, &b);
+    bool left_ends_in_mark = a >= k && memcmp(left + a - k, mark, k) == 0;
+    if (!left_ends_in_mark && starts_with(right, b, mark, k)) return;
+  }
+  memcpy(bpe->word_mark, mark, k);
+  bpe->word_mark_length = k;
+}
+
+WkStatus bpe_merge_words(const Bpe *bpe, ThreadState *ts, const uint8_t *piece, size_t length, WkTokenVec *out) {
+  size_t k = bpe->word_mark_length;
+  if (!k) return bpe_merge_piece(bpe, ts, piece, length, out);
+  const uint8_t *mark = bpe->word_mark;
+  size_t start = 0;
+  bool previous = false;  /* the character before is a mark */
+  for (size_t at = 0; at < length;) {
+    bool is_mark = starts_with(piece + at, length - at, mark, k);
+    if (is_mark && !previous && at > start) {
+      WK_TRY(bpe_merge_piece(bpe, ts, piece + start, at - start, out));
+      start = at;
+    }
+    previous = is_mark;
+    at += is_mark ? k : utf8_length(piece[at]);
+  }
+  return bpe_merge_piece(bpe, ts, piece + start, length - start, out);
 }

@@ -109,9 +109,8 @@ static FastPattern fast_pattern_of(const char *pattern, size_t length) {
   return FAST_NONE;
 }
 
-static WkStatus add_compiled(Pretokenizer *pt, const char *pattern, size_t length, const char *what) {
-  if (pt->levels == PRETOKENIZE_MAX_LEVELS)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "%s: more than %d regex splits in a row", what, PRETOKENIZE_MAX_LEVELS);
+/* A regex compiled (and JIT-compiled when the platform allows; *jit says so). */
+static WkStatus compile(const char *pattern, size_t length, pcre2_code **out, bool *jit, const char *what) {
   int code;
   PCRE2_SIZE offset;
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, length, COMPILE_OPTIONS, &code, &offset, NULL);
@@ -122,9 +121,18 @@ static WkStatus add_compiled(Pretokenizer *pt, const char *pattern, size_t lengt
                    what, (size_t)offset, (const char *)message, PCRE2_MAJOR, PCRE2_MINOR, pattern);
   }
   /* Without JIT (a platform or policy without executable memory) the interpreter matches the same. */
-  int jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
-  if (jit != 0) wk_logf(WK_LOG_INFO, "%s: PCRE2 JIT unavailable (error %d); matching interpreted", what, jit);
-  pt->jit[pt->levels] = jit == 0;
+  int rc = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+  if (rc != 0) wk_logf(WK_LOG_INFO, "%s: PCRE2 JIT unavailable (error %d); matching interpreted", what, rc);
+  *jit = rc == 0;
+  *out = re;
+  return WK_OK;
+}
+
+static WkStatus add_compiled(Pretokenizer *pt, const char *pattern, size_t length, const char *what) {
+  if (pt->levels == PRETOKENIZE_MAX_LEVELS)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "%s: more than %d regex splits in a row", what, PRETOKENIZE_MAX_LEVELS);
+  pcre2_code *re;
+  WK_TRY(compile(pattern, length, &re, &pt->jit[pt->levels], what));
   pt->code[pt->levels++] = re;
   return WK_OK;
 }
@@ -136,6 +144,51 @@ WkStatus pretokenizer_add(Pretokenizer *pt, const char *pattern, size_t length, 
   free(rewritten);
   if (status == WK_OK) pt->fast[pt->levels - 1] = fast_pattern_of(pattern, length);
   return status;
+}
+
+WkStatus pretokenizer_add_matches(Pretokenizer *pt, const char *pattern, const char *what) {
+  WK_TRY(pretokenizer_add(pt, pattern, strlen(pattern), what));
+  pt->matches_only[pt->levels - 1] = true;
+  return WK_OK;
+}
+
+/* ---- Replace's regexes (normalize.c) ----------------------------------------------------------- */
+
+WkStatus normalize_regex(const char *pattern, size_t length, void **out, const char *what) {
+  char *rewritten = rewrite_space(pattern, length);
+  if (!rewritten) return WK_FAIL(WK_ERR_NOMEM, "%s: out of memory compiling a regex", what);
+  pcre2_code *re = NULL;
+  bool jit;
+  WkStatus status = compile(rewritten, strlen(rewritten), &re, &jit, what);
+  free(rewritten);
+  *out = re;
+  return status;
+}
+
+void normalize_regex_free(void *regex) { pcre2_code_free(regex); }
+
+WkStatus regex_replace_all(const void *regex, void **match, WkByteVec *out, const uint8_t *text, size_t length,
+                           const uint8_t *with, size_t with_length) {
+  if (!*match) {
+    *match = pcre2_match_data_create(1, NULL);
+    if (!*match) return WK_FAIL(WK_ERR_NOMEM, "out of memory for PCRE2 match data");
+  }
+  size_t at = 0, done = 0;
+  while (at < length) {
+    int rc = pcre2_match(regex, text, length, at, PCRE2_NO_UTF_CHECK, *match, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) return WK_FAIL(WK_ERR_UNSUPPORTED, "normalizer Replace: the regex failed on %zu bytes (PCRE2 %d)",
+                               length, rc);
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(*match);
+    if (ov[1] == ov[0]) { /* an empty match replaces nothing */
+      at = ov[0] + (ov[0] < length ? utf8_length(text[ov[0]]) : 1);
+      continue;
+    }
+    WK_TRY(wk_byte_vec_append(out, text + done, ov[0] - done));
+    WK_TRY(wk_byte_vec_append(out, with, with_length));
+    done = at = ov[1];
+  }
+  return wk_byte_vec_append(out, text + done, length - done);
 }
 
 WkStatus pretokenizer_add_literal(Pretokenizer *pt, const char *literal, size_t length, const char *what) {
@@ -189,14 +242,12 @@ void pretokenize_state_free(PretokenizeState *s) {
   free(s);
 }
 
-/* Length of the UTF-8 character at text[0] (valid text). */
-static size_t char_length(uint8_t c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
-
 static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int level, const uint8_t *text,
                             size_t length, PieceFn piece, void *context) {
   if (level >= pt->levels || level >= PRETOKENIZE_MAX_LEVELS) return piece(context, text, length);
   const pcre2_code *re = pt->code[level];
   FastPattern fast = pt->fast[level];
+  bool gaps = !pt->matches_only[level];  /* unmatched text is a piece too */
   size_t at = 0, done = 0; /* search from `at`; text before `done` is already split */
   while (at < length) {
     /* The known patterns match at every position: where ASCII decides, no regex is needed. */
@@ -220,16 +271,16 @@ static WkStatus split_level(const Pretokenizer *pt, PretokenizeState *s, int lev
     size_t start = ov[0], end = ov[1];
     if (end == start) { /* empty: a cut here (Hugging Face's Isolated split); look again one character on */
       if (start >= length) break;
-      if (start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
+      if (gaps && start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
       done = start;
-      at = start + char_length(text[start]);
+      at = start + utf8_length(text[start]);
       continue;
     }
-    if (start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
+    if (gaps && start > done) WK_TRY(split_level(pt, s, level + 1, text + done, start - done, piece, context));
     WK_TRY(split_level(pt, s, level + 1, text + start, end - start, piece, context));
     done = at = end;
   }
-  if (done < length) WK_TRY(split_level(pt, s, level + 1, text + done, length - done, piece, context));
+  if (gaps && done < length) WK_TRY(split_level(pt, s, level + 1, text + done, length - done, piece, context));
   return WK_OK;
 }
 
@@ -237,4 +288,34 @@ WkStatus pretokenize(const Pretokenizer *pt, PretokenizeState *s, const uint8_t 
                      PieceFn piece, void *context) {
   if (length == 0) return WK_OK;
   return split_level(pt, s, 0, text, length, piece, context);
+}
+
+/* ---- Metaspace --------------------------------------------------------------------------------- */
+
+WkStatus metaspace_split(const Metaspace *m, WkByteVec *buffer, const uint8_t *text, size_t length, bool starts_text,
+                         PieceFn piece, void *context) {
+  const uint8_t *rep = m->replacement;
+  size_t r = m->replacement_length;
+  buffer->length = 0;
+  bool prepend = m->prepend == PREPEND_ALWAYS || (m->prepend == PREPEND_FIRST && starts_text);
+  /* Spaces become the replacement first: a piece that starts with one has its replacement. */
+  if (prepend && length && text[0] != ' ' && !(length >= r && memcmp(text, rep, r) == 0))
+    WK_TRY(wk_byte_vec_append(buffer, rep, r));
+  WK_TRY(replace_all(buffer, text, length, (const uint8_t *)" ", 1, rep, r));
+  const uint8_t *s = buffer->data;
+  size_t n = buffer->length;
+  if (!m->split || n == 0) return piece(context, s, n);
+  /* A piece begins at each run of replacements (Hugging Face's MergedWithNext). */
+  size_t start = 0;
+  bool previous = false;
+  for (size_t at = 0; at < n;) {
+    bool is_rep = n - at >= r && memcmp(s + at, rep, r) == 0;
+    if (is_rep && !previous && at > start) {
+      WK_TRY(piece(context, s + start, at - start));
+      start = at;
+    }
+    previous = is_rep;
+    at += is_rep ? r : utf8_length(s[at]);
+  }
+  return piece(context, s + start, n - start);
 }

@@ -60,8 +60,7 @@ static int base64_value(uint8_t c) {
   return -1;
 }
 
-/* Standard base64 with padding -> out (room for length bytes); -1 when malformed. */
-static long base64_decode(const char *s, size_t length, uint8_t *out) {
+long base64_decode(const char *s, size_t length, uint8_t *out) {
   if (length == 0 || length % 4 != 0) return -1;
   size_t n = 0;
   for (size_t i = 0; i < length; i += 4) {
@@ -203,7 +202,7 @@ WkStatus bpe_load_tiktoken(const char *path, const char *text, size_t length, co
                        ENCODINGS[e].names[0], s->text);
       break;
     }
-    status = added_add(&bpe->added[0], s->id, (const uint8_t *)s->text, strlen(s->text), true, false, false);
+    status = added_add(&bpe->added[0], s->id, (const uint8_t *)s->text, strlen(s->text), NULL, 0, true, false, false);
   }
   bpe->ignore_merges = true;
   if (status == WK_OK && (status = bpe_finish(bpe)) != WK_OK) wk_error_context("%s", path);
