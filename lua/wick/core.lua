@@ -150,6 +150,17 @@ function core.read_file(path)
   return text
 end
 
+-- Writes text as the whole of the file at path: true, or nil and a message naming the file (a full
+-- disk is found at the write or the close).
+function core.write_file(path, text)
+  local f, err = io.open(path, 'wb')
+  if not f then return nil, err end
+  local ok, werr = f:write(text)
+  local closed, cerr = f:close()
+  if not ok or not closed then return nil, ('%s: %s'):format(path, tostring(werr or cerr)) end
+  return true
+end
+
 -- Monotonic time in seconds (for timing steps and throughput).
 function core.now()
   return tonumber(C.wk_now_ns()) * 1e-9

@@ -118,10 +118,19 @@ return { model = %s, data = { sources = { %q }, seq_len = 16 }, batch = { global
     r = helper.run(('-m wick.data.convert %s -o %s --tokenizer %s -q'):format(q(input), q(dataset),
       q(dir .. '/tokenizer.json')))
     assert.are.equal(0, r.rc, r.err)
-    -- the index names the file hf-tokenizer/tokenizer.json: a run elsewhere says it has no copy
+    -- the dataset carries the tokenizer's files: a run from anywhere saves them
+    for _, name in ipairs { 'tokenizer.json', 'tokenizer_config.json' } do
+      assert.are.equal(helper.read_file(dir .. '/' .. name), helper.read_file(dataset .. '/' .. name))
+    end
+    local carried = train('hf-carried', dataset, '{ layers = 1, heads = 2, dim = 16 }', 'fp32')
+    assert.are.equal(helper.read_file(dir .. '/tokenizer.json'), helper.read_file(carried .. '/tokenizer.json'))
+    assert.are.equal(config, helper.read_file(carried .. '/tokenizer_config.json'))
+    -- without that copy the index names the file hf-tokenizer/tokenizer.json: a run elsewhere has none
+    os.remove(dataset .. '/tokenizer.json')
     local _, elsewhere = train('hf-elsewhere', dataset, '{ layers = 1, heads = 2, dim = 16 }', 'fp32')
     assert.matches("checkpoint: no tokenizer files beside the model: the data's tokenizer hf%-tokenizer/tokenizer%.json " ..
-      "%(fingerprint %x+%) is neither model%.from_pretrained's tokenizer%.json nor that path from here", elsewhere)
+      "%(fingerprint %x+%) is neither in its dataset's directory, nor model%.from_pretrained's tokenizer%.json, nor " ..
+      "that path from here", elsewhere)
     local step = train('hf-gpt', dataset, '{ layers = 1, heads = 2, dim = 16 }', 'fp32', root)
     assert.are.equal(helper.read_file(dir .. '/tokenizer.json'), helper.read_file(step .. '/tokenizer.json'))
     assert.are.equal(config, helper.read_file(step .. '/tokenizer_config.json'))

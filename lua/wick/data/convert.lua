@@ -215,6 +215,12 @@ function M.convert(inputs, opts)
     i = i + 1
   end
   local message = status ~= 0 and core.last_error()
+  if not message and tok and opts.tokenizer:match('%.json$') then
+    -- the dataset carries its tokenizer.json (and the chat template beside it), which a run trained on
+    -- it saves beside its checkpoints (wick.train.tokenizer_files)
+    local ok, why = TOKENIZER.copy_files(opts.tokenizer, opts.output)
+    if not ok then message = "cannot keep the tokenizer's files with the dataset: " .. why end
+  end
   if not message then describe_dataset(stats, opts.output, tok) end
   C.wk_converter_free(ffi.gc(cv, nil))
   if tok then tok:close() end

@@ -67,10 +67,8 @@ local function read_file(path)
 end
 
 local function write_file(path, text)
-  local f, err = io.open(path, 'wb')
-  if not f then cli.fail(('%s: cannot write %s'):format(spec.name, tostring(err)), cli.EXIT_DATA) end
-  f:write(text)
-  f:close()
+  local ok, err = core.write_file(path, text)
+  if not ok then cli.fail(('%s: cannot write %s'):format(spec.name, err), cli.EXIT_DATA) end
 end
 
 local function check_mix(value, where)

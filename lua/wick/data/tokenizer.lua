@@ -60,6 +60,26 @@ local function template_of(handle)
   return M.template_table(ids_box[0], prefix, suffix)
 end
 
+-- A Hugging Face tokenizer directory's files: tokenizer.json first, then the companions that travel
+-- with it (tokenizer_config.json holds the chat template and the special tokens' roles).
+M.HF_FILES = { 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja' }
+
+-- Copies a tokenizer.json and the companions beside it (M.HF_FILES) into the directory to: true, or
+-- nil and a message naming the file that could not be read or written.
+function M.copy_files(file, to)
+  local from = file:match('^(.*)/[^/]*$') or '.'
+  for i, name in ipairs(M.HF_FILES) do
+    local text, why = core.read_file(i == 1 and file or from .. '/' .. name)
+    if text then
+      local ok, werr = core.write_file(to .. '/' .. name, text)
+      if not ok then return nil, 'cannot write ' .. werr end
+    elseif i == 1 then
+      return nil, 'cannot read ' .. why
+    end
+  end
+  return true
+end
+
 -- Opens a built-in name or a file. Returns the tokenizer, or nil and a message naming the file and
 -- what is wrong with it; bad options raise.
 function M.open(source, options)

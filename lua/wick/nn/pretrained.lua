@@ -9,6 +9,7 @@
 -- not implemented) lives here and nowhere else: from_pretrained and save_pretrained read the same tables.
 -- Every failure is one error naming the file and what is wrong with it.
 local ffi = require 'ffi'
+local core = require 'wick.core'
 local gpt = require 'wick.nn.gpt'
 local llama = require 'wick.nn.llama'
 local json = require 'wick.json'
@@ -40,11 +41,8 @@ local function read_json(path)
 end
 
 local function write_file(path, text)
-  local f, why = io.open(path, 'wb')
-  if not f then error('save_pretrained: cannot write ' .. why, 0) end
-  local ok, err = f:write(text)
-  local closed, cerr = f:close()
-  if not ok or not closed then error(('save_pretrained: cannot write %s: %s'):format(path, err or cerr), 0) end
+  local ok, why = core.write_file(path, text)
+  if not ok then error('save_pretrained: cannot write ' .. why, 0) end
 end
 
 -- ---- config.json of each architecture ---------------------------------------------------------------

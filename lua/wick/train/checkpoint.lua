@@ -142,11 +142,8 @@ checkpoint.exists = exists
 
 -- Writes a file of a checkpoint (a failure is one line naming it, exit 1).
 local function write_file(path, text)
-  local f, why = io.open(path, 'wb')
-  if not f then fail('cannot write %s', why) end
-  local ok, werr = f:write(text)
-  local closed, cerr = f:close()
-  if not ok or not closed then fail('cannot write %s: %s', path, werr or cerr) end
+  local ok, why = core.write_file(path, text)
+  if not ok then fail('cannot write %s', why) end
 end
 checkpoint.write_file = write_file
 

@@ -2,13 +2,14 @@
 -- read a step directory whole (AutoTokenizer.from_pretrained(step_dir) encodes as the run did), and
 -- the record of which tokenizer the run trained with. The run's tokenizer is the one its first
 -- source was converted with (its index.json names it and gives its fingerprint):
---   a tokenizer.json      copied, with the tokenizer_config.json, special_tokens_map.json and
---                         chat_template.jinja beside it (the chat template is there), or else
+--   a tokenizer.json      copied, with the companions beside it (wick.data.tokenizer.HF_FILES:
+--                         tokenizer_config.json holds the chat template), or else
 --                         model.from_pretrained's; without any, a tokenizer_config.json that loads
---                         tokenizer.json as it is (PreTrainedTokenizerFast). The index keeps the
---                         file's last two path parts only: the file is model.from_pretrained's
---                         tokenizer.json or that name from the working directory, whichever has
---                         the fingerprint; neither: recorded only, and the run says so
+--                         tokenizer.json as it is (PreTrainedTokenizerFast). The file is the copy
+--                         the converter keeps in the dataset's directory, model.from_pretrained's
+--                         tokenizer.json, or the index's name (the file's last two path parts) from
+--                         the working directory, whichever has the fingerprint first; none: recorded
+--                         only, and the run says so
 --   'bytes'               written: a byte-level BPE of the 256 bytes and no merges (ids 0..255 are
 --                         the bytes), EOS 256 as the special token <|eos|>, which text does not
 --                         produce (split_special_tokens), as Wick's bytes tokenizer encodes it
@@ -23,7 +24,7 @@ local recipe = require 'wick.recipe'
 local tokenizer_files = {}
 
 -- The files of a Hugging Face tokenizer directory copied beside tokenizer.json when present.
-local COMPANIONS = { 'tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja' }
+local COMPANIONS = { select(2, unpack(require('wick.data.tokenizer').HF_FILES)) }
 local BYTES_EOS = '<|eos|>'
 
 local function dir_of(path) return path:match('^(.*)/[^/]*$') or '.' end
@@ -64,12 +65,12 @@ local function bytes_tokenizer()
 end
 
 -- The tokenizer.json of the run's tokenizer found here (see above), or nil.
-local function find_file(info, config)
+local function find_file(info, config, dataset_dir)
   local from = config.model.from_pretrained
-  local candidates = { info.name }
-  if from then table.insert(candidates, 1, from .. '/tokenizer.json') end
-  for _, path in ipairs(candidates) do
-    if exists(path) then
+  local candidates = { dataset_dir .. '/tokenizer.json', from and from .. '/tokenizer.json', info.name }
+  for i = 1, 3 do
+    local path = candidates[i]
+    if path and exists(path) then
       local tok = require('wick.data.tokenizer').open(path)
       local same = tok and (info.fingerprint == nil or tok.fingerprint == info.fingerprint)
       if tok then tok:close() end
@@ -83,16 +84,17 @@ end
 -- nil, missing = why a Hugging Face tokenizer is not written, or nil }, or nil when the first
 -- source says none.
 function tokenizer_files.of(config)
-  local ds = require('wick.data.dataset').open(recipe.source_path(config.data.sources[1]))
+  local dataset_dir = recipe.source_path(config.data.sources[1])
+  local ds = require('wick.data.dataset').open(dataset_dir)
   if not ds then return nil end
   local info = { name = ds.tokenizer, fingerprint = ds.tokenizer_fingerprint }
   ds:close()
   if info.name == '' then return nil end
   if info.name:match('%.json$') then
-    info.file = find_file(info, config)
+    info.file = find_file(info, config, dataset_dir)
     if not info.file then
-      info.missing = ("the data's tokenizer %s (fingerprint %s) is neither model.from_pretrained's tokenizer.json nor " ..
-        'that path from here'):format(info.name, info.fingerprint or 'unknown')
+      info.missing = ("the data's tokenizer %s (fingerprint %s) is neither in its dataset's directory, nor " ..
+        "model.from_pretrained's tokenizer.json, nor that path from here"):format(info.name, info.fingerprint or 'unknown')
     end
   elseif info.name ~= 'bytes' then
     info.missing = ("the data's tokenizer %s is no Hugging Face file"):format(info.name)
