@@ -132,6 +132,14 @@ return { model = %s, data = { sources = { %q }, seq_len = 16 }, batch = { global
       "%(fingerprint %x+%) is neither in its dataset's directory, nor model%.from_pretrained's tokenizer%.json, nor " ..
       "that path from here", elsewhere)
     local step = train('hf-gpt', dataset, '{ layers = 1, heads = 2, dim = 16 }', 'fp32', root)
+    -- a name an index gives is only looked for below the working directory
+    local index = helper.read_file(dataset .. '/index.json')
+    local climbing, n = index:gsub('"hf%-tokenizer/tokenizer%.json"', '"../hf-tokenizer/tokenizer.json"')
+    assert.are.equal(1, n)
+    helper.write_file(dataset .. '/index.json', climbing)
+    local _, below = train('hf-climb', dataset, '{ layers = 1, heads = 2, dim = 16 }', 'fp32', root .. '/sub')
+    assert.matches("no tokenizer files beside the model: the data's tokenizer %.%./hf%-tokenizer/tokenizer%.json", below)
+    helper.write_file(dataset .. '/index.json', index)
     assert.are.equal(helper.read_file(dir .. '/tokenizer.json'), helper.read_file(step .. '/tokenizer.json'))
     assert.are.equal(config, helper.read_file(step .. '/tokenizer_config.json'))
     local seen = transformers_view(step)

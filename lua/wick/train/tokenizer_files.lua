@@ -67,7 +67,9 @@ end
 -- The tokenizer.json of the run's tokenizer found here (see above), or nil.
 local function find_file(info, config, dataset_dir)
   local from = config.model.from_pretrained
-  local candidates = { dataset_dir .. '/tokenizer.json', from and from .. '/tokenizer.json', info.name }
+  -- the index's name comes from a dataset's index.json: only a path below the working directory
+  local below = not info.name:match('^/') and not ('/' .. info.name .. '/'):find('/%.%./') and info.name
+  local candidates = { dataset_dir .. '/tokenizer.json', from and from .. '/tokenizer.json', below }
   for i = 1, 3 do
     local path = candidates[i]
     if path and exists(path) then
