@@ -237,8 +237,8 @@ WkStatus wk_block_entry_parse(const uint8_t *table, const WkShardHeader *h, uint
 
 /* ---- blocks --------------------------------------------------------------------------------- */
 
-static WkStatus verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
-                       const char *name) {
+WkStatus wk_layout_block_verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                                const char *name) {
   uint64_t actual = wk_hash64(stored, e->stored_bytes);
   if (actual != e->hash)
     return BAD("%s: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", block_where(name, l, block).text,
@@ -247,7 +247,7 @@ static WkStatus verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t b
 }
 
 WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stored, const char *name) {
-  return verify(NULL, e, block, stored, name);
+  return wk_layout_block_verify(NULL, e, block, stored, name);
 }
 
 /* One decompression context per thread, freed when the thread exits. */
@@ -290,7 +290,7 @@ WkStatus wk_layout_block_bytes(const WkBlockLayout *l, const WkBlockEntry *e, ui
 
 WkStatus wk_layout_block_decode(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
                                 void *dst, const char *name) {
-  WK_TRY(verify(l, e, block, stored, name));
+  WK_TRY(wk_layout_block_verify(l, e, block, stored, name));
   uint64_t bytes = 0;
   WK_TRY(wk_layout_block_bytes(l, e, block, stored, name, &bytes));
   size_t decoded = (size_t)bytes;
