@@ -249,7 +249,8 @@ WK_API WkStatus wk_dataset_column_info(const WkDataset *ds, uint32_t column, WkC
 /* The column of that name; WK_ERR_INVALID_ARG whose message lists the dataset's columns. */
 WK_API WkStatus wk_dataset_column_find(const WkDataset *ds, const char *name, uint32_t *column);
 /* Rows [first, first + count) of a shard's fixed-width column (TOKEN_U8: stream positions; I64, F32, TENSOR:
- * records) into out (count x element_bytes), checksum-verified, through the block cache. */
+ * records; TOKENS: the stored u16 or u32 tokens) into out (count x element_bytes), checksum-verified, through
+ * the block cache. A BYTES column is WK_ERR_INVALID_ARG (wk_dataset_read_blob reads it). */
 WK_API WkStatus wk_dataset_read_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t first,
                                        uint64_t count, void *out);
 /* Record `record`'s blob of a BYTES column: *size always; its bytes copied into out when out != NULL and
