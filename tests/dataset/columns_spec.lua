@@ -164,6 +164,21 @@ describe('inspect --records', function()
       'emb=[[0 0.25 0.5] [0.75 1 1.25]] image=png 64x48 (33 bytes)\n', r.out)
   end)
 
+  it('reads the records of a remote dataset (HTTP, tables read in one piece, not mapped) as the local ones', function()
+    local nginx = require 'helpers.nginx'
+    if not nginx.binary() then return pending('needs nginx (make deps)') end
+    local server = nginx.start(dir)
+    local cache = helper.tmpdir()
+    local here = helper.run('-m wick.data.inspect ' .. q(dir) .. ' --records 6 --json')
+    local there = helper.run('-m wick.data.inspect ' .. q(server.url) .. ' --records 6 --json --cache-dir ' .. q(cache))
+    server:stop()
+    helper.rmtree(cache)
+    assert.are.equal(0, here.rc, here.err)
+    assert.are.equal(0, there.rc, there.err)
+    assert.are.equal(6, #helper.lines(here.out))
+    assert.are.equal(here.out, there.out)
+  end)
+
   it('refuses unknown flags and a DATASET without --records', function()
     local r = helper.run('-m wick.data.inspect ' .. q(dir) .. ' --records 1 --jsn')
     assert.are.equal(2, r.rc)

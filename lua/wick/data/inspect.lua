@@ -167,7 +167,9 @@ local function print_records(opts, positional)
   if opts.from and not (from and from >= 0 and from % 1 == 0 and from < EXACT_INTEGER) then
     cli.usage_error(spec, ("--from with --records is a record number, not '%s'"):format(opts.from))
   end
-  local ds, err = require('wick.data.dataset').open(path)
+  local remote = {} -- a remote dataset's cache_dir, ...
+  for _, option in ipairs(data.REMOTE_OPTIONS.options) do remote[option[1]] = opts[option[1]] end
+  local ds, err = require('wick.data.dataset').open(path, remote)
   if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
   local records = require 'wick.data.records'
   local format = opts.json and records.json or records.text
