@@ -115,9 +115,7 @@ static WkStatus parse_column(const WkJson *node, const char *name, uint32_t c, W
   if (!wk_column_kind_parse(kind->string, &info->kind) || info->kind == WK_COLUMN_TOKENS)
     return BAD("index '%s' column '%s': unknown kind '%s' (expected token_u8, i64, f32, tensor or bytes)", name,
                info->name, kind->string);
-  static const uint32_t KIND_DTYPE[WK_COLUMN_KIND_COUNT] = {
-      [WK_COLUMN_TOKEN_U8] = WK_U8, [WK_COLUMN_I64] = WK_I64, [WK_COLUMN_F32] = WK_F32, [WK_COLUMN_BYTES] = WK_U8};
-  info->dtype = KIND_DTYPE[info->kind];
+  info->dtype = (uint32_t)wk_column_kind_dtype(info->kind);
   if (info->kind == WK_COLUMN_TENSOR) {
     const WkJson *dtype = wk_json_get(node, "dtype"), *shape = wk_json_get(node, "shape");
     if (!dtype || dtype->type != WK_JSON_STRING || !wk_column_dtype_parse(dtype->string, &info->dtype) ||

@@ -352,6 +352,8 @@ bool wk_column_kind_parse(const char *name, uint32_t *kind) {
   return false;
 }
 
+int wk_column_kind_dtype(uint32_t kind) { return kind < WK_COLUMN_KIND_COUNT ? KIND_DTYPES[kind] : -1; }
+
 const char *wk_column_dtype_name(uint32_t dtype) {
   for (int i = 0; i < COLUMN_DTYPE_COUNT; i++)
     if (COLUMN_DTYPES[i].dtype == dtype) return COLUMN_DTYPES[i].name;

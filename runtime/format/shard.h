@@ -127,6 +127,7 @@ WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stor
 const char *wk_column_dtype_name(uint32_t dtype);  /* "f32", "i32", "i64", "u8", "u16"; NULL for others */
 bool wk_column_dtype_parse(const char *name, uint32_t *dtype);
 bool wk_column_kind_parse(const char *name, uint32_t *kind);
+int wk_column_kind_dtype(uint32_t kind); /* the dtype a kind holds; -1 for tokens and tensors (each has its own) */
 bool wk_column_name_is_valid(const char *name, size_t length);  /* [A-Za-z_][A-Za-z0-9_]*, < 48 bytes */
 /* Checks an extra column's kind, dtype, ndim, shape and name (where: the file, for the message) and sets
  * its element_bytes. TOKENS is not an extra column. */
