@@ -1,6 +1,6 @@
 /*
  * fuzz_index.c — libFuzzer target for everything that parses text from outside: index.json
- * (wk_index_parse: JSON tree, validation, name safety) and .jsonl lines (wk_json_line_field).
+ * (wk_index_parse: JSON tree, validation, name safety, version 2's columns) and .jsonl lines (wk_json_line_field).
  *
  *   make fuzz && build/fuzz/fuzz_index -max_total_time=60 /tmp/new-inputs tests/fuzz/corpus/index
  */
@@ -20,6 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       WkIndex again;
       if (wk_index_parse(text, length, "fuzz/again.json", &again) != WK_OK) abort();
       if (again.shard_count != index.shard_count || again.tokens != index.tokens) abort();
+      if (again.column_count != index.column_count ||
+          memcmp(again.columns, index.columns, index.column_count * sizeof *index.columns) != 0)
+        abort(); /* the columns (format version 2) too */
       for (uint32_t i = 0; i < index.shard_count; i++)
         if (strcmp(again.shards[i].name, index.shards[i].name) != 0 ||
             again.shards[i].checksum != index.shards[i].checksum)
