@@ -775,15 +775,17 @@ WkStatus wk_dataset_decode_column_range(WkDataset *ds, uint32_t column, uint32_t
   return decode_positions(ds, column, shard, begin, end, dst);
 }
 
-static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+static WkStatus advise_open(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                            WkAdvice advice) {
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
-  const WkShardHeader *h = &s->v.h;
-  if (end > h->tokens) end = h->tokens;
+  Blocks k = blocks_of(s, column);
+  if (end > k.l.rows) end = k.l.rows;
   /* Block by block, each its stored bytes: the ranges a remote blob caches and later reads are the same. */
-  for (uint64_t b = begin / h->block_tokens; begin < end && b <= (end - 1) / h->block_tokens; b++) {
+  uint64_t per = k.l.rows_per_block;
+  for (uint64_t b = begin / per; begin < end && b <= (end - 1) / per; b++) {
     WkBlockEntry e;
-    if (wk_block_entry_parse(s->v.table, h, (uint32_t)b, s->path, &e) == WK_OK)
+    if (wk_layout_entry_parse(k.table, &s->v.h, &k.l, (uint32_t)b, s->path, &e) == WK_OK)
       s->blob->advise(s->blob, e.offset, e.stored_bytes, advice);
   }
   shard_release(ds, s);
@@ -800,7 +802,7 @@ static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint6
  * no read-ahead of remote data at all. */
 
 typedef struct {
-  uint32_t shard;
+  uint32_t column, shard;
   uint64_t begin, end;
 } Advice;
 
@@ -809,7 +811,7 @@ static void *opener_main(void *arg) {
   void *item;
   while (wk_queue_pop(ds->advice, &item, -1) == WK_OK) {
     const Advice *a = item;
-    if (advise_open(ds, a->shard, a->begin, a->end, WK_ADVICE_WILLNEED) != WK_OK)
+    if (advise_open(ds, a->column, a->shard, a->begin, a->end, WK_ADVICE_WILLNEED) != WK_OK)
       wk_logf(WK_LOG_DEBUG, "read-ahead of shard %u: %s (its read will report it)", a->shard, wk_last_error());
     free(item);
   }
@@ -817,7 +819,7 @@ static void *opener_main(void *arg) {
 }
 
 /* Queues the advice for the openers (starting them); false when it cannot (then advise in place). */
-static bool advise_later(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end) {
+static bool advise_later(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end) {
   pthread_mutex_lock(&ds->lock);
   if (!ds->advice && (ds->advice = wk_queue_new(ADVICE_QUEUE)))
     for (; ds->opener_count < ds->opener_limit; ds->opener_count++) {
@@ -833,7 +835,7 @@ static bool advise_later(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t
   if (!ready) return false;
   Advice *a = malloc(sizeof *a);
   if (!a) return true; /* a hint: dropped */
-  *a = (Advice){shard, begin, end};
+  *a = (Advice){column, shard, begin, end};
   if (wk_queue_push(ds->advice, a, 0) != WK_OK) free(a); /* full: dropped */
   return true;
 }
@@ -848,14 +850,22 @@ static void stop_openers(WkDataset *ds) {
   ds->advice = NULL;
 }
 
-WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+WkStatus wk_dataset_advise_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                                  WkAdvice advice) {
+  if (column >= ds->index.column_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': column %u out of range (it has %u)", ds->path, column,
+                   ds->index.column_count);
   if (ds->remote && advice == WK_ADVICE_WILLNEED && shard < ds->index.shard_count) {
     pthread_mutex_lock(&ds->lock);
     bool open = ds->shards[shard] != NULL;
     pthread_mutex_unlock(&ds->lock);
-    if (!open && (ds->opener_limit == 0 || advise_later(ds, shard, begin, end))) return WK_OK;
+    if (!open && (ds->opener_limit == 0 || advise_later(ds, column, shard, begin, end))) return WK_OK;
   }
-  return advise_open(ds, shard, begin, end, advice);
+  return advise_open(ds, column, shard, begin, end, advice);
+}
+
+WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {
+  return wk_dataset_advise_column(ds, 0, shard, begin, end, advice);
 }
 
 /* ---- the rest of the API ------------------------------------------------------------------------ */

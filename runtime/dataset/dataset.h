@@ -45,6 +45,10 @@ WkStatus wk_dataset_decode_column_range(WkDataset *ds, uint32_t column, uint32_t
                                         void *dst);
 /* Passes an advice about the bytes holding tokens [begin, end) of a shard to its blob, block by block. */
 WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);
+/* The same for rows [begin, end) of a column (0: the tokens, as wk_dataset_advise; a TOKEN_U8 column: stream
+ * positions; the others: records), its blocks' stored bytes. */
+WkStatus wk_dataset_advise_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                                  WkAdvice advice);
 /* Adds a dataset's remote counters to sum (disk_bytes: the largest, as sources share a directory). */
 void wk_remote_stats_add(WkRemoteStats *sum, WkDataset *ds);
 

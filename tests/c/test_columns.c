@@ -203,6 +203,10 @@ static void check_dataset(WkDataset *ds, Records *shards, int shard_count) {
     CHECK(wk_dataset_decode_column_range(ds, 1, (uint32_t)s, from, r->tokens, mask) == WK_OK);
     CHECK(memcmp(mask, r->mask + from, r->tokens - from) == 0);
     CHECK(wk_dataset_decode_column_range(ds, 2, (uint32_t)s, 0, 1, mask) == WK_ERR_INVALID_ARG);
+    /* Read-ahead of a column's blocks: any rows, past the end clipped; a column out of range refused. */
+    CHECK(wk_dataset_advise_column(ds, 5, (uint32_t)s, 0, r->docs + 10, WK_ADVICE_WILLNEED) == WK_OK);
+    CHECK(wk_dataset_advise_column(ds, 1, (uint32_t)s, 0, r->tokens, WK_ADVICE_WILLNEED) == WK_OK);
+    CHECK(wk_dataset_advise_column(ds, 6, (uint32_t)s, 0, 1, WK_ADVICE_WILLNEED) == WK_ERR_INVALID_ARG);
     free(mask), free(label), free(score), free(emb);
   }
 }
