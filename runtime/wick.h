@@ -217,6 +217,46 @@ WK_API WkStatus wk_dataset_document_at(WkDataset *ds, uint32_t shard, uint64_t t
  * instead of at its first read; a cheap way to check a dataset or warm it up. */
 WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
 
+/* Columns (format version 2): a dataset's records are the documents of its token stream; column 0 is
+ * always `tokens` (that stream), the others hold one value per stream position (TOKEN_U8: EOS positions
+ * included, each the value of its record's last token, 0 for an empty record) or per record. A version 1
+ * dataset has the tokens column only. */
+typedef enum {
+  WK_COLUMN_TOKENS = 0,    /* the token stream (u16 or u32 stored) */
+  WK_COLUMN_TOKEN_U8 = 1,  /* one byte per stream position, aligned with the tokens (a loss mask) */
+  WK_COLUMN_I64 = 2,       /* one int64 per record (a label) */
+  WK_COLUMN_F32 = 3,       /* one float per record (a score) */
+  WK_COLUMN_TENSOR = 4,    /* one fixed-shape tensor per record: f32, i32, i64 or u8, 1..4 dims */
+  WK_COLUMN_BYTES = 5,     /* one blob per record (an encoded image), < 4 GiB */
+  WK_COLUMN_KIND_COUNT
+} WkColumnKind;
+enum { WK_COLUMN_NAME_BYTES = 48, WK_COLUMN_MAX_DIMS = 4, WK_MAX_COLUMNS = 32 };
+typedef struct {
+  char name[WK_COLUMN_NAME_BYTES];  /* NUL-terminated, [A-Za-z_][A-Za-z0-9_]*, unique in a dataset */
+  uint32_t kind;           /* WkColumnKind */
+  uint32_t dtype;          /* WkDType of an element: TOKENS U16 or I32 (the stored width); TOKEN_U8 U8; I64 I64;
+                              F32 F32; TENSOR its dtype; BYTES U8 */
+  uint32_t ndim;           /* TENSOR: 1..4, else 0 */
+  uint32_t shape[WK_COLUMN_MAX_DIMS];
+  uint64_t element_bytes;  /* bytes of one row (a stream position for TOKENS and TOKEN_U8, a record otherwise); 0
+                              for BYTES */
+} WkColumnInfo;
+/* "tokens", "token_u8", "i64", "f32", "tensor", "bytes" (as index.json, the converter and Lua spell them); "?"
+ * out of range. */
+WK_API const char *wk_column_kind_name(uint32_t kind);
+WK_API uint32_t wk_dataset_column_count(const WkDataset *ds);  /* 1 for a version 1 dataset */
+WK_API WkStatus wk_dataset_column_info(const WkDataset *ds, uint32_t column, WkColumnInfo *out);
+/* The column of that name; WK_ERR_INVALID_ARG whose message lists the dataset's columns. */
+WK_API WkStatus wk_dataset_column_find(const WkDataset *ds, const char *name, uint32_t *column);
+/* Rows [first, first + count) of a shard's fixed-width column (TOKEN_U8: stream positions; I64, F32, TENSOR:
+ * records) into out (count x element_bytes), checksum-verified, through the block cache. */
+WK_API WkStatus wk_dataset_read_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t first,
+                                       uint64_t count, void *out);
+/* Record `record`'s blob of a BYTES column: *size always; its bytes copied into out when out != NULL and
+ * capacity >= size (else WK_ERR_INVALID_ARG saying the blob's size). */
+WK_API WkStatus wk_dataset_read_blob(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t record, void *out,
+                                     uint64_t capacity, uint64_t *size);
+
 /* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
 typedef enum {
   WK_DATASET_BLOCK_CACHE_BYTES = 0, /* decoded-block cache budget (default 64 MiB; 0 = no cache) */
@@ -433,12 +473,15 @@ typedef enum {
                                   or EOS), or with different tokens around their documents (the template the
                                   converter applied), may be mixed; 0 (default): start refuses such a mix,
                                   naming both */
+  WK_LOADER_BLOB_BYTES,        /* bytes a row holds of a BYTES column (default 1 MiB); a larger blob fails the
+                                  batch, naming the file and the record */
   WK_LOADER_PARAM_COUNT,
   WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES,  /* old names, for one release */
   WK_LOADER_BUFFER_TOKENS = WK_LOADER_POOL_TOKENS
 } WkLoaderParam;
 
 enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */
+enum { WK_BATCH_MAX_COLUMNS = 8 }; /* columns a loader may add (wk_loader_add_column) */
 
 /* A micro-batch as tensors of the loader (wk_tensor_* reads them; never free them): made once per
  * slot of its ring, on its device (WK_LOADER_DEVICE), so `slot` names the same tensors every time.
@@ -453,6 +496,13 @@ typedef struct {
   struct WkTensor *loss_mask;  /* u8 [rows, seq_len]: 1 where targets[:, t] counts */
   struct WkTensor *doc_ids;    /* i32 [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
   struct WkTensor *positions;  /* i32 [rows, seq_len + 1] or NULL */
+  /* The columns asked for (wk_loader_add_column), in that order: TOKEN_U8 u8 [rows, seq_len + 1] aligned
+   * with tokens (0 past a row's sample); I64 i64 [rows]; F32 f32 [rows]; TENSOR [rows, shape...] of its
+   * dtype; BYTES u8 [rows, WK_LOADER_BLOB_BYTES] (the blob, then zeros) with column_sizes[i] i64 [rows]
+   * (its bytes), NULL for the other kinds. A padding or skipped row is zeros. */
+  uint32_t column_count;
+  struct WkTensor *columns[WK_BATCH_MAX_COLUMNS];
+  struct WkTensor *column_sizes[WK_BATCH_MAX_COLUMNS];
   uint32_t slot;         /* the ring slot these tensors belong to: 0 .. buffers - 1 */
   uint32_t rows;
   uint32_t seq_len;
@@ -506,6 +556,12 @@ WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_
 WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const double *steps,
                                      const double *weights, uint32_t points);
 WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
+/* Asks for a column of every source by name (before start); the batch then carries it, in the order
+ * asked (WkBatch.columns). Start refuses a source without it (naming the source's columns), sources
+ * that disagree on its kind, dtype or shape, and a per-record column (I64, F32, TENSOR, BYTES) in packed
+ * mode. A TOKEN_U8 column named "loss_mask" also folds into the batch's loss_mask: a target counts
+ * where the pack counts it and the column is not 0 at the target's position. */
+WK_API WkStatus wk_loader_add_column(WkLoader *loader, const char *name);
 WK_API WkStatus wk_loader_start(WkLoader *loader);
 /* What wk_loader_start would refuse (the batch shape, a source too small for one epoch, the cursor,
  * a source cache too small for the ring), found without allocating the ring or starting a thread: a
