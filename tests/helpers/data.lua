@@ -48,6 +48,41 @@ function data_helper.make_dataset(dir, docs, opts)
   return dir
 end
 
+-- Records with columns (format version 2): record i of `tag` is the text "<tag><i> " and 2..30 words
+-- (bytes tokenizer: one token a byte), a mask over its tokens (0 on the "<tag><i> " prompt, 1 after;
+-- all 0 for every 5th record), a label 7 * i and a blob of 4..70 bytes naming it.
+function data_helper.records(count, tag, seed)
+  local docs = data_helper.documents(count, 22, seed)
+  local records = {}
+  for i = 1, count do
+    local prompt = tag .. i .. ' '
+    local text = prompt .. docs[i]:gsub('^doc%d+ ', '')
+    local mask = {}
+    for t = 1, #text do mask[t] = (t > #prompt and i % 5 ~= 0) and 1 or 0 end
+    records[i] = { text = text, prompt = prompt, mask = mask, label = 7 * i,
+      blob = ('blob %s%d '):format(tag, i) .. ('x'):rep((i * 13) % 60) }
+  end
+  return records
+end
+
+-- Converts records (data_helper.records) with the columns loss_mask (token_u8), label (i64 or, with
+-- opts.label_kind, another kind) and image (bytes); opts.shard_size, opts.block_size, opts.compression.
+function data_helper.make_records_dataset(dir, records, opts)
+  opts = opts or {}
+  local lines = {}
+  for i, r in ipairs(records) do
+    lines[i] = ('{"text": "%s", "mask": [%s], "label": %d, "blob": "%s"}'):format(r.text, table.concat(r.mask, ','),
+      r.label, r.blob)
+  end
+  local input = helper.write_file(dir .. '.jsonl', table.concat(lines, '\n') .. '\n')
+  local r = helper.run(('-m wick.data.convert %s -o %s --shard-size %s --block-size %s --compression %s -q '
+    .. '--column loss_mask=mask:token_u8 --column label=label:%s --column image=blob:bytes'):format(q(input), q(dir),
+    tostring(opts.shard_size or 2048), tostring(opts.block_size or 512), opts.compression or 'zstd',
+    opts.label_kind or 'i64'))
+  assert(r.rc == 0, 'converter failed: ' .. r.out .. r.err)
+  return dir
+end
+
 -- Flips one byte of a shard's payload, `offset` bytes after the payload start (header field at 72).
 function data_helper.corrupt_payload(shard_path, offset)
   local bytes = helper.read_file(shard_path)
