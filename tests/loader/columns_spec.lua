@@ -18,7 +18,7 @@ setup(function()
   records = data_helper.records(160, 'a', 1)
   a = data_helper.make_records_dataset(root .. '/a', records)
   b_records = data_helper.records(90, 'b', 2)
-  b = data_helper.make_records_dataset(root .. '/b', b_records, { shard_size = 1024 })
+  b = data_helper.make_records_dataset(root .. '/b', b_records, { per_shard = 13 })
 end)
 teardown(function() helper.rmtree(root) end)
 
