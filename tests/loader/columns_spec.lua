@@ -209,6 +209,30 @@ describe('records with columns', function()
   end)
 end)
 
+describe("a recipe's data.columns", function()
+  it("reach the trainer's batches, refused by name when the data lacks one, and peek shows them", function()
+    local recipe = helper.write_file(root .. '/columns.lua', ([[
+return {
+  model = { layers = 1, heads = 2, dim = 16 },
+  data = { sources = { %q }, seq_len = %d, mode = 'pad', columns = { 'loss_mask', 'label', 'image' } },
+  batch = { global = 4 }, steps = 2, seed = 3, timeout = 30,
+}
+]]):format(a, SEQ))
+    local r = helper.run('-i ' .. q(recipe), { stdin = 'peek(1)\n' })
+    assert.are.equal(0, r.rc, r.err)
+    local text, mask, label, image = r.out:match('step 1 row 0: "(a%d+ [^"]*)[^\n]*\n  loss_mask = {([%d ]+) ...}\n'
+      .. '  label = (%d+)\n  image = %d+ bytes "([^"]*)"')
+    assert(text, r.out)
+    local i = tonumber(text:match('^a(%d+) '))
+    assert.are.equal(records[i].label, tonumber(label))
+    assert.are.equal(records[i].blob, image)
+    assert.are.equal(table.concat(records[i].mask, ' '), mask:sub(1, 2 * #records[i].mask - 1))
+    r = helper.run(q(recipe) .. ' --data.columns=labels')
+    assert.are_not.equal(0, r.rc)
+    assert.matches("has no column 'labels'", r.err)
+  end)
+end)
+
 describe('columns refused', function()
   local function fails(opts, pattern)
     local ok, err = pcall(function()
