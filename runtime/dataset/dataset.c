@@ -400,7 +400,7 @@ static WkStatus refetch_block(Shard *s, const WkBlockLayout *l, uint32_t b, cons
   s->blob->forget(s->blob, e->offset, e->stored_bytes);
   WkStatus status = s->blob->read_at(s->blob, e->offset, e->stored_bytes, stored);
   if (status == WK_OK)
-    status = stored == dst ? wk_block_verify(e, b, stored, s->path) : wk_layout_block_decode(l, e, b, stored, dst, s->path);
+    status = stored == dst ? wk_layout_block_verify(l, e, b, stored, s->path) : wk_layout_block_decode(l, e, b, stored, dst, s->path);
   if (status == WK_ERR_FORMAT) {
     char again[256]; /* copied: the message below is written where this one is */
     snprintf(again, sizeof again, "%s", wk_last_error());
@@ -437,7 +437,7 @@ static WkStatus block_hold(WkDataset *ds, uint32_t i, Shard *s, uint32_t column,
                           : e.stored_bytes ? s->blob->map(s->blob, e.offset, e.stored_bytes) : (const uint8_t *)"";
   if (mapped) {
     if (!atomic_load_explicit(&k.verified[b], memory_order_acquire)) {
-      WK_TRY(wk_block_verify(&e, b, mapped, s->path));
+      WK_TRY(wk_layout_block_verify(&k.l, &e, b, mapped, s->path));
       atomic_fetch_add(&ds->blocks_verified, 1);
       atomic_store_explicit(&k.verified[b], 1, memory_order_release);
     }
@@ -731,7 +731,7 @@ static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t column, uint32_t
     }
     if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the rows: read them in place */
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, dst);
-      if (status == WK_OK) status = wk_block_verify(&e, b, dst, s->path);
+      if (status == WK_OK) status = wk_layout_block_verify(&k.l, &e, b, dst, s->path);
       if (status == WK_ERR_FORMAT) status = refetch_block(s, &k.l, b, &e, dst, dst);
     } else if (status == WK_OK) {
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, stored);

@@ -237,8 +237,8 @@ WkStatus wk_block_entry_parse(const uint8_t *table, const WkShardHeader *h, uint
 
 /* ---- blocks --------------------------------------------------------------------------------- */
 
-static WkStatus verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
-                       const char *name) {
+WkStatus wk_layout_block_verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                                const char *name) {
   uint64_t actual = wk_hash64(stored, e->stored_bytes);
   if (actual != e->hash)
     return BAD("%s: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", block_where(name, l, block).text,
@@ -247,7 +247,7 @@ static WkStatus verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t b
 }
 
 WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stored, const char *name) {
-  return verify(NULL, e, block, stored, name);
+  return wk_layout_block_verify(NULL, e, block, stored, name);
 }
 
 /* One decompression context per thread, freed when the thread exits. */
@@ -290,7 +290,7 @@ WkStatus wk_layout_block_bytes(const WkBlockLayout *l, const WkBlockEntry *e, ui
 
 WkStatus wk_layout_block_decode(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
                                 void *dst, const char *name) {
-  WK_TRY(verify(l, e, block, stored, name));
+  WK_TRY(wk_layout_block_verify(l, e, block, stored, name));
   uint64_t bytes = 0;
   WK_TRY(wk_layout_block_bytes(l, e, block, stored, name, &bytes));
   size_t decoded = (size_t)bytes;
@@ -543,15 +543,16 @@ static WkStatus check_doc_index(WkShardView *v, const uint8_t *tail) {
 }
 
 /* Bytes [offset, offset + length) of the shard: in the mapping, in `tail` (bytes from block_table_offset
- * on, already read), or read into *copy. */
-static const uint8_t *view_bytes(WkShardView *v, const uint8_t *tail, uint64_t offset, size_t length,
+ * on, already read, freed when the view is open: copied into *copy when `keep`), or read into *copy. */
+static const uint8_t *view_bytes(WkShardView *v, const uint8_t *tail, uint64_t offset, size_t length, bool keep,
                                  uint8_t **copy) {
   *copy = NULL;
-  if (tail) return tail + (offset - v->h.block_table_offset);
-  const uint8_t *mapped = length ? v->blob->map(v->blob, offset, length) : NULL;
+  if (tail && !keep) return tail + (offset - v->h.block_table_offset);
+  const uint8_t *mapped = length && !tail ? v->blob->map(v->blob, offset, length) : NULL;
   if (mapped || !length) return mapped ? mapped : (const uint8_t *)"";
   *copy = wk_malloc(length, "shard tables");
-  if (*copy && v->blob->read_at(v->blob, offset, length, *copy) != WK_OK) {
+  if (*copy && tail) memcpy(*copy, tail + (offset - v->h.block_table_offset), length);
+  else if (*copy && v->blob->read_at(v->blob, offset, length, *copy) != WK_OK) {
     free(*copy);
     *copy = NULL;
   }
@@ -565,7 +566,7 @@ static WkStatus open_columns(WkShardView *v, const uint8_t *tail) {
   if (h->column_count == 0) return WK_OK;
   size_t table_bytes = (size_t)h->column_count * WK_SHARD_COLUMN_ENTRY_BYTES;
   uint8_t *table_copy;
-  const uint8_t *table = view_bytes(v, tail, h->column_table_offset, table_bytes, &table_copy);
+  const uint8_t *table = view_bytes(v, tail, h->column_table_offset, table_bytes, false, &table_copy);
   if (!table) return wk_last_status();
   WkStatus status = WK_OK;
   uint64_t hash = wk_hash64(table, table_bytes);
@@ -594,7 +595,7 @@ static WkStatus open_columns(WkShardView *v, const uint8_t *tail) {
                  v->name, (unsigned long long)at, (unsigned long long)h->file_bytes);
   if (status != WK_OK) return status;
   uint64_t first = h->column_table_offset + table_bytes;
-  const uint8_t *tables = view_bytes(v, tail, first, (size_t)(h->file_bytes - first), &v->tables_copy);
+  const uint8_t *tables = view_bytes(v, tail, first, (size_t)(h->file_bytes - first), true, &v->tables_copy);
   if (!tables) return wk_last_status();
   for (uint32_t c = 0; c < v->column_count && status == WK_OK; c++) {
     const WkColumnEntry *col = &v->columns[c];

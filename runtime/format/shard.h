@@ -110,6 +110,9 @@ uint64_t wk_layout_block_rows(const WkBlockLayout *l, uint32_t block);
  * blob; a zstd blob's frame content size, read from the stored bytes and checked). */
 WkStatus wk_layout_block_bytes(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
                                const char *name, uint64_t *bytes);
+/* Verifies the stored bytes' checksum (messages name the column, if any). */
+WkStatus wk_layout_block_verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                                const char *name);
 /* Verifies and decodes block `block` into dst (its wk_layout_block_bytes). */
 WkStatus wk_layout_block_decode(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
                                 void *dst, const char *name);

@@ -3,8 +3,8 @@
  * kind (raw and zstd, columns of many blocks), a dataset of tokens only is still version 1 byte for byte, and
  * each bad column input is one error naming the file and what is wrong.
  *
- * `test_columns write DIR` writes the small dataset the Lua specs read (tests/dataset/columns_spec.lua):
- * 2 shards, 5 records with tokens, loss_mask, label, score, emb (f32 [2,3]) and image (PNG, JPEG, GIF,
+ * `test_columns write DIR [raw]` writes the small dataset the Lua specs read (tests/dataset/columns_spec.lua),
+ * zstd or raw (the fuzz seeds tests/fuzz/corpus/shard/v2-*.wks are its shards): 2 shards, 6 records with tokens, loss_mask, label, score, emb (f32 [2,3]) and image (PNG, JPEG, GIF,
  * WebP headers, plain bytes, an empty blob).
  */
 #include <stdio.h>
@@ -531,7 +531,7 @@ static Records empty_records(void) {
   return r;
 }
 
-static int write_spec_dataset(const char *dir) {
+static int write_spec_dataset(const char *dir, WkCodec codec) {
   /* PNG 64x48 (signature, IHDR), JPEG 40x30 (SOI, APP0, SOF0), GIF 2x3, WebP VP8X 5x7, plain bytes. */
   static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
                                 0, 0, 0, 64, 0, 0, 0, 48, 8, 6, 0, 0, 0, 1, 2, 3, 4};
@@ -547,7 +547,7 @@ static int write_spec_dataset(const char *dir) {
   add_record(&shards[1], (const uint16_t[]){120}, (const uint8_t[]){1}, 1, 5, 0.25f, gif, sizeof gif);
   add_record(&shards[1], (const uint16_t[]){97, 98, 99, 100}, (const uint8_t[]){1, 1, 0, 1}, 4, 9, 3.5f, "", 0);
   add_record(&shards[1], (const uint16_t[]){65}, (const uint8_t[]){0}, 1, 1, 0.1f, webp, sizeof webp);
-  WkIndex ix = write_dataset(dir, shards, 2, WK_CODEC_ZSTD, 4, 0, EXTRA);
+  WkIndex ix = write_dataset(dir, shards, 2, codec, 4, 0, EXTRA);
   records_free(&shards[0]);
   records_free(&shards[1]);
   index_free(&ix);
@@ -555,7 +555,8 @@ static int write_spec_dataset(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "write") == 0) return write_spec_dataset(argv[2]);
+  if ((argc == 3 || argc == 4) && strcmp(argv[1], "write") == 0)
+    return write_spec_dataset(argv[2], argc == 4 && strcmp(argv[3], "raw") == 0 ? WK_CODEC_RAW : WK_CODEC_ZSTD);
   RUN_TEST(test_round_trip);
   RUN_TEST(test_version1_unchanged);
   RUN_TEST(test_writer_refuses);
