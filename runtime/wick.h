@@ -474,12 +474,15 @@ typedef enum {
                                   or EOS), or with different tokens around their documents (the template the
                                   converter applied), may be mixed; 0 (default): start refuses such a mix,
                                   naming both */
+  WK_LOADER_BLOB_BYTES,        /* bytes a row holds of a BYTES column (default 1 MiB); a larger blob fails the
+                                  batch, naming the file and the record */
   WK_LOADER_PARAM_COUNT,
   WK_LOADER_CACHE_BYTES = WK_LOADER_NODE_CACHE_BYTES,  /* old names, for one release */
   WK_LOADER_BUFFER_TOKENS = WK_LOADER_POOL_TOKENS
 } WkLoaderParam;
 
 enum { WK_LOADER_ON_CPU = -1 };  /* WK_LOADER_DEVICE for CPU tensors */
+enum { WK_BATCH_MAX_COLUMNS = 8 }; /* columns a loader may add (wk_loader_add_column) */
 
 /* A micro-batch as tensors of the loader (wk_tensor_* reads them; never free them): made once per
  * slot of its ring, on its device (WK_LOADER_DEVICE), so `slot` names the same tensors every time.
@@ -494,6 +497,13 @@ typedef struct {
   struct WkTensor *loss_mask;  /* u8 [rows, seq_len]: 1 where targets[:, t] counts */
   struct WkTensor *doc_ids;    /* i32 [rows, seq_len + 1] or NULL (WK_LOADER_DOCUMENT_IDS) */
   struct WkTensor *positions;  /* i32 [rows, seq_len + 1] or NULL */
+  /* The columns asked for (wk_loader_add_column), in that order: TOKEN_U8 u8 [rows, seq_len + 1] aligned
+   * with tokens (0 past a row's sample); I64 i64 [rows]; F32 f32 [rows]; TENSOR [rows, shape...] of its
+   * dtype; BYTES u8 [rows, WK_LOADER_BLOB_BYTES] (the blob, then zeros) with column_sizes[i] i64 [rows]
+   * (its bytes), NULL for the other kinds. A padding or skipped row is zeros. */
+  uint32_t column_count;
+  struct WkTensor *columns[WK_BATCH_MAX_COLUMNS];
+  struct WkTensor *column_sizes[WK_BATCH_MAX_COLUMNS];
   uint32_t slot;         /* the ring slot these tensors belong to: 0 .. buffers - 1 */
   uint32_t rows;
   uint32_t seq_len;
@@ -547,6 +557,12 @@ WK_API WkStatus wk_loader_add_source(WkLoader *loader, const char *path, uint64_
 WK_API WkStatus wk_loader_set_weight(WkLoader *loader, uint32_t source, const double *steps,
                                      const double *weights, uint32_t points);
 WK_API WkStatus wk_loader_restore(WkLoader *loader, const char *cursor);
+/* Asks for a column of every source by name (before start); the batch then carries it, in the order
+ * asked (WkBatch.columns). Start refuses a source without it (naming the source's columns), sources
+ * that disagree on its kind, dtype or shape, and a per-record column (I64, F32, TENSOR, BYTES) in packed
+ * mode. A TOKEN_U8 column named "loss_mask" also folds into the batch's loss_mask: a target counts
+ * where the pack counts it and the column is not 0 at the target's position. */
+WK_API WkStatus wk_loader_add_column(WkLoader *loader, const char *name);
 WK_API WkStatus wk_loader_start(WkLoader *loader);
 /* What wk_loader_start would refuse (the batch shape, a source too small for one epoch, the cursor,
  * a source cache too small for the ring), found without allocating the ring or starting a thread: a

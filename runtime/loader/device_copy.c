@@ -80,6 +80,26 @@ static WkStatus device_storage(WkBatchTensors *t, WkStorage *host, const WkDevic
   return t->released ? WK_OK : wk_last_status();
 }
 
+/* The tensor over `array` (a place in storage) and, with a device, the same place of its storage. */
+static WkStatus array_tensors(WkStorage *storage, WkStorage *device, const void *array, WkDType dtype, int ndim,
+                              const int64_t *shape, WkTensor **host, WkTensor **on_device) {
+  size_t offset = (size_t)((const char *)array - (const char *)storage->data);
+  *host = wk_tensor_on_storage(storage, offset, dtype, ndim, shape);
+  if (device && *host) *on_device = wk_tensor_on_storage(device, offset, dtype, ndim, shape);
+  return *host && (!device || *on_device) ? WK_OK : wk_last_status();
+}
+
+/* A column's [rows, shape...] tensors, and a BYTES column's [rows] sizes. */
+static WkStatus column_tensors(WkBatchTensors *t, WkStorage *storage, WkStorage *device, const WkRowColumn *column,
+                               uint32_t c, int64_t row_count) {
+  int64_t shape[1 + WK_COLUMN_MAX_DIMS] = {row_count};
+  for (uint32_t d = 0; d < column->ndim; d++) shape[1 + d] = column->shape[d];
+  WK_TRY(array_tensors(storage, device, column->data, (WkDType)column->dtype, 1 + (int)column->ndim, shape,
+                       &t->host_columns[c], &t->device_columns[c]));
+  if (!column->sizes) return WK_OK;
+  return array_tensors(storage, device, column->sizes, WK_I64, 1, shape, &t->host_sizes[c], &t->device_sizes[c]);
+}
+
 WkStatus wk_batch_tensors_new(WkBatchTensors *t, WkStorage *storage, const WkRows *rows, uint32_t row_count,
                               uint32_t seq_len, const WkDeviceCopy *copy) {
   memset(t, 0, sizeof *t);
@@ -95,11 +115,13 @@ WkStatus wk_batch_tensors_new(WkBatchTensors *t, WkStorage *storage, const WkRow
     if (!arrays[a]) continue;
     WkDType dtype = a != WK_BATCH_TOKENS ? ARRAY_DTYPES[a] : rows->token_bytes == sizeof(int64_t) ? WK_I64 : WK_I32;
     int64_t shape[2] = {row_count, widths[a]};
-    size_t offset = (size_t)((const char *)arrays[a] - (const char *)storage->data);
-    t->host[a] = wk_tensor_on_storage(storage, offset, dtype, 2, shape);
-    if (device && t->host[a]) t->device[a] = wk_tensor_on_storage(device, offset, dtype, 2, shape);
-    if (!t->host[a] || (device && !t->device[a])) status = wk_error_context("loader batch %s", ARRAY_NAMES[a]);
+    if (array_tensors(storage, device, arrays[a], dtype, 2, shape, &t->host[a], &t->device[a]) != WK_OK)
+      status = wk_error_context("loader batch %s", ARRAY_NAMES[a]);
   }
+  t->column_count = rows->column_count;
+  for (uint32_t c = 0; c < rows->column_count && status == WK_OK; c++)
+    if (column_tensors(t, storage, device, &rows->columns[c], c, row_count) != WK_OK)
+      status = wk_error_context("loader batch column %u", c);
   if (device) wk_storage_release(device); /* the tensors hold it now */
   if (status != WK_OK) return status;
   const WkTensor *tokens = device ? t->device[WK_BATCH_TOKENS] : t->host[WK_BATCH_TOKENS];
@@ -112,6 +134,10 @@ void wk_batch_tensors_free(WkBatchTensors *t) {
   for (int a = 0; a < WK_BATCH_ARRAYS; a++) {
     wk_tensor_free(t->host[a]);
     wk_tensor_free(t->device[a]);
+  }
+  for (uint32_t c = 0; c < WK_BATCH_MAX_COLUMNS; c++) {
+    WkTensor *column[] = {t->host_columns[c], t->device_columns[c], t->host_sizes[c], t->device_sizes[c]};
+    for (size_t i = 0; i < sizeof column / sizeof column[0]; i++) wk_tensor_free(column[i]);
   }
   WkTensor *others[] = {t->inputs, t->targets, t->host_bytes, t->device_bytes};
   for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) wk_tensor_free(others[i]);
@@ -141,6 +167,11 @@ void wk_batch_tensors_fields(const WkBatchTensors *t, WkBatch *out) {
   out->positions = delivered[WK_BATCH_POSITIONS];
   out->inputs = t->inputs;
   out->targets = t->targets;
+  out->column_count = t->column_count;
+  for (uint32_t c = 0; c < t->column_count; c++) {
+    out->columns[c] = t->copied ? t->device_columns[c] : t->host_columns[c];
+    out->column_sizes[c] = t->copied ? t->device_sizes[c] : t->host_sizes[c];
+  }
 }
 
 WkStatus wk_batch_tensors_deliver(WkBatchTensors *t, WkBatch *out) {

@@ -3,7 +3,7 @@
  * device (docs/pipeline.md: rows packed into pinned host buffers, then copied on a copy stream).
  *
  * Every slot of the loader's ring (loader.c) is one pinned storage that the reader threads write
- * (tokens, loss mask, optional doc ids and positions: WkRows). Its tensors are made once, when the
+ * (tokens, loss mask, optional doc ids and positions, the columns asked for: WkRows). Its tensors are made once, when the
  * ring is allocated: views of that storage on a CPU loader; with a device, tensors of the device
  * that a reader fills, once the slot is written, by an asynchronous copy on the loader's copy stream.
  * Two events order the slot between the threads without blocking the consumer:
@@ -30,6 +30,9 @@ typedef struct {
   WkTensor *host[WK_BATCH_ARRAYS];    /* views of the slot's pinned storage (NULL: not asked for) */
   WkTensor *device[WK_BATCH_ARRAYS];  /* the same arrays in a device storage of the same layout */
   WkTensor *inputs, *targets;         /* the delivered tokens[:, :-1] and tokens[:, 1:] */
+  uint32_t column_count;              /* the columns asked for, host and device as above */
+  WkTensor *host_columns[WK_BATCH_MAX_COLUMNS], *device_columns[WK_BATCH_MAX_COLUMNS];
+  WkTensor *host_sizes[WK_BATCH_MAX_COLUMNS], *device_sizes[WK_BATCH_MAX_COLUMNS]; /* BYTES columns only */
   /* With a device only (else NULL): both storages whole, as bytes (one copy moves the slot), and the
    * events above. */
   WkTensor *host_bytes, *device_bytes;

@@ -64,6 +64,7 @@ static const WkParamSpec PARAM_SPECS[WK_LOADER_PARAM_COUNT] = {
     [WK_LOADER_DTYPE] = {WK_I32, WK_I64, WK_I32, "dtype"},
     [WK_LOADER_DEVICE] = {WK_LOADER_ON_CPU, MAX_DEVICE_INDEX, WK_LOADER_ON_CPU, "device"},
     [WK_LOADER_MIXED_TOKENIZERS] = {0, 1, 0, "mixed_tokenizers"},
+    [WK_LOADER_BLOB_BYTES] = {1, 1ll << 32, 1 << 20, "blob_bytes"},
 };
 static const WkParamTable PARAMS = {"loader", PARAM_SPECS, WK_LOADER_PARAM_COUNT};
 
@@ -350,6 +351,7 @@ static WkStatus prepare(WkLoader *loader, const char *what) {
   WK_TRY(require_not_started(loader, what));
   if (loader->mix.count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "the loader has no source");
   WK_TRY(check_tokenizers(loader));
+  WK_TRY(loader_resolve_columns(loader));
   WK_TRY(derive_batch_shape(loader));
   WK_TRY(open_orders(loader));
   if (loader->restored) WK_TRY(check_cursor(loader));
@@ -401,12 +403,13 @@ static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo 
   pthread_mutex_unlock(&loader->lock);
 }
 
-/* Reads a row's tokens through its source's node cache reader, then completes the row around them. */
+/* Reads a row's tokens through its source's node cache reader, and its columns, then completes the row. */
 static WkStatus fill_row(WkLoader *loader, const Reader *reader, Buffer *b, uint32_t r) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), s = b->info[r].source;
   Source *source = &loader->sources[s];
   WK_TRY(wk_node_reader_read(source->node_reader, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
                            b->rows.token_bytes));
+  WK_TRY(loader_read_columns(loader, s, &b->locs[r], &b->rows, r));
   wk_pack_row((WkPackMode)param(loader, WK_LOADER_MODE), L, wk_dataset_eos(source->ds), &b->locs[r], &b->rows, r);
   return WK_OK;
 }

@@ -5,6 +5,7 @@
  *   ring.c    the ring of micro-batch buffers: how many fit the budgets, their layout in pinned memory
  *   plan.c    planning a micro-batch: the step's mix, then each row's sample located in its source's order
  *   audit.c   one line per delivered sample, appended to a file
+ *   columns.c the columns asked for: checked against every source at start, read into each row
  */
 #ifndef WK_LOADER_LOADER_H
 #define WK_LOADER_LOADER_H
@@ -35,6 +36,13 @@ typedef struct {
   WkNodeReader *node_reader;  /* its reads through the node cache */
   uint64_t ahead_from;  /* the last buffer (by its first draw) whose successor was read ahead, or NO_BUFFER */
 } Source;
+
+/* A column asked for (wk_loader_add_column): its info (every source agrees on it) and its index in each source. */
+typedef struct {
+  char name[WK_COLUMN_NAME_BYTES];
+  WkColumnInfo info;
+  uint32_t index[WK_MIX_MAX_SOURCES];
+} LoaderColumn;
 
 typedef struct {
   uint32_t source;
@@ -72,6 +80,8 @@ struct WkLoader {
   int64_t params[WK_LOADER_PARAM_COUNT];
   Source sources[WK_MIX_MAX_SOURCES];
   WkMixConfig mix;
+  LoaderColumn columns[WK_BATCH_MAX_COLUMNS];
+  uint32_t column_count;
   WkCursor start;       /* where the stream starts: zero or a restored cursor */
   bool restored;
   /* derived at start */
@@ -136,6 +146,16 @@ void loader_free_buffer(Buffer *b);
 
 /* Plans micro-batch loader->next_seq into b; false at the end of the stream. */
 bool loader_plan_next(WkLoader *loader, Buffer *b);
+
+/* ---- columns.c ------------------------------------------------------------------------------------- */
+
+/* Finds each column in every source and checks it fits the batch (start and check call it). */
+WkStatus loader_resolve_columns(WkLoader *loader);
+/* Bytes of one row of column c in a micro-batch buffer; its row's tensor shape and dtype into *out
+ * (data and sizes left for the ring to place). */
+uint64_t loader_column_row(const WkLoader *loader, uint32_t c, WkRowColumn *out);
+/* Reads the columns of source s's sample at loc into row r (before wk_pack_row). */
+WkStatus loader_read_columns(WkLoader *loader, uint32_t s, const WkSampleLoc *loc, WkRows *rows, uint32_t r);
 
 /* ---- audit.c --------------------------------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
  * position embeddings can respect document boundaries.
  * Pad mode: the sample is one document, followed by EOS, truncated to seq_len+1 tokens or padded
  * with EOS; targets past the document's EOS are masked out.
+ * Either way a "loss_mask" column of the record (read into the row like its tokens) masks targets more.
  */
 #include <string.h>
 
@@ -39,6 +40,13 @@ static void fill_packed_metadata(const WkRows *rows, size_t first, int64_t eos, 
   }
 }
 
+/* Target t is token t + 1: it counts only where the record's own mask (a TOKEN_U8 column, aligned with
+ * the tokens) is not 0 there. */
+static void fold_mask_column(const WkRows *rows, uint32_t seq_len, uint32_t row, uint8_t *mask) {
+  const uint8_t *column = rows->mask_column + row * ((size_t)seq_len + 1);
+  for (size_t t = 0; t < seq_len; t++) mask[t] = mask[t] && column[t + 1] != 0;
+}
+
 void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSampleLoc *loc, WkRows *rows,
                  uint32_t row) {
   size_t width = (size_t)seq_len + 1, first = row * width;
@@ -46,12 +54,14 @@ void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSample
   uint64_t length = loc->length < width ? loc->length : width;
   if (mode == WK_PACK_PACKED) {
     memset(mask, 1, seq_len);
+    if (rows->mask_column) fold_mask_column(rows, seq_len, row, mask);
     if (rows->doc_ids) fill_packed_metadata(rows, first, eos, (uint32_t)width);
     return;
   }
   /* Pad mode: document, EOS, then EOS padding; targets 1..length (the EOS included) count. */
   for (size_t t = length; t < width; t++) set_token(rows, first + t, eos);
   for (size_t t = 0; t < seq_len; t++) mask[t] = t + 1 <= length;
+  if (rows->mask_column) fold_mask_column(rows, seq_len, row, mask);
   if (rows->doc_ids) {
     for (size_t t = 0; t < width; t++) {
       rows->doc_ids[first + t] = 0;
@@ -64,6 +74,11 @@ void wk_pack_empty_row(uint32_t seq_len, uint32_t pad_token, WkRows *rows, uint3
   size_t width = (size_t)seq_len + 1, first = row * width;
   for (size_t t = 0; t < width; t++) set_token(rows, first + t, pad_token);
   memset(rows->loss_mask + row * (size_t)seq_len, 0, seq_len);
+  for (uint32_t c = 0; c < rows->column_count; c++) {
+    const WkRowColumn *column = &rows->columns[c];
+    memset(column->data + row * column->row_bytes, 0, column->row_bytes);
+    if (column->sizes) column->sizes[row] = 0;
+  }
   if (!rows->doc_ids) return;
   for (size_t t = 0; t < width; t++) {
     rows->doc_ids[first + t] = 0;

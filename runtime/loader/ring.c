@@ -1,10 +1,12 @@
 /*
  * ring.c — the loader's ring of micro-batch buffers: how many there are (prefetch, bounded by the memory
  * budget and by what each source's node cache can hold in flight) and each one's layout in pinned
- * memory, with the tensors made over it once (device_copy.c).
+ * memory (tokens, mask, info, doc ids and positions, then the columns asked for), with the tensors made
+ * over it once (device_copy.c).
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loader.h"
 
@@ -14,11 +16,41 @@ static uint32_t token_bytes(const WkLoader *loader) {
   return param(loader, WK_LOADER_DTYPE) == WK_I64 ? sizeof(int64_t) : sizeof(int32_t);
 }
 
+/* Bytes of the columns' arrays in a buffer: each column's rows, and a BYTES column's sizes. */
+static size_t columns_size(const WkLoader *loader) {
+  size_t bytes = 0, m = loader->rows;
+  for (uint32_t c = 0; c < loader->column_count; c++) {
+    WkRowColumn column;
+    bytes += align_up(m * loader_column_row(loader, c, &column));
+    if (column.kind == WK_COLUMN_BYTES) bytes += align_up(m * sizeof(int64_t));
+  }
+  return bytes;
+}
+
 static size_t buffer_size(const WkLoader *loader) {
   size_t m = loader->rows, L = (size_t)param(loader, WK_LOADER_SEQ_LEN);
   size_t bytes = align_up(m * (L + 1) * token_bytes(loader)) + align_up(m * L) + align_up(m * sizeof(WkSampleInfo));
   if (param(loader, WK_LOADER_DOCUMENT_IDS)) bytes += 2 * align_up(m * (L + 1) * sizeof(int32_t));
-  return bytes;
+  return bytes + columns_size(loader);
+}
+
+/* Places the columns' arrays from p on (in the order columns_size counts them). */
+static void place_columns(const WkLoader *loader, WkRows *rows, char *p) {
+  size_t m = loader->rows;
+  rows->column_count = loader->column_count;
+  rows->mask_column = NULL;
+  for (uint32_t c = 0; c < loader->column_count; c++) {
+    WkRowColumn *column = &rows->columns[c];
+    loader_column_row(loader, c, column);
+    column->data = (uint8_t *)p;
+    p += align_up(m * column->row_bytes);
+    if (column->kind == WK_COLUMN_BYTES) {
+      column->sizes = (int64_t *)p;
+      p += align_up(m * sizeof(int64_t));
+    }
+    if (column->kind == WK_COLUMN_TOKEN_U8 && strcmp(loader->columns[c].name, "loss_mask") == 0)
+      rows->mask_column = column->data;
+  }
 }
 
 static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
@@ -36,7 +68,9 @@ static WkStatus allocate_buffer(WkLoader *loader, Buffer *b) {
   if (param(loader, WK_LOADER_DOCUMENT_IDS)) {
     b->rows.doc_ids = (int32_t *)p;
     b->rows.positions = (int32_t *)(p + align_up(m * (L + 1) * sizeof(int32_t)));
+    p += 2 * align_up(m * (L + 1) * sizeof(int32_t));
   }
+  place_columns(loader, &b->rows, p);
   return wk_batch_tensors_new(&b->tensors, b->storage, &b->rows, loader->rows, (uint32_t)L, loader->device_copy);
 }
 

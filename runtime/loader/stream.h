@@ -155,26 +155,43 @@ WkStatus wk_mix_plan_step(const WkMixConfig *mix, uint64_t step, WkSourcePositio
 
 /* ---- pack.c: one sample -> one row ----------------------------------------------------------------- */
 
+/* A column of the rows (wk_loader_add_column): row r is data[r * row_bytes ...], a tensor of `dtype` and
+ * one row's `shape` (ndim 0: a scalar); a BYTES column also has each row's blob size. */
+typedef struct {
+  uint8_t *data;
+  uint64_t row_bytes;
+  uint32_t kind;   /* WkColumnKind */
+  uint32_t dtype;  /* WkDType */
+  uint32_t ndim;
+  int64_t shape[WK_COLUMN_MAX_DIMS];
+  int64_t *sizes;  /* BYTES: [rows], else NULL */
+} WkRowColumn;
+
 /* The rows of a micro-batch, all row-major with `rows` rows:
  *   tokens     int32 or int64 [rows, seq_len+1]   inputs are tokens[:, :-1], targets tokens[:, 1:]
  *   loss_mask  uint8 [rows, seq_len]     1 where target tokens[:, t+1] counts in the loss
  *   doc_ids    int32 [rows, seq_len+1]   document index within the row (for attention masks)
  *   positions  int32 [rows, seq_len+1]   position within its document
- * doc_ids and positions are NULL unless asked for: most recipes never read them. */
+ * doc_ids and positions are NULL unless asked for: most recipes never read them; columns are those asked
+ * for, read into the row with its tokens (loader.c). */
 typedef struct {
   void *tokens;
   uint32_t token_bytes;  /* 4 (int32) or 8 (int64) */
   uint8_t *loss_mask;
   int32_t *doc_ids;
   int32_t *positions;
+  uint32_t column_count;
+  WkRowColumn columns[WK_BATCH_MAX_COLUMNS];
+  const uint8_t *mask_column;  /* the "loss_mask" TOKEN_U8 column's data, folded into loss_mask, or NULL */
 } WkRows;
 
 /* Row `row`'s tokens: where a sample's loc->length tokens are read before wk_pack_row. */
 void *wk_rows_tokens(const WkRows *rows, uint32_t seq_len, uint32_t row);
-/* Completes row `row` around the sample's tokens already read into it: mask, padding, doc ids. */
+/* Completes row `row` around the sample's tokens (and columns) already read into it: mask, padding, doc
+ * ids; a "loss_mask" column masks the targets where it is 0. */
 void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSampleLoc *loc, WkRows *rows,
                  uint32_t row);
-/* An empty row: pad tokens, zero mask (a skipped corrupt sample or end-of-stream padding). */
+/* An empty row: pad tokens, zero mask, zero columns (a skipped corrupt sample or end-of-stream padding). */
 void wk_pack_empty_row(uint32_t seq_len, uint32_t pad_token, WkRows *rows, uint32_t row);
 
 /* ---- cursor.c: the stream's whole state as a short line of text ------------------------------------ */

@@ -48,6 +48,42 @@ function data_helper.make_dataset(dir, docs, opts)
   return dir
 end
 
+-- Records with columns (format version 2): record i of `tag` is the text "<tag><i> " and 1..5 words
+-- (at most 41 bytes; bytes tokenizer: one token a byte), a mask over its tokens (0 on the "<tag><i> "
+-- prompt, 1 after; all 0 for every 5th record), a label 7 * i and a blob of 4..70 bytes naming it.
+function data_helper.records(count, tag, seed)
+  local docs = data_helper.documents(count, 1, seed)
+  local records = {}
+  for i = 1, count do
+    local prompt = tag .. i .. ' '
+    local words = {}
+    for word in docs[i]:gmatch('%S+') do words[#words + 1] = word end
+    local text = prompt .. table.concat(words, ' ', 2, 2 + i % 5)
+    local mask = {}
+    for t = 1, #text do mask[t] = (t > #prompt and i % 5 ~= 0) and 1 or 0 end
+    records[i] = { text = text, prompt = prompt, mask = mask, label = 7 * i,
+      blob = ('blob %s%d '):format(tag, i) .. ('x'):rep((i * 13) % 60) }
+  end
+  return records
+end
+
+-- Writes records (data_helper.records) as a dataset with the columns loss_mask (token_u8), label (i64, or
+-- opts.label_kind f32) and image (bytes), opts.per_shard records a shard, through the shard writer
+-- (tests/c/test_loader_columns.c's write mode, built by make test).
+function data_helper.make_records_dataset(dir, records, opts)
+  opts = opts or {}
+  local lines = {}
+  for i, r in ipairs(records) do
+    lines[i] = table.concat({ r.text, table.concat(r.mask), tostring(r.label), r.blob }, '\t')
+  end
+  local input = helper.write_file(dir .. '.tsv', table.concat(lines, '\n') .. '\n')
+  local writer = helper.ROOT .. '/build/tests/test_loader_columns'
+  local r = helper.sh(('mkdir -p %s && %s write %s %d %s < %s'):format(q(dir), q(writer), q(dir), opts.per_shard or 24,
+    opts.label_kind or 'i64', q(input)))
+  assert(r.rc == 0, 'writing the records failed (make build/tests/test_loader_columns): ' .. r.out .. r.err)
+  return dir
+end
+
 -- Flips one byte of a shard's payload, `offset` bytes after the payload start (header field at 72).
 function data_helper.corrupt_payload(shard_path, offset)
   local bytes = helper.read_file(shard_path)

@@ -37,6 +37,16 @@ describe('a source entry', function()
     assert.matches('source 1 needs a path', refusal(with_data({ sources = { { name = 'x' } } })), 1, true)
   end)
 
+  it("takes data.columns as a list of distinct column names, from a table or a flag's comma list", function()
+    local config = recipe.check(with_data({ sources = 'a', columns = { 'loss_mask', 'label' } }), 'r.lua')
+    assert.are.same({ 'loss_mask', 'label' }, config.data.columns)
+    assert.matches('data.columns = {...}: names column label twice',
+      refusal(with_data({ sources = 'a', columns = { 'label', 'label' } })), 1, true)
+    assert.matches('item 1 must be a column name', refusal(with_data({ sources = 'a', columns = { '1x' } })), 1, true)
+    local option = recipe.SCHEMA:option('data').schema:option('columns')
+    assert.are.same({ 'loss_mask', 'label' }, option.parse('loss_mask,label'))
+  end)
+
   it('puts the eval source last among the datasets a recipe reads', function()
     local raw = with_data({ sources = { 'a', 'b' } })
     raw.eval = { source = 'held-out', every = 1 }

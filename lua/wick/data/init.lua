@@ -9,6 +9,10 @@
 --   -- batch.tokens    i32 (or dtype = 'i64') [rows, seq_len + 1]
 --   -- batch.inputs, batch.targets   views tokens[:, :-1] and tokens[:, 1:], read in place by the model
 --   -- batch.loss_mask u8 [rows, seq_len]; batch.doc_ids, batch.positions (document_ids = true)
+--   -- columns = { 'loss_mask', 'label', 'image' }: batch.columns.<name> per column asked for (also
+--   -- batch.<name> unless a field above has that name); token_u8 u8 [rows, seq_len + 1] aligned with
+--   -- tokens, i64/f32 [rows], tensor [rows, shape...], bytes u8 [rows, blob_bytes] with batch.sizes.<name>
+--   -- i64 [rows]. A token_u8 column named loss_mask also masks batch.loss_mask where it is 0.
 --   local cursor = loader:state()    -- a short string; data.loader{ ..., cursor = cursor } resumes exactly
 --
 -- The tensors are made once per slot of the loader's ring and belong to the loader (do not free
@@ -91,6 +95,23 @@ local function with_remote(options)
   return options
 end
 
+-- columns: a list of distinct column names (C checks each against every source at start).
+local function check_columns(v)
+  if type(v) ~= 'table' then return false, "must be a list of column names, e.g. { 'loss_mask', 'label' }" end
+  local seen = {}
+  for i, name in ipairs(v) do
+    if type(name) ~= 'string' or not name:match('^[%a_][%w_]*$') then
+      return false, ('item %d must be a column name ([A-Za-z_][A-Za-z0-9_]*), got %s'):format(i, tostring(name))
+    end
+    if seen[name] then return false, ('names column %s twice'):format(name) end
+    seen[name] = true
+  end
+  for k in pairs(v) do
+    if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #v then return false, 'must be a list, not a table of keys' end
+  end
+  return true
+end
+
 -- The loader's options (a mix may carry them too: see data.mix).
 local LOADER = schema.define('loader option', with_remote {
   { 'data', 'dataset', check = function(v)
@@ -119,6 +140,13 @@ local LOADER = schema.define('loader option', with_remote {
     help = 'allow sources made by different tokenizers (fingerprint, vocabulary or EOS), or with different ' ..
            "tokens around their documents (a tokenizer's template applied to one only), in one mix" },
   { 'dtype', 'enum', values = { 'i32', 'i64' }, help = 'token type of the rows (default i32)' },
+  { 'columns', 'columns', check = check_columns, parse = function(text)
+      local names = {}
+      for name in text:gmatch('[^,]+') do names[#names + 1] = name end
+      return names
+    end, help = "the dataset's columns each batch carries besides tokens (batch.<name>), e.g. { 'loss_mask', 'label' }; "
+      .. 'per-record columns need mode = pad' },
+  bounded('blob_bytes', C.WK_LOADER_BLOB_BYTES, 'bytes a row holds of a bytes column (default 1 MiB)'),
   { 'device', 'string', help = "where batches live: 'cpu' or 'cuda:N' (default cpu)" },
   { 'cursor', 'string', help = 'resume from this loader:state()' },
   { 'audit', 'string', help = 'append one line per delivered sample to this file' },
@@ -244,6 +272,7 @@ local function configure(handle, opts)
     local kind, index = T.parse_device(o.device, 3)
     set(handle, C.WK_LOADER_DEVICE, kind == C.WK_DEVICE_CPU and C.WK_LOADER_ON_CPU or index)
   end
+  for _, name in ipairs(o.columns or {}) do core.check(C.wk_loader_add_column(handle, name), 3) end
   local index = ffi.new('uint32_t[1]')
   for _, source in ipairs(mix.sources) do
     core.check(C.wk_loader_add_source(handle, source.path, source.epochs, index), 3)
@@ -253,6 +282,20 @@ local function configure(handle, opts)
       ffi.new('double[?]', n, w.values), n), 3)
   end
   return mix, o
+end
+
+-- The batch's own fields: a column of one of these names is only in batch.columns.
+local BATCH_FIELDS = { tokens = true, inputs = true, targets = true, loss_mask = true, doc_ids = true, positions = true,
+  dtype = true, rows = true, seq_len = true, step = true, micro_step = true, micro_steps = true, fingerprint = true,
+  wait_ns = true, columns = true, sizes = true }
+
+-- The columns next() also puts at batch.<name>: index in the slot's column_list -> name.
+local function column_fields(columns)
+  local fields = {}
+  for c, name in ipairs(columns) do
+    if not BATCH_FIELDS[name] then fields[#fields + 1] = { c, name } end
+  end
+  return fields
 end
 
 function data.loader(opts)
@@ -278,6 +321,8 @@ function data.loader(opts)
     self:close()
     error(err, 2)
   end
+  self.columns = self.options.columns or {}
+  self.column_fields = column_fields(self.columns)
   if self.options.cursor then self:restore(self.options.cursor) end
   if self.options.audit then self:audit(self.options.audit) end
   return self
@@ -296,11 +341,18 @@ local function make_slots(self)
     local slot = {
       tokens = T.share(b.tokens), inputs = T.share(b.inputs), targets = T.share(b.targets),
       loss_mask = T.share(b.loss_mask), doc_ids = share_or_nil(b.doc_ids), positions = share_or_nil(b.positions),
+      columns = {}, sizes = {}, column_list = {},
     }
+    for c = 0, b.column_count - 1 do
+      local name = self.columns[c + 1]
+      slot.columns[name], slot.sizes[name] = T.share(b.columns[c]), share_or_nil(b.column_sizes[c])
+      slot.column_list[c + 1] = slot.columns[name]
+    end
     slot.dtype = slot.tokens.dtype
     self.slots[s + 1] = slot
   end
 end
+
 -- Runs once per loader over a dozen slots: a loop the JIT would only start recording and abandon
 -- (an abort inside the caller's step loop).
 jit.off(make_slots)
@@ -333,6 +385,12 @@ function Loader:next()
   local slot = self.slots[b.slot + 1]
   out.tokens, out.inputs, out.targets, out.loss_mask = slot.tokens, slot.inputs, slot.targets, slot.loss_mask
   out.doc_ids, out.positions, out.dtype = slot.doc_ids, slot.positions, slot.dtype
+  out.columns, out.sizes = slot.columns, slot.sizes
+  local fields = self.column_fields
+  for i = 1, #fields do
+    local field = fields[i]
+    out[field[2]] = slot.column_list[field[1]]
+  end
   out.rows, out.seq_len = b.rows, b.seq_len
   out.step, out.micro_step, out.micro_steps = tonumber(b.step), b.micro_step, b.micro_steps
   out.fingerprint = bit.tohex(b.fingerprint, 16)
@@ -441,11 +499,47 @@ function Loader:row_tokens(row)
   return values
 end
 
+-- Row `row` (0-based) of the last batch's columns as Lua values (from any device), for debugging: a
+-- list per column in the order asked for, { name = , value = } where value is a number (i64, f32), a
+-- table of numbers (token_u8: the row's seq_len + 1 values; tensor: its values, flattened) or a string
+-- (bytes: the blob).
+local function flatten(values, out)
+  for _, v in ipairs(values) do
+    if type(v) == 'table' then flatten(v, out) else out[#out + 1] = v end
+  end
+  return out
+end
+
+local function row_values(t, row)
+  local view = t:narrow(1, row + 1, 1)
+  local values = view:totable()[1]
+  view:free()
+  return values
+end
+
+function Loader:row_columns(row)
+  local out = {}
+  for c, name in ipairs(self.columns) do
+    local values, size = row_values(self.batch.columns[name], row), self.batch.sizes[name]
+    if size then
+      local chars = {}
+      for i = 1, row_values(size, row) do chars[i] = string.char(values[i]) end
+      values = table.concat(chars)
+    elseif type(values) == 'table' then
+      values = flatten(values, {})
+    end
+    out[c] = { name = name, value = values }
+  end
+  return out
+end
+
 function Loader:close()
   for _, slot in pairs(self.slots) do
     for _, t in pairs(slot) do
       if T.is_tensor(t) then t:free() end
     end
+    for _, t in pairs(slot.columns) do t:free() end
+    for _, t in pairs(slot.sizes) do t:free() end
   end
   self.slots, self.batch = {}, {}
   close_handle(self)

@@ -170,6 +170,7 @@ local DATA = schema.define('data', {
   schema.from(LOADER, 'mode'), schema.from(LOADER, 'threads'), schema.from(LOADER, 'prefetch'),
   schema.from(LOADER, 'node_cache_bytes'), schema.from(LOADER, 'memory_budget'), schema.from(LOADER, 'on_corrupt'),
   device_field("where batches live: as model.device (default model.device)"), schema.from(LOADER, 'audit'),
+  schema.from(LOADER, 'columns'), schema.from(LOADER, 'blob_bytes'),
 })
 
 local BATCH = schema.define('batch', {

@@ -1,7 +1,8 @@
 -- wick.train.inspector: what `run -i recipe.lua` puts in the REPL. The recipe is built (wick.train.new:
 -- loader, model, optimizer, world) and not trained; the globals are
 --   recipe   the checked recipe         model, loader, trainer   the built pieces
---   peek([rows])    the next step's first micro-batch as text, without consuming it
+--   peek([rows])    the next step's first micro-batch as text (and its rows' columns, data.columns),
+--                   without consuming it
 --   decode(ids)     token ids (a table, or a tensor row) as text
 --   step([n])       n optimizer steps (default 1); prints and returns the last metrics
 --   stats(t)        numel, mean, std, min, max and non-finite count of a tensor
@@ -12,7 +13,7 @@ local T = require 'wick.tensor'
 local inspector = {}
 
 local PEEK_ROWS = 2
-local PEEK_TOKENS = 64  -- tokens of each row shown
+local PEEK_TOKENS = 64  -- tokens of each row shown (and values of a column's row)
 local MAX_COUNT = 2 ^ 31 -- of steps or rows a helper is asked for
 
 -- A helper's refusal of its arguments, blamed on the typed line `level` frames up (wick.repl).
@@ -61,6 +62,17 @@ function inspector.stats(t)
     min = lo, max = hi, nonfinite = bad, shape = '[' .. table.concat(t.shape, ', ') .. ']', dtype = t.dtype }, Stats)
 end
 
+-- A row's column as peek shows it: a number; the first values of a per-token column or a tensor; a
+-- blob's size and its first bytes.
+local function column_text(column)
+  local v = column.value
+  if type(v) == 'number' then return ('%s = %.9g'):format(column.name, v) end
+  if type(v) == 'string' then return ('%s = %d bytes %q'):format(column.name, #v, v:sub(1, PEEK_TOKENS)) end
+  local shown = {}
+  for i = 1, math.min(#v, PEEK_TOKENS) do shown[i] = ('%.9g'):format(v[i]) end
+  return ('%s = {%s%s}'):format(column.name, table.concat(shown, ' '), #v > PEEK_TOKENS and ' ...' or '')
+end
+
 function inspector.expose(job)
   local trainer = require('wick.train').new(job)
   local function decode(ids)
@@ -83,6 +95,7 @@ function inspector.expose(job)
         local shown = {}
         for i = 1, math.min(#ids, PEEK_TOKENS) do shown[i] = ids[i] end
         out[#out + 1] = ('step %d row %d: %q'):format(batch.step + 1, r, decode(shown)) -- steps count from 1
+        for _, column in ipairs(view:row_columns(r)) do out[#out + 1] = '  ' .. column_text(column) end
       end
     end
     view:close()
