@@ -5,7 +5,10 @@
  * as the row's tokens; a per-record one (I64, F32, TENSOR, BYTES) is the row's record, so only pad mode
  * (one record a row) takes it.
  *
- * Reads go through the dataset's block cache (wk_dataset_read_column), one call per row and column.
+ * A per-token column rides with the tokens: the node reader decodes its blocks into the same unit of the
+ * node cache and copies a row's bytes next to its tokens (node_reader.c); here its positions are chosen
+ * and the rest of its row zeroed. A per-record column is read through the dataset's block cache
+ * (wk_dataset_read_column, wk_dataset_read_blob), one call per row and column.
  */
 #include <stdio.h>
 #include <string.h>
@@ -122,25 +125,35 @@ static WkStatus read_blob(WkLoader *loader, uint32_t s, uint32_t c, const WkSamp
                  loader->columns[c].name, (unsigned long long)size, (unsigned long long)column->row_bytes);
 }
 
+uint32_t loader_token_columns(const WkLoader *loader, uint32_t s, uint32_t *out) {
+  uint32_t n = 0;
+  for (uint32_t c = 0; c < loader->column_count; c++)
+    if (loader->columns[c].info.kind == WK_COLUMN_TOKEN_U8) out[n++] = loader->columns[c].index[s];
+  return n;
+}
+
 /* The row's stream positions: packed, its window; pad, its record's tokens and the EOS after them (when
- * the row has room for it). The rest of the row is 0. */
-static WkStatus read_positions(WkLoader *loader, uint32_t s, uint32_t c, const WkSampleLoc *loc, WkRowColumn *column,
-                               uint32_t r) {
-  uint8_t *row = column->data + r * column->row_bytes;
-  uint64_t count = loc->length;
-  if (param(loader, WK_LOADER_MODE) == WK_PACK_PAD && count < column->row_bytes) count++;
-  WK_TRY(wk_dataset_read_column(loader->sources[s].ds, loader->columns[c].index[s], loc->shard, loc->offset, count, row));
-  memset(row + count, 0, column->row_bytes - count);
-  return WK_OK;
+ * the row has room for it). */
+static uint64_t positions(const WkLoader *loader, const WkSampleLoc *loc) {
+  uint64_t width = (uint64_t)param(loader, WK_LOADER_SEQ_LEN) + 1;
+  return loc->length + (param(loader, WK_LOADER_MODE) == WK_PACK_PAD && loc->length < width);
+}
+
+uint32_t loader_token_column_rows(const WkLoader *loader, const WkRows *rows, const WkSampleLoc *loc, uint32_t r,
+                                  uint8_t **out) {
+  uint32_t n = 0;
+  for (uint32_t c = 0; c < rows->column_count; c++)
+    if (rows->columns[c].kind == WK_COLUMN_TOKEN_U8) out[n++] = rows->columns[c].data + r * rows->columns[c].row_bytes;
+  return (uint32_t)(positions(loader, loc) - loc->length);
 }
 
 WkStatus loader_read_columns(WkLoader *loader, uint32_t s, const WkSampleLoc *loc, WkRows *rows, uint32_t r) {
   for (uint32_t c = 0; c < rows->column_count; c++) {
     WkRowColumn *column = &rows->columns[c];
-    if (column->kind == WK_COLUMN_TOKEN_U8) WK_TRY(read_positions(loader, s, c, loc, column, r));
+    uint8_t *row = column->data + r * column->row_bytes;
+    if (column->kind == WK_COLUMN_TOKEN_U8) memset(row + positions(loader, loc), 0, column->row_bytes - positions(loader, loc));
     else if (column->kind == WK_COLUMN_BYTES) WK_TRY(read_blob(loader, s, c, loc, column, r));
-    else WK_TRY(wk_dataset_read_column(loader->sources[s].ds, loader->columns[c].index[s], loc->shard, loc->item, 1,
-                                       column->data + r * column->row_bytes));
+    else WK_TRY(wk_dataset_read_column(loader->sources[s].ds, loader->columns[c].index[s], loc->shard, loc->item, 1, row));
   }
   return WK_OK;
 }

@@ -208,6 +208,9 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
                        o.buffer_tokens, o.partitions, o.chunk};
   uint64_t h = 0x6e6f6465;
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) h = wk_mix64(h, fields[f]);
+  /* and the per-token columns its units hold besides the tokens */
+  uint32_t columns[WK_BATCH_MAX_COLUMNS], n = loader_token_columns(loader, (uint32_t)(source - loader->sources), columns);
+  for (uint32_t c = 0; c < n; c++) h = wk_mix64(h, columns[c] + 1);
   return h;
 }
 
@@ -218,6 +221,7 @@ static WkStatus open_node_reader(WkLoader *loader, Source *source) {
                            .unit_tokens = wk_order_unit_tokens(source->order),
                            .buffer_units = wk_order_buffer_units(source->order),
                            .window_boundaries = wk_order_max_window_boundaries(source->order)};
+  cfg.column_count = loader_token_columns(loader, (uint32_t)(source - loader->sources), cfg.columns);
   source->node_reader = wk_node_reader_new(source->ds, &cfg);
   return source->node_reader ? WK_OK : wk_last_status();
 }
@@ -403,12 +407,15 @@ static void log_skip(WkLoader *loader, const Source *source, const WkSampleInfo 
   pthread_mutex_unlock(&loader->lock);
 }
 
-/* Reads a row's tokens through its source's node cache reader, and its columns, then completes the row. */
+/* Reads a row's tokens and per-token columns through its source's node cache reader, and its other
+ * columns, then completes the row. */
 static WkStatus fill_row(WkLoader *loader, const Reader *reader, Buffer *b, uint32_t r) {
   uint32_t L = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), s = b->info[r].source;
   Source *source = &loader->sources[s];
+  uint8_t *columns[WK_BATCH_MAX_COLUMNS];
+  uint32_t tail = loader_token_column_rows(loader, &b->rows, &b->locs[r], r, columns);
   WK_TRY(wk_node_reader_read(source->node_reader, reader->contexts[s], &b->locs[r], wk_rows_tokens(&b->rows, L, r),
-                           b->rows.token_bytes));
+                           b->rows.token_bytes, columns, tail));
   WK_TRY(loader_read_columns(loader, s, &b->locs[r], &b->rows, r));
   wk_pack_row((WkPackMode)param(loader, WK_LOADER_MODE), L, wk_dataset_eos(source->ds), &b->locs[r], &b->rows, r);
   return WK_OK;

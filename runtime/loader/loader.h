@@ -154,7 +154,15 @@ WkStatus loader_resolve_columns(WkLoader *loader);
 /* Bytes of one row of column c in a micro-batch buffer; its row's tensor shape and dtype into *out
  * (data and sizes left for the ring to place). */
 uint64_t loader_column_row(const WkLoader *loader, uint32_t c, WkRowColumn *out);
-/* Reads the columns of source s's sample at loc into row r (before wk_pack_row). */
+/* The per-token columns' indices in source s, in the order asked (the node reader reads them with the
+ * tokens): their count. */
+uint32_t loader_token_columns(const WkLoader *loader, uint32_t s, uint32_t *out);
+/* Row r's rows of the per-token columns in that order, where the node reader reads the sample at loc;
+ * returns how many positions past the sample they hold (pad mode: the record's EOS, when the row has room). */
+uint32_t loader_token_column_rows(const WkLoader *loader, const WkRows *rows, const WkSampleLoc *loc, uint32_t r,
+                                  uint8_t **out);
+/* Reads the per-record columns of source s's sample at loc into row r, and zeroes the per-token ones past
+ * the sample (after the node reader, before wk_pack_row). */
 WkStatus loader_read_columns(WkLoader *loader, uint32_t s, const WkSampleLoc *loc, WkRows *rows, uint32_t r);
 
 /* ---- audit.c --------------------------------------------------------------------------------------- */

@@ -4,7 +4,8 @@
  *   node_cache.c   the decoded units and edges of a source, shared by the node's ranks, held exactly
  *                  as long as the order needs them (their hold vs the readers' low water);
  *   node_reader.c  a source's reads through the node cache (zstd blocks decoded, raw blocks copied),
- *                  read-ahead, counters of bytes decoded and delivered.
+ *                  the per-token columns' blocks with their tokens', read-ahead, counters of bytes
+ *                  decoded and delivered.
  *
  * Internal header of runtime/loader; the loader is its one user.
  */
@@ -43,7 +44,7 @@ typedef struct WkNodeCache WkNodeCache;
 typedef WkStatus (*WkUnitFill)(void *ctx, uint8_t *dst);
 
 typedef struct {
-  const uint8_t *data;        /* the unit's stored-width tokens */
+  const uint8_t *data;        /* the unit's stored-width tokens (then its columns: node_reader.c) */
   uint64_t hold_until;        /* valid while this reader reads draws up to this one */
   bool cached;                /* false: decoded privately into the caller's scratch */
 } WkUnitHit;
@@ -87,6 +88,8 @@ typedef struct {
   uint32_t seq_len;
   uint64_t unit_tokens, buffer_units;
   uint64_t window_boundaries; /* most unit boundaries a shuffle window holds: bounds the edges in flight */
+  uint32_t column_count;      /* per-token (TOKEN_U8) columns read with the tokens, a byte a position each */
+  uint32_t columns[WK_BATCH_MAX_COLUMNS]; /* their indices in the dataset */
 } WkNodeReaderConfig;
 
 WkNodeReader *wk_node_reader_new(WkDataset *ds, const WkNodeReaderConfig *cfg);
@@ -104,9 +107,13 @@ void wk_node_reader_plan(WkNodeReader *r, uint64_t high_water);
 
 WkNodeReaderThread *wk_node_reader_thread_new(WkNodeReader *r);
 void wk_node_reader_thread_free(WkNodeReaderThread *t);
-/* Reads loc's tokens into dst as 4- or 8-byte tokens. */
-WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes);
-/* Asks the blob to read a unit ahead (its stored bytes), before the buffer that draws it. */
+/* Reads loc's tokens into dst as 4- or 8-byte tokens, and its bytes of the per-token columns into
+ * columns[c] (the config's order), with column_tail more positions past the sample, which the shard
+ * must hold (pad mode: its record's EOS). */
+WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes,
+                             uint8_t *const *columns, uint32_t column_tail);
+/* Asks the blob to read a unit ahead (its stored bytes, the per-token columns' too), before the buffer
+ * that draws it. */
 void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit);
 /* Adds what the thread delivered since its last flush to the counters (once per micro-batch). */
 void wk_node_reader_thread_flush(WkNodeReader *r, WkNodeReaderThread *t);

@@ -11,6 +11,11 @@
  * memory is the cache's budget, for raw and zstd shards alike, whatever the dataset's size; the file
  * pages a unit comes from are only asked for ahead (read-ahead), never mapped.
  *
+ * Columns: the per-token (TOKEN_U8) columns asked for cover the token blocks' positions, so a unit's
+ * slot holds them too, a byte a position each after its tokens ([tokens][column 0]...[column n-1], each
+ * unit_tokens long), decoded with them; an edge holds its positions the same way ([tokens][column 0]...,
+ * each as long as the edge). A row's column bytes are copied next to its tokens, from the same unit.
+ *
  * Sharing: when the process is one of several local ranks of a job (LOCAL_WORLD_SIZE > 1 and a job id
  * from the launcher, torchrun or SLURM), the node cache is a region in /dev/shm named by the job and the
  * stream (wk_shared_job_name), so all local ranks read each unit once between them; otherwise it is
@@ -37,6 +42,7 @@ struct WkNodeReader {
   WkNodeReaderConfig cfg;
   char what[256];
   uint32_t token_bytes;
+  uint32_t position_bytes;    /* a position's bytes in a unit: its token's and a byte a column */
   pthread_mutex_t lock;       /* the cache's creation, the waters */
   _Atomic(WkNodeCache *) cache; /* created at the first read */
   uint64_t low_water, high_water;
@@ -54,13 +60,13 @@ struct WkNodeReaderThread {
   uint64_t delivered;         /* bytes delivered since the last flush (shared counters are flushed once
                                  per micro-batch, not per sample: they bounce between cores) */
   uint8_t *scratch;           /* a unit decoded privately */
-  uint8_t *edge;              /* an edge's tokens */
+  uint8_t *edge;              /* an edge's positions (taken, or gathered to be saved) */
 };
 
 static uint64_t unit_key(uint32_t shard, uint32_t unit) { return ((uint64_t)shard + 1) << 32 | unit; }
 
-static uint64_t unit_bytes(const WkNodeReader *r) { return r->cfg.unit_tokens * r->token_bytes; }
-static uint64_t edge_bytes(const WkNodeReaderConfig *cfg, uint32_t token_bytes) { return (cfg->seq_len + 1ull) * token_bytes; }
+static uint64_t unit_bytes(const WkNodeReader *r) { return r->cfg.unit_tokens * r->position_bytes; }
+static uint64_t edge_bytes(const WkNodeReaderConfig *cfg, uint32_t position_bytes) { return (cfg->seq_len + 1ull) * position_bytes; }
 
 /* Edges in flight peak near half a window (each boundary waits from its first unit's buffer to its
  * second's); a margin of a few standard deviations, capped by the window. */
@@ -70,10 +76,10 @@ static uint32_t edge_slots(const WkNodeReaderConfig *cfg) {
   return (uint32_t)(slots < n + 1 ? slots : n + 1);
 }
 
-static WkNodeCacheConfig cache_config(const WkNodeReaderConfig *cfg, uint32_t token_bytes, uint64_t budget,
+static WkNodeCacheConfig cache_config(const WkNodeReaderConfig *cfg, uint32_t position_bytes, uint64_t budget,
                                       const char *what, const char *name) {
   return (WkNodeCacheConfig){.what = what, .shared_name = name, .identity = cfg->identity, .budget_bytes = budget,
-                             .unit_bytes = cfg->unit_tokens * token_bytes, .edge_bytes = edge_bytes(cfg, token_bytes),
+                             .unit_bytes = cfg->unit_tokens * position_bytes, .edge_bytes = edge_bytes(cfg, position_bytes),
                              .edge_slots = edge_slots(cfg)};
 }
 
@@ -84,7 +90,7 @@ static WkStatus open_cache(WkNodeReader *r) {
   bool shared;
   snprintf(what, sizeof what, "node cache %016" PRIx64, r->cfg.identity);
   WK_TRY(wk_shared_job_name(what, name, &shared));
-  WkNodeCacheConfig cfg = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, r->what,
+  WkNodeCacheConfig cfg = cache_config(&r->cfg, r->position_bytes, r->cfg.cache_bytes, r->what,
                                       shared ? name : NULL);
   WkNodeCache *cache = NULL;
   WK_TRY(wk_node_cache_open(&cfg, r->low_water, &cache));
@@ -103,6 +109,7 @@ WkNodeReader *wk_node_reader_new(WkDataset *ds, const WkNodeReaderConfig *cfg) {
   snprintf(r->what, sizeof r->what, "%s", cfg->what);
   r->cfg.what = r->what;
   r->token_bytes = wk_dataset_token_bytes(ds);
+  r->position_bytes = r->token_bytes + cfg->column_count;
   pthread_mutex_init(&r->lock, NULL);
   return r;
 }
@@ -120,12 +127,12 @@ WkStatus wk_node_reader_start(WkNodeReader *r, uint64_t first_draw) {
 }
 
 uint64_t wk_node_reader_buffers_room(WkNodeReader *r) {
-  WkNodeCacheConfig c = cache_config(&r->cfg, r->token_bytes, r->cfg.cache_bytes, "", NULL);
+  WkNodeCacheConfig c = cache_config(&r->cfg, r->position_bytes, r->cfg.cache_bytes, "", NULL);
   return wk_node_cache_slots(&c) / r->cfg.buffer_units;
 }
 
 uint64_t wk_node_reader_cache_bytes_for(WkNodeReader *r, uint64_t buffers) {
-  WkNodeCacheConfig c = cache_config(&r->cfg, r->token_bytes, 0, "", NULL);
+  WkNodeCacheConfig c = cache_config(&r->cfg, r->position_bytes, 0, "", NULL);
   return wk_node_cache_bytes_for(&c, (uint32_t)(buffers * r->cfg.buffer_units));
 }
 
@@ -147,7 +154,7 @@ WkNodeReaderThread *wk_node_reader_thread_new(WkNodeReader *r) {
   WkNodeReaderThread *t = wk_calloc(1, sizeof *t, "node cache reader thread");
   if (!t) return NULL;
   t->scratch = wk_malloc(unit_bytes(r), "decoded unit");
-  t->edge = wk_malloc(edge_bytes(&r->cfg, r->token_bytes), "edge");
+  t->edge = wk_malloc(edge_bytes(&r->cfg, r->position_bytes), "edge");
   if (!t->scratch || !t->edge) {
     wk_node_reader_thread_free(t);
     return NULL;
@@ -164,14 +171,34 @@ void wk_node_reader_thread_free(WkNodeReaderThread *t) {
 
 /* ---- reading ------------------------------------------------------------------------------------- */
 
+/* Positions laid out as a unit's slot or an edge: tokens from `base`, then each column's bytes, every
+ * part `stride` positions long; `at` is the first position wanted. */
+typedef struct {
+  const uint8_t *base;
+  uint64_t stride, at;
+} Span;
+
+static const uint8_t *span_tokens(const WkNodeReader *r, Span s) { return s.base + s.at * r->token_bytes; }
+static const uint8_t *span_column(const WkNodeReader *r, Span s, uint32_t c) {
+  return s.base + s.stride * r->token_bytes + c * s.stride + s.at;
+}
+
+/* Copies count positions of a span into `out` laid out as an edge of count positions. */
+static void gather(const WkNodeReader *r, Span s, uint64_t count, uint8_t *out) {
+  memcpy(out, span_tokens(r, s), count * r->token_bytes);
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    memcpy(out + count * r->token_bytes + c * count, span_column(r, s, c), count);
+}
+
 typedef struct {
   WkNodeReader *r;
   uint32_t shard;
   const WkUnitUse *use;
+  uint8_t *edge;              /* where an edge's positions are gathered to be saved */
 } Fill;
 
-/* Reads a unit (decoding zstd blocks, copying raw ones, verifying both) and saves its edges (the
- * order's duties for it). */
+/* Reads a unit (decoding zstd blocks, copying raw ones, verifying both), its tokens and then each column,
+ * and saves its edges (the order's duties for it). */
 static WkStatus fill_unit(void *ctx, uint8_t *dst) {
   const Fill *f = ctx;
   WkNodeReader *r = f->r;
@@ -180,14 +207,19 @@ static WkStatus fill_unit(void *ctx, uint8_t *dst) {
   WK_TRY(wk_dataset_shard_info(r->ds, f->shard, &info));
   if (end > info.tokens) end = info.tokens;
   WK_TRY(wk_dataset_decode_range(r->ds, f->shard, begin, end, dst));
-  uint64_t bytes = (end - begin) * r->token_bytes;
+  Span unit = {.base = dst, .stride = r->cfg.unit_tokens};
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    WK_TRY(wk_dataset_decode_column_range(r->ds, r->cfg.columns[c], f->shard, begin, end,
+                                          (uint8_t *)span_column(r, unit, c)));
+  uint64_t bytes = (end - begin) * r->position_bytes;
   atomic_fetch_add(&r->decoded_bytes, bytes);
   wk_node_cache_add_decoded(r->cache, bytes);
   for (uint32_t d = 0; d < f->use->duties; d++) {
     const WkEdgeDuty *duty = &f->use->duty[d];
-    wk_node_cache_put_edge(r->cache, unit_key(f->shard, duty->boundary), duty->hold_until,
-                           dst + (duty->begin - begin) * r->token_bytes,
-                           (uint32_t)((duty->end - duty->begin) * r->token_bytes));
+    uint64_t count = duty->end - duty->begin;
+    gather(r, (Span){.base = dst, .stride = r->cfg.unit_tokens, .at = duty->begin - begin}, count, f->edge);
+    wk_node_cache_put_edge(r->cache, unit_key(f->shard, duty->boundary), duty->hold_until, f->edge,
+                           (uint32_t)(count * r->position_bytes));
   }
   return WK_OK;
 }
@@ -200,7 +232,7 @@ static WkStatus ensure_cache(WkNodeReader *r) {
   return status;
 }
 
-/* The unit's decoded tokens: from this thread's memo, or the node cache (decoding it if nobody has). */
+/* The unit's decoded positions: from this thread's memo, or the node cache (decoding it if nobody has). */
 static WkStatus get_unit(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
                          const uint8_t **data) {
   uint64_t key = unit_key(loc->shard, use->unit);
@@ -209,7 +241,7 @@ static WkStatus get_unit(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleL
     *data = m->data;
     return WK_OK;
   }
-  Fill fill = {r, loc->shard, use};
+  Fill fill = {r, loc->shard, use, t->edge};
   WkUnitHit hit;
   WK_TRY(wk_node_cache_get(r->cache, key, use->hold, fill_unit, &fill, t->scratch, &hit));
   if (hit.cached) *m = (Memo){.key = key, .data = hit.data, .hold_until = hit.hold_until};
@@ -217,49 +249,101 @@ static WkStatus get_unit(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleL
   return WK_OK;
 }
 
-/* Tokens [begin, end) of the sample that lie in one unit, into dst (the row at the sample's offset). */
+/* A unit still resident's positions [at, at + count) gathered into t->edge (laid out as an edge); false
+ * when any part of it is gone. */
+static bool copy_resident(WkNodeReader *r, WkNodeReaderThread *t, uint64_t key, uint64_t at, uint64_t count) {
+  uint64_t stride = r->cfg.unit_tokens;
+  if (!wk_node_cache_copy_resident(r->cache, key, at * r->token_bytes, t->edge, (uint32_t)(count * r->token_bytes)))
+    return false;
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    if (!wk_node_cache_copy_resident(r->cache, key, stride * r->token_bytes + c * stride + at,
+                                     t->edge + count * r->token_bytes + c * count, (uint32_t)count))
+      return false;
+  return true;
+}
+
+/* Where a row's positions go: its tokens (dst_bytes wide) and each column's bytes, at the sample's
+ * first position. */
+typedef struct {
+  uint8_t *tokens;
+  uint32_t dst_bytes;
+  uint8_t *const *columns;
+} Row;
+
+/* Positions [begin, end) of the sample from a span into the row, and `tail` more of the columns when
+ * the span holds them. */
+static void deliver(const WkNodeReader *r, Span s, const WkSampleLoc *loc, uint64_t begin, uint64_t end, uint64_t tail,
+                    const Row *row) {
+  uint64_t at = begin - loc->offset;
+  wk_tokens_widen(span_tokens(r, s), r->token_bytes, end - begin, row->tokens + at * row->dst_bytes, row->dst_bytes);
+  for (uint32_t c = 0; c < r->cfg.column_count; c++) memcpy(row->columns[c] + at, span_column(r, s, c), end - begin + tail);
+}
+
+/* The sample's positions [begin, end) that lie in one unit into the row, and `tail` more of the columns
+ * (only when the unit holds them, not from an edge). */
 static WkStatus read_part(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, const WkUnitUse *use,
-                          uint64_t begin, uint64_t end, uint8_t *dst, uint32_t dst_bytes) {
+                          uint64_t begin, uint64_t end, uint64_t tail, const Row *row) {
   uint64_t unit_begin = (uint64_t)use->unit * r->cfg.unit_tokens, count = end - begin;
-  uint8_t *out = dst + (begin - loc->offset) * dst_bytes;
+  Span edge = {.base = t->edge, .stride = count};
   if (use->from_edge) {
     uint64_t boundary = loc->units[1].unit;
     if (wk_node_cache_take_edge(r->cache, unit_key(loc->shard, (uint32_t)boundary), t->edge,
-                                (uint32_t)(count * r->token_bytes))) {
-      wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
+                                (uint32_t)(count * r->position_bytes))) {
+      deliver(r, edge, loc, begin, end, 0, row);
       return WK_OK;
     }
     /* Not saved: the earlier unit is still resident (the edge slots were full while ranks ran far
      * apart), or nobody on this node decoded it (its samples went to other nodes): decode it here. */
-    if (wk_node_cache_copy_resident(r->cache, unit_key(loc->shard, use->unit), (begin - unit_begin) * r->token_bytes,
-                                    t->edge, (uint32_t)(count * r->token_bytes))) {
-      wk_tokens_widen(t->edge, r->token_bytes, count, out, dst_bytes);
+    if (copy_resident(r, t, unit_key(loc->shard, use->unit), begin - unit_begin, count)) {
+      deliver(r, edge, loc, begin, end, 0, row);
       return WK_OK;
     }
-    Fill fill = {r, loc->shard, use};
+    Fill fill = {r, loc->shard, use, t->edge};
     WK_TRY(fill_unit(&fill, t->scratch));
-    wk_tokens_widen(t->scratch + (begin - unit_begin) * r->token_bytes, r->token_bytes, count, out, dst_bytes);
+    deliver(r, (Span){.base = t->scratch, .stride = r->cfg.unit_tokens, .at = begin - unit_begin}, loc, begin, end, 0,
+            row);
     return WK_OK;
   }
   const uint8_t *data;
   WK_TRY(get_unit(r, t, loc, use, &data));
-  wk_tokens_widen(data + (begin - unit_begin) * r->token_bytes, r->token_bytes, count, out, dst_bytes);
+  deliver(r, (Span){.base = data, .stride = r->cfg.unit_tokens, .at = begin - unit_begin}, loc, begin, end, tail, row);
   return WK_OK;
 }
 
-WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes) {
-  t->delivered += loc->length * r->token_bytes;
-  WK_TRY(ensure_cache(r));
-  uint64_t end = loc->offset + loc->length;
-  uint64_t split = loc->unit_count == 2 ? (uint64_t)loc->units[1].unit * r->cfg.unit_tokens : end;
-  WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, split, dst, dst_bytes));
-  if (loc->unit_count == 2) WK_TRY(read_part(r, t, loc, &loc->units[1], split, end, dst, dst_bytes));
+/* Column positions past the sample that its last unit does not hold (pad mode: an EOS just past a unit's
+ * end, or past an edge): read alone, through the dataset's block cache (rare: most records end inside
+ * their unit). */
+static WkStatus read_tail(WkNodeReader *r, const WkSampleLoc *loc, uint64_t tail, const Row *row) {
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    WK_TRY(wk_dataset_read_column(r->ds, r->cfg.columns[c], loc->shard, loc->offset + loc->length, tail,
+                                  row->columns[c] + loc->length));
   return WK_OK;
+}
+
+WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes,
+                             uint8_t *const *columns, uint32_t column_tail) {
+  t->delivered += loc->length * r->position_bytes;
+  WK_TRY(ensure_cache(r));
+  Row row = {dst, dst_bytes, columns};
+  uint64_t end = loc->offset + loc->length;
+  const WkUnitUse *last = &loc->units[loc->unit_count - 1];
+  bool tail_elsewhere = column_tail && (last->from_edge || end + column_tail > ((uint64_t)last->unit + 1) * r->cfg.unit_tokens);
+  uint64_t tail = tail_elsewhere ? 0 : column_tail;
+  if (loc->unit_count == 2) {
+    uint64_t split = (uint64_t)loc->units[1].unit * r->cfg.unit_tokens;
+    WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, split, 0, &row));
+    WK_TRY(read_part(r, t, loc, &loc->units[1], split, end, tail, &row));
+  } else {
+    WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, end, tail, &row));
+  }
+  return tail_elsewhere ? read_tail(r, loc, column_tail, &row) : WK_OK;
 }
 
 void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit) {
-  uint64_t begin = (uint64_t)unit.unit * r->cfg.unit_tokens;
-  wk_dataset_advise(r->ds, unit.shard, begin, begin + r->cfg.unit_tokens, WK_ADVICE_WILLNEED);
+  uint64_t begin = (uint64_t)unit.unit * r->cfg.unit_tokens, end = begin + r->cfg.unit_tokens;
+  wk_dataset_advise(r->ds, unit.shard, begin, end, WK_ADVICE_WILLNEED);
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    wk_dataset_advise_column(r->ds, r->cfg.columns[c], unit.shard, begin, end, WK_ADVICE_WILLNEED);
 }
 
 void wk_node_reader_thread_flush(WkNodeReader *r, WkNodeReaderThread *t) {

@@ -2,10 +2,11 @@
  * test_loader_columns.c — the loader's columns from C: a pad-mode batch carries each row's record's
  * loss_mask (folded into loss_mask), label and image blob in place, a packed loader refuses the label.
  *
- * `test_loader_columns write DIR RECORDS_PER_SHARD LABEL_KIND` writes the records dataset the Lua spec
- * reads (tests/loader/columns_spec.lua) from stdin, one record a line: TEXT<tab>MASK<tab>LABEL<tab>BLOB,
- * MASK one '0' or '1' per byte of TEXT; bytes tokenizer (a token a byte, EOS 256), columns loss_mask
- * (token_u8), label (LABEL_KIND i64 or f32) and image (bytes); zstd blocks of 512 tokens.
+ * `test_loader_columns write DIR RECORDS_PER_SHARD LABEL_KIND [BLOCK_TOKENS]` writes the records dataset
+ * the Lua spec (tests/loader/columns_spec.lua) and the columns bench (tests/bench/columns.lua) read, from
+ * stdin, one record a line: TEXT<tab>MASK<tab>LABEL<tab>BLOB, MASK one '0' or '1' per byte of TEXT; bytes
+ * tokenizer (a token a byte, EOS 256), columns loss_mask (token_u8), label (LABEL_KIND i64 or f32) and
+ * image (bytes); zstd blocks of BLOCK_TOKENS tokens (default 512).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,8 @@ static void shard_free(Shard *s) {
 }
 
 /* Writes records [0, count) into shards of per_shard records, and the index. */
-static WkStatus write_dataset(const char *dir, const Record *records, uint64_t count, uint64_t per_shard, bool f32) {
+static WkStatus write_dataset(const char *dir, const Record *records, uint64_t count, uint64_t per_shard, bool f32,
+                              uint32_t block_tokens) {
   WkColumnInfo info[COLUMNS] = {{.name = "loss_mask", .kind = WK_COLUMN_TOKEN_U8, .dtype = WK_U8},
                                 {.name = "label", .kind = f32 ? WK_COLUMN_F32 : WK_COLUMN_I64, .dtype = f32 ? WK_F32 : WK_I64},
                                 {.name = "image", .kind = WK_COLUMN_BYTES, .dtype = WK_U8}};
@@ -81,7 +83,7 @@ static WkStatus write_dataset(const char *dir, const Record *records, uint64_t c
     for (int c = 0; c < COLUMNS; c++) columns[c].info.element_bytes = c == 0 ? 1 : c == 1 ? (f32 ? 4 : 8) : 0;
     char path[1024];
     snprintf(path, sizeof path, "%s/shard-%05u.wks", dir, i);
-    WkShardWriteOptions opt = {.token_bytes = 2, .vocab_size = VOCAB, .eos = EOS, .block_tokens = BLOCK_TOKENS,
+    WkShardWriteOptions opt = {.token_bytes = 2, .vocab_size = VOCAB, .eos = EOS, .block_tokens = block_tokens,
                                .codec = WK_CODEC_ZSTD, .level = 3};
     WkShardWritten w = {0};
     status = wk_shard_write_columns(path, &opt, s.stream, s.tokens, s.starts, docs, columns, COLUMNS, &w);
@@ -187,11 +189,12 @@ static void test_packed_refuses_a_record_column(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 5 && strcmp(argv[1], "write") == 0) {
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "write") == 0) {
     uint64_t count;
     Record *records = read_records(stdin, &count);
     WkStatus status = count ? write_dataset(argv[2], records, count, strtoull(argv[3], NULL, 10),
-                                            strcmp(argv[4], "f32") == 0)
+                                            strcmp(argv[4], "f32") == 0,
+                                            argc == 6 ? (uint32_t)strtoul(argv[5], NULL, 10) : BLOCK_TOKENS)
                             : WK_FAIL(WK_ERR_INVALID_ARG, "no records on stdin");
     free(records);
     if (status != WK_OK) fprintf(stderr, "test_loader_columns write: %s\n", wk_last_error());
@@ -200,7 +203,7 @@ int main(int argc, char **argv) {
   char dir[] = "/tmp/wick-loader-columns-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   Record *records = made_records();
-  CHECK(write_dataset(dir, records, DOCS, 12, false) == WK_OK);
+  CHECK(write_dataset(dir, records, DOCS, 12, false, BLOCK_TOKENS) == WK_OK);
   int before = check_failures;
   test_pad_rows(dir, records);
   printf("%s test_pad_rows\n", check_failures == before ? "ok" : "FAIL");

@@ -6,8 +6,9 @@
 --
 -- LOADER OPTIONS go straight to wick.data.loader, so the harness names the loader's own options and
 -- this file never changes with them: `--name value` sets opts.name (dashes become underscores),
--- `--name.field value` sets opts.name.field; a value is a number, true, false, or else a string.
--- Examples: --threads 2, --shuffle false, --shuffle.window 1, --dtype i64.
+-- `--name.field value` sets opts.name.field; a value is a number, true, false, a list `[a,b,...]` of
+-- strings, or else a string.
+-- Examples: --threads 2, --shuffle false, --shuffle.window 1, --dtype i64, --columns '[loss_mask,label]'.
 --
 -- Counters that the loader's stats() may lack are printed only when it has them. Options the loader
 -- refuses, or one it ignores visibly (dtype: the width of the tokens handed out), are reported as
@@ -35,6 +36,12 @@ end
 local function value_of(text)
   if text == 'true' then return true end
   if text == 'false' then return false end
+  local items = text:match('^%[(.*)%]$')
+  if items then
+    local list = {}
+    for item in items:gmatch('[^,]+') do list[#list + 1] = item end
+    return list
+  end
   return tonumber(text) or text
 end
 

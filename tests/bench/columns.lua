@@ -1,0 +1,172 @@
+-- Columns benchmark (issue 31): what reading a records dataset's columns costs the loader per token,
+-- against reading its tokens alone, side by side in one run. 2 ranks at once (real processes,
+-- tests/bench/lib/data_rank.lua), page cache warm: the cost of the columns, not of the disk.
+--   ./run tests/bench/columns.lua     (make bench runs it; ~1 min, plus ~30 s the first time to write
+--                                      build/bench/columns/)
+--
+-- The dataset: RECORDS records of made-up words (bytes tokenizer, u16, 300-3400 tokens a
+-- record), columns loss_mask (token_u8: 0 over a record's first quarter, its "prompt", then 1), label
+-- (i64) and image (bytes), zstd:3 blocks of 65536 tokens: ~57M tokens, larger than the loader's
+-- node cache and the dataset's block cache (64 MiB each). Written by the shard writer through
+-- tests/c/test_loader_columns.c's write mode (built here when missing).
+-- Contenders, interleaved (A B C D A B C D ...), best of REPEATS each by tokens per CPU-second:
+--   packed       packed rows of tokens alone
+--   packed_mask  the same rows with loss_mask (columns = { 'loss_mask' })
+--   pad          pad rows (one record a row) of tokens alone
+--   pad_columns  the same rows with loss_mask and label (columns = { 'loss_mask', 'label' })
+-- The goal: the columns cost no more than 1.1x the tokens alone per token (CPU of both ranks, every
+-- thread), i.e. tokens per CPU-second at least 1/1.1 of the tokens' alone.
+local host = require 'wick.host'
+package.path = host.home .. '/tests/bench/lib/?.lua;' .. package.path
+local report = require 'report'
+local capture = report.capture
+
+local RUN = "'" .. host.exe .. "'"
+local RANKS = 2
+local SEQ_LEN, MICRO_BATCH = 1024, 16
+local GLOBAL_BATCH = MICRO_BATCH * RANKS
+local TOKENS_PER_RANK = 1200 * MICRO_BATCH * (SEQ_LEN + 1) -- 1200 micro-batches a rank: 2/3 of the dataset a run
+local REPEATS = 3
+local RECORDS, PER_SHARD, BLOCK_TOKENS = 30000, 3000, 65536
+local DIR = host.home .. '/build/bench/columns'
+local DATA = DIR .. '/records-v2' -- a new name when what is written here changes
+local WRITER = host.home .. '/build/tests/test_loader_columns'
+local GOAL = 1 / 1.1
+
+local started = report.now()
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function sh(command)
+  local ok = os.execute(command)
+  if ok ~= 0 and ok ~= true then error('columns bench: failed: ' .. command, 0) end
+end
+
+-- ---- the dataset --------------------------------------------------------------------------------
+
+-- A vocabulary of made-up words (a fixed LCG), so the blocks compress about as text does (~3x).
+local function lcg(x) return (x * 1103515245 + 12345) % 2147483648 end
+local WORDS, seed = {}, 1
+for w = 1, 4096 do
+  local letters = {}
+  for l = 1, 2 + w % 8 do
+    seed = lcg(seed)
+    letters[l] = string.char(97 + math.floor(seed / 65536) % 26)
+  end
+  WORDS[w] = table.concat(letters)
+end
+
+-- Record i: TEXT<tab>MASK<tab>LABEL<tab>BLOB (the writer's line), its text 300-3400 bytes.
+local function record(i)
+  local length = 300 + (i * 7919) % 3100
+  local words, n, x = {}, 0, i
+  while n < length do
+    x = lcg(x)
+    local word = WORDS[math.floor(x / 65536) % #WORDS + 1]
+    words[#words + 1] = word
+    n = n + #word + 1
+  end
+  local text = table.concat(words, ' '):sub(1, length)
+  local prompt = math.floor(length / 4)
+  return table.concat({ text, ('0'):rep(prompt) .. ('1'):rep(length - prompt), tostring(i), 'image ' .. i }, '\t')
+end
+
+local function build()
+  local index = io.open(DATA .. '/index.json')
+  if index then
+    index:close()
+    return
+  end
+  if not io.open(WRITER) then sh(('make -C %s -s build/tests/test_loader_columns'):format(q(host.home))) end
+  print(('columns bench: writing %d records into %s (once)'):format(RECORDS, DATA))
+  sh(('rm -rf %s %s.tmp && mkdir -p %s.tmp'):format(q(DATA), q(DATA), q(DATA)))
+  local writer = io.popen(('%s write %s %d i64 %d'):format(q(WRITER), q(DATA .. '.tmp'), PER_SHARD, BLOCK_TOKENS), 'w')
+  for i = 1, RECORDS do writer:write(record(i), '\n') end
+  local ok = writer:close()
+  if ok ~= 0 and ok ~= true then error('columns bench: the writer failed on ' .. DATA .. '.tmp', 0) end
+  sh(('mv %s.tmp %s'):format(q(DATA), q(DATA)))
+end
+
+build()
+local dataset = require('wick.data.dataset').open(DATA)
+local tokens, shards, files = 0, dataset.shards, {}
+for s = 0, shards - 1 do
+  local shard = dataset:shard(s)
+  tokens = tokens + shard.tokens
+  files[#files + 1] = DATA .. '/' .. shard.name
+end
+dataset:close()
+print(('dataset: %s, %d records, %.1f M tokens (%.0f MiB as u16), %d shards, columns loss_mask label image'):format(
+  DATA, RECORDS, tokens / 1e6, tokens * 2 / 2 ^ 20, shards))
+print(('%d ranks at once, seq_len %d, micro batch %d, %.1f M tokens a rank a run, best of %d, interleaved, page ' ..
+  'cache warm'):format(RANKS, SEQ_LEN, MICRO_BATCH, TOKENS_PER_RANK / 1e6, REPEATS))
+
+-- ---- contenders ---------------------------------------------------------------------------------
+
+local function parse(line)
+  local fields = {}
+  for k, v in line:gmatch('([%w_]+)=([%d%.]+)') do fields[k] = tonumber(v) end
+  return fields
+end
+
+-- Both ranks' lines -> tokens of the node per CPU-second (every thread of both) and per second.
+local function node_of(out, what)
+  local delivered, cpu_s, seconds, ranks = 0, 0, 0, 0
+  for line in out:gmatch('[^\n]+') do
+    if line:find('unsupported=', 1, true) then error(what .. ': ' .. line, 0) end
+    if line:find('tokens_per_s=', 1, true) then
+      local r = parse(line)
+      delivered, cpu_s, seconds, ranks = delivered + r.delivered, cpu_s + r.cpu_s, math.max(seconds, r.seconds), ranks + 1
+    end
+  end
+  if ranks ~= RANKS then error(what .. ' failed:\n' .. out, 0) end
+  return { per_cpu_second = delivered / cpu_s, rate = delivered / seconds, cpu_ns_per_token = cpu_s * 1e9 / delivered }
+end
+
+local contenders, order = {}, {}
+local function add(name, mode, columns)
+  local args = { '--data', DATA, '--tokens', TOKENS_PER_RANK, '--seq-len', SEQ_LEN, '--global-batch', GLOBAL_BATCH,
+    '--micro-batch', MICRO_BATCH, '--mode', mode }
+  if columns then
+    args[#args + 1] = '--columns'
+    args[#args + 1] = '[' .. table.concat(columns, ',') .. ']'
+  end
+  for i, a in ipairs(args) do args[i] = q(a) end
+  local command = ('%s --nproc-per-node %d %s %s'):format(RUN, RANKS, q(host.home .. '/tests/bench/lib/data_rank.lua'),
+    table.concat(args, ' '))
+  contenders[name] = { command = command, run = function() return node_of(capture(command), name) end }
+  order[#order + 1] = name
+end
+
+add('packed', 'packed')
+add('packed_mask', 'packed', { 'loss_mask' })
+add('pad', 'pad')
+add('pad_columns', 'pad', { 'loss_mask', 'label' })
+
+print('contenders (reproduce one alone with its command):')
+for _, name in ipairs(order) do print(('  %-12s %s'):format(name, contenders[name].command)) end
+sh('cat ' .. table.concat(files, ' ') .. ' > /dev/null')
+
+local best = {}
+for round = 1, REPEATS do
+  for _, name in ipairs(order) do
+    local r = contenders[name].run()
+    if not best[name] or r.per_cpu_second > best[name].per_cpu_second then best[name] = r end
+  end
+  io.write(('  round %d of %d done (%.0f s)\n'):format(round, REPEATS, report.now() - started))
+  io.flush()
+end
+
+-- ---- rows ---------------------------------------------------------------------------------------
+
+print('-- per token: CPU ns of both ranks (all threads) per delivered token, goal: columns <= 1.1x tokens alone')
+report.row('packed: tokens + loss_mask, CPU ns/token', best.packed_mask.cpu_ns_per_token, 'ns', 'tokens alone',
+  best.packed.cpu_ns_per_token, false, GOAL)
+report.row('pad: tokens + loss_mask + label, CPU ns/token', best.pad_columns.cpu_ns_per_token, 'ns', 'tokens alone',
+  best.pad.cpu_ns_per_token, false, GOAL)
+print('-- node tokens/s (the longer rank\'s time; noisy on a loaded machine)')
+report.row('packed: tokens + loss_mask, tokens/s', best.packed_mask.rate / 1e6, 'M tok/s', 'tokens alone',
+  best.packed.rate / 1e6, true)
+report.row('pad: tokens + loss_mask + label, tokens/s', best.pad_columns.rate / 1e6, 'M tok/s', 'tokens alone',
+  best.pad.rate / 1e6, true)
+print(('columns bench: %.0f s'):format(report.now() - started))
