@@ -270,11 +270,18 @@ typedef struct {
   uint8_t *const *columns;
 } Row;
 
+/* Asks for the lines of a part of a unit: a row's part is a random place of a node cache far larger than
+ * the caches, so a column's misses are left to overlap with the widening of the tokens. */
+static void prefetch(const uint8_t *p, uint64_t bytes) {
+  for (uint64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
+}
+
 /* Positions [begin, end) of the sample from a span into the row, and `tail` more of the columns when
  * the span holds them. */
 static void deliver(const WkNodeReader *r, Span s, const WkSampleLoc *loc, uint64_t begin, uint64_t end, uint64_t tail,
                     const Row *row) {
   uint64_t at = begin - loc->offset;
+  for (uint32_t c = 0; c < r->cfg.column_count; c++) prefetch(span_column(r, s, c), end - begin + tail);
   wk_tokens_widen(span_tokens(r, s), r->token_bytes, end - begin, row->tokens + at * row->dst_bytes, row->dst_bytes);
   for (uint32_t c = 0; c < r->cfg.column_count; c++) memcpy(row->columns[c] + at, span_column(r, s, c), end - begin + tail);
 }

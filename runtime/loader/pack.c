@@ -41,10 +41,11 @@ static void fill_packed_metadata(const WkRows *rows, size_t first, int64_t eos, 
 }
 
 /* Target t is token t + 1: it counts only where the record's own mask (a TOKEN_U8 column, aligned with
- * the tokens) is not 0 there. */
+ * the tokens) is not 0 there. Branch-free (& of 0/1, not &&), so the loop is vectorized: it runs over
+ * every token of a masked batch. */
 static void fold_mask_column(const WkRows *rows, uint32_t seq_len, uint32_t row, uint8_t *mask) {
   const uint8_t *column = rows->mask_column + row * ((size_t)seq_len + 1);
-  for (size_t t = 0; t < seq_len; t++) mask[t] = mask[t] && column[t + 1] != 0;
+  for (size_t t = 0; t < seq_len; t++) mask[t] = (uint8_t)(mask[t] & (column[t + 1] != 0));
 }
 
 void wk_pack_row(WkPackMode mode, uint32_t seq_len, uint32_t eos, const WkSampleLoc *loc, WkRows *rows,

@@ -1,13 +1,13 @@
 -- Columns benchmark (issue 31): what reading a records dataset's columns costs the loader per token,
 -- against reading its tokens alone, side by side in one run. 2 ranks at once (real processes,
 -- tests/bench/lib/data_rank.lua), page cache warm: the cost of the columns, not of the disk.
---   ./run tests/bench/columns.lua     (make bench runs it; ~1 min, plus ~30 s the first time to write
+--   ./run tests/bench/columns.lua     (make bench runs it; ~1 min, plus ~20 s the first time to write
 --                                      build/bench/columns/)
 --
 -- The dataset: RECORDS records of made-up words (bytes tokenizer, u16, 300-3400 tokens a
 -- record), columns loss_mask (token_u8: 0 over a record's first quarter, its "prompt", then 1), label
--- (i64) and image (bytes), zstd:3 blocks of 65536 tokens: ~57M tokens, larger than the loader's
--- node cache and the dataset's block cache (64 MiB each). Written by the shard writer through
+-- (i64) and image (bytes), zstd:3 blocks of 65536 tokens: ~148M tokens, 4.4x the loader's node cache
+-- and the dataset's block cache (64 MiB each) as u16. Written by the shard writer through
 -- tests/c/test_loader_columns.c's write mode (built here when missing).
 -- Contenders, interleaved (A B C D A B C D ...), best of REPEATS each by tokens per CPU-second:
 --   packed       packed rows of tokens alone
@@ -25,11 +25,14 @@ local RUN = "'" .. host.exe .. "'"
 local RANKS = 2
 local SEQ_LEN, MICRO_BATCH = 1024, 16
 local GLOBAL_BATCH = MICRO_BATCH * RANKS
-local TOKENS_PER_RANK = 1200 * MICRO_BATCH * (SEQ_LEN + 1) -- 1200 micro-batches a rank: 2/3 of the dataset a run
-local REPEATS = 3
-local RECORDS, PER_SHARD, BLOCK_TOKENS = 30000, 3000, 65536
+-- 2000 micro-batches a rank: 64K rows of both ranks, less than an epoch in either mode (pad: a record a
+-- row), so no run is served from what the node cache kept of an earlier epoch (more of it the fewer
+-- bytes a unit takes: the tokens alone would gain).
+local TOKENS_PER_RANK = 2000 * MICRO_BATCH * (SEQ_LEN + 1)
+local REPEATS = 5
+local RECORDS, PER_SHARD, BLOCK_TOKENS = 80000, 4000, 65536
 local DIR = host.home .. '/build/bench/columns'
-local DATA = DIR .. '/records-v2' -- a new name when what is written here changes
+local DATA = DIR .. '/records-v3' -- a new name when what is written here changes
 local WRITER = host.home .. '/build/tests/test_loader_columns'
 local GOAL = 1 / 1.1
 
