@@ -1,6 +1,8 @@
 /*
  * test_loader_columns.c — the loader's columns from C: a pad-mode batch carries each row's record's
- * loss_mask (folded into loss_mask), label and image blob in place, a packed loader refuses the label.
+ * loss_mask (folded into loss_mask), label and image blob in place, a packed loader refuses the label,
+ * and a per-token column read with its units (node cache, edges, a pad row's EOS) holds what the dataset
+ * holds at the row's positions, in both modes, over small units drawn in many small buffers.
  *
  * `test_loader_columns write DIR RECORDS_PER_SHARD LABEL_KIND [BLOCK_TOKENS]` writes the records dataset
  * the Lua spec (tests/loader/columns_spec.lua) and the columns bench (tests/bench/columns.lua) read, from
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check.h"
 #include "format/index.h"
@@ -188,6 +191,41 @@ static void test_packed_refuses_a_record_column(const char *dir) {
   wk_loader_free(l);
 }
 
+/* Each row's loss_mask against the dataset's bytes at its sample's positions (pad: the EOS after its
+ * record too, then 0), over `batches` micro-batches of 4 rows: units of one 64-token block, buffers of
+ * two units, so straddlers come from edges, from units still resident, or from a decode of their own. */
+static void test_token_column_matches_the_dataset(const char *dir, int mode, int batches) {
+  WkLoader *l = pad_loader(dir, mode);
+  CHECK(wk_loader_set(l, WK_LOADER_POOL_TOKENS, 128) == WK_OK && wk_loader_set(l, WK_LOADER_THREADS, 2) == WK_OK);
+  CHECK(wk_loader_add_column(l, "loss_mask") == WK_OK);
+  CHECK(wk_loader_start(l) == WK_OK);
+  WkDataset *ds = wk_dataset_open(dir);
+  uint32_t column = 0;
+  CHECK(ds && wk_dataset_column_find(ds, "loss_mask", &column) == WK_OK);
+  for (int i = 0; i < batches && ds; i++) {
+    WkBatch b;
+    CHECK(wk_loader_next(l, &b) == WK_OK);
+    const uint8_t *mask = wk_tensor_data(b.columns[0]);
+    for (uint32_t row = 0; row < b.rows; row++) {
+      WkSampleInfo info;
+      CHECK(wk_loader_sample_info(l, row, &info) == WK_OK);
+      uint8_t want[SEQ + 1] = {0};
+      uint64_t count = info.length + (mode == 1 && info.length < SEQ + 1);
+      CHECK(wk_dataset_read_column(ds, column, info.shard, info.offset, count, want) == WK_OK);
+      if (memcmp(mask + row * (SEQ + 1), want, SEQ + 1) != 0) {
+        printf("  mode %d batch %d row %u (shard %u offset %llu length %llu): mask differs\n", mode, i, row, info.shard,
+               (unsigned long long)info.offset, (unsigned long long)info.length);
+        check_failures++;
+      }
+    }
+  }
+  WkLoaderStats stats;
+  wk_loader_stats(l, &stats);
+  CHECK(stats.node_edges_used + stats.node_edges_missing > 0); /* straddlers read their first part from an edge */
+  wk_dataset_close(ds);
+  wk_loader_free(l);
+}
+
 int main(int argc, char **argv) {
   if ((argc == 5 || argc == 6) && strcmp(argv[1], "write") == 0) {
     uint64_t count;
@@ -210,6 +248,12 @@ int main(int argc, char **argv) {
   before = check_failures;
   test_packed_refuses_a_record_column(dir);
   printf("%s test_packed_refuses_a_record_column\n", check_failures == before ? "ok" : "FAIL");
+  char small[sizeof dir + 8];
+  snprintf(small, sizeof small, "%s/small", dir);
+  CHECK(mkdir(small, 0755) == 0 && write_dataset(small, records, DOCS, 12, false, 64) == WK_OK);
+  before = check_failures;
+  for (int mode = 0; mode <= 1; mode++) test_token_column_matches_the_dataset(small, mode, 60);
+  printf("%s test_token_column_matches_the_dataset\n", check_failures == before ? "ok" : "FAIL");
   free(records);
   char command[256];
   snprintf(command, sizeof command, "rm -rf %s", dir);
