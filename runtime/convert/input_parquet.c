@@ -22,7 +22,8 @@ const RecordLimits CONVERT_RECORD_LIMITS = {
 };
 
 static WkStatus on_value(void *context, const uint8_t *bytes, size_t length) {
-  return record_cutter_add(context, bytes, length);
+  RecordSlot text = {SLOT_STRING, bytes, length};
+  return record_cutter_add(context, &text, 1);
 }
 
 static WkStatus on_nulls(void *context, uint64_t count) { return record_cutter_nulls(context, count); }
