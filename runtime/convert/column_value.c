@@ -93,10 +93,16 @@ static bool as_integer(const Value *v, int64_t *out, char *reason, const char *e
   return false;
 }
 
-static bool as_number(const Value *v, double *out, char *reason) {
+/* A number for an f32: a JSON number or a tar member's text, finite as an f32 too. */
+static bool as_float(const Value *v, float *out, char *reason) {
+  double x;
   if ((v->type == VALUE_NUMBER || v->type == VALUE_MEMBER) &&
-      text_number(v->bytes, v->length, v->type == VALUE_MEMBER, out))
-    return true;
+      text_number(v->bytes, v->length, v->type == VALUE_MEMBER, &x)) {
+    *out = (float)x;
+    if (isfinite(*out)) return true;
+    snprintf(reason, REASON_BYTES, "is %g, beyond f32's range", x);
+    return false;
+  }
   snprintf(reason, REASON_BYTES, "is %s%s, expected a number", type_name(v),
            v->type == VALUE_MEMBER ? " that is not a number" : "");
   return false;
@@ -144,9 +150,8 @@ static bool per_token(const ColumnSpec *col, const Value *v, uint64_t tokens, Wk
 /* One tensor element of dtype from a JSON number, range-checked. */
 static bool tensor_element(uint32_t dtype, const Value *v, uint8_t *dst, char *reason) {
   if (dtype == WK_F32) {
-    double x;
-    if (!as_number(v, &x, reason)) return false;
-    float f = (float)x;
+    float f;
+    if (!as_float(v, &f, reason)) return false;
     memcpy(dst, &f, sizeof f);
     return true;
   }
@@ -211,9 +216,8 @@ static bool column_value(const ColumnSpec *col, const Value *v, uint64_t tokens,
     if (!as_integer(v, &x, reason, "an integer")) return false;
     memcpy(dst, &x, sizeof x);
   } else if (col->kind == COLUMN_F32) {
-    double x;
-    if (!as_number(v, &x, reason)) return false;
-    float f = (float)x;
+    float f;
+    if (!as_float(v, &f, reason)) return false;
     memcpy(dst, &f, sizeof f);
   } else {
     uint8_t *p = dst;

@@ -134,7 +134,7 @@ static WkStatus line_record(const ChunkContext *ctx, Chunk *c, const uint8_t *p,
   WkJson *root = NULL;
   if (wk_json_parse((const char *)p, n, &root) != WK_OK) {
     char reason[256];
-    snprintf(reason, sizeof reason, "invalid JSON: %s", wk_last_error());
+    snprintf(reason, sizeof reason, "%s", wk_last_error());
     wk_clear_error();
     return convert_chunk_bad_line(c, line, reason);
   }
