@@ -235,12 +235,12 @@ static WkStatus append_columns(Run *r, const Chunk *c, size_t d, uint64_t begin,
     ColumnData *to = &r->columns[k];
     if (col->kind == COLUMN_MASK || col->kind == COLUMN_TOKEN_U8) {
       uint8_t eos = end > begin ? from->data.data[end - 1] : 0;
-      WK_TRY(wk_byte_vec_append(&to->data, from->data.data + begin, (size_t)(end - begin)));
+      if (end > begin) WK_TRY(wk_byte_vec_append(&to->data, from->data.data + begin, (size_t)(end - begin)));
       WK_TRY(wk_byte_vec_append(&to->data, &eos, 1));
     } else if (col->kind == COLUMN_BYTES) {
       const uint64_t *ends = (const uint64_t *)from->ends.data;
       uint64_t first = d ? ends[d - 1] : 0;
-      WK_TRY(wk_byte_vec_append(&to->data, from->data.data + first, (size_t)(ends[d] - first)));
+      if (ends[d] > first) WK_TRY(wk_byte_vec_append(&to->data, from->data.data + first, (size_t)(ends[d] - first)));
       uint64_t shard_end = to->data.length;
       WK_TRY(wk_byte_vec_append(&to->ends, &shard_end, sizeof shard_end));
     } else {

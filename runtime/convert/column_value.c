@@ -158,7 +158,7 @@ static bool tensor_element(uint32_t dtype, const Value *v, uint8_t *dst, char *r
   int64_t x;
   if (!as_integer(v, &x, reason, "an integer")) return false;
   if ((dtype == WK_I32 && (x < INT32_MIN || x > INT32_MAX)) || (dtype == WK_U8 && (x < 0 || x > 255))) {
-    snprintf(reason, REASON_BYTES, "is %lld, outside %s's range", (long long)x, wk_dtype_name((WkDType)dtype));
+    snprintf(reason, REASON_BYTES, "is %lld, outside %s's range", (long long)x, column_dtype_name(dtype));
     return false;
   }
   if (dtype == WK_I64) memcpy(dst, &x, 8);
@@ -178,7 +178,7 @@ static bool tensor_fill(const ColumnSpec *col, const Value *v, uint32_t d, uint8
     snprintf(reason, REASON_BYTES, "has %zu values at depth %u, expected %u", n, d, col->shape[d]);
     return false;
   }
-  size_t size = wk_dtype_size((WkDType)col->dtype);
+  size_t size = column_dtype_size(col->dtype);
   for (const WkJson *e = v->json->child; e; e = e->next) {
     Value ev = value_of_json(e);
     if (d + 1 < col->ndim) {

@@ -106,6 +106,9 @@ typedef struct {
  * i32, i64 or u8) into *out; a bad spec is WK_ERR_INVALID_ARG saying what is wrong and the expected form. */
 WkStatus column_spec_parse(const char *spec, ColumnSpec *out);
 const char *column_kind_name(ColumnKind kind);
+/* A tensor column's element type (f32, i32, i64, u8): its name and size. */
+const char *column_dtype_name(uint32_t dtype);
+size_t column_dtype_size(uint32_t dtype);
 
 /* One column's values in a chunk (or a shard being built), aligned with its documents: MASK and TOKEN_U8 one
  * byte per token (EOS not included in a chunk), I64, F32, TENSOR element_bytes per document, BYTES the blobs

@@ -90,7 +90,7 @@ static size_t json_number(int32_t type, const uint8_t *v, char *out, size_t capa
 
 static WkStatus add_row(ColumnRows *c, SlotType type, const uint8_t *bytes, size_t length) {
   RowSlot slot = {c->data.length, length, type};
-  WK_TRY(wk_byte_vec_append(&c->data, bytes, length));
+  if (length) WK_TRY(wk_byte_vec_append(&c->data, bytes, length));
   return wk_byte_vec_append(&c->rows, &slot, sizeof slot);
 }
 
@@ -121,7 +121,8 @@ static WkStatus emit_row(Rows *rows, RecordSlot text) {
       return WK_FAIL(WK_ERR_FORMAT, "'%s' column '%s': fewer values than its row group's rows (corrupted?)",
                      rows->columns[k].meta->path, rows->columns[k].meta->column);
     const RowSlot *r = &((const RowSlot *)rows->columns[k].rows.data)[rows->row];
-    slots[k] = (RecordSlot){r->type, rows->columns[k].data.data + r->offset, (size_t)r->length};
+    const uint8_t *data = rows->columns[k].data.data; /* NULL while every value so far was empty */
+    slots[k] = (RecordSlot){r->type, data ? data + r->offset : NULL, (size_t)r->length};
   }
   rows->row++;
   return record_cutter_add(rows->rc, slots, rows->count);
