@@ -217,6 +217,46 @@ WK_API WkStatus wk_dataset_document_at(WkDataset *ds, uint32_t shard, uint64_t t
  * instead of at its first read; a cheap way to check a dataset or warm it up. */
 WK_API WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard);
 
+/* Columns (format version 2): a dataset's records are the documents of its token stream; column 0 is
+ * always `tokens` (that stream), the others hold one value per stream position (TOKEN_U8: EOS positions
+ * included, each the value of its record's last token, 0 for an empty record) or per record. A version 1
+ * dataset has the tokens column only. */
+typedef enum {
+  WK_COLUMN_TOKENS = 0,    /* the token stream (u16 or u32 stored) */
+  WK_COLUMN_TOKEN_U8 = 1,  /* one byte per stream position, aligned with the tokens (a loss mask) */
+  WK_COLUMN_I64 = 2,       /* one int64 per record (a label) */
+  WK_COLUMN_F32 = 3,       /* one float per record (a score) */
+  WK_COLUMN_TENSOR = 4,    /* one fixed-shape tensor per record: f32, i32, i64 or u8, 1..4 dims */
+  WK_COLUMN_BYTES = 5,     /* one blob per record (an encoded image), < 4 GiB */
+  WK_COLUMN_KIND_COUNT
+} WkColumnKind;
+enum { WK_COLUMN_NAME_BYTES = 48, WK_COLUMN_MAX_DIMS = 4, WK_MAX_COLUMNS = 32 };
+typedef struct {
+  char name[WK_COLUMN_NAME_BYTES];  /* NUL-terminated, [A-Za-z_][A-Za-z0-9_]*, unique in a dataset */
+  uint32_t kind;           /* WkColumnKind */
+  uint32_t dtype;          /* WkDType of an element: TOKENS U16 or I32 (the stored width); TOKEN_U8 U8; I64 I64;
+                              F32 F32; TENSOR its dtype; BYTES U8 */
+  uint32_t ndim;           /* TENSOR: 1..4, else 0 */
+  uint32_t shape[WK_COLUMN_MAX_DIMS];
+  uint64_t element_bytes;  /* bytes of one row (a stream position for TOKENS and TOKEN_U8, a record otherwise); 0
+                              for BYTES */
+} WkColumnInfo;
+/* "tokens", "token_u8", "i64", "f32", "tensor", "bytes" (as index.json, the converter and Lua spell them); "?"
+ * out of range. */
+WK_API const char *wk_column_kind_name(uint32_t kind);
+WK_API uint32_t wk_dataset_column_count(const WkDataset *ds);  /* 1 for a version 1 dataset */
+WK_API WkStatus wk_dataset_column_info(const WkDataset *ds, uint32_t column, WkColumnInfo *out);
+/* The column of that name; WK_ERR_INVALID_ARG whose message lists the dataset's columns. */
+WK_API WkStatus wk_dataset_column_find(const WkDataset *ds, const char *name, uint32_t *column);
+/* Rows [first, first + count) of a shard's fixed-width column (TOKEN_U8: stream positions; I64, F32, TENSOR:
+ * records) into out (count x element_bytes), checksum-verified, through the block cache. */
+WK_API WkStatus wk_dataset_read_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t first,
+                                       uint64_t count, void *out);
+/* Record `record`'s blob of a BYTES column: *size always; its bytes copied into out when out != NULL and
+ * capacity >= size (else WK_ERR_INVALID_ARG saying the blob's size). */
+WK_API WkStatus wk_dataset_read_blob(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t record, void *out,
+                                     uint64_t capacity, uint64_t *size);
+
 /* Knobs (zstd style): set any time; a smaller budget evicts at the next read. */
 typedef enum {
   WK_DATASET_BLOCK_CACHE_BYTES = 0, /* decoded-block cache budget (default 64 MiB; 0 = no cache) */

@@ -47,7 +47,9 @@ typedef struct {
   WkBlob *blob;
   char *path;
   WkShardView v;            /* header, block table, document index: verified at open */
-  atomic_uchar *verified;   /* per block: raw block checksum already verified */
+  atomic_uchar *verified;   /* per block: raw block checksum already verified; the tokens' blocks, then each
+                               column's from verified_base[column] */
+  uint64_t verified_base[WK_MAX_COLUMNS];
   uint32_t pins;
   uint64_t last_use;
 } Shard;
@@ -182,6 +184,49 @@ static void shard_close(Shard *s) {
   free(s);
 }
 
+/* "tokens, loss_mask:token_u8, emb:tensor(f32[4,8])": columns for a message. */
+static void describe_columns(char *out, size_t size, const WkColumnInfo *const *infos, uint32_t count) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (uint32_t c = 0; c < count && at < size; c++) {
+    const WkColumnInfo *info = infos[c];
+    at += (size_t)snprintf(out + at, size - at, "%s%s%s%s", c ? ", " : "", info->name, c ? ":" : "",
+                           c ? wk_column_kind_name(info->kind) : "");
+    if (info->kind == WK_COLUMN_TENSOR && at < size) {
+      const char *dtype = wk_column_dtype_name(info->dtype);
+      at += (size_t)snprintf(out + at, size - at, "(%s", dtype ? dtype : "?");
+      for (uint32_t d = 0; d < info->ndim && at < size; d++)
+        at += (size_t)snprintf(out + at, size - at, "%s%u", d ? "," : "[", info->shape[d]);
+      if (at < size) at += (size_t)snprintf(out + at, size - at, "])");
+    }
+  }
+}
+
+static bool same_column(const WkColumnInfo *a, const WkColumnInfo *b) {
+  return strcmp(a->name, b->name) == 0 && a->kind == b->kind && a->dtype == b->dtype && a->ndim == b->ndim &&
+         memcmp(a->shape, b->shape, sizeof a->shape) == 0;
+}
+
+/* True (with the error set) when the shard's columns are not the index's, in order. */
+static bool columns_disagree(WkDataset *ds, Shard *s) {
+  const WkIndex *ix = &ds->index;
+  bool same = s->v.column_count + 1 == ix->column_count;
+  for (uint32_t c = 0; same && c < s->v.column_count; c++) same = same_column(&s->v.columns[c].info, &ix->columns[c + 1]);
+  if (same) return false;
+  const WkColumnInfo *ours[WK_MAX_COLUMNS], *theirs[WK_MAX_COLUMNS];
+  for (uint32_t c = 0; c < ix->column_count; c++) theirs[c] = &ix->columns[c];
+  ours[0] = &ix->columns[0];
+  for (uint32_t c = 0; c < s->v.column_count; c++) ours[c + 1] = &s->v.columns[c].info;
+  char a[1024], b[1024];
+  describe_columns(a, sizeof a, ours, s->v.column_count + 1);
+  describe_columns(b, sizeof b, theirs, ix->column_count);
+  WK_FAIL(WK_ERR_FORMAT,
+          "shard '%s' has the columns (%s) but the index says (%s) (shards of different datasets mixed, or a stale "
+          "index; re-run the converter)",
+          s->path, a, b);
+  return true;
+}
+
 static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
   const WkIndexShard *ix = &ds->index.shards[i];
   Shard *s = wk_calloc(1, sizeof *s, "shard");
@@ -228,7 +273,16 @@ static WkStatus shard_open(WkDataset *ds, uint32_t i, Shard **out) {
                      ds->index.eos);
     goto fail;
   }
-  s->verified = wk_calloc(h->block_count, sizeof *s->verified, "verified-block flags");
+  if (columns_disagree(ds, s)) {
+    status = wk_last_status();
+    goto fail;
+  }
+  uint64_t flags = h->block_count;
+  for (uint32_t c = 0; c < s->v.column_count; c++) {
+    s->verified_base[c + 1] = flags;
+    flags += s->v.columns[c].layout.block_count;
+  }
+  s->verified = wk_calloc(flags ? flags : 1, sizeof *s->verified, "verified-block flags");
   if (!s->verified) { status = WK_ERR_NOMEM; goto fail; }
   *out = s;
   return WK_OK;
@@ -317,16 +371,36 @@ static void shard_release(WkDataset *ds, Shard *s) {
 
 /* ---- reads -------------------------------------------------------------------------------------- */
 
+/* The blocks of a column of an open shard: column 0 is the tokens, column c > 0 the shard's extra column c - 1. */
+typedef struct {
+  WkBlockLayout l;
+  const uint8_t *table;
+  atomic_uchar *verified;
+} Blocks;
+
+static Blocks blocks_of(const Shard *s, uint32_t column) {
+  if (column == 0) return (Blocks){wk_shard_token_layout(&s->v.h), s->v.table, s->verified};
+  const WkColumnEntry *c = &s->v.columns[column - 1];
+  return (Blocks){c->layout, s->v.column_tables[column - 1], s->verified + s->verified_base[column]};
+}
+
+static WkStatus blocks_stored(const Shard *s, uint32_t column, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
+                              uint8_t **copy) {
+  return column == 0 ? wk_shard_view_stored(&s->v, b, e, stored, copy)
+                     : wk_shard_view_column_stored(&s->v, column - 1, b, e, stored, copy);
+}
+
 /* After a block read through a remote blob failed its checks (WK_ERR_FORMAT): forgets the cached copy,
  * reads the block once more into `stored` and verifies (raw: stored is dst) or decodes it into dst. A
  * local blob has no other copy: the first failure stands. */
-static WkStatus refetch_block(Shard *s, uint32_t b, const WkBlockEntry *e, uint8_t *stored, uint8_t *dst) {
+static WkStatus refetch_block(Shard *s, const WkBlockLayout *l, uint32_t b, const WkBlockEntry *e, uint8_t *stored,
+                              uint8_t *dst) {
   if (!s->blob->forget) return WK_ERR_FORMAT;
   wk_logf(WK_LOG_WARN, "%s; fetching it again", wk_last_error());
   s->blob->forget(s->blob, e->offset, e->stored_bytes);
   WkStatus status = s->blob->read_at(s->blob, e->offset, e->stored_bytes, stored);
   if (status == WK_OK)
-    status = stored == dst ? wk_block_verify(e, b, stored, s->path) : wk_block_decode(&s->v.h, e, b, stored, dst, s->path);
+    status = stored == dst ? wk_layout_block_verify(l, e, b, stored, s->path) : wk_layout_block_decode(l, e, b, stored, dst, s->path);
   if (status == WK_ERR_FORMAT) {
     char again[256]; /* copied: the message below is written where this one is */
     snprintf(again, sizeof again, "%s", wk_last_error());
@@ -337,42 +411,63 @@ static WkStatus refetch_block(Shard *s, uint32_t b, const WkBlockEntry *e, uint8
   return status;
 }
 
-/* Copies tokens [within, within+count) of block b of shard i into out, widened to out_bytes. */
-static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
-                           uint8_t *out, uint32_t out_bytes) {
+/* A decoded block held while a reader copies from it: in the mapping (a raw block, verified once), a
+ * pinned cache entry, or a private buffer when the cache has no room. */
+typedef struct {
+  const uint8_t *data;
+  uint64_t bytes;
+  WkCacheEntry *entry;
+  uint8_t *own;
+} Held;
+
+/* Cache keys: (shard, block) for the tokens, as always; a column's blocks add the column above bit 59,
+ * so a dataset of fewer than 2^27 shards keeps them apart (a larger one reads columns uncached). */
+enum { COLUMN_KEY_SHIFT = 59, KEYED_SHARDS = 1u << (COLUMN_KEY_SHIFT - 32) };
+
+static WkStatus block_hold(WkDataset *ds, uint32_t i, Shard *s, uint32_t column, uint32_t b, Held *out) {
+  memset(out, 0, sizeof *out);
+  Blocks k = blocks_of(s, column);
   const WkShardHeader *h = &s->v.h;
-  uint64_t key = (uint64_t)i << 32 | b;
   WkBlockEntry e;
   const uint8_t *stored = NULL;
   uint8_t *copy = NULL;
-  WK_TRY(wk_block_entry_parse(s->v.table, h, b, s->path, &e));
-  /* Raw blocks of a mapped file skip the cache: widened straight from the mapping. */
-  const uint8_t *mapped = e.codec == WK_CODEC_RAW ? s->blob->map(s->blob, e.offset, e.stored_bytes) : NULL;
+  WK_TRY(wk_layout_entry_parse(k.table, h, &k.l, b, s->path, &e));
+  /* Raw blocks of a mapped file skip the cache: read straight from the mapping. */
+  const uint8_t *mapped = e.codec != WK_CODEC_RAW ? NULL
+                          : e.stored_bytes ? s->blob->map(s->blob, e.offset, e.stored_bytes) : (const uint8_t *)"";
   if (mapped) {
-    if (!atomic_load_explicit(&s->verified[b], memory_order_acquire)) {
-      WK_TRY(wk_block_verify(&e, b, mapped, s->path));
+    if (!atomic_load_explicit(&k.verified[b], memory_order_acquire)) {
+      WK_TRY(wk_layout_block_verify(&k.l, &e, b, mapped, s->path));
       atomic_fetch_add(&ds->blocks_verified, 1);
-      atomic_store_explicit(&s->verified[b], 1, memory_order_release);
+      atomic_store_explicit(&k.verified[b], 1, memory_order_release);
     }
-    wk_tokens_widen(mapped + (size_t)within * h->token_bytes, h->token_bytes, count, out, out_bytes);
-    return WK_OK;
+    out->data = mapped;
+    return wk_layout_block_bytes(&k.l, &e, b, mapped, s->path, &out->bytes);
   }
-  size_t decoded_bytes = (size_t)wk_block_token_count(h, b) * h->token_bytes;
+  WkStatus status = WK_OK;
+  if (!k.l.element_bytes && e.codec != WK_CODEC_RAW) /* a zstd blob: its size is in its frame */
+    status = blocks_stored(s, column, b, &e, &stored, &copy);
+  if (status == WK_OK) status = wk_layout_block_bytes(&k.l, &e, b, stored, s->path, &out->bytes);
+  if (status != WK_OK) {
+    free(copy);
+    return status;
+  }
+  bool keyed = (column == 0 || ds->index.shard_count <= KEYED_SHARDS) && out->bytes > 0;
+  uint64_t key = (uint64_t)column << COLUMN_KEY_SHIFT | (uint64_t)i << 32 | b;
   bool fill = false;
-  WkCacheEntry *entry = wk_cache_get(ds->cache, key, decoded_bytes, &fill);
-  uint8_t *decoded = NULL;
+  WkCacheEntry *entry = keyed ? wk_cache_get(ds->cache, key, out->bytes, &fill) : NULL;
   if (entry && !fill) { /* a hit, possibly after waiting for another reader's decode */
-    wk_tokens_widen((const uint8_t *)wk_cache_data(entry) + (size_t)within * h->token_bytes, h->token_bytes, count,
-                    out, out_bytes);
-    wk_cache_release(ds->cache, entry);
+    free(copy);
+    out->entry = entry;
+    out->data = wk_cache_data(entry);
     return WK_OK;
   }
   /* This reader decodes: into the reserved entry, or privately when the budget has no room. */
-  decoded = entry ? wk_cache_buffer(entry, "decoded block") : wk_malloc(decoded_bytes, "decoded block");
-  WkStatus status = decoded ? WK_OK : WK_ERR_NOMEM;
-  if (status == WK_OK) status = wk_shard_view_stored(&s->v, b, &e, &stored, &copy);
-  if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, decoded, s->path);
-  if (status == WK_ERR_FORMAT && copy) status = refetch_block(s, b, &e, copy, decoded);
+  uint8_t *decoded = entry ? wk_cache_buffer(entry, "decoded block") : wk_malloc(out->bytes ? out->bytes : 1, "decoded block");
+  status = decoded ? WK_OK : WK_ERR_NOMEM;
+  if (status == WK_OK && !stored) status = blocks_stored(s, column, b, &e, &stored, &copy);
+  if (status == WK_OK) status = wk_layout_block_decode(&k.l, &e, b, stored, decoded, s->path);
+  if (status == WK_ERR_FORMAT && copy) status = refetch_block(s, &k.l, b, &e, copy, decoded);
   free(copy);
   if (status != WK_OK) {
     if (entry) wk_cache_abandon(ds->cache, entry);
@@ -381,13 +476,25 @@ static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint
   }
   atomic_fetch_add(&ds->blocks_verified, 1);
   if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
-  wk_tokens_widen(decoded + (size_t)within * h->token_bytes, h->token_bytes, count, out, out_bytes);
-  if (entry) {
-    wk_cache_fill(ds->cache, entry);
-    wk_cache_release(ds->cache, entry);
-  } else {
-    free(decoded);
-  }
+  if (entry) wk_cache_fill(ds->cache, entry);
+  out->entry = entry;
+  out->own = entry ? NULL : decoded;
+  out->data = decoded;
+  return WK_OK;
+}
+
+static void block_drop(WkDataset *ds, Held *held) {
+  if (held->entry) wk_cache_release(ds->cache, held->entry);
+  free(held->own);
+}
+
+/* Copies tokens [within, within+count) of block b of shard i into out, widened to out_bytes. */
+static WkStatus read_block(WkDataset *ds, uint32_t i, Shard *s, uint32_t b, uint32_t within, uint32_t count,
+                           uint8_t *out, uint32_t out_bytes) {
+  Held held;
+  WK_TRY(block_hold(ds, i, s, 0, b, &held));
+  wk_tokens_widen(held.data + (size_t)within * s->v.h.token_bytes, s->v.h.token_bytes, count, out, out_bytes);
+  block_drop(ds, &held);
   return WK_OK;
 }
 
@@ -447,6 +554,116 @@ WkStatus wk_dataset_check_shard(WkDataset *ds, uint32_t shard) {
   return WK_OK;
 }
 
+/* ---- columns ---------------------------------------------------------------------------------------- */
+
+uint32_t wk_dataset_column_count(const WkDataset *ds) { return ds ? ds->index.column_count : 0; }
+
+static WkStatus column_of(const WkDataset *ds, uint32_t column, const WkColumnInfo **out) {
+  *out = NULL;
+  if (!ds) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset column: dataset is NULL");
+  if (column >= ds->index.column_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': column %u out of range (it has %u)", ds->path, column,
+                   ds->index.column_count);
+  *out = &ds->index.columns[column];
+  return WK_OK;
+}
+
+WkStatus wk_dataset_column_info(const WkDataset *ds, uint32_t column, WkColumnInfo *out) {
+  const WkColumnInfo *info = NULL;
+  WK_TRY(column_of(ds, column, &info));
+  if (!out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_column_info: out is NULL");
+  *out = *info;
+  return WK_OK;
+}
+
+WkStatus wk_dataset_column_find(const WkDataset *ds, const char *name, uint32_t *column) {
+  if (!ds || !name || !column) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_column_find: NULL argument");
+  const WkColumnInfo *infos[WK_MAX_COLUMNS];
+  for (uint32_t c = 0; c < ds->index.column_count; c++) {
+    if (strcmp(ds->index.columns[c].name, name) == 0) return *column = c, WK_OK;
+    infos[c] = &ds->index.columns[c];
+  }
+  char list[1024];
+  describe_columns(list, sizeof list, infos, ds->index.column_count);
+  return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' has no column '%s' (its columns: %s)", ds->path, name, list);
+}
+
+/* A column's info, checked to be of a kind the call reads, and the shard's rows of it. */
+static WkStatus column_for(WkDataset *ds, uint32_t column, uint32_t shard, bool blob, const char *call,
+                           const WkColumnInfo **info, uint64_t *rows) {
+  WK_TRY(column_of(ds, column, info));
+  if (shard >= ds->index.shard_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': shard %u out of range (it has %u)", ds->path, shard,
+                   ds->index.shard_count);
+  if (((*info)->kind == WK_COLUMN_BYTES) != blob)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': %s cannot read column '%s' (%s); %s", ds->path, call,
+                   (*info)->name, wk_column_kind_name((*info)->kind),
+                   blob ? "wk_dataset_read_column reads fixed-width columns" : "its blobs are read by wk_dataset_read_blob");
+  bool per_token = (*info)->kind == WK_COLUMN_TOKENS || (*info)->kind == WK_COLUMN_TOKEN_U8;
+  *rows = per_token ? ds->index.shards[shard].tokens : ds->index.shards[shard].documents;
+  return WK_OK;
+}
+
+WkStatus wk_dataset_read_column(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t first, uint64_t count,
+                                void *out) {
+  const WkColumnInfo *info = NULL;
+  uint64_t rows = 0;
+  WK_TRY(column_for(ds, column, shard, false, "wk_dataset_read_column", &info, &rows));
+  if (first > rows || count > rows - first)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' shard %u column '%s': rows [%llu, +%llu) past its end (%llu rows)",
+                   ds->path, shard, info->name, (unsigned long long)first, (unsigned long long)count,
+                   (unsigned long long)rows);
+  if (count == 0) return WK_OK;
+  if (!out) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_read_column: out is NULL");
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  Blocks k = blocks_of(s, column);
+  WkStatus status = WK_OK;
+  uint8_t *at = out;
+  while (count > 0 && status == WK_OK) {
+    uint32_t b = (uint32_t)(first / k.l.rows_per_block);
+    uint64_t within = first % k.l.rows_per_block, n = wk_layout_block_rows(&k.l, b) - within;
+    if (n > count) n = count;
+    Held held;
+    status = block_hold(ds, shard, s, column, b, &held);
+    if (status != WK_OK) break;
+    memcpy(at, held.data + within * k.l.element_bytes, (size_t)(n * k.l.element_bytes));
+    block_drop(ds, &held);
+    first += n;
+    count -= n;
+    at += n * k.l.element_bytes;
+  }
+  shard_release(ds, s);
+  return status;
+}
+
+WkStatus wk_dataset_read_blob(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t record, void *out,
+                              uint64_t capacity, uint64_t *size) {
+  const WkColumnInfo *info = NULL;
+  uint64_t rows = 0;
+  WK_TRY(column_for(ds, column, shard, true, "wk_dataset_read_blob", &info, &rows));
+  if (!size) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_dataset_read_blob: size is NULL");
+  if (record >= rows)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' shard %u column '%s': record %llu out of range (it has %llu)",
+                   ds->path, shard, info->name, (unsigned long long)record, (unsigned long long)rows);
+  Shard *s;
+  WK_TRY(shard_acquire(ds, shard, &s));
+  Held held;
+  WkStatus status = block_hold(ds, shard, s, column, (uint32_t)record, &held);
+  if (status == WK_OK) {
+    *size = held.bytes;
+    if (out && capacity < held.bytes)
+      status = WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s' shard %u column '%s' record %llu: a blob of %llu bytes does "
+                       "not fit in %llu", ds->path, shard, info->name, (unsigned long long)record,
+                       (unsigned long long)held.bytes, (unsigned long long)capacity);
+    else if (out && held.bytes)
+      memcpy(out, held.data, (size_t)held.bytes);
+    block_drop(ds, &held);
+  }
+  shard_release(ds, s);
+  return status;
+}
+
 /* ---- what the loader's reads need ---------------------------------------------------------------- */
 
 WkStatus wk_dataset_block_tokens(WkDataset *ds, uint32_t *out) {
@@ -498,39 +715,41 @@ WkStatus wk_dataset_shard_codec(WkDataset *ds, uint32_t shard, uint32_t *codec) 
 
 /* Reads the stored bytes with read_at (a copy into `stored`, not the mapping: mapped pages would stay
  * resident, and large folios map far beyond the block) and decodes them into dst. */
-static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t first, uint32_t end, uint8_t *dst) {
-  const WkShardHeader *h = &s->v.h;
+static WkStatus decode_blocks(WkDataset *ds, Shard *s, uint32_t column, uint32_t first, uint32_t end, uint8_t *dst) {
+  Blocks k = blocks_of(s, column);
   uint8_t *stored = NULL;
   size_t capacity = 0;
   WkStatus status = WK_OK;
   for (uint32_t b = first; b < end && status == WK_OK; b++) {
     WkBlockEntry e;
-    status = wk_block_entry_parse(s->v.table, h, b, s->path, &e);
+    status = wk_layout_entry_parse(k.table, &s->v.h, &k.l, b, s->path, &e);
     if (status == WK_OK && e.codec != WK_CODEC_RAW && e.stored_bytes > capacity) {
       free(stored);
       capacity = e.stored_bytes;
       stored = wk_malloc(capacity, "stored block");
       if (!stored) status = wk_last_status();
     }
-    if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the tokens: read them in place */
+    if (status == WK_OK && e.codec == WK_CODEC_RAW) { /* the stored bytes are the rows: read them in place */
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, dst);
-      if (status == WK_OK) status = wk_block_verify(&e, b, dst, s->path);
-      if (status == WK_ERR_FORMAT) status = refetch_block(s, b, &e, dst, dst);
+      if (status == WK_OK) status = wk_layout_block_verify(&k.l, &e, b, dst, s->path);
+      if (status == WK_ERR_FORMAT) status = refetch_block(s, &k.l, b, &e, dst, dst);
     } else if (status == WK_OK) {
       status = s->blob->read_at(s->blob, e.offset, e.stored_bytes, stored);
-      if (status == WK_OK) status = wk_block_decode(h, &e, b, stored, dst, s->path);
-      if (status == WK_ERR_FORMAT) status = refetch_block(s, b, &e, stored, dst);
+      if (status == WK_OK) status = wk_layout_block_decode(&k.l, &e, b, stored, dst, s->path);
+      if (status == WK_ERR_FORMAT) status = refetch_block(s, &k.l, b, &e, stored, dst);
     }
     if (status != WK_OK) break;
     atomic_fetch_add(&ds->blocks_verified, 1);
     if (e.codec == WK_CODEC_ZSTD) atomic_fetch_add(&ds->blocks_decoded, 1);
-    dst += (size_t)wk_block_token_count(h, b) * h->token_bytes;
+    dst += (size_t)(wk_layout_block_rows(&k.l, b) * k.l.element_bytes);
   }
   free(stored);
   return status;
 }
 
-WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst) {
+/* Blocks of stream positions [begin, end) of a per-position column (the tokens, or a TOKEN_U8 column). */
+static WkStatus decode_positions(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                                 void *dst) {
   Shard *s;
   WK_TRY(shard_acquire(ds, shard, &s));
   const WkShardHeader *h = &s->v.h;
@@ -539,10 +758,21 @@ WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, 
     status = WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': tokens [%llu, %llu) are not a range of whole blocks", s->path,
                      (unsigned long long)begin, (unsigned long long)end);
   else
-    status = decode_blocks(ds, s, (uint32_t)(begin / h->block_tokens),
+    status = decode_blocks(ds, s, column, (uint32_t)(begin / h->block_tokens),
                            (uint32_t)((end + h->block_tokens - 1) / h->block_tokens), dst);
   shard_release(ds, s);
   return status;
+}
+
+WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst) {
+  return decode_positions(ds, 0, shard, begin, end, dst);
+}
+
+WkStatus wk_dataset_decode_column_range(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                                        void *dst) {
+  if (column >= ds->index.column_count || ds->index.columns[column].kind != WK_COLUMN_TOKEN_U8)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "dataset '%s': column %u is not a token_u8 column", ds->path, column);
+  return decode_positions(ds, column, shard, begin, end, dst);
 }
 
 static WkStatus advise_open(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice) {

@@ -39,6 +39,10 @@ WkStatus wk_dataset_read_into(WkDataset *ds, uint32_t shard, uint64_t offset, ui
 /* Verifies and decodes the blocks holding tokens [begin, end) of a shard (begin on a block boundary)
  * into dst, in the stored width, bypassing the block cache and the file mapping. */
 WkStatus wk_dataset_decode_range(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, void *dst);
+/* The same for a TOKEN_U8 column (its blocks cover the token blocks' positions): bytes of positions
+ * [begin, end) into dst. */
+WkStatus wk_dataset_decode_column_range(WkDataset *ds, uint32_t column, uint32_t shard, uint64_t begin, uint64_t end,
+                                        void *dst);
 /* Passes an advice about the bytes holding tokens [begin, end) of a shard to its blob, block by block. */
 WkStatus wk_dataset_advise(WkDataset *ds, uint32_t shard, uint64_t begin, uint64_t end, WkAdvice advice);
 /* Adds a dataset's remote counters to sum (disk_bytes: the largest, as sources share a directory). */

@@ -41,6 +41,7 @@ void wk_index_free(WkIndex *index) {
   for (uint32_t i = 0; i < index->shard_count; i++) free(index->shards[i].name);
   free(index->shards);
   free(index->tokenizer);
+  free(index->columns);
   memset(index, 0, sizeof *index);
 }
 
@@ -96,6 +97,78 @@ static WkStatus parse_template(const WkJson *node, const char *name, WkIndex *ix
   return WK_OK;
 }
 
+void wk_index_tokens_column(uint32_t token_bytes, WkColumnInfo *out) {
+  *out = (WkColumnInfo){.name = "tokens", .kind = WK_COLUMN_TOKENS, .dtype = token_bytes == 2 ? WK_U16 : WK_I32,
+                        .element_bytes = token_bytes};
+}
+
+/* One "columns" entry besides the tokens: {"name": ..., "kind": ...} and, for a tensor, "dtype" and "shape". */
+static WkStatus parse_column(const WkJson *node, const char *name, uint32_t c, WkColumnInfo *info) {
+  const WkJson *column_name = wk_json_get(node, "name"), *kind = wk_json_get(node, "kind");
+  if (node->type != WK_JSON_OBJECT || !column_name || column_name->type != WK_JSON_STRING || !kind ||
+      kind->type != WK_JSON_STRING)
+    return BAD("index '%s' column %u: needs a \"name\" and a \"kind\" string", name, c);
+  if (!wk_column_name_is_valid(column_name->string, column_name->length))
+    return BAD("index '%s' column %u: name '%s' is not [A-Za-z_][A-Za-z0-9_]* of at most %d characters", name, c,
+               column_name->string, WK_COLUMN_NAME_BYTES - 1);
+  memcpy(info->name, column_name->string, column_name->length);
+  if (!wk_column_kind_parse(kind->string, &info->kind) || info->kind == WK_COLUMN_TOKENS)
+    return BAD("index '%s' column '%s': unknown kind '%s' (expected token_u8, i64, f32, tensor or bytes)", name,
+               info->name, kind->string);
+  static const uint32_t KIND_DTYPE[WK_COLUMN_KIND_COUNT] = {
+      [WK_COLUMN_TOKEN_U8] = WK_U8, [WK_COLUMN_I64] = WK_I64, [WK_COLUMN_F32] = WK_F32, [WK_COLUMN_BYTES] = WK_U8};
+  info->dtype = KIND_DTYPE[info->kind];
+  if (info->kind == WK_COLUMN_TENSOR) {
+    const WkJson *dtype = wk_json_get(node, "dtype"), *shape = wk_json_get(node, "shape");
+    if (!dtype || dtype->type != WK_JSON_STRING || !wk_column_dtype_parse(dtype->string, &info->dtype) ||
+        !shape || shape->type != WK_JSON_ARRAY)
+      return BAD("index '%s' column '%s': a tensor needs \"dtype\" (f32, i32, i64 or u8) and \"shape\" (a list of "
+                 "1 to 4 sizes)",
+                 name, info->name);
+    for (const WkJson *d = shape->child; d; d = d->next) {
+      uint64_t size = 0;
+      if (info->ndim == WK_COLUMN_MAX_DIMS || !wk_json_u64(d, &size) || size == 0 || size > UINT32_MAX)
+        return BAD("index '%s' column '%s': \"shape\" must be 1 to 4 sizes of at least 1", name, info->name);
+      info->shape[info->ndim++] = (uint32_t)size;
+    }
+  }
+  char where[1100];
+  snprintf(where, sizeof where, "index '%s'", name);
+  return wk_column_info_check(info, where);
+}
+
+/* "columns" (version 2): the tokens first, then the others, names unique. Version 1: the tokens alone. */
+static WkStatus parse_columns(const WkJson *node, const char *name, WkIndex *ix) {
+  uint64_t count = 1;
+  if (ix->version >= 2) {
+    if (!node || node->type != WK_JSON_ARRAY || !node->child)
+      return BAD("index '%s': version %u needs a \"columns\" list starting with {\"name\": \"tokens\", \"kind\": "
+                 "\"tokens\"}",
+                 name, ix->version);
+    count = 0;
+    for (const WkJson *c = node->child; c; c = c->next) count++;
+    if (count > WK_MAX_COLUMNS)
+      return BAD("index '%s': %llu columns, at most %d", name, (unsigned long long)count, WK_MAX_COLUMNS);
+  }
+  ix->columns = wk_calloc(count, sizeof *ix->columns, "index columns");
+  if (!ix->columns) return WK_ERR_NOMEM;
+  ix->column_count = (uint32_t)count;
+  wk_index_tokens_column(ix->token_bytes, &ix->columns[0]);
+  if (ix->version < 2) return WK_OK;
+  const WkJson *first = node->child, *first_name = wk_json_get(first, "name"), *first_kind = wk_json_get(first, "kind");
+  if (!first_name || first_name->type != WK_JSON_STRING || strcmp(first_name->string, "tokens") != 0 || !first_kind ||
+      first_kind->type != WK_JSON_STRING || strcmp(first_kind->string, "tokens") != 0)
+    return BAD("index '%s': the first column must be {\"name\": \"tokens\", \"kind\": \"tokens\"}", name);
+  uint32_t c = 1;
+  for (const WkJson *node_c = first->next; node_c; node_c = node_c->next, c++) {
+    WK_TRY(parse_column(node_c, name, c, &ix->columns[c]));
+    for (uint32_t o = 0; o < c; o++)
+      if (strcmp(ix->columns[o].name, ix->columns[c].name) == 0)
+        return BAD("index '%s': two columns are named '%s'", name, ix->columns[c].name);
+  }
+  return WK_OK;
+}
+
 static int compare_names(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -136,6 +209,7 @@ static WkStatus parse_tree(const WkJson *root, const char *name, WkIndex *ix) {
   ix->eos = (uint32_t)eos;
   ix->token_bytes = (uint32_t)width;
   WK_TRY(parse_template(wk_json_get(root, "template"), name, ix));
+  WK_TRY(parse_columns(wk_json_get(root, "columns"), name, ix));
 
   const WkJson *shards = wk_json_get(root, "shards");
   if (!shards || shards->type != WK_JSON_ARRAY) return BAD("index '%s': missing \"shards\" array", name);
@@ -243,9 +317,29 @@ static void append_string(Buffer *b, const char *s) {
   append(b, "\"");
 }
 
+/* "columns": [{"name": "tokens", "kind": "tokens"}, ..., {"name": "emb", "kind": "tensor", "dtype": "f32", "shape": [4, 8]}] */
+static void append_columns(Buffer *b, const WkIndex *ix) {
+  append(b, "  \"columns\": [");
+  for (uint32_t c = 0; c < ix->column_count; c++) {
+    const WkColumnInfo *info = &ix->columns[c];
+    append(b, "%s{\"name\": ", c ? ", " : "");
+    append_string(b, info->name);
+    append(b, ", \"kind\": \"%s\"", wk_column_kind_name(info->kind));
+    if (info->kind == WK_COLUMN_TENSOR) {
+      const char *dtype = wk_column_dtype_name(info->dtype);
+      append(b, ", \"dtype\": \"%s\", \"shape\": [", dtype ? dtype : "?");
+      for (uint32_t d = 0; d < info->ndim; d++) append(b, "%s%u", d ? ", " : "", info->shape[d]);
+      append(b, "]");
+    }
+    append(b, "}");
+  }
+  append(b, "],\n");
+}
+
 WkStatus wk_index_format(const WkIndex *ix, const char *extra, char **out, size_t *length) {
   Buffer b = {0};
-  append(&b, "{\n  \"format\": \"" INDEX_FORMAT_NAME "\",\n  \"version\": %d,\n  \"tokenizer\": ", WK_INDEX_VERSION);
+  append(&b, "{\n  \"format\": \"" INDEX_FORMAT_NAME "\",\n  \"version\": %d,\n  \"tokenizer\": ",
+         ix->column_count > 1 ? 2 : 1);
   append_string(&b, ix->tokenizer);
   if (ix->tokenizer_fingerprint) append(&b, ",\n  \"tokenizer_fingerprint\": \"%016" PRIx64 "\"", ix->tokenizer_fingerprint);
   append(&b, ",\n  \"vocab_size\": %u,\n  \"eos\": %u,\n  \"token_bytes\": %u,\n", ix->vocab_size, ix->eos,
@@ -259,6 +353,7 @@ WkStatus wk_index_format(const WkIndex *ix, const char *extra, char **out, size_
     for (uint32_t i = 0; i < t->suffix; i++) append(&b, "%s%u", i ? ", " : "", t->ids[t->prefix + i]);
     append(&b, "]},\n");
   }
+  if (ix->column_count > 1) append_columns(&b, ix);
   append(&b, "  \"tokens\": %" PRIu64 ",\n  \"documents\": %" PRIu64 ",\n", ix->tokens, ix->documents);
   if (extra && extra[0]) append(&b, "  \"converter\": {%s},\n", extra);
   append(&b, "  \"shards\": [");

@@ -16,7 +16,7 @@ extern "C" {
 
 /* ---- dataset index (index.json) ------------------------------------------------------------------ */
 
-enum { WK_INDEX_VERSION = 1 };
+enum { WK_INDEX_VERSION = 2 }; /* the newest this reader knows; a dataset of tokens only is written as 1 */
 
 typedef struct {
   char *name;
@@ -40,11 +40,18 @@ typedef struct {
   uint64_t tokens, documents;
   uint32_t shard_count;
   WkIndexShard *shards;
+  /* The columns (index.json "columns", version 2): column 0 is always the tokens (element_bytes the
+   * stored width); a version 1 index reads as that one column. The writer writes version 2 exactly
+   * when column_count > 1 (0 or 1: version 1, no "columns"). */
+  uint32_t column_count;
+  WkColumnInfo *columns;
 } WkIndex;
 
 /* Parses and validates index text (names safe, counts consistent); name is the file for messages. */
 WkStatus wk_index_parse(const char *text, size_t length, const char *name, WkIndex *out);
 void wk_index_free(WkIndex *index);
+/* Column 0 of a dataset of token_bytes-wide tokens: "tokens", its kind, dtype (u16 or i32) and width. */
+void wk_index_tokens_column(uint32_t token_bytes, WkColumnInfo *out);
 /* Serializes deterministically (fixed key order, no timestamps); *out is malloc'd. extra is a
  * JSON object body (may be NULL) describing how it was made. */
 WkStatus wk_index_format(const WkIndex *index, const char *extra, char **out, size_t *length);

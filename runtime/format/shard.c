@@ -1,6 +1,8 @@
 /*
  * shard.c — reading the shard format: header, block table and document index validation,
- * block checksums and decoding, and the "view" that does all of it through a WkBlob. No
+ * block checksums and decoding, the column table of version 2 (each column a block table of its own,
+ * read by the same code as the tokens' through a WkBlockLayout), and the "view" that does all of it
+ * through a WkBlob. No
  * files, locks or caches here (only a per-thread zstd context), so the fuzz target drives exactly
  * the code the dataset reader runs.
  *
@@ -8,6 +10,7 @@
  * (the format is in FORMAT.md).
  */
 #include <pthread.h>
+#include <stdio.h>  /* snprintf */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>  /* XXH3_64bits, XXH3 streaming state */
@@ -39,8 +42,8 @@ static void put64(uint8_t *p, uint64_t v) {
 enum {
   H_MAGIC = 0, H_VERSION = 8, H_HEADER_BYTES = 12, H_FLAGS = 16, H_TOKEN_BYTES = 20, H_CODEC = 24,
   H_BLOCK_TOKENS = 28, H_TOKENS = 32, H_DOCUMENTS = 40, H_FILE_BYTES = 48, H_BLOCK_COUNT = 56, H_VOCAB = 60,
-  H_EOS = 64, H_RESERVED0 = 68, H_PAYLOAD = 72, H_BLOCK_TABLE = 80, H_DOC_INDEX = 88, H_BLOCK_TABLE_HASH = 96,
-  H_DOC_INDEX_HASH = 104, H_RESERVED1 = 112, H_HEADER_HASH = 120
+  H_EOS = 64, H_COLUMN_COUNT = 68, H_PAYLOAD = 72, H_BLOCK_TABLE = 80, H_DOC_INDEX = 88, H_BLOCK_TABLE_HASH = 96,
+  H_DOC_INDEX_HASH = 104, H_COLUMN_TABLE_HASH = 112, H_HEADER_HASH = 120
 };
 
 void wk_shard_header_encode(const WkShardHeader *h, uint8_t out[WK_SHARD_HEADER_BYTES]) {
@@ -63,6 +66,8 @@ void wk_shard_header_encode(const WkShardHeader *h, uint8_t out[WK_SHARD_HEADER_
   put64(out + H_DOC_INDEX, h->doc_index_offset);
   put64(out + H_BLOCK_TABLE_HASH, h->block_table_hash);
   put64(out + H_DOC_INDEX_HASH, h->doc_index_hash);
+  put32(out + H_COLUMN_COUNT, h->column_count);
+  put64(out + H_COLUMN_TABLE_HASH, h->column_table_hash);
   put64(out + H_HEADER_HASH, wk_hash64(out, H_HEADER_HASH));
 }
 
@@ -106,6 +111,8 @@ WkStatus wk_shard_header_parse(const uint8_t *b, size_t length, uint64_t file_si
   h->doc_index_offset = get64(b + H_DOC_INDEX);
   h->block_table_hash = get64(b + H_BLOCK_TABLE_HASH);
   h->doc_index_hash = get64(b + H_DOC_INDEX_HASH);
+  h->column_count = get32(b + H_COLUMN_COUNT);
+  h->column_table_hash = get64(b + H_COLUMN_TABLE_HASH);
 
   if (get32(b + H_HEADER_BYTES) != WK_SHARD_HEADER_BYTES)
     return BAD("shard '%s': header size %u, expected %d for version %u", name, get32(b + H_HEADER_BYTES),
@@ -132,12 +139,22 @@ WkStatus wk_shard_header_parse(const uint8_t *b, size_t length, uint64_t file_si
   if (h->documents > h->tokens || (h->tokens > 0 && h->documents == 0))
     return BAD("shard '%s': %llu documents cannot end %llu tokens with one EOS each (" CORRUPT_HINT ")", name,
                (unsigned long long)h->documents, (unsigned long long)h->tokens);
+  if (h->version == 1 && (h->column_count != 0 || h->column_table_hash != 0))
+    return BAD("shard '%s': reserved header fields are not 0 in a version 1 shard (" CORRUPT_HINT ")", name);
+  if (h->column_count >= WK_MAX_COLUMNS)
+    return BAD("shard '%s': %u columns besides the tokens, at most %d (" CORRUPT_HINT ")", name, h->column_count,
+               WK_MAX_COLUMNS - 1);
+  /* Version 2: the column table follows the document index; the column block tables after it are
+   * checked to tile the rest when the table is read (wk_shard_view_open). */
+  uint64_t columns_bytes = (uint64_t)h->column_count * WK_SHARD_COLUMN_ENTRY_BYTES;
   if (h->payload_offset != WK_SHARD_HEADER_BYTES || h->block_table_offset < h->payload_offset ||
       h->block_table_offset > file_size ||
       (uint64_t)h->block_count * WK_SHARD_BLOCK_ENTRY_BYTES != h->doc_index_offset - h->block_table_offset ||
       h->doc_index_offset < h->block_table_offset || h->doc_index_offset > file_size ||
       h->documents > (file_size - h->doc_index_offset) / WK_SHARD_DOC_ENTRY_BYTES ||
-      h->doc_index_offset + h->documents * WK_SHARD_DOC_ENTRY_BYTES != file_size)
+      (h->column_table_offset = h->doc_index_offset + h->documents * WK_SHARD_DOC_ENTRY_BYTES) > file_size ||
+      columns_bytes > file_size - h->column_table_offset ||
+      (h->column_count == 0 && h->column_table_offset != file_size))
     return BAD("shard '%s': sections (payload %llu, block table %llu, document index %llu, end %llu) do not tile "
                "the file (" CORRUPT_HINT ")",
                name, (unsigned long long)h->payload_offset, (unsigned long long)h->block_table_offset,
@@ -145,7 +162,7 @@ WkStatus wk_shard_header_parse(const uint8_t *b, size_t length, uint64_t file_si
   return WK_OK;
 }
 
-/* ---- block table ---------------------------------------------------------------------------- */
+/* ---- block tables (the tokens' and each column's) ------------------------------------------------ */
 
 void wk_block_entry_encode(const WkBlockEntry *e, uint8_t out[WK_SHARD_BLOCK_ENTRY_BYTES]) {
   put64(out, e->offset);
@@ -154,50 +171,83 @@ void wk_block_entry_encode(const WkBlockEntry *e, uint8_t out[WK_SHARD_BLOCK_ENT
   put64(out + 16, e->hash);
 }
 
-uint32_t wk_block_token_count(const WkShardHeader *h, uint32_t block) {
-  uint64_t first = (uint64_t)block * h->block_tokens;
-  uint64_t left = h->tokens > first ? h->tokens - first : 0;
-  return left < h->block_tokens ? (uint32_t)left : h->block_tokens;
+WkBlockLayout wk_shard_token_layout(const WkShardHeader *h) {
+  return (WkBlockLayout){.rows = h->tokens, .element_bytes = h->token_bytes, .rows_per_block = h->block_tokens,
+                         .block_count = h->block_count, .align = h->token_bytes};
 }
 
-WkStatus wk_block_entry_parse(const uint8_t *table, const WkShardHeader *h, uint32_t block, const char *name,
-                              WkBlockEntry *e) {
+uint64_t wk_layout_block_rows(const WkBlockLayout *l, uint32_t block) {
+  uint64_t first = (uint64_t)block * l->rows_per_block;
+  uint64_t left = l->rows > first ? l->rows - first : 0;
+  return left < l->rows_per_block ? left : l->rows_per_block;
+}
+
+uint32_t wk_block_token_count(const WkShardHeader *h, uint32_t block) {
+  WkBlockLayout l = wk_shard_token_layout(h);
+  return (uint32_t)wk_layout_block_rows(&l, block);
+}
+
+/* "shard 'NAME' block 3" or "shard 'NAME' column 'label' block 3": how every block message starts. */
+typedef struct {
+  char text[1200];
+} Where;
+
+static Where block_where(const char *name, const WkBlockLayout *l, uint32_t block) {
+  Where w;
+  if (l && l->column) snprintf(w.text, sizeof w.text, "shard '%s' column '%s' block %u", name, l->column, block);
+  else snprintf(w.text, sizeof w.text, "shard '%s' block %u", name, block);
+  return w;
+}
+
+WkStatus wk_layout_entry_parse(const uint8_t *table, const WkShardHeader *h, const WkBlockLayout *l, uint32_t block,
+                               const char *name, WkBlockEntry *e) {
   const uint8_t *p = table + (size_t)block * WK_SHARD_BLOCK_ENTRY_BYTES;
   e->offset = get64(p);
   e->stored_bytes = get32(p + 8);
   e->codec = get32(p + 12);
   e->hash = get64(p + 16);
-  uint64_t decoded = (uint64_t)wk_block_token_count(h, block) * h->token_bytes;
+  uint64_t decoded = wk_layout_block_rows(l, block) * l->element_bytes; /* 0 for a blob: known from its frame */
   if (e->offset < h->payload_offset || e->offset > h->block_table_offset ||
       e->stored_bytes > h->block_table_offset - e->offset)
-    return BAD("shard '%s' block %u: stored at [%llu, +%u) outside the payload [%llu, %llu) (" CORRUPT_HINT ")", name,
-               block, (unsigned long long)e->offset, e->stored_bytes, (unsigned long long)h->payload_offset,
-               (unsigned long long)h->block_table_offset);
+    return BAD("%s: stored at [%llu, +%u) outside the payload [%llu, %llu) (" CORRUPT_HINT ")",
+               block_where(name, l, block).text, (unsigned long long)e->offset, e->stored_bytes,
+               (unsigned long long)h->payload_offset, (unsigned long long)h->block_table_offset);
   if (e->codec == WK_CODEC_RAW) {
-    if (e->stored_bytes != decoded)
-      return BAD("shard '%s' block %u: raw block of %u bytes, expected %llu (" CORRUPT_HINT ")", name, block,
+    if (l->element_bytes && e->stored_bytes != decoded)
+      return BAD("%s: raw block of %u bytes, expected %llu (" CORRUPT_HINT ")", block_where(name, l, block).text,
                  e->stored_bytes, (unsigned long long)decoded);
-    if (e->offset % h->token_bytes != 0)
-      return BAD("shard '%s' block %u: raw block at unaligned offset %llu (" CORRUPT_HINT ")", name, block,
+    if (e->offset % l->align != 0)
+      return BAD("%s: raw block at unaligned offset %llu (" CORRUPT_HINT ")", block_where(name, l, block).text,
                  (unsigned long long)e->offset);
   } else if (e->codec == WK_CODEC_ZSTD) {
-    if (e->stored_bytes == 0 || e->stored_bytes > ZSTD_compressBound((size_t)decoded))
-      return BAD("shard '%s' block %u: zstd block of %u bytes for %llu decoded bytes (" CORRUPT_HINT ")", name,
-                 block, e->stored_bytes, (unsigned long long)decoded);
+    if (e->stored_bytes == 0 || (l->element_bytes && e->stored_bytes > ZSTD_compressBound((size_t)decoded)))
+      return BAD("%s: zstd block of %u bytes for %llu decoded bytes (" CORRUPT_HINT ")",
+                 block_where(name, l, block).text, e->stored_bytes, (unsigned long long)decoded);
   } else {
-    return BAD("shard '%s' block %u: unknown codec %u (" CORRUPT_HINT ")", name, block, e->codec);
+    return BAD("%s: unknown codec %u (" CORRUPT_HINT ")", block_where(name, l, block).text, e->codec);
   }
   return WK_OK;
 }
 
+WkStatus wk_block_entry_parse(const uint8_t *table, const WkShardHeader *h, uint32_t block, const char *name,
+                              WkBlockEntry *e) {
+  WkBlockLayout l = wk_shard_token_layout(h);
+  return wk_layout_entry_parse(table, h, &l, block, name, e);
+}
+
 /* ---- blocks --------------------------------------------------------------------------------- */
 
-WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stored, const char *name) {
+WkStatus wk_layout_block_verify(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                                const char *name) {
   uint64_t actual = wk_hash64(stored, e->stored_bytes);
   if (actual != e->hash)
-    return BAD("shard '%s' block %u: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", name, block,
+    return BAD("%s: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", block_where(name, l, block).text,
                (unsigned long long)actual, (unsigned long long)e->hash);
   return WK_OK;
+}
+
+WkStatus wk_block_verify(const WkBlockEntry *e, uint32_t block, const void *stored, const char *name) {
+  return wk_layout_block_verify(NULL, e, block, stored, name);
 }
 
 /* One decompression context per thread, freed when the thread exits. */
@@ -224,26 +274,225 @@ static ZSTD_DCtx *thread_dctx(void) {
   return dctx;
 }
 
-WkStatus wk_block_decode(const WkShardHeader *h, const WkBlockEntry *e, uint32_t block, const void *stored,
-                         void *dst, const char *name) {
-  WK_TRY(wk_block_verify(e, block, stored, name));
-  size_t decoded = (size_t)wk_block_token_count(h, block) * h->token_bytes;
+WkStatus wk_layout_block_bytes(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                               const char *name, uint64_t *bytes) {
+  if (l->element_bytes || e->codec == WK_CODEC_RAW) {
+    *bytes = l->element_bytes ? wk_layout_block_rows(l, block) * l->element_bytes : e->stored_bytes;
+    return WK_OK;
+  }
+  unsigned long long content = ZSTD_getFrameContentSize(stored, e->stored_bytes);
+  if (content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR || content > UINT32_MAX)
+    return BAD("%s: a zstd blob whose frame does not say its size, or says more than 4 GiB - 1 (" CORRUPT_HINT ")",
+               block_where(name, l, block).text);
+  *bytes = content;
+  return WK_OK;
+}
+
+WkStatus wk_layout_block_decode(const WkBlockLayout *l, const WkBlockEntry *e, uint32_t block, const void *stored,
+                                void *dst, const char *name) {
+  WK_TRY(wk_layout_block_verify(l, e, block, stored, name));
+  uint64_t bytes = 0;
+  WK_TRY(wk_layout_block_bytes(l, e, block, stored, name, &bytes));
+  size_t decoded = (size_t)bytes;
   if (e->codec == WK_CODEC_RAW) {
-    memcpy(dst, stored, decoded);
+    if (decoded) memcpy(dst, stored, decoded);
     return WK_OK;
   }
   unsigned long long content = ZSTD_getFrameContentSize(stored, e->stored_bytes);
   if (content != decoded)
-    return BAD("shard '%s' block %u: zstd frame holds %lld bytes, expected %zu (" CORRUPT_HINT ")", name, block,
+    return BAD("%s: zstd frame holds %lld bytes, expected %zu (" CORRUPT_HINT ")", block_where(name, l, block).text,
                content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR ? -1LL : (long long)content,
                decoded);
   ZSTD_DCtx *dctx = thread_dctx();
   if (!dctx) return wk_last_status();
   size_t n = ZSTD_decompressDCtx(dctx, dst, decoded, stored, e->stored_bytes);
   if (ZSTD_isError(n))
-    return BAD("shard '%s' block %u: zstd: %s (" CORRUPT_HINT ")", name, block, ZSTD_getErrorName(n));
+    return BAD("%s: zstd: %s (" CORRUPT_HINT ")", block_where(name, l, block).text, ZSTD_getErrorName(n));
   if (n != decoded)
-    return BAD("shard '%s' block %u: decoded %zu bytes, expected %zu (" CORRUPT_HINT ")", name, block, n, decoded);
+    return BAD("%s: decoded %zu bytes, expected %zu (" CORRUPT_HINT ")", block_where(name, l, block).text, n, decoded);
+  return WK_OK;
+}
+
+WkStatus wk_block_decode(const WkShardHeader *h, const WkBlockEntry *e, uint32_t block, const void *stored,
+                         void *dst, const char *name) {
+  WkBlockLayout l = wk_shard_token_layout(h);
+  return wk_layout_block_decode(&l, e, block, stored, dst, name);
+}
+
+/* ---- columns (version 2) ----------------------------------------------------------------------- */
+
+/* The kinds, as index.json, the converter and Lua name them, with the dtype each holds (-1: a tensor's own). */
+#define COLUMN_KINDS(X) \
+  X(TOKENS, "tokens", -1) X(TOKEN_U8, "token_u8", WK_U8) X(I64, "i64", WK_I64) X(F32, "f32", WK_F32) \
+  X(TENSOR, "tensor", -1) X(BYTES, "bytes", WK_U8)
+#define KIND_NAME(kind, text, dtype) [WK_COLUMN_##kind] = text,
+#define KIND_DTYPE(kind, text, dtype) [WK_COLUMN_##kind] = dtype,
+static const char *const KIND_NAMES[WK_COLUMN_KIND_COUNT] = {COLUMN_KINDS(KIND_NAME)};
+static const int KIND_DTYPES[WK_COLUMN_KIND_COUNT] = {COLUMN_KINDS(KIND_DTYPE)};
+#undef KIND_NAME
+#undef KIND_DTYPE
+
+/* The dtypes a column may hold: tokens (u16, i32 for u32 ids), a tensor's, the scalars'. */
+static const struct {
+  uint32_t dtype;
+  const char *name;
+  uint32_t bytes;
+  bool tensor;
+} COLUMN_DTYPES[] = {
+    {WK_F32, "f32", 4, true}, {WK_I32, "i32", 4, true}, {WK_I64, "i64", 8, true}, {WK_U8, "u8", 1, true},
+    {WK_U16, "u16", 2, false},
+};
+enum { COLUMN_DTYPE_COUNT = sizeof COLUMN_DTYPES / sizeof COLUMN_DTYPES[0] };
+
+const char *wk_column_kind_name(uint32_t kind) { return kind < WK_COLUMN_KIND_COUNT ? KIND_NAMES[kind] : "?"; }
+
+bool wk_column_kind_parse(const char *name, uint32_t *kind) {
+  for (uint32_t k = 0; k < WK_COLUMN_KIND_COUNT; k++)
+    if (strcmp(name, KIND_NAMES[k]) == 0) return *kind = k, true;
+  return false;
+}
+
+const char *wk_column_dtype_name(uint32_t dtype) {
+  for (int i = 0; i < COLUMN_DTYPE_COUNT; i++)
+    if (COLUMN_DTYPES[i].dtype == dtype) return COLUMN_DTYPES[i].name;
+  return NULL;
+}
+
+bool wk_column_dtype_parse(const char *name, uint32_t *dtype) {
+  for (int i = 0; i < COLUMN_DTYPE_COUNT; i++)
+    if (strcmp(name, COLUMN_DTYPES[i].name) == 0) return *dtype = COLUMN_DTYPES[i].dtype, true;
+  return false;
+}
+
+bool wk_column_name_is_valid(const char *name, size_t length) {
+  if (length == 0 || length >= WK_COLUMN_NAME_BYTES || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (size_t i = 0; i < length; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+WkStatus wk_column_info_check(WkColumnInfo *info, const char *where) {
+  size_t length = strnlen(info->name, WK_COLUMN_NAME_BYTES);
+  if (length == WK_COLUMN_NAME_BYTES || !wk_column_name_is_valid(info->name, length))
+    return BAD("%s: column name '%.*s' is not [A-Za-z_][A-Za-z0-9_]* of at most %d characters", where, (int)length,
+               info->name, WK_COLUMN_NAME_BYTES - 1);
+  if (info->kind == WK_COLUMN_TOKENS || info->kind >= WK_COLUMN_KIND_COUNT)
+    return BAD("%s: column '%s' has kind %u, expected 1..%d (token_u8, i64, f32, tensor, bytes)", where, info->name,
+               info->kind, WK_COLUMN_KIND_COUNT - 1);
+  const char *kind = KIND_NAMES[info->kind];
+  int want = KIND_DTYPES[info->kind];
+  const char *dtype = wk_column_dtype_name(info->dtype);
+  bool tensor = info->kind == WK_COLUMN_TENSOR;
+  uint64_t bytes = 0;
+  for (int i = 0; i < COLUMN_DTYPE_COUNT; i++)
+    if (COLUMN_DTYPES[i].dtype == info->dtype && (tensor ? COLUMN_DTYPES[i].tensor : (int)info->dtype == want))
+      bytes = COLUMN_DTYPES[i].bytes;
+  if (!bytes)
+    return BAD("%s: column '%s' (%s) holds dtype %s (%u), which a %s column cannot", where, info->name, kind,
+               dtype ? dtype : "?", info->dtype, kind);
+  if (tensor ? info->ndim < 1 || info->ndim > WK_COLUMN_MAX_DIMS : info->ndim != 0)
+    return BAD("%s: column '%s' (%s) has %u dimensions, expected %s", where, info->name, kind, info->ndim,
+               tensor ? "1..4" : "0");
+  for (uint32_t d = 0; d < WK_COLUMN_MAX_DIMS; d++) {
+    if (d < info->ndim ? info->shape[d] == 0 : info->shape[d] != 0)
+      return BAD("%s: column '%s' (%s): dimension %u is %u, expected %s", where, info->name, kind, d, info->shape[d],
+                 d < info->ndim ? "at least 1" : "0 past its dimensions");
+    if (d < info->ndim) bytes *= info->shape[d];
+    if (bytes > WK_SHARD_MAX_BLOCK_BYTES)
+      return BAD("%s: column '%s' (%s) has records of more than %d bytes", where, info->name, kind,
+                 WK_SHARD_MAX_BLOCK_BYTES);
+  }
+  info->element_bytes = info->kind == WK_COLUMN_BYTES ? 0 : bytes;
+  return WK_OK;
+}
+
+WkBlockLayout wk_column_layout(const WkColumnInfo *info, const WkShardHeader *h) {
+  WkBlockLayout l = {.column = info->name, .element_bytes = info->element_bytes, .align = 1};
+  l.rows = info->kind == WK_COLUMN_TOKEN_U8 ? h->tokens : h->documents;
+  if (info->kind == WK_COLUMN_TOKEN_U8) l.rows_per_block = h->block_tokens; /* the token blocks' positions */
+  else if (info->kind == WK_COLUMN_BYTES) l.rows_per_block = 1;           /* the table is the blobs' offsets */
+  else if (info->element_bytes) {
+    uint64_t rows = WK_SHARD_COLUMN_BLOCK_BYTES / info->element_bytes;
+    l.rows_per_block = rows ? (uint32_t)rows : 1;
+  }
+  uint64_t blocks = l.rows_per_block ? l.rows / l.rows_per_block + (l.rows % l.rows_per_block != 0) : 0;
+  l.block_count = blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks;
+  return l;
+}
+
+/* Offsets inside a column table entry (FORMAT.md has the table). */
+enum {
+  C_NAME = 0, C_KIND = 48, C_DTYPE = 52, C_NDIM = 56, C_SHAPE = 60, C_ROWS_PER_BLOCK = 76, C_BLOCK_COUNT = 80,
+  C_RESERVED0 = 84, C_BLOCK_TABLE = 88, C_BLOCK_TABLE_HASH = 96, C_RESERVED1 = 104
+};
+
+void wk_column_entry_encode(const WkColumnEntry *c, uint8_t out[WK_SHARD_COLUMN_ENTRY_BYTES]) {
+  memset(out, 0, WK_SHARD_COLUMN_ENTRY_BYTES);
+  memcpy(out + C_NAME, c->info.name, strnlen(c->info.name, WK_COLUMN_NAME_BYTES - 1));
+  put32(out + C_KIND, c->info.kind);
+  put32(out + C_DTYPE, c->info.dtype);
+  put32(out + C_NDIM, c->info.ndim);
+  for (int d = 0; d < WK_COLUMN_MAX_DIMS; d++) put32(out + C_SHAPE + 4 * d, c->info.shape[d]);
+  put32(out + C_ROWS_PER_BLOCK, c->layout.rows_per_block);
+  put32(out + C_BLOCK_COUNT, c->layout.block_count);
+  put64(out + C_BLOCK_TABLE, c->block_table_offset);
+  put64(out + C_BLOCK_TABLE_HASH, c->block_table_hash);
+}
+
+static bool all_zero(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return false;
+  return true;
+}
+
+WkStatus wk_column_entry_parse(const uint8_t *table, const WkShardHeader *h, uint32_t c, uint64_t expected_table,
+                               const char *name, WkColumnEntry *out) {
+  const uint8_t *p = table + (size_t)c * WK_SHARD_COLUMN_ENTRY_BYTES;
+  memset(out, 0, sizeof *out);
+  WkColumnInfo *info = &out->info;
+  size_t length = strnlen((const char *)p + C_NAME, WK_COLUMN_NAME_BYTES);
+  if (length == WK_COLUMN_NAME_BYTES || !all_zero(p + C_NAME + length, WK_COLUMN_NAME_BYTES - length))
+    return BAD("shard '%s' column %u: its name is not NUL-terminated and zero-padded (" CORRUPT_HINT ")", name, c);
+  memcpy(info->name, p + C_NAME, length);
+  info->kind = get32(p + C_KIND);
+  info->dtype = get32(p + C_DTYPE);
+  info->ndim = get32(p + C_NDIM);
+  for (int d = 0; d < WK_COLUMN_MAX_DIMS; d++) info->shape[d] = get32(p + C_SHAPE + 4 * d);
+  char where[1100];
+  snprintf(where, sizeof where, "shard '%s' column table", name);
+  WK_TRY(wk_column_info_check(info, where));
+  if (get32(p + C_RESERVED0) != 0 || !all_zero(p + C_RESERVED1, WK_SHARD_COLUMN_ENTRY_BYTES - C_RESERVED1))
+    return BAD("shard '%s' column '%s': reserved bytes are not 0 (" CORRUPT_HINT ")", name, info->name);
+  WkBlockLayout want = wk_column_layout(info, h);
+  out->layout = want;
+  out->layout.column = NULL; /* the caller points it at its own copy of the name */
+  out->layout.rows_per_block = get32(p + C_ROWS_PER_BLOCK);
+  out->layout.block_count = get32(p + C_BLOCK_COUNT);
+  WkBlockLayout *l = &out->layout;
+  /* Per-token columns cover the token blocks' positions, blobs are a block each; record columns choose
+   * their block size, up to WK_SHARD_MAX_BLOCK_BYTES decoded. */
+  bool fixed = info->kind == WK_COLUMN_TOKEN_U8 || info->kind == WK_COLUMN_BYTES;
+  if (l->rows_per_block == 0 || (fixed && l->rows_per_block != want.rows_per_block) ||
+      (uint64_t)l->rows_per_block * info->element_bytes > WK_SHARD_MAX_BLOCK_BYTES)
+    return BAD("shard '%s' column '%s' (%s): %u rows per block, expected %s%u (" CORRUPT_HINT ")", name, info->name,
+               KIND_NAMES[info->kind], l->rows_per_block, fixed ? "" : "1..",
+               fixed ? want.rows_per_block : (uint32_t)(WK_SHARD_MAX_BLOCK_BYTES / info->element_bytes));
+  uint64_t blocks = l->rows / l->rows_per_block + (l->rows % l->rows_per_block != 0);
+  if (blocks != l->block_count)
+    return BAD("shard '%s' column '%s' (%s): %u blocks, but %llu %s in blocks of %u need %llu (" CORRUPT_HINT ")",
+               name, info->name, KIND_NAMES[info->kind], l->block_count, (unsigned long long)l->rows,
+               info->kind == WK_COLUMN_TOKEN_U8 ? "tokens" : "records", l->rows_per_block,
+               (unsigned long long)blocks);
+  out->block_table_offset = get64(p + C_BLOCK_TABLE);
+  out->block_table_hash = get64(p + C_BLOCK_TABLE_HASH);
+  if (out->block_table_offset != expected_table ||
+      (uint64_t)l->block_count * WK_SHARD_BLOCK_ENTRY_BYTES > h->file_bytes - expected_table)
+    return BAD("shard '%s' column '%s': block table at %llu (%u entries), expected at %llu inside the file of %llu "
+               "bytes (" CORRUPT_HINT ")",
+               name, info->name, (unsigned long long)out->block_table_offset, l->block_count,
+               (unsigned long long)expected_table, (unsigned long long)h->file_bytes);
   return WK_OK;
 }
 
@@ -293,6 +542,76 @@ static WkStatus check_doc_index(WkShardView *v, const uint8_t *tail) {
   return WK_OK;
 }
 
+/* Bytes [offset, offset + length) of the shard: in the mapping, in `tail` (bytes from block_table_offset
+ * on, already read, freed when the view is open: copied into *copy when `keep`), or read into *copy. */
+static const uint8_t *view_bytes(WkShardView *v, const uint8_t *tail, uint64_t offset, size_t length, bool keep,
+                                 uint8_t **copy) {
+  *copy = NULL;
+  if (tail && !keep) return tail + (offset - v->h.block_table_offset);
+  const uint8_t *mapped = length && !tail ? v->blob->map(v->blob, offset, length) : NULL;
+  if (mapped || !length) return mapped ? mapped : (const uint8_t *)"";
+  *copy = wk_malloc(length, "shard tables");
+  if (*copy && tail) memcpy(*copy, tail + (offset - v->h.block_table_offset), length);
+  else if (*copy && v->blob->read_at(v->blob, offset, length, *copy) != WK_OK) {
+    free(*copy);
+    *copy = NULL;
+  }
+  return *copy;
+}
+
+/* Version 2: the column table (its checksum, each entry, names unique), then each column's block table
+ * (checksum, every entry in bounds); the tables must tile the file's end. */
+static WkStatus open_columns(WkShardView *v, const uint8_t *tail) {
+  const WkShardHeader *h = &v->h;
+  if (h->column_count == 0) return WK_OK;
+  size_t table_bytes = (size_t)h->column_count * WK_SHARD_COLUMN_ENTRY_BYTES;
+  uint8_t *table_copy;
+  const uint8_t *table = view_bytes(v, tail, h->column_table_offset, table_bytes, false, &table_copy);
+  if (!table) return wk_last_status();
+  WkStatus status = WK_OK;
+  uint64_t hash = wk_hash64(table, table_bytes);
+  if (hash != h->column_table_hash)
+    status = BAD("shard '%s' column table: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", v->name,
+                 (unsigned long long)hash, (unsigned long long)h->column_table_hash);
+  v->columns = status == WK_OK ? wk_calloc(h->column_count, sizeof *v->columns, "shard columns") : NULL;
+  v->column_tables = v->columns ? wk_calloc(h->column_count, sizeof *v->column_tables, "column tables") : NULL;
+  if (status == WK_OK && !v->column_tables) status = WK_ERR_NOMEM;
+  uint64_t at = h->column_table_offset + table_bytes;
+  for (uint32_t c = 0; c < h->column_count && status == WK_OK; c++) {
+    WkColumnEntry *col = &v->columns[c];
+    status = wk_column_entry_parse(table, h, c, at, v->name, col);
+    if (status != WK_OK) break;
+    col->layout.column = col->info.name;
+    v->column_count = c + 1;
+    for (uint32_t o = 0; o <= c && status == WK_OK; o++)
+      if (strcmp(col->info.name, o < c ? v->columns[o].info.name : "tokens") == 0)
+        status = BAD("shard '%s': two columns are named '%s' (" CORRUPT_HINT ")", v->name, col->info.name);
+    at += (uint64_t)col->layout.block_count * WK_SHARD_BLOCK_ENTRY_BYTES;
+  }
+  free(table_copy);
+  if (status == WK_OK && at != h->file_bytes)
+    status = BAD("shard '%s': the column block tables end at %llu, not at the end of the file (%llu) (" CORRUPT_HINT
+                 ")",
+                 v->name, (unsigned long long)at, (unsigned long long)h->file_bytes);
+  if (status != WK_OK) return status;
+  uint64_t first = h->column_table_offset + table_bytes;
+  const uint8_t *tables = view_bytes(v, tail, first, (size_t)(h->file_bytes - first), true, &v->tables_copy);
+  if (!tables) return wk_last_status();
+  for (uint32_t c = 0; c < v->column_count && status == WK_OK; c++) {
+    const WkColumnEntry *col = &v->columns[c];
+    const uint8_t *t = v->column_tables[c] = tables + (col->block_table_offset - first);
+    uint64_t t_hash = wk_hash64(t, (size_t)col->layout.block_count * WK_SHARD_BLOCK_ENTRY_BYTES);
+    if (t_hash != col->block_table_hash)
+      status = BAD("shard '%s' column '%s' block table: checksum 0x%016llx != 0x%016llx (" CORRUPT_HINT ")", v->name,
+                   col->info.name, (unsigned long long)t_hash, (unsigned long long)col->block_table_hash);
+    for (uint32_t b = 0; status == WK_OK && b < col->layout.block_count; b++) {
+      WkBlockEntry e;
+      status = wk_layout_entry_parse(t, h, &col->layout, b, v->name, &e);
+    }
+  }
+  return status;
+}
+
 WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
   memset(v, 0, sizeof *v);
   v->blob = blob;
@@ -334,6 +653,7 @@ WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
     status = wk_block_entry_parse(v->table, h, b, name, &e);
   }
   if (status == WK_OK) status = check_doc_index(v, tail);
+  if (status == WK_OK) status = open_columns(v, tail);
   free(tail);
   if (status != WK_OK) wk_shard_view_release(v);
   return status;
@@ -341,18 +661,25 @@ WkStatus wk_shard_view_open(WkBlob *blob, const char *name, WkShardView *v) {
 
 void wk_shard_view_release(WkShardView *v) {
   free(v->table_copy);
+  free(v->tables_copy);
+  free(v->columns);
+  free(v->column_tables);
+  v->tables_copy = NULL;
+  v->columns = NULL;
+  v->column_tables = NULL;
+  v->column_count = 0;
   v->table_copy = NULL;
   v->table = NULL;
   v->doc_index = NULL;
 }
 
-WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
-                              uint8_t **copy) {
+static WkStatus view_stored(const WkShardView *v, const uint8_t *table, const WkBlockLayout *l, uint32_t b,
+                            WkBlockEntry *e, const uint8_t **stored, uint8_t **copy) {
   *copy = NULL;
-  if (b >= v->h.block_count)
-    return WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': block %u out of range (it has %u)", v->name, b, v->h.block_count);
-  WK_TRY(wk_block_entry_parse(v->table, &v->h, b, v->name, e));
-  *stored = v->blob->map(v->blob, e->offset, e->stored_bytes);
+  if (b >= l->block_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "%s out of range (it has %u)", block_where(v->name, l, b).text, l->block_count);
+  WK_TRY(wk_layout_entry_parse(table, &v->h, l, b, v->name, e));
+  *stored = e->stored_bytes ? v->blob->map(v->blob, e->offset, e->stored_bytes) : (const uint8_t *)""; /* an empty blob */
   if (*stored) return WK_OK;
   *copy = wk_malloc(e->stored_bytes, "stored block");
   if (!*copy) return WK_ERR_NOMEM;
@@ -364,6 +691,20 @@ WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e,
   }
   *stored = *copy;
   return WK_OK;
+}
+
+WkStatus wk_shard_view_stored(const WkShardView *v, uint32_t b, WkBlockEntry *e, const uint8_t **stored,
+                              uint8_t **copy) {
+  WkBlockLayout l = wk_shard_token_layout(&v->h);
+  return view_stored(v, v->table, &l, b, e, stored, copy);
+}
+
+WkStatus wk_shard_view_column_stored(const WkShardView *v, uint32_t c, uint32_t b, WkBlockEntry *e,
+                                     const uint8_t **stored, uint8_t **copy) {
+  *copy = NULL;
+  if (c >= v->column_count)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "shard '%s': column %u out of range (it has %u)", v->name, c, v->column_count);
+  return view_stored(v, v->column_tables[c], &v->columns[c].layout, b, e, stored, copy);
 }
 
 WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *start, uint64_t *length) {

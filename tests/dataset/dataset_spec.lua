@@ -314,7 +314,7 @@ describe('wick.dataset', function()
     it('bad magic, a future version, unknown flags and a damaged header are named as such', function()
       local cases = {
         { function(p) patch(p, 0, 'NOTWICK!') end, "bad magic 'NOTWICK!'" },
-        { function(p) patch(p, 8, corpus.le(2, 4)) end, 'format version 2 is newer than this reader' },
+        { function(p) patch(p, 8, corpus.le(3, 4)) end, 'format version 3 is newer than this reader' },
         { function(p) patch(p, 32, corpus.le(12345, 8)) end, 'header: checksum' },
       }
       for _, case in ipairs(cases) do

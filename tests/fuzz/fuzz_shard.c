@@ -1,11 +1,13 @@
 /*
  * fuzz_shard.c — libFuzzer target for the shard reader: header, block table, document index and
- * block decoding (wk_shard_view_* and wk_block_decode, the code wk_dataset_read runs), over an
- * in-memory blob, with and without a zero-copy map.
+ * block decoding (wk_shard_view_* and wk_block_decode, the code wk_dataset_read runs), and in version 2
+ * the column table, each column's block table and its blocks (blobs included), over an in-memory blob,
+ * with and without a zero-copy map.
  *
  * Random bytes rarely get past a checksum, so when the first input byte is odd the target first
- * repairs every checksum it can find (header, table, document index, blocks) and so reaches the
- * checks behind them.
+ * repairs every checksum it can find (header, table, document index, blocks, column table, column
+ * block tables and column blocks) and so reaches the checks behind them. Seeds of version 2:
+ * tests/fuzz/corpus/shard/v2-*.wks (written by the shard writer with every column kind).
  *
  *   make fuzz && build/fuzz/fuzz_shard -max_total_time=60 /tmp/new-inputs tests/fuzz/corpus/shard
  */
@@ -45,23 +47,62 @@ static uint64_t get64(const uint8_t *p) {
   return v;
 }
 
+/* Recomputes the checksums of a block table's blocks (those inside the payload before `end`) and
+ * returns the table's own, or 0 when the table is not inside the file. */
+static uint64_t repair_table(uint8_t *d, size_t size, uint64_t table, uint32_t block_count, uint64_t end) {
+  if (table > size || (uint64_t)block_count * WK_SHARD_BLOCK_ENTRY_BYTES > size - table) return 0;
+  for (uint32_t b = 0; b < block_count; b++) {
+    uint8_t *e = d + table + (size_t)b * WK_SHARD_BLOCK_ENTRY_BYTES;
+    uint64_t offset = get64(e);
+    uint32_t stored = (uint32_t)get64(e + 8);
+    if (offset <= size && stored <= size - offset && offset + stored <= end) put64(e + 16, wk_hash64(d + offset, stored));
+  }
+  return wk_hash64(d + table, (size_t)block_count * WK_SHARD_BLOCK_ENTRY_BYTES);
+}
+
 /* Recomputes whichever checksums point at bytes inside the file. */
 static void repair(uint8_t *d, size_t size) {
   if (size < WK_SHARD_HEADER_BYTES) return;
   uint64_t documents = get64(d + 40), table = get64(d + 80), docs = get64(d + 88);
   uint32_t block_count = (uint32_t)(get64(d + 56) & 0xffffffffu);
-  if (table <= size && (uint64_t)block_count * WK_SHARD_BLOCK_ENTRY_BYTES <= size - table) {
-    for (uint32_t b = 0; b < block_count; b++) {
-      uint8_t *e = d + table + (size_t)b * WK_SHARD_BLOCK_ENTRY_BYTES;
-      uint64_t offset = get64(e);
-      uint32_t stored = (uint32_t)get64(e + 8);
-      if (offset <= size && stored <= size - offset && offset + stored <= table)
-        put64(e + 16, wk_hash64(d + offset, stored));
+  if (table <= size && (uint64_t)block_count * WK_SHARD_BLOCK_ENTRY_BYTES <= size - table)
+    put64(d + 96, repair_table(d, size, table, block_count, table));
+  if (docs <= size && documents <= (size - docs) / 8) {
+    put64(d + 104, wk_hash64(d + docs, (size_t)documents * 8));
+    /* Version 2: the column table after the document index, each entry's block table and blocks. */
+    uint64_t columns = docs + documents * 8;
+    uint32_t column_count = (uint32_t)(get64(d + 68) & 0xffffffffu);
+    if (column_count < WK_MAX_COLUMNS && (uint64_t)column_count * WK_SHARD_COLUMN_ENTRY_BYTES <= size - columns) {
+      for (uint32_t c = 0; c < column_count; c++) {
+        uint8_t *e = d + columns + (size_t)c * WK_SHARD_COLUMN_ENTRY_BYTES;
+        put64(e + 96, repair_table(d, size, get64(e + 88), (uint32_t)(get64(e + 80) & 0xffffffffu), table));
+      }
+      put64(d + 112, wk_hash64(d + columns, (size_t)column_count * WK_SHARD_COLUMN_ENTRY_BYTES));
     }
-    put64(d + 96, wk_hash64(d + table, (size_t)block_count * WK_SHARD_BLOCK_ENTRY_BYTES));
   }
-  if (docs <= size && documents <= (size - docs) / 8) put64(d + 104, wk_hash64(d + docs, (size_t)documents * 8));
   put64(d + 120, wk_hash64(d, 120));
+}
+
+/* Reads and decodes the blocks of each column (bounded), as wk_dataset_read_column and read_blob do. */
+static void read_columns(const WkShardView *v) {
+  for (uint32_t c = 0; c < v->column_count; c++) {
+    const WkBlockLayout *l = &v->columns[c].layout;
+    for (uint32_t b = 0; b < l->block_count && b < MAX_BLOCKS; b++) {
+      WkBlockEntry e;
+      const uint8_t *stored;
+      uint8_t *stored_copy;
+      uint64_t bytes = 0;
+      if (wk_shard_view_column_stored(v, c, b, &e, &stored, &stored_copy) != WK_OK) continue;
+      if (wk_layout_block_bytes(l, &e, b, stored, v->name, &bytes) == WK_OK && bytes <= MAX_DECODE_BYTES) {
+        uint8_t *out = malloc(bytes ? bytes : 1);
+        if (wk_layout_block_decode(l, &e, b, stored, out, v->name) == WK_OK && l->element_bytes &&
+            bytes != wk_layout_block_rows(l, b) * l->element_bytes)
+          abort(); /* a fixed-width block decodes to exactly its rows */
+        free(out);
+      }
+      free(stored_copy);
+    }
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -96,6 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       uint64_t start, length;
       if (wk_shard_view_document(&v, d, &start, &length) == WK_OK && start + length >= h->tokens) abort();
     }
+    read_columns(&v);
     wk_shard_view_release(&v);
   }
   free(copy);

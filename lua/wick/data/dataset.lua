@@ -9,6 +9,12 @@
 --   ds:read(shard, offset, count) -> uint32_t[count] cdata (or pass `out` to reuse one)
 --   ds:document(shard, doc) -> start, length  (EOS excluded)
 --   ds:text(tokens, count) -> string (the 'bytes' tokenizer only)
+--   ds.columns: { {name='tokens', kind='tokens', dtype='u16'}, {name='label', kind='i64', dtype='i64'},
+--     {name='emb', kind='tensor', dtype='f32', shape={4, 8}}, ... } (format version 2; version 1: tokens alone)
+--   ds:column(name) -> that entry (with .index, its number from 0), or nil, message listing the columns
+--   ds:read_column(name, shard, first, count) -> cdata of count rows (uint8_t, int64_t, float, or the tensor's
+--     dtype, count x its elements): stream positions of a token_u8 column, records otherwise
+--   ds:blob(name, shard, record) -> Lua string (a bytes column)
 --   ds:set('block_cache_bytes', n) / ds:set('max_open_shards', n); ds:stats() (.remote: fetches); ds:close()
 -- Sampling, packing and loading live above this, in wick.data.
 local core = require 'wick.core'
@@ -37,6 +43,29 @@ local function remote_options(opts)
   local data = require 'wick.data'
   local checked = data.REMOTE_OPTIONS:check(opts, 3)
   return data.remote_options(checked), checked.cache_dir -- a Lua string: alive for the open call below
+end
+
+-- The C element type of a column's dtype, for read_column's cdata.
+local CTYPES = { f32 = 'float', i32 = 'int32_t', i64 = 'int64_t', u8 = 'uint8_t', u16 = 'uint16_t' }
+
+-- ds.columns: what the index says of each column, as Lua tables.
+local function columns_of(handle)
+  local list, info = {}, ffi.new('WkColumnInfo')
+  for c = 0, C.wk_dataset_column_count(handle) - 1 do
+    core.check(C.wk_dataset_column_info(handle, c, info), 3)
+    local column = { name = ffi.string(info.name), kind = ffi.string(C.wk_column_kind_name(info.kind)),
+                     dtype = ffi.string(C.wk_dtype_name(info.dtype)), index = c,
+                     element_bytes = tonumber(info.element_bytes) }
+    if info.ndim > 0 then
+      column.shape, column.elements = {}, 1
+      for d = 0, info.ndim - 1 do
+        column.shape[d + 1] = tonumber(info.shape[d])
+        column.elements = column.elements * column.shape[d + 1]
+      end
+    end
+    list[c + 1], list[column.name] = column, column
+  end
+  return list
 end
 
 local ids_box, prefix_box, suffix_box = ffi.new('const uint32_t *[1]'), ffi.new('uint32_t[1]'), ffi.new('uint32_t[1]')
@@ -75,6 +104,7 @@ function M.open(path, opts)
     tokenizer_fingerprint = fingerprint ~= 0 and ('%016x'):format(fingerprint) or nil,
     template = template,
     bos = template and template.applied and template.prefix[1] or nil,
+    columns = columns_of(handle),
   }, Dataset)
 end
 
@@ -105,6 +135,41 @@ function Dataset:try_read(shard, offset, count)
   local ok, message, status = core.try(C.wk_dataset_read(live(self), shard, offset, count, out))
   if not ok then return nil, message, status end
   return out
+end
+
+-- The column of that name (an entry of ds.columns), or nil, the reader's message naming the columns.
+function Dataset:column(name)
+  local column = self.columns[name]
+  if column then return column end
+  local box = ffi.new('uint32_t[1]')
+  local _, message = core.try(C.wk_dataset_column_find(live(self), tostring(name), box))
+  return nil, message
+end
+
+local function column_named(self, name)
+  local column, message = self:column(name)
+  if not column then error(message, 3) end
+  return column
+end
+
+-- Rows [first, first + count) of a fixed-width column of a shard, as a cdata array (count x elements).
+function Dataset:read_column(name, shard, first, count)
+  local column = column_named(self, name)
+  local out = ffi.new(CTYPES[column.dtype] .. '[?]', math.max(count * (column.elements or 1), 1))
+  core.check(C.wk_dataset_read_column(live(self), column.index, shard, first, count, out), 2)
+  return out
+end
+
+local size_box = ffi.new('uint64_t[1]')
+
+-- Record `record`'s blob of a bytes column, as a Lua string.
+function Dataset:blob(name, shard, record)
+  local index = column_named(self, name).index
+  core.check(C.wk_dataset_read_blob(live(self), index, shard, record, nil, 0, size_box), 2)
+  local size = tonumber(size_box[0])
+  local out = ffi.new('uint8_t[?]', math.max(size, 1))
+  core.check(C.wk_dataset_read_blob(live(self), index, shard, record, out, size, size_box), 2)
+  return ffi.string(out, size)
 end
 
 function Dataset:document(shard, doc)

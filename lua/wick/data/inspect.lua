@@ -7,6 +7,9 @@
 -- next to Wick 0.1's shard-window order of the same data.
 -- With --info (a dataset only): one line of what its tokens are: tokenizer, vocabulary, EOS, and the
 -- template the converter put around each document (BOS), instead of samples.
+-- With --records N (a dataset only: `inspect DATASET --records N [--from K] [--json]`): N records as stored,
+-- from the dataset's record K (counted over its shards), instead of samples: each record's tokens (its EOS
+-- left out) and its columns (wick.data.records), one JSON object a line with --json.
 -- --data is a path: a dataset (directory or index.json), or a regular .lua file returning a data.mix{}.
 -- A mix written on the command line needs --mix, e.g. --mix "data.mix{ {'a', weight = 3}, {'b'} }": a
 -- path is never evaluated as Lua, whatever its spelling.
@@ -22,7 +25,8 @@ local function loader_default(param) return core.default(C.wk_loader_param_defau
 
 local spec = {
   name = 'wick.data.inspect',
-  usage = '--data PATH | --mix EXPR [options]',
+  usage = '--data PATH | --mix EXPR [options]  |  DATASET --records N [--from K] [--json]',
+  positional = 'DATASET',
   description = 'Prints one line per sample the given rank would receive: step=S rank=R id=ID hash=H ...',
   options = {
     { 'data', 'path', help = 'a dataset (directory or index.json), or a .lua file returning a data.mix{}' },
@@ -43,7 +47,8 @@ local spec = {
     cli.from(LOADER, 'chunk', { default = 1, help = 'draws per partition turn' }),
     cli.from(LOADER, 'on_corrupt', { default = 'error', help = 'stop at corrupt data, or mask and count it' }),
     cli.from(LOADER, 'threads', { default = loader_default(C.WK_LOADER_THREADS), help = 'reader threads' }),
-    { 'from', 'path', value = 'FILE', help = 'start from the cursor saved in this file' },
+    { 'from', 'path', value = 'FILE', help = 'start from the cursor saved in this file; with --records, the first ' ..
+      'record to print (K, counted over the dataset)' },
     { 'save_cursor', 'path', value = 'FILE', help = 'write the cursor after the printed steps to this file' },
     { 'fingerprint', 'flag', help = 'also print one line per step with its order fingerprint' },
     { 'quality', 'flag', help = "print the order's mixing figures over one epoch, next to Wick 0.1's order" },
@@ -52,6 +57,9 @@ local spec = {
     { 'reference_window', 'integer', min = 1, max = 2 ^ 31, default = 8,
       help = "Wick 0.1's shuffle window (shards) for --quality" },
     { 'stats', 'flag', help = "after the samples, the loader's counters: decode, and a remote source's fetches" },
+    { 'records', 'integer', min = 1, max = EXACT_INTEGER, value = 'N',
+      help = 'print N records of the dataset as stored (tokens and every column) instead of samples' },
+    { 'json', 'flag', help = 'with --records: one JSON object a line' },
   },
 }
 -- A remote source's options (cache_dir, cache_disk_bytes, ...), from the loader's own declarations.
@@ -148,8 +156,34 @@ local function print_stats(loader)
   print('stats remote: ' .. table.concat(parts, ' '))
 end
 
+-- --records N [--from K] [--json]: the dataset's records as stored.
+local function print_records(opts, positional)
+  if #positional > 1 or (positional[1] and opts.data) then
+    cli.usage_error(spec, '--records reads one dataset: give DATASET or --data DIR')
+  end
+  local path = positional[1] or opts.data
+  if not path then cli.usage_error(spec, '--records needs a DATASET') end
+  local from = opts.from and tonumber(opts.from)
+  if opts.from and not (from and from >= 0 and from % 1 == 0 and from < EXACT_INTEGER) then
+    cli.usage_error(spec, ("--from with --records is a record number, not '%s'"):format(opts.from))
+  end
+  local ds, err = require('wick.data.dataset').open(path)
+  if not ds then cli.fail(('%s: %s'):format(spec.name, err), cli.EXIT_DATA) end
+  local records = require 'wick.data.records'
+  local format = opts.json and records.json or records.text
+  local ok, failure = pcall(records.each, ds, from or 0, opts.records, function(r) print(format(r)) end)
+  ds:close()
+  if not ok then cli.fail(('%s: %s'):format(spec.name, tostring(failure):gsub('^[^\n]-:%d+: ', '')), cli.EXIT_DATA) end
+end
+
 local function main(args)
-  local opts = cli.parse(spec, args)
+  local opts, positional = cli.parse(spec, args)
+  if opts.records then
+    print_records(opts, positional)
+    return 0
+  end
+  if #positional > 0 then cli.usage_error(spec, ("unexpected argument '%s' (a DATASET goes with --records)"):format(positional[1])) end
+  if opts.json then cli.usage_error(spec, '--json goes with --records') end
   local source = resolve_data(opts)
   if opts.quality or opts.info then
     if type(source) ~= 'string' then cli.usage_error(spec, '--quality and --info read one dataset: give --data DIR') end
