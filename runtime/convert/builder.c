@@ -404,6 +404,11 @@ WkStatus convert_write_index(Run *r) {
       .token_bytes = r->write_options.token_bytes,
       .shard_count = r->shard_count,
   };
+  WkColumnInfo columns[WK_MAX_COLUMNS];
+  wk_index_tokens_column(r->write_options.token_bytes, &columns[0]);
+  for (uint32_t k = 0; k < r->context.column_count; k++) column_spec_info(&r->context.columns[k], &columns[1 + k]);
+  index.column_count = 1 + r->context.column_count; /* tokens alone: version 1, as before */
+  index.columns = columns;
   WkIndexShard *shards = wk_calloc(r->shard_count, sizeof *shards, "index shards");
   if (!shards) return WK_ERR_NOMEM;
   for (uint32_t i = 0; i < r->shard_count; i++) {

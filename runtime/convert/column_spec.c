@@ -80,6 +80,20 @@ static WkStatus parse_tensor(const char *spec, const char *kind, ColumnSpec *out
   return WK_OK;
 }
 
+void column_spec_info(const ColumnSpec *col, WkColumnInfo *out) {
+  static const uint32_t KINDS[COLUMN_KIND_COUNT] = {
+      [COLUMN_TOKENS] = WK_COLUMN_TOKENS, [COLUMN_MASK] = WK_COLUMN_TOKEN_U8, [COLUMN_TOKEN_U8] = WK_COLUMN_TOKEN_U8,
+      [COLUMN_I64] = WK_COLUMN_I64, [COLUMN_F32] = WK_COLUMN_F32, [COLUMN_BYTES] = WK_COLUMN_BYTES,
+      [COLUMN_TENSOR] = WK_COLUMN_TENSOR};
+  static const uint32_t DTYPES[COLUMN_KIND_COUNT] = {[COLUMN_MASK] = WK_U8, [COLUMN_TOKEN_U8] = WK_U8,
+                                                     [COLUMN_I64] = WK_I64, [COLUMN_F32] = WK_F32,
+                                                     [COLUMN_BYTES] = WK_U8};
+  *out = (WkColumnInfo){.kind = KINDS[col->kind], .dtype = col->kind == COLUMN_TENSOR ? col->dtype : DTYPES[col->kind],
+                        .ndim = col->ndim, .element_bytes = col->element_bytes};
+  memcpy(out->name, col->name, sizeof out->name);
+  memcpy(out->shape, col->shape, sizeof out->shape);
+}
+
 WkStatus column_spec_parse(const char *spec, ColumnSpec *out) {
   memset(out, 0, sizeof *out);
   if (!spec) return WK_FAIL(WK_ERR_INVALID_ARG, "column: the spec is NULL");

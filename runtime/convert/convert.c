@@ -133,8 +133,17 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
       job->status = WK_FAIL(WK_ERR_NOMEM, "out of memory assembling shard '%s'", job->path);
     } else {
       for (uint32_t p = 0; p < job->piece_count; p++) pieces[p] = job->pieces[p].piece;
-      job->status = wk_shard_assemble(job->path, &r->write_options, job->token_count, job->doc_starts,
-                                      job->doc_count, pieces, job->piece_count, &job->written);
+      WkShardColumn columns[COLUMN_MAX];
+      for (uint32_t k = 0; k < job->column_count; k++) {
+        const ColumnData *c = &job->columns[k];
+        columns[k] = (WkShardColumn){.data = c->data.data, .data_bytes = c->data.length,
+                                     .blob_ends = r->context.columns[k].kind == COLUMN_BYTES
+                                                      ? (const uint64_t *)c->ends.data : NULL};
+        column_spec_info(&r->context.columns[k], &columns[k].info);
+      }
+      job->status = wk_shard_assemble_columns(job->path, &r->write_options, job->token_count, job->doc_starts,
+                                              job->doc_count, pieces, job->piece_count, columns, job->column_count,
+                                              &job->written);
       free(pieces);
     }
     if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());

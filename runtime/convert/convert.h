@@ -88,7 +88,8 @@ typedef struct {
 typedef enum { COLUMN_KINDS(COLUMN_KIND_ENUM) COLUMN_KIND_COUNT } ColumnKind;
 #undef COLUMN_KIND_ENUM
 
-enum { COLUMN_NAME_BYTES = 48, COLUMN_FIELD_BYTES = 128, COLUMN_MAX_DIMS = 4, COLUMN_MAX = 31 };
+enum { COLUMN_NAME_BYTES = WK_COLUMN_NAME_BYTES, COLUMN_FIELD_BYTES = 128, COLUMN_MAX_DIMS = WK_COLUMN_MAX_DIMS,
+       COLUMN_MAX = WK_MAX_COLUMNS - 1 /* besides the tokens */ };
 
 typedef struct {
   char name[COLUMN_NAME_BYTES];    /* [A-Za-z_][A-Za-z0-9_]*, unique */
@@ -106,6 +107,8 @@ typedef struct {
  * i32, i64 or u8) into *out; a bad spec is WK_ERR_INVALID_ARG saying what is wrong and the expected form. */
 WkStatus column_spec_parse(const char *spec, ColumnSpec *out);
 const char *column_kind_name(ColumnKind kind);
+/* The column as the format stores it (MASK is a TOKEN_U8 column). */
+void column_spec_info(const ColumnSpec *col, WkColumnInfo *out);
 /* A tensor column's element type (f32, i32, i64, u8): its name and size. */
 const char *column_dtype_name(uint32_t dtype);
 size_t column_dtype_size(uint32_t dtype);

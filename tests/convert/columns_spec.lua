@@ -5,25 +5,17 @@
 local helper = require 'helper'
 local corpus = require 'helpers.corpus'
 local dataset = require 'wick.data.dataset'
-local core = require 'wick.core'
-local ffi, C = core.ffi, core.C
+local ffi = require 'ffi'
 local q = helper.shell_quote
 
 local function convert(args) return corpus.convert(args .. ' -q') end
 
--- Every record of a dataset: { tokens = {...} (EOS not included), [column] = value } with i64 and f32 as numbers,
--- token_u8 as a list of the record's bytes (its EOS's included, last), tensors flat, bytes as a string.
+-- Every record of a dataset, read with the dataset's column calls (ds:read_column, ds:blob): { tokens = {...} (EOS
+-- not included), [column] = value }, i64 and f32 as numbers, token_u8 as a list of the record's bytes (its EOS's
+-- last), tensors flat, bytes as a string.
 local function records(dir)
   local ds = assert(dataset.open(dir))
-  local h = ds.handle
   local out = {}
-  local n = C.wk_dataset_column_count(h)
-  local infos = {}
-  for c = 0, n - 1 do
-    local info = ffi.new('WkColumnInfo')
-    assert(C.wk_dataset_column_info(h, c, info) == 0, core.last_error())
-    infos[c] = info
-  end
   for s = 0, ds.shards - 1 do
     local shard = ds:shard(s)
     local tokens = ds:read(s, 0, shard.tokens)
@@ -31,30 +23,17 @@ local function records(dir)
       local start, length = ds:document(s, d)
       local r = { tokens = {} }
       for k = 0, length - 1 do r.tokens[k + 1] = tokens[start + k] end
-      for c = 1, n - 1 do
-        local info, name = infos[c], ffi.string(infos[c].name)
-        local kind = ffi.string(C.wk_column_kind_name(info.kind))
-        if kind == 'token_u8' then
-          local bytes = ffi.new('uint8_t[?]', length + 1)
-          assert(C.wk_dataset_read_column(h, c, s, start, length + 1, bytes) == 0, core.last_error())
-          local list = {}
-          for k = 0, length do list[k + 1] = bytes[k] end
-          r[name] = list
-        elseif kind == 'bytes' then
-          local size = ffi.new('uint64_t[1]')
-          assert(C.wk_dataset_read_blob(h, c, s, d, nil, 0, size) == 0, core.last_error())
-          local buffer = ffi.new('uint8_t[?]', math.max(1, tonumber(size[0])))
-          assert(C.wk_dataset_read_blob(h, c, s, d, buffer, size[0], size) == 0, core.last_error())
-          r[name] = ffi.string(buffer, size[0])
+      for c = 2, #ds.columns do
+        local col = ds.columns[c]
+        if col.kind == 'bytes' then
+          r[col.name] = ds:blob(col.name, s, d)
         else
-          local ctype = ({ i64 = 'int64_t', f32 = 'float' })[kind] or
-              ({ [C.WK_F32] = 'float', [C.WK_I32] = 'int32_t', [C.WK_I64] = 'int64_t', [C.WK_U8] = 'uint8_t' })[info.dtype]
-          local count = tonumber(info.element_bytes) / ffi.sizeof(ctype)
-          local values = ffi.new(ctype .. '[?]', count)
-          assert(C.wk_dataset_read_column(h, c, s, d, 1, values) == 0, core.last_error())
+          local per_token = col.kind == 'token_u8'
+          local n = per_token and length + 1 or (col.elements or 1)
+          local values = ds:read_column(col.name, s, per_token and start or d, per_token and length + 1 or 1)
           local list = {}
-          for k = 0, count - 1 do list[k + 1] = tonumber(values[k]) end
-          r[name] = kind == 'tensor' and list or list[1]
+          for k = 0, n - 1 do list[k + 1] = tonumber(values[k]) end
+          r[col.name] = (per_token or col.kind == 'tensor') and list or list[1]
         end
       end
       out[#out + 1] = r
@@ -115,6 +94,32 @@ describe('--column on JSONL', function()
     assert.are.same({ 0, 0, 1, 1, 1 }, got[1].loss_mask)
     assert.are.same({ 9 }, got[2].tokens)
     assert.are.same({ 1, 1 }, got[2].loss_mask)
+  end)
+
+  it('keeps every record whole across chunks and shards, the same bytes whatever --threads', function()
+    local lines, want = {}, {}
+    for i = 1, 5000 do
+      local text = corpus.text(i, i % 61)
+      local per = {}
+      for k = 1, #text do per[k] = (i + k) % 256 end
+      lines[i] = ('{"text": %s, "n": %d, "per": [%s], "blob": %s}'):format(corpus.json_string(text), i * 1000003,
+        table.concat(per, ','), corpus.json_string(('b'):rep(i % 5)))
+      want[i] = { tokens = bytes_of(text), n = i * 1000003, blob = ('b'):rep(i % 5) }
+      per[#per + 1] = per[#per] or 0 -- the EOS's
+      want[i].per = per
+    end
+    helper.write_file(dir .. '/a.jsonl', table.concat(lines, '\n') .. '\n')
+    local args = ' --column n=n:i64 --column per=per:token_u8 --column blob=blob:bytes --shard-size 64K --block-size 4K'
+    local r = convert(q(dir .. '/a.jsonl') .. ' -o ' .. q(dir .. '/one') .. args .. ' --threads 1')
+    assert.are.equal(0, r.rc, r.err)
+    r = convert(q(dir .. '/a.jsonl') .. ' -o ' .. q(dir .. '/three') .. args .. ' --threads 3')
+    assert.are.equal(0, r.rc, r.err)
+    assert.are.same(corpus.files(dir .. '/one'), corpus.files(dir .. '/three'))
+    local ds = assert(dataset.open(dir .. '/one'))
+    assert.is_true(ds.shards > 3, ds.shards .. ' shards')
+    assert.is_true(#helper.read_file(dir .. '/a.jsonl') > 2 ^ 21) -- more than one chunk of lines
+    ds:close()
+    assert.are.same(want, records(dir .. '/one'))
   end)
 
   it('writes version 1, byte for byte as before, without --column', function()
