@@ -13,8 +13,9 @@
 --
 -- Command-line types: flag (present or absent), integer, size (an integer with an optional K, M or
 -- G suffix: 2^10, 2^20, 2^30), number (finite), uint64 (decimal, exact up to 2^64 - 1), enum
--- (`values`), string, path (a non-empty string), strings (a repeatable flag: the list of its values). `short = 'o'` adds -o; `value = 'DIR'` names the
--- value in the help. Flags are `--name value` or `--name=value`, dashes for the underscores.
+-- (`values`), string, path (a non-empty string), strings (a repeatable flag: the list of its
+-- values). `short = 'o'` adds -o; `value = 'DIR'` names the value in the help. Flags are
+-- `--name value` or `--name=value`, dashes for the underscores.
 --
 -- A user's mistake is raised as a user error (cli.fail): `run` prints its one line, without a
 -- traceback unless WICK_LOG=debug, and exits with its status: 2 for usage (an unknown flag, a bad

@@ -127,7 +127,6 @@ static bool per_token(const ColumnSpec *col, const Value *v, uint64_t tokens, Wk
     snprintf(reason, REASON_BYTES, "has %zu values for the record's %llu tokens", n, (unsigned long long)tokens);
     return false;
   }
-  if (wk_byte_vec_reserve(out, n) != WK_OK) return snprintf(reason, REASON_BYTES, "out of memory"), false;
   size_t k = 0;
   for (const WkJson *e = v->json->child; e; e = e->next, k++) {
     Value ev = value_of_json(e);
@@ -196,12 +195,25 @@ static bool blob(const Value *v, ColumnData *out, char *reason) {
     snprintf(reason, REASON_BYTES, "is %s, expected a string or bytes", type_name(v));
     return false;
   }
-  if (wk_byte_vec_append(&out->data, v->bytes, v->length) != WK_OK) return snprintf(reason, REASON_BYTES, "out of memory"), false;
+  if (v->length) memcpy(out->data.data + out->data.length, v->bytes, v->length);
+  out->data.length += v->length;
   uint64_t end = out->data.length;
-  return wk_byte_vec_append(&out->ends, &end, sizeof end) == WK_OK || (snprintf(reason, REASON_BYTES, "out of memory"), false);
+  memcpy(out->ends.data + out->ends.length, &end, sizeof end);
+  out->ends.length += sizeof end;
+  return true;
 }
 
-/* One column's value of a record appended to out; false with the reason when it does not fit. */
+/* Room for the largest value the column can take from v (reserve_column first: the checks then never allocate). */
+static WkStatus reserve_column(const ColumnSpec *col, const Value *v, uint64_t tokens, ColumnData *out) {
+  if (col->kind == COLUMN_BYTES) {
+    WK_TRY(wk_byte_vec_reserve(&out->ends, sizeof(uint64_t)));
+    return wk_byte_vec_reserve(&out->data, v->length);
+  }
+  bool per_token = col->kind == COLUMN_MASK || col->kind == COLUMN_TOKEN_U8;
+  return wk_byte_vec_reserve(&out->data, per_token ? (size_t)tokens : (size_t)col->element_bytes);
+}
+
+/* One column's value of a record appended to out (room reserved); false with the reason when it does not fit. */
 static bool column_value(const ColumnSpec *col, const Value *v, uint64_t tokens, ColumnData *out, char *reason) {
   switch (col->kind) {
     case COLUMN_MASK:
@@ -209,7 +221,6 @@ static bool column_value(const ColumnSpec *col, const Value *v, uint64_t tokens,
     case COLUMN_BYTES: return blob(v, out, reason);
     default: break;
   }
-  if (wk_byte_vec_reserve(&out->data, (size_t)col->element_bytes) != WK_OK) return snprintf(reason, REASON_BYTES, "out of memory"), false;
   uint8_t *dst = out->data.data + out->data.length;
   if (col->kind == COLUMN_I64) {
     int64_t x;
@@ -288,6 +299,7 @@ WkStatus convert_chunk_add_record(const ChunkContext *ctx, Chunk *c, const Value
   uint64_t tokens = c->tokens.length - tokens_before;
   for (uint32_t k = 0; k < ctx->column_count && !bad; k++) {
     const ColumnSpec *col = &ctx->columns[k];
+    WK_TRY(reserve_column(col, &columns[k], tokens, &c->columns[k]));
     if (columns[k].type == VALUE_MISSING) snprintf(why, sizeof why, "is missing");
     else if (column_value(col, &columns[k], tokens, &c->columns[k], why)) continue;
     bad = true;

@@ -152,10 +152,12 @@ WkStatus convert_cut_tar(const ChunkContext *ctx, uint32_t i, WkBlob *blob, cons
                          (long long)size, (unsigned long long)limits->max_member_bytes);
         break;
       }
-      /* A member read once; a second field it fills (json.a, json.b) copies it. */
-      if (read == UINT32_MAX) status = read_member(a, &src, path, name, size, &sample.member[k]), read = k;
-      else sample.member[k].length = 0,
-           status = wk_byte_vec_append(&sample.member[k], sample.member[read].data, sample.member[read].length);
+      /* A member is read once; a second field it fills (json.a, json.b) copies it. */
+      sample.member[k].length = 0;
+      status = read == UINT32_MAX
+                   ? read_member(a, &src, path, name, size, &sample.member[k])
+                   : wk_byte_vec_append(&sample.member[k], sample.member[read].data, sample.member[read].length);
+      read = k;
       sample.found[k] = true;
     }
     rc.progress = src.offset;

@@ -174,7 +174,8 @@ static WkStatus fields_record(const ChunkContext *ctx, const Input *in, Chunk *c
   WkJson *trees[1 + COLUMN_MAX] = {0};
   Value values[1 + COLUMN_MAX];
   bool bad_json = false;
-  for (uint32_t k = 0; k < n; k++) values[k] = slot_value(&slots[k], json_key(ctx, in, fields[k]), &trees[k], &bad_json);
+  for (uint32_t k = 0; k < n; k++)
+    values[k] = slot_value(&slots[k], json_key(ctx, in, fields[k]), &trees[k], &bad_json);
   WkStatus status = bad_json ? convert_bad_add(&c->bad, &c->bad_count, &c->bad_capacity, row + 1,
                                                "the .json member is not valid JSON")
                              : convert_chunk_add_record(ctx, c, &values[0], &values[1], row + 1);

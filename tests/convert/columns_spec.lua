@@ -171,7 +171,8 @@ describe('--column on JSONL', function()
     
     local s = corpus.convert(args .. ' --strict')
     assert.are.equal(1, s.rc)
-    assert.matches(file .. ":1: column 'label': field 'label' is a string, expected an integer (--strict", s.err, 1, true)
+    assert.matches(file .. ":1: column 'label': field 'label' is a string, expected an integer (--strict", s.err, 1,
+      true)
   end)
 
   it('refuses a malformed --column, a repeated name, --resume and token files, in one line', function()
@@ -230,15 +231,17 @@ with tarfile.open(sys.argv[1], 'w') as t:
     helper.write_file(dir .. '/make.py', script)
     local made = helper.sh(('python3 %s %s'):format(q(dir .. '/make.py'), q(dir .. '/a.tar')))
     assert.are.equal(0, made.rc, made.err)
-    local r = corpus.convert(q(dir .. '/a.tar') .. ' -o ' .. q(dir .. '/out') .. ' --field txt --column label=cls:i64 ' ..
-      '--column image=jpg:bytes --column score=json.score:f32')
+    local r = corpus.convert(q(dir .. '/a.tar') .. ' -o ' .. q(dir .. '/out') .. ' --field txt ' ..
+      '--column label=cls:i64 ' ..
+      '--column image=jpg:bytes --column score=json.score:f32 --column ids=json.ids:i64[2]')
     assert.are.equal(0, r.rc, r.err)
     local got = records(dir .. '/out')
     assert.are.equal(2, #got)
     assert.are.same(bytes_of('a cat'), got[1].tokens)
-    assert.are.same({ 3, '\xff\xd8\x00jpeg', 0.5 }, { got[1].label, got[1].image, got[1].score })
+    assert.are.same({ 3, '\xff\xd8\x00jpeg', 0.5, { 1, 2 } },
+      { got[1].label, got[1].image, got[1].score, got[1].ids })
     assert.are.same({}, got[2].tokens) -- no .txt: a record without text
-    assert.are.same({ 7, '', 2 }, { got[2].label, got[2].image, got[2].score })
+    assert.are.same({ 7, '', 2, { 3, 4 } }, { got[2].label, got[2].image, got[2].score, got[2].ids })
     assert.matches(dir .. "/a.tar:3: column 'label': field 'cls' is a member that is not an integer", r.err, 1, true)
     assert.matches(dir .. "/a.tar:4: column 'label': field 'cls' is missing", r.err, 1, true)
   end)

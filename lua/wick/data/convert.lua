@@ -77,11 +77,11 @@ local SPEC = cli.spec {
     { 'field', 'string', value = 'NAME', default = 'text',
       help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
     { 'column', 'strings', value = 'NAME=FIELD:KIND',
-      help = "a column of the dataset from each record's FIELD (JSONL member, Parquet column, tar member extension or " ..
-             "json.NAME of its .json member; a text file has only its text, --field): KIND tokens (NAME tokens: " ..
-             "the token stream, a string tokenized or a list of ids), mask (a list aligned with the tokens: -100 " ..
-             "-> 0, else 1), token_u8 (0..255 per token), i64, f32, bytes, or a tensor f32[4,8] (f32, i32, i64, " ..
-             "u8); a record whose field does not fit is a bad line" },
+      help = "a column of the dataset from each record's FIELD (JSONL member, Parquet column, tar member " ..
+             "extension or json.NAME of its .json member; a text file has only its text, --field): KIND " ..
+             "tokens (NAME tokens: the token stream, a string tokenized or a list of ids), mask (a list aligned " ..
+             "with the tokens: -100 -> 0, else 1), token_u8 (0..255 per token), i64, f32, bytes, or a tensor " ..
+             "f32[4,8] (f32, i32, i64, u8); a record whose field does not fit is a bad line" },
     { 'json_field', 'string', value = 'NAME', default = 'text',
       help = "the string member of a tar sample's .json member (with --field json)" },
     { 'headerless_bin', 'flag',

@@ -3,7 +3,8 @@
  * page first, then data pages v1 or v2; index pages skipped), each decompressed, its definition
  * levels read (a level below the column's maximum is a null row) and its values decoded, PLAIN (a u32
  * length and the bytes; fixed-width little-endian numbers; booleans one bit each) or through the
- * dictionary (indices in the RLE / bit-packed hybrid), and handed to the caller row by row. Nothing is read outside the chunk's bytes or past a page's own sizes.
+ * dictionary (indices in the RLE / bit-packed hybrid), and handed to the caller row by row. Nothing is
+ * read outside the chunk's bytes or past a page's own sizes.
  */
 #include <stdio.h>
 #include <stdlib.h>

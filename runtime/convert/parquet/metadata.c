@@ -322,7 +322,8 @@ static WkStatus find_column(Footer *f, ParquetMeta *m) {
   if (leaf != column) f->path[1] = "bytes", f->path_length[1] = 5, f->path_count = 2;
   m->type = leaf->type;
   m->text = leaf == column; /* a struct's bytes are an image's or a sound's */
-  m->max_definition = (column->repetition == REPETITION_OPTIONAL) + (leaf != column && leaf->repetition == REPETITION_OPTIONAL);
+  m->max_definition =
+      (column->repetition == REPETITION_OPTIONAL) + (leaf != column && leaf->repetition == REPETITION_OPTIONAL);
   return WK_OK;
 }
 

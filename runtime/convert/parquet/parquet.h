@@ -91,7 +91,7 @@ typedef struct {
   const char *path;
   char column[128];   /* the column's name, for messages */
   int32_t type;       /* the values' physical type (PARQUET_BOOLEAN .. PARQUET_BYTE_ARRAY) */
-  bool text;          /* BYTE_ARRAY of a top-level column (text, UTF-8 checked where read as text), not a struct's bytes */
+  bool text;          /* BYTE_ARRAY of a top-level column (a string), not a struct's bytes (an image's) */
   bool absent;        /* an optional column the file does not have: no chunks */
   int max_definition; /* 0 REQUIRED, 1 OPTIONAL, 2 an OPTIONAL child of an OPTIONAL struct */
   ParquetChunk *chunks;
