@@ -388,6 +388,9 @@ typedef enum {
                                    hold GPT-2's, and .npy files must declare theirs */
   WK_CONVERT_EOS = 11,          /* the EOS id separating documents in token files, with WK_CONVERT_VOCAB_SIZE
                                    (-1: not declared) */
+  WK_CONVERT_NO_TEXT = 12,      /* 1: records have no text (images and labels): each is its columns and its EOS
+                                   alone; needs a column (wk_converter_add_column) and no tokens column. 0 (default):
+                                   a record without its text field is a bad row */
   WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 

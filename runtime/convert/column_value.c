@@ -242,7 +242,11 @@ static bool column_value(const ColumnSpec *col, const Value *v, uint64_t tokens,
 
 /* The record's tokens: a string encoded with the template (an empty one stays empty), a list of ids. */
 static WkStatus record_tokens(const ChunkContext *ctx, Chunk *c, const Value *v, char *reason, bool *bad) {
-  if (v->type == VALUE_MISSING && !ctx->tokens) return WK_OK;
+  if (ctx->no_text) return WK_OK; /* a record of columns: its EOS alone */
+  if (v->type == VALUE_MISSING) {
+    snprintf(reason, REASON_BYTES, "is missing%s", ctx->tokens ? "" : " (records without text: --no-text)");
+    return *bad = true, WK_OK;
+  }
   if (v->type == VALUE_STRING || v->type == VALUE_MEMBER) {
     size_t valid = wk_utf8_valid_prefix(v->bytes, v->length);
     if (valid < v->length) {
@@ -311,6 +315,6 @@ WkStatus convert_chunk_add_record(const ChunkContext *ctx, Chunk *c, const Value
   for (uint32_t k = 0; k < ctx->column_count; k++)
     c->columns[k].data.length = data_before[k], c->columns[k].ends.length = ends_before[k];
   if (name) snprintf(reason, sizeof reason, "column '%s': field '%s' %s", name, field, why);
-  else snprintf(reason, sizeof reason, "field '%s' %s (the text)", field, why);
+  else snprintf(reason, sizeof reason, "the text: field '%s' %s", field, why);
   return convert_chunk_bad_line(c, line, reason);
 }

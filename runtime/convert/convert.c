@@ -257,9 +257,13 @@ static void choose_template(Run *r) {
   r->template_state = r->tokenizer->bare ? WK_INDEX_TEMPLATE_SKIPPED : WK_INDEX_TEMPLATE_APPLIED;
 }
 
-/* What --column cannot go with: token files (no fields), resuming (a shard's columns are not compared). */
+/* What --column cannot go with: token files (no fields), resuming (a shard's columns are not compared);
+ * --no-text needs columns and no tokens column. */
 static WkStatus check_records(const Run *r) {
   const WkConverter *cv = r->cv;
+  if (r->context.no_text && (cv->column_count == 0 || cv->has_tokens))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --no-text makes records of columns without text: it needs a "
+                   "--column, and no tokens column");
   if (!r->context.records) return WK_OK;
   if (param(cv, WK_CONVERT_RESUME))
     return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --resume cannot keep shards with columns (--column); convert "
@@ -291,6 +295,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
                              .inputs = cv->inputs,
                              .records = cv->has_tokens || cv->column_count > 0,
                              .tokens = cv->has_tokens ? &cv->tokens : NULL,
+                             .no_text = param(cv, WK_CONVERT_NO_TEXT) != 0,
                              .columns = cv->columns, .column_count = cv->column_count};
   WK_TRY(check_records(&r));
   r.write_options = (WkShardWriteOptions){

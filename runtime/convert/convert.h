@@ -160,7 +160,8 @@ typedef struct {
   const Input *inputs;
   /* --column: records carry fields (records mode; an empty record is kept as a document of its EOS alone) */
   bool records;            /* any --column given */
-  const ColumnSpec *tokens;  /* the tokens column; NULL: the field's text is tokenized when a record has it */
+  const ColumnSpec *tokens;  /* the tokens column; NULL: the text field's text is tokenized */
+  bool no_text;            /* records have no text: each is its columns and an EOS (WK_CONVERT_NO_TEXT) */
   const ColumnSpec *columns; /* the other columns, in the dataset's order (column 1 on) */
   uint32_t column_count;
 } ChunkContext;
@@ -193,7 +194,7 @@ Value value_of_json(const WkJson *json);
 /* The named field of a record given as a JSON object (MISSING when absent or when record is no object). */
 Value value_of_member(const WkJson *record, const char *field);
 /* A record -> the chunk's next document: its tokens from `text` (the tokens column's field, or the text field:
- * a string is tokenized, a list holds ids; missing: none, unless a tokens column was asked for) and each
+ * a string is tokenized, a list holds ids; missing: a bad row; none read with no_text) and each
  * column's value from columns[k]. A field that does not fit its column makes the row bad (line, within the
  * chunk): reported, nothing of it kept. Non-OK only for a failure of the run itself (memory, tokenizer). */
 WkStatus convert_chunk_add_record(const ChunkContext *ctx, Chunk *c, const Value *text, const Value *columns,

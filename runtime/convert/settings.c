@@ -26,6 +26,7 @@ static const WkParamSpec PARAM_SPECS[WK_CONVERT_PARAM_COUNT] = {
     [WK_CONVERT_HEADERLESS_BIN] = {0, 1, 0, "headerless_bin"},
     [WK_CONVERT_VOCAB_SIZE] = {0, MAX_DECLARED_VOCAB, 0, "vocab_size"},
     [WK_CONVERT_EOS] = {-1, MAX_DECLARED_VOCAB - 1, -1, "eos"},
+    [WK_CONVERT_NO_TEXT] = {0, 1, 0, "no_text"},
 };
 static const WkParamTable PARAMS = {"converter", PARAM_SPECS, WK_CONVERT_PARAM_COUNT};
 

@@ -236,12 +236,13 @@ with tarfile.open(sys.argv[1], 'w') as t:
       '--column image=jpg:bytes --column score=json.score:f32 --column ids=json.ids:i64[2]')
     assert.are.equal(0, r.rc, r.err)
     local got = records(dir .. '/out')
-    assert.are.equal(2, #got)
+    assert.are.equal(1, #got)
     assert.are.same(bytes_of('a cat'), got[1].tokens)
     assert.are.same({ 3, '\xff\xd8\x00jpeg', 0.5, { 1, 2 } },
       { got[1].label, got[1].image, got[1].score, got[1].ids })
-    assert.are.same({}, got[2].tokens) -- no .txt: a record without text
-    assert.are.same({ 7, '', 2, { 3, 4 } }, { got[2].label, got[2].image, got[2].score, got[2].ids })
+    -- no .txt: a bad row, never an empty text in its place
+    assert.matches(dir .. "/a.tar:2: the text: field 'txt' is missing (records without text: --no-text)", r.err, 1,
+      true)
     assert.matches(dir .. "/a.tar:3: column 'label': field 'cls' is a member that is not an integer", r.err, 1, true)
     assert.matches(dir .. "/a.tar:4: column 'label': field 'cls' is missing", r.err, 1, true)
   end)
@@ -305,13 +306,19 @@ pq.write_table(t, sys.argv[1] + '/a.parquet', %s)
     end)
   end
 
-  it('gives text-less records for a file without the text column, and refuses lists by name', function()
+  it('gives text-less records with --no-text (a bad row each without it), and refuses lists by name', function()
     if venv_error then return pending('skipped: ' .. venv_error) end
     write([=[
 t = pa.table({'label': pa.array([4, 5], pa.int64()), 'ids': pa.array([[1, 2], [3]])})
 pq.write_table(t, sys.argv[1] + '/a.parquet')
 ]=])
     local r = convert(q(dir .. '/a.parquet') .. ' -o ' .. q(dir .. '/out') .. ' --column label=label:i64')
+    assert.are.equal(1, r.rc) -- the text column is missing: every row is bad, unless told there is no text
+    assert.matches("a.parquet:1: the text: field 'text' is missing (records without text: --no-text)", r.err, 1, true)
+    r = convert(q(dir .. '/a.parquet') .. ' -o ' .. q(dir .. '/o1') .. ' --no-text')
+    assert.are_not.equal(0, r.rc)
+    assert.matches('--no-text makes records of columns without text: it needs a --column', r.err, 1, true)
+    r = convert(q(dir .. '/a.parquet') .. ' -o ' .. q(dir .. '/out') .. ' --column label=label:i64 --no-text')
     assert.are.equal(0, r.rc, r.err)
     local got = records(dir .. '/out')
     assert.are.same({ {}, {} }, { got[1].tokens, got[2].tokens })

@@ -82,6 +82,9 @@ local SPEC = cli.spec {
              "tokens (NAME tokens: the token stream, a string tokenized or a list of ids), mask (a list aligned " ..
              "with the tokens: -100 -> 0, else 1), token_u8 (0..255 per token), i64, f32, bytes, or a tensor " ..
              "f32[4,8] (f32, i32, i64, u8); a record whose field does not fit is a bad line" },
+    { 'no_text', 'flag',
+      help = 'records have no text (images, labels): each is its --column values and an EOS; without it a record ' ..
+             'missing its text field is a bad line' },
     { 'json_field', 'string', value = 'NAME', default = 'text',
       help = "the string member of a tar sample's .json member (with --field json)" },
     { 'headerless_bin', 'flag',
@@ -197,6 +200,7 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_HEADERLESS_BIN, opts.headerless_bin and 1 or 0)
   set(C.WK_CONVERT_VOCAB_SIZE, opts.vocab_size or 0)
   set(C.WK_CONVERT_EOS, declared_eos or -1)
+  set(C.WK_CONVERT_NO_TEXT, opts.no_text and 1 or 0)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
