@@ -330,3 +330,110 @@ pq.write_table(t, sys.argv[1] + '/a.parquet')
     assert.matches("has no top-level column 'nothere' (it has: label, ids)", r.err, 1, true)
   end)
 end)
+
+-- The issue's round trip, as a script sees it: `run -m wick.data.inspect DIR --records N --json` prints each
+-- record's fields as the input held them (per-token values as lists, numbers, tensors nested by shape, a blob
+-- as its size and, for an image, its format and size), from JSONL, from Parquet's Image struct and from tar.
+describe('inspect --records --json after --column', function()
+  local json = require 'wick.json'
+  local dir
+  before_each(function() dir = helper.tmpdir() end)
+  after_each(function() helper.rmtree(dir) end)
+
+  -- Python writes the inputs and, per record, the object inspect must print (expected.jsonl).
+  local MAKE = [=[
+import io, json, struct, sys, tarfile, zlib
+out = sys.argv[1]
+def png(w, h):
+    chunk = lambda kind, data: struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+    raw = b''.join(b'\x00' + b'\x7f' * (3 * w) for _ in range(h))
+    return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
+            chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b''))
+def gif(w, h): return b'GIF89a' + struct.pack('<HH', w, h) + b'\x00\x00\x00;'
+rows = [('a cat', [-100, -100, 3, 4, 5], 3, 0.5, [[1, 2], [3, 4]], png(5, 3), 'png', 5, 3),
+        ('dog', [1, -100, 1], -7, -2.25, [[0, 0], [1, 1]], gif(640, 480), 'gif', 640, 480),
+        ('', [], 9, 3.0, [[5, 6], [7, 8]], b'not an image', None, 0, 0)]
+expected = []
+with open(out + '/a.jsonl', 'w') as f, tarfile.open(out + '/a.tar', 'w') as t:
+    for k, (text, labels, label, score, emb, blob, kind, w, h) in enumerate(rows):
+        f.write(json.dumps({'text': text, 'labels': labels, 'label': label, 'score': score, 'emb': emb,
+                            'image': blob.decode('latin-1')}) + '\n')
+        for ext, data in (('txt', text.encode()), ('cls', str(label).encode()), ('png', blob)):
+            info = tarfile.TarInfo('s/%04d.%s' % (k, ext)); info.size = len(data); t.addfile(info, io.BytesIO(data))
+        image = {'bytes': len(blob)}
+        if kind: image.update(format=kind, width=w, height=h)
+        expected.append({'tokens': list(text.encode()), 'loss_mask': [0 if x == -100 else 1 for x in labels],
+                         'label': label, 'score': score, 'emb': emb, 'image': image})
+with open(out + '/expected.jsonl', 'w') as f:
+    for e in expected: f.write(json.dumps(e) + '\n')
+if len(sys.argv) > 2:
+    import pyarrow as pa, pyarrow.parquet as pq
+    image = pa.struct([('bytes', pa.binary()), ('path', pa.string())])
+    pq.write_table(pa.table({'text': [r[0] for r in rows], 'label': pa.array([r[2] for r in rows], pa.int64()),
+                             'score': pa.array([r[3] for r in rows], pa.float32()),
+                             'image': pa.array([{'bytes': r[5], 'path': None} for r in rows], image)}),
+                   out + '/a.parquet')
+]=]
+
+  local function make(with_parquet)
+    helper.write_file(dir .. '/make.py', MAKE)
+    local python = with_parquet and helper.TEST_PYTHON or 'python3'
+    local r = helper.sh(('%s %s %s%s'):format(q(python), q(dir .. '/make.py'), q(dir), with_parquet and ' parquet' or ''))
+    assert.are.equal(0, r.rc, r.err)
+    local expected = {}
+    for line in helper.read_file(dir .. '/expected.jsonl'):gmatch('[^\n]+') do expected[#expected + 1] = json.decode(line) end
+    return expected
+  end
+
+  -- inspect's objects, each with only the keys `keys` (shard and record are where, not what).
+  local function inspected(out, keys)
+    local r = helper.run('-m wick.data.inspect ' .. q(out) .. ' --records 10 --json')
+    assert.are.equal(0, r.rc, r.err)
+    local got = {}
+    for line in r.out:gmatch('[^\n]+') do
+      local all, kept = json.decode(line), {}
+      for _, k in ipairs(keys) do kept[k] = all[k] end
+      got[#got + 1] = kept
+    end
+    return got
+  end
+
+  local function only(list, keys)
+    local out = {}
+    for i, e in ipairs(list) do
+      out[i] = {}
+      for _, k in ipairs(keys) do out[i][k] = e[k] end
+    end
+    return out
+  end
+
+  it('from JSONL: tokens, a mask, an i64, an f32, a tensor and a blob', function()
+    local expected = make(false)
+    local r = convert(q(dir .. '/a.jsonl') .. ' -o ' .. q(dir .. '/out') .. ' --column loss_mask=labels:mask ' ..
+      '--column label=label:i64 --column score=score:f32 --column emb=emb:i64[2,2] --column image=image:bytes')
+    assert.are.equal(0, r.rc, r.err)
+    -- a JSON string's characters are the blob's bytes as UTF-8: the sizes are the UTF-8 ones
+    local keys = { 'tokens', 'loss_mask', 'label', 'score', 'emb' }
+    assert.are.same(only(expected, keys), inspected(dir .. '/out', keys))
+  end)
+
+  it('from tar: the text, .cls as a label, an image member', function()
+    local expected = make(false)
+    local r = convert(q(dir .. '/a.tar') .. ' -o ' .. q(dir .. '/out') .. ' --field txt --column label=cls:i64 ' ..
+      '--column image=png:bytes')
+    assert.are.equal(0, r.rc, r.err)
+    local keys = { 'tokens', 'label', 'image' }
+    assert.are.same(only(expected, keys), inspected(dir .. '/out', keys))
+  end)
+
+  it("from Parquet: the text, an i64, an f32 and Hugging Face's Image struct", function()
+    local _, why = helper.test_python()
+    if why then return pending('skipped: ' .. why) end
+    local expected = make(true)
+    local r = convert(q(dir .. '/a.parquet') .. ' -o ' .. q(dir .. '/out') .. ' --column label=label:i64 ' ..
+      '--column score=score:f32 --column image=image:bytes')
+    assert.are.equal(0, r.rc, r.err)
+    local keys = { 'tokens', 'label', 'score', 'image' }
+    assert.are.same(only(expected, keys), inspected(dir .. '/out', keys))
+  end)
+end)
