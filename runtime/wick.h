@@ -388,6 +388,9 @@ typedef enum {
                                    hold GPT-2's, and .npy files must declare theirs */
   WK_CONVERT_EOS = 11,          /* the EOS id separating documents in token files, with WK_CONVERT_VOCAB_SIZE
                                    (-1: not declared) */
+  WK_CONVERT_NO_TEXT = 12,      /* 1: records have no text (images and labels): each is its columns and its EOS
+                                   alone; needs a column (wk_converter_add_column) and no tokens column. 0 (default):
+                                   a record without its text field is a bad row */
   WK_CONVERT_PARAM_COUNT
 } WkConvertParam;
 
@@ -429,6 +432,13 @@ WK_API WkStatus wk_converter_param_default(WkConvertParam param, int64_t *value)
 WK_API WkStatus wk_converter_set_field(WkConverter *cv, const char *field);
 /* The string member of a tar sample's .json member when the field is "json" (default "text"). */
 WK_API WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field);
+/* A column of the dataset filled from a field of each record, "NAME=FIELD:KIND" (the command line's --column):
+ * KIND tokens (NAME tokens: the token stream from a string, tokenized, or a list of ids; without it the
+ * --field text is), mask (a list aligned with the tokens, Hugging Face labels: -100 -> 0, else 1), token_u8
+ * (a list of 0..255 aligned with the tokens), i64, f32, bytes (a string's, binary's or tar member's bytes), or
+ * a tensor DTYPE[d0,...] (f32, i32, i64, u8; nested lists). A record whose field does not fit is a bad line.
+ * JSONL, Parquet and tar inputs; a text file has only its text (the --field). Call before the run. */
+WK_API WkStatus wk_converter_add_column(WkConverter *cv, const char *spec);
 /* Comma-separated fnmatch globs ("*.py,*.txt") a file found in a directory must match to be read
  * (files named directly always are); NULL or "" for all. Applies to inputs added after it. */
 WK_API WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns);

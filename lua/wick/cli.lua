@@ -13,8 +13,9 @@
 --
 -- Command-line types: flag (present or absent), integer, size (an integer with an optional K, M or
 -- G suffix: 2^10, 2^20, 2^30), number (finite), uint64 (decimal, exact up to 2^64 - 1), enum
--- (`values`), string, path (a non-empty string). `short = 'o'` adds -o; `value = 'DIR'` names the
--- value in the help. Flags are `--name value` or `--name=value`, dashes for the underscores.
+-- (`values`), string, path (a non-empty string), strings (a repeatable flag: the list of its
+-- values). `short = 'o'` adds -o; `value = 'DIR'` names the value in the help. Flags are
+-- `--name value` or `--name=value`, dashes for the underscores.
 --
 -- A user's mistake is raised as a user error (cli.fail): `run` prints its one line, without a
 -- traceback unless WICK_LOG=debug, and exits with its status: 2 for usage (an unknown flag, a bad
@@ -58,6 +59,14 @@ local EXACT_INTEGER = 2 ^ 53 -- Lua numbers are exact below this
 
 local function non_empty(v) return type(v) == 'string' and v ~= '', 'must be a non-empty path' end
 
+local function string_list(v)
+  if type(v) ~= 'table' then return false, 'must be a list of strings' end
+  for _, s in ipairs(v) do
+    if type(s) ~= 'string' or s == '' then return false, 'must be a list of non-empty strings' end
+  end
+  return true
+end
+
 -- Per command-line type: the schema type that checks it, how text becomes a value (a reader of
 -- its own, or the schema type's: wick.schema.parse), the help's placeholder for the value.
 local KINDS = {
@@ -72,6 +81,7 @@ local KINDS = {
   enum = { schema = 'enum', parse = 'enum' },
   string = { schema = 'string', parse = 'string', placeholder = 'TEXT' },
   path = { schema = 'path', check = non_empty, parse = 'string', placeholder = 'PATH' },
+  strings = { schema = 'strings', check = string_list, placeholder = 'TEXT', repeated = true },
 }
 
 local function flag_name(name) return '--' .. name:gsub('_', '-') end
@@ -178,6 +188,7 @@ function cli.help(spec)
     if range then notes[#notes + 1] = range end
     if option.default ~= nil then notes[#notes + 1] = 'default ' .. value_text(option, option.default) end
     if option.required then notes[#notes + 1] = 'required' end
+    if kind.repeated then notes[#notes + 1] = 'repeatable' end
     rows[#rows + 1] = { names, (option.help or '') .. (#notes > 0 and (' (' .. table.concat(notes, '; ') .. ')') or '') }
     width = math.max(width, #names)
   end
@@ -230,7 +241,9 @@ function cli.parse(spec, args)
       io.stdout:flush()
       os.exit(0)
     elseif option then
-      if seen[option[1]] then cli.usage_error(spec, ('%s is given twice'):format(flag)) end
+      if seen[option[1]] and not KINDS[option[2]].repeated then
+        cli.usage_error(spec, ('%s is given twice'):format(flag))
+      end
       seen[option[1]] = true
       if option[2] == 'flag' then
         if inline then cli.usage_error(spec, ('%s takes no value'):format(flag)) end
@@ -245,7 +258,13 @@ function cli.parse(spec, args)
               or table.concat(option.values or {}, '|')))
           end
         end
-        opts[option[1]] = convert(spec, option, flag, text)
+        if KINDS[option[2]].repeated then
+          if text == '' then cli.usage_error(spec, ('%s needs a non-empty value'):format(flag)) end
+          opts[option[1]] = opts[option[1]] or {}
+          table.insert(opts[option[1]], text)
+        else
+          opts[option[1]] = convert(spec, option, flag, text)
+        end
       end
     elseif word:sub(1, 1) == '-' and word ~= '-' then
       unknown(spec, flag)

@@ -31,10 +31,8 @@ static WkStatus buffer_reserve(Run *r, uint64_t extra) {
   return WK_OK;
 }
 
-/* Appends n tokens already in stored width (see store_tokens) to the shard being built. */
-static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
-  if (n == 0) return WK_OK;
-  WK_TRY(buffer_reserve(r, n + 1));
+/* Starts a document at the shard's current end. */
+static WkStatus open_document(Run *r) {
   if (!r->doc_open) {
     if (!r->starts) {
       pthread_mutex_lock(&r->lock);
@@ -51,6 +49,14 @@ static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
     r->starts[r->start_count++] = r->buffer_tokens;
     r->doc_open = true;
   }
+  return WK_OK;
+}
+
+/* Appends n tokens already in stored width (see store_tokens) to the shard being built. */
+static WkStatus append_tokens(Run *r, const uint8_t *stored, uint64_t n) {
+  if (n == 0) return WK_OK;
+  WK_TRY(buffer_reserve(r, n + 1));
+  WK_TRY(open_document(r));
   uint32_t width = r->write_options.token_bytes;
   memcpy(r->buffer + r->buffer_tokens * width, stored, (size_t)(n * width));
   r->buffer_tokens += n;
@@ -136,6 +142,17 @@ static WkStatus flush_shard(Run *r) {
   job->doc_starts = r->starts;
   job->doc_count = r->start_count;
   job->doc_capacity = r->start_capacity;
+  uint32_t columns = r->context.column_count;
+  if (columns) {
+    job->columns = malloc(columns * sizeof *job->columns);
+    if (!job->columns) {
+      free(job->path), free(job->pieces), free(job);
+      return WK_FAIL(WK_ERR_NOMEM, "out of memory: shard job");
+    }
+    memcpy(job->columns, r->columns, columns * sizeof *job->columns);
+    job->column_count = columns;
+    memset(r->columns, 0, sizeof r->columns);
+  }
   r->buffer = NULL;
   r->buffer_tokens = r->buffer_capacity = 0;
   r->starts = NULL;
@@ -187,7 +204,10 @@ static WkStatus end_document(Run *r) {
   WK_TRY(append_tokens(r, stored, 1));
   r->doc_open = false;
   r->cv->stats.documents++;
-  if (r->buffer_tokens >= (uint64_t)param(r->cv, WK_CONVERT_SHARD_TOKENS)) WK_TRY(flush_shard(r));
+  uint64_t column_bytes = 0;
+  for (uint32_t k = 0; k < r->context.column_count; k++) column_bytes += r->columns[k].data.length;
+  if (r->buffer_tokens >= (uint64_t)param(r->cv, WK_CONVERT_SHARD_TOKENS) || column_bytes >= MAX_SHARD_COLUMN_BYTES)
+    WK_TRY(flush_shard(r));
   return WK_OK;
 }
 
@@ -203,6 +223,30 @@ static WkStatus keep_bad_line(WkConverter *cv, const char *path, uint64_t line, 
   if (!text) return WK_FAIL(WK_ERR_NOMEM, "out of memory: bad line list");
   snprintf(text, n, "%s:%" PRIu64 ": %s", path, line, reason);
   cv->bad_lines[cv->bad_kept++] = text;
+  return WK_OK;
+}
+
+/* Document d of chunk c (its tokens [begin, end) of the chunk) appended to each column of the shard: a per-token
+ * column's values and its EOS's (the last token's, 0 for an empty document), a record's value, a blob. */
+static WkStatus append_columns(Run *r, const Chunk *c, size_t d, uint64_t begin, uint64_t end) {
+  for (uint32_t k = 0; k < r->context.column_count; k++) {
+    const ColumnSpec *col = &r->context.columns[k];
+    const ColumnData *from = &c->columns[k];
+    ColumnData *to = &r->columns[k];
+    if (col->kind == COLUMN_MASK || col->kind == COLUMN_TOKEN_U8) {
+      uint8_t eos = end > begin ? from->data.data[end - 1] : 0;
+      if (end > begin) WK_TRY(wk_byte_vec_append(&to->data, from->data.data + begin, (size_t)(end - begin)));
+      WK_TRY(wk_byte_vec_append(&to->data, &eos, 1));
+    } else if (col->kind == COLUMN_BYTES) {
+      const uint64_t *ends = (const uint64_t *)from->ends.data;
+      uint64_t first = d ? ends[d - 1] : 0;
+      if (ends[d] > first) WK_TRY(wk_byte_vec_append(&to->data, from->data.data + first, (size_t)(ends[d] - first)));
+      uint64_t shard_end = to->data.length;
+      WK_TRY(wk_byte_vec_append(&to->ends, &shard_end, sizeof shard_end));
+    } else {
+      WK_TRY(wk_byte_vec_append(&to->data, from->data.data + d * col->element_bytes, (size_t)col->element_bytes));
+    }
+  }
   return WK_OK;
 }
 
@@ -224,7 +268,9 @@ static WkStatus consume_chunk(Run *r, Chunk *c) {
   uint32_t width = r->write_options.token_bytes;
   uint64_t position = 0;
   for (size_t d = 0; d < c->doc_count; d++) {
+    if (r->context.records) WK_TRY(open_document(r)); /* kept even when empty: its columns are the record */
     WK_TRY(append_tokens(r, stored + position * width, c->doc_ends[d] - position));
+    if (r->context.column_count) WK_TRY(append_columns(r, c, d, position, c->doc_ends[d]));
     WK_TRY(end_document(r));
     position = c->doc_ends[d];
   }
@@ -358,6 +404,11 @@ WkStatus convert_write_index(Run *r) {
       .token_bytes = r->write_options.token_bytes,
       .shard_count = r->shard_count,
   };
+  WkColumnInfo columns[WK_MAX_COLUMNS];
+  wk_index_tokens_column(r->write_options.token_bytes, &columns[0]);
+  for (uint32_t k = 0; k < r->context.column_count; k++) column_spec_info(&r->context.columns[k], &columns[1 + k]);
+  index.column_count = 1 + r->context.column_count; /* tokens alone: version 1, as before */
+  index.columns = columns;
   WkIndexShard *shards = wk_calloc(r->shard_count, sizeof *shards, "index shards");
   if (!shards) return WK_ERR_NOMEM;
   for (uint32_t i = 0; i < r->shard_count; i++) {

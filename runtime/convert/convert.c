@@ -102,6 +102,10 @@ void convert_free_shard_inputs(Run *r, ShardJob *job) {
   }
   job->tokens = NULL;
   job->doc_starts = NULL;
+  for (uint32_t k = 0; job->columns && k < job->column_count; k++)
+    free(job->columns[k].data.data), free(job->columns[k].ends.data);
+  free(job->columns);
+  job->columns = NULL;
 }
 
 /* Compresses one piece; the last piece of a shard also writes the file. Called without the lock. */
@@ -129,8 +133,17 @@ static void run_piece(Run *r, PieceJob *pj, bool skip) {
       job->status = WK_FAIL(WK_ERR_NOMEM, "out of memory assembling shard '%s'", job->path);
     } else {
       for (uint32_t p = 0; p < job->piece_count; p++) pieces[p] = job->pieces[p].piece;
-      job->status = wk_shard_assemble(job->path, &r->write_options, job->token_count, job->doc_starts,
-                                      job->doc_count, pieces, job->piece_count, &job->written);
+      WkShardColumn columns[COLUMN_MAX];
+      for (uint32_t k = 0; k < job->column_count; k++) {
+        const ColumnData *c = &job->columns[k];
+        columns[k] = (WkShardColumn){.data = c->data.data, .data_bytes = c->data.length,
+                                     .blob_ends = r->context.columns[k].kind == COLUMN_BYTES
+                                                      ? (const uint64_t *)c->ends.data : NULL};
+        column_spec_info(&r->context.columns[k], &columns[k].info);
+      }
+      job->status = wk_shard_assemble_columns(job->path, &r->write_options, job->token_count, job->doc_starts,
+                                              job->doc_count, pieces, job->piece_count, columns, job->column_count,
+                                              &job->written);
       free(pieces);
     }
     if (job->status != WK_OK) snprintf(job->message, sizeof job->message, "%s", wk_last_error());
@@ -244,6 +257,24 @@ static void choose_template(Run *r) {
   r->template_state = r->tokenizer->bare ? WK_INDEX_TEMPLATE_SKIPPED : WK_INDEX_TEMPLATE_APPLIED;
 }
 
+/* What --column cannot go with: token files (no fields), resuming (a shard's columns are not compared);
+ * --no-text needs columns and no tokens column. */
+static WkStatus check_records(const Run *r) {
+  const WkConverter *cv = r->cv;
+  if (r->context.no_text && (cv->column_count == 0 || cv->has_tokens))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --no-text makes records of columns without text: it needs a "
+                   "--column, and no tokens column");
+  if (!r->context.records) return WK_OK;
+  if (param(cv, WK_CONVERT_RESUME))
+    return WK_FAIL(WK_ERR_INVALID_ARG, "converter: --resume cannot keep shards with columns (--column); convert "
+                   "afresh");
+  for (size_t i = 0; i < cv->input_count; i++)
+    if (convert_input_is_tokens(cv->inputs[i].kind))
+      return WK_FAIL(WK_ERR_INVALID_ARG, "converter: '%s' holds token ids, no fields for --column (JSONL, Parquet, "
+                     "tar and text inputs have them)", cv->inputs[i].path);
+  return WK_OK;
+}
+
 WkStatus wk_converter_run(WkConverter *cv) {
   if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_run: converter is NULL");
   if (cv->input_count == 0) return WK_FAIL(WK_ERR_INVALID_ARG, "converter: no input files");
@@ -261,7 +292,12 @@ WkStatus wk_converter_run(WkConverter *cv) {
                              .template = r.template_state == WK_INDEX_TEMPLATE_APPLIED ? &r.template : NULL,
                              .field = cv->field, .json_field = cv->json_field,
                              .split = (WkTextSplit)param(cv, WK_CONVERT_TEXT_SPLIT),
-                             .inputs = cv->inputs};
+                             .inputs = cv->inputs,
+                             .records = cv->has_tokens || cv->column_count > 0,
+                             .tokens = cv->has_tokens ? &cv->tokens : NULL,
+                             .no_text = param(cv, WK_CONVERT_NO_TEXT) != 0,
+                             .columns = cv->columns, .column_count = cv->column_count};
+  WK_TRY(check_records(&r));
   r.write_options = (WkShardWriteOptions){
       .token_bytes = r.tokenizer->vocab_size <= 65536 ? 2 : 4,
       .vocab_size = r.tokenizer->vocab_size,
@@ -323,6 +359,7 @@ WkStatus wk_converter_run(WkConverter *cv) {
   convert_pool_free(&r.chunk_tokens);
   free(r.buffer);
   free(r.starts);
+  for (uint32_t k = 0; k < COLUMN_MAX; k++) free(r.columns[k].data.data), free(r.columns[k].ends.data);
   free(r.ring);
   wk_queue_free(r.jobs);
   pthread_cond_destroy(&r.changed);

@@ -21,6 +21,8 @@
  *   records.c         chunks of records (one text per row or sample), for the readers below
  *   input_parquet.c   Parquet files: the --field column's strings (parquet/ reads the format)
  *   input_tar.c       WebDataset .tar shards (libarchive): the --field member of each sample
+ *   column_spec.c     --column NAME=FIELD:KIND: what a column is and which field fills it
+ *   column_value.c    a record's field values -> its tokens and its columns' values (or why the row is bad)
  */
 #ifndef WK_CONVERT_H
 #define WK_CONVERT_H
@@ -73,8 +75,51 @@ typedef struct {
 
 typedef struct {
   uint64_t line;   /* 1-based, relative to the chunk's first line */
-  char reason[128];
+  char reason[256];
 } BadLine;
+
+/* ---- columns (column_spec.c) ---------------------------------------------------------------------- */
+
+/* What a --column's values are read as. TOKENS is the token stream itself (column 0, named "tokens"): a
+ * string tokenized as text is, or a list of ids; MASK and TOKEN_U8 are stored as the format's TOKEN_U8. */
+#define COLUMN_KINDS(X) X(TOKENS, "tokens") X(MASK, "mask") X(TOKEN_U8, "token_u8") X(I64, "i64") X(F32, "f32") \
+  X(BYTES, "bytes") X(TENSOR, "tensor")
+#define COLUMN_KIND_ENUM(kind, name) COLUMN_##kind,
+typedef enum { COLUMN_KINDS(COLUMN_KIND_ENUM) COLUMN_KIND_COUNT } ColumnKind;
+#undef COLUMN_KIND_ENUM
+
+enum { COLUMN_NAME_BYTES = WK_COLUMN_NAME_BYTES, COLUMN_FIELD_BYTES = 128, COLUMN_MAX_DIMS = WK_COLUMN_MAX_DIMS,
+       COLUMN_MAX = WK_MAX_COLUMNS - 1 /* besides the tokens */ };
+
+typedef struct {
+  char name[COLUMN_NAME_BYTES];    /* [A-Za-z_][A-Za-z0-9_]*, unique */
+  char field[COLUMN_FIELD_BYTES];  /* the input's field (JSON member, Parquet column, tar extension) */
+  ColumnKind kind;
+  uint32_t dtype;                  /* TENSOR: its elements' WkDType (f32, i32, i64, u8) */
+  uint32_t ndim;                   /* TENSOR: 1..4 */
+  uint32_t shape[COLUMN_MAX_DIMS];
+  uint64_t elements;               /* TENSOR: the product of shape */
+  uint64_t element_bytes;          /* bytes of one stored row: 1 per token (MASK, TOKEN_U8), 8 I64, 4 F32, the
+                                      tensor's bytes; 0 for TOKENS and BYTES */
+} ColumnSpec;
+
+/* Parses "NAME=FIELD:KIND" (KIND: tokens, mask, token_u8, i64, f32, bytes, or DTYPE[d0,d1,...] with DTYPE f32,
+ * i32, i64 or u8) into *out; a bad spec is WK_ERR_INVALID_ARG saying what is wrong and the expected form. */
+WkStatus column_spec_parse(const char *spec, ColumnSpec *out);
+const char *column_kind_name(ColumnKind kind);
+/* The column as the format stores it (MASK is a TOKEN_U8 column). */
+void column_spec_info(const ColumnSpec *col, WkColumnInfo *out);
+/* A tensor column's element type (f32, i32, i64, u8): its name and size. */
+const char *column_dtype_name(uint32_t dtype);
+size_t column_dtype_size(uint32_t dtype);
+
+/* One column's values in a chunk (or a shard being built), aligned with its documents: MASK and TOKEN_U8 one
+ * byte per token (EOS not included in a chunk), I64, F32, TENSOR element_bytes per document, BYTES the blobs
+ * concatenated with each document's end offset (u64) in ends. */
+typedef struct {
+  WkByteVec data;
+  WkByteVec ends;
+} ColumnData;
 
 typedef enum { JOB_CHUNK, JOB_PIECE } JobKind;
 
@@ -101,6 +146,8 @@ typedef struct {
   uint64_t nulls;        /* Parquet: null rows skipped */
   BadLine *bad;
   size_t bad_count, bad_capacity;
+  ColumnData *columns;   /* ChunkContext.column_count of them (NULL without --column) */
+  uint32_t column_count;
 } Chunk;
 
 /* Settings a worker needs. */
@@ -111,6 +158,12 @@ typedef struct {
   const char *json_field;  /* tar: the string member of a .json member (field "json") */
   WkTextSplit split;
   const Input *inputs;
+  /* --column: records carry fields (records mode; an empty record is kept as a document of its EOS alone) */
+  bool records;            /* any --column given */
+  const ColumnSpec *tokens;  /* the tokens column; NULL: the text field's text is tokenized */
+  bool no_text;            /* records have no text: each is its columns and an EOS (WK_CONVERT_NO_TEXT) */
+  const ColumnSpec *columns; /* the other columns, in the dataset's order (column 1 on) */
+  uint32_t column_count;
 } ChunkContext;
 
 /* Worker side: fills the chunk's results (never fails the thread: errors go into status/message). */
@@ -122,6 +175,33 @@ WkStatus convert_chunk_end_document(Chunk *c);
 /* A document of text (valid UTF-8): its ids, with the template around them unless it is empty (an
  * empty document stays empty, and is skipped), then its end. */
 WkStatus convert_chunk_add_text(const ChunkContext *ctx, Chunk *c, const uint8_t *text, size_t length);
+/* ---- a record's fields (column_value.c) ------------------------------------------------------------ */
+
+/* A field of a record as its reader found it. MEMBER is a tar member's bytes: text that may hold a number
+ * (a .cls label), or bytes. LIST and OBJECT point into a parsed JSON tree. */
+typedef enum { VALUE_MISSING, VALUE_NULL, VALUE_BOOL, VALUE_NUMBER, VALUE_STRING, VALUE_BINARY, VALUE_MEMBER,
+               VALUE_LIST, VALUE_OBJECT } ValueType;
+typedef struct {
+  ValueType type;
+  const uint8_t *bytes;  /* STRING, BINARY, MEMBER; NUMBER: its text (JSON's) */
+  size_t length;
+  bool truth;            /* BOOL */
+  const WkJson *json;    /* LIST, OBJECT */
+} Value;
+
+/* A JSON value as a field (NULL: missing). */
+Value value_of_json(const WkJson *json);
+/* The named field of a record given as a JSON object (MISSING when absent or when record is no object). */
+Value value_of_member(const WkJson *record, const char *field);
+/* A record -> the chunk's next document: its tokens from `text` (the tokens column's field, or the text field:
+ * a string is tokenized, a list holds ids; missing: a bad row; none read with no_text) and each
+ * column's value from columns[k]. A field that does not fit its column makes the row bad (line, within the
+ * chunk): reported, nothing of it kept. Non-OK only for a failure of the run itself (memory, tokenizer). */
+WkStatus convert_chunk_add_record(const ChunkContext *ctx, Chunk *c, const Value *text, const Value *columns,
+                                  uint64_t line);
+/* The fields a record of this run reads: the text (or tokens column) field first, then each column's. */
+uint32_t convert_record_fields(const ChunkContext *ctx, const char **fields, uint32_t capacity);
+
 /* A new chunk of input `input` owning data (NULL for a text file: the worker reads it), and a bad line
  * (numbered within the chunk) reported by a worker. */
 WkStatus convert_chunk_new(uint32_t input, uint8_t *data, size_t length, Chunk **out);
@@ -160,8 +240,23 @@ WkStatus convert_process_text(const ChunkContext *ctx, const Input *in, Chunk *c
 
 /* ---- records (records.c): chunks of Parquet rows and tar samples ------------------------------- */
 
-/* A chunk's data is a run of records: u64 row (within the chunk, from 0), u32 length, the bytes. The
- * reader adds rows; a full chunk is emitted at once. */
+/* A chunk's data is a run of records: u64 row (within the chunk, from 0), then each field: u8 SlotType, u32
+ * length, the bytes. A record has one field (the text) without --column, else convert_record_fields' fields.
+ * The reader adds rows; a full chunk is emitted at once. */
+typedef enum {
+  SLOT_MISSING,      /* the record has no such field */
+  SLOT_NULL,         /* a null (Parquet) */
+  SLOT_STRING,       /* text (a Parquet string) */
+  SLOT_BINARY,       /* bytes that are no text (Parquet binary, the Hugging Face Image struct's bytes) */
+  SLOT_MEMBER,       /* a tar member's bytes: text, a number's text (.cls), or bytes */
+  SLOT_JSON,         /* a JSON value's text (a Parquet number or boolean, a tar .json member for json.NAME) */
+} SlotType;
+typedef struct {
+  SlotType type;
+  const uint8_t *bytes;
+  size_t length;
+} RecordSlot;
+
 typedef struct {
   uint32_t input;
   ChunkEmit emit;
@@ -176,7 +271,7 @@ typedef struct {
 } RecordCutter;
 
 void record_cutter_init(RecordCutter *rc, uint32_t input, size_t chunk_bytes, ChunkEmit emit, void *arg);
-WkStatus record_cutter_add(RecordCutter *rc, const uint8_t *text, size_t length);
+WkStatus record_cutter_add(RecordCutter *rc, const RecordSlot *slots, uint32_t count);
 WkStatus record_cutter_nulls(RecordCutter *rc, uint64_t count);
 /* A row that has no document, for a reason the reader found (reported as file:row: reason). */
 WkStatus record_cutter_bad(RecordCutter *rc, const char *reason);

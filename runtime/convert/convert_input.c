@@ -181,6 +181,8 @@ void convert_chunk_free(Chunk *c) {
   free(c->tokens.data);
   free(c->doc_ends);
   free(c->bad);
+  for (uint32_t k = 0; k < c->column_count; k++) free(c->columns[k].data.data), free(c->columns[k].ends.data);
+  free(c->columns);
   free(c);
 }
 

@@ -20,6 +20,7 @@ enum {
   MAX_BAD_KEPT = 1000,
   MAX_SHARDS_IN_FLIGHT = 2,  /* one being compressed while the next is built */
   MAX_DECLARED_VOCAB = INT32_MAX,  /* WK_CONVERT_VOCAB_SIZE: ids below 2^31 (an embedding's rows) */
+  MAX_SHARD_COLUMN_BYTES = 1 << 30, /* a shard also closes once its columns hold this much (images) */
 };
 
 struct WkConverter {
@@ -28,6 +29,10 @@ struct WkConverter {
   WkTokenizer *owned;            /* the tokenizer file wk_converter_new opened, freed with the converter */
   char *field;
   char *json_field;
+  ColumnSpec tokens;                /* --column tokens=FIELD:tokens, when has_tokens */
+  bool has_tokens;
+  ColumnSpec columns[COLUMN_MAX];   /* the other --columns, in the order added (the dataset's 1, 2, ...) */
+  uint32_t column_count;
   int64_t params[WK_CONVERT_PARAM_COUNT];
   char **include;  /* NULL-terminated globs for files found in directories; NULL: all */
   Input *inputs;
@@ -62,6 +67,8 @@ struct ShardJob {
   uint64_t token_count, token_capacity;
   uint64_t *doc_starts;
   uint64_t doc_count, doc_capacity;
+  ColumnData *columns;  /* the --columns' values of the shard, or NULL */
+  uint32_t column_count;
   PieceJob *pieces;
   uint32_t piece_count, pieces_left;
   bool done;
@@ -108,6 +115,7 @@ typedef struct {
   uint64_t buffer_tokens, buffer_capacity;
   uint64_t *starts;
   uint64_t start_count, start_capacity;
+  ColumnData columns[COLUMN_MAX];  /* its --columns' values (ColumnData, shard-wide: ends are shard offsets) */
   bool doc_open;        /* a document (of a .bin input) continues into the next chunk */
   uint64_t line_base;   /* lines of the current input before the chunk being consumed */
   uint64_t last_draw_ns, start_ns;

@@ -1,8 +1,10 @@
 /*
  * input_jsonl.c — .jsonl and .jsonl.zst inputs (one JSON object per line): the producer cuts the byte
  * stream (decompressed when zstd, any number of frames) into chunks of whole lines, a worker turns each
- * line's --field string into one document; a bad line is skipped and reported as file:line.
+ * line's --field string into one document (with --column, the line's object parsed whole, its fields
+ * handed to the columns: column_value.c); a bad line is skipped and reported as file:line.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>  /* ZSTD_decompressStream for .jsonl.zst */
@@ -127,6 +129,23 @@ WkStatus convert_cut_lines(const Input *in, uint32_t i, WkBlob *blob, const Chun
   return status;
 }
 
+/* Records mode (--column): the line's object parsed whole, its fields handed to the columns. */
+static WkStatus line_record(const ChunkContext *ctx, Chunk *c, const uint8_t *p, size_t n, uint64_t line) {
+  WkJson *root = NULL;
+  if (wk_json_parse((const char *)p, n, &root) != WK_OK) {
+    char reason[256];
+    snprintf(reason, sizeof reason, "%s", wk_last_error());
+    wk_clear_error();
+    return convert_chunk_bad_line(c, line, reason);
+  }
+  Value text = value_of_member(root, ctx->tokens ? ctx->tokens->field : ctx->field), columns[COLUMN_MAX];
+  for (uint32_t k = 0; k < ctx->column_count; k++) columns[k] = value_of_member(root, ctx->columns[k].field);
+  WkStatus status = root->type == WK_JSON_OBJECT ? convert_chunk_add_record(ctx, c, &text, columns, line)
+                                                  : convert_chunk_bad_line(c, line, "not a JSON object");
+  wk_json_free(root);
+  return status;
+}
+
 WkStatus convert_process_lines(const ChunkContext *ctx, const Input *in, Chunk *c) {
   (void)in; /* a line numbers itself within the chunk */
   WkScratch scratch = {0};
@@ -141,7 +160,9 @@ WkStatus convert_process_lines(const ChunkContext *ctx, const Input *in, Chunk *
     if (n > 0 && p[n - 1] == '\r') n--;
     bool blank = true;
     for (size_t k = 0; k < n && blank; k++) blank = p[k] == ' ' || p[k] == '\t';
-    if (!blank) {
+    if (!blank && ctx->records) {
+      status = line_record(ctx, c, p, n, line);
+    } else if (!blank) {
       const char *text;
       size_t text_length;
       char reason[128];

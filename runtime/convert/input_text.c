@@ -1,7 +1,8 @@
 /*
  * input_text.c — any other file is text: the whole file is one document (source trees, books), or with
  * --split each paragraph or each line is. The worker reads the file itself (one chunk per file); a
- * document that is not UTF-8 is skipped and reported at its line.
+ * document that is not UTF-8 is skipped and reported at its line. Its only field is the text itself
+ * (named by --field for --column).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,14 @@ static WkStatus text_document(const ChunkContext *ctx, Chunk *c, const uint8_t *
     snprintf(reason, sizeof reason, "invalid UTF-8 at byte %zu of the document (document skipped)", valid);
     return convert_chunk_bad_line(c, line, reason);
   }
-  return convert_chunk_add_text(ctx, c, text, length);
+  if (!ctx->records) return convert_chunk_add_text(ctx, c, text, length);
+  /* A text file's one field is its text, named by --field: a column can read only that. */
+  Value value = {.type = VALUE_STRING, .bytes = text, .length = length}, missing = {.type = VALUE_MISSING};
+  Value columns[COLUMN_MAX];
+  for (uint32_t k = 0; k < ctx->column_count; k++)
+    columns[k] = strcmp(ctx->columns[k].field, ctx->field) == 0 ? value : missing;
+  bool named = !ctx->tokens || strcmp(ctx->tokens->field, ctx->field) == 0;
+  return convert_chunk_add_record(ctx, c, named ? &value : &missing, columns, first_line);
 }
 
 static bool is_blank(const uint8_t *p, const uint8_t *end) {

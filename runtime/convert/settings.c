@@ -26,6 +26,7 @@ static const WkParamSpec PARAM_SPECS[WK_CONVERT_PARAM_COUNT] = {
     [WK_CONVERT_HEADERLESS_BIN] = {0, 1, 0, "headerless_bin"},
     [WK_CONVERT_VOCAB_SIZE] = {0, MAX_DECLARED_VOCAB, 0, "vocab_size"},
     [WK_CONVERT_EOS] = {-1, MAX_DECLARED_VOCAB - 1, -1, "eos"},
+    [WK_CONVERT_NO_TEXT] = {0, 1, 0, "no_text"},
 };
 static const WkParamTable PARAMS = {"converter", PARAM_SPECS, WK_CONVERT_PARAM_COUNT};
 
@@ -126,6 +127,26 @@ WkStatus wk_converter_set_field(WkConverter *cv, const char *field) {
 WkStatus wk_converter_set_json_field(WkConverter *cv, const char *field) {
   if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_set_json_field: converter is NULL");
   return set_name(&cv->json_field, field, "JSON field name");
+}
+
+WkStatus wk_converter_add_column(WkConverter *cv, const char *spec) {
+  if (!cv) return WK_FAIL(WK_ERR_INVALID_ARG, "wk_converter_add_column: converter is NULL");
+  ColumnSpec col;
+  WK_TRY(column_spec_parse(spec, &col));
+  if (col.kind == COLUMN_TOKENS) {
+    if (cv->has_tokens) return WK_FAIL(WK_ERR_INVALID_ARG, "column '%s': the column 'tokens' is given twice", spec);
+    cv->tokens = col;
+    cv->has_tokens = true;
+    return WK_OK;
+  }
+  for (uint32_t k = 0; k < cv->column_count; k++)
+    if (strcmp(cv->columns[k].name, col.name) == 0)
+      return WK_FAIL(WK_ERR_INVALID_ARG, "column '%s': a column named '%s' is given twice", spec, col.name);
+  if (cv->column_count == COLUMN_MAX)
+    return WK_FAIL(WK_ERR_INVALID_ARG, "column '%s': a dataset holds at most %d columns besides 'tokens'", spec,
+                   COLUMN_MAX);
+  cv->columns[cv->column_count++] = col;
+  return WK_OK;
 }
 
 WkStatus wk_converter_set_include(WkConverter *cv, const char *patterns) {

@@ -3,7 +3,8 @@
  * convert_input.c): the .jsonl line cutter (plain and zstd) with the JSON line reader behind it, and
  * the llm.c/nanoGPT .bin token reader.
  *
- * Input: byte 0 picks the reader, byte 1 the chunk sizes; the rest is the file. Each input is cut
+ * Input: byte 0 picks the reader (and, for .jsonl, records with --columns: an i64, a mask and a tensor,
+ * the line parsed whole), byte 1 the chunk sizes; the rest is the file. Each input is cut
  * twice, into tiny chunks (1..64 bytes, 1..16 tokens, so that every chunk boundary is met) and into
  * one chunk (as the converter cuts any file under its 1 MiB chunk size), every chunk is processed as a worker would, and the target checks what must
  * hold whatever the bytes:
@@ -165,8 +166,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   MemoryBlob blob = {.base = {.name = input.path, .size = file_size, .read_at = memory_read_at, .map = memory_map,
                               .advise = memory_advise, .close = memory_close},
                      .data = file};
+  ColumnSpec columns[3];
+  if (column_spec_parse("label=b:i64", &columns[0]) != WK_OK || column_spec_parse("m=m:mask", &columns[1]) != WK_OK ||
+      column_spec_parse("e=e:f32[2,2]", &columns[2]) != WK_OK)
+    abort();
+  bool records = mode != MODE_BIN && (data[0] / MODES) % 2 == 1;
   ChunkContext context = {.tokenizer = wk_tokenizer_find(mode == MODE_BIN ? "gpt2" : "bytes"), .field = "text",
-                          .split = WK_TEXT_SPLIT_FILE, .inputs = &input};
+                          .split = WK_TEXT_SPLIT_FILE, .inputs = &input, .records = records,
+                          .columns = records ? columns : NULL, .column_count = records ? 3 : 0};
   Result small, large;
   cut(&context, &input, &blob.base, &tiny, &small);
   ChunkSizes whole = {.line_bytes = file_size + 1, .bin_tokens = file_size / 2 + 1, .max_line_bytes = MAX_LINE_BYTES};

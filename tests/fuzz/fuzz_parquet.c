@@ -3,7 +3,8 @@
  * (runtime/convert/parquet/: footer, page headers, levels, codecs, dictionary and PLAIN values)
  * and the WebDataset tar reader behind it, with the record chunks they emit processed as a worker
  * would. Input: byte 0 picks the reader (bit 0: tar) and the column or extension (bit 1: "text" or
- * "txt", else "a"); the rest is the file, read through a blob that cannot map (bit 2) or can.
+ * "txt", else "a"), and bit 3 records with two --columns (an i64 and a bytes: "b" and "c", or the tar
+ * members "cls" and "json.b"); the rest is the file, read through a blob that cannot map (bit 2) or can.
  * What must hold whatever the bytes: no crash, leak or sanitizer report; the chunks number their
  * rows consistently (documents, bad rows and nulls never exceed the rows), and every token is inside
  * the vocabulary. Output is capped (a dictionary run can claim 2^31 rows of one value).
@@ -66,8 +67,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               .map = memory_map, .advise = memory_advise, .close = memory_close},
                      .data = data + 1, .mappable = !(data[0] & 4)};
   Input input = {.path = (char *)blob.base.name, .kind = tar ? INPUT_TAR : INPUT_PARQUET, .size = size - 1};
+  ColumnSpec columns[2];
+  if (column_spec_parse(tar ? "label=cls:i64" : "label=b:i64", &columns[0]) != WK_OK ||
+      column_spec_parse(tar ? "x=json.b:bytes" : "x=c:bytes", &columns[1]) != WK_OK)
+    abort();
+  bool records = data[0] & 8;
   ChunkContext context = {.tokenizer = wk_tokenizer_find("bytes"), .field = named ? (tar ? "txt" : "text") : "a",
-                          .json_field = "text", .inputs = &input};
+                          .json_field = "text", .inputs = &input, .records = records,
+                          .columns = records ? columns : NULL, .column_count = records ? 2 : 0};
   RecordLimits limits = {.chunk_bytes = TINY_CHUNK_BYTES, .max_footer_bytes = LIMIT_BYTES,
                          .max_page_bytes = LIMIT_BYTES, .max_member_bytes = LIMIT_BYTES};
   Taken taken = {.context = &context};

@@ -231,6 +231,28 @@ return {
     assert.are_not.equal(0, r.rc)
     assert.matches("has no column 'labels'", r.err)
   end)
+
+  it('shape the held-out loss too: eval reads the run\'s rows, its mask included', function()
+    -- one step, then eval.source = the same records in stored order: with the mask the loss counts the
+    -- records' trained tokens only, so it differs from the loss over every token pad mode keeps
+    local function eval_loss(columns)
+      local recipe = helper.write_file(root .. '/eval.lua', ([[
+return {
+  model = { layers = 1, heads = 2, dim = 16 },
+  data = { sources = { %q }, seq_len = %d, mode = 'pad', columns = { %s } },
+  eval = { source = %q, every = 1 }, checkpoint = { final = false },
+  batch = { global = 4 }, steps = 1, seed = 3, timeout = 30,
+}
+]]):format(a, SEQ, columns, a))
+      local r = helper.run(q(recipe))
+      assert.are.equal(0, r.rc, r.err)
+      local loss = tonumber((r.out .. r.err):match('eval ([%d.]+)'))
+      assert(loss, r.out .. r.err)
+      return loss
+    end
+    local masked, plain = eval_loss("'loss_mask'"), eval_loss('')
+    assert.is_true(math.abs(masked - plain) > 1e-3, ('eval loss %g with the mask, %g without'):format(masked, plain))
+  end)
 end)
 
 describe('columns refused', function()

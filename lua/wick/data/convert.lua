@@ -76,6 +76,15 @@ local SPEC = cli.spec {
              "(default for .bin: GPT-2's 50257 and 50256)" },
     { 'field', 'string', value = 'NAME', default = 'text',
       help = 'where the text is: the JSON string member (.jsonl), the column (.parquet), the member extension (.tar)' },
+    { 'column', 'strings', value = 'NAME=FIELD:KIND',
+      help = "a column of the dataset from each record's FIELD (JSONL member, Parquet column, tar member " ..
+             "extension or json.NAME of its .json member; a text file has only its text, --field): KIND " ..
+             "tokens (NAME tokens: the token stream, a string tokenized or a list of ids), mask (a list aligned " ..
+             "with the tokens: -100 -> 0, else 1), token_u8 (0..255 per token), i64, f32, bytes, or a tensor " ..
+             "f32[4,8] (f32, i32, i64, u8); a record whose field does not fit is a bad line" },
+    { 'no_text', 'flag',
+      help = 'records have no text (images, labels): each is its --column values and an EOS; without it a record ' ..
+             'missing its text field is a bad line' },
     { 'json_field', 'string', value = 'NAME', default = 'text',
       help = "the string member of a tar sample's .json member (with --field json)" },
     { 'headerless_bin', 'flag',
@@ -191,11 +200,13 @@ function M.convert(inputs, opts)
   set(C.WK_CONVERT_HEADERLESS_BIN, opts.headerless_bin and 1 or 0)
   set(C.WK_CONVERT_VOCAB_SIZE, opts.vocab_size or 0)
   set(C.WK_CONVERT_EOS, declared_eos or -1)
+  set(C.WK_CONVERT_NO_TEXT, opts.no_text and 1 or 0)
   local splits = { file = C.WK_TEXT_SPLIT_FILE, paragraph = C.WK_TEXT_SPLIT_PARAGRAPH, line = C.WK_TEXT_SPLIT_LINE }
   set(C.WK_CONVERT_TEXT_SPLIT, splits[opts.split])
   refused_option(C.wk_converter_set_field(cv, opts.field))
   refused_option(C.wk_converter_set_json_field(cv, opts.json_field))
   refused_option(C.wk_converter_set_include(cv, opts.include))
+  for _, spec in ipairs(opts.column or {}) do refused_option(C.wk_converter_add_column(cv, spec)) end
   for _, path in ipairs(inputs) do failed_input(C.wk_converter_add_input(cv, path)) end
   local status = C.wk_converter_run(cv)
   local s = ffi.new('WkConvertStats')

@@ -304,8 +304,10 @@ end
 -- The mean loss over eval.batches global batches of eval.source, from its start, on every rank.
 function Trainer:evaluate()
   local c = self.config
-  local o = { data = c.eval.source, seq_len = c.data.seq_len, global_batch = c.batch.global, micro_batch = self.micro,
-    world_size = self.world_size, rank = self.rank, seed = c.seed, shuffle = false }
+  -- The run's own rows (seq_len, pack mode, columns and their loss mask, dtype, device) over the eval
+  -- source, in stored order, from its start: the held-out loss counts what training counts.
+  local o = rank_loader_options(self, self.micro)
+  o.data, o.shuffle, o.audit = c.eval.source, false, nil
   local loader = wick().data.loader(o)
   local total, batches = 0, 0
   for _ = 1, c.eval.batches do

@@ -1,9 +1,10 @@
 /*
  * column.c — one column chunk of a Parquet row group: its pages in order (an optional dictionary
  * page first, then data pages v1 or v2; index pages skipped), each decompressed, its definition
- * levels read (OPTIONAL columns: level 0 is a null row) and its values decoded, PLAIN (a u32 length
- * and the bytes) or through the dictionary (indices in the RLE / bit-packed hybrid), and handed to the
- * caller row by row. Nothing is read outside the chunk's bytes or past a page's own sizes.
+ * levels read (a level below the column's maximum is a null row) and its values decoded, PLAIN (a u32
+ * length and the bytes; fixed-width little-endian numbers; booleans one bit each) or through the
+ * dictionary (indices in the RLE / bit-packed hybrid), and handed to the caller row by row. Nothing is
+ * read outside the chunk's bytes or past a page's own sizes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,10 @@
 
 #include "parquet.h"
 
-enum { LENGTH_BYTES = 4, DEFINITION_BIT_WIDTH = 1 /* max level 1 */ };
+enum { LENGTH_BYTES = 4 };
+
+/* The definition levels' bit width: enough for the column's maximum level (0, 1 or 2). */
+static int definition_bit_width(const ParquetMeta *m) { return m->max_definition > 1 ? 2 : m->max_definition; }
 
 static const char *encoding_name(int32_t e) {
   static const char *const names[] = {"PLAIN", "GROUP_VAR_INT", "PLAIN_DICTIONARY", "RLE", "BIT_PACKED",
@@ -56,9 +60,11 @@ static WkStatus read_dictionary(Walk *w, const PageHeader *h, const uint8_t *src
   if (h->encoding != ENCODING_PLAIN && h->encoding != ENCODING_PLAIN_DICTIONARY)
     return WK_FAIL(WK_ERR_UNSUPPORTED, "%s: a dictionary page encoded %s (only PLAIN is supported)", w->what,
                    encoding_name(h->encoding));
-  size_t n = (size_t)h->uncompressed_bytes;
-  /* Each entry is at least its 4-byte length: a count beyond that is a lie. */
-  if ((uint64_t)h->values > n / LENGTH_BYTES) return fail(w, "more dictionary entries than the page has bytes for", NULL);
+  size_t n = (size_t)h->uncompressed_bytes, width = parquet_value_bytes(w->meta->type);
+  if (w->meta->type == PARQUET_BOOLEAN) return fail(w, "a dictionary of booleans", NULL);
+  /* Each entry is at least its 4-byte length (or its fixed width): a count beyond that is a lie. */
+  if ((uint64_t)h->values > n / (width ? width : LENGTH_BYTES))
+    return fail(w, "more dictionary entries than the page has bytes for", NULL);
   w->dictionary = malloc(n ? n : 1);
   w->entry_start = malloc(((size_t)h->values + 1) * sizeof *w->entry_start);
   w->entry_length = malloc(((size_t)h->values + 1) * sizeof *w->entry_length);
@@ -66,7 +72,9 @@ static WkStatus read_dictionary(Walk *w, const PageHeader *h, const uint8_t *src
     return WK_FAIL(WK_ERR_NOMEM, "out of memory for a Parquet dictionary of %zu bytes", n);
   WK_TRY(parquet_decompress(codec, src, (size_t)h->compressed_bytes, w->dictionary, n, w->what));
   size_t at = 0;
-  for (uint32_t i = 0; i < (uint32_t)h->values; i++) {
+  for (uint32_t i = 0; i < (uint32_t)h->values && width; i++)
+    w->entry_start[i] = (uint32_t)(i * width), w->entry_length[i] = (uint32_t)width;
+  for (uint32_t i = 0; i < (uint32_t)h->values && !width; i++) {
     if (n - at < LENGTH_BYTES) return fail(w, "the dictionary ends inside an entry's length", NULL);
     uint32_t length = le32(w->dictionary + at);
     at += LENGTH_BYTES;
@@ -84,13 +92,22 @@ static WkStatus read_dictionary(Walk *w, const PageHeader *h, const uint8_t *src
 
 typedef struct {
   bool dictionary;
+  bool booleans;          /* RLE-encoded booleans (data page v2): indices holds them, bit width 1 */
   Rle indices;
   const uint8_t *p, *end; /* PLAIN values */
+  uint64_t bit;           /* PLAIN booleans: the next one's bit from p */
 } Values;
 
 static WkStatus values_init(Walk *w, Values *v, int32_t encoding, const uint8_t *p, const uint8_t *end) {
   *v = (Values){.p = p, .end = end};
   if (encoding == ENCODING_PLAIN) return WK_OK;
+  if (encoding == ENCODING_RLE && w->meta->type == PARQUET_BOOLEAN) { /* a u32 length, then the runs */
+    if ((size_t)(end - p) < LENGTH_BYTES || le32(p) > (size_t)(end - p) - LENGTH_BYTES)
+      return fail(w, "RLE booleans run past the page's end", NULL);
+    v->booleans = true;
+    if (rle_init(&v->indices, p + LENGTH_BYTES, le32(p), 1) != WK_OK) return wk_error_context("%s", w->what);
+    return WK_OK;
+  }
   if (encoding != ENCODING_PLAIN_DICTIONARY && encoding != ENCODING_RLE_DICTIONARY)
     return WK_FAIL(WK_ERR_UNSUPPORTED, "%s: values encoded %s are not supported (only PLAIN and dictionary; write "
                    "the file with pyarrow's default encodings, or convert it to JSONL)", w->what, encoding_name(encoding));
@@ -101,22 +118,45 @@ static WkStatus values_init(Walk *w, Values *v, int32_t encoding, const uint8_t 
   return WK_OK;
 }
 
+/* The next PLAIN value: a length-prefixed BYTE_ARRAY, a fixed-width number, a bit of a boolean (as a byte). */
+static const uint8_t BOOLEANS[2] = {0, 1};
+
+static WkStatus plain_value(Walk *w, Values *v, ParquetValueFn value, void *context) {
+  int32_t type = w->meta->type;
+  if (type == PARQUET_BOOLEAN) {
+    if (v->bit / 8 >= (uint64_t)(v->end - v->p)) return fail(w, "the values end before the page's value count", NULL);
+    uint8_t bit = (v->p[v->bit / 8] >> (v->bit % 8)) & 1;
+    v->bit++;
+    return value(context, &BOOLEANS[bit], 1);
+  }
+  size_t length = parquet_value_bytes(type);
+  if (length == 0) {
+    if ((size_t)(v->end - v->p) < LENGTH_BYTES) return fail(w, "the values end before the page's value count", NULL);
+    length = le32(v->p);
+    v->p += LENGTH_BYTES;
+  }
+  if (length > (size_t)(v->end - v->p)) return fail(w, "a value runs past the page's end", NULL);
+  const uint8_t *bytes = v->p;
+  v->p += length;
+  return value(context, bytes, length);
+}
+
 /* Hands `count` present values to the caller. */
 static WkStatus emit_values(Walk *w, Values *v, uint64_t count, ParquetValueFn value, void *context) {
   while (count > 0) {
-    if (!v->dictionary) {
-      if ((size_t)(v->end - v->p) < LENGTH_BYTES) return fail(w, "the values end before the page's value count", NULL);
-      uint32_t length = le32(v->p);
-      v->p += LENGTH_BYTES;
-      if (length > (size_t)(v->end - v->p)) return fail(w, "a value runs past the page's end", NULL);
-      WK_TRY(value(context, v->p, length));
-      v->p += length;
+    if (!v->dictionary && !v->booleans) {
+      WK_TRY(plain_value(w, v, value, context));
       count--;
       continue;
     }
     uint32_t index;
     uint64_t run;
     if (rle_run(&v->indices, count, &index, &run) != WK_OK) return wk_error_context("%s: dictionary indices", w->what);
+    if (v->booleans) {
+      for (uint64_t k = 0; k < run; k++) WK_TRY(value(context, &BOOLEANS[index & 1], 1));
+      count -= run;
+      continue;
+    }
     if (index >= w->entries) {
       char detail[64];
       snprintf(detail, sizeof detail, " (index %u of %u entries)", index, w->entries);
@@ -140,7 +180,7 @@ static WkStatus read_rows(Walk *w, Rle *def, Values *v, uint64_t rows, ParquetVa
     } else {
       level = 0, run = rows;
     }
-    bool present = def ? level == (uint32_t)w->meta->max_definition : true;
+    bool present = def ? level == (uint32_t)w->meta->max_definition : true; /* below: a null (struct or value) */
     if (def && level > (uint32_t)w->meta->max_definition) return fail(w, "a definition level above the column's", NULL);
     WK_TRY(present ? emit_values(w, v, run, value, context) : nulls(context, run));
     rows -= run;
@@ -163,7 +203,7 @@ static WkStatus read_data_v1(Walk *w, const PageHeader *h, const uint8_t *src, i
     uint32_t length = le32(p);
     p += LENGTH_BYTES;
     if (length > (size_t)(end - p)) return fail(w, "definition levels run past the page's end", NULL);
-    WK_TRY(rle_init(&def, p, length, DEFINITION_BIT_WIDTH));
+    WK_TRY(rle_init(&def, p, length, definition_bit_width(w->meta)));
     p += length;
   }
   Values v;
@@ -186,7 +226,8 @@ static WkStatus read_data_v2(Walk *w, const PageHeader *h, const uint8_t *src, i
     return fail(w, "an uncompressed values section whose two sizes differ", NULL);
   }
   Rle def;
-  if (w->meta->max_definition > 0) WK_TRY(rle_init(&def, definition, (size_t)h->definition_bytes, DEFINITION_BIT_WIDTH));
+  if (w->meta->max_definition > 0)
+    WK_TRY(rle_init(&def, definition, (size_t)h->definition_bytes, definition_bit_width(w->meta)));
   Values v;
   WK_TRY(values_init(w, &v, h->encoding, p, p + n));
   return read_rows(w, w->meta->max_definition > 0 ? &def : NULL, &v, (uint64_t)h->values, value, nulls, context);

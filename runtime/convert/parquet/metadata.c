@@ -5,7 +5,8 @@
  * Read from FileMetaData: schema (2: name, type, repetition, children), num_rows (3), row_groups (4:
  * columns, num_rows); from each ColumnChunk: file_path (1, refused), meta_data (3: type, path,
  * codec, values, compressed size, data and dictionary page offsets), encryption (refused). Every
- * other field is skipped. The column must be a top-level BYTE_ARRAY, REQUIRED or OPTIONAL.
+ * other field is skipped. The column must be a top-level value column (BOOLEAN, INT32, INT64, FLOAT, DOUBLE,
+ * BYTE_ARRAY) or a struct's "bytes" child, REQUIRED or OPTIONAL.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ enum {
   MAGIC_BYTES = 4,
   TAIL_BYTES = 8,  /* footer length (u32 little-endian) + magic */
   REPETITION_REQUIRED = 0, REPETITION_OPTIONAL = 1, REPETITION_REPEATED = 2,
+  MAX_PATH = 2,          /* a column, or a struct and its "bytes" */
   SHOWN_COLUMNS = 8,     /* columns listed when the asked one is missing */
   FIELD_ENCRYPTION = 8,  /* FileMetaData.encryption_algorithm, ColumnChunk.crypto_metadata */
   FIELD_ENCRYPTED_COLUMN = 9,
@@ -34,6 +36,11 @@ typedef struct {
   Thrift t;
   const char *column;
   size_t column_length;
+  const char *path[MAX_PATH];  /* the leaf's path in the schema, once found (after the schema is read) */
+  size_t path_length[MAX_PATH];
+  uint32_t path_count;
+  bool optional;
+  ParquetMeta *meta;
   uint64_t file_size;
   SchemaElement *schema;
   uint32_t schema_count;
@@ -83,7 +90,7 @@ static WkStatus read_schema(Footer *f) {
 typedef struct {
   int32_t type, codec;
   int64_t values, compressed, data_offset, dictionary_offset;
-  bool has_dictionary, is_column;  /* its path is exactly [column] */
+  bool has_dictionary, is_column;  /* its path is exactly the leaf's */
 } ColumnMeta;
 
 static WkStatus read_path(Footer *f, bool *matches) {
@@ -92,12 +99,12 @@ static WkStatus read_path(Footer *f, bool *matches) {
   uint32_t count;
   WK_TRY(thrift_list(t, &element, &count));
   if (element != THRIFT_BINARY) return thrift_fail(t, "path_in_schema is not a list of strings");
-  *matches = count == 1;
+  *matches = f->path_count > 0 && count == f->path_count;
   for (uint32_t i = 0; i < count; i++) {
     const uint8_t *name;
     size_t length;
     WK_TRY(thrift_binary(t, &name, &length));
-    *matches = *matches && length == f->column_length && memcmp(name, f->column, length) == 0;
+    *matches = *matches && length == f->path_length[i] && memcmp(name, f->path[i], length) == 0;
   }
   return WK_OK;
 }
@@ -131,9 +138,9 @@ static WkStatus read_column_meta(Footer *f, ColumnMeta *m) {
 
 static WkStatus add_chunk(Footer *f, const ColumnMeta *m, int64_t group_rows, uint32_t group) {
   Thrift *t = &f->t;
-  if (m->type != PARQUET_BYTE_ARRAY)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s': values of Parquet type %d, not BYTE_ARRAY (strings); "
-                   "choose a text column with --field", t->path, f->column, (int)m->type);
+  if (m->type != f->meta->type)
+    return thrift_fail(t, "row group %u: column '%s' holds values of type %d, its schema says %d", group, f->column,
+                       (int)m->type, (int)f->meta->type);
   if (m->values < 0 || m->compressed < 0 || m->data_offset < MAGIC_BYTES)
     return thrift_fail(t, "row group %u: column '%s' has no valid value count, size or data page offset", group,
                        f->column);
@@ -225,6 +232,8 @@ static WkStatus read_row_groups(Footer *f) {
   return WK_OK;
 }
 
+static WkStatus find_column(Footer *f, ParquetMeta *m);
+
 static WkStatus read_file_metadata(Footer *f) {
   Thrift *t = &f->t;
   WK_TRY(thrift_enter(t));
@@ -232,7 +241,10 @@ static WkStatus read_file_metadata(Footer *f) {
   ThriftType type = THRIFT_STOP;
   WkStatus status;
   while ((status = thrift_field(t, &last, &id, &type)) == WK_OK && type != THRIFT_STOP) {
-    if (id == 2 && type == THRIFT_LIST) status = read_schema(f);
+    if (id == 2 && type == THRIFT_LIST) {
+      status = read_schema(f);
+      if (status == WK_OK) status = find_column(f, f->meta);
+    }
     else if (id == 3) status = thrift_i64(t, type, &f->rows);
     else if (id == 4 && type == THRIFT_LIST) status = read_row_groups(f);
     else if (id == FIELD_ENCRYPTION)
@@ -256,34 +268,62 @@ static uint32_t subtree_end(const Footer *f, uint32_t i) {
   return i;
 }
 
+size_t parquet_value_bytes(int32_t type) {
+  static const size_t BYTES[] = {[PARQUET_BOOLEAN] = 1, [PARQUET_INT32] = 4, [PARQUET_INT64] = 8,
+                                 [PARQUET_FLOAT] = 4, [PARQUET_DOUBLE] = 8, [PARQUET_BYTE_ARRAY] = 0};
+  return type >= 0 && type <= PARQUET_BYTE_ARRAY ? BYTES[type] : 0;
+}
+
+static bool readable_type(int32_t type) { return type >= PARQUET_BOOLEAN && type <= PARQUET_BYTE_ARRAY && type != 3; }
+
+/* The leaf of a struct: its child named "bytes" (Hugging Face's Image / Audio {bytes, path}); NULL: none. */
+static const SchemaElement *bytes_child(const Footer *f, uint32_t group) {
+  for (uint32_t i = group + 1, k = 0; k < (uint32_t)f->schema[group].children && i < f->schema_count; k++) {
+    const SchemaElement *e = &f->schema[i];
+    if (e->name_length == 5 && memcmp(e->name, "bytes", 5) == 0 && e->children == 0) return e;
+    i = subtree_end(f, i);
+  }
+  return NULL;
+}
+
 static WkStatus find_column(Footer *f, ParquetMeta *m) {
   const char *path = f->t.path;
   if (f->schema_count == 0) return thrift_fail(&f->t, "the file has no schema");
   char names[512] = "";
   size_t used = 0;
-  uint32_t shown = 0, top = (uint32_t)f->schema[0].children;
+  uint32_t shown = 0, top = (uint32_t)f->schema[0].children, at = 0;
   const SchemaElement *column = NULL;
   for (uint32_t i = 1, k = 0; k < top && i < f->schema_count; k++) {
     const SchemaElement *e = &f->schema[i];
-    if (e->name_length == f->column_length && memcmp(e->name, f->column, f->column_length) == 0) column = e;
+    if (e->name_length == f->column_length && memcmp(e->name, f->column, f->column_length) == 0) column = e, at = i;
     if (shown++ < SHOWN_COLUMNS && used < sizeof names)
       used += (size_t)snprintf(names + used, sizeof names - used, "%s%.*s", k ? ", " : "", (int)e->name_length,
                                (const char *)e->name);
     i = subtree_end(f, i);
   }
+  if (!column && f->optional) return m->absent = true, WK_OK;
   if (!column)
     return WK_FAIL(WK_ERR_INVALID_ARG, "'%s' has no top-level column '%s' (it has: %s%s); choose one with --field",
                    path, f->column, names, shown > SHOWN_COLUMNS ? ", ..." : "");
-  if (column->children > 0)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s' is a group (a struct, list or map), not a string column",
-                   path, f->column);
-  if (column->type != PARQUET_BYTE_ARRAY)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s': values of Parquet type %d, not BYTE_ARRAY (strings); "
-                   "choose a text column with --field", path, f->column, (int)column->type);
-  if (column->repetition != REPETITION_REQUIRED && column->repetition != REPETITION_OPTIONAL)
-    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s' is repeated (a list of values per row); only one string per "
+  const SchemaElement *leaf = column;
+  if (column->children > 0) {
+    leaf = column->repetition == REPETITION_REPEATED ? NULL : bytes_child(f, at);
+    if (!leaf)
+      return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s' is a group (a list or map, or a struct without a 'bytes' "
+                     "member); only value columns and {bytes, ...} structs (images, audio) are read", path, f->column);
+  }
+  if (column->repetition == REPETITION_REPEATED || leaf->repetition == REPETITION_REPEATED)
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s' is repeated (a list of values per row); only one value per "
                    "row can be read", path, f->column);
-  m->max_definition = column->repetition == REPETITION_OPTIONAL;
+  if (!readable_type(leaf->type))
+    return WK_FAIL(WK_ERR_UNSUPPORTED, "'%s' column '%s': values of Parquet type %d (INT96 or FIXED_LEN_BYTE_ARRAY) "
+                   "cannot be read", path, f->column, (int)leaf->type);
+  f->path[0] = (const char *)column->name, f->path_length[0] = column->name_length, f->path_count = 1;
+  if (leaf != column) f->path[1] = "bytes", f->path_length[1] = 5, f->path_count = 2;
+  m->type = leaf->type;
+  m->text = leaf == column; /* a struct's bytes are an image's or a sound's */
+  m->max_definition =
+      (column->repetition == REPETITION_OPTIONAL) + (leaf != column && leaf->repetition == REPETITION_OPTIONAL);
   return WK_OK;
 }
 
@@ -293,7 +333,8 @@ static uint32_t le32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-WkStatus parquet_meta_read(WkBlob *blob, const char *column, const ParquetLimits *limits, ParquetMeta *out) {
+WkStatus parquet_meta_read(WkBlob *blob, const char *column, bool optional, const ParquetLimits *limits,
+                           ParquetMeta *out) {
   memset(out, 0, sizeof *out);
   out->path = blob->name;
   snprintf(out->column, sizeof out->column, "%s", column);
@@ -321,16 +362,17 @@ WkStatus parquet_meta_read(WkBlob *blob, const char *column, const ParquetLimits
   uint8_t *bytes = wk_malloc(footer ? (size_t)footer : 1, "Parquet footer");
   if (!bytes) return WK_ERR_NOMEM;
   WkStatus status = blob->read_at(blob, footer_at, (size_t)footer, bytes);
-  Footer f = {.column = column, .column_length = strlen(column), .file_size = footer_at + TAIL_BYTES, .rows = -1};
+  Footer f = {.column = column, .column_length = strlen(column), .optional = optional, .meta = out,
+              .file_size = footer_at + TAIL_BYTES, .rows = -1};
   thrift_init(&f.t, bytes, (size_t)footer, footer_at, blob->name, "footer");
   if (status == WK_OK) status = read_file_metadata(&f);
-  if (status == WK_OK) status = find_column(&f, out);
+  if (status == WK_OK && f.schema_count == 0) status = thrift_fail(&f.t, "the file has no schema");
   if (status == WK_OK && f.rows < 0) status = thrift_fail(&f.t, "the file's row count is missing or negative");
   int64_t total = 0;
   bool overflow = false;
   for (uint32_t i = 0; status == WK_OK && i < f.chunk_count; i++)
     overflow = overflow || __builtin_add_overflow(total, f.chunks[i].values, &total);
-  if (status == WK_OK && (overflow || total != f.rows))
+  if (status == WK_OK && !out->absent && (overflow || total != f.rows))
     status = WK_FAIL(WK_ERR_FORMAT, "'%s': column '%s' holds %lld values in its row groups but the file has %lld "
                      "rows (a row group without the column, or a corrupted footer)", blob->name, column,
                      (long long)total, (long long)f.rows);

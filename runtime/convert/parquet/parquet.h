@@ -1,6 +1,8 @@
 /*
- * runtime/convert/parquet/ — a focused Parquet reader: the strings of one top-level BYTE_ARRAY
- * column, row by row, for the converter (FineWeb and every Hugging Face dataset exported to Parquet).
+ * runtime/convert/parquet/ — a focused Parquet reader: the values of one top-level column, row by row,
+ * for the converter (FineWeb and every Hugging Face dataset exported to Parquet): strings and binary
+ * (BYTE_ARRAY), INT32, INT64, FLOAT, DOUBLE, BOOLEAN, and the bytes of a struct with a "bytes" child
+ * (Hugging Face's Image and Audio features: {bytes, path}).
  * No Debian package provides Parquet for C; this reads what text corpora use and refuses the rest
  * with the file, the column and the feature it lacks.
  *
@@ -11,10 +13,10 @@
  *   codec.c     page decompression: uncompressed, snappy, gzip (zlib), zstd
  *   column.c    one column chunk: its pages in order, dictionary and PLAIN values, nulls
  *
- * Supported: data pages v1 and v2, PLAIN and dictionary (PLAIN_DICTIONARY / RLE_DICTIONARY)
- * BYTE_ARRAY values, a REQUIRED or OPTIONAL column (a null row is counted, not a document), any
- * number of row groups. Refused: nested and repeated columns, other value types and encodings
- * (DELTA_*), other codecs (LZO, brotli, LZ4), column data in another file, encrypted files.
+ * Supported: data pages v1 and v2, PLAIN and dictionary (PLAIN_DICTIONARY / RLE_DICTIONARY) values,
+ * REQUIRED or OPTIONAL columns (a null row is counted, not a document), any number of row groups.
+ * Refused: repeated columns (lists), other nested columns, INT96 and FIXED_LEN_BYTE_ARRAY, other
+ * encodings (DELTA_*), other codecs (LZO, brotli, LZ4), column data in another file, encrypted files.
  *
  * Input is untrusted (a file from anywhere, later a URL): every length, count and offset is checked
  * against the bytes it claims before it is used, allocations are bounded by ParquetLimits, and long
@@ -73,6 +75,7 @@ typedef struct {
 /* ---- metadata (metadata.c) -------------------------------------------------------------------- */
 
 enum {
+  PARQUET_BOOLEAN = 0, PARQUET_INT32 = 1, PARQUET_INT64 = 2, PARQUET_FLOAT = 4, PARQUET_DOUBLE = 5,
   PARQUET_BYTE_ARRAY = 6,
   PARQUET_UNCOMPRESSED = 0, PARQUET_SNAPPY = 1, PARQUET_GZIP = 2, PARQUET_ZSTD = 6,
 };
@@ -87,14 +90,22 @@ typedef struct {
 typedef struct {
   const char *path;
   char column[128];   /* the column's name, for messages */
-  int max_definition; /* 0 REQUIRED, 1 OPTIONAL */
+  int32_t type;       /* the values' physical type (PARQUET_BOOLEAN .. PARQUET_BYTE_ARRAY) */
+  bool text;          /* BYTE_ARRAY of a top-level column (a string), not a struct's bytes (an image's) */
+  bool absent;        /* an optional column the file does not have: no chunks */
+  int max_definition; /* 0 REQUIRED, 1 OPTIONAL, 2 an OPTIONAL child of an OPTIONAL struct */
   ParquetChunk *chunks;
   uint32_t chunk_count;
   int64_t rows;
 } ParquetMeta;
 
-/* Reads and checks the footer of blob and finds the top-level column `column` (a BYTE_ARRAY). */
-WkStatus parquet_meta_read(WkBlob *blob, const char *column, const ParquetLimits *limits, ParquetMeta *out);
+/* Reads and checks the footer of blob and finds the top-level column `column`: a value column, or a struct's
+ * "bytes" child. Missing, it is an error naming the columns there are, unless optional (then out->absent). */
+WkStatus parquet_meta_read(WkBlob *blob, const char *column, bool optional, const ParquetLimits *limits,
+                           ParquetMeta *out);
+/* The bytes of one value of the column's type (BOOLEAN: 1 byte, 0 or 1; INT32, FLOAT 4; INT64, DOUBLE 8); 0 for
+ * BYTE_ARRAY (its length is its own). */
+size_t parquet_value_bytes(int32_t type);
 void parquet_meta_free(ParquetMeta *m);
 
 /* ---- pages (page.c) --------------------------------------------------------------------------- */
@@ -144,7 +155,8 @@ const char *parquet_codec_name(int32_t codec);
 
 /* ---- a column chunk (column.c) ---------------------------------------------------------------- */
 
-/* Called once per row with its value, or with bytes NULL for a null; non-OK stops the walk. */
+/* Called once per row with its value (little-endian bytes of parquet_value_bytes(type), or a BYTE_ARRAY's);
+ * non-OK stops the walk. */
 typedef WkStatus (*ParquetValueFn)(void *context, const uint8_t *bytes, size_t length);
 /* Called for a run of `count` null rows at once. */
 typedef WkStatus (*ParquetNullFn)(void *context, uint64_t count);
