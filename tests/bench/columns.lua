@@ -4,11 +4,11 @@
 --   ./run tests/bench/columns.lua     (make bench runs it; ~1 min, plus ~20 s the first time to write
 --                                      build/bench/columns/)
 --
--- The dataset: RECORDS records of made-up words (bytes tokenizer, u16, 300-3400 tokens a
--- record), columns loss_mask (token_u8: 0 over a record's first quarter, its "prompt", then 1), label
--- (i64) and image (bytes), zstd:3 blocks of 65536 tokens: ~148M tokens, 4.4x the loader's node cache
--- and the dataset's block cache (64 MiB each) as u16. Written by the shard writer through
--- tests/c/test_loader_columns.c's write mode (built here when missing).
+-- The dataset: RECORDS records of made-up words (bytes tokenizer, u16, 300-3400 tokens a record), from
+-- JSONL through the converter: --column loss_mask=labels:mask (Hugging Face labels, -100 over a record's
+-- first quarter, its "prompt") and --column label=label:i64; zstd:3 blocks of 65536 tokens, shards of
+-- 16M tokens: ~148M tokens, 4.4x the loader's node cache and the dataset's block cache (64 MiB each)
+-- as u16.
 -- Contenders, interleaved (A B C D A B C D ...), best of REPEATS each by tokens per CPU-second:
 --   packed       packed rows of tokens alone
 --   packed_mask  the same rows with loss_mask (columns = { 'loss_mask' })
@@ -30,10 +30,9 @@ local GLOBAL_BATCH = MICRO_BATCH * RANKS
 -- bytes a unit takes: the tokens alone would gain).
 local TOKENS_PER_RANK = 2000 * MICRO_BATCH * (SEQ_LEN + 1)
 local REPEATS = 5
-local RECORDS, PER_SHARD, BLOCK_TOKENS = 80000, 4000, 65536
+local RECORDS, SHARD_TOKENS = 80000, '16M'
 local DIR = host.home .. '/build/bench/columns'
-local DATA = DIR .. '/records-v3' -- a new name when what is written here changes
-local WRITER = host.home .. '/build/tests/test_loader_columns'
+local DATA = DIR .. '/records-v4' -- a new name when what is written here changes
 local GOAL = 1 / 1.1
 
 local started = report.now()
@@ -59,7 +58,9 @@ for w = 1, 4096 do
   WORDS[w] = table.concat(letters)
 end
 
--- Record i: TEXT<tab>MASK<tab>LABEL<tab>BLOB (the writer's line), its text 300-3400 bytes.
+-- Record i as a JSONL line, as a Hugging Face SFT set has it: its text (300-3400 bytes), labels (-100
+-- over its first quarter, its "prompt", then the token ids: the bytes tokenizer's are the bytes) and
+-- an i64 label.
 local function record(i)
   local length = 300 + (i * 7919) % 3100
   local words, n, x = {}, 0, i
@@ -70,8 +71,9 @@ local function record(i)
     n = n + #word + 1
   end
   local text = table.concat(words, ' '):sub(1, length)
-  local prompt = math.floor(length / 4)
-  return table.concat({ text, ('0'):rep(prompt) .. ('1'):rep(length - prompt), tostring(i), 'image ' .. i }, '\t')
+  local labels = { text:byte(1, -1) }
+  for t = 1, math.floor(length / 4) do labels[t] = -100 end
+  return ('{"text":"%s","labels":[%s],"label":%d}'):format(text, table.concat(labels, ','), i)
 end
 
 local function build()
@@ -80,14 +82,14 @@ local function build()
     index:close()
     return
   end
-  if not io.open(WRITER) then sh(('make -C %s -s build/tests/test_loader_columns'):format(q(host.home))) end
-  print(('columns bench: writing %d records into %s (once)'):format(RECORDS, DATA))
-  sh(('rm -rf %s %s.tmp && mkdir -p %s.tmp'):format(q(DATA), q(DATA), q(DATA)))
-  local writer = io.popen(('%s write %s %d i64 %d'):format(q(WRITER), q(DATA .. '.tmp'), PER_SHARD, BLOCK_TOKENS), 'w')
-  for i = 1, RECORDS do writer:write(record(i), '\n') end
-  local ok = writer:close()
-  if ok ~= 0 and ok ~= true then error('columns bench: the writer failed on ' .. DATA .. '.tmp', 0) end
-  sh(('mv %s.tmp %s'):format(q(DATA), q(DATA)))
+  print(('columns bench: converting %d records into %s (once)'):format(RECORDS, DATA))
+  local jsonl = DIR .. '/records.jsonl'
+  sh(('rm -rf %s %s && mkdir -p %s'):format(q(DATA), q(jsonl), q(DIR)))
+  local f = assert(io.open(jsonl, 'w'))
+  for i = 1, RECORDS do f:write(record(i), '\n') end
+  f:close()
+  sh(('%s -m wick.data.convert %s -o %s --tokenizer bytes --column loss_mask=labels:mask --column label=label:i64 ' ..
+    '--shard-size %s --no-progress > /dev/null && rm %s'):format(RUN, q(jsonl), q(DATA), SHARD_TOKENS, q(jsonl)))
 end
 
 build()
@@ -99,7 +101,7 @@ for s = 0, shards - 1 do
   files[#files + 1] = DATA .. '/' .. shard.name
 end
 dataset:close()
-print(('dataset: %s, %d records, %.1f M tokens (%.0f MiB as u16), %d shards, columns loss_mask label image'):format(
+print(('dataset: %s, %d records, %.1f M tokens (%.0f MiB as u16), %d shards, columns loss_mask label'):format(
   DATA, RECORDS, tokens / 1e6, tokens * 2 / 2 ^ 20, shards))
 print(('%d ranks at once, seq_len %d, micro batch %d, %.1f M tokens a rank a run, best of %d, interleaved, page ' ..
   'cache warm'):format(RANKS, SEQ_LEN, MICRO_BATCH, TOKENS_PER_RANK / 1e6, REPEATS))

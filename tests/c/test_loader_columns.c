@@ -4,11 +4,10 @@
  * and a per-token column read with its units (node cache, edges, a pad row's EOS) holds what the dataset
  * holds at the row's positions, in both modes, over small units drawn in many small buffers.
  *
- * `test_loader_columns write DIR RECORDS_PER_SHARD LABEL_KIND [BLOCK_TOKENS]` writes the records dataset
- * the Lua spec (tests/loader/columns_spec.lua) and the columns bench (tests/bench/columns.lua) read, from
- * stdin, one record a line: TEXT<tab>MASK<tab>LABEL<tab>BLOB, MASK one '0' or '1' per byte of TEXT; bytes
- * tokenizer (a token a byte, EOS 256), columns loss_mask (token_u8), label (LABEL_KIND i64 or f32) and
- * image (bytes); zstd blocks of BLOCK_TOKENS tokens (default 512).
+ * `test_loader_columns write DIR RECORDS_PER_SHARD LABEL_KIND` writes the records dataset the Lua spec
+ * reads (tests/loader/columns_spec.lua) from stdin, one record a line: TEXT<tab>MASK<tab>LABEL<tab>BLOB,
+ * MASK one '0' or '1' per byte of TEXT; bytes tokenizer (a token a byte, EOS 256), columns loss_mask
+ * (token_u8), label (LABEL_KIND i64 or f32) and image (bytes); zstd blocks of 512 tokens.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,12 +226,11 @@ static void test_token_column_matches_the_dataset(const char *dir, int mode, int
 }
 
 int main(int argc, char **argv) {
-  if ((argc == 5 || argc == 6) && strcmp(argv[1], "write") == 0) {
+  if (argc == 5 && strcmp(argv[1], "write") == 0) {
     uint64_t count;
     Record *records = read_records(stdin, &count);
     WkStatus status = count ? write_dataset(argv[2], records, count, strtoull(argv[3], NULL, 10),
-                                            strcmp(argv[4], "f32") == 0,
-                                            argc == 6 ? (uint32_t)strtoul(argv[5], NULL, 10) : BLOCK_TOKENS)
+                                            strcmp(argv[4], "f32") == 0, BLOCK_TOKENS)
                             : WK_FAIL(WK_ERR_INVALID_ARG, "no records on stdin");
     free(records);
     if (status != WK_OK) fprintf(stderr, "test_loader_columns write: %s\n", wk_last_error());
