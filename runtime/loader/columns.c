@@ -125,10 +125,10 @@ static WkStatus read_blob(WkLoader *loader, uint32_t s, uint32_t c, const WkSamp
                  loader->columns[c].name, (unsigned long long)size, (unsigned long long)column->row_bytes);
 }
 
-uint32_t loader_token_columns(const WkLoader *loader, uint32_t s, uint32_t *out) {
+uint32_t loader_source_columns(const WkLoader *loader, uint32_t s, bool per_token, uint32_t *out) {
   uint32_t n = 0;
   for (uint32_t c = 0; c < loader->column_count; c++)
-    if (loader->columns[c].info.kind == WK_COLUMN_TOKEN_U8) out[n++] = loader->columns[c].index[s];
+    if ((loader->columns[c].info.kind == WK_COLUMN_TOKEN_U8) == per_token) out[n++] = loader->columns[c].index[s];
   return n;
 }
 

@@ -209,7 +209,7 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
   uint64_t h = 0x6e6f6465;
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) h = wk_mix64(h, fields[f]);
   /* and the per-token columns its units hold besides the tokens */
-  uint32_t columns[WK_BATCH_MAX_COLUMNS], n = loader_token_columns(loader, (uint32_t)(source - loader->sources), columns);
+  uint32_t columns[WK_BATCH_MAX_COLUMNS], n = loader_source_columns(loader, (uint32_t)(source - loader->sources), true, columns);
   for (uint32_t c = 0; c < n; c++) h = wk_mix64(h, columns[c] + 1);
   return h;
 }
@@ -221,7 +221,9 @@ static WkStatus open_node_reader(WkLoader *loader, Source *source) {
                            .unit_tokens = wk_order_unit_tokens(source->order),
                            .buffer_units = wk_order_buffer_units(source->order),
                            .window_boundaries = wk_order_max_window_boundaries(source->order)};
-  cfg.column_count = loader_token_columns(loader, (uint32_t)(source - loader->sources), cfg.columns);
+  uint32_t s = (uint32_t)(source - loader->sources);
+  cfg.column_count = loader_source_columns(loader, s, true, cfg.columns);
+  cfg.record_column_count = loader_source_columns(loader, s, false, cfg.record_columns);
   source->node_reader = wk_node_reader_new(source->ds, &cfg);
   return source->node_reader ? WK_OK : wk_last_status();
 }

@@ -154,9 +154,9 @@ WkStatus loader_resolve_columns(WkLoader *loader);
 /* Bytes of one row of column c in a micro-batch buffer; its row's tensor shape and dtype into *out
  * (data and sizes left for the ring to place). */
 uint64_t loader_column_row(const WkLoader *loader, uint32_t c, WkRowColumn *out);
-/* The per-token columns' indices in source s, in the order asked (the node reader reads them with the
- * tokens): their count. */
-uint32_t loader_token_columns(const WkLoader *loader, uint32_t s, uint32_t *out);
+/* The indices in source s of the per-token columns (per_token: the node reader reads them with the
+ * tokens) or of the per-record ones, in the order asked: their count. */
+uint32_t loader_source_columns(const WkLoader *loader, uint32_t s, bool per_token, uint32_t *out);
 /* Row r's rows of the per-token columns in that order, where the node reader reads the sample at loc;
  * returns how many positions past the sample they hold (pad mode: the record's EOS, when the row has room). */
 uint32_t loader_token_column_rows(const WkLoader *loader, const WkRows *rows, const WkSampleLoc *loc, uint32_t r,

@@ -90,6 +90,8 @@ typedef struct {
   uint64_t window_boundaries; /* most unit boundaries a shuffle window holds: bounds the edges in flight */
   uint32_t column_count;      /* per-token (TOKEN_U8) columns read with the tokens, a byte a position each */
   uint32_t columns[WK_BATCH_MAX_COLUMNS]; /* their indices in the dataset */
+  uint32_t record_column_count; /* per-record columns (pad mode): only read ahead, for a unit's records */
+  uint32_t record_columns[WK_BATCH_MAX_COLUMNS];
 } WkNodeReaderConfig;
 
 WkNodeReader *wk_node_reader_new(WkDataset *ds, const WkNodeReaderConfig *cfg);
@@ -112,8 +114,8 @@ void wk_node_reader_thread_free(WkNodeReaderThread *t);
  * must hold (pad mode: its record's EOS). */
 WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes,
                              uint8_t *const *columns, uint32_t column_tail);
-/* Asks the blob to read a unit ahead (its stored bytes, the per-token columns' too), before the buffer
- * that draws it. */
+/* Asks the blob to read a unit ahead (its stored bytes, the per-token columns' too, and the per-record
+ * columns' of the records that start in it), before the buffer that draws it. */
 void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit);
 /* Adds what the thread delivered since its last flush to the counters (once per micro-batch). */
 void wk_node_reader_thread_flush(WkNodeReader *r, WkNodeReaderThread *t);

@@ -351,6 +351,12 @@ void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit) {
   wk_dataset_advise(r->ds, unit.shard, begin, end, WK_ADVICE_WILLNEED);
   for (uint32_t c = 0; c < r->cfg.column_count; c++)
     wk_dataset_advise_column(r->ds, r->cfg.columns[c], unit.shard, begin, end, WK_ADVICE_WILLNEED);
+  uint64_t first, last; /* the records a pad row of this unit takes: those whose first token is in it */
+  if (r->cfg.record_column_count == 0 || wk_dataset_first_document(r->ds, unit.shard, begin, &first) != WK_OK ||
+      wk_dataset_first_document(r->ds, unit.shard, end, &last) != WK_OK)
+    return; /* advice is a hint: a failure shows when the rows are read */
+  for (uint32_t c = 0; c < r->cfg.record_column_count; c++)
+    wk_dataset_advise_column(r->ds, r->cfg.record_columns[c], unit.shard, first, last, WK_ADVICE_WILLNEED);
 }
 
 void wk_node_reader_thread_flush(WkNodeReader *r, WkNodeReaderThread *t) {
