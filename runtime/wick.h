@@ -475,7 +475,8 @@ typedef enum {
   WK_LOADER_DOCUMENT_IDS,      /* 1: also fill doc_ids and positions (default 0) */
   WK_LOADER_MEMORY_BUDGET,     /* bytes for the batch ring; 0: no limit (default 0) */
   WK_LOADER_NODE_CACHE_BYTES,  /* node cache of decoded units per source, shared by the node's local
-                                  ranks (default 64 MiB; at least two buffers plus a window's edges) */
+                                  ranks (default 64 MiB; at least two buffers plus a window's edges); a
+                                  unit holds the per-token columns asked for too, a byte a token each */
   WK_LOADER_DTYPE,             /* tokens as WK_I32 (default) or WK_I64 (written so by the reader threads) */
   WK_LOADER_DEVICE,            /* WK_LOADER_ON_CPU: CPU tensors over the pinned ring (default); N: tensors on
                                   cuda:N, copied from the ring on the loader's copy stream (refused when this

@@ -131,7 +131,7 @@ local LOADER = schema.define('loader option', with_remote {
   derived(bounded('prefetch', C.WK_LOADER_PREFETCH, 'micro-batches buffered ahead (default 4 per thread + 4)'), 2),
   bounded('memory_budget', C.WK_LOADER_MEMORY_BUDGET, 'bytes for the batch ring; 0 no limit (default 0)'),
   formerly('cache_bytes', bounded('node_cache_bytes', C.WK_LOADER_NODE_CACHE_BYTES,
-    'node cache of each source (default 64 MiB)')),
+    'node cache of each source (default 64 MiB; its units also hold the per-token columns asked for, a byte a token each)')),
   { 'mode', 'enum', values = { 'packed', 'pad' }, help = 'packed windows or one padded document per row' },
   { 'on_corrupt', 'enum', values = { 'error', 'skip' }, help = 'stop at corrupt data, or mask and count it' },
   { 'at_end', 'enum', values = { 'drop', 'pad' }, help = 'the last partial batch of finite sources' },
