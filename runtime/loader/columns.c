@@ -151,7 +151,8 @@ WkStatus loader_read_columns(WkLoader *loader, uint32_t s, const WkSampleLoc *lo
   for (uint32_t c = 0; c < rows->column_count; c++) {
     WkRowColumn *column = &rows->columns[c];
     uint8_t *row = column->data + r * column->row_bytes;
-    if (column->kind == WK_COLUMN_TOKEN_U8) memset(row + positions(loader, loc), 0, column->row_bytes - positions(loader, loc));
+    uint64_t filled = column->kind == WK_COLUMN_TOKEN_U8 ? positions(loader, loc) : 0;
+    if (column->kind == WK_COLUMN_TOKEN_U8) memset(row + filled, 0, column->row_bytes - filled);
     else if (column->kind == WK_COLUMN_BYTES) WK_TRY(read_blob(loader, s, c, loc, column, r));
     else WK_TRY(wk_dataset_read_column(loader->sources[s].ds, loader->columns[c].index[s], loc->shard, loc->item, 1, row));
   }
