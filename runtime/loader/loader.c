@@ -474,14 +474,57 @@ static uint64_t low_water(const WkLoader *loader, uint32_t i) {
   return low;
 }
 
+/* Lock held. The buffer of the next micro-batch when this reader may plan it now: no other planner,
+ * its slot free and within the ahead limit, the stream not ended. */
+static Buffer *plannable(WkLoader *loader) {
+  if (loader->planning || loader->ended || loader->next_seq >= loader->consumed + ahead_limit(loader)) return NULL;
+  Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
+  return b->state == BUFFER_FREE ? b : NULL;
+}
+
+/* Lock held. Publishes a filled micro-batch: ready for the consumer (woken only when it can go), and
+ * each source's low water for the node cache readers, which the caller passes on once unlocked. */
+static void publish(WkLoader *loader, Buffer *b, uint64_t lows[]) {
+  b->state = BUFFER_READY;
+  if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
+  for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
+}
+
+static void advance(WkLoader *loader, const uint64_t lows[]) {
+  for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_advance(loader->sources[i].node_reader, lows[i]);
+}
+
+/* Fills a planned micro-batch, without the lock: read-ahead, rows, the device copy, the counters. */
+static void fill(WkLoader *loader, const Reader *reader, Buffer *b) {
+  for (uint32_t a = 0; a < b->ahead_count; a++)
+    wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
+  if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
+  if (b->status == WK_OK) fill_rows(loader, reader, b);
+  if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
+  for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
+}
+
+/* Two lock round trips a micro-batch: one publishes the last filled micro-batch and takes the planner
+ * for the next, one hands the planner on and marks the micro-batch filling. The low waters of a
+ * publication go to the node cache readers right after the first unlock (before planning, or before
+ * sleeping: a peer rank may be waiting for that room). A reader sleeps only when it cannot plan, and
+ * one waiter is woken per chance to plan (waiters all wait for the same thing). */
 static void *reader_thread(void *arg) {
   const Reader *reader = arg;
   WkLoader *loader = reader->loader;
   uint64_t lows[WK_MIX_MAX_SOURCES];
+  bool lows_due = false;
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
-    Buffer *b = loader->planning ? NULL : &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (!b || loader->ended || b->state != BUFFER_FREE || loader->next_seq >= loader->consumed + ahead_limit(loader)) {
+    Buffer *b = plannable(loader);
+    if (!b) {
+      if (lows_due) { /* not while asleep */
+        pthread_mutex_unlock(&loader->lock);
+        advance(loader, lows);
+        lows_due = false;
+        pthread_mutex_lock(&loader->lock);
+        continue;
+      }
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
@@ -493,10 +536,11 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_PLANNED;
     uint64_t seq = loader->next_seq;
     pthread_mutex_unlock(&loader->lock);
+    if (lows_due) advance(loader, lows);
+    lows_due = false;
     bool more = loader_plan_next(loader, b);
     pthread_mutex_lock(&loader->lock);
     loader->planning = false;
-    if (loader->readers_waiting) pthread_cond_broadcast(&loader->free); /* the next planner may go */
     if (!more) {
       b->state = BUFFER_FREE;
       loader->ended = true;
@@ -507,20 +551,12 @@ static void *reader_thread(void *arg) {
     for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->step_before[i].draws;
     loader->next_seq++;
     b->state = BUFFER_FILLING;
+    if (loader->readers_waiting && plannable(loader)) pthread_cond_signal(&loader->free); /* the next planner */
     pthread_mutex_unlock(&loader->lock);
-    for (uint32_t a = 0; a < b->ahead_count; a++)
-      wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
-    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
-    if (b->status == WK_OK) fill_rows(loader, reader, b);
-    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
+    fill(loader, reader, b);
     pthread_mutex_lock(&loader->lock);
-    b->state = BUFFER_READY;
-    if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
-    for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
-    pthread_mutex_unlock(&loader->lock);
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_advance(loader->sources[i].node_reader, lows[i]);
-    pthread_mutex_lock(&loader->lock);
+    publish(loader, b, lows);
+    lows_due = true;
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
