@@ -28,11 +28,6 @@
  * ends its progress line with \r instead of \n; the launcher keeps the latest such line as the
  * bottom line of its terminal and prints every other line above it (clear the line, print, redraw),
  * so lines never mix. Piped output gets plain lines only: no rank is told to draw.
- *
- * OpenBLAS: every rank gets OPENBLAS_NUM_THREADS=1 unless the environment sets it. Wick runs OpenBLAS on
- * one thread (runtime/ops/cpu/gemm.c), but OpenBLAS starts its pool when it loads, and each idle worker
- * spins on sched_yield for its first ~0.1 s: N ranks on few cores lose that to every rank's start (the
- * data loader's profile showed it next to its own threads).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -400,7 +395,6 @@ int launch_ranks(const LaunchConfig *config, const char *exe, char **child_argv)
   char job[17];
   make_job_id(job);
   setenv("WICK_JOB_ID", job, 1); /* inherited by every rank */
-  setenv("OPENBLAS_NUM_THREADS", "1", 0); /* see the top of this file; the user's setting stands */
   int started = 0;
   for (; started < count; started++) {
     ranks[started].rank = config->node_rank * count + started;
