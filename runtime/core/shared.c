@@ -301,13 +301,8 @@ WkStatus wk_shared_open(const char *name, size_t bytes, size_t reserved, WkShare
   out->fd = -1;
   if (bytes < sizeof(uint32_t)) return WK_FAIL(WK_ERR_INVALID_ARG, "shared region of %zu bytes is too small", bytes);
   if (!name) {
-    /* Private anonymous memory, in huge pages where the kernel gives them (transparent_hugepage
-     * "madvise"): a single rank's node cache fills 64 MiB at its start a unit at a time, and 4 KiB pages
-     * cost it ~1 GB/s there (12% of a remote epoch's samples); shared anonymous memory is shmem, which
-     * rarely has huge pages. */
-    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) return WK_FAIL(WK_ERR_NOMEM, "cannot map %zu bytes of memory: %s", bytes, strerror(errno));
-    madvise(base, bytes, MADV_HUGEPAGE); /* a hint */
     out->base = base;
     out->bytes = bytes;
     out->created = true;
