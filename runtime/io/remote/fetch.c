@@ -231,6 +231,7 @@ void wk_fetch_submit(WkFetch *f, WkFetchRequest *r) {
   r->finished = false;
   r->status = WK_OK;
   r->error[0] = '\0';
+  r->body_taken = false;
   pthread_mutex_lock(&f->lock);
   bool stopping = f->stopping;
   if (!stopping) fetch_push(&f->incoming, &f->incoming_tail, r);

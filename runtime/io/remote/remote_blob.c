@@ -7,7 +7,8 @@
  * range (remote.h: sharing), fetches it as an urgent Range request straight into the caller's buffer and
  * stores it; when a local peer holds the claim it waits for the peer's entry instead. advise(WILLNEED)
  * queues a prefetch (dropped when the range is cached, in flight, or claimed by a peer when it starts);
- * what arrives is copied and written to the cache by a store thread, so that the engine's thread, which
+ * what arrives is written to the cache by a store thread (the engine's own buffer when the range was
+ * fetched alone, a copy when it came merged with neighbours), so that the engine's thread, which
  * drives every transfer, never waits on the file system (on a busy disk, making a file can take longer
  * than fetching its bytes over a fast link). forget removes cached copies of a range found corrupt, so the next
  * read fetches it anew.
@@ -304,7 +305,10 @@ void *remote_storer_main(void *arg) {
 static void prefetch_done(WkFetchRequest *request) {
   Prefetch *p = request->ctx;
   WkRemote *r = p->remote;
-  if (request->status == WK_OK) {
+  if (request->status == WK_OK && request->body_taken) {
+    p->body = (uint8_t *)request->body; /* a transfer of its own: no copy on the engine's thread */
+    p->body_length = request->body_length;
+  } else if (request->status == WK_OK) {
     p->body = malloc(request->body_length ? (size_t)request->body_length : 1); /* the engine's copy ends here */
     if (p->body) {
       memcpy(p->body, request->body, (size_t)request->body_length);
@@ -340,7 +344,7 @@ static void remote_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvi
     b->target->refs++;
     p->claim.fd = -1;
     p->request = (WkFetchRequest){.target = &b->target->target, .offset = offset, .length = length,
-                                  .start = prefetch_start, .done = prefetch_done, .ctx = p};
+                                  .take_body = true, .start = prefetch_start, .done = prefetch_done, .ctx = p};
     p->next = r->prefetches;
     r->prefetches = p;
     r->prefetch_count++;
