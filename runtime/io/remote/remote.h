@@ -202,6 +202,7 @@ struct WkFetchRequest {
   /* engine's */
   WkFetchRequest *next;
   bool finished;
+  bool hurry;               /* a reader waits for this prefetch (wk_fetch_hurry; under the engine's lock) */
 };
 
 typedef struct {
@@ -215,6 +216,9 @@ WkStatus wk_fetch_new(const WkFetchConfig *config, WkFetch **out);
 void wk_fetch_free(WkFetch *fetch);
 /* Queues a request; done() runs on the engine thread when it ends. */
 void wk_fetch_submit(WkFetch *fetch, WkFetchRequest *request);
+/* A reader now waits for this submitted prefetch: when it is still queued, it moves to the front of the
+ * queue (it stays a prefetch: merged with neighbours, within the prefetch budget). Any thread. */
+void wk_fetch_hurry(WkFetch *fetch, WkFetchRequest *request);
 /* Runs a request as urgent and waits for it (done and ctx are the engine's); returns its status. */
 WkStatus wk_fetch_run(WkFetch *fetch, WkFetchRequest *request);
 void wk_fetch_stats(WkFetch *fetch, WkFetchStats *out);

@@ -153,6 +153,7 @@ static bool wait_prefetch(WkRemote *r, const char *key, uint64_t deadline) {
   bool waited = p && !p->done;
   if (p) {
     p->waiters++;
+    if (!p->done) wk_fetch_hurry(r->fetch, &p->request); /* p stays while it has waiters */
     while (!p->done && wk_now_ns() < deadline) wait_changed(r, deadline);
     p->waiters--;
     reap_prefetch(r, p);
