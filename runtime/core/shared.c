@@ -78,16 +78,6 @@ WkStatus wk_shared_reserve(WkSharedRegion *r, size_t offset, size_t length) {
   return fail_shared("reserve", r->name);
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older C libraries lack the name */
-#endif
-
-void wk_shared_map(WkSharedRegion *r, size_t offset, size_t length) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t first = (offset + page - 1) / page * page, end = (offset + length) / page * page;
-  if (end > first) madvise((uint8_t *)r->base + first, end - first, MADV_POPULATE_WRITE);
-}
-
 /* Marks this process as a holder (see the top of the file); WK_ERR_CLOSED when the name was removed
  * meanwhile (a reclaimer took the file just before the lock): the caller starts over. */
 static WkStatus hold(int fd, const char *name) {

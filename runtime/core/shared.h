@@ -35,10 +35,6 @@ WkStatus wk_shared_open(const char *name, size_t bytes, size_t reserved, WkShare
 /* Backs [offset, offset + length) with pages before its first use (a clear error when /dev/shm is too
  * small, instead of a SIGBUS at the first write). Idempotent; nothing to do for anonymous regions. */
 WkStatus wk_shared_reserve(WkSharedRegion *r, size_t offset, size_t length);
-/* Maps the whole pages of [offset, offset + length) into this process's page tables at once, writable
- * (one call, where a first write faults once per page). Only for a range reserved or about to be
- * written; a hint: a kernel without MADV_POPULATE_WRITE (before 5.14) leaves the faults. */
-void wk_shared_map(WkSharedRegion *r, size_t offset, size_t length);
 void wk_shared_close(WkSharedRegion *r);
 /* Removes the name (mappings stay valid); processes that open it later make a new region. */
 void wk_shared_unlink(WkSharedRegion *r);

@@ -98,7 +98,6 @@ struct WkNodeCache {
   bool corrupt;               /* a bad index was read from the region: the next get fails */
   uint32_t reader;            /* this loader's slot in the reader table */
   uint32_t started;           /* this process's start time, recorded beside its pid */
-  uint8_t *mapped;            /* per unit slot: this process has mapped its pages (wk_shared_map); under the lock */
   char what[256];             /* the source, for messages */
 };
 
@@ -376,11 +375,6 @@ WkStatus wk_node_cache_open(const WkNodeCacheConfig *cfg, uint64_t first_draw, W
   snprintf(c->what, sizeof c->what, "%s", cfg->what);
   c->layout = want;
   c->started = (uint32_t)wk_process_start_time(getpid());
-  c->mapped = wk_calloc(want.units, 1, "node cache page map");
-  if (!c->mapped) {
-    free(c);
-    return wk_error_context("%s: node cache", cfg->what);
-  }
   WkStatus status = wk_shared_open(cfg->shared_name, region_bytes(&want), want.unit_data_at, init_region, &want,
                                    &c->region);
   if (status == WK_OK) {
@@ -398,7 +392,6 @@ WkStatus wk_node_cache_open(const WkNodeCacheConfig *cfg, uint64_t first_draw, W
             c->region.created ? "made here" : "joined");
   if (status != WK_OK) {
     wk_shared_close(&c->region);
-    free(c->mapped);
     free(c);
     return wk_error_context("%s: node cache", cfg->what);
   }
@@ -416,7 +409,6 @@ void wk_node_cache_close(WkNodeCache *c) {
   wk_shared_wake(&c->h->lock);
   if (last) wk_shared_unlink(&c->region); /* the next loader of this job starts a fresh one */
   wk_shared_close(&c->region);
-  free(c->mapped);
   free(c);
 }
 
@@ -493,20 +485,6 @@ static WkStatus back_entry(WkNodeCache *c, int32_t i) {
   return WK_OK;
 }
 
-/* Lock held. Whether this process still has to map unit e's pages (then it does so once the lock is
- * dropped: map_unit): a decode writes every page of a unit, and a fault a page costs more than the
- * decode of its tokens would suggest. */
-static bool claim_mapping(WkNodeCache *c, const Entry *e) {
-  size_t i = (size_t)(e - c->entries);
-  if (c->mapped[i]) return false;
-  c->mapped[i] = 1;
-  return true;
-}
-
-static void map_unit(WkNodeCache *c, const Entry *e) {
-  wk_shared_map(&c->region, (size_t)(unit_data(c, e) - (uint8_t *)c->region.base), c->layout.unit_bytes);
-}
-
 WkStatus wk_node_cache_get(WkNodeCache *c, uint64_t key, WkHold hold, WkUnitFill fill, void *ctx, uint8_t *scratch,
                            WkUnitHit *out) {
   Wait w = {0};
@@ -519,9 +497,7 @@ WkStatus wk_node_cache_get(WkNodeCache *c, uint64_t key, WkHold hold, WkUnitFill
       if (e->hold_until < hold.until) e->hold_until = hold.until;
       if (e->hold_from > hold.from) e->hold_from = hold.from;
       *out = (WkUnitHit){.data = unit_data(c, e), .hold_until = e->hold_until, .cached = true};
-      bool map = claim_mapping(c, e);
       unlock(c);
-      if (map) map_unit(c, e);
       return WK_OK;
     }
     if (e) { /* LOADING by another reader of the node: wait for it */
@@ -548,9 +524,7 @@ WkStatus wk_node_cache_get(WkNodeCache *c, uint64_t key, WkHold hold, WkUnitFill
     *e = (Entry){.key = key, .hold_from = hold.from, .hold_until = hold.until, .state = ENTRY_LOADING,
                  .owner = (int32_t)getpid(), .owner_started = c->started, .backed = 1};
     link_entry(c, (uint32_t)slot);
-    bool map = claim_mapping(c, e);
     unlock(c);
-    if (map) map_unit(c, e);
     WkStatus status = fill(ctx, unit_data(c, e));
     lock(c);
     if (status == WK_OK) {
