@@ -267,15 +267,17 @@ static WkStatus remote_read_at(WkBlob *self, uint64_t offset, size_t length, voi
 
 /* ---- prefetch ------------------------------------------------------------------------------------- */
 
-/* Ends a prefetch: done, its body (if any) is the caller's to free (returned), and whether a reader
- * took its bytes from memory (*served). */
-static uint8_t *finish_prefetch(Prefetch *p, bool *served) {
+/* Ends a prefetch: done, its body (if any) is the caller's to free (returned), and whether a reader took
+ * its bytes from memory (*served). A stored entry whose bytes a reader found corrupt meanwhile
+ * (remote_forget) is removed before its waiters wake, or the reader that forgot it would read it again. */
+static uint8_t *finish_prefetch(Prefetch *p, bool stored, bool *served) {
   WkRemote *r = p->remote;
   pthread_mutex_lock(&r->lock);
+  if (stored && p->forgotten) wk_disk_cache_remove(r->disk, p->key);
   p->done = true;
   uint8_t *body = p->body;
   p->body = NULL;
-  *served = p->served;
+  *served = p->served && !p->forgotten;
   pthread_cond_broadcast(&r->changed);
   reap_prefetch(r, p);
   pthread_mutex_unlock(&r->lock);
@@ -290,7 +292,7 @@ static bool prefetch_start(WkFetchRequest *request) {
       wk_disk_cache_has(r->disk, p->key)) {
     if (owned) wk_disk_cache_release(r->disk, &p->claim);
     bool served;
-    finish_prefetch(p, &served); /* nothing arrived: no body, nobody served */
+    finish_prefetch(p, false, &served); /* nothing arrived: no body, nobody served */
     return false;
   }
   return true;
@@ -307,7 +309,7 @@ static void store_prefetch(Prefetch *p) {
   char key[KEY_CAPACITY];
   memcpy(key, p->key, sizeof key);
   wk_disk_cache_release(r->disk, &p->claim);
-  free(finish_prefetch(p, &served)); /* p may be gone now */
+  free(finish_prefetch(p, stored, &served)); /* p may be gone now */
   uint64_t size;
   int fd = stored && served ? wk_disk_cache_open_entry(r->disk, key, &size) : -1;
   if (fd >= 0) close(fd);
@@ -378,10 +380,28 @@ static void remote_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvi
   wk_fetch_submit(r->fetch, &p->request);
 }
 
+/* Prefetches of b overlapping [offset, offset + length) whose bytes a reader found corrupt: nobody may
+ * take them from memory any more, and their entries go once stored. */
+static void forget_prefetches(RemoteBlob *b, uint64_t offset, uint64_t length) {
+  WkRemote *r = b->remote;
+  size_t n = strlen(b->key);
+  pthread_mutex_lock(&r->lock);
+  for (Prefetch *p = r->prefetches; p; p = p->next) {
+    const WkFetchRequest *q = &p->request;
+    if (strncmp(p->key, b->key, n) == 0 && p->key[n] == '/' && q->offset < offset + length &&
+        offset < q->offset + q->length) {
+      p->forgotten = true;
+      p->arrived = false;
+    }
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
 static void remote_forget(WkBlob *self, uint64_t offset, uint64_t length) {
   RemoteBlob *b = (RemoteBlob *)self;
   if (!b->key) return;
   atomic_fetch_add_explicit(&b->remote->corrupt, 1, memory_order_relaxed);
+  forget_prefetches(b, offset, length);
   Extent gone[64];
   uint32_t count = 0;
   pthread_mutex_lock(&b->lock);
