@@ -735,10 +735,24 @@ WkStatus wk_shard_view_document(const WkShardView *v, uint64_t doc, uint64_t *st
     ((TO *)dst)[i] = (TO)v;                                   \
   }
 
+/* The loops are vectorized (-O3: SSE2 unpacks) and wait on their loads: a loader row is ~2 KB from a
+ * random place of a node cache far larger than the caches, and the hardware prefetcher ramps up over
+ * its first lines. Asking for every line of a row first lets their misses overlap (-20% time a token,
+ * measured on 2 KB rows of a 64 MiB buffer). */
+static void prefetch_lines(const void *src, size_t bytes) {
+  enum { LINE = 64, MAX_PREFETCH_BYTES = 16384 };
+  if (bytes > MAX_PREFETCH_BYTES) bytes = MAX_PREFETCH_BYTES; /* longer runs stream on their own */
+  for (size_t at = 0; at < bytes; at += LINE) __builtin_prefetch((const uint8_t *)src + at);
+}
+
 void wk_tokens_widen(const void *src, uint32_t token_bytes, size_t count, void *dst, uint32_t dst_bytes) {
   _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "stored tokens are little-endian: add a swapping path");
-  if (token_bytes == 4 && dst_bytes == 4) memcpy(dst, src, count * 4);
-  else if (token_bytes == 2 && dst_bytes == 4) WIDEN(uint16_t, uint32_t)
+  if (token_bytes == 4 && dst_bytes == 4) {
+    memcpy(dst, src, count * 4);
+    return;
+  }
+  prefetch_lines(src, count * token_bytes);
+  if (token_bytes == 2 && dst_bytes == 4) WIDEN(uint16_t, uint32_t)
   else if (token_bytes == 2) WIDEN(uint16_t, uint64_t)
   else WIDEN(uint32_t, uint64_t)
 }

@@ -486,14 +486,73 @@ static uint64_t low_water(const WkLoader *loader, uint32_t i) {
   return low;
 }
 
+/* Lock held. The buffer of the next micro-batch when this reader may plan it now: no other planner,
+ * its slot free and within the ahead limit, the stream not ended. */
+static Buffer *plannable(WkLoader *loader) {
+  if (loader->planning || loader->ended || loader->next_seq >= loader->consumed + ahead_limit(loader)) return NULL;
+  Buffer *b = &loader->buffers[loader->next_seq % loader->buffer_count];
+  return b->state == BUFFER_FREE ? b : NULL;
+}
+
+/* What a reader owes the others once it leaves the lock: woken under it, a thread would run only to
+ * block on it. */
+typedef struct {
+  bool lows;                  /* each source's low water, for its node cache reader */
+  uint64_t low[WK_MIX_MAX_SOURCES];
+  bool consumer;              /* the consumer can go */
+  bool planner;               /* a waiting reader can plan */
+} Owed;
+
+/* Lock held. Publishes a filled micro-batch: ready for the consumer (woken only when it can go), and
+ * each source's low water. */
+static void publish(WkLoader *loader, Buffer *b, Owed *owed) {
+  b->state = BUFFER_READY;
+  owed->consumer = consumer_can_go(loader);
+  for (uint32_t i = 0; i < loader->mix.count; i++) owed->low[i] = low_water(loader, i);
+  owed->lows = true;
+}
+
+/* Without the lock. */
+static void pay(WkLoader *loader, Owed *owed) {
+  if (owed->consumer) pthread_cond_signal(&loader->ready);
+  if (owed->planner) pthread_cond_signal(&loader->free);
+  for (uint32_t i = 0; owed->lows && i < loader->mix.count; i++)
+    wk_node_reader_advance(loader->sources[i].node_reader, owed->low[i]);
+  owed->lows = owed->consumer = owed->planner = false;
+}
+
+static bool owes(const Owed *owed) { return owed->lows || owed->consumer || owed->planner; }
+
+/* Fills a planned micro-batch, without the lock: read-ahead, rows, the device copy, the counters. */
+static void fill(WkLoader *loader, const Reader *reader, Buffer *b) {
+  for (uint32_t a = 0; a < b->ahead_count; a++)
+    wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
+  if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
+  if (b->status == WK_OK) fill_rows(loader, reader, b);
+  if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
+  for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
+}
+
+/* Two lock round trips a micro-batch: one publishes the last filled micro-batch and takes the planner
+ * for the next, one hands the planner on and marks the micro-batch filling. What a round trip owes the
+ * other threads (wake-ups, the low waters for the node cache readers) is paid right after it unlocks,
+ * and always before this reader sleeps (a peer rank may be waiting for that room, the consumer for that
+ * micro-batch). A reader sleeps only when it cannot plan, and one waiter is woken per chance to plan
+ * (waiters all wait for the same thing). */
 static void *reader_thread(void *arg) {
   const Reader *reader = arg;
   WkLoader *loader = reader->loader;
-  uint64_t lows[WK_MIX_MAX_SOURCES];
+  Owed owed = {0};
   pthread_mutex_lock(&loader->lock);
   while (!loader->stopping) {
-    Buffer *b = loader->planning ? NULL : &loader->buffers[loader->next_seq % loader->buffer_count];
-    if (!b || loader->ended || b->state != BUFFER_FREE || loader->next_seq >= loader->consumed + ahead_limit(loader)) {
+    Buffer *b = plannable(loader);
+    if (!b) {
+      if (owes(&owed)) { /* not while asleep */
+        pthread_mutex_unlock(&loader->lock);
+        pay(loader, &owed);
+        pthread_mutex_lock(&loader->lock);
+        continue;
+      }
       loader->readers_waiting++;
       pthread_cond_wait(&loader->free, &loader->lock);
       loader->readers_waiting--;
@@ -505,34 +564,26 @@ static void *reader_thread(void *arg) {
     b->state = BUFFER_PLANNED;
     uint64_t seq = loader->next_seq;
     pthread_mutex_unlock(&loader->lock);
+    pay(loader, &owed);
     bool more = loader_plan_next(loader, b);
     pthread_mutex_lock(&loader->lock);
     loader->planning = false;
-    if (loader->readers_waiting) pthread_cond_broadcast(&loader->free); /* the next planner may go */
     if (!more) {
       b->state = BUFFER_FREE;
       loader->ended = true;
       loader->end_seq = seq;
-      pthread_cond_signal(&loader->ready); /* the end of the stream */
+      owed.consumer = true; /* the end of the stream */
       continue;
     }
     for (uint32_t i = 0; i < loader->mix.count; i++) loader->plan_low[i] = loader->step_before[i].draws;
     loader->next_seq++;
     b->state = BUFFER_FILLING;
+    owed.planner = loader->readers_waiting && plannable(loader);
     pthread_mutex_unlock(&loader->lock);
-    for (uint32_t a = 0; a < b->ahead_count; a++)
-      wk_node_reader_read_ahead(loader->sources[b->ahead[a].source].node_reader, b->ahead[a].unit);
-    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_reuse(&b->tensors));
-    if (b->status == WK_OK) fill_rows(loader, reader, b);
-    if (b->status == WK_OK) copy_stage(loader, b, wk_batch_tensors_copy(&b->tensors, loader->device_copy));
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_thread_flush(loader->sources[i].node_reader, reader->contexts[i]);
+    pay(loader, &owed);
+    fill(loader, reader, b);
     pthread_mutex_lock(&loader->lock);
-    b->state = BUFFER_READY;
-    if (consumer_can_go(loader)) pthread_cond_signal(&loader->ready);
-    for (uint32_t i = 0; i < loader->mix.count; i++) lows[i] = low_water(loader, i);
-    pthread_mutex_unlock(&loader->lock);
-    for (uint32_t i = 0; i < loader->mix.count; i++) wk_node_reader_advance(loader->sources[i].node_reader, lows[i]);
-    pthread_mutex_lock(&loader->lock);
+    publish(loader, b, &owed);
   }
   pthread_mutex_unlock(&loader->lock);
   return NULL;
@@ -552,12 +603,31 @@ WkStatus wk_loader_sample_info(WkLoader *loader, uint32_t row, WkSampleInfo *out
 /* ---- consuming ----------------------------------------------------------------------------------- */
 
 /* Lock held. Returns a buffer to the readers; a reader only waits when the ring is full, so one
- * free buffer is work for one of them. The consumer's stream marks where it stops reading the
- * buffer's device tensors. */
+ * free buffer is work for one of them (woken by unlock_consumer). The consumer's stream marks where it
+ * stops reading the buffer's device tensors. */
 static WkStatus release(WkLoader *loader, Buffer *b) {
   b->state = BUFFER_FREE;
-  if (loader->readers_waiting) pthread_cond_signal(&loader->free);
+  loader->frees++;
   return wk_batch_tensors_release(&b->tensors);
+}
+
+/* Lock held. The waiting readers owed a wake-up: one per chance given since the last call. */
+static uint32_t readers_to_wake(WkLoader *loader) {
+  uint32_t n = loader->frees < loader->readers_waiting ? loader->frees : loader->readers_waiting;
+  loader->frees = 0;
+  return n;
+}
+
+static void wake_readers(WkLoader *loader, uint32_t n) {
+  while (n-- > 0) pthread_cond_signal(&loader->free);
+}
+
+/* The consumer leaves the lock, then wakes the readers it owes: woken under the lock, a reader would
+ * run only to block on it (a futex round trip more a micro-batch, seen in the data bench's profile). */
+static void unlock_consumer(WkLoader *loader) {
+  uint32_t n = readers_to_wake(loader);
+  pthread_mutex_unlock(&loader->lock);
+  wake_readers(loader, n);
 }
 
 /* Lock held. Gives back the held micro-batches when the next one starts another step (or always,
@@ -583,6 +653,7 @@ static void wait_for(WkLoader *loader, uint64_t seq) {
   bool first = loader->consumed == 0;
   uint32_t ring = ahead_limit(loader);
   loader->wake_consumer_at = seq + (first || ring <= 2 ? 0 : ring / 2 - 1);
+  wake_readers(loader, readers_to_wake(loader)); /* before sleeping: they fill what it waits for */
   while (!consumer_can_go(loader)) pthread_cond_wait(&loader->ready, &loader->lock);
   loader->wake_consumer_at = UINT64_MAX;
 }
@@ -594,7 +665,7 @@ static WkStatus fail_consumer(WkLoader *loader, WkStatus status, const char *mes
   snprintf(loader->failure_message, sizeof loader->failure_message, "%s", message);
   release_held(loader, true);
   loader->held = NULL;
-  pthread_mutex_unlock(&loader->lock);
+  unlock_consumer(loader);
   return WK_FAIL(loader->failure, "%s", loader->failure_message);
 }
 
@@ -611,7 +682,7 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (at_end(loader)) {
     release_held(loader, true);
     loader->held = NULL;
-    pthread_mutex_unlock(&loader->lock);
+    unlock_consumer(loader);
     return WK_FAIL(WK_ERR_CLOSED, "the data stream has ended (all sources used their epochs)");
   }
   if (b->status != WK_OK) {
@@ -623,11 +694,11 @@ WkStatus wk_loader_next(WkLoader *loader, WkBatch *out) {
   if (!loader->held) loader->held_from = loader->consumed;
   loader->held = b;
   loader->consumed++;
-  if (loader->readers_waiting && loader->micro_steps > 1) pthread_cond_signal(&loader->free); /* ahead_limit moved */
+  if (loader->micro_steps > 1) loader->frees++; /* ahead_limit moved */
   loader->skipped += b->skipped;
   loader->stats.batches++;
   loader->stats.skipped = loader->skipped;
-  pthread_mutex_unlock(&loader->lock);
+  unlock_consumer(loader);
   *out = (WkBatch){.slot = (uint32_t)(b - loader->buffers), .rows = loader->rows,
                    .seq_len = (uint32_t)param(loader, WK_LOADER_SEQ_LEN), .step = b->step, .micro_step = b->micro,
                    .micro_steps = loader->micro_steps, .fingerprint = b->fingerprint, .wait_ns = waited};

@@ -116,6 +116,7 @@ struct WkLoader {
   WkDeviceCopy *device_copy;  /* NULL: batches stay on the CPU */
   /* consumer */
   uint64_t consumed;
+  uint32_t frees;             /* chances to fill given to the readers since the consumer last woke them */
   Buffer *held;               /* the last micro-batch returned */
   uint64_t held_from;         /* the first micro-batch of its step still held */
   bool failed;

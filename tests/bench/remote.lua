@@ -10,9 +10,9 @@
 --   many/   MANY_TOKENS tokens of generated documents in ~1000 shards of 16K tokens, 4K-token blocks
 -- Rows (best of REPEATS, contenders interleaved; every wick run starts from an empty cache):
 --   tokens/s   one rank streams an epoch of raw/ from nginx (tests/bench/lib/remote_rank.lua), timed from
---              the loader's creation; baseline: curl fetching the same shard files, one after the other
---              on one keep-alive connection, into files on the same file system as the loader's cache
---              (which writes every range it fetches); goal x0.9. Twice: the cache under build/ (this
+--              the loader's creation; baseline: `curl --parallel` fetching the same shard files, all at
+--              once (a connection each), into files on the same file system as the loader's cache
+--              (which writes every range it fetches); goal x0.9 (issue 31). Twice: the cache under build/ (this
 --              checkout's file system) and in /dev/shm (tmpfs), because the loader's cache writes one
 --              file per range fetched (~500 here) where curl writes 10, and on a file system whose
 --              inode allocation is slow (journal-less ext4 after many deletions) that alone costs more
@@ -133,14 +133,16 @@ local function wick_run(data, steps, opts)
   return ranks
 end
 
--- curl: every shard file once, in order, on one connection, into files under `under`.
+-- curl --parallel: every shard file once, all at once (curl's default of up to 50 transfers), into files
+-- under `under`.
 local function curl_run(url, info, under)
   local out = (under or DIR) .. '/wick-bench-curl'
   sh('rm -rf ' .. out .. ' && mkdir -p ' .. out, true)
   local args = {}
   for i, name in ipairs(info.names) do args[#args + 1] = ('-o %s/%d %s/%s'):format(out, i, url, name) end
   local t0 = report.now()
-  local ok = os.execute('curl -s --fail ' .. table.concat(args, ' '))
+  -- --no-progress-meter, not -s: curl 7.88 still draws --parallel's meter under -s
+  local ok = os.execute('curl --no-progress-meter --fail --parallel ' .. table.concat(args, ' '))
   local seconds = report.now() - t0
   if ok ~= 0 and ok ~= true then error('remote bench: curl failed', 0) end
   sh('rm -rf ' .. out, true)
@@ -172,7 +174,7 @@ local ok, err = pcall(function()
       best_curl = math.min(best_curl, curl_run(server.url .. '/raw', raw, place[2]))
     end
     report.row(('remote raw epoch, 1 rank, cache on %s (tok/s)'):format(place[1]), tokens / best_wick / 1e6,
-      'M tok/s', 'curl, same bytes, same fs', raw.tokens / best_curl / 1e6, true, 0.9)
+      'M tok/s', 'curl --parallel, same bytes, same fs', raw.tokens / best_curl / 1e6, true, 0.9)
     print(('  best run %.2f s, readers waited %.2f s on the network (2 threads); curl %.2f s'):format(best_wick,
       wait / 1e9, best_curl))
     last_curl = best_curl

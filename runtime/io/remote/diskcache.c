@@ -363,6 +363,16 @@ bool wk_disk_cache_wait(WkDiskCache *c, const char *key, uint64_t deadline_ns) {
   }
 }
 
+/* The temporary of an entry, opened for writing. Its directories are made when the open finds them
+ * missing (the first entry of a shard), not tried on every store: a mkdir -p of an entry's 7 levels was
+ * 7 of the ~35 system calls a range cost a remote stream. */
+static int open_temp(const char *temp, const char *path, int *error, WkStatus *status) {
+  int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0 || errno != ENOENT) return fd;
+  *status = make_parents(path, error);
+  return *status == WK_OK ? open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+}
+
 /* wk_disk_cache_store; on a failed system call *error is its errno. */
 static WkStatus store_entry(WkDiskCache *c, const char *path, const void *data, uint64_t length, bool passed,
                             bool evict_unread, bool *stored, int *error) {
@@ -372,7 +382,6 @@ static WkStatus store_entry(WkDiskCache *c, const char *path, const void *data, 
       (int)sizeof temp)
     return WK_FAIL(WK_ERR_INVALID_ARG, "cache path '%s' is too long", path);
   if (length > c->budget) return WK_OK; /* never fits */
-  WK_TRY(make_parents(path, error));
   /* Reserve: the temporary exists at its full size before the lock is dropped. */
   lock_usage(c);
   uint64_t usage = 0;
@@ -381,15 +390,14 @@ static WkStatus store_entry(WkDiskCache *c, const char *path, const void *data, 
   int fd = -1;
   WkStatus status = WK_OK;
   if (fits) {
-    fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 || ftruncate(fd, (off_t)length) != 0) {
+    fd = open_temp(temp, path, error, &status); /* status: a directory it could not make */
+    if (status == WK_OK && (fd < 0 || ftruncate(fd, (off_t)length) != 0)) {
       *error = errno;
       status = WK_FAIL_ERRNO("create cache entry", temp);
       if (fd >= 0) close(fd), unlink(temp);
       fd = -1;
-    } else {
-      write_counter(c, usage + length);
     }
+    if (fd >= 0) write_counter(c, usage + length);
   }
   unlock_usage(c);
   if (fd < 0) return status;

@@ -129,6 +129,27 @@ static void fail_all(WkFetch *f) {
   while ((r = fetch_pop(&f->queued, &f->queued_tail))) fetch_fail_request(f, r, WK_ERR_CLOSED, CLOSED);
 }
 
+/* Lock held. Moves the queued prefetches a reader waits for to the front of the queue: read-ahead is
+ * queued in the order of the units (a buffer's at once), its rows need them in shuffled order, so a
+ * reader's unit can sit behind a buffer's worth of others. */
+static void hurry_queued(WkFetch *f) {
+  WkFetchRequest *front = NULL, *front_tail = NULL, *previous = NULL;
+  for (WkFetchRequest *q = f->queued; q;) {
+    WkFetchRequest *next = q->next;
+    if (q->hurry) {
+      fetch_unlink(&f->queued, &f->queued_tail, q, previous);
+      fetch_push(&front, &front_tail, q);
+    } else {
+      previous = q;
+    }
+    q = next;
+  }
+  if (!front) return;
+  front_tail->next = f->queued;
+  if (!f->queued) f->queued_tail = front_tail;
+  f->queued = front;
+}
+
 static void *engine_main(void *arg) {
   WkFetch *f = arg;
   for (;;) {
@@ -136,13 +157,15 @@ static void *engine_main(void *arg) {
     WkFetchRequest *in = f->incoming;
     f->incoming = f->incoming_tail = NULL;
     bool stopping = f->stopping;
-    pthread_mutex_unlock(&f->lock);
     while (in) {
       WkFetchRequest *next = in->next;
       if (in->urgent) fetch_push(&f->urgent, &f->urgent_tail, in);
       else fetch_push(&f->queued, &f->queued_tail, in);
       in = next;
     }
+    if (f->hurried) hurry_queued(f);
+    f->hurried = false;
+    pthread_mutex_unlock(&f->lock);
     if (stopping) {
       fail_all(f);
       break;
@@ -231,6 +254,7 @@ void wk_fetch_submit(WkFetch *f, WkFetchRequest *r) {
   r->finished = false;
   r->status = WK_OK;
   r->error[0] = '\0';
+  r->body_taken = false;
   pthread_mutex_lock(&f->lock);
   bool stopping = f->stopping;
   if (!stopping) fetch_push(&f->incoming, &f->incoming_tail, r);
@@ -239,6 +263,14 @@ void wk_fetch_submit(WkFetch *f, WkFetchRequest *r) {
     fetch_fail_request(f, r, WK_ERR_CLOSED, "the dataset is closing");
     return;
   }
+  curl_multi_wakeup(f->multi);
+}
+
+void wk_fetch_hurry(WkFetch *f, WkFetchRequest *r) {
+  pthread_mutex_lock(&f->lock);
+  r->hurry = true;
+  f->hurried = true;
+  pthread_mutex_unlock(&f->lock);
   curl_multi_wakeup(f->multi);
 }
 

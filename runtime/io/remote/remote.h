@@ -180,6 +180,8 @@ struct WkFetchRequest {
   const char *if_none_match, *if_modified_since; /* conditional whole requests (NULL: none) */
   uint8_t *dst;             /* a range's bytes go here (NULL: into a buffer of the engine's) */
   bool urgent;              /* a reader waits: before any prefetch, outside the prefetch budget */
+  bool take_body;           /* a range without dst: take the engine's buffer when it holds this range alone
+                               (body_taken), instead of copying the body out during done() */
   /* On the engine thread: start() before the transfer (false drops the request: done() is not called),
    * done() after it, with the results below. Either may be NULL. A range's body is dst, or a buffer of
    * the engine's valid during done() only; a whole object's body is malloc'd and the caller's (free it). */
@@ -193,12 +195,14 @@ struct WkFetchRequest {
   uint32_t attempts;
   const uint8_t *body;
   uint64_t body_length;
+  bool body_taken;          /* body is malloc'd and the caller's (free it): take_body was granted */
   bool not_modified;
   uint64_t total;           /* the object's size the server reported (Content-Range or Content-Length) */
   char etag[WK_REMOTE_VALIDATOR_CAPACITY], last_modified[WK_REMOTE_VALIDATOR_CAPACITY];
   /* engine's */
   WkFetchRequest *next;
   bool finished;
+  bool hurry;               /* a reader waits for this prefetch (wk_fetch_hurry; under the engine's lock) */
 };
 
 typedef struct {
@@ -212,6 +216,9 @@ WkStatus wk_fetch_new(const WkFetchConfig *config, WkFetch **out);
 void wk_fetch_free(WkFetch *fetch);
 /* Queues a request; done() runs on the engine thread when it ends. */
 void wk_fetch_submit(WkFetch *fetch, WkFetchRequest *request);
+/* A reader now waits for this submitted prefetch: when it is still queued, it moves to the front of the
+ * queue (it stays a prefetch: merged with neighbours, within the prefetch budget). Any thread. */
+void wk_fetch_hurry(WkFetch *fetch, WkFetchRequest *request);
 /* Runs a request as urgent and waits for it (done and ctx are the engine's); returns its status. */
 WkStatus wk_fetch_run(WkFetch *fetch, WkFetchRequest *request);
 void wk_fetch_stats(WkFetch *fetch, WkFetchStats *out);

@@ -7,7 +7,8 @@
  * range (remote.h: sharing), fetches it as an urgent Range request straight into the caller's buffer and
  * stores it; when a local peer holds the claim it waits for the peer's entry instead. advise(WILLNEED)
  * queues a prefetch (dropped when the range is cached, in flight, or claimed by a peer when it starts);
- * what arrives is copied and written to the cache by a store thread, so that the engine's thread, which
+ * what arrives is written to the cache by a store thread (the engine's own buffer when the range was
+ * fetched alone, a copy when it came merged with neighbours), so that the engine's thread, which
  * drives every transfer, never waits on the file system (on a busy disk, making a file can take longer
  * than fetching its bytes over a fast link). forget removes cached copies of a range found corrupt, so the next
  * read fetches it anew.
@@ -145,14 +146,22 @@ static void wait_changed(WkRemote *r, uint64_t deadline) {
   pthread_cond_timedwait(&r->changed, &r->lock, &ts); /* changed is on CLOCK_MONOTONIC */
 }
 
-/* Waits (bounded) for this process's prefetch of key, when one is in flight; true when it waited. */
-static bool wait_prefetch(WkRemote *r, const char *key, uint64_t deadline) {
+/* Waits (bounded) for this process's prefetch of key, when one is in flight; true when it waited. Its
+ * bytes go to dst as soon as they arrive (*served), before the store thread has written them to the cache
+ * and without reading them back from there: the reader waited for them. */
+static bool wait_prefetch(WkRemote *r, const char *key, uint64_t length, void *dst, uint64_t deadline,
+                          bool *served) {
   pthread_mutex_lock(&r->lock);
   Prefetch *p = find_prefetch(r, key);
   bool waited = p && !p->done;
   if (p) {
     p->waiters++;
-    while (!p->done && wk_now_ns() < deadline) wait_changed(r, deadline);
+    if (!p->done) wk_fetch_hurry(r->fetch, &p->request); /* p stays while it has waiters */
+    while (!p->done && !p->arrived && wk_now_ns() < deadline) wait_changed(r, deadline);
+    if (!p->done && p->arrived && p->body_length == length) {
+      memcpy(dst, p->body, (size_t)length); /* the store thread frees body only under the lock, when done */
+      p->served = *served = true;
+    }
     p->waiters--;
     reap_prefetch(r, p);
   }
@@ -246,7 +255,7 @@ static WkStatus remote_read_at(WkBlob *self, uint64_t offset, size_t length, voi
     Reading me;
     bool mine = false;
     if (wk_now_ns() < deadline) {
-      if (wait_prefetch(r, key, deadline)) continue;          /* our prefetch of it is over: look again */
+      if (wait_prefetch(r, key, length, dst, deadline, &served)) continue; /* served, or look again */
       if (!(mine = reading_begin(r, &me, key, deadline))) continue; /* so is another thread's read */
     }
     status = read_claimed(b, key, offset, length, dst, deadline, &served);
@@ -258,13 +267,21 @@ static WkStatus remote_read_at(WkBlob *self, uint64_t offset, size_t length, voi
 
 /* ---- prefetch ------------------------------------------------------------------------------------- */
 
-static void finish_prefetch(Prefetch *p) {
+/* Ends a prefetch: done, its body (if any) is the caller's to free (returned), and whether a reader took
+ * its bytes from memory (*served). A stored entry whose bytes a reader found corrupt meanwhile
+ * (remote_forget) is removed before its waiters wake, or the reader that forgot it would read it again. */
+static uint8_t *finish_prefetch(Prefetch *p, bool stored, bool *served) {
   WkRemote *r = p->remote;
   pthread_mutex_lock(&r->lock);
+  if (stored && p->forgotten) wk_disk_cache_remove(r->disk, p->key);
   p->done = true;
+  uint8_t *body = p->body;
+  p->body = NULL;
+  *served = p->served && !p->forgotten;
   pthread_cond_broadcast(&r->changed);
   reap_prefetch(r, p);
   pthread_mutex_unlock(&r->lock);
+  return body;
 }
 
 static bool prefetch_start(WkFetchRequest *request) {
@@ -274,24 +291,28 @@ static bool prefetch_start(WkFetchRequest *request) {
   if (wk_disk_cache_claim(r->disk, p->key, &p->claim, &owned) != WK_OK || !owned ||
       wk_disk_cache_has(r->disk, p->key)) {
     if (owned) wk_disk_cache_release(r->disk, &p->claim);
-    finish_prefetch(p);
+    bool served;
+    finish_prefetch(p, false, &served); /* nothing arrived: no body, nobody served */
     return false;
   }
   return true;
 }
 
-/* Writes a prefetch's bytes to the cache (the store thread), drops its claim and wakes its waiters. */
+/* Writes a prefetch's bytes to the cache (the store thread), drops its claim and wakes its waiters. An
+ * entry a waiting reader took from memory is marked read, as reading it from the cache would have. */
 static void store_prefetch(Prefetch *p) {
   WkRemote *r = p->remote;
-  if (p->body) {
-    bool stored = false;
-    if (wk_disk_cache_store(r->disk, p->key, p->body, p->body_length, false, false, &stored) == WK_OK && stored)
-      atomic_fetch_add_explicit(&r->prefetched, 1, memory_order_relaxed);
-    free(p->body);
-    p->body = NULL;
-  }
+  bool stored = false, served = false;
+  if (p->body && wk_disk_cache_store(r->disk, p->key, p->body, p->body_length, false, false, &stored) == WK_OK &&
+      stored)
+    atomic_fetch_add_explicit(&r->prefetched, 1, memory_order_relaxed);
+  char key[KEY_CAPACITY];
+  memcpy(key, p->key, sizeof key);
   wk_disk_cache_release(r->disk, &p->claim);
-  finish_prefetch(p);
+  free(finish_prefetch(p, stored, &served)); /* p may be gone now */
+  uint64_t size;
+  int fd = stored && served ? wk_disk_cache_open_entry(r->disk, key, &size) : -1;
+  if (fd >= 0) close(fd);
 }
 
 void *remote_storer_main(void *arg) {
@@ -304,18 +325,24 @@ void *remote_storer_main(void *arg) {
 static void prefetch_done(WkFetchRequest *request) {
   Prefetch *p = request->ctx;
   WkRemote *r = p->remote;
-  if (request->status == WK_OK) {
-    p->body = malloc(request->body_length ? (size_t)request->body_length : 1); /* the engine's copy ends here */
-    if (p->body) {
-      memcpy(p->body, request->body, (size_t)request->body_length);
-      p->body_length = request->body_length;
-    } else {
-      wk_logf(WK_LOG_DEBUG, "prefetch of '%s': no memory to keep %llu bytes (the read will fetch them)",
-              request->target->name, (unsigned long long)request->body_length);
-    }
+  uint8_t *body = NULL;
+  if (request->status == WK_OK && request->body_taken) {
+    body = (uint8_t *)request->body; /* a transfer of its own: no copy on the engine's thread */
+  } else if (request->status == WK_OK) {
+    body = malloc(request->body_length ? (size_t)request->body_length : 1); /* the engine's copy ends here */
+    if (body) memcpy(body, request->body, (size_t)request->body_length);
+    else wk_logf(WK_LOG_DEBUG, "prefetch of '%s': no memory to keep %llu bytes (the read will fetch them)",
+                 request->target->name, (unsigned long long)request->body_length);
   } else {
     wk_logf(WK_LOG_DEBUG, "prefetch failed (the read will try again): %s", request->error);
   }
+  /* Published under the lock: a reader waiting for this range takes it from here. */
+  pthread_mutex_lock(&r->lock);
+  p->body = body;
+  p->body_length = body ? request->body_length : 0;
+  p->arrived = body != NULL;
+  if (body && p->waiters > 0) pthread_cond_broadcast(&r->changed);
+  pthread_mutex_unlock(&r->lock);
   if (wk_queue_push(r->stores, p, -1) != WK_OK) store_prefetch(p); /* closing: write it here */
 }
 
@@ -340,7 +367,7 @@ static void remote_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvi
     b->target->refs++;
     p->claim.fd = -1;
     p->request = (WkFetchRequest){.target = &b->target->target, .offset = offset, .length = length,
-                                  .start = prefetch_start, .done = prefetch_done, .ctx = p};
+                                  .take_body = true, .start = prefetch_start, .done = prefetch_done, .ctx = p};
     p->next = r->prefetches;
     r->prefetches = p;
     r->prefetch_count++;
@@ -353,10 +380,28 @@ static void remote_advise(WkBlob *self, uint64_t offset, uint64_t length, WkAdvi
   wk_fetch_submit(r->fetch, &p->request);
 }
 
+/* Prefetches of b overlapping [offset, offset + length) whose bytes a reader found corrupt: nobody may
+ * take them from memory any more, and their entries go once stored. */
+static void forget_prefetches(RemoteBlob *b, uint64_t offset, uint64_t length) {
+  WkRemote *r = b->remote;
+  size_t n = strlen(b->key);
+  pthread_mutex_lock(&r->lock);
+  for (Prefetch *p = r->prefetches; p; p = p->next) {
+    const WkFetchRequest *q = &p->request;
+    if (strncmp(p->key, b->key, n) == 0 && p->key[n] == '/' && q->offset < offset + length &&
+        offset < q->offset + q->length) {
+      p->forgotten = true;
+      p->arrived = false;
+    }
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
 static void remote_forget(WkBlob *self, uint64_t offset, uint64_t length) {
   RemoteBlob *b = (RemoteBlob *)self;
   if (!b->key) return;
   atomic_fetch_add_explicit(&b->remote->corrupt, 1, memory_order_relaxed);
+  forget_prefetches(b, offset, length);
   Extent gone[64];
   uint32_t count = 0;
   pthread_mutex_lock(&b->lock);

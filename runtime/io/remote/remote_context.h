@@ -67,6 +67,9 @@ struct Prefetch {
   WkDiskClaim claim;
   uint8_t *body;               /* what arrived, for the store thread (NULL: failed or not kept) */
   uint64_t body_length;
+  bool arrived;                /* body is set: a waiting reader may copy it until done (under the lock) */
+  bool served;                 /* a reader took its bytes from body: its entry is marked read once stored */
+  bool forgotten;              /* its bytes were found corrupt: nobody takes them, its entry goes once stored */
   bool done;
   uint32_t waiters;
   Prefetch *next;

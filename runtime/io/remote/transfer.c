@@ -76,6 +76,13 @@ void fetch_finish(WkFetch *f, Transfer *t, WkStatus status, const char *message)
       if (r->not_modified) free(t->buffer);
       t->buffer = NULL;
       t->own_buffer = false;
+    } else if (r->take_body && t->count == 1 && t->own_buffer) {
+      r->body = t->buffer; /* the caller's now: the transfer was this range alone */
+      r->body_length = r->length;
+      r->body_taken = true;
+      r->error[0] = '\0';
+      t->buffer = NULL;
+      t->own_buffer = false;
     } else {
       r->body = t->buffer + (r->offset - t->begin);
       r->body_length = r->length;

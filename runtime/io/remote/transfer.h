@@ -75,6 +75,7 @@ struct WkFetch {
   pthread_mutex_t lock;
   pthread_cond_t finished;
   WkFetchRequest *incoming, *incoming_tail;  /* submitted, not yet taken by the engine (under lock) */
+  bool hurried;                 /* a request was marked hurry (under lock) */
   bool stopping;
   /* the engine thread's own */
   WkFetchRequest *urgent, *urgent_tail, *queued, *queued_tail;

@@ -15,7 +15,6 @@
  * sgemm of a large enough product is split in rows or columns over the kernels' pool (see sgemm).
  */
 #include <cblas.h>  /* OpenBLAS */
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "gemm.h"
@@ -55,8 +54,19 @@ static void sgemm_serial(bool trans_a, bool trans_b, size_t M, size_t N, size_t 
 /* OpenBLAS runs on one thread and our pool splits the product: OpenBLAS's idle workers poll with
  * sched_yield between two of its calls and take the cores from our kernels' pool in between
  * (measured, a Llama step of B=8, T=128 on 2 cores: 312 ms on OpenBLAS's threads, 261 ms split
- * here). Rows of C are split when it has at least as many rows as columns, else its columns. */
-static void make_blas_serial(void) { openblas_set_num_threads(1); }
+ * here). Rows of C are split when it has at least as many rows as columns, else its columns.
+ *
+ * Its pool goes as soon as this library loads (OpenBLAS's constructor has run by then): it would never
+ * get work, and an idle worker also spins on sched_yield for its first ~0.1 s, at every process's start
+ * (8% of the samples of a one-rank remote stream, 5-6% of the data loader's two ranks, on 2 cores).
+ * blas_thread_shutdown_ is exported by OpenBLAS's pthreads builds (its fork handler calls it); weak, so
+ * a build without it (OpenMP) keeps its pool, idle. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+__attribute__((constructor)) static void make_blas_serial(void) {
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
 
 /* The epilogue over C's block of rows x cols at (row, col), if there is one. */
 static void finish(GemmEpilogue e, float *block, size_t ld, size_t row, size_t col, size_t rows, size_t cols) {
@@ -94,8 +104,6 @@ static void sgemm_part(void *ctx, size_t begin, size_t end, size_t chunk) {
 /* C = alpha op(A) op(B) + beta C on f32 blocks, then the epilogue over all of C. */
 static void sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, Block A, Block B, float beta,
                   float *C, size_t ldc, GemmEpilogue epilogue) {
-  static pthread_once_t serial_blas = PTHREAD_ONCE_INIT;
-  pthread_once(&serial_blas, make_blas_serial);
   size_t threads = parallel_threads();
   SgemmJob job = {trans_a, trans_b, M >= N, M, N, K, alpha, beta, A, B, C, ldc, epilogue};
   size_t n = job.by_rows ? M : N;
