@@ -1,8 +1,8 @@
 -- Columns benchmark (issue 31): what reading a records dataset's columns costs the loader per token,
 -- against reading its tokens alone, side by side in one run. 2 ranks at once (real processes,
 -- tests/bench/lib/data_rank.lua), page cache warm: the cost of the columns, not of the disk.
---   ./run tests/bench/columns.lua     (make bench runs it; ~1 min, plus ~20 s the first time to write
---                                      build/bench/columns/)
+--   ./run tests/bench/columns.lua     (make bench runs it; ~40 s, plus ~20 s the first time to convert
+--                                      build/bench/columns/, which holds ~750 MB of JSONL meanwhile)
 --
 -- The dataset: RECORDS records of made-up words (bytes tokenizer, u16, 300-3400 tokens a record), from
 -- JSONL through the converter: --column loss_mask=labels:mask (Hugging Face labels, -100 over a record's
@@ -29,7 +29,7 @@ local GLOBAL_BATCH = MICRO_BATCH * RANKS
 -- row), so no run is served from what the node cache kept of an earlier epoch (more of it the fewer
 -- bytes a unit takes: the tokens alone would gain).
 local TOKENS_PER_RANK = 2000 * MICRO_BATCH * (SEQ_LEN + 1)
-local REPEATS = 5
+local REPEATS = 9 -- the best of many: CPU time per token inflates when other processes share the cores
 local RECORDS, SHARD_TOKENS = 80000, '16M'
 local DIR = host.home .. '/build/bench/columns'
 local DATA = DIR .. '/records-v4' -- a new name when what is written here changes
