@@ -543,8 +543,9 @@ typedef struct {
   uint64_t skipped;        /* corrupt samples masked */
   uint64_t buffers;        /* micro-batches in the ring */
   uint64_t buffer_bytes;   /* bytes of one micro-batch buffer */
-  /* Decode amplification = decoded / delivered (stored token bytes, all sources): ~1.0 when every unit
-   * is decoded once. node_* count every local rank sharing the node caches. */
+  /* Decode amplification = decoded / delivered (stored bytes of the tokens and the per-token columns
+   * asked for, all sources): ~1.0 when every unit is decoded once. node_* count every local rank sharing
+   * the node caches. */
   uint64_t decoded_bytes, delivered_bytes;
   uint64_t node_decoded_bytes, node_delivered_bytes;
   uint64_t node_private_decodes;  /* units the node's slowest reader decoded outside a full cache */

@@ -209,7 +209,8 @@ static uint64_t stream_identity(const WkLoader *loader, const Source *source) {
   uint64_t h = 0x6e6f6465;
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) h = wk_mix64(h, fields[f]);
   /* and the per-token columns its units hold besides the tokens */
-  uint32_t columns[WK_BATCH_MAX_COLUMNS], n = loader_source_columns(loader, (uint32_t)(source - loader->sources), true, columns);
+  uint32_t columns[WK_BATCH_MAX_COLUMNS];
+  uint32_t n = loader_source_columns(loader, (uint32_t)(source - loader->sources), true, columns);
   for (uint32_t c = 0; c < n; c++) h = wk_mix64(h, columns[c] + 1);
   return h;
 }

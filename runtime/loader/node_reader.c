@@ -66,7 +66,9 @@ struct WkNodeReaderThread {
 static uint64_t unit_key(uint32_t shard, uint32_t unit) { return ((uint64_t)shard + 1) << 32 | unit; }
 
 static uint64_t unit_bytes(const WkNodeReader *r) { return r->cfg.unit_tokens * r->position_bytes; }
-static uint64_t edge_bytes(const WkNodeReaderConfig *cfg, uint32_t position_bytes) { return (cfg->seq_len + 1ull) * position_bytes; }
+static uint64_t edge_bytes(const WkNodeReaderConfig *cfg, uint32_t position_bytes) {
+  return (cfg->seq_len + 1ull) * position_bytes;
+}
 
 /* Edges in flight peak near half a window (each boundary waits from its first unit's buffer to its
  * second's); a margin of a few standard deviations, capped by the window. */
@@ -276,7 +278,8 @@ static void deliver(const WkNodeReader *r, Span s, const WkSampleLoc *loc, uint6
                     const Row *row) {
   uint64_t at = begin - loc->offset;
   wk_tokens_widen(span_tokens(r, s), r->token_bytes, end - begin, row->tokens + at * row->dst_bytes, row->dst_bytes);
-  for (uint32_t c = 0; c < r->cfg.column_count; c++) memcpy(row->columns[c] + at, span_column(r, s, c), end - begin + tail);
+  for (uint32_t c = 0; c < r->cfg.column_count; c++)
+    memcpy(row->columns[c] + at, span_column(r, s, c), end - begin + tail);
 }
 
 /* The sample's positions [begin, end) that lie in one unit into the row, and `tail` more of the columns
@@ -327,7 +330,8 @@ WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSam
   Row row = {dst, dst_bytes, columns};
   uint64_t end = loc->offset + loc->length;
   const WkUnitUse *last = &loc->units[loc->unit_count - 1];
-  bool tail_elsewhere = column_tail && (last->from_edge || end + column_tail > ((uint64_t)last->unit + 1) * r->cfg.unit_tokens);
+  uint64_t last_end = ((uint64_t)last->unit + 1) * r->cfg.unit_tokens;
+  bool tail_elsewhere = column_tail && (last->from_edge || end + column_tail > last_end);
   uint64_t tail = tail_elsewhere ? 0 : column_tail;
   if (loc->unit_count == 2) {
     uint64_t split = (uint64_t)loc->units[1].unit * r->cfg.unit_tokens;
