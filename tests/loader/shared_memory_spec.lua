@@ -141,8 +141,8 @@ describe('regions of jobs that ended without removing them', function()
       local r = run_pair { die_after = 10 }
       assert.are.same({ [0] = 137, [1] = 137 }, r.codes, r.out) -- both ranks SIGKILLed mid-stream
       assert.are.equal(1, #r.names, r.out)
-      -- Nobody removed it: the killed ranks could not.
-      assert.are.same(r.names, data_helper.node_caches_left(r.names), 'cycle ' .. cycle)
+      -- The killed ranks could not remove it; whether it is still there now is not asked: another Wick job
+      -- of this user (a second test run) removes dead jobs' regions when it starts, as the normal job below does.
       dead[#dead + 1] = r.names[1]
     end
     local ready = root .. '/' .. unique('ready')
