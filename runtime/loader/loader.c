@@ -429,9 +429,6 @@ static void fill_rows(WkLoader *loader, const Reader *reader, Buffer *b) {
   bool skip_corrupt = param(loader, WK_LOADER_ON_CORRUPT) == 1;
   for (uint32_t r = 0; r < loader->rows && b->status == WK_OK; r++) {
     WkSampleInfo *info = &b->info[r];
-    const WkSampleInfo *next = r + 1 < loader->rows ? &b->info[r + 1] : NULL;
-    if (next && next->status != WK_SAMPLE_PADDING)
-      wk_node_reader_prefetch(loader->sources[next->source].node_reader, reader->contexts[next->source], &b->locs[r + 1]);
     if (info->status == WK_SAMPLE_PADDING) {
       wk_pack_empty_row(L, wk_dataset_eos(loader->sources[0].ds), &b->rows, r);
     } else {

@@ -114,10 +114,6 @@ void wk_node_reader_thread_free(WkNodeReaderThread *t);
  * must hold (pad mode: its record's EOS). */
 WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc, void *dst, uint32_t dst_bytes,
                              uint8_t *const *columns, uint32_t column_tail);
-/* Asks for the cache lines of loc's positions (tokens and columns) in the units this thread holds, a row
- * before it reads them: a row is a random place of a node cache far larger than the caches, and its
- * misses then overlap with the row before it instead of stalling its copies. */
-void wk_node_reader_prefetch(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc);
 /* Asks the blob to read a unit ahead (its stored bytes, the per-token columns' too, and the per-record
  * columns' of the records that start in it), before the buffer that draws it. */
 void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit);

@@ -272,11 +272,18 @@ typedef struct {
   uint8_t *const *columns;
 } Row;
 
+/* Asks for the lines of a part of a unit: a row's part is a random place of a node cache far larger than
+ * the caches, so a column's misses are left to overlap with the widening of the tokens. */
+static void prefetch(const uint8_t *p, uint64_t bytes) {
+  for (uint64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
+}
+
 /* Positions [begin, end) of the sample from a span into the row, and `tail` more of the columns when
  * the span holds them. */
 static void deliver(const WkNodeReader *r, Span s, const WkSampleLoc *loc, uint64_t begin, uint64_t end, uint64_t tail,
                     const Row *row) {
   uint64_t at = begin - loc->offset;
+  for (uint32_t c = 0; c < r->cfg.column_count; c++) prefetch(span_column(r, s, c), end - begin + tail);
   wk_tokens_widen(span_tokens(r, s), r->token_bytes, end - begin, row->tokens + at * row->dst_bytes, row->dst_bytes);
   for (uint32_t c = 0; c < r->cfg.column_count; c++)
     memcpy(row->columns[c] + at, span_column(r, s, c), end - begin + tail);
@@ -341,26 +348,6 @@ WkStatus wk_node_reader_read(WkNodeReader *r, WkNodeReaderThread *t, const WkSam
     WK_TRY(read_part(r, t, loc, &loc->units[0], loc->offset, end, tail, &row));
   }
   return tail_elsewhere ? read_tail(r, loc, column_tail, &row) : WK_OK;
-}
-
-/* Asks for the cache lines of `bytes` at p. */
-static void prefetch(const uint8_t *p, uint64_t bytes) {
-  for (uint64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
-}
-
-void wk_node_reader_prefetch(WkNodeReader *r, WkNodeReaderThread *t, const WkSampleLoc *loc) {
-  uint64_t end = loc->offset + loc->length;
-  for (uint32_t u = 0; u < loc->unit_count; u++) {
-    const WkUnitUse *use = &loc->units[u];
-    uint64_t key = unit_key(loc->shard, use->unit), unit_begin = (uint64_t)use->unit * r->cfg.unit_tokens;
-    const Memo *m = &t->memo[wk_mix64(key, 0) % MEMO_ENTRIES];
-    if (use->from_edge || m->key != key || !m->data || m->hold_until < loc->draw) continue; /* only what it holds */
-    uint64_t begin = loc->offset > unit_begin ? loc->offset : unit_begin;
-    uint64_t stop = end < unit_begin + r->cfg.unit_tokens ? end : unit_begin + r->cfg.unit_tokens;
-    Span s = {.base = m->data, .stride = r->cfg.unit_tokens, .at = begin - unit_begin};
-    prefetch(span_tokens(r, s), (stop - begin) * r->token_bytes);
-    for (uint32_t c = 0; c < r->cfg.column_count; c++) prefetch(span_column(r, s, c), stop - begin);
-  }
 }
 
 void wk_node_reader_read_ahead(WkNodeReader *r, WkUnitRef unit) {
