@@ -52,32 +52,34 @@ static const char *type_name(const Value *v) {
 
 /* ---- scalars --------------------------------------------------------------------------------------- */
 
-/* The whole of text[0..n) (blanks around it allowed for tar members) as an integer / a number. */
-static bool text_integer(const uint8_t *text, size_t n, bool trim, int64_t *out) {
-  char buffer[64];
+/* text[0..n) (blanks around it dropped when trim: a tar member's text) as a NUL-terminated string in
+ * buffer; false when it is empty or too long to be a number. */
+enum { NUMBER_TEXT_BYTES = 64 };
+static bool number_text(const uint8_t *text, size_t n, bool trim, char buffer[NUMBER_TEXT_BYTES]) {
   while (trim && n && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ' || text[n - 1] == '\t')) n--;
   while (trim && n && (text[0] == ' ' || text[0] == '\t')) text++, n--;
-  if (n == 0 || n >= sizeof buffer) return false;
+  if (n == 0 || n >= NUMBER_TEXT_BYTES) return false;
   memcpy(buffer, text, n);
   buffer[n] = '\0';
-  char *end;
+  return buffer[0] != ' ' && buffer[0] != '+';
+}
+
+/* The whole of text[0..n) as an integer / a finite number. */
+static bool text_integer(const uint8_t *text, size_t n, bool trim, int64_t *out) {
+  char buffer[NUMBER_TEXT_BYTES], *end;
+  if (!number_text(text, n, trim, buffer)) return false;
   errno = 0;
   long long v = strtoll(buffer, &end, 10);
-  if (*end != '\0' || errno == ERANGE || buffer[0] == '+' || buffer[0] == ' ') return false;
+  if (*end != '\0' || errno == ERANGE) return false;
   *out = v;
   return true;
 }
 
 static bool text_number(const uint8_t *text, size_t n, bool trim, double *out) {
-  char buffer[64];
-  while (trim && n && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ' || text[n - 1] == '\t')) n--;
-  while (trim && n && (text[0] == ' ' || text[0] == '\t')) text++, n--;
-  if (n == 0 || n >= sizeof buffer) return false;
-  memcpy(buffer, text, n);
-  buffer[n] = '\0';
-  char *end;
+  char buffer[NUMBER_TEXT_BYTES], *end;
+  if (!number_text(text, n, trim, buffer)) return false;
   double v = strtod(buffer, &end);
-  if (*end != '\0' || buffer[0] == ' ' || !isfinite(v)) return false;
+  if (*end != '\0' || !isfinite(v)) return false;
   *out = v;
   return true;
 }

@@ -111,11 +111,7 @@ print(('%d ranks at once, seq_len %d, micro batch %d, %.1f M tokens a rank a run
 
 -- ---- contenders ---------------------------------------------------------------------------------
 
-local function parse(line)
-  local fields = {}
-  for k, v in line:gmatch('([%w_]+)=([%d%.]+)') do fields[k] = tonumber(v) end
-  return fields
-end
+local parse = report.fields
 
 -- Both ranks' lines -> tokens of the node per CPU-second (every thread of both) and per second.
 local function node_of(out, what)

@@ -67,11 +67,7 @@ end
 
 local function mib(bytes) return bytes / 2 ^ 20 end
 
-local function parse(line)
-  local fields = {}
-  for k, v in line:gmatch('([%w_]+)=([%d%.]+)') do fields[k] = tonumber(v) end
-  return fields
-end
+local parse = report.fields
 
 -- The ranks' result lines -> one node result (nil, reason when the loader lacks an option).
 local function node_of(out, what)

@@ -46,11 +46,7 @@ local TMPFS = '/dev/shm'
 
 
 
-local function parse(text)
-  local fields = {}
-  for k, v in text:gmatch('([%w_]+)=([%d%.]+)') do fields[k] = tonumber(v) end
-  return fields
-end
+local parse = report.fields
 
 -- Generated documents (a few hundred bytes each), so that shards can be small: ~1000 of them.
 local function many_documents(path)

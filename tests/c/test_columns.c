@@ -34,6 +34,17 @@ static void write_text(const char *path, const char *text, size_t length) {
   if (f) fclose(f);
 }
 
+/* dir/index.json from ix, as the converter formats it. */
+static void write_index(const char *dir, const WkIndex *ix) {
+  char *text;
+  size_t length;
+  CHECK(wk_index_format(ix, NULL, &text, &length) == WK_OK);
+  char path[300];
+  snprintf(path, sizeof path, "%s/index.json", dir);
+  write_text(path, text, length);
+  free(text);
+}
+
 static void remove_tree(const char *dir) {
   char command[300];
   snprintf(command, sizeof command, "rm -rf '%s'", dir);
@@ -104,13 +115,7 @@ static WkIndex write_dataset(const char *dir, Records *shards, int shard_count, 
     ix.tokens += shards[s].tokens;
     ix.documents += shards[s].docs;
   }
-  char *text;
-  size_t length;
-  CHECK(wk_index_format(&ix, NULL, &text, &length) == WK_OK);
-  char path[300];
-  snprintf(path, sizeof path, "%s/index.json", dir);
-  write_text(path, text, length);
-  free(text);
+  write_index(dir, &ix);
   return ix;
 }
 
@@ -483,13 +488,7 @@ static void test_disagreement_and_wrong_kind(void) {
   wk_dataset_close(ds);
   /* The same shards under an index that lists other columns. */
   ix.columns[2].kind = WK_COLUMN_F32, ix.columns[2].dtype = WK_F32;
-  char *text;
-  size_t length;
-  CHECK(wk_index_format(&ix, NULL, &text, &length) == WK_OK);
-  char path[300];
-  snprintf(path, sizeof path, "%s/index.json", dir);
-  write_text(path, text, length);
-  free(text);
+  write_index(dir, &ix);
   ds = wk_dataset_open(dir);
   CHECK(ds && fails_with(wk_dataset_check_shard(ds, 0), WK_ERR_FORMAT,
                          "s0.wks' has the columns (tokens, loss_mask:token_u8, label:i64, score:f32, "
@@ -498,9 +497,7 @@ static void test_disagreement_and_wrong_kind(void) {
   wk_dataset_close(ds);
   /* A version 1 index over version 2 shards. */
   ix.column_count = 1;
-  CHECK(wk_index_format(&ix, NULL, &text, &length) == WK_OK);
-  write_text(path, text, length);
-  free(text);
+  write_index(dir, &ix);
   ds = wk_dataset_open(dir);
   CHECK(ds && wk_dataset_column_count(ds) == 1 &&
         fails_with(wk_dataset_check_shard(ds, 0), WK_ERR_FORMAT, "but the index says (tokens)"));

@@ -77,4 +77,11 @@ function report.sh(who, cmd, quiet)
   if ok ~= 0 and ok ~= true then error(who .. ': command failed: ' .. cmd, 0) end
 end
 
+-- A result line's key=value numbers (`tokens_per_s=1.5e8 cpu_s=0.3 ...`) as a table.
+function report.fields(line)
+  local fields = {}
+  for k, v in line:gmatch('([%w_]+)=([%d%.]+)') do fields[k] = tonumber(v) end
+  return fields
+end
+
 return report
